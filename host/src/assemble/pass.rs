@@ -1,0 +1,287 @@
+//! The steps of one pass that need no cluster: target selection, validation, the gate,
+//! the request, status and the next requeue. `inrun render` and the runtime share them.
+
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+
+use super::{CrdPlan, ReconcilePlan};
+use crate::contract::{Outcome, Request};
+use crate::template::{Context, TemplateError};
+
+/// The delay for a Result that asks to requeue without saying when.
+pub const DEFAULT_REQUEUE: Duration = Duration::from_secs(5);
+
+/// The annotation that picks a serve target when the Blueprint names no selector.
+pub const TARGET_ANNOTATION: &str = "inrun.dev/target";
+
+/// A CR that this pass cannot reconcile as it is. Each becomes a status condition and an
+/// event on the CR, never a crash.
+#[derive(Debug, thiserror::Error)]
+pub enum PassError {
+    /// The CR names a serve target the CRD does not have.
+    #[error("unknown serve target {target:?}; this CRD serves: {known}")]
+    UnknownTarget {
+        /// What the CR asked for.
+        target: String,
+        /// The targets there are, comma separated.
+        known: String,
+    },
+    /// The CR breaks the Blueprint's validation rules.
+    #[error("validation failed: {}", .0.join("; "))]
+    Invalid(Vec<String>),
+    /// The Result asks to write an object the Blueprint's `managedResources` do not allow.
+    #[error("resources[{index}]: {kind} {name:?} ({api_version}{}) is not allowed by reconcile.managedResources", namespace.as_ref().map(|n| format!(" in namespace {n}")).unwrap_or_default())]
+    Forbidden {
+        /// Position in the Result's resources.
+        index: usize,
+        /// The object's apiVersion.
+        api_version: String,
+        /// The object's kind.
+        kind: String,
+        /// The object's name.
+        name: String,
+        /// The object's namespace, if it names one.
+        namespace: Option<String>,
+    },
+    /// A template failed while rendering.
+    #[error("rendering {what}")]
+    Template {
+        /// Which one, e.g. `reconcile.args`.
+        what: &'static str,
+        /// Why.
+        #[source]
+        source: TemplateError,
+    },
+}
+
+/// When to reconcile again after a successful pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Next {
+    /// Reconcile again after this long (`None`: only on the next change).
+    pub after: Option<Duration>,
+    /// Whether the requeue was asked for (by the Result or a conditional rule), which holds
+    /// a deleting CR; a plain periodic refresh does not.
+    pub holds: bool,
+}
+
+fn template(what: &'static str) -> impl FnOnce(TemplateError) -> PassError {
+    move |source| PassError::Template { what, source }
+}
+
+impl CrdPlan {
+    /// The serve target a CR selects: `explicit` if given, else the selector's annotation or
+    /// field (default annotation `inrun.dev/target`); `None` when the CRD has no targets or
+    /// the CR names none.
+    pub fn target_of(&self, object: &Value, explicit: Option<&str>) -> Option<String> {
+        if let Some(t) = explicit {
+            return Some(t.to_string());
+        }
+        let serve = self.spec.serve.as_ref()?;
+        let picked = match (&serve.selector.field, &serve.selector.annotation) {
+            (Some(field), _) => lookup(object, field),
+            (None, annotation) => {
+                let key = annotation.as_deref().unwrap_or(TARGET_ANNOTATION);
+                object.pointer("/metadata/annotations").and_then(|a| a.get(key))
+            }
+        };
+        picked.and_then(Value::as_str).map(str::to_string)
+    }
+
+    /// The reconcile block for `target` (the CRD's own for `None`).
+    ///
+    /// # Errors
+    /// [`PassError::UnknownTarget`].
+    pub fn plan_for(&self, target: Option<&str>) -> Result<&ReconcilePlan, PassError> {
+        let Some(target) = target else { return Ok(&self.default) };
+        self.targets.iter().find(|(n, _)| n == target).map(|(_, p)| p).ok_or_else(|| {
+            PassError::UnknownTarget {
+                target: target.to_string(),
+                known: self.targets.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join(", "),
+            }
+        })
+    }
+
+    /// Checks the CR against the validation rules and namespace rules.
+    ///
+    /// # Errors
+    /// [`PassError::Invalid`] with every broken rule's message.
+    pub fn validate(&self, object: &Value, ctx: &Context) -> Result<(), PassError> {
+        let mut failed = Vec::new();
+        if let Some(ns) = object.pointer("/metadata/namespace").and_then(Value::as_str) {
+            if !self.spec.namespaces.allows(ns) {
+                failed.push(format!("namespace {ns:?} is not served by this CRD"));
+            }
+        }
+        for rule in &self.rules {
+            match rule.rule.eval(ctx) {
+                Ok(true) => {}
+                Ok(false) => failed.push(rule.message.clone().unwrap_or_else(|| format!("rule {} is false", rule.text))),
+                Err(e) => failed.push(format!("rule {} failed: {}", rule.text, crate::errors::chain(&e))),
+            }
+        }
+        if failed.is_empty() { Ok(()) } else { Err(PassError::Invalid(failed)) }
+    }
+
+    /// The first `preReconcile` condition that does not hold, as a message; `None` lets the
+    /// CR through. Never call it for a CR being deleted.
+    ///
+    /// # Errors
+    /// [`PassError::Template`] when a condition fails to render.
+    pub fn gate(&self, ctx: &Context) -> Result<Option<String>, PassError> {
+        for gate in &self.gates {
+            if !gate.when.eval(ctx).map_err(template("preReconcile"))? {
+                return Ok(Some(
+                    gate.message.clone().unwrap_or_else(|| format!("waiting for {}", gate.name)),
+                ));
+            }
+        }
+        Ok(None)
+    }
+
+    /// `emit.status` rendered, then the Result's status merged over it (the Result wins).
+    ///
+    /// # Errors
+    /// [`PassError::Template`] when `emit.status` fails to render.
+    pub fn status(&self, ctx: &Context, outcome: Option<&Outcome>) -> Result<Map<String, Value>, PassError> {
+        let mut status = match self.emit_status.render(ctx).map_err(template("emit.status"))? {
+            Value::Object(m) => m,
+            _ => Map::new(),
+        };
+        if let Some(extra) = outcome.and_then(|o| o.status.as_ref()) {
+            merge(&mut status, extra);
+        }
+        Ok(status)
+    }
+}
+
+impl ReconcilePlan {
+    /// The Request for a CR: args rendered, excluded paths stripped.
+    ///
+    /// # Errors
+    /// [`PassError::Template`] when `reconcile.args` fail to render.
+    pub fn request(
+        &self,
+        object: &Value,
+        target: Option<&str>,
+        finalizing: bool,
+        external: Option<Value>,
+    ) -> Result<Request, PassError> {
+        let mut ctx = Context::new(object).with_target(target);
+        if let Some(ext) = &external {
+            ctx = ctx.with_external(ext.clone());
+        }
+        let args = self.args.render(&ctx).map_err(template("reconcile.args"))?;
+        let mut visible = object.clone();
+        for path in &self.spec.request.object.exclude {
+            strip(&mut visible, path);
+        }
+        let mut req = Request::for_object(visible, args);
+        req.finalizing = finalizing;
+        req.target = target.map(str::to_string);
+        req.external = external;
+        Ok(req)
+    }
+
+    /// Checks every resource against `managedResources` before anything is written. An
+    /// object without a namespace is allowed if its kind may be cluster-scoped or live in
+    /// the CR's own namespace.
+    ///
+    /// # Errors
+    /// [`PassError::Forbidden`] for the first object not allowed.
+    pub fn fence(&self, outcome: &Outcome, cr_namespace: &str) -> Result<(), PassError> {
+        for (index, r) in outcome.resources.iter().enumerate() {
+            let text = |p: &str| r.pointer(p).and_then(Value::as_str).unwrap_or_default().to_string();
+            let (api_version, kind) = (text("/apiVersion"), text("/kind"));
+            let namespace = r.pointer("/metadata/namespace").and_then(Value::as_str);
+            let allowed = match namespace {
+                Some(ns) => self.spec.allows(&api_version, &kind, Some(ns), cr_namespace),
+                None => {
+                    self.spec.allows(&api_version, &kind, None, cr_namespace)
+                        || self.spec.allows(&api_version, &kind, Some(cr_namespace), cr_namespace)
+                }
+            };
+            if !allowed {
+                return Err(PassError::Forbidden {
+                    index,
+                    api_version,
+                    kind,
+                    name: text("/metadata/name"),
+                    namespace: namespace.map(str::to_string),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// When to run again after `outcome` succeeded; `ctx` sees the CR with its new status.
+    ///
+    /// # Errors
+    /// [`PassError::Template`] when a `requeue` condition fails to render.
+    pub fn next(&self, outcome: &Outcome, ctx: &Context) -> Result<Next, PassError> {
+        if outcome.wants_requeue() {
+            let after = outcome.requeue_after.unwrap_or(DEFAULT_REQUEUE);
+            return Ok(Next { after: Some(after), holds: true });
+        }
+        let Some(rule) = &self.requeue else { return Ok(Next { after: None, holds: false }) };
+        if rule.conditions.is_empty() {
+            return Ok(Next { after: rule.after, holds: false });
+        }
+        for c in &rule.conditions {
+            if c.eval(ctx).map_err(template("reconcile.requeue"))? {
+                return Ok(Next { after: Some(rule.after.unwrap_or(DEFAULT_REQUEUE)), holds: true });
+            }
+        }
+        Ok(Next { after: None, holds: false })
+    }
+}
+
+/// Deep merge: objects merge key by key, anything else in `extra` replaces.
+fn merge(base: &mut Map<String, Value>, extra: &Map<String, Value>) {
+    for (k, v) in extra {
+        match (base.get_mut(k), v) {
+            (Some(Value::Object(b)), Value::Object(e)) => merge(b, e),
+            _ => {
+                base.insert(k.clone(), v.clone());
+            }
+        }
+    }
+}
+
+/// The value at a `.a.b.c` path.
+fn lookup<'v>(object: &'v Value, path: &str) -> Option<&'v Value> {
+    path.trim_start_matches('.').split('.').try_fold(object, |v, key| v.get(key))
+}
+
+/// Removes the value at a `.a.b.c` path, if present.
+fn strip(object: &mut Value, path: &str) {
+    let mut parts: Vec<&str> = path.trim_start_matches('.').split('.').collect();
+    let Some(last) = parts.pop() else { return };
+    let parent = parts.iter().try_fold(&mut *object, |v, key| v.get_mut(*key));
+    if let Some(Value::Object(map)) = parent {
+        map.remove(last);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn strip_removes_nested_paths_and_ignores_missing_ones() {
+        let mut v = json!({"metadata": {"name": "a", "managedFields": [1]}, "status": {"x": 1}});
+        strip(&mut v, ".metadata.managedFields");
+        strip(&mut v, ".status");
+        strip(&mut v, ".spec.nothing");
+        assert_eq!(v, json!({"metadata": {"name": "a"}}));
+    }
+
+    #[test]
+    fn merge_lets_the_result_win_key_by_key() {
+        let mut base = json!({"phase": "Pending", "url": {"host": "a", "port": 80}});
+        let extra = json!({"phase": "Ready", "url": {"port": 8080}});
+        merge(base.as_object_mut().unwrap(), extra.as_object().unwrap());
+        assert_eq!(base, json!({"phase": "Ready", "url": {"host": "a", "port": 8080}}));
+    }
+}

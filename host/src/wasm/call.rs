@@ -1,0 +1,256 @@
+//! One call into a plugin: a fresh store with a deadline and a memory cap, the call, and
+//! the translation of whatever happened into an outcome or a [`CallError`].
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+use wasmtime::{Store, Trap};
+
+use super::bindings::{self, hooks::Hooks, reconciler::Reconciler};
+use super::engine::TICK;
+use super::plugin::{Plugin, Pre};
+use super::state::State;
+use super::{CallError, CallFailure, Limits};
+use crate::contract::{Cleanup, Outcome, Request};
+
+impl Plugin {
+    /// Calls a `reconciler` component's `reconcile`.
+    ///
+    /// # Errors
+    /// [`CallError`] naming the plugin and what happened: deadline, memory cap, trap
+    /// (with a panic's message), an error the plugin returned, or a bad outcome.
+    pub fn reconcile(&self, req: &Request, limits: &Limits) -> Result<Outcome, CallError> {
+        let wit_req = to_wit_request(req);
+        let raw = run(self, limits, |store, pre| match pre {
+            Pre::Reconciler(pre) => {
+                let guest: Reconciler = pre.instantiate(&mut *store)?;
+                guest.call_reconcile(&mut *store, &wit_req)
+            }
+            Pre::Hooks(_) => Err(wasmtime::format_err!("a hooks component has no `reconcile`")),
+        })?;
+        self.finish(raw, limits)
+    }
+
+    /// Calls hook `function` of a `hooks` component with the outcome so far.
+    ///
+    /// # Errors
+    /// As [`Plugin::reconcile`].
+    pub fn call_hook(
+        &self,
+        function: &str,
+        req: &Request,
+        current: &Outcome,
+        limits: &Limits,
+    ) -> Result<Outcome, CallError> {
+        let wit_req = to_wit_request(req);
+        let wit_current = to_wit_outcome(current);
+        let raw = run(self, limits, |store, pre| match pre {
+            Pre::Hooks(pre) => {
+                let guest: Hooks = pre.instantiate(&mut *store)?;
+                guest.call_call(&mut *store, function, &wit_req, &wit_current)
+            }
+            Pre::Reconciler(_) => Err(wasmtime::format_err!("a reconciler component has no hooks")),
+        })?;
+        self.finish(raw, limits)
+    }
+
+    fn finish(
+        &self,
+        raw: Result<bindings::Outcome, String>,
+        limits: &Limits,
+    ) -> Result<Outcome, CallError> {
+        let fail = |failure| CallError { plugin: self.id().clone(), failure };
+        let wit = raw.map_err(|msg| fail(CallFailure::Returned(truncate_owned(msg, 500))))?;
+        from_wit_outcome(wit, limits).map_err(|why| fail(CallFailure::BadOutput(why)))
+    }
+}
+
+/// Asks a hooks component which functions it serves.
+pub(super) fn functions(plugin: &Plugin, limits: &Limits) -> Result<Vec<String>, CallError> {
+    run(plugin, limits, |store, pre| match pre {
+        Pre::Hooks(pre) => {
+            let guest: Hooks = pre.instantiate(&mut *store)?;
+            guest.call_functions(&mut *store)
+        }
+        Pre::Reconciler(_) => Ok(Vec::new()),
+    })
+}
+
+/// Runs `f` in a fresh store armed with the plugin's limits.
+fn run<R>(
+    plugin: &Plugin,
+    limits: &Limits,
+    f: impl FnOnce(&mut Store<State>, &Pre) -> wasmtime::Result<R>,
+) -> Result<R, CallError> {
+    let inner = plugin.inner();
+    let mut store = Store::new(
+        inner.engine.wasmtime(),
+        State::new(inner.id.clone(), limits.memory_bytes),
+    );
+    store.limiter(|s| &mut s.limiter);
+    store.set_epoch_deadline(deadline_ticks(limits.deadline));
+    store.epoch_deadline_trap();
+    let result = f(&mut store, &inner.pre);
+    store.data().flush_stdio();
+    result.map_err(|err| CallError {
+        plugin: (*inner.id).clone(),
+        failure: classify(err, store.data(), limits),
+    })
+}
+
+/// Epoch ticks for `deadline`, rounded up so a call never gets less than its limit.
+fn deadline_ticks(deadline: Duration) -> u64 {
+    let ticks = deadline.as_nanos().div_ceil(TICK.as_nanos());
+    u64::try_from(ticks).unwrap_or(u64::MAX).max(1)
+}
+
+fn classify(err: wasmtime::Error, state: &State, limits: &Limits) -> CallFailure {
+    if state.limiter.hit {
+        return CallFailure::Memory(limits.memory_bytes);
+    }
+    match err.downcast_ref::<Trap>() {
+        Some(Trap::Interrupt) => CallFailure::Deadline(limits.deadline),
+        Some(trap) => CallFailure::Trap { reason: trap.to_string(), stderr: state.first_stderr_line() },
+        None => CallFailure::Host(err),
+    }
+}
+
+fn to_wit_request(req: &Request) -> bindings::Request {
+    bindings::Request {
+        key: req.key.clone(),
+        api_version: req.api_version.clone(),
+        kind: req.kind.clone(),
+        object: req.object.to_string(),
+        args: req.args.to_string(),
+        finalizing: req.finalizing,
+        target: req.target.clone(),
+        children: req.children.as_ref().map(Value::to_string),
+    }
+}
+
+fn to_wit_outcome(o: &Outcome) -> bindings::Outcome {
+    bindings::Outcome {
+        status: o.status.as_ref().map(|s| Value::Object(s.clone()).to_string()),
+        resources: o.resources.iter().map(Value::to_string).collect(),
+        labels: o.labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+        annotations: o.annotations.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+        requeue: o.requeue,
+        requeue_after_ms: o.requeue_after.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+        cleanup: o.cleanup.map(|c| bindings::Cleanup {
+            after_seconds: u32::try_from(c.after.as_secs()).unwrap_or(u32::MAX),
+        }),
+    }
+}
+
+/// Checks sizes and parses the JSON a plugin returned. The reason names the first problem.
+fn from_wit_outcome(o: bindings::Outcome, limits: &Limits) -> Result<Outcome, String> {
+    let size: usize = o.status.as_ref().map_or(0, String::len)
+        + o.resources.iter().map(String::len).sum::<usize>()
+        + o.labels.iter().chain(&o.annotations).map(|(k, v)| k.len() + v.len()).sum::<usize>();
+    if size > limits.output_bytes {
+        return Err(format!(
+            "{size} bytes of output, more than its limit of {} bytes",
+            limits.output_bytes
+        ));
+    }
+    if o.resources.len() > limits.max_resources {
+        return Err(format!(
+            "{} resources, more than its limit of {}",
+            o.resources.len(),
+            limits.max_resources
+        ));
+    }
+    let status = match o.status {
+        None => None,
+        Some(text) => match serde_json::from_str::<Value>(&text) {
+            Ok(Value::Object(map)) => Some(map),
+            Ok(Value::Null) => None,
+            Ok(_) => return Err("status is not a JSON object".into()),
+            Err(e) => return Err(format!("status is not JSON: {e}")),
+        },
+    };
+    let mut resources = Vec::with_capacity(o.resources.len());
+    for (i, text) in o.resources.iter().enumerate() {
+        match serde_json::from_str::<Value>(text) {
+            Ok(v @ Value::Object(_)) => resources.push(v),
+            Ok(_) => return Err(format!("resources[{i}] is not a JSON object")),
+            Err(e) => return Err(format!("resources[{i}] is not JSON: {e}")),
+        }
+    }
+    let to_map = |pairs: Vec<(String, String)>| pairs.into_iter().collect::<BTreeMap<_, _>>();
+    Ok(Outcome {
+        status: status.filter(|m: &Map<String, Value>| !m.is_empty()).or(None),
+        resources,
+        labels: to_map(o.labels),
+        annotations: to_map(o.annotations),
+        requeue: o.requeue,
+        requeue_after: o.requeue_after_ms.map(Duration::from_millis),
+        cleanup: o.cleanup.map(|c| Cleanup { after: Duration::from_secs(u64::from(c.after_seconds)) }),
+    })
+}
+
+fn truncate_owned(mut s: String, max: usize) -> String {
+    if s.len() > max {
+        let cut = super::state::truncate(&s, max).len();
+        s.truncate(cut);
+        s.push('…');
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn deadline_rounds_up_to_whole_ticks() {
+        assert_eq!(deadline_ticks(Duration::from_millis(1)), 1);
+        assert_eq!(deadline_ticks(Duration::from_millis(10)), 1);
+        assert_eq!(deadline_ticks(Duration::from_millis(11)), 2);
+        assert_eq!(deadline_ticks(Duration::from_secs(2)), 200);
+    }
+
+    #[test]
+    fn outcome_over_the_size_limit_is_refused() {
+        let limits = Limits { output_bytes: 10, ..Limits::default() };
+        let o = bindings::Outcome {
+            status: None,
+            resources: vec![r#"{"kind":"ConfigMap","data":"0123456789"}"#.into()],
+            labels: vec![],
+            annotations: vec![],
+            requeue: false,
+            requeue_after_ms: None,
+            cleanup: None,
+        };
+        let err = from_wit_outcome(o, &limits).unwrap_err();
+        assert!(err.contains("more than its limit of 10 bytes"), "{err}");
+    }
+
+    #[test]
+    fn resource_that_is_not_json_is_named() {
+        let o = bindings::Outcome {
+            status: Some("{}".into()),
+            resources: vec!["{}".into(), "not json".into()],
+            labels: vec![],
+            annotations: vec![],
+            requeue: false,
+            requeue_after_ms: None,
+            cleanup: None,
+        };
+        let err = from_wit_outcome(o, &Limits::default()).unwrap_err();
+        assert!(err.starts_with("resources[1] is not JSON"), "{err}");
+    }
+
+    #[test]
+    fn outcome_round_trips_through_wit() {
+        let mut o = Outcome::default();
+        o.status = Some(serde_json::json!({"phase": "Ready"}).as_object().cloned().unwrap_or_default());
+        o.resources.push(serde_json::json!({"kind": "ConfigMap"}));
+        o.labels.insert("a".into(), "b".into());
+        o.requeue_after = Some(Duration::from_millis(1500));
+        o.cleanup = Some(Cleanup { after: Duration::from_secs(30) });
+        let back = from_wit_outcome(to_wit_outcome(&o), &Limits::default()).unwrap();
+        assert_eq!(back, o);
+    }
+}

@@ -1,0 +1,242 @@
+//! One wasmtime engine for the whole host: Cranelift, the pooling allocator, epoch
+//! interruption driven by a ticker thread, and components cached by digest.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use wasmtime::component::{Component, Linker};
+use wasmtime::{Config, InstanceAllocationStrategy, PoolingAllocationConfig};
+
+use super::cache::{self, CompileCache};
+use super::plugin::Plugin;
+use super::state::State;
+use super::{LoadError, PluginId};
+
+/// How often the epoch advances; deadlines are rounded up to this.
+pub(super) const TICK: Duration = Duration::from_millis(10);
+
+/// Engine-wide settings.
+#[derive(Debug, Clone)]
+pub struct EngineSettings {
+    /// Where compiled components are kept; `None` compiles every load.
+    pub cache: Option<CompileCache>,
+    /// Instances that may be alive at once (concurrent calls). Pool slots are reserved
+    /// up front; a call beyond this fails with a host error rather than growing memory.
+    pub max_instances: u32,
+    /// The largest linear memory any plugin may be allowed (a ceiling over per-plugin
+    /// limits), in bytes.
+    pub max_memory_bytes: usize,
+    /// Use the pooling allocator (fast instantiation). Off falls back to on-demand.
+    pub pooling: bool,
+}
+
+impl Default for EngineSettings {
+    fn default() -> Self {
+        EngineSettings {
+            cache: None,
+            max_instances: 64,
+            max_memory_bytes: 1 << 30,
+            pooling: true,
+        }
+    }
+}
+
+/// The engine, its linker (host imports + sealed WASI), and the loaded components.
+///
+/// Cloning is cheap and shares everything.
+#[derive(Clone)]
+pub struct Engine {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    engine: wasmtime::Engine,
+    linker: Linker<State>,
+    cache: Option<CompileCache>,
+    engine_key: String,
+    compiled: Mutex<HashMap<String, Component>>,
+    stop_ticker: Arc<AtomicBool>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.stop_ticker.store(true, Ordering::Relaxed);
+    }
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine").field("cache", &self.inner.cache).finish_non_exhaustive()
+    }
+}
+
+impl Engine {
+    /// Builds the engine and starts its epoch ticker.
+    ///
+    /// # Errors
+    /// [`LoadError::Engine`] when wasmtime refuses the configuration (e.g. the pool cannot
+    /// be reserved).
+    pub fn new(settings: EngineSettings) -> Result<Self, LoadError> {
+        let mut config = Config::new();
+        config.wasm_component_model(true);
+        config.epoch_interruption(true);
+        config.parallel_compilation(true);
+        if settings.pooling {
+            let mut pool = PoolingAllocationConfig::default();
+            let n = settings.max_instances;
+            pool.total_component_instances(n);
+            // Guests in interpreted languages bring several core modules each.
+            pool.total_core_instances(n * 8);
+            pool.total_memories(n * 4);
+            pool.total_tables(n * 8);
+            pool.max_core_instances_per_component(64);
+            pool.max_memories_per_component(16);
+            pool.max_tables_per_component(64);
+            pool.max_memory_size(settings.max_memory_bytes);
+            pool.max_component_instance_size(1 << 20);
+            pool.max_core_instance_size(8 << 20);
+            pool.table_elements(100_000);
+            config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+        }
+        let engine = wasmtime::Engine::new(&config).map_err(LoadError::Engine)?;
+        let mut linker = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(LoadError::Engine)?;
+        super::bindings::reconciler::Reconciler::add_to_linker::<
+            State,
+            wasmtime::component::HasSelf<State>,
+        >(&mut linker, |s| s)
+        .map_err(LoadError::Engine)?;
+
+        let stop_ticker = Arc::new(AtomicBool::new(false));
+        spawn_ticker(engine.clone(), stop_ticker.clone());
+        let engine_key = cache::engine_key(&engine);
+        Ok(Engine {
+            inner: Arc::new(Inner {
+                engine,
+                linker,
+                cache: settings.cache,
+                engine_key,
+                compiled: Mutex::new(HashMap::new()),
+                stop_ticker,
+            }),
+        })
+    }
+
+    pub(super) fn wasmtime(&self) -> &wasmtime::Engine {
+        &self.inner.engine
+    }
+
+    pub(super) fn linker(&self) -> &Linker<State> {
+        &self.inner.linker
+    }
+
+    /// Loads a component from a file; the plugin is named after the file stem.
+    ///
+    /// # Errors
+    /// [`LoadError`] when the file cannot be read, compiled or linked.
+    pub fn load_file(&self, path: &Path) -> Result<Plugin, LoadError> {
+        let bytes = std::fs::read(path)
+            .map_err(|source| LoadError::Read { path: path.to_path_buf(), source })?;
+        let name = path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "plugin".to_string());
+        self.load(&name, &bytes)
+    }
+
+    /// Loads a component from bytes: from memory if this digest was loaded before, else
+    /// from the compile cache, else by compiling it (and filling the cache).
+    ///
+    /// # Errors
+    /// [`LoadError`] when the bytes cannot be compiled or linked, or export no known world.
+    pub fn load(&self, name: &str, bytes: &[u8]) -> Result<Plugin, LoadError> {
+        let id = PluginId { name: name.to_string(), digest: cache::sha256_hex(bytes) };
+        let component = self.component(&id, bytes)?;
+        Plugin::new(self.clone(), Arc::new(id), component, bytes.len())
+    }
+
+    /// Compiles `bytes` without caching anything, for measuring cold compiles.
+    ///
+    /// # Errors
+    /// [`LoadError::Compile`] when the bytes are not a valid component.
+    pub fn compile_uncached(&self, name: &str, bytes: &[u8]) -> Result<(), LoadError> {
+        let id = PluginId { name: name.to_string(), digest: cache::sha256_hex(bytes) };
+        Component::new(&self.inner.engine, bytes)
+            .map(drop)
+            .map_err(|source| LoadError::Compile { plugin: id, source })
+    }
+
+    /// Forgets components kept in memory (the disk cache stays), for measuring cached loads.
+    pub fn forget_loaded(&self) {
+        self.compiled_map().clear();
+    }
+
+    fn compiled_map(&self) -> std::sync::MutexGuard<'_, HashMap<String, Component>> {
+        // A poisoned map only means another thread panicked mid-insert; the map is still valid.
+        self.inner.compiled.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn component(&self, id: &PluginId, bytes: &[u8]) -> Result<Component, LoadError> {
+        if let Some(c) = self.compiled_map().get(&id.digest) {
+            return Ok(c.clone());
+        }
+        let component = match &self.inner.cache {
+            Some(cache) => self.component_via_cache(cache, id, bytes)?,
+            None => Component::new(&self.inner.engine, bytes)
+                .map_err(|source| LoadError::Compile { plugin: id.clone(), source })?,
+        };
+        self.compiled_map().insert(id.digest.clone(), component.clone());
+        Ok(component)
+    }
+
+    fn component_via_cache(
+        &self,
+        cache: &CompileCache,
+        id: &PluginId,
+        bytes: &[u8],
+    ) -> Result<Component, LoadError> {
+        let path = cache.entry(&id.digest, &self.inner.engine_key);
+        if path.exists() {
+            // SAFETY: the entry was written by `Component::serialize` of an engine with the
+            // same compatibility key (it is in the file name), into a directory only the host
+            // writes, and renamed into place whole. Wasmtime still checks its header and
+            // version, and an entry it rejects is recompiled below.
+            #[allow(unsafe_code)]
+            let loaded = unsafe { Component::deserialize_file(&self.inner.engine, &path) };
+            match loaded {
+                Ok(c) => return Ok(c),
+                Err(e) => tracing::warn!(plugin = %id, path = %path.display(), error = %e,
+                    "compiled plugin in cache is unusable; compiling again"),
+            }
+        }
+        let component = Component::new(&self.inner.engine, bytes)
+            .map_err(|source| LoadError::Compile { plugin: id.clone(), source })?;
+        match component.serialize() {
+            Ok(serialized) => {
+                if let Err(e) = cache.store(&path, &serialized) {
+                    tracing::warn!(plugin = %id, path = %path.display(), error = %e,
+                        "could not write the compile cache; continuing without it");
+                }
+            }
+            Err(e) => tracing::warn!(plugin = %id, error = %e, "could not serialize compiled plugin"),
+        }
+        Ok(component)
+    }
+}
+
+/// Advances the engine's epoch every [`TICK`] until `stop` is set, so a call's deadline
+/// interrupts it even inside a tight loop.
+fn spawn_ticker(engine: wasmtime::Engine, stop: Arc<AtomicBool>) {
+    let spawned = std::thread::Builder::new().name("inrun-epoch".into()).spawn(move || {
+        while !stop.load(Ordering::Relaxed) {
+            std::thread::sleep(TICK);
+            engine.increment_epoch();
+        }
+    });
+    if let Err(e) = spawned {
+        tracing::error!(error = %e, "could not start the Wasm epoch ticker; deadlines will not fire");
+    }
+}

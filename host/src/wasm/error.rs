@@ -1,0 +1,123 @@
+//! Why a plugin failed to load or a call failed. Messages name the plugin and its digest.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::PluginId;
+
+/// A component that could not be loaded. Other plugins are unaffected.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// The file could not be read.
+    #[error("reading plugin {path}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The bytes are not a valid component for this engine.
+    #[error("compiling plugin {plugin}")]
+    Compile {
+        /// The plugin.
+        plugin: PluginId,
+        /// Wasmtime's error.
+        #[source]
+        source: wasmtime::Error,
+    },
+    /// The component exports neither world's functions.
+    #[error(
+        "plugin {plugin} exports neither the `reconciler` world (`reconcile`) nor the `hooks` world (`functions`, `call`); it exports: {exports}"
+    )]
+    UnknownWorld {
+        /// The plugin.
+        plugin: PluginId,
+        /// What it does export, comma separated.
+        exports: String,
+    },
+    /// The component imports something the host does not grant.
+    #[error("plugin {plugin} cannot be linked: it imports something this host does not grant")]
+    Link {
+        /// The plugin.
+        plugin: PluginId,
+        /// Wasmtime's error, naming the import.
+        #[source]
+        source: wasmtime::Error,
+    },
+    /// The engine itself could not be built (bad settings).
+    #[error("building the Wasm engine")]
+    Engine(#[source] wasmtime::Error),
+    /// Asking a hooks component for its functions failed.
+    #[error("asking plugin {plugin} for its hook functions")]
+    Functions {
+        /// The plugin.
+        plugin: PluginId,
+        /// Why the call failed.
+        #[source]
+        source: Box<CallError>,
+    },
+    /// A function the Blueprint names is not among those the hooks component exports.
+    #[error("plugin {plugin} has no hook function {function:?}; it exports: {available}")]
+    MissingFunction {
+        /// The plugin.
+        plugin: PluginId,
+        /// The name the Blueprint asked for.
+        function: String,
+        /// The functions it has, comma separated.
+        available: String,
+    },
+    /// The plugin is a component of the other world than the Blueprint needs.
+    #[error("plugin {plugin} is a `{found}` component, but it is used as a `{wanted}` component")]
+    WrongWorld {
+        /// The plugin.
+        plugin: PluginId,
+        /// The world the Blueprint needs.
+        wanted: &'static str,
+        /// The world it implements.
+        found: &'static str,
+    },
+}
+
+/// A call that failed. Only this call is affected; the next call starts afresh.
+#[derive(Debug, thiserror::Error)]
+#[error("plugin {plugin} {failure}")]
+pub struct CallError {
+    /// Which plugin.
+    pub plugin: PluginId,
+    /// What went wrong.
+    #[source]
+    pub failure: CallFailure,
+}
+
+/// What went wrong in one call.
+#[derive(Debug, thiserror::Error)]
+pub enum CallFailure {
+    /// The call ran past its deadline and was interrupted.
+    #[error("exceeded its {}s deadline", .0.as_secs_f64())]
+    Deadline(Duration),
+    /// The plugin tried to grow its memory past the cap.
+    #[error("exceeded its memory cap of {} MiB", .0 >> 20)]
+    Memory(usize),
+    /// The plugin trapped (a panic in Rust guests shows up here, with its message).
+    #[error("trapped: {reason}{}", stderr_suffix(.stderr))]
+    Trap {
+        /// The trap, e.g. `wasm trap: wasm 'unreachable' instruction executed`.
+        reason: String,
+        /// The first line the guest wrote to stderr, which names a panic's cause.
+        stderr: Option<String>,
+    },
+    /// The plugin returned an error of its own.
+    #[error("returned an error: {0}")]
+    Returned(String),
+    /// The plugin's output broke the contract (bad JSON, not an object, too large, ...).
+    #[error("returned a bad outcome: {0}")]
+    BadOutput(String),
+    /// The host could not run the call (e.g. instance pool exhausted).
+    #[error("could not be run")]
+    Host(#[source] wasmtime::Error),
+}
+
+fn stderr_suffix(stderr: &Option<String>) -> String {
+    stderr.as_ref().map(|s| format!(" (stderr: {s})")).unwrap_or_default()
+}

@@ -1,0 +1,67 @@
+//! The Wasm plugin host: one engine, components compiled once and cached by digest, a
+//! fresh sandboxed store per call with a deadline and a memory cap. Nothing here knows
+//! about Kubernetes; plugins see only the WIT contract.
+
+mod bindings;
+mod cache;
+mod call;
+mod engine;
+mod error;
+mod plugin;
+mod state;
+
+pub use cache::CompileCache;
+pub use engine::{Engine, EngineSettings};
+pub use error::{CallError, CallFailure, LoadError};
+pub use plugin::{Plugin, PluginInfo, World};
+
+use std::fmt;
+use std::time::Duration;
+
+/// What one call of a plugin may use. Every field is overridable per plugin in a Blueprint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Wall-clock time for one call, instantiation included.
+    pub deadline: Duration,
+    /// Linear memory the plugin may grow to, in bytes, summed over its memories.
+    pub memory_bytes: usize,
+    /// Total size of the JSON the plugin returns, in bytes.
+    pub output_bytes: usize,
+    /// How many resources one outcome may hold.
+    pub max_resources: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            deadline: Duration::from_secs(2),
+            memory_bytes: 64 << 20,
+            output_bytes: 1 << 20,
+            max_resources: 100,
+        }
+    }
+}
+
+/// A plugin's name and the sha256 of its bytes, as it appears in logs and errors.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct PluginId {
+    /// A short name, usually the file stem (`webapp`).
+    pub name: String,
+    /// Lowercase hex sha256 of the component's bytes.
+    pub digest: String,
+}
+
+impl PluginId {
+    /// `sha256:<hex>`.
+    pub fn digest_ref(&self) -> String {
+        format!("sha256:{}", self.digest)
+    }
+}
+
+impl fmt::Display for PluginId {
+    /// `webapp@sha256:ab12cd34ef56…`: enough of the digest to tell versions apart.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let short = self.digest.get(..12).unwrap_or(&self.digest);
+        write!(f, "{}@sha256:{short}…", self.name)
+    }
+}

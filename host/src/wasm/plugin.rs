@@ -1,0 +1,192 @@
+//! A loaded component: which world it implements, what it imports and exports, and a
+//! pre-linked instance template that each call instantiates afresh.
+
+use std::sync::Arc;
+
+use serde::Serialize;
+use wasmtime::component::Component;
+use wasmtime::component::types::ComponentItem;
+
+use super::bindings::{hooks::HooksPre, reconciler::ReconcilerPre};
+use super::engine::Engine;
+use super::state::State;
+use super::{CallError, Limits, LoadError, PluginId};
+
+/// The WIT world a component implements.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum World {
+    /// `reconciler`: one `reconcile` function (Inrun's constructor kind).
+    Reconciler,
+    /// `hooks`: named functions that adjust an outcome.
+    Hooks,
+}
+
+impl World {
+    /// The world's name in the WIT package.
+    pub fn name(self) -> &'static str {
+        match self {
+            World::Reconciler => "reconciler",
+            World::Hooks => "hooks",
+        }
+    }
+}
+
+/// What `inrun plugin inspect` shows.
+#[derive(Debug, Clone, Serialize)]
+pub struct PluginInfo {
+    /// The plugin's name.
+    pub name: String,
+    /// `sha256:<hex>` of its bytes.
+    pub sha256: String,
+    /// Size in bytes.
+    pub size: usize,
+    /// The world it implements.
+    pub world: World,
+    /// Exported functions (for hooks, also the function names it serves).
+    pub exports: Vec<String>,
+    /// Hook functions, for a hooks component.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub functions: Vec<String>,
+    /// Imported interfaces.
+    pub imports: Vec<String>,
+}
+
+pub(super) enum Pre {
+    Reconciler(ReconcilerPre<State>),
+    Hooks(HooksPre<State>),
+}
+
+/// A component ready to be called. Cheap to clone; calls may run concurrently.
+#[derive(Clone)]
+pub struct Plugin {
+    inner: Arc<Inner>,
+}
+
+pub(super) struct Inner {
+    pub(super) engine: Engine,
+    pub(super) id: Arc<PluginId>,
+    pub(super) pre: Pre,
+    pub(super) info: PluginInfo,
+}
+
+impl std::fmt::Debug for Plugin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Plugin({})", self.inner.id)
+    }
+}
+
+impl Plugin {
+    pub(super) fn new(
+        engine: Engine,
+        id: Arc<PluginId>,
+        component: Component,
+        size: usize,
+    ) -> Result<Self, LoadError> {
+        let ty = component.component_type();
+        let wt = engine.wasmtime();
+        let exports: Vec<String> = ty
+            .exports(wt)
+            .filter(|(_, item)| matches!(item.ty, ComponentItem::ComponentFunc(_)))
+            .map(|(name, _)| name.to_string())
+            .collect();
+        let imports: Vec<String> = ty.imports(wt).map(|(name, _)| name.to_string()).collect();
+        let has = |n: &str| exports.iter().any(|e| e == n);
+        let world = if has("reconcile") {
+            World::Reconciler
+        } else if has("functions") && has("call") {
+            World::Hooks
+        } else {
+            return Err(LoadError::UnknownWorld {
+                plugin: (*id).clone(),
+                exports: if exports.is_empty() { "nothing".into() } else { exports.join(", ") },
+            });
+        };
+        let link = |source| LoadError::Link { plugin: (*id).clone(), source };
+        let instance_pre = engine.linker().instantiate_pre(&component).map_err(link)?;
+        let pre = match world {
+            World::Reconciler => Pre::Reconciler(ReconcilerPre::new(instance_pre).map_err(link)?),
+            World::Hooks => Pre::Hooks(HooksPre::new(instance_pre).map_err(link)?),
+        };
+        let info = PluginInfo {
+            name: id.name.clone(),
+            sha256: id.digest_ref(),
+            size,
+            world,
+            exports,
+            functions: Vec::new(),
+            imports,
+        };
+        let mut plugin = Plugin { inner: Arc::new(Inner { engine, id, pre, info }) };
+        if world == World::Hooks {
+            let functions = plugin.call_functions(&Limits::default()).map_err(|e| {
+                LoadError::Functions { plugin: (*plugin.inner.id).clone(), source: Box::new(e) }
+            })?;
+            if let Some(inner) = Arc::get_mut(&mut plugin.inner) {
+                inner.info.functions = functions;
+            }
+        }
+        Ok(plugin)
+    }
+
+    pub(super) fn inner(&self) -> &Inner {
+        &self.inner
+    }
+
+    /// The plugin's name and digest.
+    pub fn id(&self) -> &PluginId {
+        &self.inner.id
+    }
+
+    /// The world it implements.
+    pub fn world(&self) -> World {
+        self.inner.info.world
+    }
+
+    /// What it imports, exports and is.
+    pub fn info(&self) -> &PluginInfo {
+        &self.inner.info
+    }
+
+    /// Fails unless the plugin implements `world`.
+    ///
+    /// # Errors
+    /// [`LoadError::WrongWorld`].
+    pub fn expect_world(&self, world: World) -> Result<(), LoadError> {
+        if self.world() == world {
+            return Ok(());
+        }
+        Err(LoadError::WrongWorld {
+            plugin: self.id().clone(),
+            wanted: world.name(),
+            found: self.world().name(),
+        })
+    }
+
+    /// Fails unless this hooks component exports every function in `names`.
+    ///
+    /// # Errors
+    /// [`LoadError::WrongWorld`] for a reconciler component, [`LoadError::MissingFunction`]
+    /// for the first name it lacks.
+    pub fn expect_functions<'a>(
+        &self,
+        names: impl IntoIterator<Item = &'a str>,
+    ) -> Result<(), LoadError> {
+        self.expect_world(World::Hooks)?;
+        let have = &self.inner.info.functions;
+        for name in names {
+            if !have.iter().any(|f| f == name) {
+                return Err(LoadError::MissingFunction {
+                    plugin: self.id().clone(),
+                    function: name.to_string(),
+                    available: have.join(", "),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn call_functions(&self, limits: &Limits) -> Result<Vec<String>, CallError> {
+        super::call::functions(self, limits)
+    }
+}

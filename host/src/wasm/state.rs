@@ -1,0 +1,179 @@
+//! The per-call store state: a memory limiter, a WASI context with no ambient authority
+//! (built only if the guest actually calls WASI), captured stdio, and the `host.log` import.
+
+use std::sync::Arc;
+
+use wasmtime::ResourceLimiter;
+use wasmtime::component::ResourceTable;
+use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
+use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+
+use super::PluginId;
+use super::bindings::Level;
+use super::bindings::reconciler::inrun::reconciler::{host, types};
+
+/// Bytes of guest stdout/stderr one call may write; more fails the call (a guest that
+/// prints this much is misbehaving). Only the first lines reach the log.
+const STDIO_CAPTURE: usize = 256 << 10;
+/// Longest log message kept, in bytes.
+const LOG_MESSAGE_MAX: usize = 4 << 10;
+/// Log lines one call may write; later ones are counted and dropped.
+const LOG_LINES_MAX: u32 = 100;
+
+/// Caps linear memory growth and remembers whether the cap was hit, because a refused
+/// growth is not a `Trap` and must be told apart from other failures.
+pub(super) struct Limiter {
+    pub(super) max_bytes: usize,
+    pub(super) hit: bool,
+}
+
+impl ResourceLimiter for Limiter {
+    fn memory_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        if desired > self.max_bytes {
+            self.hit = true;
+            return Err(wasmtime::format_err!("memory cap of {} bytes reached", self.max_bytes));
+        }
+        Ok(true)
+    }
+
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        Ok(desired <= 1_000_000)
+    }
+}
+
+/// Captured stdout and stderr of one call.
+pub(super) struct Stdio {
+    pub(super) stdout: MemoryOutputPipe,
+    pub(super) stderr: MemoryOutputPipe,
+}
+
+/// Everything a store holds for one call.
+pub(super) struct State {
+    pub(super) plugin: Arc<PluginId>,
+    pub(super) limiter: Limiter,
+    wasi: Option<(WasiCtx, Stdio)>,
+    table: ResourceTable,
+    log_lines: u32,
+}
+
+impl State {
+    pub(super) fn new(plugin: Arc<PluginId>, max_memory: usize) -> Self {
+        State {
+            plugin,
+            limiter: Limiter { max_bytes: max_memory, hit: false },
+            wasi: None,
+            table: ResourceTable::new(),
+            log_lines: 0,
+        }
+    }
+
+    /// The guest's stdio, if it used WASI at all during the call.
+    pub(super) fn stdio(&self) -> Option<&Stdio> {
+        self.wasi.as_ref().map(|(_, stdio)| stdio)
+    }
+
+    /// Writes what the guest printed to the host's log, one line each, truncated.
+    pub(super) fn flush_stdio(&self) {
+        let Some(stdio) = self.stdio() else { return };
+        for (stream, pipe) in [("stdout", &stdio.stdout), ("stderr", &stdio.stderr)] {
+            let bytes = pipe.contents();
+            if bytes.is_empty() {
+                continue;
+            }
+            let text = String::from_utf8_lossy(&bytes);
+            for line in text.lines().filter(|l| !l.trim().is_empty()).take(50) {
+                tracing::info!(
+                    plugin.name = %self.plugin.name,
+                    plugin.digest = %self.plugin.digest_ref(),
+                    stream,
+                    "{}",
+                    truncate(line, LOG_MESSAGE_MAX)
+                );
+            }
+        }
+    }
+
+    /// The first non-empty line the guest wrote to stderr.
+    pub(super) fn first_stderr_line(&self) -> Option<String> {
+        let bytes = self.stdio()?.stderr.contents();
+        let text = String::from_utf8_lossy(&bytes);
+        text.lines()
+            .map(str::trim)
+            .find(|l| !l.is_empty())
+            .map(|l| truncate(l, 300).to_string())
+    }
+}
+
+/// A WASI context that grants nothing: no environment, arguments, preopened directories,
+/// network or inherited stdio. Stdout and stderr go to bounded in-memory pipes.
+fn sealed_wasi() -> (WasiCtx, Stdio) {
+    let stdio = Stdio {
+        stdout: MemoryOutputPipe::new(STDIO_CAPTURE),
+        stderr: MemoryOutputPipe::new(STDIO_CAPTURE),
+    };
+    let ctx = WasiCtxBuilder::new()
+        .stdout(stdio.stdout.clone())
+        .stderr(stdio.stderr.clone())
+        .allow_tcp(false)
+        .allow_udp(false)
+        .allow_ip_name_lookup(false)
+        .build();
+    (ctx, stdio)
+}
+
+impl WasiView for State {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        // Built on the guest's first WASI call: most reconcilers never make one, and a
+        // context costs about as much as the rest of instantiation.
+        let (ctx, _) = self.wasi.get_or_insert_with(sealed_wasi);
+        WasiCtxView { ctx, table: &mut self.table }
+    }
+}
+
+impl types::Host for State {}
+
+impl host::Host for State {
+    fn log(&mut self, level: Level, message: String) {
+        self.log_lines += 1;
+        if self.log_lines > LOG_LINES_MAX {
+            return;
+        }
+        let message = truncate(&message, LOG_MESSAGE_MAX);
+        let name = &self.plugin.name;
+        let digest = self.plugin.digest_ref();
+        macro_rules! emit {
+            ($lvl:ident) => {
+                tracing::$lvl!(plugin.name = %name, plugin.digest = %digest, "{message}")
+            };
+        }
+        match level {
+            Level::Trace => emit!(trace),
+            Level::Debug => emit!(debug),
+            Level::Info => emit!(info),
+            Level::Warn => emit!(warn),
+            Level::Error => emit!(error),
+        }
+    }
+}
+
+/// Cuts `text` to at most `max` bytes on a character boundary.
+pub(super) fn truncate(text: &str, max: usize) -> &str {
+    if text.len() <= max {
+        return text;
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}

@@ -1,0 +1,159 @@
+//! `inrun render` and `inrun validate` end to end: the example Blueprints per reconciler
+//! kind, the managedResources fence, and Blueprint errors that name file, CRD and field.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn plugin(name: &str) -> String {
+    let dir = std::env::var_os("INRUN_PLUGIN_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root().join("plugins/target/wasm32-wasip2/release"));
+    dir.join(format!("{name}.wasm")).display().to_string()
+}
+
+fn inrun(args: &[&str]) -> (bool, String, String) {
+    let cache = tempfile::tempdir().expect("tempdir");
+    let out = Command::new(env!("CARGO_BIN_EXE_inrun"))
+        .args(args)
+        .env("INRUN_CACHE_DIR", cache.path())
+        .output()
+        .expect("run inrun");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn render_example(example: &str) -> Value {
+    let dir = root().join("deploy/examples").join(example);
+    let bp = dir.join("blueprint.yaml");
+    let cr = dir.join("webapp.yaml");
+    let (ok, stdout, stderr) =
+        inrun(&["render", "-b", &bp.display().to_string(), "-f", &cr.display().to_string(), "-o", "json"]);
+    assert!(ok, "render {example} failed: {stderr}");
+    serde_json::from_str(&stdout).expect("render prints JSON")
+}
+
+fn names_and_kinds(out: &Value) -> Vec<(String, String)> {
+    out["resources"]
+        .as_array()
+        .expect("resources")
+        .iter()
+        .map(|r| (r["kind"].as_str().unwrap_or_default().into(), r["metadata"]["name"].as_str().unwrap_or_default().into()))
+        .collect()
+}
+
+#[test]
+fn declarative_example_renders_a_deployment_and_service_with_emitted_status() {
+    let out = render_example("declarative");
+    assert_eq!(out["reconciler"], "declarative");
+    assert_eq!(names_and_kinds(&out), [("Deployment".into(), "shop".into()), ("Service".into(), "shop".into())]);
+    assert_eq!(out["resources"][0]["spec"]["replicas"], 2);
+    assert_eq!(out["status"]["image"], "nginx:1.27");
+    assert_eq!(out["status"]["url"], "http://shop.default.svc:80");
+}
+
+#[test]
+fn hooks_example_adds_labels_an_annotation_and_a_sidecar_to_the_templates() {
+    let out = render_example("hooks");
+    assert_eq!(out["reconciler"], "hooks");
+    let deployment = &out["resources"][0];
+    assert_eq!(deployment["metadata"]["labels"]["demo.inrun.dev/team"], "payments");
+    assert_eq!(deployment["metadata"]["annotations"]["demo.inrun.dev/rendered-by"], "hooks");
+    let containers = deployment["spec"]["template"]["spec"]["containers"].as_array().expect("containers");
+    assert!(containers.iter().any(|c| c["name"] == "log-shipper"), "{containers:?}");
+    assert_eq!(out["labels"]["demo.inrun.dev/team"], "payments");
+}
+
+#[test]
+fn constructor_example_renders_what_the_component_returns() {
+    let out = render_example("constructor");
+    assert_eq!(out["reconciler"], "constructor");
+    assert_eq!(names_and_kinds(&out), [("Deployment".into(), "shop".into()), ("Service".into(), "shop".into())]);
+    assert_eq!(out["status"]["replicas"], 2);
+    assert_eq!(out["labels"]["demo.inrun.dev/tier"], "web");
+}
+
+fn write_blueprint(dir: &Path, body: &str) -> PathBuf {
+    let path = dir.join("bp.yaml");
+    std::fs::write(&path, body).expect("write blueprint");
+    let cr = dir.join("cr.yaml");
+    std::fs::write(
+        &cr,
+        "apiVersion: demo.inrun.dev/v1alpha1\nkind: WebApp\nmetadata: {name: shop, namespace: default}\nspec: {image: nginx}\n",
+    )
+    .expect("write cr");
+    path
+}
+
+fn constructor_blueprint(location: &str) -> String {
+    format!(
+        "apiVersion: inrun.dev/v1alpha1\nkind: Blueprint\nmetadata: {{name: t}}\nspec:\n  crds:\n    - group: demo.inrun.dev\n      version: v1alpha1\n      kind: WebApp\n      reconcile:\n        default: false\n        constructor: {{location: \"{location}\", limits: {{deadline: 200ms}}}}\n        managedResources:\n          - {{apiVersion: v1, kind: ConfigMap}}\n"
+    )
+}
+
+#[test]
+fn a_forbidden_kind_fails_the_render_with_a_clear_message() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bp = write_blueprint(dir.path(), &constructor_blueprint(&plugin("inrun_test_forbidden")));
+    let cr = dir.path().join("cr.yaml");
+    let (ok, _, stderr) = inrun(&["render", "-b", &bp.display().to_string(), "-f", &cr.display().to_string()]);
+    assert!(!ok);
+    assert!(stderr.contains("ClusterRoleBinding"), "{stderr}");
+    assert!(stderr.contains("is not allowed by reconcile.managedResources"), "{stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "one clear line: {stderr}");
+}
+
+#[test]
+fn a_plugin_past_its_deadline_fails_the_render_and_says_so() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bp = write_blueprint(dir.path(), &constructor_blueprint(&plugin("inrun_test_spin")));
+    let cr = dir.path().join("cr.yaml");
+    let (ok, _, stderr) = inrun(&["render", "-b", &bp.display().to_string(), "-f", &cr.display().to_string()]);
+    assert!(!ok);
+    assert!(stderr.contains("exceeded its 0.2s deadline"), "{stderr}");
+}
+
+#[test]
+fn validate_names_file_crd_and_field_for_a_missing_hook_function() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let hooks = plugin("inrun_plugin_labels_hooks");
+    let bp = write_blueprint(
+        dir.path(),
+        &format!(
+            "apiVersion: inrun.dev/v1alpha1\nkind: Blueprint\nmetadata: {{name: t}}\nspec:\n  crds:\n    - group: demo.inrun.dev\n      version: v1alpha1\n      kind: WebApp\n      reconcile:\n        onReconcile: []\n        hooks:\n          - {{location: \"{hooks}\", function: add-labels}}\n          - {{location: \"{hooks}\", function: no-such-hook}}\n"
+        ),
+    );
+    let (ok, _, stderr) = inrun(&["validate", "-b", &bp.display().to_string()]);
+    assert!(!ok);
+    assert!(stderr.contains("bp.yaml: crd WebApp: spec.crds[0].reconcile.hooks[1].function"), "{stderr}");
+    assert!(stderr.contains("no-such-hook"), "{stderr}");
+}
+
+#[test]
+fn validate_reports_a_missing_plugin_file_by_field() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bp = write_blueprint(dir.path(), &constructor_blueprint("./nope.wasm"));
+    let (ok, _, stderr) = inrun(&["validate", "-b", &bp.display().to_string()]);
+    assert!(!ok);
+    assert!(stderr.contains("crd WebApp: spec.crds[0].reconcile.constructor.location"), "{stderr}");
+    assert!(stderr.contains("nope.wasm"), "{stderr}");
+}
+
+#[test]
+fn plugin_inspect_shows_world_functions_and_digest() {
+    let (ok, stdout, stderr) = inrun(&["plugin", "inspect", &plugin("inrun_plugin_labels_hooks"), "-o", "json"]);
+    assert!(ok, "{stderr}");
+    let info: Value = serde_json::from_str(&stdout).expect("json");
+    assert_eq!(info["world"], "hooks");
+    assert!(info["sha256"].as_str().unwrap_or_default().starts_with("sha256:"));
+    assert!(info["functions"].as_array().expect("functions").iter().any(|f| f == "add-sidecar"));
+    assert!(info["imports"].as_array().expect("imports").iter().any(|i| i.as_str().unwrap_or_default().starts_with("inrun:reconciler/host")));
+}
