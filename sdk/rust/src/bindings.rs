@@ -1,0 +1,41 @@
+//! The raw bindings wit-bindgen generates from `wit/reconciler.wit`, one module per world.
+//!
+//! Most plugins never touch these: [`Request`](crate::Request), [`Outcome`](crate::Outcome)
+//! and the export macros wrap them. They are public for guests that must speak the raw
+//! contract, such as a test guest that returns output the typed layer cannot express.
+//!
+//! Both worlds share one set of WIT types (the `hooks` bindings reuse the `reconciler`
+//! ones), so a value converts the same way whichever world a plugin exports. Each
+//! world's export macro carries that world's component-type section, so a plugin embeds
+//! the description of the world it actually exports and nothing else.
+
+#![allow(missing_docs, unsafe_code, clippy::all)]
+
+/// Bindings for the `reconciler` world (a full reconciler, Inrun's constructor kind).
+pub mod reconciler {
+    wit_bindgen::generate!({
+        path: "../../wit",
+        world: "reconciler",
+        pub_export_macro: true,
+        export_macro_name: "__export_reconciler_world",
+        default_bindings_module: "$crate::bindings::reconciler",
+    });
+}
+
+/// Bindings for the `hooks` world (named functions that adjust a rendered outcome).
+pub mod hooks {
+    wit_bindgen::generate!({
+        path: "../../wit",
+        world: "hooks",
+        pub_export_macro: true,
+        export_macro_name: "__export_hooks_world",
+        default_bindings_module: "$crate::bindings::hooks",
+        with: {
+            "inrun:reconciler/types@0.1.0": crate::bindings::reconciler::inrun::reconciler::types,
+            "inrun:reconciler/host@0.1.0": crate::bindings::reconciler::inrun::reconciler::host,
+        },
+    });
+}
+
+/// The WIT types shared by both worlds.
+pub use reconciler::inrun::reconciler::types;
