@@ -57,7 +57,11 @@ impl Request {
         };
         let name = text(&["metadata", "name"]);
         let namespace = text(&["metadata", "namespace"]);
-        let key = if namespace.is_empty() { name } else { format!("{namespace}/{name}") };
+        let key = if namespace.is_empty() {
+            name
+        } else {
+            format!("{namespace}/{name}")
+        };
         Request {
             key,
             api_version: text(&["apiVersion"]),
@@ -101,7 +105,11 @@ pub struct Outcome {
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub requeue: bool,
     /// Reconcile again after this long.
-    #[serde(default, skip_serializing_if = "Option::is_none", with = "crate::duration::serde_opt")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "crate::duration::serde_opt"
+    )]
     pub requeue_after: Option<Duration>,
     /// Delete the CR after a grace period.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -149,7 +157,10 @@ impl Outcome {
     pub fn check(&self) -> Result<(), OutcomeError> {
         for (field, map) in [("labels", &self.labels), ("annotations", &self.annotations)] {
             if let Some(key) = map.keys().find(|k| k.starts_with(RESERVED_PREFIX)) {
-                return Err(OutcomeError::ReservedKey { field, key: key.clone() });
+                return Err(OutcomeError::ReservedKey {
+                    field,
+                    key: key.clone(),
+                });
             }
         }
         if let Some(index) = self.resources.iter().position(|r| !r.is_object()) {
@@ -184,7 +195,12 @@ mod tests {
         }))
         .unwrap();
         assert_eq!(o.requeue_after, Some(Duration::from_secs(30)));
-        assert_eq!(o.cleanup, Some(Cleanup { after: Duration::from_secs(60) }));
+        assert_eq!(
+            o.cleanup,
+            Some(Cleanup {
+                after: Duration::from_secs(60)
+            })
+        );
         assert!(o.wants_requeue());
     }
 
@@ -192,7 +208,13 @@ mod tests {
     fn outcome_with_reserved_label_is_refused() {
         let mut o = Outcome::default();
         o.labels.insert("inrun.dev/owner-uid".into(), "x".into());
-        assert!(matches!(o.check(), Err(OutcomeError::ReservedKey { field: "labels", .. })));
+        assert!(matches!(
+            o.check(),
+            Err(OutcomeError::ReservedKey {
+                field: "labels",
+                ..
+            })
+        ));
     }
 
     #[test]

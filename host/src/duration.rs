@@ -4,7 +4,9 @@ use std::time::Duration;
 
 /// A duration string that is not a positive whole number followed by `ms`, `s`, `m` or `h`.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-#[error("invalid duration {input:?}: expected a positive whole number followed by ms, s, m or h (e.g. 30s)")]
+#[error(
+    "invalid duration {input:?}: expected a positive whole number followed by ms, s, m or h (e.g. 30s)"
+)]
 pub struct DurationError {
     /// The text that was given.
     pub input: String,
@@ -15,7 +17,9 @@ pub struct DurationError {
 /// # Errors
 /// [`DurationError`] for anything else, including zero and negative values.
 pub fn parse(input: &str) -> Result<Duration, DurationError> {
-    let err = || DurationError { input: input.to_string() };
+    let err = || DurationError {
+        input: input.to_string(),
+    };
     let text = input.trim();
     let split = text.find(|c: char| !c.is_ascii_digit()).ok_or_else(err)?;
     let (digits, unit) = text.split_at(split);

@@ -3,14 +3,14 @@
 //! A Blueprint declares custom resource types and how each is reconciled; the host runs
 //! the reconcile pass and asks a [`reconcilers::Reconciler`] only what a CR should become.
 
+pub mod assemble;
 pub mod blueprint;
 pub mod contract;
 pub mod duration;
+pub mod errors;
 pub mod intent;
 pub mod reconcilers;
-pub mod template;
-pub mod wasm;
-pub mod assemble;
-pub mod errors;
 pub mod render;
 pub mod telemetry;
+pub mod template;
+pub mod wasm;

@@ -89,7 +89,10 @@ fn engine(cache_dir: Option<PathBuf>) -> anyhow::Result<Engine> {
     let dir = cache_dir.unwrap_or_else(CompileCache::default_dir);
     let cache = CompileCache::new(&dir)
         .map_err(|e| anyhow::anyhow!("creating compile cache {}: {e}", dir.display()))?;
-    Ok(Engine::new(EngineSettings { cache: Some(cache), ..EngineSettings::default() })?)
+    Ok(Engine::new(EngineSettings {
+        cache: Some(cache),
+        ..EngineSettings::default()
+    })?)
 }
 
 fn print(value: &impl serde::Serialize, format: Format) -> anyhow::Result<()> {
@@ -101,9 +104,17 @@ fn print(value: &impl serde::Serialize, format: Format) -> anyhow::Result<()> {
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
     match cli.command {
-        Command::Render { blueprint, object, target, finalizing, output } => {
+        Command::Render {
+            blueprint,
+            object,
+            target,
+            finalizing,
+            output,
+        } => {
             let engine = engine(cli.cache_dir)?;
             let assembly = Assembly::load(&blueprint, &engine)?;
             let input = RenderInput::from_file(&object)?;
@@ -124,7 +135,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             println!("{}: valid", blueprint.display());
             Ok(())
         }
-        Command::Plugin { command: PluginCommand::Inspect { file, output } } => {
+        Command::Plugin {
+            command: PluginCommand::Inspect { file, output },
+        } => {
             let engine = engine(cli.cache_dir)?;
             let plugin = engine.load_file(&file)?;
             print(plugin.info(), output)

@@ -41,7 +41,9 @@ pub enum RenderError {
         source: serde_yaml_ng::Error,
     },
     /// No CRD in the Blueprint has this apiVersion and kind.
-    #[error("the Blueprint declares no CRD for apiVersion {api_version:?} kind {kind:?}; it declares: {known}")]
+    #[error(
+        "the Blueprint declares no CRD for apiVersion {api_version:?} kind {kind:?}; it declares: {known}"
+    )]
     UnknownKind {
         /// The CR's apiVersion.
         api_version: String,
@@ -64,10 +66,15 @@ impl RenderInput {
     /// # Errors
     /// [`RenderError::Read`] or [`RenderError::Parse`].
     pub fn from_file(path: &Path) -> Result<Self, RenderError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|source| RenderError::Read { path: path.to_path_buf(), source })?;
-        let object: Value = serde_yaml_ng::from_str(&text)
-            .map_err(|source| RenderError::Parse { path: path.to_path_buf(), source })?;
+        let text = std::fs::read_to_string(path).map_err(|source| RenderError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let object: Value =
+            serde_yaml_ng::from_str(&text).map_err(|source| RenderError::Parse {
+                path: path.to_path_buf(),
+                source,
+            })?;
         Ok(RenderInput { object })
     }
 }
@@ -119,18 +126,26 @@ pub async fn render(
     finalizing: bool,
 ) -> Result<RenderOutput, RenderError> {
     let object = input.object;
-    let text = |p: &str| object.pointer(p).and_then(Value::as_str).unwrap_or_default().to_string();
+    let text = |p: &str| {
+        object
+            .pointer(p)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string()
+    };
     let (api_version, kind) = (text("/apiVersion"), text("/kind"));
-    let crd = assembly.crd_for(&api_version, &kind).ok_or_else(|| RenderError::UnknownKind {
-        api_version: api_version.clone(),
-        kind: kind.clone(),
-        known: assembly
-            .crds()
-            .iter()
-            .map(|c| format!("{} {}", c.spec.api_version(), c.spec.kind))
-            .collect::<Vec<_>>()
-            .join(", "),
-    })?;
+    let crd = assembly
+        .crd_for(&api_version, &kind)
+        .ok_or_else(|| RenderError::UnknownKind {
+            api_version: api_version.clone(),
+            kind: kind.clone(),
+            known: assembly
+                .crds()
+                .iter()
+                .map(|c| format!("{} {}", c.spec.api_version(), c.spec.kind))
+                .collect::<Vec<_>>()
+                .join(", "),
+        })?;
     let target = crd.target_of(&object, target);
     let plan = crd.plan_for(target.as_deref())?;
     let ctx = Context::new(&object).with_target(target.as_deref());
@@ -139,12 +154,24 @@ pub async fn render(
     let req = plan.request(&object, target.as_deref(), finalizing, None)?;
     let outcome: Outcome = plan.reconciler.reconcile(&req).await?;
     if !finalizing {
-        plan.fence(&outcome, object.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or_default())?;
+        plan.fence(
+            &outcome,
+            object
+                .pointer("/metadata/namespace")
+                .and_then(Value::as_str)
+                .unwrap_or_default(),
+        )?;
     }
-    let status = crd.status(&Context::new(&object).with_args(req.args.clone()), Some(&outcome))?;
+    let status = crd.status(
+        &Context::new(&object).with_args(req.args.clone()),
+        Some(&outcome),
+    )?;
     let mut updated = object.clone();
     updated["status"] = Value::Object(status.clone());
-    let next = plan.next(&outcome, &Context::new(&updated).with_args(req.args.clone()))?;
+    let next = plan.next(
+        &outcome,
+        &Context::new(&updated).with_args(req.args.clone()),
+    )?;
     Ok(RenderOutput {
         crd: crd.spec.crd_name(),
         reconciler: plan.reconciler.kind(),

@@ -9,9 +9,12 @@ use inrun::wasm::{CallFailure, CompileCache, Engine, EngineSettings, Limits, Plu
 use serde_json::json;
 
 fn plugin_dir() -> PathBuf {
-    std::env::var_os("INRUN_PLUGIN_DIR").map(PathBuf::from).unwrap_or_else(|| {
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../plugins/target/wasm32-wasip2/release")
-    })
+    std::env::var_os("INRUN_PLUGIN_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("../plugins/target/wasm32-wasip2/release")
+        })
 }
 
 fn engine() -> Engine {
@@ -20,8 +23,14 @@ fn engine() -> Engine {
 
 fn load(engine: &Engine, name: &str) -> Plugin {
     let path = plugin_dir().join(format!("{name}.wasm"));
-    assert!(path.exists(), "{} is missing: run `make plugins` first", path.display());
-    engine.load_file(&path).unwrap_or_else(|e| panic!("loading {name}: {e:?}"))
+    assert!(
+        path.exists(),
+        "{} is missing: run `make plugins` first",
+        path.display()
+    );
+    engine
+        .load_file(&path)
+        .unwrap_or_else(|e| panic!("loading {name}: {e:?}"))
 }
 
 fn webapp_request() -> Request {
@@ -34,7 +43,10 @@ fn webapp_request() -> Request {
 }
 
 fn short(deadline_ms: u64) -> Limits {
-    Limits { deadline: Duration::from_millis(deadline_ms), ..Limits::default() }
+    Limits {
+        deadline: Duration::from_millis(deadline_ms),
+        ..Limits::default()
+    }
 }
 
 #[test]
@@ -42,8 +54,14 @@ fn webapp_constructor_builds_a_deployment_a_service_and_status() {
     let engine = engine();
     let webapp = load(&engine, "inrun_plugin_webapp");
     assert_eq!(webapp.world(), World::Reconciler);
-    let out = webapp.reconcile(&webapp_request(), &Limits::default()).expect("reconcile");
-    let kinds: Vec<_> = out.resources.iter().map(|r| r["kind"].as_str().unwrap_or_default()).collect();
+    let out = webapp
+        .reconcile(&webapp_request(), &Limits::default())
+        .expect("reconcile");
+    let kinds: Vec<_> = out
+        .resources
+        .iter()
+        .map(|r| r["kind"].as_str().unwrap_or_default())
+        .collect();
     assert_eq!(kinds, ["Deployment", "Service"]);
     assert_eq!(out.resources[0]["spec"]["replicas"], 3);
     assert_eq!(out.resources[0]["metadata"]["namespace"], "team-a");
@@ -61,7 +79,10 @@ fn webapp_error_result_names_the_plugin_and_its_message() {
     let err = webapp.reconcile(&req, &Limits::default()).unwrap_err();
     assert!(matches!(err.failure, CallFailure::Returned(_)), "{err:?}");
     let text = err.to_string();
-    assert!(text.starts_with("plugin inrun_plugin_webapp@sha256:"), "{text}");
+    assert!(
+        text.starts_with("plugin inrun_plugin_webapp@sha256:"),
+        "{text}"
+    );
     assert!(text.contains("spec.image is required"), "{text}");
 }
 
@@ -74,10 +95,21 @@ fn endless_loop_hits_its_deadline_within_twice_the_limit_and_the_next_call_works
     let err = spin.reconcile(&webapp_request(), &short(300)).unwrap_err();
     let took = started.elapsed();
     assert!(matches!(err.failure, CallFailure::Deadline(_)), "{err:?}");
-    assert!(err.to_string().contains("exceeded its 0.3s deadline"), "{err}");
-    assert!(took >= Duration::from_millis(300), "interrupted early: {took:?}");
-    assert!(took < Duration::from_millis(600), "deadline fired late: {took:?}");
-    webapp.reconcile(&webapp_request(), &Limits::default()).expect("a normal call right after");
+    assert!(
+        err.to_string().contains("exceeded its 0.3s deadline"),
+        "{err}"
+    );
+    assert!(
+        took >= Duration::from_millis(300),
+        "interrupted early: {took:?}"
+    );
+    assert!(
+        took < Duration::from_millis(600),
+        "deadline fired late: {took:?}"
+    );
+    webapp
+        .reconcile(&webapp_request(), &Limits::default())
+        .expect("a normal call right after");
     // The same component again: a fresh store, so the previous interrupt leaves no trace.
     let again = spin.reconcile(&webapp_request(), &short(100)).unwrap_err();
     assert!(matches!(again.failure, CallFailure::Deadline(_)));
@@ -87,21 +119,37 @@ fn endless_loop_hits_its_deadline_within_twice_the_limit_and_the_next_call_works
 fn unbounded_allocation_hits_the_memory_cap_and_the_next_call_works() {
     let engine = engine();
     let hog = load(&engine, "inrun_test_hog");
-    let limits = Limits { memory_bytes: 32 << 20, ..Limits::default() };
+    let limits = Limits {
+        memory_bytes: 32 << 20,
+        ..Limits::default()
+    };
     let err = hog.reconcile(&webapp_request(), &limits).unwrap_err();
     assert!(matches!(err.failure, CallFailure::Memory(_)), "{err:?}");
-    assert!(err.to_string().contains("exceeded its memory cap of 32 MiB"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("exceeded its memory cap of 32 MiB"),
+        "{err}"
+    );
     let webapp = load(&engine, "inrun_plugin_webapp");
-    webapp.reconcile(&webapp_request(), &Limits::default()).expect("a normal call right after");
+    webapp
+        .reconcile(&webapp_request(), &Limits::default())
+        .expect("a normal call right after");
 }
 
 #[test]
 fn a_panic_is_a_trap_that_carries_the_panic_message() {
     let engine = engine();
     let panic = load(&engine, "inrun_test_panic");
-    let err = panic.reconcile(&webapp_request(), &Limits::default()).unwrap_err();
-    let CallFailure::Trap { stderr, .. } = &err.failure else { panic!("not a trap: {err:?}") };
-    assert!(stderr.as_deref().unwrap_or_default().contains("panicked"), "{err}");
+    let err = panic
+        .reconcile(&webapp_request(), &Limits::default())
+        .unwrap_err();
+    let CallFailure::Trap { stderr, .. } = &err.failure else {
+        panic!("not a trap: {err:?}")
+    };
+    assert!(
+        stderr.as_deref().unwrap_or_default().contains("panicked"),
+        "{err}"
+    );
     load(&engine, "inrun_plugin_webapp")
         .reconcile(&webapp_request(), &Limits::default())
         .expect("a normal call right after");
@@ -111,7 +159,9 @@ fn a_panic_is_a_trap_that_carries_the_panic_message() {
 fn garbage_output_is_a_bad_outcome_naming_the_resource() {
     let engine = engine();
     let garbage = load(&engine, "inrun_test_garbage");
-    let err = garbage.reconcile(&webapp_request(), &Limits::default()).unwrap_err();
+    let err = garbage
+        .reconcile(&webapp_request(), &Limits::default())
+        .unwrap_err();
     assert!(matches!(err.failure, CallFailure::BadOutput(_)), "{err:?}");
     assert!(err.to_string().contains("is not JSON"), "{err}");
 }
@@ -120,19 +170,34 @@ fn garbage_output_is_a_bad_outcome_naming_the_resource() {
 fn output_caps_apply_per_plugin() {
     let engine = engine();
     let webapp = load(&engine, "inrun_plugin_webapp");
-    let tiny = Limits { output_bytes: 64, ..Limits::default() };
+    let tiny = Limits {
+        output_bytes: 64,
+        ..Limits::default()
+    };
     let err = webapp.reconcile(&webapp_request(), &tiny).unwrap_err();
-    assert!(err.to_string().contains("more than its limit of 64 bytes"), "{err}");
-    let one = Limits { max_resources: 1, ..Limits::default() };
+    assert!(
+        err.to_string().contains("more than its limit of 64 bytes"),
+        "{err}"
+    );
+    let one = Limits {
+        max_resources: 1,
+        ..Limits::default()
+    };
     let err = webapp.reconcile(&webapp_request(), &one).unwrap_err();
-    assert!(err.to_string().contains("2 resources, more than its limit of 1"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("2 resources, more than its limit of 1"),
+        "{err}"
+    );
 }
 
 #[test]
 fn guest_output_is_captured_and_the_call_still_succeeds() {
     let engine = engine();
     let chatty = load(&engine, "inrun_test_chatty");
-    let out = chatty.reconcile(&webapp_request(), &Limits::default()).expect("reconcile");
+    let out = chatty
+        .reconcile(&webapp_request(), &Limits::default())
+        .expect("reconcile");
     assert_eq!(out.resources[0]["kind"], "ConfigMap");
 }
 
@@ -144,30 +209,51 @@ fn hooks_component_lists_its_functions_and_transforms_an_outcome() {
     let mut functions = hooks.info().functions.clone();
     functions.sort();
     assert_eq!(functions, ["add-labels", "add-sidecar", "annotate"]);
-    hooks.expect_functions(["add-labels", "annotate"]).expect("exported");
-    let err = hooks.expect_functions(["add-label"]).unwrap_err().to_string();
+    hooks
+        .expect_functions(["add-labels", "annotate"])
+        .expect("exported");
+    let err = hooks
+        .expect_functions(["add-label"])
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("has no hook function \"add-label\""), "{err}");
 
     let current = Outcome {
-        resources: vec![json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}})],
+        resources: vec![
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}}),
+        ],
         ..Outcome::default()
     };
-    let out = hooks.call_hook("annotate", &webapp_request(), &current, &Limits::default()).expect("hook");
-    assert_eq!(out.resources[0]["metadata"]["annotations"]["demo.inrun.dev/rendered-by"], "hooks");
+    let out = hooks
+        .call_hook("annotate", &webapp_request(), &current, &Limits::default())
+        .expect("hook");
+    assert_eq!(
+        out.resources[0]["metadata"]["annotations"]["demo.inrun.dev/rendered-by"],
+        "hooks"
+    );
 }
 
 #[test]
 fn a_reconciler_component_used_as_hooks_is_refused_at_load() {
     let engine = engine();
     let webapp = load(&engine, "inrun_plugin_webapp");
-    let err = webapp.expect_functions(["add-labels"]).unwrap_err().to_string();
-    assert!(err.contains("is a `reconciler` component, but it is used as a `hooks` component"), "{err}");
+    let err = webapp
+        .expect_functions(["add-labels"])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("is a `reconciler` component, but it is used as a `hooks` component"),
+        "{err}"
+    );
 }
 
 #[test]
 fn bytes_that_are_not_a_component_fail_to_load_without_harming_others() {
     let engine = engine();
-    let err = engine.load("junk", b"\0asm not really").unwrap_err().to_string();
+    let err = engine
+        .load("junk", b"\0asm not really")
+        .unwrap_err()
+        .to_string();
     assert!(err.starts_with("compiling plugin junk@sha256:"), "{err}");
     load(&engine, "inrun_plugin_webapp");
 }
@@ -186,11 +272,19 @@ fn the_compile_cache_serves_a_second_engine_without_compiling() {
     let second = Engine::new(settings()).expect("engine");
     let b = load(&second, "inrun_plugin_webapp");
     assert_eq!(a.id(), b.id());
-    b.reconcile(&webapp_request(), &Limits::default()).expect("reconcile from cached code");
+    b.reconcile(&webapp_request(), &Limits::default())
+        .expect("reconcile from cached code");
 
     // A torn or corrupted entry is recompiled, not trusted.
-    let entry = std::fs::read_dir(dir.path()).expect("read").next().expect("entry").expect("entry").path();
+    let entry = std::fs::read_dir(dir.path())
+        .expect("read")
+        .next()
+        .expect("entry")
+        .expect("entry")
+        .path();
     std::fs::write(&entry, b"garbage").expect("corrupt");
     let third = Engine::new(settings()).expect("engine");
-    load(&third, "inrun_plugin_webapp").reconcile(&webapp_request(), &Limits::default()).expect("recompiled");
+    load(&third, "inrun_plugin_webapp")
+        .reconcile(&webapp_request(), &Limits::default())
+        .expect("recompiled");
 }

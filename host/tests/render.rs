@@ -35,8 +35,15 @@ fn render_example(example: &str) -> Value {
     let dir = root().join("deploy/examples").join(example);
     let bp = dir.join("blueprint.yaml");
     let cr = dir.join("webapp.yaml");
-    let (ok, stdout, stderr) =
-        inrun(&["render", "-b", &bp.display().to_string(), "-f", &cr.display().to_string(), "-o", "json"]);
+    let (ok, stdout, stderr) = inrun(&[
+        "render",
+        "-b",
+        &bp.display().to_string(),
+        "-f",
+        &cr.display().to_string(),
+        "-o",
+        "json",
+    ]);
     assert!(ok, "render {example} failed: {stderr}");
     serde_json::from_str(&stdout).expect("render prints JSON")
 }
@@ -46,7 +53,12 @@ fn names_and_kinds(out: &Value) -> Vec<(String, String)> {
         .as_array()
         .expect("resources")
         .iter()
-        .map(|r| (r["kind"].as_str().unwrap_or_default().into(), r["metadata"]["name"].as_str().unwrap_or_default().into()))
+        .map(|r| {
+            (
+                r["kind"].as_str().unwrap_or_default().into(),
+                r["metadata"]["name"].as_str().unwrap_or_default().into(),
+            )
+        })
         .collect()
 }
 
@@ -54,7 +66,13 @@ fn names_and_kinds(out: &Value) -> Vec<(String, String)> {
 fn declarative_example_renders_a_deployment_and_service_with_emitted_status() {
     let out = render_example("declarative");
     assert_eq!(out["reconciler"], "declarative");
-    assert_eq!(names_and_kinds(&out), [("Deployment".into(), "shop".into()), ("Service".into(), "shop".into())]);
+    assert_eq!(
+        names_and_kinds(&out),
+        [
+            ("Deployment".into(), "shop".into()),
+            ("Service".into(), "shop".into())
+        ]
+    );
     assert_eq!(out["resources"][0]["spec"]["replicas"], 2);
     assert_eq!(out["status"]["image"], "nginx:1.27");
     assert_eq!(out["status"]["url"], "http://shop.default.svc:80");
@@ -65,10 +83,21 @@ fn hooks_example_adds_labels_an_annotation_and_a_sidecar_to_the_templates() {
     let out = render_example("hooks");
     assert_eq!(out["reconciler"], "hooks");
     let deployment = &out["resources"][0];
-    assert_eq!(deployment["metadata"]["labels"]["demo.inrun.dev/team"], "payments");
-    assert_eq!(deployment["metadata"]["annotations"]["demo.inrun.dev/rendered-by"], "hooks");
-    let containers = deployment["spec"]["template"]["spec"]["containers"].as_array().expect("containers");
-    assert!(containers.iter().any(|c| c["name"] == "log-shipper"), "{containers:?}");
+    assert_eq!(
+        deployment["metadata"]["labels"]["demo.inrun.dev/team"],
+        "payments"
+    );
+    assert_eq!(
+        deployment["metadata"]["annotations"]["demo.inrun.dev/rendered-by"],
+        "hooks"
+    );
+    let containers = deployment["spec"]["template"]["spec"]["containers"]
+        .as_array()
+        .expect("containers");
+    assert!(
+        containers.iter().any(|c| c["name"] == "log-shipper"),
+        "{containers:?}"
+    );
     assert_eq!(out["labels"]["demo.inrun.dev/team"], "payments");
 }
 
@@ -76,7 +105,13 @@ fn hooks_example_adds_labels_an_annotation_and_a_sidecar_to_the_templates() {
 fn constructor_example_renders_what_the_component_returns() {
     let out = render_example("constructor");
     assert_eq!(out["reconciler"], "constructor");
-    assert_eq!(names_and_kinds(&out), [("Deployment".into(), "shop".into()), ("Service".into(), "shop".into())]);
+    assert_eq!(
+        names_and_kinds(&out),
+        [
+            ("Deployment".into(), "shop".into()),
+            ("Service".into(), "shop".into())
+        ]
+    );
     assert_eq!(out["status"]["replicas"], 2);
     assert_eq!(out["labels"]["demo.inrun.dev/tier"], "web");
 }
@@ -102,21 +137,42 @@ fn constructor_blueprint(location: &str) -> String {
 #[test]
 fn a_forbidden_kind_fails_the_render_with_a_clear_message() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let bp = write_blueprint(dir.path(), &constructor_blueprint(&plugin("inrun_test_forbidden")));
+    let bp = write_blueprint(
+        dir.path(),
+        &constructor_blueprint(&plugin("inrun_test_forbidden")),
+    );
     let cr = dir.path().join("cr.yaml");
-    let (ok, _, stderr) = inrun(&["render", "-b", &bp.display().to_string(), "-f", &cr.display().to_string()]);
+    let (ok, _, stderr) = inrun(&[
+        "render",
+        "-b",
+        &bp.display().to_string(),
+        "-f",
+        &cr.display().to_string(),
+    ]);
     assert!(!ok);
     assert!(stderr.contains("ClusterRoleBinding"), "{stderr}");
-    assert!(stderr.contains("is not allowed by reconcile.managedResources"), "{stderr}");
+    assert!(
+        stderr.contains("is not allowed by reconcile.managedResources"),
+        "{stderr}"
+    );
     assert_eq!(stderr.trim().lines().count(), 1, "one clear line: {stderr}");
 }
 
 #[test]
 fn a_plugin_past_its_deadline_fails_the_render_and_says_so() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let bp = write_blueprint(dir.path(), &constructor_blueprint(&plugin("inrun_test_spin")));
+    let bp = write_blueprint(
+        dir.path(),
+        &constructor_blueprint(&plugin("inrun_test_spin")),
+    );
     let cr = dir.path().join("cr.yaml");
-    let (ok, _, stderr) = inrun(&["render", "-b", &bp.display().to_string(), "-f", &cr.display().to_string()]);
+    let (ok, _, stderr) = inrun(&[
+        "render",
+        "-b",
+        &bp.display().to_string(),
+        "-f",
+        &cr.display().to_string(),
+    ]);
     assert!(!ok);
     assert!(stderr.contains("exceeded its 0.2s deadline"), "{stderr}");
 }
@@ -133,7 +189,10 @@ fn validate_names_file_crd_and_field_for_a_missing_hook_function() {
     );
     let (ok, _, stderr) = inrun(&["validate", "-b", &bp.display().to_string()]);
     assert!(!ok);
-    assert!(stderr.contains("bp.yaml: crd WebApp: spec.crds[0].reconcile.hooks[1].function"), "{stderr}");
+    assert!(
+        stderr.contains("bp.yaml: crd WebApp: spec.crds[0].reconcile.hooks[1].function"),
+        "{stderr}"
+    );
     assert!(stderr.contains("no-such-hook"), "{stderr}");
 }
 
@@ -143,17 +202,54 @@ fn validate_reports_a_missing_plugin_file_by_field() {
     let bp = write_blueprint(dir.path(), &constructor_blueprint("./nope.wasm"));
     let (ok, _, stderr) = inrun(&["validate", "-b", &bp.display().to_string()]);
     assert!(!ok);
-    assert!(stderr.contains("crd WebApp: spec.crds[0].reconcile.constructor.location"), "{stderr}");
+    assert!(
+        stderr.contains("crd WebApp: spec.crds[0].reconcile.constructor.location"),
+        "{stderr}"
+    );
     assert!(stderr.contains("nope.wasm"), "{stderr}");
 }
 
 #[test]
 fn plugin_inspect_shows_world_functions_and_digest() {
-    let (ok, stdout, stderr) = inrun(&["plugin", "inspect", &plugin("inrun_plugin_labels_hooks"), "-o", "json"]);
+    let (ok, stdout, stderr) = inrun(&[
+        "plugin",
+        "inspect",
+        &plugin("inrun_plugin_labels_hooks"),
+        "-o",
+        "json",
+    ]);
     assert!(ok, "{stderr}");
     let info: Value = serde_json::from_str(&stdout).expect("json");
     assert_eq!(info["world"], "hooks");
-    assert!(info["sha256"].as_str().unwrap_or_default().starts_with("sha256:"));
-    assert!(info["functions"].as_array().expect("functions").iter().any(|f| f == "add-sidecar"));
-    assert!(info["imports"].as_array().expect("imports").iter().any(|i| i.as_str().unwrap_or_default().starts_with("inrun:reconciler/host")));
+    assert!(
+        info["sha256"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("sha256:")
+    );
+    assert!(
+        info["functions"]
+            .as_array()
+            .expect("functions")
+            .iter()
+            .any(|f| f == "add-sidecar")
+    );
+    let (ok, stdout, _) = inrun(&[
+        "plugin",
+        "inspect",
+        &plugin("inrun_test_chatty"),
+        "-o",
+        "json",
+    ]);
+    assert!(ok);
+    let info: Value = serde_json::from_str(&stdout).expect("json");
+    assert_eq!(info["world"], "reconciler");
+    let imports = info["imports"].as_array().expect("imports");
+    assert!(
+        imports.iter().any(|i| i
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("inrun:reconciler/host")),
+        "{imports:?}"
+    );
 }

@@ -3,13 +3,15 @@
 
 mod pass;
 
-pub use pass::{Next, PassError, DEFAULT_REQUEUE};
+pub use pass::{DEFAULT_REQUEUE, Next, PassError};
 
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::blueprint::{self, Blueprint, BlueprintError, CrdSpec, PluginLimits, Problem, ReconcileSpec};
+use crate::blueprint::{
+    self, Blueprint, BlueprintError, CrdSpec, PluginLimits, Problem, ReconcileSpec,
+};
 use crate::reconcilers::declarative::Declarative;
 use crate::reconcilers::wasm::{Constructor, Hook, Hooks};
 use crate::reconcilers::{Reconciler, ReconcilerKind};
@@ -83,7 +85,12 @@ impl Assembly {
         let mut problems = Vec::new();
         let mut crds = Vec::new();
         for spec in &blueprint.spec.crds {
-            let mut b = Builder { spec, templates: &templates, engine, problems: &mut problems };
+            let mut b = Builder {
+                spec,
+                templates: &templates,
+                engine,
+                problems: &mut problems,
+            };
             if let Some(plan) = b.crd() {
                 crds.push(plan);
             }
@@ -101,7 +108,9 @@ impl Assembly {
 
     /// The CRD whose CRs have this apiVersion and kind.
     pub fn crd_for(&self, api_version: &str, kind: &str) -> Option<&CrdPlan> {
-        self.crds.iter().find(|c| c.spec.kind == kind && c.spec.api_version() == api_version)
+        self.crds
+            .iter()
+            .find(|c| c.spec.kind == kind && c.spec.api_version() == api_version)
     }
 
     /// One line per CRD and serve target: name, reconciler kind, plugins.
@@ -130,7 +139,9 @@ fn describe(plan: &ReconcilePlan) -> String {
 pub fn limits(spec: &PluginLimits) -> Limits {
     let d = Limits::default();
     let bytes = |q: Option<blueprint::Quantity>, default: usize| {
-        q.map_or(default, |q| usize::try_from(q.bytes()).unwrap_or(usize::MAX))
+        q.map_or(default, |q| {
+            usize::try_from(q.bytes()).unwrap_or(usize::MAX)
+        })
     };
     Limits {
         deadline: spec.deadline.unwrap_or(d.deadline),
@@ -182,8 +193,13 @@ impl Builder<'_> {
             .iter()
             .enumerate()
             .filter_map(|(i, g)| {
-                let when = self.condition(self.field(&format!("preReconcile[{i}].when")), &g.when)?;
-                Some(Gate { name: g.name.clone(), when, message: g.message.clone() })
+                let when =
+                    self.condition(self.field(&format!("preReconcile[{i}].when")), &g.when)?;
+                Some(Gate {
+                    name: g.name.clone(),
+                    when,
+                    message: g.message.clone(),
+                })
             })
             .collect();
         let rules: Vec<_> = spec
@@ -192,7 +208,11 @@ impl Builder<'_> {
             .enumerate()
             .filter_map(|(i, r)| {
                 let rule = self.condition(self.field(&format!("validation[{i}].rule")), &r.rule)?;
-                Some(Rule { rule, text: r.rule.clone(), message: r.message.clone() })
+                Some(Rule {
+                    rule,
+                    text: r.rule.clone(),
+                    message: r.message.clone(),
+                })
             })
             .collect();
         let emit_status = self.value(
@@ -202,7 +222,10 @@ impl Builder<'_> {
         let default = self.reconcile(&spec.reconcile, &self.field("reconcile"));
         let mut targets = Vec::new();
         for (i, t) in spec.serve.iter().flat_map(|s| s.targets.iter()).enumerate() {
-            if let Some(plan) = self.reconcile(&t.reconcile, &self.field(&format!("serve.targets[{i}].reconcile"))) {
+            if let Some(plan) = self.reconcile(
+                &t.reconcile,
+                &self.field(&format!("serve.targets[{i}].reconcile")),
+            ) {
                 targets.push((t.name.clone(), plan));
             }
         }
@@ -218,7 +241,12 @@ impl Builder<'_> {
 
     fn load_plugin(&mut self, field: String, location: &str) -> Option<Plugin> {
         if location.contains("://") {
-            self.problem(field, format!("plugin location {location:?}: only file paths are supported by this build"));
+            self.problem(
+                field,
+                format!(
+                    "plugin location {location:?}: only file paths are supported by this build"
+                ),
+            );
             return None;
         }
         let path = self.spec.source.base_dir().join(location);
@@ -229,7 +257,10 @@ impl Builder<'_> {
     }
 
     fn reconcile(&mut self, r: &ReconcileSpec, at: &str) -> Option<ReconcilePlan> {
-        let args = self.value(format!("{at}.args"), &serde_json::Value::Object(r.args.clone()));
+        let args = self.value(
+            format!("{at}.args"),
+            &serde_json::Value::Object(r.args.clone()),
+        );
         let requeue = match &r.requeue {
             None => Some(None),
             Some(q) => {
@@ -237,33 +268,54 @@ impl Builder<'_> {
                 let texts = q.when.iter().chain(q.or_when.iter());
                 let mut ok = true;
                 for (i, text) in texts.enumerate() {
-                    let field = if i == 0 { format!("{at}.requeue.when") } else { format!("{at}.requeue.or[{}]", i - 1) };
+                    let field = if i == 0 {
+                        format!("{at}.requeue.when")
+                    } else {
+                        format!("{at}.requeue.or[{}]", i - 1)
+                    };
                     match self.condition(field, text) {
                         Some(c) => conditions.push(c),
                         None => ok = false,
                     }
                 }
-                ok.then_some(Some(RequeuePlan { after: q.after, conditions }))
+                ok.then_some(Some(RequeuePlan {
+                    after: q.after,
+                    conditions,
+                }))
             }
         };
         let mut plugins = Vec::new();
         let reconciler: Option<Arc<dyn Reconciler>> = match r.kind() {
             ReconcilerKind::Declarative | ReconcilerKind::Hooks => {
-                let declarative = Declarative::compile(self.templates, at, &r.on_create, &r.on_reconcile, &r.on_delete)
-                    .map_err(|e| self.problem(e.field.clone(), crate::errors::chain(&e.source)))
-                    .ok();
+                let declarative = Declarative::compile(
+                    self.templates,
+                    at,
+                    &r.on_create,
+                    &r.on_reconcile,
+                    &r.on_delete,
+                )
+                .map_err(|e| self.problem(e.field.clone(), crate::errors::chain(&e.source)))
+                .ok();
                 let mut hooks = Vec::new();
                 for (i, h) in r.hooks.iter().enumerate() {
                     let field = format!("{at}.hooks[{i}]");
-                    if let Some(plugin) = self.load_plugin(format!("{field}.location"), &h.location) {
+                    if let Some(plugin) = self.load_plugin(format!("{field}.location"), &h.location)
+                    {
                         if let Err(e) = plugin.expect_functions([h.function.as_str()]) {
                             self.problem(format!("{field}.function"), crate::errors::chain(&e));
                             continue;
                         }
-                        if !plugins.iter().any(|p: &PluginInfo| p.sha256 == plugin.info().sha256) {
+                        if !plugins
+                            .iter()
+                            .any(|p: &PluginInfo| p.sha256 == plugin.info().sha256)
+                        {
                             plugins.push(plugin.info().clone());
                         }
-                        hooks.push(Hook { plugin, function: h.function.clone(), limits: limits(&h.limits) });
+                        hooks.push(Hook {
+                            plugin,
+                            function: h.function.clone(),
+                            limits: limits(&h.limits),
+                        });
                     }
                 }
                 match (declarative, hooks.len() == r.hooks.len()) {
@@ -292,10 +344,19 @@ impl Builder<'_> {
                 }
             }
             ReconcilerKind::Remote => {
-                self.problem(format!("{at}.remote"), "remote reconcilers are not available in this build yet".into());
+                self.problem(
+                    format!("{at}.remote"),
+                    "remote reconcilers are not available in this build yet".into(),
+                );
                 None
             }
         };
-        Some(ReconcilePlan { spec: r.clone(), reconciler: reconciler?, plugins, args: args?, requeue: requeue? })
+        Some(ReconcilePlan {
+            spec: r.clone(),
+            reconciler: reconciler?,
+            plugins,
+            args: args?,
+            requeue: requeue?,
+        })
     }
 }

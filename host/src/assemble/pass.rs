@@ -82,7 +82,9 @@ impl CrdPlan {
             (Some(field), _) => lookup(object, field),
             (None, annotation) => {
                 let key = annotation.as_deref().unwrap_or(TARGET_ANNOTATION);
-                object.pointer("/metadata/annotations").and_then(|a| a.get(key))
+                object
+                    .pointer("/metadata/annotations")
+                    .and_then(|a| a.get(key))
             }
         };
         picked.and_then(Value::as_str).map(str::to_string)
@@ -93,13 +95,22 @@ impl CrdPlan {
     /// # Errors
     /// [`PassError::UnknownTarget`].
     pub fn plan_for(&self, target: Option<&str>) -> Result<&ReconcilePlan, PassError> {
-        let Some(target) = target else { return Ok(&self.default) };
-        self.targets.iter().find(|(n, _)| n == target).map(|(_, p)| p).ok_or_else(|| {
-            PassError::UnknownTarget {
+        let Some(target) = target else {
+            return Ok(&self.default);
+        };
+        self.targets
+            .iter()
+            .find(|(n, _)| n == target)
+            .map(|(_, p)| p)
+            .ok_or_else(|| PassError::UnknownTarget {
                 target: target.to_string(),
-                known: self.targets.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join(", "),
-            }
-        })
+                known: self
+                    .targets
+                    .iter()
+                    .map(|(n, _)| n.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            })
     }
 
     /// Checks the CR against the validation rules and namespace rules.
@@ -108,7 +119,10 @@ impl CrdPlan {
     /// [`PassError::Invalid`] with every broken rule's message.
     pub fn validate(&self, object: &Value, ctx: &Context) -> Result<(), PassError> {
         let mut failed = Vec::new();
-        if let Some(ns) = object.pointer("/metadata/namespace").and_then(Value::as_str) {
+        if let Some(ns) = object
+            .pointer("/metadata/namespace")
+            .and_then(Value::as_str)
+        {
             if !self.spec.namespaces.allows(ns) {
                 failed.push(format!("namespace {ns:?} is not served by this CRD"));
             }
@@ -116,11 +130,23 @@ impl CrdPlan {
         for rule in &self.rules {
             match rule.rule.eval(ctx) {
                 Ok(true) => {}
-                Ok(false) => failed.push(rule.message.clone().unwrap_or_else(|| format!("rule {} is false", rule.text))),
-                Err(e) => failed.push(format!("rule {} failed: {}", rule.text, crate::errors::chain(&e))),
+                Ok(false) => failed.push(
+                    rule.message
+                        .clone()
+                        .unwrap_or_else(|| format!("rule {} is false", rule.text)),
+                ),
+                Err(e) => failed.push(format!(
+                    "rule {} failed: {}",
+                    rule.text,
+                    crate::errors::chain(&e)
+                )),
             }
         }
-        if failed.is_empty() { Ok(()) } else { Err(PassError::Invalid(failed)) }
+        if failed.is_empty() {
+            Ok(())
+        } else {
+            Err(PassError::Invalid(failed))
+        }
     }
 
     /// The first `preReconcile` condition that does not hold, as a message; `None` lets the
@@ -132,7 +158,9 @@ impl CrdPlan {
         for gate in &self.gates {
             if !gate.when.eval(ctx).map_err(template("preReconcile"))? {
                 return Ok(Some(
-                    gate.message.clone().unwrap_or_else(|| format!("waiting for {}", gate.name)),
+                    gate.message
+                        .clone()
+                        .unwrap_or_else(|| format!("waiting for {}", gate.name)),
                 ));
             }
         }
@@ -143,8 +171,16 @@ impl CrdPlan {
     ///
     /// # Errors
     /// [`PassError::Template`] when `emit.status` fails to render.
-    pub fn status(&self, ctx: &Context, outcome: Option<&Outcome>) -> Result<Map<String, Value>, PassError> {
-        let mut status = match self.emit_status.render(ctx).map_err(template("emit.status"))? {
+    pub fn status(
+        &self,
+        ctx: &Context,
+        outcome: Option<&Outcome>,
+    ) -> Result<Map<String, Value>, PassError> {
+        let mut status = match self
+            .emit_status
+            .render(ctx)
+            .map_err(template("emit.status"))?
+        {
             Value::Object(m) => m,
             _ => Map::new(),
         };
@@ -191,14 +227,23 @@ impl ReconcilePlan {
     /// [`PassError::Forbidden`] for the first object not allowed.
     pub fn fence(&self, outcome: &Outcome, cr_namespace: &str) -> Result<(), PassError> {
         for (index, r) in outcome.resources.iter().enumerate() {
-            let text = |p: &str| r.pointer(p).and_then(Value::as_str).unwrap_or_default().to_string();
+            let text = |p: &str| {
+                r.pointer(p)
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_string()
+            };
             let (api_version, kind) = (text("/apiVersion"), text("/kind"));
             let namespace = r.pointer("/metadata/namespace").and_then(Value::as_str);
             let allowed = match namespace {
-                Some(ns) => self.spec.allows(&api_version, &kind, Some(ns), cr_namespace),
+                Some(ns) => self
+                    .spec
+                    .allows(&api_version, &kind, Some(ns), cr_namespace),
                 None => {
                     self.spec.allows(&api_version, &kind, None, cr_namespace)
-                        || self.spec.allows(&api_version, &kind, Some(cr_namespace), cr_namespace)
+                        || self
+                            .spec
+                            .allows(&api_version, &kind, Some(cr_namespace), cr_namespace)
                 }
             };
             if !allowed {
@@ -221,18 +266,35 @@ impl ReconcilePlan {
     pub fn next(&self, outcome: &Outcome, ctx: &Context) -> Result<Next, PassError> {
         if outcome.wants_requeue() {
             let after = outcome.requeue_after.unwrap_or(DEFAULT_REQUEUE);
-            return Ok(Next { after: Some(after), holds: true });
+            return Ok(Next {
+                after: Some(after),
+                holds: true,
+            });
         }
-        let Some(rule) = &self.requeue else { return Ok(Next { after: None, holds: false }) };
+        let Some(rule) = &self.requeue else {
+            return Ok(Next {
+                after: None,
+                holds: false,
+            });
+        };
         if rule.conditions.is_empty() {
-            return Ok(Next { after: rule.after, holds: false });
+            return Ok(Next {
+                after: rule.after,
+                holds: false,
+            });
         }
         for c in &rule.conditions {
             if c.eval(ctx).map_err(template("reconcile.requeue"))? {
-                return Ok(Next { after: Some(rule.after.unwrap_or(DEFAULT_REQUEUE)), holds: true });
+                return Ok(Next {
+                    after: Some(rule.after.unwrap_or(DEFAULT_REQUEUE)),
+                    holds: true,
+                });
             }
         }
-        Ok(Next { after: None, holds: false })
+        Ok(Next {
+            after: None,
+            holds: false,
+        })
     }
 }
 
@@ -250,14 +312,18 @@ fn merge(base: &mut Map<String, Value>, extra: &Map<String, Value>) {
 
 /// The value at a `.a.b.c` path.
 fn lookup<'v>(object: &'v Value, path: &str) -> Option<&'v Value> {
-    path.trim_start_matches('.').split('.').try_fold(object, |v, key| v.get(key))
+    path.trim_start_matches('.')
+        .split('.')
+        .try_fold(object, |v, key| v.get(key))
 }
 
 /// Removes the value at a `.a.b.c` path, if present.
 fn strip(object: &mut Value, path: &str) {
     let mut parts: Vec<&str> = path.trim_start_matches('.').split('.').collect();
     let Some(last) = parts.pop() else { return };
-    let parent = parts.iter().try_fold(&mut *object, |v, key| v.get_mut(*key));
+    let parent = parts
+        .iter()
+        .try_fold(&mut *object, |v, key| v.get_mut(*key));
     if let Some(Value::Object(map)) = parent {
         map.remove(last);
     }
@@ -282,6 +348,9 @@ mod tests {
         let mut base = json!({"phase": "Pending", "url": {"host": "a", "port": 80}});
         let extra = json!({"phase": "Ready", "url": {"port": 8080}});
         merge(base.as_object_mut().unwrap(), extra.as_object().unwrap());
-        assert_eq!(base, json!({"phase": "Ready", "url": {"host": "a", "port": 8080}}));
+        assert_eq!(
+            base,
+            json!({"phase": "Ready", "url": {"host": "a", "port": 8080}})
+        );
     }
 }

@@ -50,19 +50,25 @@ impl TemplateList {
             .iter()
             .enumerate()
             .map(|(i, e)| {
-                ResourceTemplate::compile(engine, e)
-                    .map_err(|source| DeclarativeError { field: format!("{field}[{i}]"), source })
+                ResourceTemplate::compile(engine, e).map_err(|source| DeclarativeError {
+                    field: format!("{field}[{i}]"),
+                    source,
+                })
             })
             .collect::<Result<_, _>>()?;
-        Ok(TemplateList { field: field.to_string(), items })
+        Ok(TemplateList {
+            field: field.to_string(),
+            items,
+        })
     }
 
     fn render(&self, ctx: &Context, out: &mut Vec<Value>) -> Result<(), ReconcileError> {
         for (i, item) in self.items.iter().enumerate() {
-            item.render_into(ctx, out).map_err(|source| ReconcileError::Template {
-                what: format!("{}[{i}]", self.field),
-                source,
-            })?;
+            item.render_into(ctx, out)
+                .map_err(|source| ReconcileError::Template {
+                    what: format!("{}[{i}]", self.field),
+                    source,
+                })?;
         }
         Ok(())
     }
@@ -101,7 +107,11 @@ impl Declarative {
     ) -> Result<Self, DeclarativeError> {
         Ok(Declarative {
             on_create: TemplateList::compile(engine, &format!("{prefix}.onCreate"), on_create)?,
-            on_reconcile: TemplateList::compile(engine, &format!("{prefix}.onReconcile"), on_reconcile)?,
+            on_reconcile: TemplateList::compile(
+                engine,
+                &format!("{prefix}.onReconcile"),
+                on_reconcile,
+            )?,
             on_delete: TemplateList::compile(engine, &format!("{prefix}.onDelete"), on_delete)?,
         })
     }
@@ -130,15 +140,22 @@ impl Declarative {
             }
             self.on_reconcile.render(&ctx, &mut resources)?;
         }
-        Ok(Outcome { resources, ..Outcome::default() })
+        Ok(Outcome {
+            resources,
+            ..Outcome::default()
+        })
     }
 }
 
 fn mark_create_only(resource: &mut Value) {
     if let Some(obj) = resource.as_object_mut() {
-        let meta = obj.entry("metadata").or_insert_with(|| Value::Object(Default::default()));
+        let meta = obj
+            .entry("metadata")
+            .or_insert_with(|| Value::Object(Default::default()));
         if let Some(meta) = meta.as_object_mut() {
-            let ann = meta.entry("annotations").or_insert_with(|| Value::Object(Default::default()));
+            let ann = meta
+                .entry("annotations")
+                .or_insert_with(|| Value::Object(Default::default()));
             if let Some(ann) = ann.as_object_mut() {
                 ann.insert(CREATE_ONLY_ANNOTATION.into(), Value::String("true".into()));
             }
@@ -193,9 +210,16 @@ mod tests {
     #[tokio::test]
     async fn renders_on_create_then_on_reconcile_and_expands_intents() {
         let out = declarative().reconcile(&request(false)).await.unwrap();
-        let names: Vec<_> = out.resources.iter().map(|r| r["metadata"]["name"].as_str().unwrap()).collect();
+        let names: Vec<_> = out
+            .resources
+            .iter()
+            .map(|r| r["metadata"]["name"].as_str().unwrap())
+            .collect();
         assert_eq!(names, ["web-seed", "web", "cm-0", "cm-1"]);
-        assert_eq!(out.resources[0]["metadata"]["annotations"][CREATE_ONLY_ANNOTATION], "true");
+        assert_eq!(
+            out.resources[0]["metadata"]["annotations"][CREATE_ONLY_ANNOTATION],
+            "true"
+        );
         assert_eq!(out.resources[1]["kind"], "Deployment");
         assert_eq!(out.resources[1]["spec"]["replicas"], 2);
         assert_eq!(out.resources[1]["metadata"]["namespace"], "team-a");
@@ -211,8 +235,14 @@ mod tests {
 
     #[test]
     fn a_template_syntax_error_names_the_field() {
-        let err = Declarative::compile(&Engine::new(), "reconcile", &[], &[json!({"a": "{{ x "})], &[])
-            .unwrap_err();
+        let err = Declarative::compile(
+            &Engine::new(),
+            "reconcile",
+            &[],
+            &[json!({"a": "{{ x "})],
+            &[],
+        )
+        .unwrap_err();
         assert_eq!(err.field, "reconcile.onReconcile[0]");
     }
 }

@@ -93,7 +93,8 @@ impl Reconciler for Hooks {
         let owned = req.clone();
         let outcome = blocking(move || {
             hooks.iter().try_fold(rendered, |current, hook| {
-                hook.plugin.call_hook(&hook.function, &owned, &current, &hook.limits)
+                hook.plugin
+                    .call_hook(&hook.function, &owned, &current, &hook.limits)
             })
         })
         .await??;
@@ -106,5 +107,7 @@ impl Reconciler for Hooks {
 async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> T + Send + 'static,
 ) -> Result<T, ReconcileError> {
-    tokio::task::spawn_blocking(f).await.map_err(|e| ReconcileError::Aborted(e.to_string()))
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| ReconcileError::Aborted(e.to_string()))
 }

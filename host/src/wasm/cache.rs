@@ -76,7 +76,10 @@ fn tempfile_in(dir: &Path) -> std::io::Result<(PathBuf, std::fs::File)> {
         .unwrap_or_default();
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
     let path = dir.join(format!(".tmp-{}-{n}-{nanos}", std::process::id()));
-    let file = std::fs::OpenOptions::new().write(true).create_new(true).open(&path)?;
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&path)?;
     Ok((path, file))
 }
 
@@ -114,7 +117,10 @@ mod tests {
         cache.store(&path, b"one").unwrap();
         cache.store(&path, b"two").unwrap();
         assert_eq!(std::fs::read(&path).unwrap(), b"two");
-        let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
         assert_eq!(names.len(), 1, "only the entry remains: {names:?}");
     }
 

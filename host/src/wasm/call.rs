@@ -27,7 +27,9 @@ impl Plugin {
                 let guest: Reconciler = pre.instantiate(&mut *store)?;
                 guest.call_reconcile(&mut *store, &wit_req)
             }
-            Pre::Hooks(_) => Err(wasmtime::format_err!("a hooks component has no `reconcile`")),
+            Pre::Hooks(_) => Err(wasmtime::format_err!(
+                "a hooks component has no `reconcile`"
+            )),
         })?;
         self.finish(raw, limits)
     }
@@ -60,7 +62,10 @@ impl Plugin {
         raw: Result<bindings::Outcome, String>,
         limits: &Limits,
     ) -> Result<Outcome, CallError> {
-        let fail = |failure| CallError { plugin: self.id().clone(), failure };
+        let fail = |failure| CallError {
+            plugin: self.id().clone(),
+            failure,
+        };
         let wit = raw.map_err(|msg| fail(CallFailure::Returned(truncate_owned(msg, 500))))?;
         from_wit_outcome(wit, limits).map_err(|why| fail(CallFailure::BadOutput(why)))
     }
@@ -99,10 +104,11 @@ fn run<R>(
     })
 }
 
-/// Epoch ticks for `deadline`, rounded up so a call never gets less than its limit.
+/// Epoch ticks for `deadline`, rounded up, plus one because the first tick may come at
+/// any moment after the deadline is set: a call never gets less than its limit.
 fn deadline_ticks(deadline: Duration) -> u64 {
     let ticks = deadline.as_nanos().div_ceil(TICK.as_nanos());
-    u64::try_from(ticks).unwrap_or(u64::MAX).max(1)
+    u64::try_from(ticks).unwrap_or(u64::MAX).saturating_add(1)
 }
 
 fn classify(err: wasmtime::Error, state: &State, limits: &Limits) -> CallFailure {
@@ -111,7 +117,10 @@ fn classify(err: wasmtime::Error, state: &State, limits: &Limits) -> CallFailure
     }
     match err.downcast_ref::<Trap>() {
         Some(Trap::Interrupt) => CallFailure::Deadline(limits.deadline),
-        Some(trap) => CallFailure::Trap { reason: trap.to_string(), stderr: state.first_stderr_line() },
+        Some(trap) => CallFailure::Trap {
+            reason: trap.to_string(),
+            stderr: state.first_stderr_line(),
+        },
         None => CallFailure::Host(err),
     }
 }
@@ -131,12 +140,25 @@ fn to_wit_request(req: &Request) -> bindings::Request {
 
 fn to_wit_outcome(o: &Outcome) -> bindings::Outcome {
     bindings::Outcome {
-        status: o.status.as_ref().map(|s| Value::Object(s.clone()).to_string()),
+        status: o
+            .status
+            .as_ref()
+            .map(|s| Value::Object(s.clone()).to_string()),
         resources: o.resources.iter().map(Value::to_string).collect(),
-        labels: o.labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
-        annotations: o.annotations.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+        labels: o
+            .labels
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+        annotations: o
+            .annotations
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
         requeue: o.requeue,
-        requeue_after_ms: o.requeue_after.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+        requeue_after_ms: o
+            .requeue_after
+            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
         cleanup: o.cleanup.map(|c| bindings::Cleanup {
             after_seconds: u32::try_from(c.after.as_secs()).unwrap_or(u32::MAX),
         }),
@@ -147,7 +169,11 @@ fn to_wit_outcome(o: &Outcome) -> bindings::Outcome {
 fn from_wit_outcome(o: bindings::Outcome, limits: &Limits) -> Result<Outcome, String> {
     let size: usize = o.status.as_ref().map_or(0, String::len)
         + o.resources.iter().map(String::len).sum::<usize>()
-        + o.labels.iter().chain(&o.annotations).map(|(k, v)| k.len() + v.len()).sum::<usize>();
+        + o.labels
+            .iter()
+            .chain(&o.annotations)
+            .map(|(k, v)| k.len() + v.len())
+            .sum::<usize>();
     if size > limits.output_bytes {
         return Err(format!(
             "{size} bytes of output, more than its limit of {} bytes",
@@ -180,13 +206,17 @@ fn from_wit_outcome(o: bindings::Outcome, limits: &Limits) -> Result<Outcome, St
     }
     let to_map = |pairs: Vec<(String, String)>| pairs.into_iter().collect::<BTreeMap<_, _>>();
     Ok(Outcome {
-        status: status.filter(|m: &Map<String, Value>| !m.is_empty()).or(None),
+        status: status
+            .filter(|m: &Map<String, Value>| !m.is_empty())
+            .or(None),
         resources,
         labels: to_map(o.labels),
         annotations: to_map(o.annotations),
         requeue: o.requeue,
         requeue_after: o.requeue_after_ms.map(Duration::from_millis),
-        cleanup: o.cleanup.map(|c| Cleanup { after: Duration::from_secs(u64::from(c.after_seconds)) }),
+        cleanup: o.cleanup.map(|c| Cleanup {
+            after: Duration::from_secs(u64::from(c.after_seconds)),
+        }),
     })
 }
 
@@ -205,15 +235,18 @@ mod tests {
 
     #[test]
     fn deadline_rounds_up_to_whole_ticks() {
-        assert_eq!(deadline_ticks(Duration::from_millis(1)), 1);
-        assert_eq!(deadline_ticks(Duration::from_millis(10)), 1);
-        assert_eq!(deadline_ticks(Duration::from_millis(11)), 2);
-        assert_eq!(deadline_ticks(Duration::from_secs(2)), 200);
+        assert_eq!(deadline_ticks(Duration::from_millis(1)), 2);
+        assert_eq!(deadline_ticks(Duration::from_millis(10)), 2);
+        assert_eq!(deadline_ticks(Duration::from_millis(11)), 3);
+        assert_eq!(deadline_ticks(Duration::from_secs(2)), 201);
     }
 
     #[test]
     fn outcome_over_the_size_limit_is_refused() {
-        let limits = Limits { output_bytes: 10, ..Limits::default() };
+        let limits = Limits {
+            output_bytes: 10,
+            ..Limits::default()
+        };
         let o = bindings::Outcome {
             status: None,
             resources: vec![r#"{"kind":"ConfigMap","data":"0123456789"}"#.into()],
@@ -245,11 +278,18 @@ mod tests {
     #[test]
     fn outcome_round_trips_through_wit() {
         let mut o = Outcome::default();
-        o.status = Some(serde_json::json!({"phase": "Ready"}).as_object().cloned().unwrap_or_default());
+        o.status = Some(
+            serde_json::json!({"phase": "Ready"})
+                .as_object()
+                .cloned()
+                .unwrap_or_default(),
+        );
         o.resources.push(serde_json::json!({"kind": "ConfigMap"}));
         o.labels.insert("a".into(), "b".into());
         o.requeue_after = Some(Duration::from_millis(1500));
-        o.cleanup = Some(Cleanup { after: Duration::from_secs(30) });
+        o.cleanup = Some(Cleanup {
+            after: Duration::from_secs(30),
+        });
         let back = from_wit_outcome(to_wit_outcome(&o), &Limits::default()).unwrap();
         assert_eq!(back, o);
     }

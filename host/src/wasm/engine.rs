@@ -69,7 +69,9 @@ impl Drop for Inner {
 
 impl std::fmt::Debug for Engine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Engine").field("cache", &self.inner.cache).finish_non_exhaustive()
+        f.debug_struct("Engine")
+            .field("cache", &self.inner.cache)
+            .finish_non_exhaustive()
     }
 }
 
@@ -138,8 +140,10 @@ impl Engine {
     /// # Errors
     /// [`LoadError`] when the file cannot be read, compiled or linked.
     pub fn load_file(&self, path: &Path) -> Result<Plugin, LoadError> {
-        let bytes = std::fs::read(path)
-            .map_err(|source| LoadError::Read { path: path.to_path_buf(), source })?;
+        let bytes = std::fs::read(path).map_err(|source| LoadError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
         let name = path
             .file_stem()
             .map(|s| s.to_string_lossy().into_owned())
@@ -153,7 +157,10 @@ impl Engine {
     /// # Errors
     /// [`LoadError`] when the bytes cannot be compiled or linked, or export no known world.
     pub fn load(&self, name: &str, bytes: &[u8]) -> Result<Plugin, LoadError> {
-        let id = PluginId { name: name.to_string(), digest: cache::sha256_hex(bytes) };
+        let id = PluginId {
+            name: name.to_string(),
+            digest: cache::sha256_hex(bytes),
+        };
         let component = self.component(&id, bytes)?;
         Plugin::new(self.clone(), Arc::new(id), component, bytes.len())
     }
@@ -163,7 +170,10 @@ impl Engine {
     /// # Errors
     /// [`LoadError::Compile`] when the bytes are not a valid component.
     pub fn compile_uncached(&self, name: &str, bytes: &[u8]) -> Result<(), LoadError> {
-        let id = PluginId { name: name.to_string(), digest: cache::sha256_hex(bytes) };
+        let id = PluginId {
+            name: name.to_string(),
+            digest: cache::sha256_hex(bytes),
+        };
         Component::new(&self.inner.engine, bytes)
             .map(drop)
             .map_err(|source| LoadError::Compile { plugin: id, source })
@@ -176,7 +186,10 @@ impl Engine {
 
     fn compiled_map(&self) -> std::sync::MutexGuard<'_, HashMap<String, Component>> {
         // A poisoned map only means another thread panicked mid-insert; the map is still valid.
-        self.inner.compiled.lock().unwrap_or_else(|p| p.into_inner())
+        self.inner
+            .compiled
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
     }
 
     fn component(&self, id: &PluginId, bytes: &[u8]) -> Result<Component, LoadError> {
@@ -185,10 +198,15 @@ impl Engine {
         }
         let component = match &self.inner.cache {
             Some(cache) => self.component_via_cache(cache, id, bytes)?,
-            None => Component::new(&self.inner.engine, bytes)
-                .map_err(|source| LoadError::Compile { plugin: id.clone(), source })?,
+            None => {
+                Component::new(&self.inner.engine, bytes).map_err(|source| LoadError::Compile {
+                    plugin: id.clone(),
+                    source,
+                })?
+            }
         };
-        self.compiled_map().insert(id.digest.clone(), component.clone());
+        self.compiled_map()
+            .insert(id.digest.clone(), component.clone());
         Ok(component)
     }
 
@@ -199,21 +217,26 @@ impl Engine {
         bytes: &[u8],
     ) -> Result<Component, LoadError> {
         let path = cache.entry(&id.digest, &self.inner.engine_key);
-        if path.exists() {
+        // Read into memory rather than mapping the file: a mapped file that someone
+        // truncates later would crash the host with SIGBUS.
+        if let Ok(compiled) = std::fs::read(&path) {
             // SAFETY: the entry was written by `Component::serialize` of an engine with the
             // same compatibility key (it is in the file name), into a directory only the host
             // writes, and renamed into place whole. Wasmtime still checks its header and
             // version, and an entry it rejects is recompiled below.
             #[allow(unsafe_code)]
-            let loaded = unsafe { Component::deserialize_file(&self.inner.engine, &path) };
+            let loaded = unsafe { Component::deserialize(&self.inner.engine, &compiled) };
             match loaded {
                 Ok(c) => return Ok(c),
                 Err(e) => tracing::warn!(plugin = %id, path = %path.display(), error = %e,
                     "compiled plugin in cache is unusable; compiling again"),
             }
         }
-        let component = Component::new(&self.inner.engine, bytes)
-            .map_err(|source| LoadError::Compile { plugin: id.clone(), source })?;
+        let component =
+            Component::new(&self.inner.engine, bytes).map_err(|source| LoadError::Compile {
+                plugin: id.clone(),
+                source,
+            })?;
         match component.serialize() {
             Ok(serialized) => {
                 if let Err(e) = cache.store(&path, &serialized) {
@@ -221,7 +244,9 @@ impl Engine {
                         "could not write the compile cache; continuing without it");
                 }
             }
-            Err(e) => tracing::warn!(plugin = %id, error = %e, "could not serialize compiled plugin"),
+            Err(e) => {
+                tracing::warn!(plugin = %id, error = %e, "could not serialize compiled plugin")
+            }
         }
         Ok(component)
     }
@@ -230,12 +255,14 @@ impl Engine {
 /// Advances the engine's epoch every [`TICK`] until `stop` is set, so a call's deadline
 /// interrupts it even inside a tight loop.
 fn spawn_ticker(engine: wasmtime::Engine, stop: Arc<AtomicBool>) {
-    let spawned = std::thread::Builder::new().name("inrun-epoch".into()).spawn(move || {
-        while !stop.load(Ordering::Relaxed) {
-            std::thread::sleep(TICK);
-            engine.increment_epoch();
-        }
-    });
+    let spawned = std::thread::Builder::new()
+        .name("inrun-epoch".into())
+        .spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                std::thread::sleep(TICK);
+                engine.increment_epoch();
+            }
+        });
     if let Err(e) = spawned {
         tracing::error!(error = %e, "could not start the Wasm epoch ticker; deadlines will not fire");
     }

@@ -119,5 +119,8 @@ pub enum CallFailure {
 }
 
 fn stderr_suffix(stderr: &Option<String>) -> String {
-    stderr.as_ref().map(|s| format!(" (stderr: {s})")).unwrap_or_default()
+    stderr
+        .as_ref()
+        .map(|s| format!(" (stderr: {s})"))
+        .unwrap_or_default()
 }

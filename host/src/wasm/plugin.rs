@@ -99,10 +99,17 @@ impl Plugin {
         } else {
             return Err(LoadError::UnknownWorld {
                 plugin: (*id).clone(),
-                exports: if exports.is_empty() { "nothing".into() } else { exports.join(", ") },
+                exports: if exports.is_empty() {
+                    "nothing".into()
+                } else {
+                    exports.join(", ")
+                },
             });
         };
-        let link = |source| LoadError::Link { plugin: (*id).clone(), source };
+        let link = |source| LoadError::Link {
+            plugin: (*id).clone(),
+            source,
+        };
         let instance_pre = engine.linker().instantiate_pre(&component).map_err(link)?;
         let pre = match world {
             World::Reconciler => Pre::Reconciler(ReconcilerPre::new(instance_pre).map_err(link)?),
@@ -117,11 +124,22 @@ impl Plugin {
             functions: Vec::new(),
             imports,
         };
-        let mut plugin = Plugin { inner: Arc::new(Inner { engine, id, pre, info }) };
+        let mut plugin = Plugin {
+            inner: Arc::new(Inner {
+                engine,
+                id,
+                pre,
+                info,
+            }),
+        };
         if world == World::Hooks {
-            let functions = plugin.call_functions(&Limits::default()).map_err(|e| {
-                LoadError::Functions { plugin: (*plugin.inner.id).clone(), source: Box::new(e) }
-            })?;
+            let functions =
+                plugin
+                    .call_functions(&Limits::default())
+                    .map_err(|e| LoadError::Functions {
+                        plugin: (*plugin.inner.id).clone(),
+                        source: Box::new(e),
+                    })?;
             if let Some(inner) = Arc::get_mut(&mut plugin.inner) {
                 inner.info.functions = functions;
             }

@@ -36,7 +36,10 @@ impl ResourceLimiter for Limiter {
     ) -> wasmtime::Result<bool> {
         if desired > self.max_bytes {
             self.hit = true;
-            return Err(wasmtime::format_err!("memory cap of {} bytes reached", self.max_bytes));
+            return Err(wasmtime::format_err!(
+                "memory cap of {} bytes reached",
+                self.max_bytes
+            ));
         }
         Ok(true)
     }
@@ -70,7 +73,10 @@ impl State {
     pub(super) fn new(plugin: Arc<PluginId>, max_memory: usize) -> Self {
         State {
             plugin,
-            limiter: Limiter { max_bytes: max_memory, hit: false },
+            limiter: Limiter {
+                max_bytes: max_memory,
+                hit: false,
+            },
             wasi: None,
             table: ResourceTable::new(),
             log_lines: 0,
@@ -136,7 +142,10 @@ impl WasiView for State {
         // Built on the guest's first WASI call: most reconcilers never make one, and a
         // context costs about as much as the rest of instantiation.
         let (ctx, _) = self.wasi.get_or_insert_with(sealed_wasi);
-        WasiCtxView { ctx, table: &mut self.table }
+        WasiCtxView {
+            ctx,
+            table: &mut self.table,
+        }
     }
 }
 

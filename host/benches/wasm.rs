@@ -1,0 +1,181 @@
+//! `make bench`: Wasm plugin costs side by side with the same logic compiled natively, in
+//! one run. Writes the "Wasm plugins" section of BENCHMARKS.md.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use inrun::contract::Request;
+use inrun::reconcilers::Reconciler;
+use inrun::reconcilers::wasm::Constructor;
+use inrun::wasm::{CompileCache, Engine, EngineSettings, Limits};
+use serde_json::{Value, json};
+
+fn plugin_dir() -> PathBuf {
+    std::env::var_os("INRUN_PLUGIN_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("../plugins/target/wasm32-wasip2/release")
+        })
+}
+
+/// Median and 90th percentile of `iters` runs of `f`, after `warmup` untimed runs.
+fn measure(warmup: usize, iters: usize, mut f: impl FnMut()) -> (Duration, Duration) {
+    for _ in 0..warmup {
+        f();
+    }
+    let mut samples: Vec<Duration> = (0..iters)
+        .map(|_| {
+            let t = Instant::now();
+            f();
+            t.elapsed()
+        })
+        .collect();
+    samples.sort();
+    (samples[iters / 2], samples[iters * 9 / 10])
+}
+
+fn us(d: Duration) -> String {
+    format!("{:.1} µs", d.as_secs_f64() * 1e6)
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.2} ms", d.as_secs_f64() * 1e3)
+}
+
+fn webapp_object() -> Value {
+    json!({"apiVersion": "demo.inrun.dev/v1alpha1", "kind": "WebApp",
+           "metadata": {"name": "shop", "namespace": "team-a", "uid": "0f0e", "generation": 3,
+                        "labels": {"team": "payments"}},
+           "spec": {"image": "nginx:1.27", "replicas": 3, "port": 8080,
+                    "env": {"MODE": "production", "LOG": "info"}}})
+}
+
+/// The webapp logic natively, crossing a JSON boundary exactly as the Wasm call does:
+/// the object goes in as text, each resource and the status come back as text and are parsed.
+fn native_with_json(object_text: &str) -> usize {
+    let object: Value = serde_json::from_str(object_text).expect("object");
+    let req = inrun_sdk::Request::for_object(object, json!({}));
+    let out = inrun_plugin_webapp::reconcile(&req).expect("native reconcile");
+    let mut n = 0;
+    for r in &out.resources {
+        let text = r.to_string();
+        let back: Value = serde_json::from_str(&text).expect("json");
+        n += back.as_object().map_or(0, |m| m.len());
+    }
+    if let Some(status) = &out.status {
+        let text = Value::Object(status.clone()).to_string();
+        n += text.len();
+    }
+    n
+}
+
+fn main() {
+    let dir = plugin_dir();
+    let plugins = ["inrun_plugin_webapp", "inrun_plugin_labels_hooks"];
+    let mut rows = Vec::new();
+
+    // Compile (cold) and cached load, per plugin.
+    let cache_dir = tempfile::tempdir().expect("tempdir");
+    let engine = Engine::new(EngineSettings {
+        cache: Some(CompileCache::new(cache_dir.path()).expect("cache")),
+        ..EngineSettings::default()
+    })
+    .expect("engine");
+    let mut load_rows = Vec::new();
+    for name in plugins {
+        let bytes =
+            std::fs::read(dir.join(format!("{name}.wasm"))).expect("run `make plugins` first");
+        let (compile, _) = measure(1, 5, || {
+            engine.compile_uncached(name, &bytes).expect("compile")
+        });
+        engine.load(name, &bytes).expect("fill cache");
+        let (cached, _) = measure(2, 20, || {
+            engine.forget_loaded();
+            engine.load(name, &bytes).expect("cached load");
+        });
+        load_rows.push(format!(
+            "| {name} | {} KB | {} | {} | {:.0}× |",
+            bytes.len() / 1024,
+            ms(compile),
+            ms(cached),
+            compile.as_secs_f64() / cached.as_secs_f64()
+        ));
+    }
+
+    // Instantiate + call, against native.
+    let webapp = engine
+        .load_file(&dir.join("inrun_plugin_webapp.wasm"))
+        .expect("webapp");
+    let object = webapp_object();
+    let req = Request::for_object(object.clone(), json!({}));
+    let limits = Limits::default();
+    let iters = 5_000;
+    let (wasm_med, wasm_p90) = measure(200, iters, || {
+        webapp.reconcile(&req, &limits).expect("wasm reconcile");
+    });
+    let object_text = object.to_string();
+    let (native_json_med, native_json_p90) = measure(200, iters, || {
+        std::hint::black_box(native_with_json(&object_text));
+    });
+    let sdk_req = inrun_sdk::Request::for_object(object.clone(), json!({}));
+    let (native_med, native_p90) = measure(200, iters, || {
+        std::hint::black_box(inrun_plugin_webapp::reconcile(&sdk_req).expect("native"));
+    });
+    // The whole reconciler path the runtime takes: async trait, blocking pool, checks, intents.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("rt");
+    let constructor = Constructor::new(webapp.clone(), limits).expect("constructor");
+    let (path_med, path_p90) = measure(200, iters, || {
+        runtime
+            .block_on(constructor.reconcile(&req))
+            .expect("reconcile");
+    });
+    rows.push(format!("| Wasm: fresh instance + `reconcile` (WASI context built only if used) | {} | {} | {:.1}× |", us(wasm_med), us(wasm_p90), wasm_med.as_secs_f64() / native_json_med.as_secs_f64()));
+    rows.push(format!("| Wasm through the `Reconciler` trait (blocking pool, contract checks, intent expansion) | {} | {} | {:.1}× |", us(path_med), us(path_p90), path_med.as_secs_f64() / native_json_med.as_secs_f64()));
+    rows.push(format!("| native: same logic, same JSON boundary (object in as text, resources out as text) | {} | {} | 1.0× |", us(native_json_med), us(native_json_p90)));
+    rows.push(format!(
+        "| native: same logic, typed values, no JSON | {} | {} | {:.2}× |",
+        us(native_med),
+        us(native_p90),
+        native_med.as_secs_f64() / native_json_med.as_secs_f64()
+    ));
+
+    let section = format!(
+        "## Wasm plugins\n\n\
+         `make bench` (`cargo bench -p inrun --bench wasm`), release build, {iters} calls per row after warm-up, one run.\n\n\
+         ### Instantiate + call: the `webapp` constructor vs the same Rust logic compiled natively\n\n\
+         | mode | median | p90 | vs native (JSON boundary) |\n|---|---|---|---|\n{}\n\n\
+         ### Compile vs cached load\n\n\
+         Cold compile (Cranelift, no cache) against loading the precompiled component from the on-disk cache (keyed by sha256 + engine settings).\n\n\
+         | plugin | size | cold compile (median of 5) | cached load (median of 20) | speed-up |\n|---|---|---|---|---|\n{}\n",
+        rows.join("\n"),
+        load_rows.join("\n")
+    );
+    println!("{section}");
+    write_section("wasm", &section);
+}
+
+/// Replaces (or appends) the section between `<!-- bench:NAME -->` markers in BENCHMARKS.md.
+fn write_section(name: &str, body: &str) {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../BENCHMARKS.md");
+    let begin = format!("<!-- bench:{name} -->");
+    let end = format!("<!-- /bench:{name} -->");
+    let old = std::fs::read_to_string(&path).unwrap_or_else(|_| {
+        "# Benchmarks\n\nWritten by `make bench`; every table compares against a baseline measured in the same run.\n\n".to_string()
+    });
+    let block = format!("{begin}\n{body}{end}\n");
+    let new = match (old.find(&begin), old.find(&end)) {
+        (Some(a), Some(b)) if b > a => format!(
+            "{}{}{}",
+            &old[..a],
+            block,
+            &old[b + end.len()..].trim_start_matches('\n')
+        ),
+        _ => format!("{old}{block}"),
+    };
+    std::fs::write(&path, new).expect("write BENCHMARKS.md");
+}
