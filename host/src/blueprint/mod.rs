@@ -1,0 +1,41 @@
+//! The Blueprint: a typed model of the document, loading from files, and its validation.
+//!
+//! This module is a pure model: it reads YAML and checks it, and knows nothing of the
+//! runtime, the reconcilers or Wasm. Everything a Blueprint gets wrong is reported at load
+//! time, every problem at once, each naming its file, its CRD and its field:
+//!
+//! ```text
+//! blueprints/web.yaml: crd WebApp: spec.crds[0].reconcile.prune.kep: unknown field `kep`, expected one of `enabled`, `keep`, `allowEmpty` at line 12 column 9
+//! ```
+
+mod crd;
+mod error;
+mod external;
+mod load;
+mod model;
+mod parse;
+mod plugins;
+mod quantity;
+mod reconcile;
+mod validate;
+
+pub use crd::{
+    CrdSource, CrdSpec, DEFAULT_TARGET_ANNOTATION, EmitSpec, GateCondition, NamespaceFilter,
+    PrinterColumn, Scope, ServeSpec, ServeTarget, TargetSelector, ValidationRule,
+};
+pub use error::{BlueprintError, Problem};
+pub use external::{
+    ExternalCall, ExternalKind, HttpCall, HttpMethod, OnError, PostgresCall, PrometheusCall,
+    RedisCall,
+};
+pub use load::{from_str, load, load_all};
+pub use model::{
+    API_VERSION, BackoffSpec, Blueprint, BlueprintSpec, FinalizersSpec, KIND, LeaderElectionSpec,
+    Metadata, RuntimeSpec,
+};
+pub use plugins::{PluginRef, PluginRole};
+pub use quantity::{Quantity, QuantityError};
+pub use reconcile::{
+    HookSpec, ManagedResource, ObjectFilter, PluginLimits, PluginSpec, PruneSpec, ReconcileSpec,
+    ReconcilerKind, RemoteAuth, RemoteSpec, RequestSpec, RequeueSpec, SecretRef,
+};

@@ -1,0 +1,435 @@
+//! The `reconcile` block: which kind of reconciler, its inputs, and the writes it may make.
+
+use std::fmt;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use super::external::ExternalCall;
+use super::quantity::Quantity;
+
+/// The four ways a CR can be reconciled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ReconcilerKind {
+    /// Templates only, rendered by the host.
+    Declarative,
+    /// Templates, then Wasm functions that adjust what they produced.
+    Hooks,
+    /// A full reconciler in a Wasm component.
+    Constructor,
+    /// An HTTP endpoint.
+    Remote,
+}
+
+impl ReconcilerKind {
+    /// The lowercase name, as in logs and `/blueprint`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReconcilerKind::Declarative => "declarative",
+            ReconcilerKind::Hooks => "hooks",
+            ReconcilerKind::Constructor => "constructor",
+            ReconcilerKind::Remote => "remote",
+        }
+    }
+}
+
+impl fmt::Display for ReconcilerKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// `reconcile`: the same shape for a CRD and for each serve target.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ReconcileSpec {
+    /// `true` (default): templates, plus optional hooks; `false`: constructor or remote.
+    #[serde(default = "default_true")]
+    pub default: bool,
+    /// Reconciler input name → template (any JSON value; strings are rendered).
+    #[serde(default, skip_serializing_if = "Map::is_empty")]
+    pub args: Map<String, Value>,
+    /// Resources rendered when the CR is first seen.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub on_create: Vec<Value>,
+    /// Resources rendered on every reconcile.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub on_reconcile: Vec<Value>,
+    /// Resources rendered while the CR is being deleted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub on_delete: Vec<Value>,
+    /// Functions that adjust the rendered outcome, called in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hooks: Vec<HookSpec>,
+    /// A full Wasm reconciler (with `default: false`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub constructor: Option<PluginSpec>,
+    /// An HTTP reconciler (with `default: false`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remote: Option<RemoteSpec>,
+    /// What the Request carries beyond the defaults.
+    #[serde(default)]
+    pub request: RequestSpec,
+    /// The only kinds the reconciler may write, and where.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub managed_resources: Vec<ManagedResource>,
+    /// Deleting children that are no longer returned.
+    #[serde(default)]
+    pub prune: PruneSpec,
+    /// Reconciling again on a timer or a condition.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requeue: Option<RequeueSpec>,
+    /// Calls made before the reconciler, visible as `.external.<name>`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub external: Vec<ExternalCall>,
+}
+
+fn default_true() -> bool {
+    true
+}
+
+impl Default for ReconcileSpec {
+    fn default() -> Self {
+        ReconcileSpec {
+            default: true,
+            args: Map::new(),
+            on_create: Vec::new(),
+            on_reconcile: Vec::new(),
+            on_delete: Vec::new(),
+            hooks: Vec::new(),
+            constructor: None,
+            remote: None,
+            request: RequestSpec::default(),
+            managed_resources: Vec::new(),
+            prune: PruneSpec::default(),
+            requeue: None,
+            external: Vec::new(),
+        }
+    }
+}
+
+impl ReconcileSpec {
+    /// Which reconciler runs. Meaningful on a validated Blueprint, where `default: false`
+    /// has exactly one of `constructor` and `remote`.
+    pub fn kind(&self) -> ReconcilerKind {
+        if self.default {
+            if self.hooks.is_empty() {
+                ReconcilerKind::Declarative
+            } else {
+                ReconcilerKind::Hooks
+            }
+        } else if self.remote.is_some() && self.constructor.is_none() {
+            ReconcilerKind::Remote
+        } else {
+            ReconcilerKind::Constructor
+        }
+    }
+
+    /// Whether some `managedResources` entry lets the reconciler write this object.
+    /// See [`ManagedResource::allows`].
+    pub fn allows(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: Option<&str>,
+        cr_namespace: &str,
+    ) -> bool {
+        self.managed_resources
+            .iter()
+            .any(|m| m.allows(api_version, kind, namespace, cr_namespace))
+    }
+}
+
+/// One `hooks` entry: a function exported by a hooks component.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct HookSpec {
+    /// The component: a path (relative to the Blueprint file), an HTTPS URL or an OCI reference.
+    pub location: String,
+    /// The function the component exports.
+    pub function: String,
+    /// Per-call limits; host defaults for fields left out.
+    #[serde(default)]
+    pub limits: PluginLimits,
+}
+
+/// `constructor`: a component exporting a full reconciler.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PluginSpec {
+    /// The component: a path (relative to the Blueprint file), an HTTPS URL or an OCI reference.
+    pub location: String,
+    /// Per-call limits; host defaults for fields left out.
+    #[serde(default)]
+    pub limits: PluginLimits,
+}
+
+/// Limits of one plugin call. Each field overrides the host default only when set.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PluginLimits {
+    /// Wall-clock time for one call (at most 5m).
+    #[serde(
+        default,
+        with = "crate::duration::serde_opt",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub deadline: Option<Duration>,
+    /// Linear memory the plugin may grow to (1Mi to 4Gi).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<Quantity>,
+    /// Size of the JSON the plugin returns (1Ki to 64Mi).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_size: Option<Quantity>,
+    /// How many resources one outcome may hold (1 to 10000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<u32>,
+}
+
+/// `remote`: an HTTP endpoint that answers the Request with a Result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RemoteSpec {
+    /// `http://` or `https://` URL the Request is POSTed to.
+    pub endpoint: String,
+    /// A bearer token to send.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth: Option<RemoteAuth>,
+    /// Cap on one call (default 10s, at most 5m).
+    #[serde(
+        default = "default_remote_timeout",
+        with = "crate::duration::serde_str"
+    )]
+    pub timeout: Duration,
+}
+
+fn default_remote_timeout() -> Duration {
+    Duration::from_secs(10)
+}
+
+/// `remote.auth`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RemoteAuth {
+    /// The Secret key holding the bearer token.
+    pub secret_ref: SecretRef,
+}
+
+/// A key of a Secret.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SecretRef {
+    /// The Secret's name.
+    pub name: String,
+    /// The key within its data.
+    pub key: String,
+    /// The Secret's namespace; the CR's namespace when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+}
+
+/// `request`: optional parts of the Request.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RequestSpec {
+    /// How the CR is trimmed.
+    #[serde(default)]
+    pub object: ObjectFilter,
+    /// Send the observed children.
+    #[serde(default)]
+    pub children: bool,
+}
+
+/// `request.object`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ObjectFilter {
+    /// Paths removed from the CR, e.g. `.metadata.managedFields`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub exclude: Vec<String>,
+}
+
+/// One `managedResources` entry: a kind the reconciler may write.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ManagedResource {
+    /// `v1` or `group/version`.
+    pub api_version: String,
+    /// The kind.
+    pub kind: String,
+    /// Namespaces besides the CR's own; `*` for any.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub namespaces: Vec<String>,
+    /// The kind is cluster-scoped; required to write objects without a namespace.
+    #[serde(default)]
+    pub cluster_scoped: bool,
+}
+
+impl ManagedResource {
+    /// Whether an object of `api_version`/`kind` in `namespace` (`None`: cluster-scoped)
+    /// may be written for a CR in `cr_namespace`.
+    ///
+    /// # Guarantees
+    /// The CR's own namespace is always allowed; another only when listed or with `*`;
+    /// a cluster-scoped object only when the entry says `clusterScoped: true`.
+    pub fn allows(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: Option<&str>,
+        cr_namespace: &str,
+    ) -> bool {
+        if self.api_version != api_version || self.kind != kind {
+            return false;
+        }
+        match namespace {
+            None => self.cluster_scoped,
+            Some(_) if self.cluster_scoped => false,
+            Some(ns) => ns == cr_namespace || self.namespaces.iter().any(|n| n == "*" || n == ns),
+        }
+    }
+}
+
+/// `prune`: deleting children a reconcile no longer returns.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PruneSpec {
+    /// Off by default.
+    #[serde(default)]
+    pub enabled: bool,
+    /// Kinds never deleted: `Kind` (any group) or `group/Kind`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub keep: Vec<String>,
+    /// Prune even when the Result holds no resources at all.
+    #[serde(default)]
+    pub allow_empty: bool,
+}
+
+impl PruneSpec {
+    /// Whether objects of `api_version`/`kind` are in `keep`. The core group is `""`.
+    pub fn keeps(&self, api_version: &str, kind: &str) -> bool {
+        let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
+        self.keep.iter().any(|entry| match entry.split_once('/') {
+            Some((g, k)) => g == group && k == kind,
+            None => entry == kind,
+        })
+    }
+}
+
+/// `requeue`: `after` alone is a periodic refresh; `when` (and `or`) make it conditional.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RequeueSpec {
+    /// The delay.
+    #[serde(
+        default,
+        with = "crate::duration::serde_opt",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub after: Option<Duration>,
+    /// Template: requeue only when it renders true.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub when: Option<String>,
+    /// Templates: alternatives to `when` (requeue when any renders true).
+    #[serde(rename = "or", default, skip_serializing_if = "Vec::is_empty")]
+    pub or_when: Vec<String>,
+}
+
+impl RequeueSpec {
+    /// Conditional requeues hold a deleting CR; a plain refresh never does.
+    pub fn is_conditional(&self) -> bool {
+        self.when.is_some()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn managed(yaml: &str) -> ManagedResource {
+        serde_yaml_ng::from_str(yaml).expect("managed resource")
+    }
+
+    #[test]
+    fn managed_resources_allow_the_crs_own_namespace_only_by_default() {
+        let m = managed("{ apiVersion: apps/v1, kind: Deployment }");
+        assert!(m.allows("apps/v1", "Deployment", Some("team-a"), "team-a"));
+        assert!(!m.allows("apps/v1", "Deployment", Some("other"), "team-a"));
+        assert!(!m.allows("apps/v1", "Deployment", None, "team-a"));
+        assert!(!m.allows("apps/v1", "StatefulSet", Some("team-a"), "team-a"));
+        assert!(!m.allows("apps/v2", "Deployment", Some("team-a"), "team-a"));
+    }
+
+    #[test]
+    fn managed_resources_allow_listed_or_any_namespace() {
+        let listed = managed("{ apiVersion: v1, kind: ConfigMap, namespaces: [shared] }");
+        assert!(listed.allows("v1", "ConfigMap", Some("shared"), "team-a"));
+        assert!(!listed.allows("v1", "ConfigMap", Some("other"), "team-a"));
+        let any = managed("{ apiVersion: v1, kind: ConfigMap, namespaces: ['*'] }");
+        assert!(any.allows("v1", "ConfigMap", Some("other"), "team-a"));
+    }
+
+    #[test]
+    fn cluster_scoped_objects_need_an_explicit_entry() {
+        let ns = managed("{ apiVersion: v1, kind: Namespace, clusterScoped: true }");
+        assert!(ns.allows("v1", "Namespace", None, "team-a"));
+        assert!(!ns.allows("v1", "Namespace", Some("team-a"), "team-a"));
+        let spec = ReconcileSpec {
+            managed_resources: vec![ns, managed("{ apiVersion: v1, kind: Secret }")],
+            ..ReconcileSpec::default()
+        };
+        assert!(spec.allows("v1", "Secret", Some("team-a"), "team-a"));
+        assert!(!spec.allows("v1", "Secret", None, "team-a"));
+    }
+
+    #[test]
+    fn prune_keeps_kinds_in_any_group_or_in_the_named_one() {
+        let prune = PruneSpec {
+            keep: vec!["PersistentVolumeClaim".into(), "apps/StatefulSet".into()],
+            ..PruneSpec::default()
+        };
+        assert!(prune.keeps("v1", "PersistentVolumeClaim"));
+        assert!(prune.keeps("apps/v1", "StatefulSet"));
+        assert!(!prune.keeps("other.example.com/v1", "StatefulSet"));
+        assert!(!prune.keeps("apps/v1", "Deployment"));
+    }
+
+    #[test]
+    fn reconciler_kind_follows_default_hooks_constructor_and_remote() {
+        let mut spec = ReconcileSpec::default();
+        assert_eq!(spec.kind(), ReconcilerKind::Declarative);
+        spec.hooks.push(HookSpec {
+            location: "./h.wasm".into(),
+            function: "f".into(),
+            limits: PluginLimits::default(),
+        });
+        assert_eq!(spec.kind(), ReconcilerKind::Hooks);
+        spec = ReconcileSpec {
+            default: false,
+            remote: Some(RemoteSpec {
+                endpoint: "http://x".into(),
+                auth: None,
+                timeout: Duration::from_secs(1),
+            }),
+            ..ReconcileSpec::default()
+        };
+        assert_eq!(spec.kind(), ReconcilerKind::Remote);
+        assert_eq!(
+            serde_json::to_value(spec.kind()).ok(),
+            Some(serde_json::json!("remote"))
+        );
+        assert_eq!(ReconcilerKind::Hooks.to_string(), "hooks");
+    }
+
+    #[test]
+    fn requeue_is_conditional_only_with_when() {
+        let refresh: RequeueSpec = serde_yaml_ng::from_str("{ after: 30s }").expect("refresh");
+        assert!(!refresh.is_conditional());
+        let cond: RequeueSpec =
+            serde_yaml_ng::from_str("{ when: x, or: [y] }").expect("conditional");
+        assert!(cond.is_conditional());
+        assert_eq!(cond.or_when, ["y"]);
+    }
+}

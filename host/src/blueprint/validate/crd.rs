@@ -1,0 +1,252 @@
+//! Rules on one CRD: its names, columns, namespace filter, gates, rules and serve targets.
+
+use std::collections::HashMap;
+
+use super::names::{self, is_api_group, is_dns_label, is_kind, is_version};
+use super::{Report, check_workers, first_seen, reconcile};
+use crate::blueprint::crd::{CrdSpec, Scope, ServeSpec};
+use crate::blueprint::error::Problem;
+
+/// Every rule on one CRD, apart from duplicates.
+pub(super) fn check(c: &CrdSpec) -> Vec<Problem> {
+    let mut r = Report::new(&c.source.file, Some(&c.kind));
+    let at = c.source.field();
+    r.check(
+        is_api_group(&c.group),
+        format!("{at}.group"),
+        format!(
+            "{:?} must be a lowercase DNS subdomain with a dot, e.g. demo.example.com",
+            c.group
+        ),
+    );
+    r.check(
+        is_version(&c.version),
+        format!("{at}.version"),
+        format!("{:?} must look like v1, v1alpha1 or v2beta3", c.version),
+    );
+    r.check(
+        is_kind(&c.kind),
+        format!("{at}.kind"),
+        format!("{:?} must be UpperCamelCase, e.g. WebApp", c.kind),
+    );
+    if let Some(plural) = &c.plural {
+        r.check(
+            is_dns_label(plural),
+            format!("{at}.plural"),
+            format!("{plural:?} must be a lowercase DNS label, e.g. webapps"),
+        );
+    }
+    r.check(
+        c.crd_name().len() <= 253,
+        format!("{at}.plural"),
+        "plural.group must be at most 253 characters",
+    );
+    if let Some(schema) = &c.schema {
+        r.check(
+            schema.is_object(),
+            format!("{at}.schema"),
+            "must be an openAPIV3Schema object",
+        );
+    }
+    for (i, col) in c.printer_columns.iter().enumerate() {
+        let f = format!("{at}.printerColumns[{i}]");
+        r.check(
+            !col.name.is_empty(),
+            format!("{f}.name"),
+            "must not be empty",
+        );
+        r.check(
+            matches!(
+                col.type_.as_str(),
+                "string" | "integer" | "number" | "boolean" | "date"
+            ),
+            format!("{f}.type"),
+            "must be string, integer, number, boolean or date",
+        );
+        r.check(
+            names::is_field_path(&col.json_path),
+            format!("{f}.jsonPath"),
+            "must be a path starting with a dot, e.g. .status.phase",
+        );
+    }
+    if let Some(workers) = c.workers {
+        check_workers(&mut r, workers, &format!("{at}.workers"));
+    }
+    namespaces(&mut r, c, &at);
+    gates(&mut r, c, &at);
+    for key in c.emit.status.keys().filter(|k| k.is_empty()) {
+        r.add(
+            format!("{at}.emit.status"),
+            format!("{key:?}: field names must not be empty"),
+        );
+    }
+    reconcile::check(&mut r, &c.reconcile, &format!("{at}.reconcile"));
+    if let Some(serve) = &c.serve {
+        serve_targets(&mut r, serve, &format!("{at}.serve"));
+    }
+    r.problems
+}
+
+fn namespaces(r: &mut Report<'_>, c: &CrdSpec, at: &str) {
+    let filter = &c.namespaces;
+    if c.scope == Scope::Cluster && (!filter.include.is_empty() || !filter.exclude.is_empty()) {
+        r.add(
+            format!("{at}.namespaces"),
+            "a Cluster-scoped CRD has no namespaces to filter",
+        );
+    }
+    for (list, names) in [("include", &filter.include), ("exclude", &filter.exclude)] {
+        for (i, ns) in names.iter().enumerate() {
+            r.check(
+                is_dns_label(ns),
+                format!("{at}.namespaces.{list}[{i}]"),
+                format!("{ns:?} must be a lowercase DNS label"),
+            );
+        }
+    }
+}
+
+fn gates(r: &mut Report<'_>, c: &CrdSpec, at: &str) {
+    let mut seen = HashMap::new();
+    for (i, gate) in c.pre_reconcile.iter().enumerate() {
+        let f = format!("{at}.preReconcile[{i}]");
+        r.check(
+            !gate.name.is_empty(),
+            format!("{f}.name"),
+            "must not be empty",
+        );
+        if let Some(first) = first_seen(&mut seen, gate.name.as_str(), i) {
+            r.add(
+                format!("{f}.name"),
+                format!("{:?} is already used by preReconcile[{first}]", gate.name),
+            );
+        }
+        r.check(
+            !gate.when.trim().is_empty(),
+            format!("{f}.when"),
+            "must not be empty",
+        );
+    }
+    for (i, rule) in c.validation.iter().enumerate() {
+        r.check(
+            !rule.rule.trim().is_empty(),
+            format!("{at}.validation[{i}].rule"),
+            "must not be empty",
+        );
+    }
+}
+
+fn serve_targets(r: &mut Report<'_>, serve: &ServeSpec, at: &str) {
+    match (&serve.selector.annotation, &serve.selector.field) {
+        (Some(a), None) => r.check(
+            names::is_qualified_name(a),
+            format!("{at}.selector.annotation"),
+            format!("{a:?} must be an annotation key such as inrun.dev/target"),
+        ),
+        (None, Some(f)) => r.check(
+            names::is_field_path(f),
+            format!("{at}.selector.field"),
+            format!("{f:?} must be a path starting with a dot, e.g. .spec.target"),
+        ),
+        _ => r.add(
+            format!("{at}.selector"),
+            "set exactly one of annotation and field",
+        ),
+    }
+    r.check(
+        !serve.targets.is_empty(),
+        format!("{at}.targets"),
+        "must list at least one target",
+    );
+    let mut seen = HashMap::new();
+    for (i, target) in serve.targets.iter().enumerate() {
+        let f = format!("{at}.targets[{i}]");
+        r.check(
+            is_dns_label(&target.name),
+            format!("{f}.name"),
+            format!("{:?} must be a lowercase DNS label", target.name),
+        );
+        if let Some(first) = first_seen(&mut seen, target.name.as_str(), i) {
+            r.add(
+                format!("{f}.name"),
+                format!(
+                    "target {:?} is already declared at targets[{first}]",
+                    target.name
+                ),
+            );
+        }
+        reconcile::check(r, &target.reconcile, &format!("{f}.reconcile"));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::{lines, with_crds};
+
+    #[test]
+    fn crd_names_follow_kubernetes_rules() {
+        let text = with_crds(&["{ group: demo, version: v01, kind: webApp, plural: Web_Apps }"]);
+        let got = lines(&text);
+        assert_eq!(got.len(), 4, "{got:?}");
+        assert!(got[0].starts_with("web.yaml: crd webApp: spec.crds[0].group: \"demo\" must be"));
+        assert!(got[1].starts_with("web.yaml: crd webApp: spec.crds[0].version: "));
+        assert!(got[2].starts_with("web.yaml: crd webApp: spec.crds[0].kind: "));
+        assert!(got[3].starts_with("web.yaml: crd webApp: spec.crds[0].plural: "));
+    }
+
+    #[test]
+    fn serve_targets_need_unique_names() {
+        let text = with_crds(&[
+            "{ group: demo.inrun.dev, version: v1, kind: WebApp, serve: { targets: [ { name: fast }, { name: fast } ] } }",
+        ]);
+        assert_eq!(
+            lines(&text),
+            [
+                "web.yaml: crd WebApp: spec.crds[0].serve.targets[1].name: target \"fast\" is already declared at targets[0]"
+            ]
+        );
+    }
+
+    #[test]
+    fn serve_targets_are_validated_like_crds() {
+        let text = with_crds(&[
+            "{ group: demo.inrun.dev, version: v1, kind: WebApp, serve: { selector: { annotation: a/b, field: .spec.t }, targets: [ { name: slow, reconcile: { default: false } } ] } }",
+        ]);
+        assert_eq!(
+            lines(&text),
+            [
+                "web.yaml: crd WebApp: spec.crds[0].serve.selector: set exactly one of annotation and field",
+                "web.yaml: crd WebApp: spec.crds[0].serve.targets[0].reconcile: default: false needs a constructor or a remote",
+            ]
+        );
+    }
+
+    #[test]
+    fn cluster_scoped_crds_have_no_namespace_filter() {
+        let text = with_crds(&[
+            "{ group: demo.inrun.dev, version: v1, kind: Tenant, scope: Cluster, namespaces: { include: [Default] } }",
+        ]);
+        assert_eq!(
+            lines(&text),
+            [
+                "web.yaml: crd Tenant: spec.crds[0].namespaces: a Cluster-scoped CRD has no namespaces to filter",
+                "web.yaml: crd Tenant: spec.crds[0].namespaces.include[0]: \"Default\" must be a lowercase DNS label",
+            ]
+        );
+    }
+
+    #[test]
+    fn gates_and_rules_need_content() {
+        let text = with_crds(&[
+            "{ group: demo.inrun.dev, version: v1, kind: WebApp, preReconcile: [ { name: ready, when: x }, { name: ready, when: '' } ], validation: [ { rule: ' ' } ] }",
+        ]);
+        assert_eq!(
+            lines(&text),
+            [
+                "web.yaml: crd WebApp: spec.crds[0].preReconcile[1].name: \"ready\" is already used by preReconcile[0]",
+                "web.yaml: crd WebApp: spec.crds[0].preReconcile[1].when: must not be empty",
+                "web.yaml: crd WebApp: spec.crds[0].validation[0].rule: must not be empty",
+            ]
+        );
+    }
+}

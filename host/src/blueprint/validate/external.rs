@@ -1,0 +1,153 @@
+//! Rules on `reconcile.external` calls: one kind per call, and a default when one is promised.
+
+use super::reconcile::secret_ref;
+use super::{MAX_CALL_TIME, Report, names};
+use crate::blueprint::external::{ExternalCall, HttpMethod, OnError};
+use crate::blueprint::reconcile::SecretRef;
+
+/// Checks one `external` entry at `at` (uniqueness of names is the caller's).
+pub(super) fn check(r: &mut Report<'_>, call: &ExternalCall, at: &str) {
+    r.check(
+        names::is_identifier(&call.name),
+        format!("{at}.name"),
+        format!(
+            "{:?} must be an identifier (letters, digits, _) so templates can use .external.{}",
+            call.name, call.name
+        ),
+    );
+    if call.kinds_set() != 1 {
+        r.add(
+            at,
+            "set exactly one of http, prometheus, postgres and redis",
+        );
+    }
+    r.check(
+        call.timeout <= MAX_CALL_TIME,
+        format!("{at}.timeout"),
+        "must be at most 5m",
+    );
+    match (call.on_error, &call.default) {
+        (OnError::Default, None) => r.add(
+            format!("{at}.default"),
+            "onError: default needs a default value",
+        ),
+        (OnError::Fail, Some(_)) => r.add(
+            format!("{at}.default"),
+            "a default value is used only with onError: default",
+        ),
+        _ => {}
+    }
+    if let Some(http) = &call.http {
+        let f = format!("{at}.http");
+        r.check(
+            !http.url.trim().is_empty(),
+            format!("{f}.url"),
+            "must not be empty",
+        );
+        if http.method == HttpMethod::Get && http.body.is_some() {
+            r.add(format!("{f}.body"), "a body needs method: POST");
+        }
+        for name in http.headers.keys().filter(|n| n.trim().is_empty()) {
+            r.add(
+                format!("{f}.headers"),
+                format!("{name:?}: header names must not be empty"),
+            );
+        }
+        if let Some(secret) = &http.secret_ref {
+            secret_ref(r, secret, &format!("{f}.secretRef"));
+        }
+    }
+    if let Some(prom) = &call.prometheus {
+        let f = format!("{at}.prometheus");
+        r.check(
+            !prom.url.trim().is_empty(),
+            format!("{f}.url"),
+            "must not be empty",
+        );
+        r.check(
+            !prom.query.trim().is_empty(),
+            format!("{f}.query"),
+            "must not be empty",
+        );
+    }
+    if let Some(pg) = &call.postgres {
+        let f = format!("{at}.postgres");
+        connection(r, pg.url.as_deref(), pg.secret_ref.as_ref(), &f);
+        r.check(
+            !pg.query.trim().is_empty(),
+            format!("{f}.query"),
+            "must not be empty",
+        );
+    }
+    if let Some(redis) = &call.redis {
+        let f = format!("{at}.redis");
+        connection(r, redis.url.as_deref(), redis.secret_ref.as_ref(), &f);
+        r.check(
+            redis.command.first().is_some_and(|c| !c.trim().is_empty()),
+            format!("{f}.command"),
+            "must name a command, e.g. [GET, key]",
+        );
+    }
+}
+
+/// Exactly one of `url` and `secretRef` says where a database is.
+fn connection(r: &mut Report<'_>, url: Option<&str>, secret: Option<&SecretRef>, at: &str) {
+    match (url, secret) {
+        (Some(url), None) => {
+            r.check(
+                !url.trim().is_empty(),
+                format!("{at}.url"),
+                "must not be empty",
+            );
+        }
+        (None, Some(secret)) => secret_ref(r, secret, &format!("{at}.secretRef")),
+        _ => r.add(at, "set exactly one of url and secretRef"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::{lines, with_crds};
+
+    fn reconcile(block: &str) -> Vec<String> {
+        lines(&with_crds(&[&format!(
+            "{{ group: demo.inrun.dev, version: v1, kind: WebApp, reconcile: {block} }}"
+        )]))
+    }
+
+    const AT: &str = "web.yaml: crd WebApp: spec.crds[0].reconcile";
+
+    #[test]
+    fn an_external_default_is_required_with_on_error_default() {
+        assert_eq!(
+            reconcile(
+                "{ external: [ { name: price, http: { url: 'http://p' }, onError: default } ] }"
+            ),
+            [format!(
+                "{AT}.external[0].default: onError: default needs a default value"
+            )]
+        );
+    }
+
+    #[test]
+    fn external_calls_are_named_once_and_make_exactly_one_call() {
+        assert_eq!(
+            reconcile(
+                "{ external: [ { name: price, http: { url: 'http://p', body: {} } }, { name: price, redis: { command: [] } }, { name: my-load, prometheus: { url: u, query: q }, postgres: { url: u, secretRef: { name: db, key: url }, query: q } } ] }"
+            ),
+            [
+                format!("{AT}.external[0].http.body: a body needs method: POST"),
+                format!("{AT}.external[1].name: \"price\" is already used by external[0]"),
+                format!("{AT}.external[1].redis: set exactly one of url and secretRef"),
+                format!("{AT}.external[1].redis.command: must name a command, e.g. [GET, key]"),
+                format!(
+                    "{AT}.external[2].name: \"my-load\" must be an identifier (letters, digits, _) so templates can use .external.my-load"
+                ),
+                format!(
+                    "{AT}.external[2]: set exactly one of http, prometheus, postgres and redis"
+                ),
+                format!("{AT}.external[2].postgres: set exactly one of url and secretRef"),
+            ]
+        );
+    }
+}

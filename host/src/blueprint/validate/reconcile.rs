@@ -1,0 +1,447 @@
+//! Rules on a `reconcile` block, a CRD's or a serve target's.
+
+use std::collections::HashMap;
+
+use serde_json::Value;
+
+use super::names;
+use super::{MAX_CALL_TIME, Report, first_seen};
+use crate::blueprint::quantity::Quantity;
+use crate::blueprint::reconcile::{PluginLimits, ReconcileSpec, RemoteSpec, SecretRef};
+
+/// Checks `spec`, whose field path is `at` (e.g. `spec.crds[0].reconcile`).
+pub(super) fn check(r: &mut Report<'_>, spec: &ReconcileSpec, at: &str) {
+    reconciler(r, spec, at);
+    for (list, templates) in [
+        ("onCreate", &spec.on_create),
+        ("onReconcile", &spec.on_reconcile),
+        ("onDelete", &spec.on_delete),
+    ] {
+        for (i, template) in templates.iter().enumerate() {
+            resource_template(r, spec, template, &format!("{at}.{list}[{i}]"));
+        }
+    }
+    for key in spec.args.keys().filter(|k| k.is_empty()) {
+        r.add(
+            format!("{at}.args"),
+            format!("{key:?}: argument names must not be empty"),
+        );
+    }
+    for (i, path) in spec.request.object.exclude.iter().enumerate() {
+        r.check(
+            names::is_field_path(path),
+            format!("{at}.request.object.exclude[{i}]"),
+            format!("{path:?} must be a path starting with a dot, e.g. .metadata.managedFields"),
+        );
+    }
+    managed_resources(r, spec, at);
+    for (i, entry) in spec.prune.keep.iter().enumerate() {
+        let ok = match entry.split_once('/') {
+            Some((group, kind)) => names::is_dns_subdomain(group) && names::is_kind(kind),
+            None => names::is_kind(entry),
+        };
+        r.check(
+            ok,
+            format!("{at}.prune.keep[{i}]"),
+            format!("{entry:?} must be Kind or group/Kind, e.g. PersistentVolumeClaim or apps/StatefulSet"),
+        );
+    }
+    if let Some(requeue) = &spec.requeue {
+        let f = format!("{at}.requeue");
+        if requeue.after.is_none() && requeue.when.is_none() && requeue.or_when.is_empty() {
+            r.add(&f, "set after, when, or both");
+        }
+        if !requeue.or_when.is_empty() && requeue.when.is_none() {
+            r.add(
+                format!("{f}.or"),
+                "or adds alternatives to when, so it needs when",
+            );
+        }
+        if requeue.when.as_ref().is_some_and(|w| w.trim().is_empty()) {
+            r.add(format!("{f}.when"), "must not be empty");
+        }
+        for (i, alt) in requeue.or_when.iter().enumerate() {
+            r.check(
+                !alt.trim().is_empty(),
+                format!("{f}.or[{i}]"),
+                "must not be empty",
+            );
+        }
+    }
+    let mut seen = HashMap::new();
+    for (i, call) in spec.external.iter().enumerate() {
+        let f = format!("{at}.external[{i}]");
+        if let Some(first) = first_seen(&mut seen, call.name.as_str(), i) {
+            r.add(
+                format!("{f}.name"),
+                format!("{:?} is already used by external[{first}]", call.name),
+            );
+        }
+        super::external::check(r, call, &f);
+    }
+}
+
+/// Which reconciler: `default` decides between templates (+ hooks) and constructor / remote.
+fn reconciler(r: &mut Report<'_>, spec: &ReconcileSpec, at: &str) {
+    if spec.default {
+        if spec.constructor.is_some() {
+            r.add(
+                format!("{at}.constructor"),
+                "a constructor needs default: false",
+            );
+        }
+        if spec.remote.is_some() {
+            r.add(
+                format!("{at}.remote"),
+                "a remote reconciler needs default: false",
+            );
+        }
+    } else {
+        match (&spec.constructor, &spec.remote) {
+            (None, None) => r.add(at, "default: false needs a constructor or a remote"),
+            (Some(_), Some(_)) => r.add(at, "set only one of constructor and remote"),
+            _ => {}
+        }
+        if !spec.hooks.is_empty() {
+            r.add(
+                format!("{at}.hooks"),
+                "hooks adjust what templates render, so they need default: true",
+            );
+        }
+        for (list, templates) in [
+            ("onCreate", &spec.on_create),
+            ("onReconcile", &spec.on_reconcile),
+            ("onDelete", &spec.on_delete),
+        ] {
+            if !templates.is_empty() {
+                r.add(
+                    format!("{at}.{list}"),
+                    "templates need default: true; with default: false the reconciler returns the resources",
+                );
+            }
+        }
+    }
+    for (i, hook) in spec.hooks.iter().enumerate() {
+        let f = format!("{at}.hooks[{i}]");
+        location(r, &hook.location, &f);
+        r.check(
+            !hook.function.trim().is_empty(),
+            format!("{f}.function"),
+            "must not be empty",
+        );
+        limits(r, &hook.limits, &format!("{f}.limits"));
+    }
+    if let Some(constructor) = &spec.constructor {
+        let f = format!("{at}.constructor");
+        location(r, &constructor.location, &f);
+        limits(r, &constructor.limits, &format!("{f}.limits"));
+    }
+    if let Some(remote) = &spec.remote {
+        self::remote(r, remote, &format!("{at}.remote"));
+    }
+}
+
+fn location(r: &mut Report<'_>, location: &str, at: &str) {
+    r.check(
+        !location.trim().is_empty(),
+        format!("{at}.location"),
+        "must not be empty",
+    );
+}
+
+fn limits(r: &mut Report<'_>, limits: &PluginLimits, at: &str) {
+    if let Some(deadline) = limits.deadline {
+        r.check(
+            deadline <= MAX_CALL_TIME,
+            format!("{at}.deadline"),
+            "must be at most 5m",
+        );
+    }
+    let sizes = [
+        (
+            "memory",
+            limits.memory,
+            Quantity::MI,
+            Quantity::from_bytes(4 << 30),
+        ),
+        (
+            "outputSize",
+            limits.output_size,
+            Quantity::KI,
+            Quantity::from_bytes(64 << 20),
+        ),
+    ];
+    for (name, value, min, max) in sizes {
+        if let Some(value) = value {
+            r.check(
+                (min..=max).contains(&value),
+                format!("{at}.{name}"),
+                format!("must be between {min} and {max}"),
+            );
+        }
+    }
+    if let Some(resources) = limits.resources {
+        r.check(
+            (1..=10_000).contains(&resources),
+            format!("{at}.resources"),
+            "must be between 1 and 10000",
+        );
+    }
+}
+
+fn remote(r: &mut Report<'_>, remote: &RemoteSpec, at: &str) {
+    r.check(
+        is_http_url(&remote.endpoint),
+        format!("{at}.endpoint"),
+        "must be an http:// or https:// URL",
+    );
+    if let Some(auth) = &remote.auth {
+        secret_ref(r, &auth.secret_ref, &format!("{at}.auth.secretRef"));
+    }
+    r.check(
+        remote.timeout <= MAX_CALL_TIME,
+        format!("{at}.timeout"),
+        "must be at most 5m",
+    );
+}
+
+fn is_http_url(url: &str) -> bool {
+    ["http://", "https://"].iter().any(|scheme| {
+        url.strip_prefix(scheme)
+            .is_some_and(|rest| !rest.is_empty())
+    })
+}
+
+pub(super) fn secret_ref(r: &mut Report<'_>, secret: &SecretRef, at: &str) {
+    r.check(
+        names::is_dns_subdomain(&secret.name),
+        format!("{at}.name"),
+        "must be a Secret name (a lowercase DNS subdomain)",
+    );
+    r.check(
+        names::is_secret_key(&secret.key),
+        format!("{at}.key"),
+        "must be a Secret key (letters, digits, '-', '_', '.')",
+    );
+    if let Some(ns) = &secret.namespace {
+        r.check(
+            names::is_dns_label(ns),
+            format!("{at}.namespace"),
+            "must be a lowercase DNS label",
+        );
+    }
+}
+
+/// A template is an object, or a string holding a YAML template; a literal object's kind
+/// must be one the reconciler may write.
+fn resource_template(r: &mut Report<'_>, spec: &ReconcileSpec, template: &Value, at: &str) {
+    match template {
+        Value::String(text) => {
+            r.check(!text.trim().is_empty(), at, "must not be empty");
+        }
+        Value::Object(object) => {
+            let literal = |key: &str| {
+                object
+                    .get(key)
+                    .and_then(Value::as_str)
+                    .filter(|s| !s.contains("{{"))
+            };
+            if let (Some(api_version), Some(kind)) = (literal("apiVersion"), literal("kind")) {
+                let listed = spec
+                    .managed_resources
+                    .iter()
+                    .any(|m| m.api_version == api_version && m.kind == kind);
+                r.check(
+                    listed,
+                    at,
+                    format!("{kind} ({api_version}) is not listed in managedResources"),
+                );
+            }
+        }
+        _ => r.add(
+            at,
+            "must be a resource object or a string holding a YAML template",
+        ),
+    }
+}
+
+fn managed_resources(r: &mut Report<'_>, spec: &ReconcileSpec, at: &str) {
+    let mut seen = HashMap::new();
+    for (i, m) in spec.managed_resources.iter().enumerate() {
+        let f = format!("{at}.managedResources[{i}]");
+        r.check(
+            names::is_api_version(&m.api_version),
+            format!("{f}.apiVersion"),
+            format!("{:?} must be v1 or group/version", m.api_version),
+        );
+        r.check(
+            names::is_kind(&m.kind),
+            format!("{f}.kind"),
+            format!("{:?} must be an UpperCamelCase kind", m.kind),
+        );
+        if let Some(first) = first_seen(&mut seen, (m.api_version.as_str(), m.kind.as_str()), i) {
+            r.add(
+                &f,
+                format!(
+                    "{} {} is already listed at managedResources[{first}]",
+                    m.api_version, m.kind
+                ),
+            );
+        }
+        if m.cluster_scoped && !m.namespaces.is_empty() {
+            r.add(
+                format!("{f}.namespaces"),
+                "a cluster-scoped kind has no namespaces",
+            );
+        }
+        for (j, ns) in m.namespaces.iter().enumerate() {
+            r.check(
+                ns == "*" || names::is_dns_label(ns),
+                format!("{f}.namespaces[{j}]"),
+                format!("{ns:?} must be \"*\" or a lowercase DNS label"),
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::{lines, with_crds};
+
+    fn reconcile(block: &str) -> Vec<String> {
+        lines(&with_crds(&[&format!(
+            "{{ group: demo.inrun.dev, version: v1, kind: WebApp, reconcile: {block} }}"
+        )]))
+    }
+
+    const AT: &str = "web.yaml: crd WebApp: spec.crds[0].reconcile";
+
+    #[test]
+    fn default_false_needs_a_constructor_or_a_remote() {
+        assert_eq!(
+            reconcile("{ default: false, onReconcile: [ 'kind: ConfigMap' ] }"),
+            [
+                format!("{AT}: default: false needs a constructor or a remote"),
+                format!(
+                    "{AT}.onReconcile: templates need default: true; with default: false the reconciler returns the resources"
+                ),
+            ]
+        );
+    }
+
+    #[test]
+    fn constructor_and_remote_are_exclusive() {
+        assert_eq!(
+            reconcile(
+                "{ default: false, constructor: { location: ./a.wasm }, remote: { endpoint: 'http://x' } }"
+            ),
+            [format!("{AT}: set only one of constructor and remote")]
+        );
+    }
+
+    #[test]
+    fn default_true_refuses_constructor_and_remote() {
+        assert_eq!(
+            reconcile("{ constructor: { location: ./a.wasm }, remote: { endpoint: 'ftp://x' } }"),
+            [
+                format!("{AT}.constructor: a constructor needs default: false"),
+                format!("{AT}.remote: a remote reconciler needs default: false"),
+                format!("{AT}.remote.endpoint: must be an http:// or https:// URL"),
+            ]
+        );
+    }
+
+    #[test]
+    fn hooks_need_default_true_a_location_and_a_function() {
+        assert_eq!(
+            reconcile(
+                "{ default: false, remote: { endpoint: 'http://x' }, hooks: [ { location: '', function: ' ' } ] }"
+            ),
+            [
+                format!(
+                    "{AT}.hooks: hooks adjust what templates render, so they need default: true"
+                ),
+                format!("{AT}.hooks[0].location: must not be empty"),
+                format!("{AT}.hooks[0].function: must not be empty"),
+            ]
+        );
+    }
+
+    #[test]
+    fn plugin_limits_must_be_sane() {
+        assert_eq!(
+            reconcile(
+                "{ default: false, constructor: { location: ./a.wasm, limits: { deadline: 10m, memory: 512Ki, outputSize: 1Gi, resources: 0 } } }"
+            ),
+            [
+                format!("{AT}.constructor.limits.deadline: must be at most 5m"),
+                format!("{AT}.constructor.limits.memory: must be between 1Mi and 4Gi"),
+                format!("{AT}.constructor.limits.outputSize: must be between 1Ki and 64Mi"),
+                format!("{AT}.constructor.limits.resources: must be between 1 and 10000"),
+            ]
+        );
+    }
+
+    #[test]
+    fn managed_resources_are_well_formed_and_unique() {
+        assert_eq!(
+            reconcile(
+                "{ managedResources: [ { apiVersion: apps/v1, kind: Deployment }, { apiVersion: apps/v1, kind: Deployment }, { apiVersion: 'apps/', kind: pod, namespaces: ['*', Shared] }, { apiVersion: v1, kind: Namespace, clusterScoped: true, namespaces: [a] } ] }"
+            ),
+            [
+                format!(
+                    "{AT}.managedResources[1]: apps/v1 Deployment is already listed at managedResources[0]"
+                ),
+                format!(
+                    "{AT}.managedResources[2].apiVersion: \"apps/\" must be v1 or group/version"
+                ),
+                format!("{AT}.managedResources[2].kind: \"pod\" must be an UpperCamelCase kind"),
+                format!(
+                    "{AT}.managedResources[2].namespaces[1]: \"Shared\" must be \"*\" or a lowercase DNS label"
+                ),
+                format!(
+                    "{AT}.managedResources[3].namespaces: a cluster-scoped kind has no namespaces"
+                ),
+            ]
+        );
+    }
+
+    #[test]
+    fn literal_template_kinds_must_be_managed() {
+        assert_eq!(
+            reconcile(
+                "{ onReconcile: [ { apiVersion: apps/v1, kind: Deployment }, { apiVersion: '{{ .spec.v }}', kind: X }, 42 ] }"
+            ),
+            [
+                format!(
+                    "{AT}.onReconcile[0]: Deployment (apps/v1) is not listed in managedResources"
+                ),
+                format!(
+                    "{AT}.onReconcile[2]: must be a resource object or a string holding a YAML template"
+                ),
+            ]
+        );
+    }
+
+    #[test]
+    fn prune_keep_and_requeue_are_checked() {
+        assert_eq!(
+            reconcile(
+                "{ prune: { keep: [PersistentVolumeClaim, apps/StatefulSet, 'apps/v1/StatefulSet', secret] }, requeue: { or: ['{{ x }}'] } }"
+            ),
+            [
+                format!(
+                    "{AT}.prune.keep[2]: \"apps/v1/StatefulSet\" must be Kind or group/Kind, e.g. PersistentVolumeClaim or apps/StatefulSet"
+                ),
+                format!(
+                    "{AT}.prune.keep[3]: \"secret\" must be Kind or group/Kind, e.g. PersistentVolumeClaim or apps/StatefulSet"
+                ),
+                format!("{AT}.requeue.or: or adds alternatives to when, so it needs when"),
+            ]
+        );
+        assert_eq!(
+            reconcile("{ requeue: {} }"),
+            [format!("{AT}.requeue: set after, when, or both")]
+        );
+    }
+}
