@@ -42,6 +42,21 @@ enum Command {
         #[arg(long, short = 'o', value_enum, default_value_t = Format::Yaml)]
         output: Format,
     },
+    /// Reconcile every CR of every CRD the Blueprint declares, until SIGINT or SIGTERM.
+    Run {
+        /// The Blueprint: a YAML file or a directory of them.
+        #[arg(long, short = 'b', env = "INRUN_BLUEPRINT")]
+        blueprint: PathBuf,
+        /// Kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or in-cluster).
+        #[arg(long, env = "INRUN_KUBECONFIG")]
+        kubeconfig: Option<PathBuf>,
+        /// Install the Blueprint's CRDs (server-side apply) instead of requiring them.
+        #[arg(long, env = "INRUN_INSTALL_CRDS")]
+        install_crds: bool,
+        /// Log format.
+        #[arg(long, value_enum, env = "INRUN_LOG_FORMAT", default_value_t = LogFormat::Text)]
+        log_format: LogFormat,
+    },
     /// Check a Blueprint: fields, templates, and that every plugin loads.
     Validate {
         /// The Blueprint: a YAML file or a directory of them.
@@ -67,6 +82,12 @@ enum PluginCommand {
     },
 }
 
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
 #[derive(Clone, Copy, ValueEnum)]
 enum Format {
     Yaml,
@@ -75,7 +96,18 @@ enum Format {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    inrun::telemetry::init(&cli.log, false);
+    let json = matches!(
+        cli.command,
+        Command::Run {
+            log_format: LogFormat::Json,
+            ..
+        }
+    );
+    let filter = match (&cli.command, cli.log.as_str()) {
+        (Command::Run { .. }, "warn") => "info",
+        (_, f) => f,
+    };
+    inrun::telemetry::init(filter, json);
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -125,6 +157,30 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 finalizing,
             ))?;
             print(&out, output)
+        }
+        Command::Run {
+            blueprint,
+            kubeconfig,
+            install_crds,
+            ..
+        } => {
+            let engine = engine(cli.cache_dir)?;
+            let assembly = std::sync::Arc::new(Assembly::load(&blueprint, &engine)?);
+            runtime.block_on(async move {
+                let client = inrun::kubeconfig::client(kubeconfig.as_deref()).await?;
+                let (tx, rx) = tokio::sync::watch::channel(false);
+                tokio::spawn(async move {
+                    inrun::kubeconfig::shutdown_signal().await;
+                    tracing::info!("shutting down: finishing reconciles in flight");
+                    let _ = tx.send(true);
+                });
+                let options = inrun::runtime::RunOptions {
+                    install_crds,
+                    instance: std::env::var("HOSTNAME").unwrap_or_else(|_| "inrun".into()),
+                };
+                inrun::runtime::run(assembly, client, options, rx).await?;
+                Ok::<_, anyhow::Error>(())
+            })
         }
         Command::Validate { blueprint } => {
             let engine = engine(cli.cache_dir)?;

@@ -1,0 +1,75 @@
+//! Connecting to the API server and waiting for a shutdown signal: the edges `inrun run`
+//! needs before the runtime starts.
+
+use std::path::Path;
+
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+
+/// Why no client could be built.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    /// The kubeconfig file could not be read.
+    #[error("reading kubeconfig {}", path.display())]
+    Read {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why.
+        #[source]
+        source: kube::config::KubeconfigError,
+    },
+    /// The kubeconfig is not usable.
+    #[error("loading kubeconfig")]
+    Load(#[source] kube::config::KubeconfigError),
+    /// Neither a kubeconfig nor in-cluster configuration was found.
+    #[error("no kubeconfig given and none found (KUBECONFIG, ~/.kube/config, in-cluster)")]
+    Infer(#[source] kube::config::InferConfigError),
+    /// The client could not be built.
+    #[error("building the Kubernetes client")]
+    Client(#[source] kube::Error),
+}
+
+/// A client from `path`, or from the environment (`KUBECONFIG`, `~/.kube/config`, in-cluster
+/// service account, whose token file is re-read as it rotates).
+///
+/// # Errors
+/// [`ConnectError`].
+pub async fn client(path: Option<&Path>) -> Result<Client, ConnectError> {
+    let config = match path {
+        Some(path) => {
+            let kc = Kubeconfig::read_from(path).map_err(|source| ConnectError::Read {
+                path: path.to_path_buf(),
+                source,
+            })?;
+            Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+                .await
+                .map_err(ConnectError::Load)?
+        }
+        None => Config::infer().await.map_err(ConnectError::Infer)?,
+    };
+    Client::try_from(config).map_err(ConnectError::Client)
+}
+
+/// Resolves on the first SIGINT or SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => {
+                    let _ = ctrl_c.await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
+    }
+}

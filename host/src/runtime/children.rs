@@ -1,0 +1,323 @@
+//! The CR's children: applied by server-side apply (field manager `inrun-reconciler`,
+//! forced) in waves, owned and labelled; pruned when a Result no longer returns them;
+//! deleted everywhere when the CR is released.
+
+use std::collections::HashSet;
+
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
+use serde_json::{Value, json};
+
+use super::context::Ctx;
+use super::kinds::{Kind, UnknownKind};
+use super::meta::RECONCILER_MANAGER;
+use crate::contract::{CREATE_ONLY_ANNOTATION, Outcome};
+
+/// The label that ties a child to its CR.
+pub const OWNER_UID: &str = "inrun.dev/owner-uid";
+
+/// A child, by what identifies it on the server.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ChildKey {
+    /// API group (`""` for core).
+    pub group: String,
+    /// Kind.
+    pub kind: String,
+    /// Namespace, for namespaced kinds.
+    pub namespace: Option<String>,
+    /// Name.
+    pub name: String,
+}
+
+impl std::fmt::Display for ChildKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.namespace {
+            Some(ns) => write!(f, "{} {ns}/{}", self.kind, self.name),
+            None => write!(f, "{} {}", self.kind, self.name),
+        }
+    }
+}
+
+/// Why writing children failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ChildError {
+    /// The kind is not served.
+    #[error(transparent)]
+    Kind(#[from] UnknownKind),
+    /// A resource has no name.
+    #[error("resources[{0}] has no metadata.name")]
+    NoName(usize),
+    /// The API call failed.
+    #[error("{action} {child}")]
+    Api {
+        /// `applying`, `deleting`, `listing`.
+        action: &'static str,
+        /// Which child (or kind, for a list).
+        child: String,
+        /// The API error.
+        #[source]
+        source: kube::Error,
+    },
+}
+
+fn group_of(api_version: &str) -> &str {
+    api_version.rsplit_once('/').map_or("", |(g, _)| g)
+}
+
+/// Apply order: CRDs and namespaces first, instances of CRDs from the same Result last.
+fn wave(r: &Value, crd_groups: &HashSet<(String, String)>) -> u8 {
+    let kind = r["kind"].as_str().unwrap_or_default();
+    let group = group_of(r["apiVersion"].as_str().unwrap_or_default());
+    match kind {
+        "CustomResourceDefinition" | "Namespace" => 0,
+        _ if crd_groups.contains(&(group.to_string(), kind.to_string())) => 2,
+        _ => 1,
+    }
+}
+
+fn api_for(ctx: &Ctx, kind: &Kind, namespace: Option<&str>) -> Api<DynamicObject> {
+    match namespace {
+        Some(ns) if kind.namespaced => Api::namespaced_with(ctx.client.clone(), ns, &kind.resource),
+        _ => Api::all_with(ctx.client.clone(), &kind.resource),
+    }
+}
+
+/// Applies every resource of `outcome` for `cr`; `owned` adds the owner label and, in the
+/// CR's namespace, a controller owner reference. Returns what was applied.
+///
+/// # Errors
+/// [`ChildError`] for the first resource that could not be applied.
+pub async fn apply(
+    ctx: &Ctx,
+    cr: &DynamicObject,
+    outcome: &Outcome,
+    owned: bool,
+) -> Result<HashSet<ChildKey>, ChildError> {
+    let crd_groups: HashSet<(String, String)> = outcome
+        .resources
+        .iter()
+        .filter(|r| r["kind"] == "CustomResourceDefinition")
+        .filter_map(|r| {
+            let spec = &r["spec"];
+            Some((
+                spec["group"].as_str()?.to_string(),
+                spec["names"]["kind"].as_str()?.to_string(),
+            ))
+        })
+        .collect();
+    let mut order: Vec<(usize, &Value)> = outcome.resources.iter().enumerate().collect();
+    order.sort_by_key(|(i, r)| (wave(r, &crd_groups), *i));
+    let mut applied = HashSet::new();
+    for (index, resource) in order {
+        let key = apply_one(ctx, cr, index, resource, owned).await?;
+        applied.insert(key);
+    }
+    Ok(applied)
+}
+
+async fn apply_one(
+    ctx: &Ctx,
+    cr: &DynamicObject,
+    index: usize,
+    resource: &Value,
+    owned: bool,
+) -> Result<ChildKey, ChildError> {
+    let api_version = resource["apiVersion"].as_str().unwrap_or_default();
+    let kind_name = resource["kind"].as_str().unwrap_or_default();
+    let kind = ctx
+        .kinds
+        .resolve(&ctx.client, api_version, kind_name)
+        .await?;
+    let mut obj = resource.clone();
+    let name = obj
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .ok_or(ChildError::NoName(index))?
+        .to_string();
+    let cr_ns = cr.metadata.namespace.clone();
+    let namespace = if kind.namespaced {
+        let ns = obj
+            .pointer("/metadata/namespace")
+            .and_then(Value::as_str)
+            .map(str::to_string)
+            .or(cr_ns.clone());
+        obj["metadata"]["namespace"] = json!(ns);
+        ns
+    } else {
+        if let Some(meta) = obj["metadata"].as_object_mut() {
+            meta.remove("namespace");
+        }
+        None
+    };
+    let create_only = obj
+        .pointer_mut("/metadata/annotations")
+        .and_then(Value::as_object_mut)
+        .and_then(|a| a.remove(CREATE_ONLY_ANNOTATION))
+        .is_some();
+    if owned {
+        let uid = cr.metadata.uid.clone().unwrap_or_default();
+        obj["metadata"]["labels"][OWNER_UID] = json!(uid);
+        if kind.namespaced && namespace.is_some() && namespace == cr_ns && ctx.namespaced {
+            obj["metadata"]["ownerReferences"] = json!([{
+                "apiVersion": ctx.cr_resource.api_version,
+                "kind": ctx.cr_resource.kind,
+                "name": cr.metadata.name,
+                "uid": uid,
+                "controller": true,
+                "blockOwnerDeletion": true,
+            }]);
+        }
+    }
+    let key = ChildKey {
+        group: group_of(api_version).to_string(),
+        kind: kind_name.to_string(),
+        namespace: namespace.clone(),
+        name: name.clone(),
+    };
+    let api = api_for(ctx, &kind, namespace.as_deref());
+    let err = |action, source| ChildError::Api {
+        action,
+        child: key.to_string(),
+        source,
+    };
+    if create_only
+        && api
+            .get_opt(&name)
+            .await
+            .map_err(|e| err("reading", e))?
+            .is_some()
+    {
+        return Ok(key);
+    }
+    api.patch(
+        &name,
+        &PatchParams::apply(RECONCILER_MANAGER).force(),
+        &Patch::Apply(&obj),
+    )
+    .await
+    .map_err(|e| err("applying", e))?;
+    Ok(key)
+}
+
+/// Children of `cr` of one kind, across namespaces, by the owner label.
+async fn list_owned(
+    ctx: &Ctx,
+    cr: &DynamicObject,
+    kind: &Kind,
+) -> Result<Vec<DynamicObject>, ChildError> {
+    let uid = cr.metadata.uid.clone().unwrap_or_default();
+    let api: Api<DynamicObject> = Api::all_with(ctx.client.clone(), &kind.resource);
+    let list = api
+        .list(&ListParams::default().labels(&format!("{OWNER_UID}={uid}")))
+        .await
+        .map_err(|source| ChildError::Api {
+            action: "listing",
+            child: kind.resource.kind.clone(),
+            source,
+        })?;
+    Ok(list.items)
+}
+
+fn applied_by_host(obj: &DynamicObject) -> bool {
+    obj.metadata.managed_fields.iter().flatten().any(|m| {
+        m.manager.as_deref() == Some(RECONCILER_MANAGER) && m.operation.as_deref() == Some("Apply")
+    })
+}
+
+fn key_of(obj: &DynamicObject, kind: &Kind) -> ChildKey {
+    ChildKey {
+        group: kind.resource.group.clone(),
+        kind: kind.resource.kind.clone(),
+        namespace: obj.metadata.namespace.clone(),
+        name: obj.metadata.name.clone().unwrap_or_default(),
+    }
+}
+
+async fn delete(ctx: &Ctx, kind: &Kind, key: &ChildKey) -> Result<(), ChildError> {
+    let api = api_for(ctx, kind, key.namespace.as_deref());
+    match api.delete(&key.name, &DeleteParams::background()).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(source) => Err(ChildError::Api {
+            action: "deleting",
+            child: key.to_string(),
+            source,
+        }),
+    }
+}
+
+/// The managed kinds of a reconcile block that are not in `prune.keep`.
+async fn candidate_kinds(
+    ctx: &Ctx,
+    spec: &crate::blueprint::ReconcileSpec,
+) -> Result<Vec<Kind>, ChildError> {
+    let mut kinds = Vec::new();
+    let mut seen = HashSet::new();
+    for m in &spec.managed_resources {
+        if spec.prune.keeps(&m.api_version, &m.kind)
+            || !seen.insert((m.api_version.clone(), m.kind.clone()))
+        {
+            continue;
+        }
+        kinds.push(
+            ctx.kinds
+                .resolve(&ctx.client, &m.api_version, &m.kind)
+                .await?,
+        );
+    }
+    Ok(kinds)
+}
+
+/// Deletes children that `applied` no longer contains: only ones with the CR's owner label
+/// that the host applied, never kinds in `prune.keep`. Returns what was deleted.
+///
+/// # Errors
+/// [`ChildError`] for the first failed list or delete.
+pub async fn prune(
+    ctx: &Ctx,
+    cr: &DynamicObject,
+    spec: &crate::blueprint::ReconcileSpec,
+    applied: &HashSet<ChildKey>,
+) -> Result<Vec<ChildKey>, ChildError> {
+    let mut pruned = Vec::new();
+    for kind in candidate_kinds(ctx, spec).await? {
+        for obj in list_owned(ctx, cr, &kind).await? {
+            let key = key_of(&obj, &kind);
+            if applied.contains(&key)
+                || !applied_by_host(&obj)
+                || obj.metadata.deletion_timestamp.is_some()
+            {
+                continue;
+            }
+            delete(ctx, &kind, &key).await?;
+            pruned.push(key);
+        }
+    }
+    Ok(pruned)
+}
+
+/// Deletes every child of a released CR, in every namespace and cluster-scoped ones too,
+/// except kinds in `prune.keep`. Instances of managed types go first, CRDs and namespaces
+/// last (the reverse of the apply waves).
+///
+/// # Errors
+/// [`ChildError`] for the first failed list or delete.
+pub async fn delete_all(
+    ctx: &Ctx,
+    cr: &DynamicObject,
+    spec: &crate::blueprint::ReconcileSpec,
+) -> Result<Vec<ChildKey>, ChildError> {
+    let mut kinds = candidate_kinds(ctx, spec).await?;
+    kinds.sort_by_key(|k| match k.resource.kind.as_str() {
+        "CustomResourceDefinition" | "Namespace" => 1,
+        _ => 0,
+    });
+    let mut deleted = Vec::new();
+    for kind in kinds {
+        for obj in list_owned(ctx, cr, &kind).await? {
+            let key = key_of(&obj, &kind);
+            delete(ctx, &kind, &key).await?;
+            deleted.push(key);
+        }
+    }
+    Ok(deleted)
+}

@@ -1,0 +1,66 @@
+//! What every reconcile of one CRD shares: the client, the assembled plan, discovered
+//! kinds, the event recorder, and retry state.
+
+use std::sync::Arc;
+
+use kube::Client;
+use kube::api::{Api, DynamicObject};
+use kube::discovery::ApiResource;
+
+use super::backoff::Backoff;
+use super::events::Events;
+use super::kinds::Kinds;
+use crate::assemble::{Assembly, CrdPlan};
+use crate::blueprint::RuntimeSpec;
+
+/// Shared state of one CRD's controller.
+pub struct Ctx {
+    /// The API client.
+    pub client: Client,
+    /// The assembled Blueprint.
+    pub assembly: Arc<Assembly>,
+    /// This CRD's index in `assembly.crds()`.
+    pub crd: usize,
+    /// How to address this CRD's CRs.
+    pub cr_resource: ApiResource,
+    /// Whether the CRs are namespaced.
+    pub namespaced: bool,
+    /// Discovered kinds, shared by every controller.
+    pub kinds: Arc<Kinds>,
+    /// Event recorder.
+    pub events: Events,
+    /// Per-key retry delays.
+    pub backoff: Backoff,
+    /// Host settings from the Blueprint.
+    pub runtime: RuntimeSpec,
+}
+
+impl Ctx {
+    /// This CRD's plan.
+    pub fn plan(&self) -> &CrdPlan {
+        &self.assembly.crds()[self.crd]
+    }
+
+    /// The API for a CR (its namespace, or cluster-wide).
+    pub fn cr_api(&self, obj: &DynamicObject) -> Api<DynamicObject> {
+        match (&obj.metadata.namespace, self.namespaced) {
+            (Some(ns), true) => Api::namespaced_with(self.client.clone(), ns, &self.cr_resource),
+            _ => Api::all_with(self.client.clone(), &self.cr_resource),
+        }
+    }
+
+    /// `namespace/name` (or `name`).
+    pub fn key(obj: &DynamicObject) -> String {
+        let name = obj.metadata.name.as_deref().unwrap_or_default();
+        match &obj.metadata.namespace {
+            Some(ns) => format!("{ns}/{name}"),
+            None => name.to_string(),
+        }
+    }
+
+    /// The reference events are recorded on.
+    pub fn reference(&self, obj: &DynamicObject) -> k8s_openapi::api::core::v1::ObjectReference {
+        use kube::Resource;
+        obj.object_ref(&self.cr_resource)
+    }
+}

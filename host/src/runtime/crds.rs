@@ -1,0 +1,173 @@
+//! CustomResourceDefinitions from a Blueprint: generated manifests, installed on request,
+//! and checked at startup so a missing CRD is a clear error rather than a silent watch.
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::Client;
+use kube::api::{Api, Patch, PatchParams};
+use serde_json::{Value, json};
+
+use crate::blueprint::{CrdSpec, Scope};
+
+/// Field manager for CRDs the host installs.
+const INSTALLER: &str = "inrun-installer";
+
+/// Why the CRDs are not ready.
+#[derive(Debug, thiserror::Error)]
+pub enum CrdError {
+    /// The CRD is not on the API server and installing was not asked for.
+    #[error(
+        "CRD {name} is not installed; install it (inrun generate crds) or run with --install-crds"
+    )]
+    Missing {
+        /// `plural.group`.
+        name: String,
+    },
+    /// Reading or writing the CRD failed.
+    #[error("CRD {name}")]
+    Api {
+        /// `plural.group`.
+        name: String,
+        /// The API error.
+        #[source]
+        source: kube::Error,
+    },
+    /// The generated manifest is not a valid CRD object.
+    #[error("CRD {name}: generated manifest is invalid")]
+    Manifest {
+        /// `plural.group`.
+        name: String,
+        /// Why.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// The CRD did not become Established in time.
+    #[error("CRD {name} was not established within {}s", .timeout.as_secs())]
+    NotEstablished {
+        /// `plural.group`.
+        name: String,
+        /// How long we waited.
+        timeout: Duration,
+    },
+}
+
+/// The CRD manifest for a Blueprint CRD: its schema (or an open one), a status
+/// subresource, and its printer columns.
+pub fn manifest(crd: &CrdSpec) -> Value {
+    let mut schema = crd
+        .schema
+        .clone()
+        .unwrap_or_else(|| json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}));
+    // The host writes status whatever the schema says about it.
+    if let Some(props) = schema.get_mut("properties").and_then(Value::as_object_mut) {
+        props.entry("status").or_insert_with(
+            || json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}),
+        );
+    }
+    let columns: Vec<Value> = crd
+        .printer_columns
+        .iter()
+        .map(|c| {
+            let mut col = json!({"name": c.name, "type": c.type_, "jsonPath": c.json_path});
+            if let Some(d) = &c.description {
+                col["description"] = json!(d);
+            }
+            if let Some(p) = c.priority {
+                col["priority"] = json!(p);
+            }
+            col
+        })
+        .collect();
+    let kind_lower = crd.kind.to_lowercase();
+    let mut version = json!({
+        "name": crd.version,
+        "served": true,
+        "storage": true,
+        "schema": {"openAPIV3Schema": schema},
+        "subresources": {"status": {}},
+    });
+    if !columns.is_empty() {
+        version["additionalPrinterColumns"] = json!(columns);
+    }
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": crd.crd_name(), "labels": {"app.kubernetes.io/managed-by": "inrun"}},
+        "spec": {
+            "group": crd.group,
+            "names": {
+                "kind": crd.kind,
+                "listKind": format!("{}List", crd.kind),
+                "plural": crd.plural(),
+                "singular": kind_lower,
+            },
+            "scope": match crd.scope { Scope::Cluster => "Cluster", Scope::Namespaced => "Namespaced" },
+            "versions": [version],
+        },
+    })
+}
+
+/// Makes sure every CRD exists: installs (server-side apply) when `install` is set,
+/// else fails on the first missing one. Waits until each is Established.
+///
+/// # Errors
+/// [`CrdError`] naming the CRD.
+pub async fn ensure(client: &Client, crds: &[&CrdSpec], install: bool) -> Result<(), CrdError> {
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for crd in crds {
+        let name = crd.crd_name();
+        let api_err = |source| CrdError::Api {
+            name: name.clone(),
+            source,
+        };
+        if install {
+            let manifest: CustomResourceDefinition = serde_json::from_value(manifest(crd))
+                .map_err(|source| CrdError::Manifest {
+                    name: name.clone(),
+                    source,
+                })?;
+            api.patch(
+                &name,
+                &PatchParams::apply(INSTALLER).force(),
+                &Patch::Apply(&manifest),
+            )
+            .await
+            .map_err(api_err)?;
+        } else if api.get_opt(&name).await.map_err(api_err)?.is_none() {
+            return Err(CrdError::Missing { name });
+        }
+        wait_established(&api, &name, Duration::from_secs(30)).await?;
+    }
+    Ok(())
+}
+
+async fn wait_established(
+    api: &Api<CustomResourceDefinition>,
+    name: &str,
+    timeout: Duration,
+) -> Result<(), CrdError> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let crd = api.get(name).await.map_err(|source| CrdError::Api {
+            name: name.into(),
+            source,
+        })?;
+        let established = crd
+            .status
+            .and_then(|s| s.conditions)
+            .unwrap_or_default()
+            .iter()
+            .any(|c| c.type_ == "Established" && c.status == "True");
+        if established {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(CrdError::NotEstablished {
+                name: name.into(),
+                timeout,
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

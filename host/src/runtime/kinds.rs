@@ -1,0 +1,71 @@
+//! Which API resource serves an apiVersion/kind, and whether it is namespaced: asked of
+//! the API server once per kind and remembered.
+
+use std::collections::HashMap;
+
+use kube::Client;
+use kube::core::GroupVersionKind;
+use kube::discovery::{ApiResource, Scope};
+use tokio::sync::RwLock;
+
+/// A kind the API server does not serve.
+#[derive(Debug, thiserror::Error)]
+#[error("the API server does not serve kind {kind} in apiVersion {api_version}")]
+pub struct UnknownKind {
+    /// The apiVersion asked for.
+    pub api_version: String,
+    /// The kind asked for.
+    pub kind: String,
+    /// The discovery error.
+    #[source]
+    pub source: kube::Error,
+}
+
+/// A resolved kind.
+#[derive(Debug, Clone)]
+pub struct Kind {
+    /// How to address it.
+    pub resource: ApiResource,
+    /// Whether its objects live in namespaces.
+    pub namespaced: bool,
+}
+
+/// A cache of discovered kinds, shared by every CRD's controller.
+#[derive(Debug, Default)]
+pub struct Kinds {
+    known: RwLock<HashMap<(String, String), Kind>>,
+}
+
+impl Kinds {
+    /// Resolves `api_version`/`kind`, asking the API server the first time.
+    ///
+    /// # Errors
+    /// [`UnknownKind`] when the server does not serve it (or cannot be asked).
+    pub async fn resolve(
+        &self,
+        client: &Client,
+        api_version: &str,
+        kind: &str,
+    ) -> Result<Kind, UnknownKind> {
+        let key = (api_version.to_string(), kind.to_string());
+        if let Some(k) = self.known.read().await.get(&key) {
+            return Ok(k.clone());
+        }
+        let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+        let gvk = GroupVersionKind::gvk(group, version, kind);
+        let (resource, caps) =
+            kube::discovery::pinned_kind(client, &gvk)
+                .await
+                .map_err(|source| UnknownKind {
+                    api_version: api_version.to_string(),
+                    kind: kind.to_string(),
+                    source,
+                })?;
+        let resolved = Kind {
+            resource,
+            namespaced: matches!(caps.scope, Scope::Namespaced),
+        };
+        self.known.write().await.insert(key, resolved.clone());
+        Ok(resolved)
+    }
+}

@@ -1,0 +1,180 @@
+//! The controller: watches every CRD a Blueprint declares and the children its CRs own,
+//! queues changes per CRD with a bounded worker pool, and runs the pass. The only code that
+//! writes to Kubernetes.
+
+mod backoff;
+mod children;
+mod context;
+pub mod crds;
+mod events;
+mod finalize;
+mod kinds;
+mod meta;
+mod pass;
+mod status;
+
+pub use children::OWNER_UID;
+pub use events::Reason;
+pub use meta::{CLEANUP_AT, FINALIZER, RECONCILER_MANAGER};
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use futures::StreamExt;
+use kube::Client;
+use kube::api::{Api, DynamicObject};
+use kube::discovery::ApiResource;
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::{Controller, watcher};
+use tokio::sync::watch;
+
+use crate::assemble::Assembly;
+use crate::blueprint::Scope;
+use context::Ctx;
+use kinds::Kinds;
+
+/// How to run.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    /// Install (server-side apply) the Blueprint's CRDs instead of requiring them.
+    pub install_crds: bool,
+    /// This replica's name, for events (e.g. the pod name).
+    pub instance: String,
+}
+
+/// Why the controller could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// A CRD is missing or could not be installed.
+    #[error(transparent)]
+    Crd(#[from] crds::CrdError),
+    /// A kind in `managedResources` is not served by the API server.
+    #[error("{field}")]
+    ManagedKind {
+        /// Where the kind is named.
+        field: String,
+        /// Why.
+        #[source]
+        source: kinds::UnknownKind,
+    },
+}
+
+/// A CRD's CR resource, from the Blueprint.
+fn cr_resource(crd: &crate::blueprint::CrdSpec) -> ApiResource {
+    ApiResource {
+        group: crd.group.clone(),
+        version: crd.version.clone(),
+        api_version: crd.api_version(),
+        kind: crd.kind.clone(),
+        plural: crd.plural(),
+    }
+}
+
+/// Reconciles every CR of every CRD in `assembly` until `shutdown` turns true; reconciles
+/// in flight then finish their writes.
+///
+/// # Errors
+/// [`RunError`] when startup checks fail (missing CRD, unknown managed kind).
+pub async fn run(
+    assembly: Arc<Assembly>,
+    client: Client,
+    options: RunOptions,
+    shutdown: watch::Receiver<bool>,
+) -> Result<(), RunError> {
+    let specs: Vec<_> = assembly.crds().iter().map(|c| &c.spec).collect();
+    crds::ensure(&client, &specs, options.install_crds).await?;
+    let kinds = Arc::new(Kinds::default());
+    let runtime = assembly.blueprint.spec.runtime.clone();
+
+    let mut controllers = Vec::new();
+    for (index, plan) in assembly.crds().iter().enumerate() {
+        let ar = cr_resource(&plan.spec);
+        // Every kind this CRD's CRs may own, from every reconcile block.
+        let mut child_kinds = Vec::new();
+        let mut seen = HashSet::new();
+        let blocks = std::iter::once((plan.spec.source.field() + ".reconcile", &plan.default))
+            .chain(plan.targets.iter().map(|(t, p)| {
+                (
+                    format!("{}.serve.targets[{t}]", plan.spec.source.field()),
+                    p,
+                )
+            }));
+        for (field, block) in blocks {
+            for (i, m) in block.spec.managed_resources.iter().enumerate() {
+                if !seen.insert((m.api_version.clone(), m.kind.clone())) {
+                    continue;
+                }
+                let kind = kinds
+                    .resolve(&client, &m.api_version, &m.kind)
+                    .await
+                    .map_err(|source| RunError::ManagedKind {
+                        field: format!(
+                            "{}: crd {}: {field}.managedResources[{i}]",
+                            plan.spec.source.file.display(),
+                            plan.spec.kind
+                        ),
+                        source,
+                    })?;
+                child_kinds.push(kind);
+            }
+        }
+        let ctx = Arc::new(Ctx {
+            client: client.clone(),
+            assembly: assembly.clone(),
+            crd: index,
+            cr_resource: ar.clone(),
+            namespaced: plan.spec.scope == Scope::Namespaced,
+            kinds: kinds.clone(),
+            events: events::Events::new(client.clone(), options.instance.clone()),
+            backoff: backoff::Backoff::new(runtime.backoff.base, runtime.backoff.max),
+            runtime: runtime.clone(),
+        });
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
+        let mut controller = Controller::new_with(api, watcher::Config::default(), ar.clone())
+            .with_config(
+                kube::runtime::controller::Config::default()
+                    .concurrency(u16::try_from(plan.spec.workers(&runtime)).unwrap_or(u16::MAX)),
+            );
+        for kind in child_kinds {
+            let store = controller.store();
+            let owner_ar = ar.clone();
+            let child_api: Api<DynamicObject> = Api::all_with(client.clone(), &kind.resource);
+            controller = controller.watches_with(
+                child_api,
+                kind.resource.clone(),
+                watcher::Config::default().labels(OWNER_UID),
+                move |child: DynamicObject| {
+                    let uid = child
+                        .metadata
+                        .labels
+                        .as_ref()
+                        .and_then(|l| l.get(OWNER_UID))
+                        .cloned();
+                    uid.and_then(|uid| {
+                        store
+                            .state()
+                            .into_iter()
+                            .find(|cr| cr.metadata.uid.as_deref() == Some(uid.as_str()))
+                    })
+                    .map(|cr| ObjectRef::from_obj_with(cr.as_ref(), owner_ar.clone()))
+                },
+            );
+        }
+        let mut stop = shutdown.clone();
+        let controller = controller
+            .graceful_shutdown_on(async move {
+                let _ = stop.wait_for(|s| *s).await;
+            })
+            .run(pass::reconcile, pass::error_policy, ctx)
+            .for_each(|result| async move {
+                if let Err(e) = result {
+                    tracing::debug!(error = %e, "controller event");
+                }
+            });
+        controllers.push(controller);
+    }
+    tracing::info!(crds = controllers.len(), "controllers started");
+    futures::future::join_all(controllers).await;
+    tracing::info!("controllers stopped");
+    Ok(())
+}
