@@ -1,0 +1,230 @@
+//! Shared pieces of the end-to-end tests: an Inrun host running in-process against the
+//! harness's real kube-apiserver, unique CRD groups per test, and readers for the
+//! objects and events a test asserts on.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use inrun::assemble::Assembly;
+use inrun::runtime::{RunError, RunOptions};
+use inrun::wasm::{Engine, EngineSettings};
+use inrun_testenv::{ControlPlane, wait_for};
+use k8s_openapi::api::events::v1::Event;
+use kube::Client;
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
+use kube::discovery::ApiResource;
+use serde_json::Value;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// How long a test waits for the host to act.
+pub const WAIT: Duration = Duration::from_secs(30);
+
+/// A running host; stop it (or drop it) at the end of the test.
+pub struct Host {
+    shutdown: watch::Sender<bool>,
+    task: Option<JoinHandle<Result<(), RunError>>>,
+    _dir: tempfile::TempDir,
+}
+
+impl Host {
+    /// Starts a host for `blueprint` (YAML text) with `--install-crds`.
+    pub async fn start(blueprint: &str) -> Host {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("blueprint.yaml");
+        std::fs::write(&path, blueprint).expect("write blueprint");
+        let engine = Engine::new(EngineSettings {
+            max_instances: 16,
+            ..EngineSettings::default()
+        })
+        .expect("engine");
+        let assembly =
+            Arc::new(Assembly::load(&path, &engine).unwrap_or_else(|e| panic!("blueprint: {e}")));
+        let client = ControlPlane::shared().client();
+        let (tx, rx) = watch::channel(false);
+        let options = RunOptions {
+            install_crds: true,
+            instance: "e2e".into(),
+        };
+        let task = tokio::spawn(inrun::runtime::run(assembly, client, options, rx));
+        Host {
+            shutdown: tx,
+            task: Some(task),
+            _dir: dir,
+        }
+    }
+
+    /// Asks the host to stop and waits until reconciles in flight have finished.
+    pub async fn stop(mut self) {
+        let _ = self.shutdown.send(true);
+        if let Some(task) = self.task.take() {
+            match tokio::time::timeout(WAIT, task).await {
+                Ok(Ok(Ok(()))) => {}
+                other => panic!("host did not stop cleanly: {other:?}"),
+            }
+        }
+    }
+}
+
+impl Drop for Host {
+    fn drop(&mut self) {
+        let _ = self.shutdown.send(true);
+    }
+}
+
+/// A CRD group no other test uses, so each test's CRD and controller are its own.
+pub fn unique_group(test: &str) -> String {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let n = N.fetch_add(1, Ordering::Relaxed);
+    format!(
+        "{}-{n}-{}.e2e.inrun.dev",
+        test.replace('_', "-"),
+        std::process::id()
+    )
+}
+
+/// The path of a built plugin (`make plugins`).
+pub fn plugin(name: &str) -> String {
+    let dir = std::env::var_os("INRUN_PLUGIN_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("../plugins/target/wasm32-wasip2/release")
+        });
+    let path = dir.join(format!("{name}.wasm"));
+    assert!(
+        path.exists(),
+        "{} is missing: run `make plugins`",
+        path.display()
+    );
+    path.display().to_string()
+}
+
+/// The ApiResource of a test CRD.
+pub fn resource(group: &str, kind: &str) -> ApiResource {
+    ApiResource {
+        group: group.into(),
+        version: "v1alpha1".into(),
+        api_version: format!("{group}/v1alpha1"),
+        kind: kind.into(),
+        plural: format!("{}s", kind.to_lowercase()),
+    }
+}
+
+/// An admin client.
+pub fn client() -> Client {
+    ControlPlane::shared().client()
+}
+
+/// Applies a CR (server-side apply, field manager `e2e-test`) from YAML text.
+pub async fn apply_cr(ar: &ApiResource, ns: &str, yaml: &str) -> DynamicObject {
+    let obj: Value = serde_yaml_ng::from_str(yaml).expect("cr yaml");
+    let name = obj["metadata"]["name"].as_str().expect("name").to_string();
+    let api: Api<DynamicObject> = Api::namespaced_with(client(), ns, ar);
+    api.patch(
+        &name,
+        &PatchParams::apply("e2e-test").force(),
+        &Patch::Apply(&obj),
+    )
+    .await
+    .expect("apply cr")
+}
+
+/// Polls until `get` returns Some, or panics naming `what`.
+pub async fn eventually<T, F, Fut>(what: &str, get: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    wait_for(what, WAIT, get)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Events recorded on the object `name` in `ns`, as (reason, note).
+pub async fn events(ns: &str, name: &str) -> Vec<(String, String)> {
+    let api: Api<Event> = Api::namespaced(client(), ns);
+    let list = api.list(&ListParams::default()).await.expect("list events");
+    list.items
+        .into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+        .map(|e| (e.reason.unwrap_or_default(), e.note.unwrap_or_default()))
+        .collect()
+}
+
+/// Waits for an event with `reason` on `name`, returning its note.
+pub async fn event(ns: &str, name: &str, reason: &str) -> String {
+    eventually(&format!("a {reason} event on {ns}/{name}"), || async {
+        events(ns, name)
+            .await
+            .into_iter()
+            .find(|(r, _)| r == reason)
+            .map(|(_, n)| n)
+    })
+    .await
+}
+
+/// Gets an object of `ar` if it exists.
+pub async fn get(
+    ar: impl std::borrow::Borrow<ApiResource>,
+    ns: Option<&str>,
+    name: &str,
+) -> Option<DynamicObject> {
+    let ar = ar.borrow();
+    let api: Api<DynamicObject> = match ns {
+        Some(ns) => Api::namespaced_with(client(), ns, ar),
+        None => Api::all_with(client(), ar),
+    };
+    api.get_opt(name).await.expect("get")
+}
+
+/// apps/v1 Deployment.
+pub fn deployments() -> ApiResource {
+    ApiResource {
+        group: "apps".into(),
+        version: "v1".into(),
+        api_version: "apps/v1".into(),
+        kind: "Deployment".into(),
+        plural: "deployments".into(),
+    }
+}
+
+/// v1 ConfigMap.
+pub fn configmaps() -> ApiResource {
+    ApiResource {
+        group: "".into(),
+        version: "v1".into(),
+        api_version: "v1".into(),
+        kind: "ConfigMap".into(),
+        plural: "configmaps".into(),
+    }
+}
+
+/// v1 Service.
+pub fn services() -> ApiResource {
+    ApiResource {
+        group: "".into(),
+        version: "v1".into(),
+        api_version: "v1".into(),
+        kind: "Service".into(),
+        plural: "services".into(),
+    }
+}
+
+/// The CR's Ready condition, if any: (status, reason, message).
+pub fn ready(obj: &DynamicObject) -> Option<(String, String, String)> {
+    let c = obj
+        .data
+        .pointer("/status/conditions")?
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == "Ready")?;
+    Some((
+        c["status"].as_str()?.to_string(),
+        c["reason"].as_str()?.to_string(),
+        c["message"].as_str().unwrap_or_default().to_string(),
+    ))
+}
