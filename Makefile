@@ -41,6 +41,11 @@ lint:
 bench: plugins
 	$(CARGO) bench -p inrun --bench wasm
 
+## A local control plane, `inrun run` on an example Blueprint, and an example CR (EXAMPLE=declarative|hooks|constructor).
+run: plugins controlplane
+	$(CARGO) build -p inrun --bin inrun -p inrun-testenv --bin inrun-cluster
+	scripts/run-local.sh
+
 ## A local control plane in the foreground; prints the KUBECONFIG to export.
 cluster: controlplane
 	INRUN_CONTROLPLANE_BIN="$$(tests/controlplane/build.sh)" $(CARGO) run -q -p inrun-testenv --bin inrun-cluster
