@@ -2,6 +2,7 @@
 //! queues changes per CRD with a bounded worker pool, and runs the pass. The only code that
 //! writes to Kubernetes.
 
+pub mod access;
 mod backoff;
 mod children;
 mod context;
@@ -45,6 +46,9 @@ pub struct RunOptions {
 /// Why the controller could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
+    /// The host's identity lacks permissions the Blueprint needs.
+    #[error(transparent)]
+    Access(#[from] access::AccessError),
     /// A CRD is missing or could not be installed.
     #[error(transparent)]
     Crd(#[from] crds::CrdError),
@@ -81,6 +85,16 @@ pub async fn run(
     options: RunOptions,
     shutdown: watch::Receiver<bool>,
 ) -> Result<(), RunError> {
+    let needed = crate::generate::rbac::required(
+        &assembly.blueprint,
+        &crate::generate::rbac::RbacOptions {
+            install_crds: options.install_crds,
+            ..Default::default()
+        },
+    );
+    // The Lease is checked by the leader elector, which knows its namespace.
+    let needed: Vec<_> = needed.into_iter().filter(|p| p.namespace.is_none()).collect();
+    access::check(&client, &needed).await?;
     let specs: Vec<_> = assembly.crds().iter().map(|c| &c.spec).collect();
     crds::ensure(&client, &specs, options.install_crds).await?;
     let kinds = Arc::new(Kinds::default());
@@ -174,7 +188,10 @@ pub async fn run(
         controllers.push(controller);
     }
     tracing::info!(crds = controllers.len(), "controllers started");
+    let running = i64::try_from(controllers.len()).unwrap_or(i64::MAX);
+    crate::metrics::global().controllers_running(running);
     futures::future::join_all(controllers).await;
+    crate::metrics::global().controllers_running(-running);
     tracing::info!("controllers stopped");
     Ok(())
 }

