@@ -208,3 +208,121 @@ async fn the_host_runs_on_exactly_the_generated_rbac_and_refuses_a_blueprint_nee
     );
     Ok(())
 }
+
+/// GETs `path` from the router without a socket: (status, body).
+async fn call(router: &axum::Router, path: &str) -> (u16, String) {
+    use tower::ServiceExt;
+    let request = axum::http::Request::builder()
+        .uri(path)
+        .body(axum::body::Body::empty())
+        .expect("request");
+    let response = router.clone().oneshot(request).await.expect("infallible");
+    let status = response.status().as_u16();
+    let body = http_body_util::BodyExt::collect(response.into_body())
+        .await
+        .expect("body")
+        .to_bytes();
+    (status, String::from_utf8_lossy(&body).into_owned())
+}
+
+/// The value of one series in a Prometheus text page (0 when absent).
+fn sample(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or(0.0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_move_with_reconciles_and_blueprint_matches_the_loaded_file() -> TestResult {
+    let group = unique_group("metrics");
+    let text = webapp_blueprint(&group, "");
+    let host = start(&text, client(), true);
+    let router = inrun::server::router(inrun::server::State::new(host.assembly.clone()));
+    let controller = format!("webapps.{group}");
+
+    let (status, body) = call(&router, "/healthz").await;
+    assert_eq!((status, body.as_str()), (200, "ok"));
+    let (_, before) = call(&router, "/metrics").await;
+    let success = format!(
+        "controller_runtime_reconcile_total{{controller=\"{controller}\",result=\"success\"}}"
+    );
+    assert_eq!(sample(&before, &success), 0.0);
+
+    let ns = ControlPlane::shared().namespace("metrics").await?;
+    let ar = resource(&group, "WebApp");
+    apply_cr(&ar, &ns, &webapp_cr(&group, "one")).await;
+    apply_cr(&ar, &ns, &webapp_cr(&group, "two")).await;
+    for name in ["one", "two"] {
+        eventually("the CR to be Ready", || async {
+            let cr = get(&ar, Some(&ns), name).await?;
+            (ready(&cr)?.0 == "True").then_some(())
+        })
+        .await;
+    }
+    let (status, _) = call(&router, "/readyz").await;
+    assert_eq!(status, 200, "ready once the controllers run");
+    let (_, after) = call(&router, "/metrics").await;
+    assert!(sample(&after, &success) >= 2.0, "{after}");
+    let adds = format!("workqueue_adds_total{{name=\"{controller}\"}}");
+    assert!(sample(&after, &adds) >= 2.0);
+    assert_eq!(
+        sample(&after, &format!("workqueue_depth{{name=\"{controller}\"}}")),
+        0.0,
+        "nothing in progress once every CR is Ready and settled"
+    );
+    let count =
+        format!("controller_runtime_reconcile_time_seconds_count{{controller=\"{controller}\"}}");
+    assert!(sample(&after, &count) >= 2.0);
+    let plugin = &host.assembly.crds()[0].default.plugins[0].name;
+    let calls = format!("inrun_plugin_calls_total{{plugin=\"{plugin}\",outcome=\"ok\"}}");
+    assert!(sample(&after, &calls) >= 2.0, "{after}");
+    assert!(after.contains("# TYPE controller_runtime_reconcile_time_seconds histogram"));
+
+    // A failing reconcile shows up as an error: an invalid image makes the plugin fail.
+    let bad = format!(
+        "apiVersion: {group}/v1alpha1\nkind: WebApp\nmetadata: {{name: bad}}\nspec: {{replicas: 1}}\n"
+    );
+    apply_cr(&ar, &ns, &bad).await;
+    event(&ns, "bad", "ReconcileError").await;
+    let (_, failed) = call(&router, "/metrics").await;
+    let errors =
+        format!("controller_runtime_reconcile_errors_total{{controller=\"{controller}\"}}");
+    assert!(sample(&failed, &errors) >= 1.0, "{failed}");
+    let (_, state) = call(&router, "/state").await;
+    let state: Value = serde_json::from_str(&state)?;
+    assert!(
+        state["errors"]
+            .as_array()
+            .is_some_and(|e| e.iter().any(|r| r["key"] == format!("{ns}/bad")))
+    );
+
+    // /blueprint is the file as loaded.
+    let (status, body) = call(&router, "/blueprint").await;
+    assert_eq!(status, 200);
+    let doc: Value = serde_json::from_str(&body)?;
+    let file: Value = serde_yaml_ng::from_str(&text)?;
+    assert_eq!(doc["name"], file["metadata"]["name"]);
+    let crds = doc["crds"].as_array().expect("crds");
+    assert_eq!(crds.len(), 1);
+    let crd = &crds[0];
+    assert_eq!(crd["name"], controller);
+    assert_eq!(crd["kind"], file["spec"]["crds"][0]["kind"]);
+    assert_eq!(crd["reconciler"], "constructor");
+    assert_eq!(crd["workers"], 2);
+    let location = file["spec"]["crds"][0]["reconcile"]["constructor"]["location"].clone();
+    assert_eq!(crd["plugins"][0]["location"], location);
+    let bytes = std::fs::read(location.as_str().expect("location"))?;
+    let digest = format!(
+        "sha256:{}",
+        hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&bytes))
+    );
+    assert_eq!(crd["plugins"][0]["digest"], digest);
+    assert_eq!(crd["plugins"][0]["size"], bytes.len());
+    assert_eq!(crd["plugins"][0]["limits"]["deadlineMs"], 2000);
+    assert_eq!(
+        crd["managedResources"],
+        serde_json::json!(["apps/v1/Deployment", "v1/Service"])
+    );
+    host.stop().await;
+    Ok(())
+}
