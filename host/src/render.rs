@@ -151,7 +151,7 @@ pub async fn render(
     let ctx = Context::new(&object).with_target(target.as_deref());
     crd.validate(&object, &ctx)?;
     let gated = if finalizing { None } else { crd.gate(&ctx)? };
-    let req = plan.request(&object, target.as_deref(), finalizing, None)?;
+    let req = plan.prepare(&object, target.as_deref(), finalizing).await?;
     let outcome: Outcome = plan.reconciler.reconcile(&req).await?;
     if !finalizing {
         plan.fence(
@@ -162,8 +162,14 @@ pub async fn render(
                 .unwrap_or_default(),
         )?;
     }
+    let external = req
+        .external
+        .clone()
+        .unwrap_or_else(|| Value::Object(Map::new()));
     let status = crd.status(
-        &Context::new(&object).with_args(req.args.clone()),
+        &Context::new(&object)
+            .with_args(req.args.clone())
+            .with_external(external),
         Some(&outcome),
     )?;
     let mut updated = object.clone();

@@ -2,8 +2,10 @@
 //! one reconciler per CRD (and per serve target). Errors name the file, CRD and field.
 
 mod pass;
+mod services;
 
 pub use pass::{DEFAULT_REQUEUE, Next, PassError};
+pub use services::Services;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -12,7 +14,9 @@ use std::time::Duration;
 use crate::blueprint::{
     self, Blueprint, BlueprintError, CrdSpec, PluginLimits, Problem, ReconcileSpec,
 };
+use crate::external::ExternalCalls;
 use crate::reconcilers::declarative::Declarative;
+use crate::reconcilers::remote::Remote;
 use crate::reconcilers::wasm::{Constructor, Hook, Hooks};
 use crate::reconcilers::{Reconciler, ReconcilerKind};
 use crate::template::{CompiledCondition, CompiledValue, Engine as Templates};
@@ -48,6 +52,7 @@ pub struct ReconcilePlan {
     pub plugins: Vec<PluginInfo>,
     args: CompiledValue,
     requeue: Option<RequeuePlan>,
+    external: ExternalCalls,
 }
 
 struct Gate {
@@ -68,19 +73,46 @@ struct RequeuePlan {
 }
 
 impl Assembly {
-    /// Loads the Blueprint at `path` (file or directory) and assembles it.
+    /// Loads the Blueprint at `path` (file or directory) and assembles it with
+    /// [`Services::offline`] (no secret values).
     ///
     /// # Errors
     /// [`BlueprintError`] listing every problem found, each naming file, CRD and field.
     pub fn load(path: &Path, engine: &Engine) -> Result<Self, BlueprintError> {
-        Self::from_blueprint(blueprint::load(path)?, engine)
+        Self::load_with(path, engine, &Services::offline())
     }
 
-    /// Assembles a parsed Blueprint: compiles templates and loads plugins.
+    /// Loads the Blueprint at `path` and assembles it; remote reconcilers and external
+    /// calls reach out through `services`.
+    ///
+    /// # Errors
+    /// [`BlueprintError`] listing every problem found, each naming file, CRD and field.
+    pub fn load_with(
+        path: &Path,
+        engine: &Engine,
+        services: &Services,
+    ) -> Result<Self, BlueprintError> {
+        Self::from_blueprint_with(blueprint::load(path)?, engine, services)
+    }
+
+    /// Assembles a parsed Blueprint with [`Services::offline`].
     ///
     /// # Errors
     /// [`BlueprintError::Invalid`] listing every template or plugin that failed.
     pub fn from_blueprint(blueprint: Blueprint, engine: &Engine) -> Result<Self, BlueprintError> {
+        Self::from_blueprint_with(blueprint, engine, &Services::offline())
+    }
+
+    /// Assembles a parsed Blueprint: compiles templates, loads plugins, and builds remote
+    /// reconcilers and external calls on `services`.
+    ///
+    /// # Errors
+    /// [`BlueprintError::Invalid`] listing every template or plugin that failed.
+    pub fn from_blueprint_with(
+        blueprint: Blueprint,
+        engine: &Engine,
+        services: &Services,
+    ) -> Result<Self, BlueprintError> {
         let templates = Templates::new();
         let mut problems = Vec::new();
         let mut crds = Vec::new();
@@ -89,6 +121,7 @@ impl Assembly {
                 spec,
                 templates: &templates,
                 engine,
+                services,
                 problems: &mut problems,
             };
             if let Some(plan) = b.crd() {
@@ -155,6 +188,7 @@ struct Builder<'a> {
     spec: &'a CrdSpec,
     templates: &'a Templates,
     engine: &'a Engine,
+    services: &'a Services,
     problems: &'a mut Vec<Problem>,
 }
 
@@ -343,20 +377,29 @@ impl Builder<'_> {
                     }
                 }
             }
-            ReconcilerKind::Remote => {
-                self.problem(
-                    format!("{at}.remote"),
-                    "remote reconcilers are not available in this build yet".into(),
-                );
-                None
-            }
+            ReconcilerKind::Remote => r.remote.as_ref().map(|spec| {
+                Arc::new(Remote::new(
+                    spec,
+                    self.services.http.clone(),
+                    self.services.secrets.clone(),
+                )) as Arc<dyn Reconciler>
+            }),
         };
+        let external =
+            ExternalCalls::compile(self.templates, &r.external, at, self.services.clients())
+                .map_err(|errors| {
+                    for e in errors {
+                        self.problem(e.field.clone(), crate::errors::chain(&e.source));
+                    }
+                })
+                .ok();
         Some(ReconcilePlan {
             spec: r.clone(),
             reconciler: reconciler?,
             plugins,
             args: args?,
             requeue: requeue?,
+            external: external?,
         })
     }
 }

@@ -44,6 +44,9 @@ pub enum PassError {
         /// The object's namespace, if it names one.
         namespace: Option<String>,
     },
+    /// A `reconcile.external` call failed (and its `onError` is `fail`).
+    #[error(transparent)]
+    External(#[from] crate::external::ExternalError),
     /// A template failed while rendering.
     #[error("rendering {what}")]
     Template {
@@ -192,6 +195,31 @@ impl CrdPlan {
 }
 
 impl ReconcilePlan {
+    /// The prepare step's calls and the Request: `reconcile.external` calls run (their
+    /// results are `.external.<name>` in args), then [`ReconcilePlan::request`].
+    ///
+    /// # Errors
+    /// [`PassError::External`] naming the call that failed; [`PassError::Template`] when
+    /// `reconcile.args` fail to render.
+    pub async fn prepare(
+        &self,
+        object: &Value,
+        target: Option<&str>,
+        finalizing: bool,
+    ) -> Result<Request, PassError> {
+        let external = if self.external.is_empty() {
+            None
+        } else {
+            let ctx = Context::new(object).with_target(target);
+            let namespace = object
+                .pointer("/metadata/namespace")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            Some(self.external.run(&ctx, namespace).await?)
+        };
+        self.request(object, target, finalizing, external)
+    }
+
     /// The Request for a CR: args rendered, excluded paths stripped.
     ///
     /// # Errors

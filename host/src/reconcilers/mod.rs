@@ -1,6 +1,7 @@
 //! Reconcilers turn a Request into an Outcome; none of them writes to the API server.
 
 pub mod declarative;
+pub mod remote;
 pub mod wasm;
 
 use async_trait::async_trait;
@@ -34,6 +35,9 @@ pub enum ReconcileError {
     /// The plugin failed: trap, deadline, memory cap, error result, or bad output.
     #[error(transparent)]
     Plugin(#[from] crate::wasm::CallError),
+    /// The remote reconciler failed: connection, timeout, HTTP status, bad or error reply.
+    #[error(transparent)]
+    Remote(#[from] remote::RemoteError),
     /// The outcome broke the contract.
     #[error("invalid outcome")]
     Outcome(#[from] crate::contract::OutcomeError),

@@ -217,6 +217,52 @@ async fn list_owned(
     Ok(list.items)
 }
 
+/// The CR's children of every kind in `spec.managedResources` (keep kinds too), as the
+/// Request's `children`: `{Kind: {name: object}}`, without `managedFields`. A child in
+/// another namespace than the CR's is keyed `namespace/name`.
+///
+/// # Errors
+/// [`ChildError`] for the first failed list.
+pub async fn observed(
+    ctx: &Ctx,
+    cr: &DynamicObject,
+    spec: &crate::blueprint::ReconcileSpec,
+) -> Result<Value, ChildError> {
+    let mut grouped = serde_json::Map::new();
+    let mut seen = HashSet::new();
+    for m in &spec.managed_resources {
+        if !seen.insert((m.api_version.clone(), m.kind.clone())) {
+            continue;
+        }
+        let kind = ctx
+            .kinds
+            .resolve(&ctx.client, &m.api_version, &m.kind)
+            .await?;
+        let mut by_name = serde_json::Map::new();
+        for mut child in list_owned(ctx, cr, &kind).await? {
+            child.metadata.managed_fields = None;
+            let name = child.metadata.name.clone().unwrap_or_default();
+            let key = match &child.metadata.namespace {
+                Some(ns) if Some(ns) != cr.metadata.namespace.as_ref() => format!("{ns}/{name}"),
+                _ => name,
+            };
+            let mut value = serde_json::to_value(&child).unwrap_or(Value::Null);
+            if value.get("apiVersion").is_none() {
+                value["apiVersion"] = json!(kind.resource.api_version);
+                value["kind"] = json!(kind.resource.kind);
+            }
+            by_name.insert(key, value);
+        }
+        let entry = grouped
+            .entry(kind.resource.kind.clone())
+            .or_insert_with(|| Value::Object(serde_json::Map::new()));
+        if let Value::Object(map) = entry {
+            map.extend(by_name);
+        }
+    }
+    Ok(Value::Object(grouped))
+}
+
 fn applied_by_host(obj: &DynamicObject) -> bool {
     obj.metadata.managed_fields.iter().flatten().any(|m| {
         m.manager.as_deref() == Some(RECONCILER_MANAGER) && m.operation.as_deref() == Some("Apply")

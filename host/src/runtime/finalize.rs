@@ -39,11 +39,18 @@ pub async fn finalize(obj: &DynamicObject, ctx: &Ctx) -> Result<Action, Failure>
     let left = time_left(obj, ctx.runtime.finalizers.timeout);
 
     if left != Some(Duration::ZERO) {
-        let req = rplan.request(&object, target.as_deref(), true, None)?;
-        let outcome = match rplan.reconciler.reconcile(&req).await {
-            Ok(o) => o,
-            Err(e) => {
-                let failure = Failure::from(e);
+        let prepared =
+            super::pass::prepare(ctx, obj, rplan, &object, target.as_deref(), true).await;
+        let reconciled = match prepared {
+            Ok(req) => match rplan.reconciler.reconcile(&req).await {
+                Ok(outcome) => Ok((req, outcome)),
+                Err(e) => Err(Failure::from(e)),
+            },
+            Err(failure) => Err(failure),
+        };
+        let (req, outcome) = match reconciled {
+            Ok(done) => done,
+            Err(failure) => {
                 ctx.events
                     .record(&on, Reason::ReconcileError, crate::errors::chain(&failure))
                     .await;

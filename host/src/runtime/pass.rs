@@ -179,8 +179,28 @@ async fn pass(original: &DynamicObject, ctx: &Ctx) -> Result<Action, Failure> {
     }
 
     // Reconcile, apply, status.
-    let req = rplan.request(&object, target.as_deref(), false, None)?;
-    let args_ctx = tctx.clone().with_args(req.args.clone());
+    // Prepare: external calls, args, children. A failure here is a failed reconcile.
+    let req = match prepare(ctx, &obj, rplan, &object, target.as_deref(), false).await {
+        Ok(req) => req,
+        Err(failure) => {
+            let message = crate::errors::chain(&failure);
+            let emitted = plan.status(&tctx, None).unwrap_or_default();
+            let ready = Ready {
+                ok: false,
+                reason: "ReconcileError",
+                message: message.clone(),
+            };
+            write_status(ctx, &obj, emitted, ready).await?;
+            ctx.events
+                .record(&on, Reason::ReconcileError, message)
+                .await;
+            return Err(failure);
+        }
+    };
+    let mut args_ctx = tctx.clone().with_args(req.args.clone());
+    if let Some(external) = &req.external {
+        args_ctx = args_ctx.with_external(external.clone());
+    }
     match reconcile_and_apply(ctx, &obj, rplan, &req).await {
         Ok((outcome, obj)) => {
             let status_fields = plan.status(&args_ctx, Some(&outcome))?;
@@ -225,6 +245,23 @@ async fn pass(original: &DynamicObject, ctx: &Ctx) -> Result<Action, Failure> {
             Err(failure)
         }
     }
+}
+
+/// The Request for a CR: `reconcile.external` calls run, args rendered, and the CR's
+/// children attached when `request.children` asks for them.
+pub(super) async fn prepare(
+    ctx: &Ctx,
+    obj: &DynamicObject,
+    rplan: &ReconcilePlan,
+    object: &Value,
+    target: Option<&str>,
+    finalizing: bool,
+) -> Result<crate::contract::Request, Failure> {
+    let mut req = rplan.prepare(object, target, finalizing).await?;
+    if rplan.spec.request.children {
+        req.children = Some(children::observed(ctx, obj, &rplan.spec).await?);
+    }
+    Ok(req)
 }
 
 /// The steps that must all succeed for a pass to count: the reconciler, the fence, the

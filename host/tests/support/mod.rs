@@ -8,8 +8,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use inrun::assemble::Assembly;
+use inrun::assemble::{Assembly, Services};
 use inrun::runtime::{RunError, RunOptions};
+use inrun::secrets::KubeSecrets;
 use inrun::wasm::{Engine, EngineSettings};
 use inrun_testenv::{ControlPlane, wait_for};
 use k8s_openapi::api::events::v1::Event;
@@ -41,9 +42,13 @@ impl Host {
             ..EngineSettings::default()
         })
         .expect("engine");
-        let assembly =
-            Arc::new(Assembly::load(&path, &engine).unwrap_or_else(|e| panic!("blueprint: {e}")));
         let client = ControlPlane::shared().client();
+        // Secrets come from the API server, as with `inrun run`.
+        let services = Services::new(Arc::new(KubeSecrets::new(client.clone())));
+        let assembly = Arc::new(
+            Assembly::load_with(&path, &engine, &services)
+                .unwrap_or_else(|e| panic!("blueprint: {e}")),
+        );
         let (tx, rx) = watch::channel(false);
         let options = RunOptions {
             install_crds: true,

@@ -1,0 +1,437 @@
+//! `reconcile.external`: named calls (HTTP, Prometheus, PostgreSQL, Redis) made in the
+//! prepare step, before the reconciler; their results are `.external.<name>` in args,
+//! templates and `emit.status`.
+//!
+//! Templates are compiled once at assembly; each call runs with its own timeout, in
+//! Blueprint order (a call sees the results of the calls before it). A failed call either
+//! fails the reconcile, naming the call, or yields its declared `default`.
+
+mod http;
+mod postgres;
+mod redis;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+
+use crate::blueprint::{ExternalCall, ExternalKind, HttpMethod, OnError, SecretRef};
+use crate::secrets::{SecretError, Secrets};
+use crate::template::{CompiledValue, Context, Engine, TemplateError};
+
+/// A call that failed, by name: the reconcile fails with this.
+#[derive(Debug, thiserror::Error)]
+#[error("external call {name:?} ({kind}) failed")]
+pub struct ExternalError {
+    /// The call's `name`.
+    pub name: String,
+    /// `http`, `prometheus`, `postgres` or `redis`.
+    pub kind: &'static str,
+    /// Why.
+    #[source]
+    pub source: CallError,
+}
+
+/// Why one call failed. Messages never hold secret values.
+#[derive(Debug, thiserror::Error)]
+pub enum CallError {
+    /// A template of the call failed to render.
+    #[error("rendering {what}")]
+    Template {
+        /// Which field.
+        what: String,
+        /// Why.
+        #[source]
+        source: TemplateError,
+    },
+    /// A credential could not be read.
+    #[error("reading credentials")]
+    Secret(#[source] SecretError),
+    /// The bearer token holds characters an HTTP header cannot carry.
+    #[error("the token is not a valid HTTP header value")]
+    BadToken,
+    /// The call took longer than its `timeout`.
+    #[error("no answer within {}", crate::duration::format(*.0))]
+    Timeout(Duration),
+    /// The HTTP request failed (connection, TLS, ...).
+    #[error("HTTP request failed")]
+    Http(#[source] reqwest::Error),
+    /// The server answered with a status other than 2xx.
+    #[error("HTTP {status}: {excerpt}")]
+    Status {
+        /// The status code.
+        status: u16,
+        /// The start of the body.
+        excerpt: String,
+    },
+    /// The reply is not JSON.
+    #[error("the reply is not JSON: {excerpt}")]
+    NotJson {
+        /// The start of the body.
+        excerpt: String,
+        /// The parser's error.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// Prometheus answered with an error or an unexpected shape.
+    #[error("prometheus: {0}")]
+    Prometheus(String),
+    /// Connecting to or querying PostgreSQL failed.
+    #[error("postgres")]
+    Postgres(#[source] tokio_postgres::Error),
+    /// A query parameter cannot be sent as the type the query expects.
+    #[error("parameter ${index}: {message}")]
+    Param {
+        /// 1-based placeholder number.
+        index: usize,
+        /// Why.
+        message: String,
+    },
+    /// A result column has a type the host does not convert.
+    #[error("column {column:?} has type {type_}; cast it in the query (e.g. {column}::text)")]
+    Column {
+        /// Column name.
+        column: String,
+        /// Its PostgreSQL type.
+        type_: String,
+    },
+    /// Connecting to or querying Redis failed.
+    #[error("redis")]
+    Redis(#[source] ::redis::RedisError),
+    /// The Redis command may write; only read commands are allowed.
+    #[error("redis command {0:?} is not a read command")]
+    NotReadOnly(String),
+}
+
+/// The shared pieces calls need: the HTTP client and where credentials come from.
+#[derive(Clone)]
+pub struct Clients {
+    /// HTTP client for `http` and `prometheus` calls.
+    pub http: reqwest::Client,
+    /// Secret values.
+    pub secrets: Arc<dyn Secrets>,
+}
+
+/// Where a database is: a URL template or a Secret key holding the URL.
+enum Conn {
+    Url(CompiledValue),
+    Secret(SecretRef),
+}
+
+enum Call {
+    Http {
+        url: CompiledValue,
+        method: HttpMethod,
+        headers: Vec<(String, CompiledValue)>,
+        body: Option<CompiledValue>,
+        secret: Option<SecretRef>,
+    },
+    Prometheus {
+        url: CompiledValue,
+        query: CompiledValue,
+    },
+    Postgres {
+        conn: Conn,
+        query: String,
+        params: Vec<CompiledValue>,
+    },
+    Redis {
+        conn: Conn,
+        command: Vec<CompiledValue>,
+    },
+}
+
+impl Call {
+    fn kind(&self) -> &'static str {
+        match self {
+            Call::Http { .. } => "http",
+            Call::Prometheus { .. } => "prometheus",
+            Call::Postgres { .. } => "postgres",
+            Call::Redis { .. } => "redis",
+        }
+    }
+}
+
+struct Compiled {
+    name: String,
+    timeout: Duration,
+    on_error: OnError,
+    default: Value,
+    call: Call,
+}
+
+/// One reconcile block's external calls, compiled.
+pub struct ExternalCalls {
+    calls: Vec<Compiled>,
+    clients: Clients,
+}
+
+/// A template of an external call that does not compile.
+#[derive(Debug, thiserror::Error)]
+#[error("{field}")]
+pub struct CompileError {
+    /// The Blueprint field, e.g. `spec.crds[0].reconcile.external[1].http.url`.
+    pub field: String,
+    /// Why.
+    #[source]
+    pub source: TemplateError,
+}
+
+impl ExternalCalls {
+    /// Compiles `calls` (declared at `at`, e.g. `spec.crds[0].reconcile`).
+    ///
+    /// # Errors
+    /// Every template that does not compile, each naming its field.
+    pub fn compile(
+        templates: &Engine,
+        calls: &[ExternalCall],
+        at: &str,
+        clients: Clients,
+    ) -> Result<Self, Vec<CompileError>> {
+        let mut errors = Vec::new();
+        let mut compiled = Vec::new();
+        for (i, c) in calls.iter().enumerate() {
+            let at = format!("{at}.external[{i}]");
+            let mut value = |field: String, v: Value| -> Option<CompiledValue> {
+                templates
+                    .compile_value(&v)
+                    .map_err(|source| errors.push(CompileError { field, source }))
+                    .ok()
+            };
+            let text = |s: &str| Value::String(s.to_string());
+            let call = match c.call() {
+                Some(ExternalKind::Http(h)) => {
+                    let f = format!("{at}.http");
+                    let url = value(format!("{f}.url"), text(&h.url));
+                    let headers: Vec<_> = h
+                        .headers
+                        .iter()
+                        .filter_map(|(k, v)| {
+                            Some((k.clone(), value(format!("{f}.headers.{k}"), text(v))?))
+                        })
+                        .collect();
+                    let body = h
+                        .body
+                        .as_ref()
+                        .map(|b| value(format!("{f}.body"), b.clone()));
+                    match (url, body) {
+                        (Some(url), Some(Some(body))) => Some(Call::Http {
+                            url,
+                            method: h.method,
+                            headers,
+                            body: Some(body),
+                            secret: h.secret_ref.clone(),
+                        }),
+                        (Some(url), None) => Some(Call::Http {
+                            url,
+                            method: h.method,
+                            headers,
+                            body: None,
+                            secret: h.secret_ref.clone(),
+                        }),
+                        _ => None,
+                    }
+                }
+                Some(ExternalKind::Prometheus(p)) => {
+                    let url = value(format!("{at}.prometheus.url"), text(&p.url));
+                    let query = value(format!("{at}.prometheus.query"), text(&p.query));
+                    url.zip(query)
+                        .map(|(url, query)| Call::Prometheus { url, query })
+                }
+                Some(ExternalKind::Postgres(p)) => {
+                    let conn = conn(&mut value, &format!("{at}.postgres"), &p.url, &p.secret_ref);
+                    let params: Vec<_> = p
+                        .params
+                        .iter()
+                        .enumerate()
+                        .filter_map(|(j, t)| value(format!("{at}.postgres.params[{j}]"), text(t)))
+                        .collect();
+                    let complete = params.len() == p.params.len();
+                    conn.filter(|_| complete).map(|conn| Call::Postgres {
+                        conn,
+                        query: p.query.clone(),
+                        params,
+                    })
+                }
+                Some(ExternalKind::Redis(r)) => {
+                    let conn = conn(&mut value, &format!("{at}.redis"), &r.url, &r.secret_ref);
+                    let command: Vec<_> = r
+                        .command
+                        .iter()
+                        .enumerate()
+                        .filter_map(|(j, t)| value(format!("{at}.redis.command[{j}]"), text(t)))
+                        .collect();
+                    let complete = command.len() == r.command.len();
+                    conn.filter(|_| complete)
+                        .map(|conn| Call::Redis { conn, command })
+                }
+                // Validation already refused a call with no kind or several.
+                None => None,
+            };
+            if let Some(call) = call {
+                compiled.push(Compiled {
+                    name: c.name.clone(),
+                    timeout: c.timeout,
+                    on_error: c.on_error,
+                    default: c.default.clone().unwrap_or(Value::Null),
+                    call,
+                });
+            }
+        }
+        if errors.is_empty() {
+            Ok(ExternalCalls {
+                calls: compiled,
+                clients,
+            })
+        } else {
+            Err(errors)
+        }
+    }
+
+    /// Whether there are no calls.
+    pub fn is_empty(&self) -> bool {
+        self.calls.is_empty()
+    }
+
+    /// Runs every call in order against `base` (the CR's context); returns the results by
+    /// name. Secret references without a namespace use `cr_namespace`.
+    ///
+    /// # Errors
+    /// [`ExternalError`] for the first call that failed with `onError: fail`.
+    pub async fn run(&self, base: &Context, cr_namespace: &str) -> Result<Value, ExternalError> {
+        let mut results = Map::new();
+        for c in &self.calls {
+            let ctx = base.clone().with_external(Value::Object(results.clone()));
+            let outcome =
+                match tokio::time::timeout(c.timeout, self.call(c, &ctx, cr_namespace)).await {
+                    Ok(r) => r,
+                    Err(_) => Err(CallError::Timeout(c.timeout)),
+                };
+            let value = match outcome {
+                Ok(v) => v,
+                Err(source) => {
+                    let error = ExternalError {
+                        name: c.name.clone(),
+                        kind: c.call.kind(),
+                        source,
+                    };
+                    match c.on_error {
+                        OnError::Fail => return Err(error),
+                        OnError::Default => {
+                            tracing::info!(
+                                external.name = %c.name,
+                                error = %crate::errors::chain(&error),
+                                "external call failed; using its default"
+                            );
+                            c.default.clone()
+                        }
+                    }
+                }
+            };
+            results.insert(c.name.clone(), value);
+        }
+        Ok(Value::Object(results))
+    }
+
+    async fn call(&self, c: &Compiled, ctx: &Context, ns: &str) -> Result<Value, CallError> {
+        match &c.call {
+            Call::Http {
+                url,
+                method,
+                headers,
+                body,
+                secret,
+            } => {
+                let url = render_text(url, ctx, "url")?;
+                let mut rendered = Vec::new();
+                for (k, v) in headers {
+                    rendered.push((k.clone(), render_text(v, ctx, &format!("headers.{k}"))?));
+                }
+                let body = body.as_ref().map(|b| render(b, ctx, "body")).transpose()?;
+                let token = match secret {
+                    Some(s) => Some(self.secret(s, ns).await?),
+                    None => None,
+                };
+                let call = http::HttpRequest {
+                    url: &url,
+                    method: *method,
+                    headers: &rendered,
+                    body: body.as_ref(),
+                    token: token.as_deref(),
+                };
+                http::fetch(&self.clients.http, call).await
+            }
+            Call::Prometheus { url, query } => {
+                let url = render_text(url, ctx, "url")?;
+                let query = render_text(query, ctx, "query")?;
+                http::prometheus(&self.clients.http, &url, &query).await
+            }
+            Call::Postgres {
+                conn,
+                query,
+                params,
+            } => {
+                let url = self.conn(conn, ctx, ns).await?;
+                let mut values = Vec::new();
+                for (i, p) in params.iter().enumerate() {
+                    values.push(render(p, ctx, &format!("params[{i}]"))?);
+                }
+                postgres::query(&url, query, &values).await
+            }
+            Call::Redis { conn, command } => {
+                let url = self.conn(conn, ctx, ns).await?;
+                let mut args = Vec::new();
+                for (i, a) in command.iter().enumerate() {
+                    args.push(render_text(a, ctx, &format!("command[{i}]"))?);
+                }
+                redis::command(&url, &args).await
+            }
+        }
+    }
+
+    async fn secret(&self, s: &SecretRef, ns: &str) -> Result<String, CallError> {
+        crate::secrets::resolve(self.clients.secrets.as_ref(), s, ns)
+            .await
+            .map_err(CallError::Secret)
+    }
+
+    async fn conn(&self, conn: &Conn, ctx: &Context, ns: &str) -> Result<String, CallError> {
+        match conn {
+            Conn::Url(t) => render_text(t, ctx, "url"),
+            Conn::Secret(s) => self.secret(s, ns).await,
+        }
+    }
+}
+
+fn conn(
+    value: &mut impl FnMut(String, Value) -> Option<CompiledValue>,
+    at: &str,
+    url: &Option<String>,
+    secret: &Option<SecretRef>,
+) -> Option<Conn> {
+    match (url, secret) {
+        (Some(url), _) => value(format!("{at}.url"), Value::String(url.clone())).map(Conn::Url),
+        (None, Some(s)) => Some(Conn::Secret(s.clone())),
+        (None, None) => None,
+    }
+}
+
+fn render(t: &CompiledValue, ctx: &Context, what: &str) -> Result<Value, CallError> {
+    t.render(ctx).map_err(|source| CallError::Template {
+        what: what.to_string(),
+        source,
+    })
+}
+
+fn render_text(t: &CompiledValue, ctx: &Context, what: &str) -> Result<String, CallError> {
+    Ok(match render(t, ctx, what)? {
+        Value::String(s) => s,
+        Value::Null => String::new(),
+        other => other.to_string(),
+    })
+}
+
+/// A float as a JSON number, or `null` when it is not finite.
+fn number(f: f64) -> Value {
+    serde_json::Number::from_f64(f).map_or(Value::Null, Value::Number)
+}

@@ -1,0 +1,197 @@
+//! `postgres` calls: one connection per call, a prepared statement whose parameter types
+//! decide how each rendered parameter is sent, and rows read as JSON objects.
+//!
+//! Connections are plain TCP (`NoTls`): the database is expected on a trusted network or
+//! behind a local proxy. Column types beyond booleans, integers, floats, text and JSON
+//! are refused with a hint to cast them to text in the query.
+
+use serde_json::{Map, Value};
+use tokio_postgres::types::{ToSql, Type};
+use tokio_postgres::{NoTls, Row};
+
+use super::{CallError, number};
+
+type Param = Box<dyn ToSql + Sync + Send>;
+
+/// Runs `sql` with `params` bound to `$1`, `$2`, ...; returns the rows as objects.
+pub(super) async fn query(url: &str, sql: &str, params: &[Value]) -> Result<Value, CallError> {
+    let (client, connection) = tokio_postgres::connect(url, NoTls)
+        .await
+        .map_err(CallError::Postgres)?;
+    let driver = tokio::spawn(async move {
+        if let Err(e) = connection.await {
+            tracing::debug!(error = %e, "postgres connection closed");
+        }
+    });
+    let result = run(&client, sql, params).await;
+    drop(client);
+    let _ = driver.await;
+    result
+}
+
+async fn run(
+    client: &tokio_postgres::Client,
+    sql: &str,
+    params: &[Value],
+) -> Result<Value, CallError> {
+    let statement = client.prepare(sql).await.map_err(CallError::Postgres)?;
+    if statement.params().len() != params.len() {
+        return Err(CallError::Param {
+            index: params.len().min(statement.params().len()) + 1,
+            message: format!(
+                "the query has {} placeholder(s) but {} param(s) are given",
+                statement.params().len(),
+                params.len()
+            ),
+        });
+    }
+    let bound: Vec<Param> = statement
+        .params()
+        .iter()
+        .zip(params)
+        .enumerate()
+        .map(|(i, (ty, v))| {
+            bind(ty, v).map_err(|message| CallError::Param {
+                index: i + 1,
+                message,
+            })
+        })
+        .collect::<Result<_, _>>()?;
+    let refs: Vec<&(dyn ToSql + Sync)> = bound
+        .iter()
+        .map(|b| b.as_ref() as &(dyn ToSql + Sync))
+        .collect();
+    let rows = client
+        .query(&statement, &refs)
+        .await
+        .map_err(CallError::Postgres)?;
+    rows.iter()
+        .map(row)
+        .collect::<Result<Vec<_>, _>>()
+        .map(Value::Array)
+}
+
+fn text_of(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+fn int(v: &Value) -> Result<i64, String> {
+    match v {
+        Value::Number(n) => n.as_i64().ok_or_else(|| format!("{n} is not an integer")),
+        Value::String(s) => s
+            .trim()
+            .parse()
+            .map_err(|_| format!("{s:?} is not an integer")),
+        other => Err(format!("{other} is not an integer")),
+    }
+}
+
+fn float(v: &Value) -> Result<f64, String> {
+    match v {
+        Value::Number(n) => n.as_f64().ok_or_else(|| format!("{n} is not a number")),
+        Value::String(s) => s
+            .trim()
+            .parse()
+            .map_err(|_| format!("{s:?} is not a number")),
+        other => Err(format!("{other} is not a number")),
+    }
+}
+
+/// A rendered parameter as the type the statement expects; `null` is SQL NULL.
+fn bind(ty: &Type, v: &Value) -> Result<Param, String> {
+    let narrow = |n: i64, max: i64| {
+        if n.abs() <= max {
+            Ok(n)
+        } else {
+            Err(format!("{n} is out of range for {ty}"))
+        }
+    };
+    if v.is_null() {
+        return Ok(Box::new(Option::<String>::None));
+    }
+    Ok(match *ty {
+        Type::BOOL => match v {
+            Value::Bool(b) => Box::new(*b),
+            Value::String(s) if s == "true" || s == "false" => Box::new(s == "true"),
+            other => return Err(format!("{other} is not a boolean")),
+        },
+        Type::INT2 => Box::new(narrow(int(v)?, i64::from(i16::MAX))? as i16),
+        Type::INT4 => Box::new(narrow(int(v)?, i64::from(i32::MAX))? as i32),
+        Type::INT8 => Box::new(int(v)?),
+        Type::FLOAT4 => Box::new(float(v)? as f32),
+        Type::FLOAT8 => Box::new(float(v)?),
+        Type::JSON | Type::JSONB => Box::new(v.clone()),
+        Type::TEXT | Type::VARCHAR | Type::NAME | Type::BPCHAR | Type::UNKNOWN => {
+            Box::new(text_of(v))
+        }
+        _ => {
+            return Err(format!(
+                "the query expects type {ty}; cast the placeholder (e.g. $n::text) or use a supported type"
+            ));
+        }
+    })
+}
+
+fn row(row: &Row) -> Result<Value, CallError> {
+    let mut out = Map::new();
+    for (i, column) in row.columns().iter().enumerate() {
+        let pg = CallError::Postgres;
+        let value = match *column.type_() {
+            Type::BOOL => row
+                .try_get::<_, Option<bool>>(i)
+                .map_err(pg)?
+                .map(Value::Bool),
+            Type::INT2 => row
+                .try_get::<_, Option<i16>>(i)
+                .map_err(pg)?
+                .map(Value::from),
+            Type::INT4 => row
+                .try_get::<_, Option<i32>>(i)
+                .map_err(pg)?
+                .map(Value::from),
+            Type::INT8 => row
+                .try_get::<_, Option<i64>>(i)
+                .map_err(pg)?
+                .map(Value::from),
+            Type::OID => row
+                .try_get::<_, Option<u32>>(i)
+                .map_err(pg)?
+                .map(Value::from),
+            Type::FLOAT4 => row
+                .try_get::<_, Option<f32>>(i)
+                .map_err(pg)?
+                .map(|f| number(f64::from(f))),
+            Type::FLOAT8 => row.try_get::<_, Option<f64>>(i).map_err(pg)?.map(number),
+            Type::TEXT | Type::VARCHAR | Type::NAME | Type::BPCHAR => row
+                .try_get::<_, Option<String>>(i)
+                .map_err(pg)?
+                .map(Value::String),
+            Type::JSON | Type::JSONB => row.try_get::<_, Option<Value>>(i).map_err(pg)?,
+            ref other => {
+                return Err(CallError::Column {
+                    column: column.name().to_string(),
+                    type_: other.to_string(),
+                });
+            }
+        };
+        out.insert(column.name().to_string(), value.unwrap_or(Value::Null));
+    }
+    Ok(Value::Object(out))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parameters_are_converted_to_the_type_the_query_expects() {
+        assert!(bind(&Type::INT4, &Value::from("42")).is_ok());
+        assert!(bind(&Type::INT2, &Value::from(70000)).is_err());
+        assert!(bind(&Type::BOOL, &Value::from("yes")).is_err());
+        assert!(bind(&Type::TIMESTAMP, &Value::from("now")).is_err());
+        assert!(bind(&Type::TEXT, &Value::from(3)).is_ok());
+    }
+}

@@ -1,0 +1,145 @@
+//! `redis` calls: one read command per call; replies become JSON (hashes as objects).
+
+use ::redis::Value as Reply;
+use serde_json::{Map, Value};
+
+use super::{CallError, number};
+
+/// Commands that only read. Anything else is refused before connecting.
+const READ_COMMANDS: &[&str] = &[
+    "GET",
+    "MGET",
+    "GETRANGE",
+    "STRLEN",
+    "EXISTS",
+    "TYPE",
+    "TTL",
+    "PTTL",
+    "HGET",
+    "HMGET",
+    "HGETALL",
+    "HKEYS",
+    "HVALS",
+    "HLEN",
+    "HEXISTS",
+    "HSTRLEN",
+    "LRANGE",
+    "LLEN",
+    "LINDEX",
+    "SMEMBERS",
+    "SISMEMBER",
+    "SMISMEMBER",
+    "SCARD",
+    "ZRANGE",
+    "ZREVRANGE",
+    "ZRANGEBYSCORE",
+    "ZSCORE",
+    "ZMSCORE",
+    "ZCARD",
+    "ZCOUNT",
+    "ZRANK",
+    "XRANGE",
+    "XREVRANGE",
+    "XLEN",
+    "DBSIZE",
+    "PING",
+];
+
+/// Commands whose flat `[field, value, ...]` reply is a map.
+const MAP_COMMANDS: &[&str] = &["HGETALL"];
+
+/// Runs `args` (command first) against the server at `url`.
+pub(super) async fn command(url: &str, args: &[String]) -> Result<Value, CallError> {
+    let name = args
+        .first()
+        .map(|c| c.to_ascii_uppercase())
+        .unwrap_or_default();
+    if !READ_COMMANDS.contains(&name.as_str()) {
+        return Err(CallError::NotReadOnly(name));
+    }
+    let client = ::redis::Client::open(url).map_err(CallError::Redis)?;
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .map_err(CallError::Redis)?;
+    let mut cmd = ::redis::cmd(&name);
+    for a in &args[1..] {
+        cmd.arg(a);
+    }
+    let reply: Reply = cmd.query_async(&mut conn).await.map_err(CallError::Redis)?;
+    Ok(to_json(reply, MAP_COMMANDS.contains(&name.as_str())))
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn key(reply: Reply) -> String {
+    match to_json(reply, false) {
+        Value::String(s) => s,
+        other => other.to_string(),
+    }
+}
+
+/// A reply as JSON; `pairs` reads a flat array as `{field: value}`.
+fn to_json(reply: Reply, pairs: bool) -> Value {
+    match reply {
+        Reply::Nil => Value::Null,
+        Reply::Int(i) => Value::from(i),
+        Reply::BulkString(b) => Value::String(text(&b)),
+        Reply::SimpleString(s) => Value::String(s),
+        Reply::Okay => Value::String("OK".into()),
+        Reply::Double(f) => number(f),
+        Reply::Boolean(b) => Value::Bool(b),
+        Reply::VerbatimString { text, .. } => Value::String(text),
+        Reply::Array(items) if pairs => {
+            let mut map = Map::new();
+            let mut it = items.into_iter();
+            while let (Some(k), Some(v)) = (it.next(), it.next()) {
+                map.insert(key(k), to_json(v, false));
+            }
+            Value::Object(map)
+        }
+        Reply::Array(items) | Reply::Set(items) => {
+            Value::Array(items.into_iter().map(|i| to_json(i, false)).collect())
+        }
+        Reply::Map(entries) => Value::Object(
+            entries
+                .into_iter()
+                .map(|(k, v)| (key(k), to_json(v, false)))
+                .collect(),
+        ),
+        Reply::Attribute { data, .. } => to_json(*data, pairs),
+        other => Value::String(format!("{other:?}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hgetall_replies_become_objects() {
+        let reply = Reply::Array(vec![
+            Reply::BulkString(b"tier".to_vec()),
+            Reply::BulkString(b"gold".to_vec()),
+            Reply::BulkString(b"limit".to_vec()),
+            Reply::BulkString(b"5".to_vec()),
+        ]);
+        assert_eq!(
+            to_json(reply, true),
+            serde_json::json!({"tier": "gold", "limit": "5"})
+        );
+    }
+
+    #[tokio::test]
+    async fn write_commands_are_refused_before_connecting() {
+        let err = command(
+            "redis://127.0.0.1:1",
+            &["set".into(), "k".into(), "v".into()],
+        )
+        .await
+        .expect_err("refused");
+        assert!(matches!(err, CallError::NotReadOnly(c) if c == "SET"));
+    }
+}

@@ -1,0 +1,367 @@
+//! The remote reconciler: the Request POSTed as JSON to an HTTP endpoint, the Result read
+//! back. One call per reconcile; the bearer token comes from a Secret and is never logged.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde_json::Value;
+
+use super::{ReconcileError, Reconciler, ReconcilerKind, finish};
+use crate::blueprint::{RemoteSpec, SecretRef};
+use crate::contract::{Outcome, Request};
+use crate::secrets::{SecretError, Secrets};
+
+/// Longest excerpt of a reply body put in an error message, in characters.
+pub const EXCERPT_MAX: usize = 200;
+
+/// Largest reply accepted, in bytes.
+pub const REPLY_MAX: usize = 16 * 1024 * 1024;
+
+/// Why a remote call failed. Messages never hold the bearer token.
+#[derive(Debug, thiserror::Error)]
+pub enum RemoteError {
+    /// The token could not be read.
+    #[error("reading the remote reconciler's token")]
+    Token(#[source] SecretError),
+    /// Nothing answered at the endpoint (refused, unreachable, DNS, TLS).
+    #[error("cannot connect to remote reconciler {endpoint}")]
+    Connect {
+        /// The endpoint.
+        endpoint: String,
+        /// The client's error.
+        #[source]
+        source: reqwest::Error,
+    },
+    /// The call took longer than `timeout`.
+    #[error("remote reconciler {endpoint} did not answer within {}", crate::duration::format(*after))]
+    Timeout {
+        /// The endpoint.
+        endpoint: String,
+        /// The timeout.
+        after: Duration,
+    },
+    /// Any other transport failure.
+    #[error("calling remote reconciler {endpoint}")]
+    Transport {
+        /// The endpoint.
+        endpoint: String,
+        /// The client's error.
+        #[source]
+        source: reqwest::Error,
+    },
+    /// The endpoint answered with a status other than 2xx.
+    #[error("remote reconciler {endpoint} answered HTTP {status}: {excerpt}")]
+    Status {
+        /// The endpoint.
+        endpoint: String,
+        /// The HTTP status code.
+        status: u16,
+        /// The start of the reply body.
+        excerpt: String,
+    },
+    /// The reply is larger than [`REPLY_MAX`].
+    #[error("remote reconciler {endpoint} replied with more than {REPLY_MAX} bytes")]
+    TooLarge {
+        /// The endpoint.
+        endpoint: String,
+    },
+    /// The reply is not JSON.
+    #[error("remote reconciler {endpoint} replied with something that is not JSON: {excerpt}")]
+    NotJson {
+        /// The endpoint.
+        endpoint: String,
+        /// The start of the reply body.
+        excerpt: String,
+        /// The parser's error.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// The reply is JSON but not a Result.
+    #[error("remote reconciler {endpoint} replied with a malformed Result: {problem}")]
+    Shape {
+        /// The endpoint.
+        endpoint: String,
+        /// What is wrong with it.
+        problem: String,
+    },
+    /// `result` is neither `ok` nor `error`.
+    #[error(
+        "remote reconciler {endpoint} replied with unknown result {result:?} (expected \"ok\" or \"error\")"
+    )]
+    UnknownResult {
+        /// The endpoint.
+        endpoint: String,
+        /// What it said.
+        result: String,
+    },
+    /// The reconciler answered `"result": "error"`.
+    #[error("remote reconciler {endpoint} reported an error: {message}")]
+    Reported {
+        /// The endpoint.
+        endpoint: String,
+        /// Its `error` message.
+        message: String,
+    },
+}
+
+/// A reconciler behind an HTTP endpoint.
+pub struct Remote {
+    endpoint: String,
+    auth: Option<SecretRef>,
+    timeout: Duration,
+    client: reqwest::Client,
+    secrets: Arc<dyn Secrets>,
+}
+
+impl std::fmt::Debug for Remote {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Remote")
+            .field("endpoint", &self.endpoint)
+            .field("auth", &self.auth)
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Remote {
+    /// A remote reconciler for `spec`, reading its token from `secrets`.
+    pub fn new(spec: &RemoteSpec, client: reqwest::Client, secrets: Arc<dyn Secrets>) -> Self {
+        Remote {
+            endpoint: spec.endpoint.clone(),
+            auth: spec.auth.as_ref().map(|a| a.secret_ref.clone()),
+            timeout: spec.timeout,
+            client,
+            secrets,
+        }
+    }
+
+    /// The endpoint the Request is POSTed to.
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    /// Makes the call and reads the Result.
+    ///
+    /// # Errors
+    /// [`RemoteError`] for every way the call can fail.
+    pub async fn call(&self, req: &Request) -> Result<Outcome, RemoteError> {
+        let mut call = self
+            .client
+            .post(&self.endpoint)
+            .timeout(self.timeout)
+            .json(req);
+        if let Some(secret) = &self.auth {
+            let namespace = req.key.split_once('/').map_or("", |(ns, _)| ns);
+            let token = crate::secrets::resolve(self.secrets.as_ref(), secret, namespace)
+                .await
+                .map_err(RemoteError::Token)?;
+            let mut value = reqwest::header::HeaderValue::from_str(&format!("Bearer {token}"))
+                .map_err(|_| {
+                    RemoteError::Token(SecretError::NotText {
+                        namespace: secret.namespace.as_deref().unwrap_or(namespace).into(),
+                        name: secret.name.clone(),
+                        key: secret.key.clone(),
+                    })
+                })?;
+            value.set_sensitive(true);
+            call = call.header(reqwest::header::AUTHORIZATION, value);
+        }
+        let response = call.send().await.map_err(|e| self.transport(e))?;
+        let status = response.status();
+        let body = read_bounded(response).await.map_err(|e| match e {
+            Bounded::TooLarge => RemoteError::TooLarge {
+                endpoint: self.endpoint.clone(),
+            },
+            Bounded::Transport(e) => self.transport(e),
+        })?;
+        if !status.is_success() {
+            return Err(RemoteError::Status {
+                endpoint: self.endpoint.clone(),
+                status: status.as_u16(),
+                excerpt: excerpt(&body),
+            });
+        }
+        let reply: Value =
+            serde_json::from_slice(&body).map_err(|source| RemoteError::NotJson {
+                endpoint: self.endpoint.clone(),
+                excerpt: excerpt(&body),
+                source,
+            })?;
+        self.outcome(reply)
+    }
+
+    fn transport(&self, e: reqwest::Error) -> RemoteError {
+        let endpoint = self.endpoint.clone();
+        if e.is_timeout() {
+            RemoteError::Timeout {
+                endpoint,
+                after: self.timeout,
+            }
+        } else if e.is_connect() {
+            RemoteError::Connect {
+                endpoint,
+                source: e.without_url(),
+            }
+        } else {
+            RemoteError::Transport {
+                endpoint,
+                source: e.without_url(),
+            }
+        }
+    }
+
+    /// The Result in a reply: `result` checked and removed, the rest read as an Outcome.
+    fn outcome(&self, reply: Value) -> Result<Outcome, RemoteError> {
+        let shape = |problem: String| RemoteError::Shape {
+            endpoint: self.endpoint.clone(),
+            problem,
+        };
+        let Value::Object(mut map) = reply else {
+            return Err(shape("the reply is not a JSON object".into()));
+        };
+        let result = match map.remove("result") {
+            Some(Value::String(s)) => s,
+            Some(other) => return Err(shape(format!("\"result\" is {other}, not a string"))),
+            None => return Err(shape("the reply has no \"result\"".into())),
+        };
+        match result.as_str() {
+            "ok" => serde_json::from_value(Value::Object(map)).map_err(|e| shape(e.to_string())),
+            "error" => {
+                let message = match map.get("error") {
+                    Some(Value::String(m)) => m.clone(),
+                    Some(other) => other.to_string(),
+                    None => "(no \"error\" message)".into(),
+                };
+                Err(RemoteError::Reported {
+                    endpoint: self.endpoint.clone(),
+                    message: truncate(&message, EXCERPT_MAX * 5),
+                })
+            }
+            _ => Err(RemoteError::UnknownResult {
+                endpoint: self.endpoint.clone(),
+                result: truncate(&result, EXCERPT_MAX),
+            }),
+        }
+    }
+}
+
+#[async_trait]
+impl Reconciler for Remote {
+    fn kind(&self) -> ReconcilerKind {
+        ReconcilerKind::Remote
+    }
+
+    async fn reconcile(&self, req: &Request) -> Result<Outcome, ReconcileError> {
+        let outcome = self.call(req).await?;
+        finish(outcome, req)
+    }
+}
+
+enum Bounded {
+    TooLarge,
+    Transport(reqwest::Error),
+}
+
+async fn read_bounded(mut response: reqwest::Response) -> Result<Vec<u8>, Bounded> {
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await.map_err(Bounded::Transport)? {
+        if body.len() + chunk.len() > REPLY_MAX {
+            return Err(Bounded::TooLarge);
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
+/// The start of a body as text, at most [`EXCERPT_MAX`] characters on one line.
+pub fn excerpt(body: &[u8]) -> String {
+    let text = String::from_utf8_lossy(body);
+    let one_line: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if one_line.is_empty() {
+        "(empty body)".into()
+    } else {
+        truncate(&one_line, EXCERPT_MAX)
+    }
+}
+
+fn truncate(text: &str, max: usize) -> String {
+    if text.chars().count() > max {
+        text.chars().take(max).collect::<String>() + "…"
+    } else {
+        text.to_string()
+    }
+}
+
+/// The HTTP client shared by remote reconcilers and external calls: rustls, no proxy
+/// from the environment surprises beyond reqwest's defaults.
+///
+/// # Errors
+/// The client's error when TLS cannot be set up.
+pub fn http_client() -> Result<reqwest::Client, reqwest::Error> {
+    reqwest::Client::builder()
+        .user_agent(concat!("inrun/", env!("CARGO_PKG_VERSION")))
+        .build()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::secrets::StaticSecrets;
+    use serde_json::json;
+
+    fn remote() -> Remote {
+        let spec = RemoteSpec {
+            endpoint: "http://127.0.0.1:9/reconcile".into(),
+            auth: None,
+            timeout: Duration::from_secs(1),
+        };
+        Remote::new(
+            &spec,
+            http_client().expect("client"),
+            Arc::new(StaticSecrets::new()),
+        )
+    }
+
+    #[test]
+    fn an_ok_reply_is_read_as_an_outcome_without_its_result_key() {
+        let o = remote()
+            .outcome(json!({"result": "ok", "status": {"phase": "Ready"}, "requeueAfter": "5s"}))
+            .expect("outcome");
+        assert_eq!(o.requeue_after, Some(Duration::from_secs(5)));
+    }
+
+    #[test]
+    fn replies_that_are_not_results_are_told_apart() {
+        let r = remote();
+        assert!(matches!(
+            r.outcome(json!({"result": "error", "error": "db down"})),
+            Err(RemoteError::Reported { message, .. }) if message == "db down"
+        ));
+        assert!(matches!(
+            r.outcome(json!({"result": "maybe"})),
+            Err(RemoteError::UnknownResult { .. })
+        ));
+        assert!(matches!(
+            r.outcome(json!([1])),
+            Err(RemoteError::Shape { .. })
+        ));
+        assert!(matches!(
+            r.outcome(json!({"status": {}})),
+            Err(RemoteError::Shape { .. })
+        ));
+        assert!(matches!(
+            r.outcome(json!({"result": "ok", "resources": "no"})),
+            Err(RemoteError::Shape { .. })
+        ));
+    }
+
+    #[test]
+    fn excerpts_are_one_bounded_line() {
+        let long = "x\n".repeat(1000);
+        let e = excerpt(long.as_bytes());
+        assert!(e.chars().count() <= EXCERPT_MAX + 1);
+        assert!(!e.contains('\n'));
+        assert_eq!(excerpt(b""), "(empty body)");
+    }
+}

@@ -1,0 +1,403 @@
+//! Remote reconcilers end to end: a small axum server in the test is the reconciler; the
+//! host runs against the real kube-apiserver. Also `render` with a remote reconciler.
+
+mod support;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use inrun_testenv::{ControlPlane, TestResult};
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use serde_json::{Value, json};
+use support::*;
+
+const TOKEN: &str = "tok-3f9a1c-first";
+const ROTATED: &str = "tok-77d02e-second";
+
+/// What the server saw: the Authorization header and the JSON body of each call.
+#[derive(Clone, Default)]
+struct Seen(Arc<Mutex<Vec<(Option<String>, Value)>>>);
+
+impl Seen {
+    fn calls(&self) -> Vec<(Option<String>, Value)> {
+        self.0.lock().expect("lock").clone()
+    }
+
+    /// The calls made for the CR `name`.
+    fn for_cr(&self, name: &str) -> Vec<(Option<String>, Value)> {
+        self.calls()
+            .into_iter()
+            .filter(|(_, b)| b["object"]["metadata"]["name"] == name)
+            .collect()
+    }
+}
+
+/// Answers by the CR's name: failure modes for the names below, a Result otherwise.
+async fn reconcile(State(seen): State<Seen>, headers: HeaderMap, body: Bytes) -> Response {
+    let Ok(req) = serde_json::from_slice::<Value>(&body) else {
+        return (StatusCode::BAD_REQUEST, "not JSON").into_response();
+    };
+    let auth = headers
+        .get("authorization")
+        .and_then(|h| h.to_str().ok())
+        .map(str::to_string);
+    seen.0.lock().expect("lock").push((auth, req.clone()));
+    let name = req["object"]["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    match name.as_str() {
+        "status500" => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "database exploded\nat line 2",
+        )
+            .into_response(),
+        "notjson" => (StatusCode::OK, "<html>hello</html>").into_response(),
+        "shape" => axum::Json(json!({"result": "ok", "resources": "nope"})).into_response(),
+        "unknown" => axum::Json(json!({"result": "perhaps"})).into_response(),
+        "error" => axum::Json(json!({"result": "error", "error": "quota exceeded for team"}))
+            .into_response(),
+        "slow" => {
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            axum::Json(json!({"result": "ok"})).into_response()
+        }
+        _ => {
+            let children = req["children"]["ConfigMap"]
+                .as_object()
+                .map_or(0, |m| m.len());
+            axum::Json(json!({
+                "result": "ok",
+                "resources": [{
+                    "apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": format!("{name}-config")},
+                    "data": {"image": req["args"]["image"], "finalizing": req["finalizing"].to_string()}
+                }],
+                "status": {"phase": "Ready", "childrenSeen": children},
+                "labels": {"served-by": "remote"},
+            }))
+            .into_response()
+        }
+    }
+}
+
+/// Starts the reconciler on 127.0.0.1; returns its base URL and what it sees.
+async fn server() -> (String, Seen) {
+    let seen = Seen::default();
+    let app = Router::new()
+        .route("/reconcile", axum::routing::post(reconcile))
+        .with_state(seen.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    (format!("http://{addr}/reconcile"), seen)
+}
+
+/// A port nothing listens on.
+async fn closed_port() -> u16 {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    l.local_addr().expect("addr").port()
+}
+
+fn blueprint(group: &str, endpoint: &str, refused: u16) -> String {
+    format!(
+        r#"apiVersion: inrun.dev/v1alpha1
+kind: Blueprint
+metadata: {{name: e2e-remote}}
+spec:
+  runtime:
+    backoff: {{base: 1s, max: 5s}}
+  crds:
+    - group: {group}
+      version: v1alpha1
+      kind: WebApp
+      reconcile:
+        default: false
+        remote:
+          endpoint: "{endpoint}"
+          timeout: 1s
+          auth: {{secretRef: {{name: remote-auth, key: token}}}}
+        args: {{image: "{{{{ .spec.image }}}}"}}
+        request:
+          object: {{exclude: [.metadata.managedFields, .status]}}
+          children: true
+        managedResources:
+          - {{apiVersion: v1, kind: ConfigMap}}
+    - group: {group}
+      version: v1alpha1
+      kind: Refused
+      reconcile:
+        default: false
+        remote: {{endpoint: "http://127.0.0.1:{refused}/reconcile", timeout: 2s}}
+        managedResources:
+          - {{apiVersion: v1, kind: ConfigMap}}
+"#
+    )
+}
+
+async fn put_token(ns: &str, token: &str) -> TestResult {
+    let api: Api<Secret> = Api::namespaced(client(), ns);
+    let secret = json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "remote-auth"}, "stringData": {"token": token}});
+    api.patch(
+        "remote-auth",
+        &PatchParams::apply("e2e-test").force(),
+        &Patch::Apply(&secret),
+    )
+    .await?;
+    Ok(())
+}
+
+/// Waits until the host has installed the CRD and the API server serves it.
+async fn served(ar: &kube::discovery::ApiResource, ns: &str) {
+    let api: Api<kube::api::DynamicObject> = Api::namespaced_with(client(), ns, ar);
+    eventually(&format!("{} to be served", ar.kind), || async {
+        api.list(&Default::default()).await.ok().map(|_| ())
+    })
+    .await;
+}
+
+fn cr(group: &str, kind: &str, name: &str) -> String {
+    format!(
+        "apiVersion: {group}/v1alpha1\nkind: {kind}\nmetadata: {{name: {name}}}\nspec: {{image: 'nginx:1.27'}}\n"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn remote_reconciler_gets_the_documented_request_and_its_result_is_applied() -> TestResult {
+    let group = unique_group("remote_ok");
+    let (endpoint, seen) = server().await;
+    let ns = ControlPlane::shared().namespace("remote-ok").await?;
+    put_token(&ns, TOKEN).await?;
+    let host = Host::start(&blueprint(&group, &endpoint, closed_port().await)).await;
+    let ar = resource(&group, "WebApp");
+    served(&ar, &ns).await;
+    apply_cr(&ar, &ns, &cr(&group, "WebApp", "shop")).await;
+
+    // The Result is applied: the child, the CR's status and labels.
+    let cm = eventually("the ConfigMap", || {
+        get(configmaps(), Some(&ns), "shop-config")
+    })
+    .await;
+    assert_eq!(cm.data["data"]["image"], "nginx:1.27");
+    assert!(
+        cm.metadata
+            .labels
+            .as_ref()
+            .is_some_and(|l| l.contains_key("inrun.dev/owner-uid"))
+    );
+    // The child's creation triggers another pass, which sees it in `children`.
+    let cr_obj = eventually("the CR to see its child", || async {
+        let cr = get(&ar, Some(&ns), "shop").await?;
+        (cr.data["status"]["childrenSeen"] == 1).then_some(cr)
+    })
+    .await;
+    assert_eq!(cr_obj.data["status"]["phase"], "Ready");
+    assert_eq!(
+        cr_obj
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("served-by"))
+            .map(String::as_str),
+        Some("remote")
+    );
+
+    // The body: exactly the documented keys, the excluded paths gone, the token sent.
+    let calls = seen.for_cr("shop");
+    let (auth, first) = calls.first().expect("a call").clone();
+    assert_eq!(auth.as_deref(), Some(format!("Bearer {TOKEN}").as_str()));
+    let keys: Vec<&str> = first
+        .as_object()
+        .expect("object")
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(
+        keys,
+        ["key", "apiVersion", "kind", "object", "args", "children"]
+    );
+    assert_eq!(first["key"], format!("{ns}/shop"));
+    assert_eq!(first["apiVersion"], format!("{group}/v1alpha1"));
+    assert_eq!(first["kind"], "WebApp");
+    assert_eq!(first["args"], json!({"image": "nginx:1.27"}));
+    assert!(first["object"]["metadata"].get("managedFields").is_none());
+    assert!(first["object"].get("status").is_none());
+    assert_eq!(first["object"]["spec"]["image"], "nginx:1.27");
+    let with_child = calls
+        .iter()
+        .map(|(_, b)| b)
+        .find(|b| b["children"]["ConfigMap"]["shop-config"].is_object())
+        .expect("a call that carries the child");
+    let child = &with_child["children"]["ConfigMap"]["shop-config"];
+    assert_eq!(child["data"]["image"], "nginx:1.27");
+    assert!(child["metadata"].get("managedFields").is_none());
+
+    // A rotated token is read again.
+    put_token(&ns, ROTATED).await?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    apply_cr(
+        &ar,
+        &ns,
+        &cr(&group, "WebApp", "shop").replace("nginx:1.27", "nginx:1.28"),
+    )
+    .await;
+    eventually("a call with the rotated token", || async {
+        seen.for_cr("shop")
+            .iter()
+            .any(|(a, b)| {
+                a.as_deref() == Some(format!("Bearer {ROTATED}").as_str())
+                    && b["args"]["image"] == "nginx:1.28"
+            })
+            .then_some(())
+    })
+    .await;
+
+    // Deletion: the reconciler is asked with `finalizing: true`, then the CR goes.
+    let api: Api<kube::api::DynamicObject> = Api::namespaced_with(client(), &ns, &ar);
+    api.delete("shop", &DeleteParams::default()).await?;
+    eventually("a finalizing call", || async {
+        seen.for_cr("shop")
+            .iter()
+            .any(|(_, b)| b["finalizing"] == true)
+            .then_some(())
+    })
+    .await;
+    eventually("the CR to be gone", || async {
+        get(&ar, Some(&ns), "shop").await.is_none().then_some(())
+    })
+    .await;
+    eventually("the child to be deleted", || async {
+        get(configmaps(), Some(&ns), "shop-config")
+            .await
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    host.stop().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_remote_failure_is_a_reconcile_error_and_the_host_keeps_going() -> TestResult {
+    let group = unique_group("remote_fail");
+    let (endpoint, _seen) = server().await;
+    let ns = ControlPlane::shared().namespace("remote-fail").await?;
+    put_token(&ns, TOKEN).await?;
+    let host = Host::start(&blueprint(&group, &endpoint, closed_port().await)).await;
+    let ar = resource(&group, "WebApp");
+    served(&ar, &ns).await;
+    served(&resource(&group, "Refused"), &ns).await;
+    let expected = [
+        (
+            "status500",
+            "answered HTTP 500: database exploded at line 2",
+        ),
+        (
+            "notjson",
+            "replied with something that is not JSON: <html>hello</html>",
+        ),
+        ("shape", "replied with a malformed Result"),
+        ("unknown", "unknown result \"perhaps\""),
+        ("error", "reported an error: quota exceeded for team"),
+        ("slow", "did not answer within 1s"),
+    ];
+    for (name, _) in expected {
+        apply_cr(&ar, &ns, &cr(&group, "WebApp", name)).await;
+    }
+    apply_cr(
+        &resource(&group, "Refused"),
+        &ns,
+        &cr(&group, "Refused", "refused"),
+    )
+    .await;
+    for (name, text) in expected {
+        let note = event(&ns, name, "ReconcileError").await;
+        assert!(note.contains(text), "{name}: {note:?} lacks {text:?}");
+        assert!(!note.contains(TOKEN), "{name}: the token leaked: {note}");
+    }
+    let note = event(&ns, "refused", "ReconcileError").await;
+    assert!(
+        note.contains("cannot connect to remote reconciler"),
+        "{note}"
+    );
+
+    // The status says why, without the token; and a good CR is still served.
+    let failed = get(&ar, Some(&ns), "error").await.expect("cr");
+    let (status, reason, message) = ready(&failed).expect("Ready condition");
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", "ReconcileError")
+    );
+    assert!(message.contains("quota exceeded") && !message.contains(TOKEN));
+    apply_cr(&ar, &ns, &cr(&group, "WebApp", "fine")).await;
+    eventually("the good CR's child", || {
+        get(configmaps(), Some(&ns), "fine-config")
+    })
+    .await;
+    host.stop().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn render_calls_a_remote_reconciler_with_a_secret_from_the_command_line() -> TestResult {
+    let (endpoint, seen) = server().await;
+    let dir = tempfile::tempdir()?;
+    let bp = dir.path().join("blueprint.yaml");
+    std::fs::write(&bp, blueprint("render.e2e.inrun.dev", &endpoint, 1))?;
+    let obj = dir.path().join("cr.yaml");
+    std::fs::write(
+        &obj,
+        cr("render.e2e.inrun.dev", "WebApp", "shop").replace(
+            "metadata: {name: shop}",
+            "metadata: {name: shop, namespace: team-a}",
+        ),
+    )?;
+    let run = |extra: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_inrun"))
+            .args(["render", "-b"])
+            .arg(&bp)
+            .arg("-f")
+            .arg(&obj)
+            .args(["-o", "json"])
+            .args(extra)
+            .env("INRUN_CACHE_DIR", dir.path().join("cache"))
+            .output()
+            .expect("run inrun");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (ok, stdout, stderr) = run(&["--secret", &format!("team-a/remote-auth/token={TOKEN}")]);
+    assert!(ok, "render failed: {stderr}");
+    let out: Value = serde_json::from_str(&stdout)?;
+    assert_eq!(out["reconciler"], "remote");
+    assert_eq!(out["resources"][0]["metadata"]["name"], "shop-config");
+    assert_eq!(out["status"]["phase"], "Ready");
+    assert_eq!(
+        seen.calls()[0].0.as_deref(),
+        Some(format!("Bearer {TOKEN}").as_str())
+    );
+
+    // Without the secret, render says which one to pass.
+    let (ok, _, stderr) = run(&[]);
+    assert!(!ok);
+    assert!(
+        stderr.contains("--secret team-a/remote-auth/token=VALUE"),
+        "{stderr}"
+    );
+    Ok(())
+}
