@@ -326,3 +326,46 @@ async fn metrics_move_with_reconciles_and_blueprint_matches_the_loaded_file() ->
     host.stop().await;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_shows_crds_and_kinds_in_chromium() -> TestResult {
+    let group = unique_group("console");
+    let host = start(&webapp_blueprint(&group, ""), client(), true);
+    let state = inrun::server::State::new(host.assembly.clone());
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let (addr, server) = inrun::server::bind(([127, 0, 0, 1], 0).into(), state, stop_rx).await?;
+    let profile = tempfile::tempdir()?;
+    let output = tokio::process::Command::new("chromium")
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-dev-shm-usage",
+            "--virtual-time-budget=3000",
+            "--dump-dom",
+        ])
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .arg(format!("http://{addr}/"))
+        .kill_on_drop(true)
+        .output()
+        .await
+        .unwrap_or_else(|e| panic!("running chromium (tests/services/install-chromium.sh): {e}"));
+    let dom = String::from_utf8_lossy(&output.stdout);
+    let crd = format!("webapps.{group}");
+    // Present only after the page's script fetched /blueprint and filled the table.
+    assert!(
+        dom.contains(&format!(
+            "<td>{crd}</td><td>WebApp</td><td>constructor</td>"
+        )),
+        "the console did not render the CRD: {dom}"
+    );
+    assert!(
+        dom.contains("<span id=\"name\" class=\"muted\">ops</span>"),
+        "{dom}"
+    );
+    let _ = stop_tx.send(true);
+    server.await??;
+    host.stop().await;
+    Ok(())
+}
