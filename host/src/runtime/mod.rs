@@ -25,8 +25,8 @@ use futures::StreamExt;
 use kube::Client;
 use kube::api::{Api, DynamicObject};
 use kube::discovery::ApiResource;
-use kube::runtime::reflector::ObjectRef;
-use kube::runtime::{Controller, watcher};
+use kube::runtime::reflector::{ObjectRef, reflector, store::Writer};
+use kube::runtime::{Controller, WatchStreamExt, watcher};
 use tokio::sync::watch;
 
 use crate::assemble::Assembly;
@@ -72,6 +72,25 @@ fn cr_resource(crd: &crate::blueprint::CrdSpec) -> ApiResource {
         kind: crd.kind.clone(),
         plural: crd.plural(),
     }
+}
+
+/// What a change to a CR must touch to start a pass: its spec (generation), labels,
+/// annotations, finalizers or deletion. A status-only change — above all the host's own
+/// status write — starts none, so a status that differs on every pass (a counter, a time)
+/// cannot make the CR reconcile in a loop.
+fn spec_or_metadata(cr: &DynamicObject) -> Option<u64> {
+    use std::hash::{DefaultHasher, Hash, Hasher};
+    let meta = &cr.metadata;
+    let mut h = DefaultHasher::new();
+    meta.generation.hash(&mut h);
+    meta.labels.hash(&mut h);
+    meta.annotations.hash(&mut h);
+    meta.finalizers.hash(&mut h);
+    meta.deletion_timestamp
+        .as_ref()
+        .map(|t| t.0.to_string())
+        .hash(&mut h);
+    Some(h.finish())
 }
 
 /// Reconciles every CR of every CRD in `assembly` until `shutdown` turns true; reconciles
@@ -144,11 +163,15 @@ pub async fn run(
             runtime: runtime.clone(),
         });
         let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
-        let mut controller = Controller::new_with(api, watcher::Config::default(), ar.clone())
-            .with_config(
-                kube::runtime::controller::Config::default()
-                    .concurrency(u16::try_from(plan.spec.workers(&runtime)).unwrap_or(u16::MAX)),
-            );
+        let writer = Writer::new(ar.clone());
+        let reader = writer.as_reader();
+        let crs = reflector(writer, watcher(api, watcher::Config::default()))
+            .applied_objects()
+            .predicate_filter(spec_or_metadata, Default::default());
+        let mut controller = Controller::for_stream_with(crs, reader, ar.clone()).with_config(
+            kube::runtime::controller::Config::default()
+                .concurrency(u16::try_from(plan.spec.workers(&runtime)).unwrap_or(u16::MAX)),
+        );
         for kind in child_kinds {
             let store = controller.store();
             let owner_ar = ar.clone();
@@ -194,4 +217,35 @@ pub async fn run(
     crate::metrics::global().controllers_running(-running);
     tracing::info!("controllers stopped");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn cr(generation: i64, labels: serde_json::Value, status: serde_json::Value) -> DynamicObject {
+        serde_json::from_value(json!({
+            "apiVersion": "demo.inrun.dev/v1alpha1", "kind": "WebApp",
+            "metadata": {"name": "web", "namespace": "a", "generation": generation,
+                         "labels": labels, "resourceVersion": status.to_string()},
+            "status": status,
+        }))
+        .expect("cr")
+    }
+
+    #[test]
+    fn a_status_only_change_starts_no_pass() {
+        let before = spec_or_metadata(&cr(1, json!({"a": "1"}), json!({"passes": 1})));
+        let status = spec_or_metadata(&cr(1, json!({"a": "1"}), json!({"passes": 2})));
+        assert_eq!(before, status);
+        assert_ne!(
+            before,
+            spec_or_metadata(&cr(2, json!({"a": "1"}), json!({})))
+        );
+        assert_ne!(
+            before,
+            spec_or_metadata(&cr(1, json!({"a": "2"}), json!({})))
+        );
+    }
 }

@@ -202,7 +202,13 @@ async fn pass(original: &DynamicObject, ctx: &Ctx) -> Result<Action, Failure> {
         args_ctx = args_ctx.with_external(external.clone());
     }
     match reconcile_and_apply(ctx, &obj, rplan, &req).await {
-        Ok((outcome, obj)) => {
+        Ok((outcome, latest)) => {
+            // The spec changed while this pass ran: its status would acknowledge a
+            // generation it never saw. Leave the status to the pass that change starts.
+            if latest.metadata.generation != obj.metadata.generation {
+                return Ok(Action::requeue(Duration::from_millis(200)));
+            }
+            let obj = latest;
             let status_fields = plan.status(&args_ctx, Some(&outcome))?;
             let mut updated = object.clone();
             updated["status"] = Value::Object(status_fields.clone());

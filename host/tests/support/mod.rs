@@ -233,3 +233,26 @@ pub fn ready(obj: &DynamicObject) -> Option<(String, String, String)> {
         c["message"].as_str().unwrap_or_default().to_string(),
     ))
 }
+
+/// Waits until the API server serves `ar` (the host installs CRDs as it starts).
+pub async fn served(ar: &ApiResource) {
+    eventually(&format!("{} to be served", ar.api_version), || async {
+        let api: Api<DynamicObject> = Api::all_with(client(), ar);
+        api.list(&ListParams::default().limit(1))
+            .await
+            .ok()
+            .map(|_| ())
+    })
+    .await
+}
+
+/// The Event objects with `reason` recorded on the object `name` in `ns`.
+pub async fn event_objects(ns: &str, name: &str, reason: &str) -> Vec<Event> {
+    let api: Api<Event> = Api::namespaced(client(), ns);
+    let list = api.list(&ListParams::default()).await.expect("list events");
+    list.items
+        .into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+        .filter(|e| e.reason.as_deref() == Some(reason))
+        .collect()
+}
