@@ -94,6 +94,8 @@ pub(super) async fn prometheus(
 fn sample(pair: &Value) -> Value {
     let text = pair.get(1).and_then(Value::as_str).unwrap_or_default();
     match text.parse::<f64>() {
+        // Whole numbers stay integers, so `{{ .external.up.value }}` renders "1", not "1.0".
+        Ok(f) if f.is_finite() && f.fract() == 0.0 && f.abs() < 9.0e15 => Value::from(f as i64),
         Ok(f) if f.is_finite() => number(f),
         _ => Value::String(text.to_string()),
     }

@@ -23,6 +23,7 @@
 mod binaries;
 mod controlplane;
 mod failure;
+pub mod services;
 mod startup;
 mod supervisor;
 mod wait;
