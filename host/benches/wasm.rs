@@ -1,4 +1,5 @@
-//! `make bench`: Wasm plugin costs side by side with the same logic compiled natively, in
+//! `make bench`: Wasm plugin costs side by side with the same logic compiled natively and
+//! behind a remote (loopback HTTP) endpoint, in
 //! one run. Writes the "Wasm plugins" section of BENCHMARKS.md.
 
 use std::path::PathBuf;
@@ -6,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use inrun::contract::Request;
 use inrun::reconcilers::Reconciler;
+use inrun::reconcilers::remote::{Remote, http_client};
 use inrun::reconcilers::wasm::Constructor;
 use inrun::wasm::{CompileCache, Engine, EngineSettings, Limits};
 use serde_json::{Value, json};
@@ -68,6 +70,29 @@ fn native_with_json(object_text: &str) -> usize {
         n += text.len();
     }
     n
+}
+
+/// The webapp logic natively behind an HTTP endpoint: what a remote reconciler would be.
+async fn remote_webapp(axum::Json(req): axum::Json<Value>) -> axum::Json<Value> {
+    let sdk_req = inrun_sdk::Request::for_object(req["object"].clone(), req["args"].clone());
+    axum::Json(match inrun_plugin_webapp::reconcile(&sdk_req) {
+        Ok(out) => json!({"result": "ok", "resources": out.resources, "status": out.status,
+                          "labels": out.labels, "annotations": out.annotations}),
+        Err(_) => json!({"result": "error", "error": "webapp failed"}),
+    })
+}
+
+/// Serves [`remote_webapp`] on 127.0.0.1 from its own runtime thread; returns the URL.
+fn remote_server(server: &tokio::runtime::Runtime) -> String {
+    let listener = server
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let app = axum::Router::new().route("/reconcile", axum::routing::post(remote_webapp));
+    server.spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    format!("http://{addr}/reconcile")
 }
 
 fn main() {
@@ -134,8 +159,28 @@ fn main() {
             .block_on(constructor.reconcile(&req))
             .expect("reconcile");
     });
+    // The same logic behind loopback HTTP, through the remote reconciler (keep-alive).
+    let server = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("server rt");
+    let spec = inrun::blueprint::RemoteSpec {
+        endpoint: remote_server(&server),
+        auth: None,
+        timeout: Duration::from_secs(10),
+    };
+    let remote = Remote::new(
+        &spec,
+        http_client().expect("http client"),
+        std::sync::Arc::new(inrun::secrets::StaticSecrets::new()),
+    );
+    let (remote_med, remote_p90) = measure(200, iters, || {
+        runtime.block_on(remote.reconcile(&req)).expect("remote");
+    });
     rows.push(format!("| Wasm: fresh instance + `reconcile` (WASI context built only if used) | {} | {} | {:.1}× |", us(wasm_med), us(wasm_p90), wasm_med.as_secs_f64() / native_json_med.as_secs_f64()));
     rows.push(format!("| Wasm through the `Reconciler` trait (blocking pool, contract checks, intent expansion) | {} | {} | {:.1}× |", us(path_med), us(path_p90), path_med.as_secs_f64() / native_json_med.as_secs_f64()));
+    rows.push(format!("| remote: HTTP POST over loopback (keep-alive) to the same logic natively (axum), through the `Reconciler` trait | {} | {} | {:.1}× |", us(remote_med), us(remote_p90), remote_med.as_secs_f64() / native_json_med.as_secs_f64()));
     rows.push(format!("| native: same logic, same JSON boundary (object in as text, resources out as text) | {} | {} | 1.0× |", us(native_json_med), us(native_json_p90)));
     rows.push(format!(
         "| native: same logic, typed values, no JSON | {} | {} | {:.2}× |",
@@ -147,7 +192,7 @@ fn main() {
     let section = format!(
         "## Wasm plugins\n\n\
          `make bench` (`cargo bench -p inrun --bench wasm`), release build, {iters} calls per row after warm-up, one run.\n\n\
-         ### Instantiate + call: the `webapp` constructor vs the same Rust logic compiled natively\n\n\
+         ### Instantiate + call: the `webapp` constructor vs the same Rust logic compiled natively, and behind a remote (HTTP) endpoint\n\n\
          | mode | median | p90 | vs native (JSON boundary) |\n|---|---|---|---|\n{}\n\n\
          ### Compile vs cached load\n\n\
          Cold compile (Cranelift, no cache) against loading the precompiled component from the on-disk cache (keyed by sha256 + engine settings).\n\n\
