@@ -369,3 +369,205 @@ async fn the_console_shows_crds_and_kinds_in_chromium() -> TestResult {
     host.stop().await;
     Ok(())
 }
+
+/// An `inrun run` process; killed when dropped.
+struct Process {
+    child: tokio::process::Child,
+    identity: String,
+}
+
+impl Process {
+    fn spawn(blueprint: &std::path::Path, dir: &std::path::Path, identity: &str) -> Process {
+        let log = std::fs::File::create(dir.join(format!("{identity}.log"))).expect("log file");
+        let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_inrun"))
+            .arg("run")
+            .arg("--blueprint")
+            .arg(blueprint)
+            .arg("--kubeconfig")
+            .arg(ControlPlane::shared().kubeconfig())
+            .args([
+                "--install-crds",
+                "--health-port",
+                "0",
+                "--health-address",
+                "127.0.0.1",
+            ])
+            .args(["--identity", identity])
+            .arg("--cache-dir")
+            .arg(dir.join("cache"))
+            .env("INRUN_LOG", "info")
+            .stderr(log)
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn inrun");
+        Process {
+            child,
+            identity: identity.into(),
+        }
+    }
+
+    fn signal(&self, signal: &str) {
+        let pid = self.child.id().expect("running").to_string();
+        let status = std::process::Command::new("kill")
+            .args([signal, &pid])
+            .status()
+            .expect("kill");
+        assert!(status.success());
+    }
+}
+
+/// The Lease's current holder.
+async fn holder(ns: &str, lease: &str) -> Option<String> {
+    let api: Api<k8s_openapi::api::coordination::v1::Lease> = Api::namespaced(client(), ns);
+    api.get_opt(lease)
+        .await
+        .ok()??
+        .spec?
+        .holder_identity
+        .filter(|h| !h.is_empty())
+}
+
+/// Waits until `identity` holds the lease; returns how long that took.
+async fn until_holder(
+    ns: &str,
+    lease: &str,
+    identity: &str,
+    within: std::time::Duration,
+) -> std::time::Duration {
+    let start = std::time::Instant::now();
+    inrun_testenv::wait_for(&format!("{identity} to hold the lease"), within, || async {
+        (holder(ns, lease).await.as_deref() == Some(identity)).then_some(())
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+    start.elapsed()
+}
+
+/// Which replica recorded the Reconciled event on `name`.
+async fn reconciled_by(ns: &str, name: &str) -> String {
+    eventually(&format!("a Reconciled event on {name}"), || async {
+        let api: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client(), ns);
+        let list = api.list(&Default::default()).await.ok()?;
+        list.items
+            .into_iter()
+            .find(|e| {
+                e.reason.as_deref() == Some("Reconciled")
+                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
+            })
+            .and_then(|e| e.reporting_instance)
+    })
+    .await
+}
+
+fn lease_blueprint(group: &str, ns: &str, lease: &str) -> String {
+    format!(
+        r#"apiVersion: inrun.dev/v1alpha1
+kind: Blueprint
+metadata: {{name: leader}}
+spec:
+  runtime:
+    leaderElection: {{enabled: true, leaseName: {lease}, namespace: {ns}}}
+  crds:
+    - group: {group}
+      version: v1alpha1
+      kind: Note
+      reconcile:
+        onReconcile:
+          - apiVersion: v1
+            kind: ConfigMap
+            metadata: {{name: "{{{{ .metadata.name }}}}"}}
+            data: {{text: "{{{{ .spec.text }}}}"}}
+        managedResources:
+          - {{apiVersion: v1, kind: ConfigMap}}
+"#
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_replica_leads_and_a_standby_takes_over_on_sigterm_and_on_sigkill() -> TestResult {
+    let cp = ControlPlane::shared();
+    let group = unique_group("leader");
+    let ns = cp.namespace("leader").await?;
+    let lease = "inrun-leader";
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("blueprint.yaml");
+    std::fs::write(&path, lease_blueprint(&group, &ns, lease))?;
+    let ar = resource(&group, "Note");
+    let note = |name: &str| {
+        format!(
+            "apiVersion: {group}/v1alpha1\nkind: Note\nmetadata: {{name: {name}}}\nspec: {{text: hi}}\n"
+        )
+    };
+    let lease_duration = std::time::Duration::from_secs(15);
+
+    let a = Process::spawn(&path, dir.path(), "replica-a");
+    until_holder(&ns, lease, "replica-a", WAIT).await;
+    let mut b = Process::spawn(&path, dir.path(), "replica-b");
+    apply_cr(&ar, &ns, &note("first")).await;
+    assert_eq!(reconciled_by(&ns, "first").await, "replica-a");
+    eventually("the first ConfigMap", || {
+        get(configmaps(), Some(&ns), "first")
+    })
+    .await;
+    // The standby has had several retry periods to try; it neither leads nor reconciles.
+    tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+    assert_eq!(holder(&ns, lease).await.as_deref(), Some("replica-a"));
+    let b_log = std::fs::read_to_string(dir.path().join("replica-b.log"))?;
+    assert!(
+        !b_log.contains("controllers started"),
+        "the standby reconciles: {b_log}"
+    );
+
+    // Graceful: SIGTERM releases the lease; the standby takes over at its next retry.
+    a.signal("-TERM");
+    let graceful = until_holder(&ns, lease, "replica-b", WAIT).await;
+    let mut a = a;
+    let exit = tokio::time::timeout(WAIT, a.child.wait()).await??;
+    assert!(
+        exit.success(),
+        "the leader exits cleanly on SIGTERM: {exit}"
+    );
+    apply_cr(&ar, &ns, &note("second")).await;
+    assert_eq!(reconciled_by(&ns, "second").await, "replica-b");
+
+    // Abrupt: SIGKILL leaves the lease held; the standby takes it once it expires.
+    let c = Process::spawn(&path, dir.path(), "replica-c");
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    b.signal("-KILL");
+    let _ = b.child.wait().await;
+    let killed = until_holder(&ns, lease, "replica-c", WAIT).await;
+    apply_cr(&ar, &ns, &note("third")).await;
+    assert_eq!(reconciled_by(&ns, "third").await, "replica-c");
+    for name in ["first", "second", "third"] {
+        eventually(&format!("{name} Ready"), || async {
+            let cr = get(&ar, Some(&ns), name).await?;
+            (ready(&cr)?.0 == "True").then_some(())
+        })
+        .await;
+    }
+    eprintln!(
+        "leader handover: SIGTERM {:.2}s, SIGKILL {:.2}s (lease {}s)",
+        graceful.as_secs_f64(),
+        killed.as_secs_f64(),
+        lease_duration.as_secs()
+    );
+    assert!(
+        graceful < std::time::Duration::from_secs(5),
+        "graceful handover took {graceful:?}"
+    );
+    assert!(
+        killed <= lease_duration + std::time::Duration::from_secs(3),
+        "handover after SIGKILL took {killed:?}"
+    );
+    c.signal("-TERM");
+    let mut c = c;
+    let exit = tokio::time::timeout(WAIT, c.child.wait()).await??;
+    assert!(exit.success());
+    assert_eq!(
+        holder(&ns, lease).await,
+        None,
+        "the lease is released on shutdown"
+    );
+    let _ = c.identity;
+    Ok(())
+}
