@@ -20,17 +20,20 @@ use support::*;
 const TOKEN: &str = "tok-3f9a1c-first";
 const ROTATED: &str = "tok-77d02e-second";
 
-/// What the server saw: the Authorization header and the JSON body of each call.
+/// One call: the Authorization header and the JSON body.
+type Call = (Option<String>, Value);
+
+/// What the server saw.
 #[derive(Clone, Default)]
-struct Seen(Arc<Mutex<Vec<(Option<String>, Value)>>>);
+struct Seen(Arc<Mutex<Vec<Call>>>);
 
 impl Seen {
-    fn calls(&self) -> Vec<(Option<String>, Value)> {
+    fn calls(&self) -> Vec<Call> {
         self.0.lock().expect("lock").clone()
     }
 
     /// The calls made for the CR `name`.
-    fn for_cr(&self, name: &str) -> Vec<(Option<String>, Value)> {
+    fn for_cr(&self, name: &str) -> Vec<Call> {
         self.calls()
             .into_iter()
             .filter(|(_, b)| b["object"]["metadata"]["name"] == name)

@@ -44,9 +44,10 @@ pub enum PassError {
         /// The object's namespace, if it names one.
         namespace: Option<String>,
     },
-    /// A `reconcile.external` call failed (and its `onError` is `fail`).
+    /// A `reconcile.external` call failed (and its `onError` is `fail`). Boxed: the
+    /// clients' errors are large and this path is rare.
     #[error(transparent)]
-    External(#[from] crate::external::ExternalError),
+    External(Box<crate::external::ExternalError>),
     /// A template failed while rendering.
     #[error("rendering {what}")]
     Template {
@@ -215,7 +216,8 @@ impl ReconcilePlan {
                 .pointer("/metadata/namespace")
                 .and_then(Value::as_str)
                 .unwrap_or_default();
-            Some(self.external.run(&ctx, namespace).await?)
+            let results = self.external.run(&ctx, namespace).await;
+            Some(results.map_err(|e| PassError::External(Box::new(e)))?)
         };
         self.request(object, target, finalizing, external)
     }
