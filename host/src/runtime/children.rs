@@ -199,7 +199,7 @@ async fn apply_one(
 }
 
 /// Children of `cr` of one kind, across namespaces, by the owner label.
-async fn list_owned(
+pub(super) async fn list_owned(
     ctx: &Ctx,
     cr: &DynamicObject,
     kind: &Kind,

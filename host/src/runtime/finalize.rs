@@ -1,6 +1,7 @@
 //! Deletion: the finalizer holds the CR while the reconciler gets `finalizing: true`; a
 //! requeue holds it longer (until `runtime.finalizers.timeout`); once released, the CR's
-//! children are deleted everywhere and the finalizer removed.
+//! children are deleted everywhere (unless foreign instances of a managed CRD would be
+//! stranded: see [`super::safeguard`]) and the finalizer removed.
 
 use std::time::Duration;
 
@@ -12,6 +13,7 @@ use super::context::Ctx;
 use super::events::Reason;
 use super::meta;
 use super::pass::{Failure, to_value, write_status};
+use super::safeguard;
 use super::status::Ready;
 use crate::reconcilers::ReconcilerKind;
 use crate::template::Context;
@@ -59,8 +61,21 @@ pub async fn finalize(obj: &DynamicObject, ctx: &Ctx) -> Result<Action, Failure>
         };
         // Writes in a finalizing Result are ignored, except that declarative `onDelete`
         // templates exist to be applied; those objects are not owned, so they outlive the CR.
+        // They pass the same `managedResources` fence as any other write.
         if rplan.reconciler.kind() == ReconcilerKind::Declarative && !outcome.resources.is_empty() {
-            children::apply(ctx, obj, &outcome, false).await?;
+            let namespace = obj.metadata.namespace.as_deref().unwrap_or_default();
+            let written = match rplan.fence(&outcome, namespace) {
+                Ok(()) => children::apply(ctx, obj, &outcome, false)
+                    .await
+                    .map_err(Failure::from),
+                Err(e) => Err(Failure::from(e)),
+            };
+            if let Err(failure) = written {
+                ctx.events
+                    .record(&on, Reason::ReconcileError, crate::errors::chain(&failure))
+                    .await;
+                return Err(failure);
+            }
         }
         let mut updated = object.clone();
         updated["status"] = object.get("status").cloned().unwrap_or_default();
@@ -72,21 +87,7 @@ pub async fn finalize(obj: &DynamicObject, ctx: &Ctx) -> Result<Action, Failure>
             let wait = next.after.unwrap_or(crate::assemble::DEFAULT_REQUEUE);
             let wait = left.map_or(wait, |l| wait.min(l));
             let message = "deletion held: the reconciler asked to requeue".to_string();
-            let fields = serde_json::Map::new();
-            write_status(
-                ctx,
-                obj,
-                fields,
-                Ready {
-                    ok: false,
-                    reason: "Finalizing",
-                    message: message.clone(),
-                },
-            )
-            .await?;
-            ctx.events
-                .record(&on, Reason::DeletionBlocked, message)
-                .await;
+            blocked(ctx, obj, "Finalizing", message).await?;
             return Ok(Action::requeue(wait));
         }
     } else {
@@ -105,6 +106,12 @@ pub async fn finalize(obj: &DynamicObject, ctx: &Ctx) -> Result<Action, Failure>
             .await;
     }
 
+    // The safeguard outlasts the finalizer timeout: releasing would strand the foreign
+    // instances, which is what it exists to prevent.
+    if let Some(message) = safeguard::foreign_instances(ctx, obj, &rplan.spec).await? {
+        blocked(ctx, obj, "DeletionBlocked", message).await?;
+        return Ok(Action::requeue(safeguard::RECHECK));
+    }
     let deleted = children::delete_all(ctx, obj, &rplan.spec).await?;
     meta::release(ctx, obj)
         .await
@@ -120,6 +127,35 @@ pub async fn finalize(obj: &DynamicObject, ctx: &Ctx) -> Result<Action, Failure>
         )
         .await;
     Ok(Action::await_change())
+}
+
+/// Says why the deletion waits: `Ready` false with `reason` in status, and a
+/// `DeletionBlocked` event. The status the last pass wrote is kept.
+async fn blocked(
+    ctx: &Ctx,
+    obj: &DynamicObject,
+    reason: &'static str,
+    message: String,
+) -> Result<(), Failure> {
+    let mut fields = obj
+        .data
+        .get("status")
+        .and_then(serde_json::Value::as_object)
+        .cloned()
+        .unwrap_or_default();
+    // `status::write` sets these itself.
+    fields.remove("conditions");
+    fields.remove("observedGeneration");
+    let ready = Ready {
+        ok: false,
+        reason,
+        message: message.clone(),
+    };
+    write_status(ctx, obj, fields, ready).await?;
+    ctx.events
+        .record(&ctx.reference(obj), Reason::DeletionBlocked, message)
+        .await;
+    Ok(())
 }
 
 /// Time left before `timeout` (counted from the deletion timestamp) runs out; `None` when

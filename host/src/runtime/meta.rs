@@ -37,8 +37,10 @@ pub fn has_finalizer(obj: &DynamicObject) -> bool {
         .any(|f| f == FINALIZER)
 }
 
+/// The CR's identity for an apply. The uid makes the API server refuse (409) an apply to
+/// a CR that is gone, which server-side apply would otherwise create anew.
 fn skeleton(ctx: &Ctx, obj: &DynamicObject) -> Value {
-    let mut meta = json!({"name": obj.metadata.name});
+    let mut meta = json!({"name": obj.metadata.name, "uid": obj.metadata.uid});
     if let Some(ns) = &obj.metadata.namespace {
         meta["namespace"] = json!(ns);
     }
@@ -93,8 +95,9 @@ pub async fn release(ctx: &Ctx, obj: &DynamicObject) -> Result<(), kube::Error> 
     patch["metadata"]["finalizers"] = json!([]);
     match apply(ctx, obj, FINALIZER_MANAGER, patch).await {
         Ok(_) => Ok(()),
-        // Gone already: another finalizer holder finished after us.
-        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        // Gone already (409: the uid no longer exists): another finalizer holder finished
+        // after us.
+        Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => Ok(()),
         Err(e) => Err(e),
     }
 }
@@ -116,7 +119,15 @@ pub async fn set_result_metadata(
     if let Some(at) = cleanup_at {
         annotations.insert(CLEANUP_AT.into(), at);
     }
-    patch["metadata"]["labels"] = json!(labels);
-    patch["metadata"]["annotations"] = json!(annotations);
+    // An empty map is left out rather than sent as `{}`: on a custom resource, applying
+    // `{}` rewrites the managed fields every time, so an unchanged pass would still bump
+    // the resourceVersion (and wake the watch). Leaving the key out removes our old keys
+    // just the same.
+    if !labels.is_empty() {
+        patch["metadata"]["labels"] = json!(labels);
+    }
+    if !annotations.is_empty() {
+        patch["metadata"]["annotations"] = json!(annotations);
+    }
     apply(ctx, obj, RECONCILER_MANAGER, patch).await
 }

@@ -12,6 +12,7 @@ mod finalize;
 mod kinds;
 mod meta;
 mod pass;
+mod safeguard;
 mod status;
 
 pub use children::OWNER_UID;

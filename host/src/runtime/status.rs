@@ -18,7 +18,8 @@ const MESSAGE_MAX: usize = 1000;
 pub struct Ready {
     /// True when the pass succeeded.
     pub ok: bool,
-    /// CamelCase reason: `Reconciled`, `ReconcileError`, `Invalid`, `Gated`, `Finalizing`.
+    /// CamelCase reason: `Reconciled`, `ReconcileError`, `Invalid`, `Gated`, `Finalizing`,
+    /// `DeletionBlocked`.
     pub reason: &'static str,
     /// For people; bounded and free of secrets.
     pub message: String,

@@ -256,3 +256,13 @@ pub async fn event_objects(ns: &str, name: &str, reason: &str) -> Vec<Event> {
         .filter(|e| e.reason.as_deref() == Some(reason))
         .collect()
 }
+
+/// How many times an event with `reason` was recorded on `name` in `ns`: repeats are
+/// aggregated into a series, so this adds up the series counts.
+pub async fn event_count(ns: &str, name: &str, reason: &str) -> i32 {
+    event_objects(ns, name, reason)
+        .await
+        .iter()
+        .map(|e| e.series.as_ref().map_or(1, |s| s.count))
+        .sum()
+}

@@ -1,0 +1,662 @@
+//! End to end on a real kube-apiserver: deletion held and released, `onDelete` retries, the
+//! finalizer timeout, children deleted everywhere on release, `finalizers.remove`, the
+//! Result's cleanup and requeue, and the safeguard for managed types.
+
+mod support;
+
+use std::time::Duration;
+
+use inrun_testenv::{ControlPlane, TestResult, install_crd};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::Api;
+use kube::api::{DeleteParams, DynamicObject, PostParams};
+use kube::discovery::ApiResource;
+use serde_json::json;
+use support::*;
+
+/// A Blueprint with one CRD `kind` in `group`; `crd` is the rest of its entry (indented
+/// six spaces) and `runtime` the `spec.runtime` block (indented four).
+fn blueprint(group: &str, kind: &str, runtime: &str, crd: &str) -> String {
+    format!(
+        r#"apiVersion: inrun.dev/v1alpha1
+kind: Blueprint
+metadata: {{name: e2e}}
+spec:
+  runtime:
+    {runtime}
+  crds:
+    - group: {group}
+      version: v1alpha1
+      kind: {kind}
+{crd}"#
+    )
+}
+
+/// A CR of `kind` in `group` with `spec` (YAML flow text).
+fn cr(group: &str, kind: &str, name: &str, spec: &str) -> String {
+    format!(
+        "apiVersion: {group}/v1alpha1\nkind: {kind}\nmetadata: {{name: {name}}}\nspec: {spec}\n"
+    )
+}
+
+async fn delete_cr(ar: &ApiResource, ns: &str, name: &str) {
+    let api: Api<DynamicObject> = Api::namespaced_with(client(), ns, ar);
+    api.delete(name, &DeleteParams::default())
+        .await
+        .expect("delete cr");
+}
+
+fn finalizers(obj: &DynamicObject) -> Vec<String> {
+    obj.metadata.finalizers.clone().unwrap_or_default()
+}
+
+/// Waits for the CR to be reconciled once (Ready True), so the finalizer is on it.
+async fn reconciled(ar: &ApiResource, ns: &str, name: &str) -> DynamicObject {
+    eventually(&format!("{ns}/{name} to be Ready"), || async {
+        let cr = get(ar, Some(ns), name).await?;
+        (ready(&cr)?.0 == "True").then_some(cr)
+    })
+    .await
+}
+
+/// Waits for the CR to have a deletion timestamp while still being there.
+async fn deleting(ar: &ApiResource, ns: &str, name: &str) -> DynamicObject {
+    eventually(&format!("{ns}/{name} to be deleting"), || async {
+        get(ar, Some(ns), name)
+            .await
+            .filter(|cr| cr.metadata.deletion_timestamp.is_some())
+    })
+    .await
+}
+
+async fn gone(ar: &ApiResource, ns: Option<&str>, name: &str) {
+    eventually(&format!("{} {name} to be gone", ar.kind), || async {
+        get(ar, ns, name).await.is_none().then_some(())
+    })
+    .await
+}
+
+fn cluster_roles() -> ApiResource {
+    ApiResource {
+        group: "rbac.authorization.k8s.io".into(),
+        version: "v1".into(),
+        api_version: "rbac.authorization.k8s.io/v1".into(),
+        kind: "ClusterRole".into(),
+        plural: "clusterroles".into(),
+    }
+}
+
+fn secrets() -> ApiResource {
+    ApiResource {
+        group: "".into(),
+        version: "v1".into(),
+        api_version: "v1".into(),
+        kind: "Secret".into(),
+        plural: "secrets".into(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deletion_is_held_while_a_conditional_requeue_holds_then_released() -> TestResult {
+    let group = unique_group("hold");
+    let crd = r#"      emit:
+        status:
+          owner: "{{ .metadata.name }}"
+      reconcile:
+        onReconcile:
+          - apiVersion: v1
+            kind: ConfigMap
+            metadata: {name: "{{ .metadata.name }}-data"}
+            data: {owner: "{{ .metadata.name }}"}
+        managedResources:
+          - {apiVersion: v1, kind: ConfigMap}
+        requeue: {after: 1s, when: "{{ .spec.hold }}"}
+"#;
+    let host = Host::start(&blueprint(&group, "Holder", "{}", crd)).await;
+    let ns = ControlPlane::shared().namespace("hold").await?;
+    let ar = resource(&group, "Holder");
+    served(&ar).await;
+    apply_cr(&ar, &ns, &cr(&group, "Holder", "kept", "{hold: true}")).await;
+    reconciled(&ar, &ns, "kept").await;
+    eventually("the child ConfigMap", || {
+        get(configmaps(), Some(&ns), "kept-data")
+    })
+    .await;
+
+    delete_cr(&ar, &ns, "kept").await;
+    event(&ns, "kept", "DeletionBlocked").await;
+    let held = eventually("the Ready condition to say Finalizing", || async {
+        let cr = get(&ar, Some(&ns), "kept").await?;
+        (ready(&cr)?.1 == "Finalizing").then_some(cr)
+    })
+    .await;
+    assert!(held.metadata.deletion_timestamp.is_some());
+    assert!(finalizers(&held).iter().any(|f| f == "inrun.dev/cleanup"));
+    assert_eq!(
+        held.data["status"]["owner"], "kept",
+        "status written while held keeps the emitted fields"
+    );
+    assert!(
+        get(configmaps(), Some(&ns), "kept-data").await.is_some(),
+        "children stay while the deletion is held"
+    );
+
+    // A deleting CR's spec can still be changed: the hold ends.
+    apply_cr(&ar, &ns, &cr(&group, "Holder", "kept", "{hold: false}")).await;
+    gone(&ar, Some(&ns), "kept").await;
+    assert!(get(configmaps(), Some(&ns), "kept-data").await.is_none());
+    let note = event(&ns, "kept", "Finalized").await;
+    assert!(note.contains("1 child"), "{note}");
+    host.stop().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_delete_failure_keeps_the_finalizer_and_retries_until_it_renders() -> TestResult {
+    let group = unique_group("ondelete");
+    let crd = r#"      reconcile:
+        onReconcile:
+          - apiVersion: v1
+            kind: ConfigMap
+            metadata: {name: "{{ .metadata.name }}-data"}
+            data: {owner: "{{ .metadata.name }}"}
+        onDelete:
+          - apiVersion: v1
+            kind: ConfigMap
+            metadata: {name: "{{ .metadata.name }}-farewell"}
+            data: {note: "{{ .spec.farewell | required('spec.farewell is required to delete') }}"}
+        managedResources:
+          - {apiVersion: v1, kind: ConfigMap}
+"#;
+    let host = Host::start(&blueprint(&group, "Leaver", "{}", crd)).await;
+    let ns = ControlPlane::shared().namespace("ondelete").await?;
+    let ar = resource(&group, "Leaver");
+    served(&ar).await;
+    apply_cr(&ar, &ns, &cr(&group, "Leaver", "bye", "{size: 1}")).await;
+    reconciled(&ar, &ns, "bye").await;
+
+    delete_cr(&ar, &ns, "bye").await;
+    let note = event(&ns, "bye", "ReconcileError").await;
+    assert!(note.contains("spec.farewell is required"), "{note}");
+    let stuck = deleting(&ar, &ns, "bye").await;
+    assert!(finalizers(&stuck).iter().any(|f| f == "inrun.dev/cleanup"));
+    assert!(get(configmaps(), Some(&ns), "bye-data").await.is_some());
+
+    apply_cr(
+        &ar,
+        &ns,
+        &cr(&group, "Leaver", "bye", "{size: 1, farewell: so long}"),
+    )
+    .await;
+    gone(&ar, Some(&ns), "bye").await;
+    event(&ns, "bye", "Finalized").await;
+    assert!(
+        get(configmaps(), Some(&ns), "bye-data").await.is_none(),
+        "owned children are deleted on release"
+    );
+    let farewell = get(configmaps(), Some(&ns), "bye-farewell")
+        .await
+        .expect("the onDelete ConfigMap outlives the CR");
+    assert_eq!(farewell.data["data"]["note"], "so long");
+    assert!(
+        farewell
+            .metadata
+            .labels
+            .as_ref()
+            .is_none_or(|l| !l.contains_key("inrun.dev/owner-uid")),
+        "onDelete objects are not owned"
+    );
+    host.stop().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_delete_objects_must_pass_the_managed_resources_fence() -> TestResult {
+    let group = unique_group("ondeletefence");
+    // The namespace comes from the CR, so only the runtime's fence can refuse it.
+    let crd = r#"      reconcile:
+        onDelete:
+          - apiVersion: v1
+            kind: ConfigMap
+            metadata: {name: "{{ .metadata.name }}-leak", namespace: "{{ .spec.where }}"}
+            data: {from: "{{ .metadata.namespace }}"}
+        managedResources:
+          - {apiVersion: v1, kind: ConfigMap}
+"#;
+    let runtime = "finalizers: {timeout: 2s}";
+    let host = Host::start(&blueprint(&group, "Fenced", runtime, crd)).await;
+    let ns = ControlPlane::shared().namespace("ondeletefence").await?;
+    let elsewhere = ControlPlane::shared()
+        .namespace("ondeletefence-other")
+        .await?;
+    let ar = resource(&group, "Fenced");
+    served(&ar).await;
+    let spec = format!("{{where: {elsewhere}}}");
+    apply_cr(&ar, &ns, &cr(&group, "Fenced", "out", &spec)).await;
+    reconciled(&ar, &ns, "out").await;
+
+    delete_cr(&ar, &ns, "out").await;
+    let note = event(&ns, "out", "ReconcileError").await;
+    assert!(
+        note.contains("not allowed by reconcile.managedResources"),
+        "{note}"
+    );
+    // Only the timeout lets it go; the ConfigMap was never written.
+    event(&ns, "out", "FinalizeTimeout").await;
+    gone(&ar, Some(&ns), "out").await;
+    assert!(
+        get(configmaps(), Some(&elsewhere), "out-leak")
+            .await
+            .is_none()
+    );
+    host.stop().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn finalizer_timeout_releases_a_cr_held_forever() -> TestResult {
+    let group = unique_group("timeout");
+    let crd = r#"      reconcile:
+        onReconcile:
+          - apiVersion: v1
+            kind: ConfigMap
+            metadata: {name: "{{ .metadata.name }}-data"}
+            data: {owner: "{{ .metadata.name }}"}
+        managedResources:
+          - {apiVersion: v1, kind: ConfigMap}
+        requeue: {after: 1s, when: "{{ true }}"}
+"#;
+    let runtime = "finalizers: {timeout: 3s}";
+    let host = Host::start(&blueprint(&group, "Sticky", runtime, crd)).await;
+    let ns = ControlPlane::shared().namespace("timeout").await?;
+    let ar = resource(&group, "Sticky");
+    served(&ar).await;
+    apply_cr(&ar, &ns, &cr(&group, "Sticky", "forever", "{}")).await;
+    reconciled(&ar, &ns, "forever").await;
+
+    delete_cr(&ar, &ns, "forever").await;
+    event(&ns, "forever", "DeletionBlocked").await;
+    let note = event(&ns, "forever", "FinalizeTimeout").await;
+    assert!(note.contains("3s"), "{note}");
+    gone(&ar, Some(&ns), "forever").await;
+    event(&ns, "forever", "Finalized").await;
+    assert!(get(configmaps(), Some(&ns), "forever-data").await.is_none());
+    host.stop().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn release_deletes_children_in_other_namespaces_and_cluster_scoped_but_not_kept_kinds()
+-> TestResult {
+    let group = unique_group("everywhere");
+    let ns = ControlPlane::shared().namespace("everywhere").await?;
+    let other = ControlPlane::shared().namespace("everywhere-other").await?;
+    let crd = format!(
+        r#"      reconcile:
+        onReconcile:
+          - apiVersion: v1
+            kind: ConfigMap
+            metadata: {{name: "{{{{ .metadata.name }}}}-here"}}
+            data: {{at: home}}
+          - apiVersion: v1
+            kind: ConfigMap
+            metadata: {{name: "{{{{ .metadata.name }}}}-there", namespace: {other}}}
+            data: {{at: away}}
+          - apiVersion: rbac.authorization.k8s.io/v1
+            kind: ClusterRole
+            metadata: {{name: "{{{{ .metadata.namespace }}}}-{{{{ .metadata.name }}}}"}}
+            rules: []
+          - apiVersion: v1
+            kind: Secret
+            metadata: {{name: "{{{{ .metadata.name }}}}-keep"}}
+            stringData: {{token: precious}}
+        managedResources:
+          - {{apiVersion: v1, kind: ConfigMap, namespaces: [{other}]}}
+          - {{apiVersion: rbac.authorization.k8s.io/v1, kind: ClusterRole, clusterScoped: true}}
+          - {{apiVersion: v1, kind: Secret}}
+        prune:
+          keep: [Secret]
+"#
+    );
+    let host = Host::start(&blueprint(&group, "Spread", "{}", &crd)).await;
+    let ar = resource(&group, "Spread");
+    served(&ar).await;
+    apply_cr(&ar, &ns, &cr(&group, "Spread", "wide", "{}")).await;
+    reconciled(&ar, &ns, "wide").await;
+    let role = format!("{ns}-wide");
+    for (what, ar, at, name) in [
+        (
+            "ConfigMap here",
+            configmaps(),
+            Some(ns.as_str()),
+            "wide-here",
+        ),
+        (
+            "ConfigMap in the other namespace",
+            configmaps(),
+            Some(other.as_str()),
+            "wide-there",
+        ),
+        ("ClusterRole", cluster_roles(), None, role.as_str()),
+        ("Secret", secrets(), Some(ns.as_str()), "wide-keep"),
+    ] {
+        eventually(what, || get(&ar, at, name)).await;
+    }
+
+    delete_cr(&ar, &ns, "wide").await;
+    gone(&ar, Some(&ns), "wide").await;
+    let note = event(&ns, "wide", "Finalized").await;
+    assert!(note.contains("3 child"), "{note}");
+    assert!(get(configmaps(), Some(&ns), "wide-here").await.is_none());
+    assert!(
+        get(configmaps(), Some(&other), "wide-there")
+            .await
+            .is_none()
+    );
+    assert!(get(cluster_roles(), None, &role).await.is_none());
+    assert!(
+        get(secrets(), Some(&ns), "wide-keep").await.is_some(),
+        "a prune.keep kind is left alone"
+    );
+    host.stop().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn finalizers_remove_puts_no_finalizer_so_deletion_is_immediate() -> TestResult {
+    let group = unique_group("nofinalizer");
+    let crd = r#"      reconcile:
+        onReconcile:
+          - apiVersion: v1
+            kind: ConfigMap
+            metadata: {name: "{{ .metadata.name }}-data"}
+            data: {owner: "{{ .metadata.name }}"}
+        managedResources:
+          - {apiVersion: v1, kind: ConfigMap}
+"#;
+    let runtime = "finalizers: {remove: true, names: [example.com/extra]}";
+    let host = Host::start(&blueprint(&group, "Loose", runtime, crd)).await;
+    let ns = ControlPlane::shared().namespace("nofinalizer").await?;
+    let ar = resource(&group, "Loose");
+    served(&ar).await;
+    apply_cr(&ar, &ns, &cr(&group, "Loose", "free", "{}")).await;
+    let cr = reconciled(&ar, &ns, "free").await;
+    assert_eq!(finalizers(&cr), Vec::<String>::new());
+    assert_eq!(
+        cr.metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("app.kubernetes.io/managed-by"))
+            .map(String::as_str),
+        Some("inrun"),
+        "the CR was maintained, only without finalizers"
+    );
+
+    delete_cr(&ar, &ns, "free").await;
+    let after = get(&ar, Some(&ns), "free").await;
+    assert!(
+        after.is_none(),
+        "nothing holds the CR: it is gone as soon as the delete returns: {after:#?}"
+    );
+    host.stop().await;
+    Ok(())
+}
+
+fn cleanup_blueprint(group: &str) -> String {
+    let crd = format!(
+        r#"      reconcile:
+        default: false
+        constructor: {{location: "{}"}}
+"#,
+        plugin("inrun_test_cleanup")
+    );
+    blueprint(group, "Temp", "{}", &crd)
+}
+
+fn cleanup_at(obj: &DynamicObject) -> Option<String> {
+    obj.metadata
+        .annotations
+        .as_ref()?
+        .get("inrun.dev/cleanup-at")
+        .cloned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_result_cleanup_deletes_the_cr_after_its_grace_period() -> TestResult {
+    let group = unique_group("cleanup");
+    let host = Host::start(&cleanup_blueprint(&group)).await;
+    let ns = ControlPlane::shared().namespace("cleanup").await?;
+    let ar = resource(&group, "Temp");
+    served(&ar).await;
+    apply_cr(&ar, &ns, &cr(&group, "Temp", "brief", "{cleanup: true}")).await;
+    let pending = eventually("the cleanup-at annotation", || async {
+        cleanup_at(&get(&ar, Some(&ns), "brief").await?)
+    })
+    .await;
+    let at: k8s_openapi::jiff::Timestamp = pending.parse()?;
+    let created = get(&ar, Some(&ns), "brief")
+        .await
+        .and_then(|cr| cr.metadata.creation_timestamp)
+        .expect("creation timestamp")
+        .0;
+    let grace = at.duration_since(created).as_secs();
+    assert!((1..=3).contains(&grace), "grace of {grace}s, asked for 2s");
+
+    let note = event(&ns, "brief", "CleanedUp").await;
+    assert!(note.contains("grace period"), "{note}");
+    gone(&ar, Some(&ns), "brief").await;
+    assert!(
+        k8s_openapi::jiff::Timestamp::now() >= at,
+        "deleted no earlier than the grace period"
+    );
+    event(&ns, "brief", "Finalized").await;
+    host.stop().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_later_result_without_cleanup_withdraws_the_pending_one() -> TestResult {
+    let group = unique_group("withdraw");
+    let host = Host::start(&cleanup_blueprint(&group)).await;
+    let ns = ControlPlane::shared().namespace("withdraw").await?;
+    let ar = resource(&group, "Temp");
+    served(&ar).await;
+    apply_cr(
+        &ar,
+        &ns,
+        &cr(&group, "Temp", "stays", "{cleanup: true, graceSeconds: 4}"),
+    )
+    .await;
+    let pending = eventually("the cleanup-at annotation", || async {
+        cleanup_at(&get(&ar, Some(&ns), "stays").await?)
+    })
+    .await;
+    let at: k8s_openapi::jiff::Timestamp = pending.parse()?;
+
+    apply_cr(&ar, &ns, &cr(&group, "Temp", "stays", "{cleanup: false}")).await;
+    eventually("the cleanup-at annotation to be removed", || async {
+        let cr = get(&ar, Some(&ns), "stays").await?;
+        cleanup_at(&cr).is_none().then_some(())
+    })
+    .await;
+    // A negative: the CR must outlive the withdrawn deadline. Watch it until two seconds
+    // after that deadline (a bounded wait, checked all along).
+    let until = at + k8s_openapi::jiff::SignedDuration::from_secs(2);
+    while k8s_openapi::jiff::Timestamp::now() < until {
+        let cr = get(&ar, Some(&ns), "stays")
+            .await
+            .expect("the CR outlives its withdrawn cleanup");
+        assert!(cr.metadata.deletion_timestamp.is_none());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(
+        events(&ns, "stays")
+            .await
+            .iter()
+            .all(|(r, _)| r != "CleanedUp")
+    );
+    host.stop().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_result_requeue_after_runs_the_cr_again_after_success() -> TestResult {
+    let group = unique_group("requeue");
+    let host = Host::start(&cleanup_blueprint(&group)).await;
+    let ns = ControlPlane::shared().namespace("requeue").await?;
+    let ar = resource(&group, "Temp");
+    served(&ar).await;
+    apply_cr(
+        &ar,
+        &ns,
+        &cr(&group, "Temp", "again", "{requeueAfterMs: 500}"),
+    )
+    .await;
+    let first = reconciled(&ar, &ns, "again").await;
+    let start = event_count(&ns, "again", "Reconciled").await;
+    let more = eventually("three more Reconciled events", || async {
+        let n = event_count(&ns, "again", "Reconciled").await;
+        (n >= start + 3).then_some(n)
+    })
+    .await;
+    let now = get(&ar, Some(&ns), "again").await.expect("the CR");
+    assert_eq!(
+        now.metadata.resource_version,
+        first.metadata.resource_version,
+        "the CR did not change, so the {} extra passes came from the requeue: {first:#?} {now:#?}",
+        more - start
+    );
+    host.stop().await;
+    Ok(())
+}
+
+/// A namespaced CRD `Gadget` in `group`, as JSON.
+fn gadget_crd(group: &str) -> serde_json::Value {
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("gadgets.{group}")},
+        "spec": {
+            "group": group,
+            "names": {"kind": "Gadget", "plural": "gadgets", "singular": "gadget", "listKind": "GadgetList"},
+            "scope": "Namespaced",
+            "versions": [{
+                "name": "v1",
+                "served": true,
+                "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}},
+            }],
+        },
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deletion_waits_while_foreign_instances_of_a_managed_crd_exist() -> TestResult {
+    let group = unique_group("safeguard");
+    let gadgets_group = format!("gadgets.{group}");
+    let crd_json = gadget_crd(&gadgets_group);
+    // The Gadget type must be served before the host starts, since it is a managed kind;
+    // the CR then takes the CRD over as its child.
+    let crd: CustomResourceDefinition = serde_json::from_value(crd_json.clone())?;
+    install_crd(&client(), &crd).await?;
+    let crd_yaml = serde_json::to_string(&crd_json)?;
+    let blueprint_crd = format!(
+        r#"      reconcile:
+        onReconcile:
+          - {crd_yaml}
+          - apiVersion: {gadgets_group}/v1
+            kind: Gadget
+            metadata: {{name: "{{{{ .metadata.name }}}}-own"}}
+            spec: {{size: 1}}
+        managedResources:
+          - {{apiVersion: apiextensions.k8s.io/v1, kind: CustomResourceDefinition, clusterScoped: true}}
+          - {{apiVersion: {gadgets_group}/v1, kind: Gadget}}
+"#
+    );
+    let host = Host::start(&blueprint(&group, "Platform", "{}", &blueprint_crd)).await;
+    let ns = ControlPlane::shared().namespace("safeguard").await?;
+    let ar = resource(&group, "Platform");
+    served(&ar).await;
+    let gadgets = ApiResource {
+        group: gadgets_group.clone(),
+        version: "v1".into(),
+        api_version: format!("{gadgets_group}/v1"),
+        kind: "Gadget".into(),
+        plural: "gadgets".into(),
+    };
+    let crds = ApiResource {
+        group: "apiextensions.k8s.io".into(),
+        version: "v1".into(),
+        api_version: "apiextensions.k8s.io/v1".into(),
+        kind: "CustomResourceDefinition".into(),
+        plural: "customresourcedefinitions".into(),
+    };
+    apply_cr(&ar, &ns, &cr(&group, "Platform", "base", "{}")).await;
+    let platform = reconciled(&ar, &ns, "base").await;
+    let uid = platform.metadata.uid.clone().unwrap_or_default();
+    let owned_crd = get(&crds, None, &format!("gadgets.{gadgets_group}"))
+        .await
+        .expect("the CRD");
+    assert_eq!(
+        owned_crd
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("inrun.dev/owner-uid")),
+        Some(&uid)
+    );
+    eventually("the CR's own Gadget", || {
+        get(&gadgets, Some(&ns), "base-own")
+    })
+    .await;
+
+    // Someone else's Gadget, in another namespace.
+    let elsewhere = ControlPlane::shared().namespace("safeguard-user").await?;
+    let foreign: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": format!("{gadgets_group}/v1"),
+        "kind": "Gadget",
+        "metadata": {"name": "theirs"},
+        "spec": {"size": 2},
+    }))?;
+    let foreign_api: Api<DynamicObject> = Api::namespaced_with(client(), &elsewhere, &gadgets);
+    foreign_api.create(&PostParams::default(), &foreign).await?;
+
+    delete_cr(&ar, &ns, "base").await;
+    let note = event(&ns, "base", "DeletionBlocked").await;
+    assert!(note.contains("theirs"), "{note}");
+    let blocked = eventually("the Ready condition to say DeletionBlocked", || async {
+        let cr = get(&ar, Some(&ns), "base").await?;
+        let (status, reason, message) = ready(&cr)?;
+        (reason == "DeletionBlocked").then_some((status, message))
+    })
+    .await;
+    assert_eq!(blocked.0, "False");
+    assert!(
+        blocked.1.contains(&format!("{elsewhere}/theirs")),
+        "{}",
+        blocked.1
+    );
+    assert!(
+        get(&crds, None, &format!("gadgets.{gadgets_group}"))
+            .await
+            .is_some_and(|c| c.metadata.deletion_timestamp.is_none()),
+        "the CRD stays while a foreign instance exists"
+    );
+    assert!(get(&gadgets, Some(&ns), "base-own").await.is_some());
+    assert!(
+        events(&ns, "base")
+            .await
+            .iter()
+            .all(|(r, _)| r != "Finalized"),
+        "not released yet"
+    );
+
+    foreign_api
+        .delete("theirs", &DeleteParams::default())
+        .await?;
+    gone(&ar, Some(&ns), "base").await;
+    event(&ns, "base", "Finalized").await;
+    gone(&crds, None, &format!("gadgets.{gadgets_group}")).await;
+    host.stop().await;
+    Ok(())
+}
