@@ -38,11 +38,16 @@ async fn info(headers: HeaderMap, uri: axum::http::Uri) -> axum::Json<Value> {
         .get("x-team")
         .and_then(|h| h.to_str().ok())
         .unwrap_or("nobody");
+    let auth = headers
+        .get("authorization")
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or_default();
     let app = uri
         .query()
         .and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("app=")))
         .unwrap_or_default();
-    axum::Json(json!({"greeting": format!("hello {app} from {team}")}))
+    axum::Json(json!({"greeting": format!("hello {app} from {team}"),
+                      "authorized": auth == "Bearer info-token"}))
 }
 
 async fn server() -> (String, Seen) {
@@ -85,6 +90,7 @@ spec:
                   http:
                     url: "{base}/info?app={{{{ .metadata.name }}}}"
                     headers: {{X-Team: "{{{{ .spec.team }}}}"}}
+                    secretRef: {{name: info, key: token}}
               onReconcile:
                 - apiVersion: v1
                   kind: ConfigMap
@@ -92,6 +98,7 @@ spec:
                   data:
                     greeting: "{{{{ .external.info.greeting }}}}"
                     target: "{{{{ target }}}}"
+                    authorized: "{{% if .external.info.authorized %}}yes{{% else %}}no{{% endif %}}"
                 - |
                   {{% if .spec.extra %}}
                   apiVersion: v1
@@ -131,6 +138,15 @@ async fn crs_on_two_targets_get_their_own_reconciler_children_and_pruning() -> T
     let (base, seen) = server().await;
     let group = unique_group("targets");
     let ns = ControlPlane::shared().namespace("targets").await?;
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(client(), &ns);
+    secrets
+        .patch(
+            "info",
+            &kube::api::PatchParams::apply("e2e-test").force(),
+            &kube::api::Patch::Apply(json!({"apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": "info"}, "stringData": {"token": "info-token"}})),
+        )
+        .await?;
     let host = Host::start(&blueprint(&group, &base)).await;
     let ar = resource(&group, "App");
     served(&ar).await;
@@ -145,6 +161,7 @@ async fn crs_on_two_targets_get_their_own_reconciler_children_and_pruning() -> T
     .await;
     assert_eq!(tpl.data["data"]["greeting"], "hello a from payments");
     assert_eq!(tpl.data["data"]["target"], "templates");
+    assert_eq!(tpl.data["data"]["authorized"], "yes");
     eventually("a's extra ConfigMap", || {
         get(configmaps(), Some(&ns), "a-extra")
     })
