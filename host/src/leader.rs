@@ -166,6 +166,12 @@ impl Elector {
     }
 }
 
+/// Resolves once `shutdown` turns true (or its sender is gone); holds no borrow across
+/// awaits, so the futures waiting on it stay `Send`.
+async fn stopped(shutdown: &mut watch::Receiver<bool>) {
+    let _ = shutdown.wait_for(|s| *s).await;
+}
+
 /// Waits for the lease, then runs `work` until `shutdown` turns true or the lease is lost;
 /// `work` gets a receiver that turns true when it must stop. `standby` is true while this
 /// replica waits. Returns `Ok` after a shutdown (lease released).
@@ -209,7 +215,7 @@ where
         }
         tokio::select! {
             () = tokio::time::sleep(config.retry_period) => {}
-            _ = shutdown.wait_for(|s| *s) => return Ok(()),
+            () = stopped(&mut shutdown) => return Ok(()),
         }
     }
     tracing::info!(identity = %config.identity, "became the leader");
@@ -221,7 +227,7 @@ where
     let outcome = loop {
         tokio::select! {
             () = tokio::time::sleep(config.retry_period) => {}
-            _ = shutdown.wait_for(|s| *s) => break Ok(()),
+            () = stopped(&mut shutdown) => break Ok(()),
             finished = &mut task => {
                 // The work ended by itself (a startup error): give the lease back.
                 metrics.set_leader(false);

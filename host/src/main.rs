@@ -42,8 +42,12 @@ enum Command {
         #[arg(long, short = 'o', value_enum, env = "INRUN_OUTPUT", default_value_t = Format::Yaml)]
         output: Format,
         /// A secret value for remote reconcilers and external calls, as
-        /// `namespace/name/key=value` (repeatable); render reads no cluster.
-        #[arg(long = "secret", value_name = "NS/NAME/KEY=VALUE")]
+        /// `namespace/name/key=value` (repeatable; the variable gives one); render reads no cluster.
+        #[arg(
+            long = "secret",
+            value_name = "NS/NAME/KEY=VALUE",
+            env = "INRUN_SECRET"
+        )]
         secrets: Vec<String>,
     },
     /// Reconcile every CR of every CRD the Blueprint declares, until SIGINT or SIGTERM.

@@ -698,3 +698,106 @@ async fn the_deploy_manifests_apply_and_their_generated_rbac_is_enough() -> Test
     );
     Ok(())
 }
+
+#[test]
+fn every_flag_of_every_command_is_documented_and_settable_by_an_inrun_env_var() {
+    let commands: &[&[&str]] = &[
+        &[],
+        &["render"],
+        &["run"],
+        &["validate"],
+        &["generate", "crds"],
+        &["generate", "rbac"],
+        &["plugin", "inspect"],
+    ];
+    for command in commands {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_inrun"))
+            .args(*command)
+            .arg("--help")
+            .output()
+            .expect("inrun --help");
+        assert!(out.status.success());
+        let help = String::from_utf8_lossy(&out.stdout);
+        // Each option starts a block: its line and the indented description under it.
+        let mut blocks: Vec<String> = Vec::new();
+        for line in help.lines() {
+            let t = line.trim_start();
+            let starts = (t.starts_with("-") && line.starts_with("  ")) || t.starts_with('<');
+            if starts && line.len() - t.len() <= 6 {
+                blocks.push(line.to_string());
+            } else if let Some(last) = blocks.last_mut() {
+                last.push_str(line);
+            }
+        }
+        for block in &blocks {
+            if block.contains("--help") || block.contains("--version") {
+                continue;
+            }
+            assert!(
+                block.contains("[env: INRUN_"),
+                "`inrun {}` has a flag with no INRUN_* variable: {block}",
+                command.join(" ")
+            );
+            let description = block.split_once("  ").map(|(_, d)| d.trim()).unwrap_or("");
+            assert!(!description.is_empty(), "undocumented flag: {block}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_that_loses_its_lease_stops_its_work_at_once() -> TestResult {
+    use k8s_openapi::api::coordination::v1::Lease;
+    use std::sync::atomic::AtomicBool;
+    use std::time::Duration;
+    let cp = ControlPlane::shared();
+    let ns = cp.namespace("lost").await?;
+    let config = inrun::leader::LeaderConfig {
+        lease_name: "lost".into(),
+        namespace: ns.clone(),
+        identity: "victim".into(),
+        lease_duration: Duration::from_secs(15),
+        renew_deadline: Duration::from_secs(10),
+        retry_period: Duration::from_millis(500),
+    };
+    let (_shutdown_tx, shutdown_rx) = watch::channel(false);
+    let (started_tx, mut started_rx) = watch::channel(false);
+    let (stopped_tx, mut stopped_rx) = watch::channel(false);
+    let elected = tokio::spawn(inrun::leader::run(
+        client(),
+        config,
+        shutdown_rx,
+        Arc::new(AtomicBool::new(true)),
+        move |mut stop: watch::Receiver<bool>| async move {
+            let _ = started_tx.send(true);
+            let _ = stop.wait_for(|s| *s).await;
+            let _ = stopped_tx.send(true);
+            Ok::<(), std::io::Error>(())
+        },
+    ));
+    tokio::time::timeout(WAIT, started_rx.wait_for(|s| *s)).await??;
+    // Another replica takes the lease (as after a partition where this one could not renew).
+    let api: Api<Lease> = Api::namespaced(client(), &ns);
+    let mut lease = api.get("lost").await?;
+    if let Some(spec) = lease.spec.as_mut() {
+        spec.holder_identity = Some("thief".into());
+    }
+    api.replace("lost", &PostParams::default(), &lease).await?;
+    let taken = std::time::Instant::now();
+    tokio::time::timeout(Duration::from_secs(3), stopped_rx.wait_for(|s| *s)).await??;
+    let stopped = taken.elapsed();
+    let result = tokio::time::timeout(WAIT, elected).await??;
+    assert!(
+        matches!(result, Err(inrun::leader::LeaderError::Lost { .. })),
+        "{result:?}"
+    );
+    eprintln!(
+        "work stopped {:.2}s after the lease was taken",
+        stopped.as_secs_f64()
+    );
+    assert_eq!(
+        holder(&ns, "lost").await.as_deref(),
+        Some("thief"),
+        "the thief keeps it"
+    );
+    Ok(())
+}
