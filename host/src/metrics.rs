@@ -59,7 +59,22 @@ const FAMILIES: &[(&str, &str, &str)] = &[
     (
         "inrun_plugin_calls_total",
         "counter",
-        "Reconciles that called a Wasm plugin, by plugin and outcome.",
+        "Reconciles that called a Wasm plugin, by plugin and outcome (ok, returned, trap, deadline, memory, bad_output, host, error).",
+    ),
+    (
+        "inrun_plugin_deadline_hits_total",
+        "counter",
+        "Plugin calls interrupted at their deadline.",
+    ),
+    (
+        "inrun_plugin_memory_cap_hits_total",
+        "counter",
+        "Plugin calls stopped at their memory cap.",
+    ),
+    (
+        "inrun_plugin_traps_total",
+        "counter",
+        "Plugin calls that trapped (a guest panic, for one).",
     ),
     (
         "inrun_plugin_call_duration_seconds",
@@ -231,8 +246,10 @@ impl Metrics {
         started: Started,
         key: &str,
         plugins: &[String],
-        error: Option<String>,
+        failure: Option<&(dyn std::error::Error + 'static)>,
     ) {
+        let error = failure.map(crate::errors::chain);
+        let plugin_outcome = failure.map_or("ok", plugin_outcome);
         let elapsed = started.at.elapsed();
         let c = started.controller.as_str();
         let result = if error.is_some() { "error" } else { "success" };
@@ -273,14 +290,22 @@ impl Metrics {
                 1.0,
             );
         }
-        let outcome = if error.is_some() { "error" } else { "ok" };
         for p in plugins {
             Self::add(
                 &mut inner,
                 "inrun_plugin_calls_total",
-                labels(&[("plugin", p), ("outcome", outcome)]),
+                labels(&[("plugin", p), ("outcome", plugin_outcome)]),
                 1.0,
             );
+            let hit = match plugin_outcome {
+                "deadline" => Some("inrun_plugin_deadline_hits_total"),
+                "memory" => Some("inrun_plugin_memory_cap_hits_total"),
+                "trap" => Some("inrun_plugin_traps_total"),
+                _ => None,
+            };
+            if let Some(name) = hit {
+                Self::add(&mut inner, name, labels(&[("plugin", p)]), 1.0);
+            }
             inner
                 .histograms
                 .entry((
@@ -419,6 +444,32 @@ impl Metrics {
     }
 }
 
+/// How a failed reconcile went for its plugin: `deadline`, `memory`, `trap`, `returned`
+/// (the plugin's own error), `bad_output`, `host`, or `error` when the failure was not the
+/// plugin's (e.g. an API write after a successful call).
+fn plugin_outcome(err: &(dyn std::error::Error + 'static)) -> &'static str {
+    use crate::wasm::{CallError, CallFailure};
+    let mut next = Some(err);
+    while let Some(e) = next {
+        let failure = e
+            .downcast_ref::<CallError>()
+            .map(|c| &c.failure)
+            .or_else(|| e.downcast_ref::<CallFailure>());
+        if let Some(f) = failure {
+            return match f {
+                CallFailure::Deadline(_) => "deadline",
+                CallFailure::Memory(_) => "memory",
+                CallFailure::Trap { .. } => "trap",
+                CallFailure::Returned(_) => "returned",
+                CallFailure::BadOutput(_) => "bad_output",
+                CallFailure::Host(_) => "host",
+            };
+        }
+        next = e.source();
+    }
+    "error"
+}
+
 /// The `'static` name of a known metric (keys hold `'static` names).
 fn name_static(name: &str) -> &'static str {
     FAMILIES
@@ -440,7 +491,8 @@ mod tests {
             m.value("workqueue_depth", "name=\"webapps.example.dev\""),
             1.0
         );
-        m.reconcile_finished(s, "ns/a", &["p".into()], Some("boom".into()));
+        let boom = std::io::Error::other("boom");
+        m.reconcile_finished(s, "ns/a", &["p".into()], Some(&boom));
         assert_eq!(
             m.value("workqueue_depth", "name=\"webapps.example.dev\""),
             0.0

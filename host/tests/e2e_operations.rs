@@ -288,6 +288,9 @@ async fn metrics_move_with_reconciles_and_blueprint_matches_the_loaded_file() ->
     let errors =
         format!("controller_runtime_reconcile_errors_total{{controller=\"{controller}\"}}");
     assert!(sample(&failed, &errors) >= 1.0, "{failed}");
+    // The plugin's own error is told apart from traps, deadlines and memory caps.
+    let returned = format!("inrun_plugin_calls_total{{plugin=\"{plugin}\",outcome=\"returned\"}}");
+    assert!(sample(&failed, &returned) >= 1.0, "{failed}");
     let (_, state) = call(&router, "/state").await;
     let state: Value = serde_json::from_str(&state)?;
     assert!(

@@ -77,7 +77,10 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Ctx>) -> Result<Action,
         } else {
             pass(&obj, &ctx).await
         };
-        let error = result.as_ref().err().map(|e| crate::errors::chain(e));
+        let error = result
+            .as_ref()
+            .err()
+            .map(|e| e as &(dyn std::error::Error + 'static));
         metrics.reconcile_finished(started, &key, &plugins, error);
         match &result {
             Ok(action) => {
