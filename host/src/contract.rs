@@ -144,7 +144,8 @@ impl Outcome {
             && self.annotations.is_empty()
     }
 
-    /// Whether the outcome asks to be reconciled again (which holds a deleting CR).
+    /// Whether the outcome asks to be reconciled again at all (`requeue` or `requeueAfter`).
+    /// Only `requeue` holds a deleting CR; `requeueAfter` alone is a refresh.
     pub fn wants_requeue(&self) -> bool {
         self.requeue || self.requeue_after.is_some()
     }

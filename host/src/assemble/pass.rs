@@ -294,37 +294,36 @@ impl ReconcilePlan {
     /// # Errors
     /// [`PassError::Template`] when a `requeue` condition fails to render.
     pub fn next(&self, outcome: &Outcome, ctx: &Context) -> Result<Next, PassError> {
-        if outcome.wants_requeue() {
-            let after = outcome.requeue_after.unwrap_or(DEFAULT_REQUEUE);
-            return Ok(Next {
-                after: Some(after),
-                holds: true,
-            });
-        }
-        let Some(rule) = &self.requeue else {
-            return Ok(Next {
-                after: None,
-                holds: false,
-            });
+        // The Result: `requeue` asks (and holds a deleting CR); `requeueAfter` alone is a
+        // refresh, like a conditional rule's `after` alone.
+        let mut next = Next {
+            after: outcome
+                .requeue_after
+                .or(outcome.requeue.then_some(DEFAULT_REQUEUE)),
+            holds: outcome.requeue,
         };
-        if rule.conditions.is_empty() {
-            return Ok(Next {
-                after: rule.after,
-                holds: false,
-            });
+        if let Some(rule) = &self.requeue {
+            let asked = if rule.conditions.is_empty() {
+                None
+            } else {
+                let mut any = false;
+                for c in &rule.conditions {
+                    if c.eval(ctx).map_err(template("reconcile.requeue"))? {
+                        any = true;
+                        break;
+                    }
+                }
+                Some(any)
+            };
+            let after = match asked {
+                None => rule.after,
+                Some(true) => Some(rule.after.unwrap_or(DEFAULT_REQUEUE)),
+                Some(false) => None,
+            };
+            next.holds |= asked == Some(true);
+            next.after = [next.after, after].into_iter().flatten().min();
         }
-        for c in &rule.conditions {
-            if c.eval(ctx).map_err(template("reconcile.requeue"))? {
-                return Ok(Next {
-                    after: Some(rule.after.unwrap_or(DEFAULT_REQUEUE)),
-                    holds: true,
-                });
-            }
-        }
-        Ok(Next {
-            after: None,
-            holds: false,
-        })
+        Ok(next)
     }
 }
 
@@ -363,6 +362,99 @@ fn strip(object: &mut Value, path: &str) {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    fn plan(requeue: &str) -> crate::assemble::Assembly {
+        let text = format!(
+            "apiVersion: inrun.dev/v1alpha1\nkind: Blueprint\nmetadata: {{name: t}}\nspec:\n  crds:\n    - group: t.inrun.dev\n      version: v1\n      kind: Thing\n      reconcile:\n        onReconcile: []\n{requeue}"
+        );
+        let bp = crate::blueprint::from_str(&text, "t.yaml").expect("blueprint");
+        let engine = crate::wasm::Engine::new(crate::wasm::EngineSettings {
+            pooling: false,
+            ..Default::default()
+        })
+        .expect("engine");
+        crate::assemble::Assembly::from_blueprint(bp, &engine).expect("assembly")
+    }
+
+    #[test]
+    fn only_a_requested_requeue_holds_a_deleting_cr() {
+        let a = plan("");
+        let p = &a.crds()[0].default;
+        let ctx = Context::new(&json!({"spec": {}}));
+        let refresh = Outcome {
+            requeue_after: Some(Duration::from_secs(3)),
+            ..Outcome::default()
+        };
+        assert_eq!(
+            p.next(&refresh, &ctx).unwrap(),
+            Next {
+                after: Some(Duration::from_secs(3)),
+                holds: false
+            }
+        );
+        let asked = Outcome {
+            requeue: true,
+            ..Outcome::default()
+        };
+        assert_eq!(
+            p.next(&asked, &ctx).unwrap(),
+            Next {
+                after: Some(DEFAULT_REQUEUE),
+                holds: true
+            }
+        );
+        assert_eq!(
+            p.next(&Outcome::default(), &ctx).unwrap(),
+            Next {
+                after: None,
+                holds: false
+            }
+        );
+    }
+
+    #[test]
+    fn a_conditional_rule_holds_only_while_its_condition_is_true() {
+        let a = plan("        requeue: {after: 2s, when: \"{{ .spec.hold }}\"}\n");
+        let p = &a.crds()[0].default;
+        let held = p
+            .next(
+                &Outcome::default(),
+                &Context::new(&json!({"spec": {"hold": true}})),
+            )
+            .unwrap();
+        assert_eq!(
+            held,
+            Next {
+                after: Some(Duration::from_secs(2)),
+                holds: true
+            }
+        );
+        let free = p
+            .next(
+                &Outcome::default(),
+                &Context::new(&json!({"spec": {"hold": false}})),
+            )
+            .unwrap();
+        assert_eq!(
+            free,
+            Next {
+                after: None,
+                holds: false
+            }
+        );
+        let periodic = plan("        requeue: {after: 30s}\n");
+        let n = periodic.crds()[0]
+            .default
+            .next(&Outcome::default(), &Context::new(&json!({})))
+            .unwrap();
+        assert_eq!(
+            n,
+            Next {
+                after: Some(Duration::from_secs(30)),
+                holds: false
+            }
+        );
+    }
 
     #[test]
     fn strip_removes_nested_paths_and_ignores_missing_ones() {
