@@ -46,6 +46,19 @@ pub enum LeaderError {
         /// Lease name.
         name: String,
     },
+    /// The host may not read or write its Lease; waiting would never end.
+    #[error(
+        "may not use the leader-election lease {namespace}/{name} (apply `inrun generate rbac` for this Blueprint and namespace)"
+    )]
+    Forbidden {
+        /// Lease namespace.
+        namespace: String,
+        /// Lease name.
+        name: String,
+        /// The API server's refusal.
+        #[source]
+        source: kube::Error,
+    },
     /// The work run under leadership failed.
     #[error("the controllers stopped with an error")]
     Work(#[source] Box<dyn std::error::Error + Send + Sync>),
@@ -208,6 +221,13 @@ where
         match tokio::time::timeout(attempt_timeout, elector.try_acquire_or_renew()).await {
             Ok(Ok(Attempt::Held)) => break,
             Ok(Ok(Attempt::Other)) => {}
+            Ok(Err(kube::Error::Api(e))) if e.code == 403 => {
+                return Err(LeaderError::Forbidden {
+                    namespace: config.namespace,
+                    name: config.lease_name,
+                    source: kube::Error::Api(e),
+                });
+            }
             Ok(Err(e)) => {
                 tracing::warn!(error = %crate::errors::chain(&e), "trying to acquire the lease")
             }

@@ -804,3 +804,35 @@ async fn a_leader_that_loses_its_lease_stops_its_work_at_once() -> TestResult {
     );
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_without_lease_rbac_fails_clearly_instead_of_waiting_forever() -> TestResult {
+    use std::sync::atomic::AtomicBool;
+    use std::time::Duration;
+    let cp = ControlPlane::shared();
+    let ns = cp.namespace("nolease").await?;
+    let config = inrun::leader::LeaderConfig {
+        lease_name: "inrun".into(),
+        namespace: ns,
+        identity: "nobody".into(),
+        lease_duration: Duration::from_secs(15),
+        renew_deadline: Duration::from_secs(10),
+        retry_period: Duration::from_secs(2),
+    };
+    let (_tx, rx) = watch::channel(false);
+    let result = tokio::time::timeout(
+        WAIT,
+        inrun::leader::run(
+            cp.unprivileged_client(),
+            config,
+            rx,
+            Arc::new(AtomicBool::new(true)),
+            |_stop| async { Ok::<(), std::io::Error>(()) },
+        ),
+    )
+    .await?;
+    let err = result.expect_err("no RBAC for the Lease");
+    assert!(matches!(err, inrun::leader::LeaderError::Forbidden { .. }));
+    assert!(inrun::errors::chain(&err).contains("inrun generate rbac"));
+    Ok(())
+}
