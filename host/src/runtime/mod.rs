@@ -113,7 +113,10 @@ pub async fn run(
         },
     );
     // The Lease is checked by the leader elector, which knows its namespace.
-    let needed: Vec<_> = needed.into_iter().filter(|p| p.namespace.is_none()).collect();
+    let needed: Vec<_> = needed
+        .into_iter()
+        .filter(|p| p.namespace.is_none())
+        .collect();
     access::check(&client, &needed).await?;
     let specs: Vec<_> = assembly.crds().iter().map(|c| &c.spec).collect();
     crds::ensure(&client, &specs, options.install_crds).await?;
