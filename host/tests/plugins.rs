@@ -8,6 +8,42 @@ use inrun::contract::{Outcome, Request};
 use inrun::wasm::{CallFailure, CompileCache, Engine, EngineSettings, Limits, Plugin, World};
 use serde_json::json;
 
+/// Drives a plugin call to completion from a plain test (calls are futures that yield to
+/// the caller at each epoch tick).
+trait Blocking {
+    fn reconcile_now(
+        &self,
+        req: &Request,
+        limits: &Limits,
+    ) -> Result<Outcome, inrun::wasm::CallError>;
+    fn hook_now(
+        &self,
+        f: &str,
+        req: &Request,
+        current: &Outcome,
+        limits: &Limits,
+    ) -> Result<Outcome, inrun::wasm::CallError>;
+}
+
+impl Blocking for Plugin {
+    fn reconcile_now(
+        &self,
+        req: &Request,
+        limits: &Limits,
+    ) -> Result<Outcome, inrun::wasm::CallError> {
+        futures::executor::block_on(self.reconcile(req, limits))
+    }
+    fn hook_now(
+        &self,
+        f: &str,
+        req: &Request,
+        current: &Outcome,
+        limits: &Limits,
+    ) -> Result<Outcome, inrun::wasm::CallError> {
+        futures::executor::block_on(self.call_hook(f, req, current, limits))
+    }
+}
+
 fn plugin_dir() -> PathBuf {
     std::env::var_os("INRUN_PLUGIN_DIR")
         .map(PathBuf::from)
@@ -55,7 +91,7 @@ fn webapp_constructor_builds_a_deployment_a_service_and_status() {
     let webapp = load(&engine, "inrun_plugin_webapp");
     assert_eq!(webapp.world(), World::Reconciler);
     let out = webapp
-        .reconcile(&webapp_request(), &Limits::default())
+        .reconcile_now(&webapp_request(), &Limits::default())
         .expect("reconcile");
     let kinds: Vec<_> = out
         .resources
@@ -76,7 +112,7 @@ fn webapp_error_result_names_the_plugin_and_its_message() {
     let webapp = load(&engine, "inrun_plugin_webapp");
     let mut req = webapp_request();
     req.object["spec"] = json!({});
-    let err = webapp.reconcile(&req, &Limits::default()).unwrap_err();
+    let err = webapp.reconcile_now(&req, &Limits::default()).unwrap_err();
     assert!(matches!(err.failure, CallFailure::Returned(_)), "{err:?}");
     let text = err.to_string();
     assert!(
@@ -92,7 +128,9 @@ fn endless_loop_hits_its_deadline_within_twice_the_limit_and_the_next_call_works
     let spin = load(&engine, "inrun_test_spin");
     let webapp = load(&engine, "inrun_plugin_webapp");
     let started = Instant::now();
-    let err = spin.reconcile(&webapp_request(), &short(300)).unwrap_err();
+    let err = spin
+        .reconcile_now(&webapp_request(), &short(300))
+        .unwrap_err();
     let took = started.elapsed();
     assert!(matches!(err.failure, CallFailure::Deadline(_)), "{err:?}");
     assert!(
@@ -108,10 +146,12 @@ fn endless_loop_hits_its_deadline_within_twice_the_limit_and_the_next_call_works
         "deadline fired late: {took:?}"
     );
     webapp
-        .reconcile(&webapp_request(), &Limits::default())
+        .reconcile_now(&webapp_request(), &Limits::default())
         .expect("a normal call right after");
     // The same component again: a fresh store, so the previous interrupt leaves no trace.
-    let again = spin.reconcile(&webapp_request(), &short(100)).unwrap_err();
+    let again = spin
+        .reconcile_now(&webapp_request(), &short(100))
+        .unwrap_err();
     assert!(matches!(again.failure, CallFailure::Deadline(_)));
 }
 
@@ -123,7 +163,7 @@ fn unbounded_allocation_hits_the_memory_cap_and_the_next_call_works() {
         memory_bytes: 32 << 20,
         ..Limits::default()
     };
-    let err = hog.reconcile(&webapp_request(), &limits).unwrap_err();
+    let err = hog.reconcile_now(&webapp_request(), &limits).unwrap_err();
     assert!(matches!(err.failure, CallFailure::Memory(_)), "{err:?}");
     assert!(
         err.to_string()
@@ -132,7 +172,7 @@ fn unbounded_allocation_hits_the_memory_cap_and_the_next_call_works() {
     );
     let webapp = load(&engine, "inrun_plugin_webapp");
     webapp
-        .reconcile(&webapp_request(), &Limits::default())
+        .reconcile_now(&webapp_request(), &Limits::default())
         .expect("a normal call right after");
 }
 
@@ -141,7 +181,7 @@ fn a_panic_is_a_trap_that_carries_the_panic_message() {
     let engine = engine();
     let panic = load(&engine, "inrun_test_panic");
     let err = panic
-        .reconcile(&webapp_request(), &Limits::default())
+        .reconcile_now(&webapp_request(), &Limits::default())
         .unwrap_err();
     let CallFailure::Trap { stderr, .. } = &err.failure else {
         panic!("not a trap: {err:?}")
@@ -151,7 +191,7 @@ fn a_panic_is_a_trap_that_carries_the_panic_message() {
         "{err}"
     );
     load(&engine, "inrun_plugin_webapp")
-        .reconcile(&webapp_request(), &Limits::default())
+        .reconcile_now(&webapp_request(), &Limits::default())
         .expect("a normal call right after");
 }
 
@@ -160,7 +200,7 @@ fn garbage_output_is_a_bad_outcome_naming_the_resource() {
     let engine = engine();
     let garbage = load(&engine, "inrun_test_garbage");
     let err = garbage
-        .reconcile(&webapp_request(), &Limits::default())
+        .reconcile_now(&webapp_request(), &Limits::default())
         .unwrap_err();
     assert!(matches!(err.failure, CallFailure::BadOutput(_)), "{err:?}");
     assert!(err.to_string().contains("is not JSON"), "{err}");
@@ -174,7 +214,7 @@ fn output_caps_apply_per_plugin() {
         output_bytes: 64,
         ..Limits::default()
     };
-    let err = webapp.reconcile(&webapp_request(), &tiny).unwrap_err();
+    let err = webapp.reconcile_now(&webapp_request(), &tiny).unwrap_err();
     assert!(
         err.to_string().contains("more than its limit of 64 bytes"),
         "{err}"
@@ -183,7 +223,7 @@ fn output_caps_apply_per_plugin() {
         max_resources: 1,
         ..Limits::default()
     };
-    let err = webapp.reconcile(&webapp_request(), &one).unwrap_err();
+    let err = webapp.reconcile_now(&webapp_request(), &one).unwrap_err();
     assert!(
         err.to_string()
             .contains("2 resources, more than its limit of 1"),
@@ -196,7 +236,7 @@ fn guest_output_is_captured_and_the_call_still_succeeds() {
     let engine = engine();
     let chatty = load(&engine, "inrun_test_chatty");
     let out = chatty
-        .reconcile(&webapp_request(), &Limits::default())
+        .reconcile_now(&webapp_request(), &Limits::default())
         .expect("reconcile");
     assert_eq!(out.resources[0]["kind"], "ConfigMap");
 }
@@ -225,7 +265,7 @@ fn hooks_component_lists_its_functions_and_transforms_an_outcome() {
         ..Outcome::default()
     };
     let out = hooks
-        .call_hook("annotate", &webapp_request(), &current, &Limits::default())
+        .hook_now("annotate", &webapp_request(), &current, &Limits::default())
         .expect("hook");
     assert_eq!(
         out.resources[0]["metadata"]["annotations"]["demo.inrun.dev/rendered-by"],
@@ -272,7 +312,7 @@ fn the_compile_cache_serves_a_second_engine_without_compiling() {
     let second = Engine::new(settings()).expect("engine");
     let b = load(&second, "inrun_plugin_webapp");
     assert_eq!(a.id(), b.id());
-    b.reconcile(&webapp_request(), &Limits::default())
+    b.reconcile_now(&webapp_request(), &Limits::default())
         .expect("reconcile from cached code");
 
     // A torn or corrupted entry is recompiled, not trusted.
@@ -285,6 +325,32 @@ fn the_compile_cache_serves_a_second_engine_without_compiling() {
     std::fs::write(&entry, b"garbage").expect("corrupt");
     let third = Engine::new(settings()).expect("engine");
     load(&third, "inrun_plugin_webapp")
-        .reconcile(&webapp_request(), &Limits::default())
+        .reconcile_now(&webapp_request(), &Limits::default())
         .expect("recompiled");
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn an_endless_loop_yields_to_other_tasks_on_the_same_thread() {
+    let engine = engine();
+    let spin = load(&engine, "inrun_test_spin");
+    let ticks = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let counter = ticks.clone();
+    // Another task on the one runtime thread: it only runs if the plugin call yields.
+    let ticker = tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    });
+    let err = spin
+        .reconcile(&webapp_request(), &short(300))
+        .await
+        .unwrap_err();
+    ticker.abort();
+    assert!(matches!(err.failure, CallFailure::Deadline(_)), "{err:?}");
+    let n = ticks.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(
+        n >= 10,
+        "the other task ran only {n} times while the plugin looped for 300 ms"
+    );
 }

@@ -37,10 +37,7 @@ impl Reconciler for Constructor {
     }
 
     async fn reconcile(&self, req: &Request) -> Result<Outcome, ReconcileError> {
-        let plugin = self.plugin.clone();
-        let limits = self.limits;
-        let owned = req.clone();
-        let outcome = blocking(move || plugin.reconcile(&owned, &limits)).await??;
+        let outcome = self.plugin.reconcile(req, &self.limits).await?;
         finish(outcome, req)
     }
 }
@@ -89,25 +86,13 @@ impl Reconciler for Hooks {
 
     async fn reconcile(&self, req: &Request) -> Result<Outcome, ReconcileError> {
         let rendered = self.templates.reconcile(req).await?;
-        let hooks = self.hooks.clone();
-        let owned = req.clone();
-        let outcome = blocking(move || {
-            hooks.iter().try_fold(rendered, |current, hook| {
-                hook.plugin
-                    .call_hook(&hook.function, &owned, &current, &hook.limits)
-            })
-        })
-        .await??;
+        let mut outcome = rendered;
+        for hook in &self.hooks {
+            outcome = hook
+                .plugin
+                .call_hook(&hook.function, req, &outcome, &hook.limits)
+                .await?;
+        }
         finish(outcome, req)
     }
-}
-
-/// Runs a plugin call on the blocking pool: calls are synchronous and may take up to
-/// their deadline, which must not stall the async runtime.
-async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> T + Send + 'static,
-) -> Result<T, ReconcileError> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| ReconcileError::Aborted(e.to_string()))
 }

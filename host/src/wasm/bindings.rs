@@ -7,6 +7,7 @@ pub mod reconciler {
     wasmtime::component::bindgen!({
         path: "../wit",
         world: "reconciler",
+        exports: { default: async },
     });
 }
 
@@ -15,6 +16,7 @@ pub mod hooks {
     wasmtime::component::bindgen!({
         path: "../wit",
         world: "hooks",
+        exports: { default: async },
         with: {
             "inrun:reconciler/types": super::reconciler::inrun::reconciler::types,
             "inrun:reconciler/host": super::reconciler::inrun::reconciler::host,

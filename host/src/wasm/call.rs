@@ -2,13 +2,12 @@
 //! the translation of whatever happened into an outcome or a [`CallError`].
 
 use std::collections::BTreeMap;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::{Map, Value};
-use wasmtime::{Store, Trap};
+use wasmtime::{Store, Trap, UpdateDeadline};
 
-use super::bindings::{self, hooks::Hooks, reconciler::Reconciler};
-use super::engine::TICK;
+use super::bindings;
 use super::plugin::{Plugin, Pre};
 use super::state::State;
 use super::{CallError, CallFailure, Limits};
@@ -20,17 +19,19 @@ impl Plugin {
     /// # Errors
     /// [`CallError`] naming the plugin and what happened: deadline, memory cap, trap
     /// (with a panic's message), an error the plugin returned, or a bad outcome.
-    pub fn reconcile(&self, req: &Request, limits: &Limits) -> Result<Outcome, CallError> {
+    pub async fn reconcile(&self, req: &Request, limits: &Limits) -> Result<Outcome, CallError> {
         let wit_req = to_wit_request(req);
-        let raw = run(self, limits, |store, pre| match pre {
-            Pre::Reconciler(pre) => {
-                let guest: Reconciler = pre.instantiate(&mut *store)?;
-                guest.call_reconcile(&mut *store, &wit_req)
-            }
+        let (mut store, pre) = self.store(limits);
+        let result = match pre {
+            Pre::Reconciler(pre) => match pre.instantiate_async(&mut store).await {
+                Ok(guest) => guest.call_reconcile(&mut store, &wit_req).await,
+                Err(e) => Err(e),
+            },
             Pre::Hooks(_) => Err(wasmtime::format_err!(
                 "a hooks component has no `reconcile`"
             )),
-        })?;
+        };
+        let raw = self.settle(result, &store, limits)?;
         self.finish(raw, limits)
     }
 
@@ -38,7 +39,7 @@ impl Plugin {
     ///
     /// # Errors
     /// As [`Plugin::reconcile`].
-    pub fn call_hook(
+    pub async fn call_hook(
         &self,
         function: &str,
         req: &Request,
@@ -47,14 +48,68 @@ impl Plugin {
     ) -> Result<Outcome, CallError> {
         let wit_req = to_wit_request(req);
         let wit_current = to_wit_outcome(current);
-        let raw = run(self, limits, |store, pre| match pre {
-            Pre::Hooks(pre) => {
-                let guest: Hooks = pre.instantiate(&mut *store)?;
-                guest.call_call(&mut *store, function, &wit_req, &wit_current)
-            }
+        let (mut store, pre) = self.store(limits);
+        let result = match pre {
+            Pre::Hooks(pre) => match pre.instantiate_async(&mut store).await {
+                Ok(guest) => {
+                    guest
+                        .call_call(&mut store, function, &wit_req, &wit_current)
+                        .await
+                }
+                Err(e) => Err(e),
+            },
             Pre::Reconciler(_) => Err(wasmtime::format_err!("a reconciler component has no hooks")),
-        })?;
+        };
+        let raw = self.settle(result, &store, limits)?;
         self.finish(raw, limits)
+    }
+
+    /// Asks a hooks component which functions it serves.
+    pub(super) async fn call_functions(&self, limits: &Limits) -> Result<Vec<String>, CallError> {
+        let (mut store, pre) = self.store(limits);
+        let result = match pre {
+            Pre::Hooks(pre) => match pre.instantiate_async(&mut store).await {
+                Ok(guest) => guest.call_functions(&mut store).await,
+                Err(e) => Err(e),
+            },
+            Pre::Reconciler(_) => Ok(Vec::new()),
+        };
+        self.settle(result, &store, limits)
+    }
+
+    /// A fresh store armed with the plugin's limits. The guest yields to the async runtime
+    /// at every epoch tick, and is interrupted at the first tick past its deadline.
+    fn store(&self, limits: &Limits) -> (Store<State>, &Pre) {
+        let inner = self.inner();
+        let mut store = Store::new(
+            inner.engine.wasmtime(),
+            State::new(inner.id.clone(), limits.memory_bytes),
+        );
+        store.limiter(|s| &mut s.limiter);
+        let deadline = Instant::now() + limits.deadline;
+        store.epoch_deadline_callback(move |_| {
+            if Instant::now() >= deadline {
+                Err(Trap::Interrupt.into())
+            } else {
+                Ok(UpdateDeadline::Yield(1))
+            }
+        });
+        store.set_epoch_deadline(1);
+        (store, &inner.pre)
+    }
+
+    /// Logs what the guest printed and turns a failed call into a [`CallError`].
+    fn settle<R>(
+        &self,
+        result: wasmtime::Result<R>,
+        store: &Store<State>,
+        limits: &Limits,
+    ) -> Result<R, CallError> {
+        store.data().flush_stdio();
+        result.map_err(|err| CallError {
+            plugin: self.id().clone(),
+            failure: classify(err, store.data(), limits),
+        })
     }
 
     fn finish(
@@ -69,46 +124,6 @@ impl Plugin {
         let wit = raw.map_err(|msg| fail(CallFailure::Returned(truncate_owned(msg, 500))))?;
         from_wit_outcome(wit, limits).map_err(|why| fail(CallFailure::BadOutput(why)))
     }
-}
-
-/// Asks a hooks component which functions it serves.
-pub(super) fn functions(plugin: &Plugin, limits: &Limits) -> Result<Vec<String>, CallError> {
-    run(plugin, limits, |store, pre| match pre {
-        Pre::Hooks(pre) => {
-            let guest: Hooks = pre.instantiate(&mut *store)?;
-            guest.call_functions(&mut *store)
-        }
-        Pre::Reconciler(_) => Ok(Vec::new()),
-    })
-}
-
-/// Runs `f` in a fresh store armed with the plugin's limits.
-fn run<R>(
-    plugin: &Plugin,
-    limits: &Limits,
-    f: impl FnOnce(&mut Store<State>, &Pre) -> wasmtime::Result<R>,
-) -> Result<R, CallError> {
-    let inner = plugin.inner();
-    let mut store = Store::new(
-        inner.engine.wasmtime(),
-        State::new(inner.id.clone(), limits.memory_bytes),
-    );
-    store.limiter(|s| &mut s.limiter);
-    store.set_epoch_deadline(deadline_ticks(limits.deadline));
-    store.epoch_deadline_trap();
-    let result = f(&mut store, &inner.pre);
-    store.data().flush_stdio();
-    result.map_err(|err| CallError {
-        plugin: (*inner.id).clone(),
-        failure: classify(err, store.data(), limits),
-    })
-}
-
-/// Epoch ticks for `deadline`, rounded up, plus one because the first tick may come at
-/// any moment after the deadline is set: a call never gets less than its limit.
-fn deadline_ticks(deadline: Duration) -> u64 {
-    let ticks = deadline.as_nanos().div_ceil(TICK.as_nanos());
-    u64::try_from(ticks).unwrap_or(u64::MAX).saturating_add(1)
 }
 
 fn classify(err: wasmtime::Error, state: &State, limits: &Limits) -> CallFailure {
@@ -232,14 +247,6 @@ fn truncate_owned(mut s: String, max: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn deadline_rounds_up_to_whole_ticks() {
-        assert_eq!(deadline_ticks(Duration::from_millis(1)), 2);
-        assert_eq!(deadline_ticks(Duration::from_millis(10)), 2);
-        assert_eq!(deadline_ticks(Duration::from_millis(11)), 3);
-        assert_eq!(deadline_ticks(Duration::from_secs(2)), 201);
-    }
 
     #[test]
     fn outcome_over_the_size_limit_is_refused() {

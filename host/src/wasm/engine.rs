@@ -109,7 +109,7 @@ impl Engine {
         }
         let engine = wasmtime::Engine::new(&config).map_err(LoadError::Engine)?;
         let mut linker = Linker::new(&engine);
-        wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(LoadError::Engine)?;
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(LoadError::Engine)?;
         super::bindings::reconciler::Reconciler::add_to_linker::<
             State,
             wasmtime::component::HasSelf<State>,

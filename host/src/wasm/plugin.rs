@@ -10,7 +10,7 @@ use wasmtime::component::types::ComponentItem;
 use super::bindings::{hooks::HooksPre, reconciler::ReconcilerPre};
 use super::engine::Engine;
 use super::state::State;
-use super::{CallError, Limits, LoadError, PluginId};
+use super::{Limits, LoadError, PluginId};
 
 /// The WIT world a component implements.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -133,13 +133,12 @@ impl Plugin {
             }),
         };
         if world == World::Hooks {
-            let functions =
-                plugin
-                    .call_functions(&Limits::default())
-                    .map_err(|e| LoadError::Functions {
-                        plugin: (*plugin.inner.id).clone(),
-                        source: Box::new(e),
-                    })?;
+            // Loading is synchronous; the call's future needs no runtime to be driven.
+            let functions = futures::executor::block_on(plugin.call_functions(&Limits::default()))
+                .map_err(|e| LoadError::Functions {
+                    plugin: (*plugin.inner.id).clone(),
+                    source: Box::new(e),
+                })?;
             if let Some(inner) = Arc::get_mut(&mut plugin.inner) {
                 inner.info.functions = functions;
             }
@@ -202,9 +201,5 @@ impl Plugin {
             }
         }
         Ok(())
-    }
-
-    fn call_functions(&self, limits: &Limits) -> Result<Vec<String>, CallError> {
-        super::call::functions(self, limits)
     }
 }
