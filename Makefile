@@ -7,11 +7,21 @@ EXAMPLES := declarative hooks constructor
 
 export INRUN_PLUGIN_DIR := $(PLUGIN_DIR)
 
-.PHONY: demo test lint bench plugins build controlplane cluster run clean-cache chart image
+# Guest languages besides Rust; each builds through plugins/<language>/build.sh, which
+# installs its pinned toolchain itself.
+GUEST_LANGUAGES := python js c
+LANGUAGE_PLUGINS := $(addprefix plugins-,$(GUEST_LANGUAGES))
 
-## Build the example plugins (Rust guests for wasm32-wasip2).
-plugins:
+.PHONY: demo test lint bench plugins plugins-rust $(LANGUAGE_PLUGINS) build controlplane cluster run clean-cache chart image
+
+## Build the example and test plugins: Rust guests, then the other languages.
+plugins: plugins-rust $(LANGUAGE_PLUGINS)
+
+plugins-rust:
 	cd plugins && $(CARGO) build --release --target wasm32-wasip2
+
+$(LANGUAGE_PLUGINS): plugins-%:
+	@if [ -x plugins/$*/build.sh ]; then plugins/$*/build.sh; fi
 
 ## Build the host binary.
 build:

@@ -126,10 +126,9 @@ impl CrdPlan {
         if let Some(ns) = object
             .pointer("/metadata/namespace")
             .and_then(Value::as_str)
+            && !self.spec.namespaces.allows(ns)
         {
-            if !self.spec.namespaces.allows(ns) {
-                failed.push(format!("namespace {ns:?} is not served by this CRD"));
-            }
+            failed.push(format!("namespace {ns:?} is not served by this CRD"));
         }
         for rule in &self.rules {
             match rule.rule.eval(ctx) {

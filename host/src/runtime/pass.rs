@@ -115,24 +115,24 @@ async fn pass(original: &DynamicObject, ctx: &Ctx) -> Result<Action, Failure> {
     let obj = meta::maintain(ctx, original)
         .await
         .map_err(api("putting finalizers on the CR"))?;
-    if let Some(at) = cleanup_at(&obj) {
-        if at <= k8s_openapi::jiff::Timestamp::now() {
-            ctx.cr_api(&obj)
-                .delete(
-                    obj.metadata.name.as_deref().unwrap_or_default(),
-                    &DeleteParams::default(),
-                )
-                .await
-                .map_err(api("deleting the CR after its cleanup grace period"))?;
-            ctx.events
-                .record(
-                    &on,
-                    Reason::CleanedUp,
-                    "cleanup grace period passed; CR deleted",
-                )
-                .await;
-            return Ok(Action::await_change());
-        }
+    if let Some(at) = cleanup_at(&obj)
+        && at <= k8s_openapi::jiff::Timestamp::now()
+    {
+        ctx.cr_api(&obj)
+            .delete(
+                obj.metadata.name.as_deref().unwrap_or_default(),
+                &DeleteParams::default(),
+            )
+            .await
+            .map_err(api("deleting the CR after its cleanup grace period"))?;
+        ctx.events
+            .record(
+                &on,
+                Reason::CleanedUp,
+                "cleanup grace period passed; CR deleted",
+            )
+            .await;
+        return Ok(Action::await_change());
     }
 
     // Prepare.
