@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# Builds the C example and test plugins as WebAssembly components (called by
+# `make plugins`). Installs its pinned toolchain first when it is missing:
+#   Debian: clang lld wasi-libc libclang-rt-14-dev-wasm32 (clang targets wasm32-wasi)
+#   cargo:  wit-bindgen-cli and wasm-tools, into a cache outside the repo
+# Outputs, next to the Rust plugins:
+#   plugins/target/wasm32-wasip2/release/inrun_plugin_webapp_c.wasm
+#   plugins/target/wasm32-wasip2/release/inrun_plugin_hooks_c.wasm
+#   plugins/target/wasm32-wasip2/release/inrun_test_abort_c.wasm
+#   plugins/target/wasm32-wasip2/release/inrun_test_spin_c.wasm
+# Nothing is rebuilt when every output is newer than every source. Needs no stdin.
+set -euo pipefail
+
+WIT_BINDGEN_VERSION=0.63.0
+WASM_TOOLS_VERSION=1.263.0
+APT_PACKAGES=(clang lld wasi-libc libclang-rt-14-dev-wasm32)
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
+tools="${INRUN_C_TOOLS:-$HOME/.cache/inrun/c-guest}"
+out="$root/plugins/target/wasm32-wasip2/release"
+work="$root/plugins/target/c"
+sdk="$root/sdk/c"
+wit="$root/wit"
+
+# name:world:source-dir
+PLUGINS=(
+  "inrun_plugin_webapp_c:reconciler:webapp"
+  "inrun_plugin_hooks_c:hooks:hooks"
+  "inrun_test_abort_c:reconciler:abort"
+  "inrun_test_spin_c:reconciler:spin"
+)
+
+log() { echo "plugins/c: $*" >&2; }
+
+# --- Up to date? --------------------------------------------------------------------
+sources=("$here/build.sh" "$sdk"/*.c "$sdk"/*.h "$wit"/*.wit)
+for p in "${PLUGINS[@]}"; do sources+=("$here/${p##*:}"/*.c); done
+up_to_date=1
+for p in "${PLUGINS[@]}"; do
+  target="$out/${p%%:*}.wasm"
+  if [[ ! -f "$target" ]]; then up_to_date=0; break; fi
+  for s in "${sources[@]}"; do
+    if [[ "$s" -nt "$target" ]]; then up_to_date=0; break 2; fi
+  done
+done
+if [[ $up_to_date == 1 ]]; then
+  exit 0
+fi
+
+# --- Toolchain ----------------------------------------------------------------------
+missing=()
+for pkg in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || missing+=("$pkg")
+done
+if ((${#missing[@]})); then
+  log "installing ${missing[*]} (apt-get)"
+  sudo=""
+  [[ $(id -u) == 0 ]] || sudo="sudo -n"
+  export DEBIAN_FRONTEND=noninteractive
+  if ! $sudo apt-get install -y -qq "${missing[@]}" </dev/null >/dev/null; then
+    $sudo apt-get update -qq </dev/null >/dev/null
+    $sudo apt-get install -y -qq "${missing[@]}" </dev/null >/dev/null
+  fi
+fi
+
+cargo_tool() { # binary crate version [cargo install args...]
+  local bin="$1" crate="$2" version="$3"
+  shift 3
+  if [[ -x "$tools/bin/$bin" ]] && "$tools/bin/$bin" --version 2>/dev/null | grep -q " $version"; then
+    return
+  fi
+  log "installing $crate $version into $tools (cargo install, a few minutes)"
+  flock /tmp/inrun-cargo.lock cargo install "$crate" --version "$version" --locked \
+    --root "$tools" "$@" </dev/null
+}
+cargo_tool wit-bindgen wit-bindgen-cli "$WIT_BINDGEN_VERSION"
+cargo_tool wasm-tools wasm-tools "$WASM_TOOLS_VERSION" \
+  --no-default-features --features component,validate,print,strip
+WIT_BINDGEN="$tools/bin/wit-bindgen"
+WASM_TOOLS="$tools/bin/wasm-tools"
+
+# --- Build --------------------------------------------------------------------------
+CFLAGS=(--target=wasm32-wasi -O2 -Wall -Wextra -Werror -std=c11
+  -mexec-model=reactor -ffunction-sections -fdata-sections)
+LDFLAGS=(-Wl,--gc-sections -Wl,--strip-all -Wl,-z,stack-size=1048576)
+
+mkdir -p "$out" "$work"
+for world in reconciler hooks; do
+  rm -rf "$work/gen-$world"
+  if ! msg=$("$WIT_BINDGEN" c "$wit" --world "$world" --out-dir "$work/gen-$world" 2>&1); then
+    echo "$msg" >&2
+    exit 1
+  fi
+done
+
+for p in "${PLUGINS[@]}"; do
+  IFS=: read -r name world dir <<<"$p"
+  gen="$work/gen-$world"
+  world_flag=INRUN_WORLD_RECONCILER
+  [[ $world == hooks ]] && world_flag=INRUN_WORLD_HOOKS
+  core="$work/$name.core.wasm"
+  # $world_component_type.o carries the world's type: linking it embeds the WIT (what
+  # `wasm-tools component embed` would do), so `component new` needs nothing else.
+  clang "${CFLAGS[@]}" -D"$world_flag" -I"$sdk" -I"$gen" \
+    "$here/$dir"/*.c "$sdk/inrun.c" "$sdk/inrun_json.c" "$gen/$world.c" \
+    "$gen/${world}_component_type.o" "${LDFLAGS[@]}" -o "$core"
+  # No --adapt: the SDK and these plugins import nothing from WASI (no stdio).
+  "$WASM_TOOLS" component new "$core" -o "$out/$name.wasm.tmp"
+  "$WASM_TOOLS" validate "$out/$name.wasm.tmp"
+  mv "$out/$name.wasm.tmp" "$out/$name.wasm"
+  log "built $name.wasm ($(stat -c %s "$out/$name.wasm") bytes)"
+done
