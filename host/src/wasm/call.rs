@@ -284,19 +284,16 @@ mod tests {
 
     #[test]
     fn outcome_round_trips_through_wit() {
-        let mut o = Outcome::default();
-        o.status = Some(
-            serde_json::json!({"phase": "Ready"})
-                .as_object()
-                .cloned()
-                .unwrap_or_default(),
-        );
-        o.resources.push(serde_json::json!({"kind": "ConfigMap"}));
-        o.labels.insert("a".into(), "b".into());
-        o.requeue_after = Some(Duration::from_millis(1500));
-        o.cleanup = Some(Cleanup {
-            after: Duration::from_secs(30),
-        });
+        let o = Outcome {
+            status: serde_json::json!({"phase": "Ready"}).as_object().cloned(),
+            resources: vec![serde_json::json!({"kind": "ConfigMap"})],
+            labels: [("a".to_string(), "b".to_string())].into(),
+            requeue_after: Some(Duration::from_millis(1500)),
+            cleanup: Some(Cleanup {
+                after: Duration::from_secs(30),
+            }),
+            ..Outcome::default()
+        };
         let back = from_wit_outcome(to_wit_outcome(&o), &Limits::default()).unwrap();
         assert_eq!(back, o);
     }
