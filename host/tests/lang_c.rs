@@ -1,0 +1,350 @@
+//! C guests (plugins/c, built by `plugins/c/build.sh` from `make plugins`) against the
+//! stock host: the C WebApp constructor and hooks render exactly what the Rust ones do,
+//! an abort or an endless loop fails only its own call, and the C WebApp passes an
+//! end-to-end scenario on a real kube-apiserver.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use inrun::contract::{Outcome, Request};
+use inrun::wasm::{CallError, CallFailure, Engine, EngineSettings, Limits, Plugin, World};
+use inrun_testenv::{ControlPlane, TestResult};
+use serde_json::{Value, json};
+use support::*;
+
+const RUST_WEBAPP: &str = "inrun_plugin_webapp";
+const C_WEBAPP: &str = "inrun_plugin_webapp_c";
+const RUST_HOOKS: &str = "inrun_plugin_labels_hooks";
+const C_HOOKS: &str = "inrun_plugin_hooks_c";
+
+// ------------------------------------------------------------------ inrun render
+
+fn render(dir: &Path, blueprint: &str, cr: &str) -> (bool, String, String) {
+    let bp = dir.join("bp.yaml");
+    let object = dir.join("cr.yaml");
+    std::fs::write(&bp, blueprint).expect("write blueprint");
+    std::fs::write(&object, cr).expect("write cr");
+    let cache = tempfile::tempdir().expect("tempdir");
+    let out = Command::new(env!("CARGO_BIN_EXE_inrun"))
+        .args(["render", "-b"])
+        .arg(&bp)
+        .arg("-f")
+        .arg(&object)
+        .args(["-o", "json"])
+        .env("INRUN_CACHE_DIR", cache.path())
+        .output()
+        .expect("run inrun");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn constructor_blueprint(location: &str) -> String {
+    format!(
+        r#"apiVersion: inrun.dev/v1alpha1
+kind: Blueprint
+metadata: {{name: lang-c}}
+spec:
+  crds:
+    - group: demo.inrun.dev
+      version: v1alpha1
+      kind: WebApp
+      reconcile:
+        default: false
+        constructor: {{location: "{location}"}}
+        managedResources:
+          - {{apiVersion: apps/v1, kind: Deployment}}
+          - {{apiVersion: v1, kind: Service}}
+"#
+    )
+}
+
+fn hooks_blueprint(location: &str) -> String {
+    format!(
+        r#"apiVersion: inrun.dev/v1alpha1
+kind: Blueprint
+metadata: {{name: lang-c-hooks}}
+spec:
+  crds:
+    - group: demo.inrun.dev
+      version: v1alpha1
+      kind: WebApp
+      emit:
+        status:
+          image: "{{{{ .spec.image }}}}"
+      reconcile:
+        args:
+          team: "{{{{ .metadata.labels.team | default('platform') }}}}"
+        onReconcile:
+          - type: deployment
+            fields:
+              image: "{{{{ .spec.image }}}}"
+              replicas: "{{{{ .spec.replicas | default(1) }}}}"
+          - type: service
+            fields:
+              targetPort: "{{{{ .spec.port | default(8080) }}}}"
+          - apiVersion: apps/v1
+            kind: Deployment
+            metadata:
+              name: "{{{{ .metadata.name }}}}-worker"
+              labels: {{app: worker}}
+            spec:
+              selector: {{matchLabels: {{app: worker}}}}
+              template:
+                metadata: {{labels: {{app: worker}}}}
+                spec:
+                  containers:
+                    - {{name: worker, image: "{{{{ .spec.image }}}}"}}
+                    - {{name: log-shipper, image: "busybox:1.36"}}
+        hooks:
+          - {{location: "{location}", function: add-labels}}
+          - {{location: "{location}", function: annotate}}
+          - {{location: "{location}", function: add-sidecar}}
+        managedResources:
+          - {{apiVersion: apps/v1, kind: Deployment}}
+          - {{apiVersion: v1, kind: Service}}
+"#
+    )
+}
+
+/// The WebApp CRs both languages render.
+const WEBAPPS: &[&str] = &[
+    "apiVersion: demo.inrun.dev/v1alpha1\nkind: WebApp\nmetadata: {name: shop, namespace: prod}\nspec: {image: 'nginx:1.27'}\n",
+    "apiVersion: demo.inrun.dev/v1alpha1\nkind: WebApp\nmetadata: {name: shop, namespace: default, labels: {team: payments}}\nspec: {image: 'nginx:1.27', replicas: 3, port: 9000}\n",
+    "apiVersion: demo.inrun.dev/v1alpha1\nkind: WebApp\nmetadata: {name: api, namespace: team-a}\nspec:\n  image: \"ghcr.io/acme/api:2 \\\"quoted\\\" \\u00e9\\u2603\"\n  replicas: 0\n  port: 65535\n  env: {ZED: last, A: '1', B: \"line\\nbreak\", EMPTY: ''}\n",
+    "apiVersion: demo.inrun.dev/v1alpha1\nkind: WebApp\nmetadata: {name: empty-env, namespace: default}\nspec: {image: x, env: {}}\n",
+];
+
+fn render_both(blueprint: fn(&str) -> String, rust: &str, c: &str, cr: &str) -> (Value, Value) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (ok, rust_out, stderr) = render(dir.path(), &blueprint(&plugin(rust)), cr);
+    assert!(ok, "rust render failed: {stderr}\n{cr}");
+    let (ok, c_out, stderr) = render(dir.path(), &blueprint(&plugin(c)), cr);
+    assert!(ok, "C render failed: {stderr}\n{cr}");
+    (
+        serde_json::from_str(&rust_out).expect("rust render prints JSON"),
+        serde_json::from_str(&c_out).expect("C render prints JSON"),
+    )
+}
+
+#[test]
+fn the_c_webapp_renders_exactly_what_the_rust_webapp_renders() {
+    for cr in WEBAPPS {
+        let (rust, c) = render_both(constructor_blueprint, RUST_WEBAPP, C_WEBAPP, cr);
+        assert_eq!(rust["resources"].as_array().map(Vec::len), Some(2), "{rust}");
+        assert_eq!(c, rust, "for {cr}");
+    }
+}
+
+#[test]
+fn the_c_webapp_fails_like_the_rust_webapp_without_an_image() {
+    for spec in ["{replicas: 2}", "{image: ''}", "null"] {
+        let cr = format!(
+            "apiVersion: demo.inrun.dev/v1alpha1\nkind: WebApp\nmetadata: {{name: shop, namespace: prod}}\nspec: {spec}\n"
+        );
+        for name in [RUST_WEBAPP, C_WEBAPP] {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let (ok, _, stderr) = render(dir.path(), &constructor_blueprint(&plugin(name)), &cr);
+            assert!(!ok, "{name} accepted {spec}");
+            assert!(stderr.contains("spec.image is required"), "{name}: {stderr}");
+        }
+    }
+}
+
+#[test]
+fn the_c_hooks_render_exactly_what_the_rust_hooks_render() {
+    for cr in WEBAPPS {
+        let (rust, c) = render_both(hooks_blueprint, RUST_HOOKS, C_HOOKS, cr);
+        let deployment = &rust["resources"][0];
+        assert!(
+            deployment["metadata"]["labels"]["demo.inrun.dev/team"].is_string(),
+            "{rust}"
+        );
+        assert_eq!(c, rust, "for {cr}");
+    }
+}
+
+// ------------------------------------------------------------- the engine directly
+
+fn plugin_path(name: &str) -> PathBuf {
+    PathBuf::from(plugin(name))
+}
+
+fn engine() -> Engine {
+    Engine::new(EngineSettings::default()).expect("engine")
+}
+
+fn load(engine: &Engine, name: &str) -> Plugin {
+    engine
+        .load_file(&plugin_path(name))
+        .unwrap_or_else(|e| panic!("loading {name}: {e:?}"))
+}
+
+fn reconcile_now(plugin: &Plugin, req: &Request, limits: &Limits) -> Result<Outcome, CallError> {
+    futures::executor::block_on(plugin.reconcile(req, limits))
+}
+
+fn webapp_request() -> Request {
+    Request::for_object(
+        json!({"apiVersion": "demo.inrun.dev/v1alpha1", "kind": "WebApp",
+               "metadata": {"name": "shop", "namespace": "team-a", "uid": "u1"},
+               "spec": {"image": "nginx:1.27", "replicas": 3, "port": 8080}}),
+        json!({}),
+    )
+}
+
+fn short(deadline_ms: u64) -> Limits {
+    Limits {
+        deadline: Duration::from_millis(deadline_ms),
+        ..Limits::default()
+    }
+}
+
+#[test]
+fn the_c_components_load_as_their_worlds() {
+    let engine = engine();
+    assert_eq!(load(&engine, C_WEBAPP).world(), World::Reconciler);
+    let hooks = load(&engine, C_HOOKS);
+    assert_eq!(hooks.world(), World::Hooks);
+    assert_eq!(
+        hooks.info().functions,
+        ["add-labels", "annotate", "add-sidecar"]
+    );
+}
+
+#[test]
+fn the_c_webapp_returns_its_error_message() {
+    let engine = engine();
+    let webapp = load(&engine, C_WEBAPP);
+    let mut req = webapp_request();
+    req.object["spec"] = json!({"image": "x", "replicas": "many"});
+    let err = reconcile_now(&webapp, &req, &Limits::default()).unwrap_err();
+    assert!(matches!(err.failure, CallFailure::Returned(_)), "{err:?}");
+    assert!(err.to_string().contains("spec.replicas: expected an integer"), "{err}");
+    // Not JSON at all: the SDK says which field.
+    req.object = json!("not an object");
+    let out = reconcile_now(&webapp, &req, &Limits::default());
+    assert!(out.is_err(), "{out:?}");
+}
+
+#[test]
+fn an_abort_in_c_is_a_trap_that_fails_only_its_call() {
+    let engine = engine();
+    let abort = load(&engine, "inrun_test_abort_c");
+    let err = reconcile_now(&abort, &webapp_request(), &Limits::default()).unwrap_err();
+    assert!(matches!(err.failure, CallFailure::Trap { .. }), "{err:?}");
+    let webapp = load(&engine, C_WEBAPP);
+    reconcile_now(&webapp, &webapp_request(), &Limits::default())
+        .expect("a normal call right after");
+    let again = reconcile_now(&abort, &webapp_request(), &Limits::default()).unwrap_err();
+    assert!(matches!(again.failure, CallFailure::Trap { .. }), "{again:?}");
+}
+
+#[test]
+fn an_endless_loop_in_c_hits_its_deadline_and_the_next_call_works() {
+    let engine = engine();
+    let spin = load(&engine, "inrun_test_spin_c");
+    let webapp = load(&engine, C_WEBAPP);
+    let started = Instant::now();
+    let err = reconcile_now(&spin, &webapp_request(), &short(300)).unwrap_err();
+    let took = started.elapsed();
+    assert!(matches!(err.failure, CallFailure::Deadline(_)), "{err:?}");
+    assert!(err.to_string().contains("exceeded its 0.3s deadline"), "{err}");
+    assert!(took >= Duration::from_millis(300), "interrupted early: {took:?}");
+    reconcile_now(&webapp, &webapp_request(), &Limits::default())
+        .expect("a normal call right after");
+    let again = reconcile_now(&spin, &webapp_request(), &short(100)).unwrap_err();
+    assert!(matches!(again.failure, CallFailure::Deadline(_)), "{again:?}");
+}
+
+/// Not a benchmark (numbers from a debug test build are only indicative): prints the
+/// median of a fresh instantiate + one reconcile for the C and Rust webapps, and sizes.
+/// Run with `cargo test -p inrun --test lang_c -- --nocapture timing`.
+#[test]
+fn timing_of_the_c_webapp_instantiate_and_call() {
+    let engine = engine();
+    let req = webapp_request();
+    for name in [C_WEBAPP, RUST_WEBAPP] {
+        let size = std::fs::metadata(plugin_path(name)).map(|m| m.len()).unwrap_or(0);
+        let started = Instant::now();
+        let plugin = load(&engine, name);
+        let load_time = started.elapsed();
+        let mut times: Vec<Duration> = (0..200)
+            .map(|_| {
+                let t = Instant::now();
+                reconcile_now(&plugin, &req, &Limits::default()).expect("reconcile");
+                t.elapsed()
+            })
+            .collect();
+        times.sort();
+        eprintln!(
+            "{name}: {size} bytes, load (compile) {load_time:?}, instantiate+call median {:?}",
+            times[times.len() / 2]
+        );
+    }
+}
+
+// ------------------------------------------------------------------ end to end
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_c_webapp_creates_its_children_and_the_cr_becomes_ready() -> TestResult {
+    let group = unique_group("lang-c");
+    let blueprint = constructor_blueprint(&plugin(C_WEBAPP)).replace("demo.inrun.dev", &group);
+    let host = Host::start(&blueprint).await;
+    let ns = ControlPlane::shared().namespace("lang-c").await?;
+    let ar = resource(&group, "WebApp");
+    served(&ar).await;
+    let cr = apply_cr(
+        &ar,
+        &ns,
+        &format!("apiVersion: {group}/v1alpha1\nkind: WebApp\nmetadata: {{name: shop}}\nspec: {{image: 'nginx:1.27', replicas: 2, env: {{B: '2', A: '1'}}}}\n"),
+    )
+    .await;
+    let uid = cr.metadata.uid.clone().unwrap_or_default();
+
+    let deployment = eventually("the Deployment", || get(deployments(), Some(&ns), "shop")).await;
+    assert_eq!(
+        deployment
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("inrun.dev/owner-uid")),
+        Some(&uid)
+    );
+    assert_eq!(deployment.data["spec"]["replicas"], 2);
+    assert_eq!(
+        deployment.data["spec"]["template"]["spec"]["containers"][0]["env"],
+        json!([{"name": "A", "value": "1"}, {"name": "B", "value": "2"}])
+    );
+    let service = eventually("the Service", || get(services(), Some(&ns), "shop")).await;
+    assert_eq!(service.data["spec"]["ports"][0]["targetPort"], 8080);
+
+    let ready_cr = eventually("the CR to be Ready", || async {
+        let cr = get(&ar, Some(&ns), "shop").await?;
+        (ready(&cr)?.0 == "True").then_some(cr)
+    })
+    .await;
+    assert_eq!(ready_cr.data["status"]["image"], "nginx:1.27");
+    assert_eq!(ready_cr.data["status"]["replicas"], 2);
+    assert_eq!(
+        ready_cr.data["status"]["url"],
+        format!("http://shop.{ns}.svc:80")
+    );
+    assert_eq!(
+        ready_cr
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("demo.inrun.dev/tier"))
+            .map(String::as_str),
+        Some("web")
+    );
+    event(&ns, "shop", "Reconciled").await;
+    host.stop().await;
+    Ok(())
+}
