@@ -434,6 +434,9 @@ export class Outcome {
 
 function asOutcome(value, what) {
   if (value instanceof Outcome) return value;
+  if (value instanceof Promise) {
+    throw new InrunError(`${what} returned a Promise: reconcilers and hooks must be synchronous functions`);
+  }
   throw new InrunError(`${what} returned ${value === undefined ? 'nothing' : safeJson(value)}, not an Outcome`);
 }
 
