@@ -30,20 +30,24 @@ plugins=(
 
 install_toolchain() {
   [[ -f "$venv/.installed" ]] && return
-  local python="${PYTHON:-python3}"
   echo "python plugins: installing componentize-py $COMPONENTIZE_PY_VERSION into $venv" >&2
-  rm -rf "$venv"
   mkdir -p "$cache"
-  if ! "$python" -m venv "$venv" </dev/null >&2; then
-    if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
-      echo "python plugins: installing python3-venv" >&2
-      DEBIAN_FRONTEND=noninteractive apt-get install -y -q python3-venv </dev/null >&2
-      rm -rf "$venv"
-      "$python" -m venv "$venv" </dev/null >&2
-    else
-      echo "python plugins: '$python -m venv' failed; install python3-venv" >&2
-      exit 1
-    fi
+  # $PYTHON, else python3 on the PATH, else Debian's (installing its venv module if root).
+  local python made=false
+  for python in ${PYTHON:-} python3 /usr/bin/python3; do
+    command -v "$python" >/dev/null || continue
+    rm -rf "$venv"
+    if "$python" -m venv "$venv" </dev/null >&2; then made=true; break; fi
+  done
+  if ! $made && [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
+    echo "python plugins: installing python3-venv" >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q python3 python3-venv </dev/null >&2
+    rm -rf "$venv"
+    /usr/bin/python3 -m venv "$venv" </dev/null >&2 && made=true
+  fi
+  if ! $made; then
+    echo "python plugins: could not create a venv; install python3 with its venv module" >&2
+    exit 1
   fi
   "$venv/bin/pip" install --quiet --disable-pip-version-check \
     "componentize-py==$COMPONENTIZE_PY_VERSION" </dev/null >&2
