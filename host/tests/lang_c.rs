@@ -136,7 +136,11 @@ fn render_both(blueprint: fn(&str) -> String, rust: &str, c: &str, cr: &str) -> 
 fn the_c_webapp_renders_exactly_what_the_rust_webapp_renders() {
     for cr in WEBAPPS {
         let (rust, c) = render_both(constructor_blueprint, RUST_WEBAPP, C_WEBAPP, cr);
-        assert_eq!(rust["resources"].as_array().map(Vec::len), Some(2), "{rust}");
+        assert_eq!(
+            rust["resources"].as_array().map(Vec::len),
+            Some(2),
+            "{rust}"
+        );
         assert_eq!(c, rust, "for {cr}");
     }
 }
@@ -151,7 +155,10 @@ fn the_c_webapp_fails_like_the_rust_webapp_without_an_image() {
             let dir = tempfile::tempdir().expect("tempdir");
             let (ok, _, stderr) = render(dir.path(), &constructor_blueprint(&plugin(name)), &cr);
             assert!(!ok, "{name} accepted {spec}");
-            assert!(stderr.contains("spec.image is required"), "{name}: {stderr}");
+            assert!(
+                stderr.contains("spec.image is required"),
+                "{name}: {stderr}"
+            );
         }
     }
 }
@@ -225,8 +232,12 @@ fn the_c_webapp_returns_its_error_message() {
     req.object["spec"] = json!({"image": "x", "replicas": "many"});
     let err = reconcile_now(&webapp, &req, &Limits::default()).unwrap_err();
     assert!(matches!(err.failure, CallFailure::Returned(_)), "{err:?}");
-    assert!(err.to_string().contains("spec.replicas: expected an integer"), "{err}");
-    // Not JSON at all: the SDK says which field.
+    assert!(
+        err.to_string()
+            .contains("spec.replicas: expected an integer"),
+        "{err}"
+    );
+    // A CR that is not a JSON object has no spec.
     req.object = json!("not an object");
     let out = reconcile_now(&webapp, &req, &Limits::default());
     assert!(out.is_err(), "{out:?}");
@@ -242,7 +253,10 @@ fn an_abort_in_c_is_a_trap_that_fails_only_its_call() {
     reconcile_now(&webapp, &webapp_request(), &Limits::default())
         .expect("a normal call right after");
     let again = reconcile_now(&abort, &webapp_request(), &Limits::default()).unwrap_err();
-    assert!(matches!(again.failure, CallFailure::Trap { .. }), "{again:?}");
+    assert!(
+        matches!(again.failure, CallFailure::Trap { .. }),
+        "{again:?}"
+    );
 }
 
 #[test]
@@ -254,12 +268,21 @@ fn an_endless_loop_in_c_hits_its_deadline_and_the_next_call_works() {
     let err = reconcile_now(&spin, &webapp_request(), &short(300)).unwrap_err();
     let took = started.elapsed();
     assert!(matches!(err.failure, CallFailure::Deadline(_)), "{err:?}");
-    assert!(err.to_string().contains("exceeded its 0.3s deadline"), "{err}");
-    assert!(took >= Duration::from_millis(300), "interrupted early: {took:?}");
+    assert!(
+        err.to_string().contains("exceeded its 0.3s deadline"),
+        "{err}"
+    );
+    assert!(
+        took >= Duration::from_millis(300),
+        "interrupted early: {took:?}"
+    );
     reconcile_now(&webapp, &webapp_request(), &Limits::default())
         .expect("a normal call right after");
     let again = reconcile_now(&spin, &webapp_request(), &short(100)).unwrap_err();
-    assert!(matches!(again.failure, CallFailure::Deadline(_)), "{again:?}");
+    assert!(
+        matches!(again.failure, CallFailure::Deadline(_)),
+        "{again:?}"
+    );
 }
 
 /// Not a benchmark (numbers from a debug test build are only indicative): prints the
@@ -270,7 +293,9 @@ fn timing_of_the_c_webapp_instantiate_and_call() {
     let engine = engine();
     let req = webapp_request();
     for name in [C_WEBAPP, RUST_WEBAPP] {
-        let size = std::fs::metadata(plugin_path(name)).map(|m| m.len()).unwrap_or(0);
+        let size = std::fs::metadata(plugin_path(name))
+            .map(|m| m.len())
+            .unwrap_or(0);
         let started = Instant::now();
         let plugin = load(&engine, name);
         let load_time = started.elapsed();

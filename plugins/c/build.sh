@@ -81,7 +81,7 @@ WIT_BINDGEN="$tools/bin/wit-bindgen"
 WASM_TOOLS="$tools/bin/wasm-tools"
 
 # --- Build --------------------------------------------------------------------------
-CFLAGS=(--target=wasm32-wasi -O2 -Wall -Wextra -Werror -std=c11
+CFLAGS=(--target=wasm32-wasi -Os -Wall -Wextra -Werror -std=c11
   -mexec-model=reactor -ffunction-sections -fdata-sections)
 LDFLAGS=(-Wl,--gc-sections -Wl,--strip-all -Wl,-z,stack-size=1048576)
 
