@@ -26,10 +26,25 @@ fn plugin_path(name: &str) -> String {
     plugin(name)
 }
 
-/// One compile cache for every render and load in this test binary.
+/// One compile cache for every render and load in this test binary, kept between runs;
+/// entries older than a day (components rebuilt since) are removed once per run, as each
+/// compiled JS component is ~24 MB.
 fn cache_dir() -> PathBuf {
+    static PRUNED: std::sync::Once = std::sync::Once::new();
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("lang_js-wasm-cache");
     std::fs::create_dir_all(&dir).expect("cache dir");
+    PRUNED.call_once(|| {
+        let day = Duration::from_secs(24 * 3600);
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let old = entry
+                .metadata()
+                .and_then(|m| m.modified())
+                .is_ok_and(|t| t.elapsed().unwrap_or_default() > day);
+            if old {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
+    });
     dir
 }
 
