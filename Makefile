@@ -50,6 +50,7 @@ lint:
 ## Benchmarks; numbers go to BENCHMARKS.md.
 bench: plugins
 	$(CARGO) bench -p inrun --bench wasm
+	$(CARGO) bench -p inrun --bench languages
 
 ## A local control plane, `inrun run` on an example Blueprint, and an example CR (EXAMPLE=declarative|hooks|constructor).
 run: plugins controlplane

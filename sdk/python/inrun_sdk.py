@@ -45,8 +45,11 @@ try:  # Inside a component: the bindings componentize-py generates for the world
     from wit_world.imports import host as _host
     from wit_world.imports import types as _wit
 except ImportError:  # Natively (unit tests): stand-ins with the same shape.
+    import dataclasses as _dc
+    import enum as _enum
+    import types as _types
+
     _host = None
-    _wit = None
 
     class Err(Exception):  # type: ignore[no-redef]
         """The failure case of a WIT ``result``: ``raise Err("why")`` fails the call."""
@@ -54,6 +57,36 @@ except ImportError:  # Natively (unit tests): stand-ins with the same shape.
         def __init__(self, value: Any) -> None:
             super().__init__(value)
             self.value = value
+
+    @_dc.dataclass
+    class _Request:
+        key: str
+        api_version: str
+        kind: str
+        object: str
+        args: str
+        finalizing: bool
+        target: Optional[str]
+        children: Optional[str]
+
+    @_dc.dataclass
+    class _Cleanup:
+        after_seconds: int
+
+    @_dc.dataclass
+    class _Outcome:
+        status: Optional[str]
+        resources: List[str]
+        labels: List[Tuple[str, str]]
+        annotations: List[Tuple[str, str]]
+        requeue: bool
+        requeue_after_ms: Optional[int]
+        cleanup: Optional[_Cleanup]
+
+    _wit = _types.SimpleNamespace(
+        Request=_Request, Outcome=_Outcome, Cleanup=_Cleanup,
+        Level=_enum.Enum("Level", "TRACE DEBUG INFO WARN ERROR"),
+    )
 
 
 __all__ = [
