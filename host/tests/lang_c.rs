@@ -285,6 +285,74 @@ fn an_endless_loop_in_c_hits_its_deadline_and_the_next_call_works() {
     );
 }
 
+fn hook_now(
+    plugin: &Plugin,
+    function: &str,
+    req: &Request,
+    current: &Outcome,
+) -> Result<Outcome, CallError> {
+    futures::executor::block_on(plugin.call_hook(function, req, current, &Limits::default()))
+}
+
+/// An outcome with every field set, full objects beside an intent, and keys to keep.
+fn rendered_outcome() -> Outcome {
+    let mut labels = std::collections::BTreeMap::new();
+    labels.insert("kept".to_owned(), "yes".to_owned());
+    let mut annotations = std::collections::BTreeMap::new();
+    annotations.insert("note".to_owned(), "a \"quoted\" \u{e9} value".to_owned());
+    Outcome {
+        status: json!({"phase": "Rendered", "ratio": 0.25, "n": -3})
+            .as_object()
+            .cloned(),
+        resources: vec![
+            json!({"apiVersion": "apps/v1", "kind": "Deployment",
+                   "metadata": {"name": "shop", "labels": {"app": "shop"}},
+                   "spec": {"template": {"spec": {"containers": [{"name": "web", "image": "nginx"}]}}}}),
+            json!({"apiVersion": "v1", "kind": "Service", "metadata": "not a map"}),
+            json!({"type": "deployment", "fields": {"image": "nginx", "big": 12345678901234567890_u64}}),
+        ],
+        labels,
+        annotations,
+        requeue: true,
+        requeue_after: Some(Duration::from_millis(1500)),
+        cleanup: Some(inrun::contract::Cleanup {
+            after: Duration::from_secs(30),
+        }),
+    }
+}
+
+#[test]
+fn the_c_hooks_transform_an_outcome_exactly_like_the_rust_hooks() {
+    let engine = engine();
+    let rust = load(&engine, RUST_HOOKS);
+    let c = load(&engine, C_HOOKS);
+    for args in [
+        json!({"team": "payments"}),
+        json!({}),
+        json!({"team": null}),
+    ] {
+        let req = Request::for_object(
+            json!({"apiVersion": "demo.inrun.dev/v1alpha1", "kind": "WebApp",
+                   "metadata": {"name": "shop", "namespace": "prod"}}),
+            args,
+        );
+        for function in ["add-labels", "annotate", "add-sidecar"] {
+            let want = hook_now(&rust, function, &req, &rendered_outcome()).expect("rust hook");
+            let got = hook_now(&c, function, &req, &rendered_outcome()).expect("C hook");
+            assert_eq!(got, want, "{function} with {}", req.args);
+            // Applied twice: still the same (the sidecar is added once).
+            let want = hook_now(&rust, function, &req, &want).expect("rust hook");
+            let got = hook_now(&c, function, &req, &got).expect("C hook");
+            assert_eq!(got, want, "{function} twice");
+        }
+    }
+    let bad = Request::for_object(json!({}), json!({"team": 7}));
+    for hooks in [&rust, &c] {
+        let err = hook_now(hooks, "add-labels", &bad, &Outcome::default()).unwrap_err();
+        assert!(err.to_string().contains("args.team: "), "{err}");
+    }
+}
+
 /// Not a benchmark (numbers from a debug test build are only indicative): prints the
 /// median of a fresh instantiate + one reconcile for the C and Rust webapps, and sizes.
 /// Run with `cargo test -p inrun --test lang_c -- --nocapture timing`.
