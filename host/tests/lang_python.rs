@@ -27,11 +27,26 @@ fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-/// One compile cache for every render in this test binary.
+/// One compile cache for every render and engine in this test binary, kept under
+/// `target/tmp` between runs (compiled code is keyed by digest); entries untouched for a
+/// day are pruned, so rebuilt components do not pile up.
 fn cache_dir() -> &'static Path {
-    static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
-    DIR.get_or_init(|| tempfile::tempdir().expect("tempdir"))
-        .path()
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("lang_python-cache");
+        std::fs::create_dir_all(&dir).expect("cache dir");
+        let day_ago = std::time::SystemTime::now() - Duration::from_secs(24 * 3600);
+        for entry in std::fs::read_dir(&dir).expect("read cache").flatten() {
+            let stale = entry
+                .metadata()
+                .and_then(|m| m.modified())
+                .is_ok_and(|t| t < day_ago);
+            if stale {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
+        dir
+    })
 }
 
 /// Runs `inrun render -o json` of `cr` (YAML) through `blueprint` (YAML): the JSON
