@@ -176,6 +176,22 @@ fn the_c_hooks_render_exactly_what_the_rust_hooks_render() {
     }
 }
 
+/// The SDK's JSON reader/writer, compiled natively with sanitizers (`sdk/c/test/run.sh`).
+#[test]
+fn the_c_sdk_json_code_passes_its_native_tests() {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../sdk/c/test/run.sh");
+    let out = Command::new(&script)
+        .output()
+        .expect("run sdk/c/test/run.sh");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains(" passed, 0 failed"), "{stdout}");
+}
+
 // ------------------------------------------------------------- the engine directly
 
 fn plugin_path(name: &str) -> PathBuf {
