@@ -565,3 +565,29 @@ spec:
     host.stop().await;
     Ok(())
 }
+
+// ---------------------------------------------------------------------------------------
+// The SDK's own unit tests (Node.js, no component)
+
+#[test]
+fn the_sdk_unit_tests_pass_under_node() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let out = Command::new("node")
+        .current_dir(&root)
+        .args([
+            "--import",
+            "./sdk/js/testing/register.mjs",
+            "--test",
+            "sdk/js/test/",
+        ])
+        .env("INRUN_TEST_QUIET", "1")
+        .output()
+        .expect("run node (Node.js 18+ is needed for the JavaScript guests)");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "node --test sdk/js/test/ failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("# fail 0"), "{stdout}");
+}
