@@ -52,6 +52,11 @@ const FAMILIES: &[(&str, &str, &str)] = &[
         "Total number of reconciles started per controller.",
     ),
     (
+        "workqueue_queue_duration_seconds",
+        "histogram",
+        "How long a CR waited between the change that queued it and the start of its reconcile.",
+    ),
+    (
         "workqueue_retries_total",
         "counter",
         "Total number of retries (requeues after a failure) per controller.",
@@ -80,6 +85,16 @@ const FAMILIES: &[(&str, &str, &str)] = &[
         "inrun_plugin_call_duration_seconds",
         "histogram",
         "Duration of reconciles that called a Wasm plugin.",
+    ),
+    (
+        "inrun_plugin_loads_total",
+        "counter",
+        "Plugin components loaded, by source: memory (already loaded), cache (compiled code from disk), compiled.",
+    ),
+    (
+        "inrun_caches_synced",
+        "gauge",
+        "Controllers whose watch cache of CRs has synced.",
     ),
     (
         "inrun_controllers_running",
@@ -121,6 +136,8 @@ pub struct Snapshot {
     pub leader: bool,
     /// Controllers running.
     pub controllers_running: f64,
+    /// Controllers whose watch cache has synced.
+    pub caches_synced: f64,
     /// Per controller: reconciles in progress.
     pub queue_depth: BTreeMap<String, f64>,
     /// Per controller: reconciles by result.
@@ -336,6 +353,36 @@ impl Metrics {
         push(&mut inner.recent, record);
     }
 
+    /// Records how long a CR of `controller` waited in the queue before its reconcile began.
+    pub fn queue_wait(&self, controller: &str, waited: Duration) {
+        self.lock()
+            .histograms
+            .entry((
+                "workqueue_queue_duration_seconds",
+                labels(&[("name", controller)]),
+            ))
+            .or_default()
+            .observe(waited.as_secs_f64());
+    }
+
+    /// Records a plugin load from `source`: `memory`, `cache` or `compiled`.
+    pub fn plugin_loaded(&self, source: &str) {
+        let mut inner = self.lock();
+        Self::add(
+            &mut inner,
+            "inrun_plugin_loads_total",
+            labels(&[("source", source)]),
+            1.0,
+        );
+    }
+
+    /// Records that one more controller's watch cache has synced (`-1` when it stops).
+    pub fn cache_synced(&self, n: i64) {
+        let mut inner = self.lock();
+        #[allow(clippy::cast_precision_loss)]
+        Self::add(&mut inner, "inrun_caches_synced", String::new(), n as f64);
+    }
+
     /// Records that `n` controllers started (negative when they stop).
     pub fn controllers_running(&self, n: i64) {
         let mut inner = self.lock();
@@ -435,6 +482,7 @@ impl Metrics {
         Snapshot {
             leader: get("inrun_leader") > 0.0,
             controllers_running: get("inrun_controllers_running"),
+            caches_synced: get("inrun_caches_synced"),
             queue_depth,
             reconciles,
             recent: inner.recent.iter().cloned().collect(),

@@ -259,8 +259,12 @@ async fn metrics_move_with_reconciles_and_blueprint_matches_the_loaded_file() ->
         })
         .await;
     }
-    let (status, _) = call(&router, "/readyz").await;
-    assert_eq!(status, 200, "ready once the controllers run");
+    let (status, why) = call(&router, "/readyz").await;
+    let (_, now) = call(&router, "/metrics").await;
+    assert_eq!(
+        status, 200,
+        "ready once the controllers run and their caches synced: {why}\n{now}"
+    );
     let (_, after) = call(&router, "/metrics").await;
     assert!(sample(&after, &success) >= 2.0, "{after}");
     let adds = format!("workqueue_adds_total{{name=\"{controller}\"}}");
@@ -279,6 +283,21 @@ async fn metrics_move_with_reconciles_and_blueprint_matches_the_loaded_file() ->
     let calls = format!("inrun_plugin_calls_total{{plugin=\"{plugin}\",outcome=\"ok\"}}");
     assert!(sample(&after, &calls) >= 2.0, "{after}");
     assert!(after.contains("# TYPE controller_runtime_reconcile_time_seconds histogram"));
+    // Each CR waited in the queue between its change and its reconcile, and that is measured.
+    let waited = format!("workqueue_queue_duration_seconds_count{{name=\"{controller}\"}}");
+    assert!(sample(&after, &waited) >= 2.0, "{after}");
+    // The plugin was compiled (or found loaded) when the Blueprint was assembled.
+    let loads: f64 = ["memory", "cache", "compiled"]
+        .iter()
+        .map(|s| {
+            sample(
+                &after,
+                &format!("inrun_plugin_loads_total{{source=\"{s}\"}}"),
+            )
+        })
+        .sum();
+    assert!(loads >= 1.0, "{after}");
+    assert!(sample(&after, "inrun_caches_synced") >= 1.0, "{after}");
 
     // A failing reconcile shows up as an error: an invalid image makes the plugin fail.
     let bad = format!(

@@ -33,6 +33,32 @@ pub struct Ctx {
     pub backoff: Backoff,
     /// Host settings from the Blueprint.
     pub runtime: RuntimeSpec,
+    /// When each queued CR (by key) was first queued by a change, for the queue-wait metric.
+    pub queued: Queued,
+}
+
+/// CR keys waiting for a reconcile, with when the first change queued them.
+#[derive(Debug, Clone, Default)]
+pub struct Queued(Arc<std::sync::Mutex<std::collections::HashMap<String, std::time::Instant>>>);
+
+impl Queued {
+    fn map(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, std::time::Instant>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Notes that a change queued `key` (the first change counts until it is reconciled).
+    pub fn push(&self, key: String) {
+        self.map()
+            .entry(key)
+            .or_insert_with(std::time::Instant::now);
+    }
+
+    /// How long `key` has waited since a change queued it, forgetting it.
+    pub fn take(&self, key: &str) -> Option<std::time::Duration> {
+        self.map().remove(key).map(|t| t.elapsed())
+    }
 }
 
 impl Ctx {

@@ -124,6 +124,7 @@ pub async fn run(
     let runtime = assembly.blueprint.spec.runtime.clone();
 
     let mut controllers = Vec::new();
+    let synced = Arc::new(std::sync::atomic::AtomicI64::new(0));
     for (index, plan) in assembly.crds().iter().enumerate() {
         let ar = cr_resource(&plan.spec);
         // Every kind this CRD's CRs may own, from every reconcile block.
@@ -165,13 +166,30 @@ pub async fn run(
             events: events::Events::new(client.clone(), options.instance.clone()),
             backoff: backoff::Backoff::new(runtime.backoff.base, runtime.backoff.max),
             runtime: runtime.clone(),
+            queued: context::Queued::default(),
         });
         let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
         let writer = Writer::new(ar.clone());
         let reader = writer.as_reader();
+        let queued = ctx.queued.clone();
+        let synced_once = synced.clone();
+        let mut counted = false;
         let crs = reflector(writer, watcher(api, watcher::Config::default()))
+            .inspect(move |event| {
+                // The first complete list: the cache of CRs is synced (for /readyz).
+                if !counted && matches!(event, Ok(watcher::Event::InitDone)) {
+                    counted = true;
+                    synced_once.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    crate::metrics::global().cache_synced(1);
+                }
+            })
             .applied_objects()
-            .predicate_filter(spec_or_metadata, Default::default());
+            .predicate_filter(spec_or_metadata, Default::default())
+            .inspect(move |item| {
+                if let Ok(obj) = item {
+                    queued.push(Ctx::key(obj));
+                }
+            });
         let mut controller = Controller::for_stream_with(crs, reader, ar.clone()).with_config(
             kube::runtime::controller::Config::default()
                 .concurrency(u16::try_from(plan.spec.workers(&runtime)).unwrap_or(u16::MAX)),
@@ -179,6 +197,7 @@ pub async fn run(
         for kind in child_kinds {
             let store = controller.store();
             let owner_ar = ar.clone();
+            let queued = ctx.queued.clone();
             let child_api: Api<DynamicObject> = Api::all_with(client.clone(), &kind.resource);
             controller = controller.watches_with(
                 child_api,
@@ -197,7 +216,10 @@ pub async fn run(
                             .into_iter()
                             .find(|cr| cr.metadata.uid.as_deref() == Some(uid.as_str()))
                     })
-                    .map(|cr| ObjectRef::from_obj_with(cr.as_ref(), owner_ar.clone()))
+                    .map(|cr| {
+                        queued.push(Ctx::key(&cr));
+                        ObjectRef::from_obj_with(cr.as_ref(), owner_ar.clone())
+                    })
                 },
             );
         }
@@ -219,6 +241,7 @@ pub async fn run(
     crate::metrics::global().controllers_running(running);
     futures::future::join_all(controllers).await;
     crate::metrics::global().controllers_running(-running);
+    crate::metrics::global().cache_synced(-synced.load(std::sync::atomic::Ordering::Relaxed));
     tracing::info!("controllers stopped");
     Ok(())
 }

@@ -64,6 +64,9 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Ctx>) -> Result<Action,
         plugin.digest = %plan.default.plugins.first().map(|p| p.sha256.as_str()).unwrap_or("-"),
     );
     let metrics = crate::metrics::global();
+    if let Some(waited) = ctx.queued.take(&key) {
+        metrics.queue_wait(&plan.spec.crd_name(), waited);
+    }
     let started = metrics.reconcile_started(&plan.spec.crd_name());
     let plugins: Vec<String> = plan
         .default

@@ -79,12 +79,17 @@ async fn console() -> Html<&'static str> {
     Html(CONSOLE)
 }
 
-/// Ready once the plugins are loaded (the state exists only after that) and either the
-/// controllers run or this replica is a standby waiting for the lease.
+/// Ready once the plugins are loaded (the state exists only after that) and either every
+/// controller runs with its watch cache synced, or this replica is a standby waiting for
+/// the lease.
 async fn readyz(Extract(state): Extract<State>) -> Response {
-    let running = state.metrics.snapshot().controllers_running > 0.0;
-    if running || state.standby.load(Ordering::Relaxed) {
+    let snap = state.metrics.snapshot();
+    let running = snap.controllers_running > 0.0;
+    let synced = snap.caches_synced >= snap.controllers_running;
+    if (running && synced) || state.standby.load(Ordering::Relaxed) {
         "ok".into_response()
+    } else if running {
+        (StatusCode::SERVICE_UNAVAILABLE, "caches not synced").into_response()
     } else {
         (StatusCode::SERVICE_UNAVAILABLE, "controllers not started").into_response()
     }

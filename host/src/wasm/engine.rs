@@ -198,19 +198,25 @@ impl Engine {
 
     fn component(&self, id: &PluginId, bytes: &[u8]) -> Result<Component, LoadError> {
         if let Some(c) = self.compiled_map().get(&id.digest) {
+            crate::metrics::global().plugin_loaded("memory");
             return Ok(c.clone());
         }
         let component = match &self.inner.cache {
             Some(cache) => self.component_via_cache(cache, id, bytes)?,
-            None => {
-                Component::new(&self.inner.engine, bytes).map_err(|source| LoadError::Compile {
-                    plugin: id.clone(),
-                    source,
-                })?
-            }
+            None => self.compile(id, bytes)?,
         };
         self.compiled_map()
             .insert(id.digest.clone(), component.clone());
+        Ok(component)
+    }
+
+    fn compile(&self, id: &PluginId, bytes: &[u8]) -> Result<Component, LoadError> {
+        let component =
+            Component::new(&self.inner.engine, bytes).map_err(|source| LoadError::Compile {
+                plugin: id.clone(),
+                source,
+            })?;
+        crate::metrics::global().plugin_loaded("compiled");
         Ok(component)
     }
 
@@ -231,16 +237,15 @@ impl Engine {
             #[allow(unsafe_code)]
             let loaded = unsafe { Component::deserialize(&self.inner.engine, &compiled) };
             match loaded {
-                Ok(c) => return Ok(c),
+                Ok(c) => {
+                    crate::metrics::global().plugin_loaded("cache");
+                    return Ok(c);
+                }
                 Err(e) => tracing::warn!(plugin = %id, path = %path.display(), error = %e,
                     "compiled plugin in cache is unusable; compiling again"),
             }
         }
-        let component =
-            Component::new(&self.inner.engine, bytes).map_err(|source| LoadError::Compile {
-                plugin: id.clone(),
-                source,
-            })?;
+        let component = self.compile(id, bytes)?;
         match component.serialize() {
             Ok(serialized) => {
                 if let Err(e) = cache.store(&path, &serialized) {
