@@ -463,8 +463,10 @@ def _guarded(what: str, run: Callable[[], Any]) -> Any:
     goes to the host's log. The instance stays usable."""
     try:
         result = run()
-    except Err:
-        raise
+    except Err as e:
+        if isinstance(e.value, str):
+            raise
+        raise Err(str(e.value)) from None  # the WIT error is a string
     except Exception as e:  # noqa: BLE001 - every exception must fail only this call
         tb = e.__traceback__
         while tb is not None and tb.tb_next is not None and \

@@ -105,6 +105,14 @@ class ExportTest(unittest.TestCase):
         self.assertRegex(e.exception.value,
                          r"^reconcile raised KeyError: 'missing' \(at test_inrun_sdk.py:\d+ in reconcile\)$")
 
+    def test_an_err_that_is_not_a_string_becomes_its_text(self):
+        def reconcile(req):
+            raise Err(42)
+
+        with self.assertRaises(Err) as e:
+            export_reconciler(reconcile)().reconcile(wit_request(SHOP))
+        self.assertEqual(e.exception.value, "42")
+
     def test_returning_something_else_than_an_outcome_is_an_error(self):
         with self.assertRaises(Err) as e:
             export_reconciler(lambda req: None)().reconcile(wit_request(SHOP))
