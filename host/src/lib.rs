@@ -17,6 +17,7 @@ pub mod metrics;
 pub mod reconcilers;
 pub mod render;
 pub mod runtime;
+pub mod scaffold;
 pub mod secrets;
 pub mod server;
 pub mod telemetry;

@@ -144,6 +144,30 @@ enum PluginCommand {
         #[arg(long, short = 'o', value_enum, env = "INRUN_OUTPUT", default_value_t = Format::Yaml)]
         output: Format,
     },
+    /// Make a plugin project that builds with ./build.sh and renders its sample CR.
+    New {
+        /// The guest language.
+        #[arg(long, value_enum, env = "INRUN_PLUGIN_LANG", default_value_t = Lang::Rust)]
+        lang: Lang,
+        /// The plugin's name (lowercase letters, digits, '-'); also its directory.
+        #[arg(env = "INRUN_PLUGIN_NAME")]
+        name: String,
+        /// Where to create the project directory.
+        #[arg(long, env = "INRUN_PLUGIN_DIR_PARENT", default_value = ".")]
+        dir: PathBuf,
+        /// The Inrun checkout whose SDK, WIT and toolchain scripts the project uses
+        /// (default: the one this binary was built from).
+        #[arg(long, env = "INRUN_SDK_ROOT")]
+        sdk_root: Option<PathBuf>,
+    },
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Lang {
+    Rust,
+    Python,
+    Js,
+    C,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -341,6 +365,31 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let engine = engine(cli.cache_dir)?;
             let plugin = engine.load_file(&file)?;
             print(plugin.info(), output)
+        }
+        Command::Plugin {
+            command:
+                PluginCommand::New {
+                    lang,
+                    name,
+                    dir,
+                    sdk_root,
+                },
+        } => {
+            use inrun::scaffold::{self, Lang as L};
+            let lang = match lang {
+                Lang::Rust => L::Rust,
+                Lang::Python => L::Python,
+                Lang::Js => L::Js,
+                Lang::C => L::C,
+            };
+            let root = sdk_root.unwrap_or_else(scaffold::default_sdk_root);
+            let project = scaffold::new_plugin(lang, &name, &dir, &root)?;
+            println!("created {}", project.display());
+            println!(
+                "  cd {} && ./build.sh && inrun render -b blueprint.yaml -f cr.yaml",
+                project.display()
+            );
+            Ok(())
         }
     }
 }

@@ -165,30 +165,11 @@ fn is_yaml_file(path: &Path) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use crate::blueprint::testing::{HEADER, error_lines, fixture, problems};
     use std::time::Duration;
 
     use super::*;
     use crate::blueprint::{ReconcilerKind, Scope};
-
-    fn fixture(name: &str) -> PathBuf {
-        Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/fixtures/blueprints")
-            .join(name)
-    }
-
-    fn problems(err: BlueprintError) -> Vec<String> {
-        err.problems().iter().map(ToString::to_string).collect()
-    }
-
-    fn error_lines(text: &str) -> Vec<String> {
-        match from_str(text, "blueprints/web.yaml") {
-            Ok(_) => panic!("expected the Blueprint to be refused"),
-            Err(err) => problems(err),
-        }
-    }
-
-    const HEADER: &str =
-        "apiVersion: inrun.dev/v1alpha1\nkind: Blueprint\nmetadata: { name: demo }\n";
 
     #[test]
     fn the_full_example_parses() {

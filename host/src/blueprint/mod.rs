@@ -19,6 +19,9 @@ mod quantity;
 mod reconcile;
 mod validate;
 
+#[cfg(test)]
+mod testing;
+
 pub use crd::{
     CrdSource, CrdSpec, DEFAULT_TARGET_ANNOTATION, EmitSpec, GateCondition, NamespaceFilter,
     PrinterColumn, Scope, ServeSpec, ServeTarget, TargetSelector, ValidationRule,

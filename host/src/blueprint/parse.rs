@@ -125,29 +125,10 @@ fn crd_index(path: &serde_path_to_error::Path) -> Option<usize> {
 
 #[cfg(test)]
 mod tests {
+    use crate::blueprint::testing::{HEADER, error_lines, fixture, problems};
     use std::path::PathBuf;
 
     use crate::blueprint::{BlueprintError, from_str, load};
-
-    fn fixture(name: &str) -> PathBuf {
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/fixtures/blueprints")
-            .join(name)
-    }
-
-    fn problems(err: BlueprintError) -> Vec<String> {
-        err.problems().iter().map(ToString::to_string).collect()
-    }
-
-    fn error_lines(text: &str) -> Vec<String> {
-        match from_str(text, "blueprints/web.yaml") {
-            Ok(_) => panic!("expected the Blueprint to be refused"),
-            Err(err) => problems(err),
-        }
-    }
-
-    const HEADER: &str =
-        "apiVersion: inrun.dev/v1alpha1\nkind: Blueprint\nmetadata: { name: demo }\n";
 
     #[test]
     fn an_unknown_field_names_file_crd_field_and_line() {

@@ -149,38 +149,14 @@ async fn pass(original: &DynamicObject, ctx: &Ctx) -> Result<Action, Failure> {
         Ok(p) => p,
         Err(e) => {
             let message = crate::errors::chain(&e);
-            let emitted = plan.status(&tctx, None).unwrap_or_default();
-            write_status(
-                ctx,
-                &obj,
-                emitted,
-                Ready {
-                    ok: false,
-                    reason: "Invalid",
-                    message: message.clone(),
-                },
-            )
-            .await?;
-            ctx.events.record(&on, Reason::Invalid, message).await;
+            hold(ctx, &obj, &tctx, Reason::Invalid, message).await?;
             return Ok(Action::await_change());
         }
     };
 
     // Gate.
     if let Some(message) = plan.gate(&tctx)? {
-        let emitted = plan.status(&tctx, None).unwrap_or_default();
-        write_status(
-            ctx,
-            &obj,
-            emitted,
-            Ready {
-                ok: false,
-                reason: "Gated",
-                message: message.clone(),
-            },
-        )
-        .await?;
-        ctx.events.record(&on, Reason::Gated, message).await;
+        hold(ctx, &obj, &tctx, Reason::Gated, message).await?;
         return Ok(Action::requeue(GATE_RECHECK));
     }
 
@@ -316,6 +292,32 @@ async fn reconcile_and_apply(
             .await
             .map_err(api("setting the Result's labels and annotations on the CR"))?;
     Ok((outcome, obj))
+}
+
+/// A CR that is not reconciled now (invalid, or gated): `emit.status`, `Ready=False` with
+/// the reason, and an event saying why.
+async fn hold(
+    ctx: &Ctx,
+    obj: &DynamicObject,
+    tctx: &Context,
+    reason: Reason,
+    message: String,
+) -> Result<(), Failure> {
+    let emitted = ctx.plan().status(tctx, None).unwrap_or_default();
+    let condition = match reason {
+        Reason::Gated => "Gated",
+        _ => "Invalid",
+    };
+    let ready = Ready {
+        ok: false,
+        reason: condition,
+        message: message.clone(),
+    };
+    write_status(ctx, obj, emitted, ready).await?;
+    ctx.events
+        .record(&ctx.reference(obj), reason, message)
+        .await;
+    Ok(())
 }
 
 pub(super) async fn write_status(
