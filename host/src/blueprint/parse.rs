@@ -125,10 +125,8 @@ fn crd_index(path: &serde_path_to_error::Path) -> Option<usize> {
 
 #[cfg(test)]
 mod tests {
+    use crate::blueprint::load;
     use crate::blueprint::testing::{HEADER, error_lines, fixture, problems};
-    use std::path::PathBuf;
-
-    use crate::blueprint::{BlueprintError, from_str, load};
 
     #[test]
     fn an_unknown_field_names_file_crd_field_and_line() {
