@@ -32,6 +32,8 @@ async fn constructor_children_are_created_owned_and_the_cr_becomes_ready() -> Te
     let host = Host::start(&constructor_blueprint(&group)).await;
     let ns = ControlPlane::shared().namespace("children").await?;
     let ar = resource(&group, "WebApp");
+    served(&ar).await;
+    let created = std::time::Instant::now();
     let cr = apply_cr(&ar, &ns, "apiVersion: GROUP/v1alpha1\nkind: WebApp\nmetadata: {name: shop}\nspec: {image: 'nginx:1.27', replicas: 2}\n".replace("GROUP", &group).as_str()).await;
     let uid = cr.metadata.uid.clone().unwrap_or_default();
 
@@ -61,6 +63,8 @@ async fn constructor_children_are_created_owned_and_the_cr_becomes_ready() -> Te
         (ready(&cr)?.0 == "True").then_some(cr)
     })
     .await;
+    // Reported, not asserted: speed is for benchmarks, not tests.
+    eprintln!("create → children + Ready: {:?}", created.elapsed());
     assert_eq!(ready_cr.data["status"]["image"], "nginx:1.27");
     assert_eq!(ready_cr.data["status"]["observedGeneration"], 1);
     assert!(

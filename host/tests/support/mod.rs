@@ -124,8 +124,10 @@ pub fn client() -> Client {
     ControlPlane::shared().client()
 }
 
-/// Applies a CR (server-side apply, field manager `e2e-test`) from YAML text.
+/// Applies a CR (server-side apply, field manager `e2e-test`) from YAML text, once its
+/// CRD is served (the host installs it; discovery can lag behind Established).
 pub async fn apply_cr(ar: &ApiResource, ns: &str, yaml: &str) -> DynamicObject {
+    served(ar).await;
     let obj: Value = serde_yaml_ng::from_str(yaml).expect("cr yaml");
     let name = obj["metadata"]["name"].as_str().expect("name").to_string();
     let api: Api<DynamicObject> = Api::namespaced_with(client(), ns, ar);
