@@ -430,30 +430,7 @@ async fn the_c_webapp_creates_its_children_and_the_cr_becomes_ready() -> TestRes
         deployment.data["spec"]["template"]["spec"]["containers"][0]["env"],
         json!([{"name": "A", "value": "1"}, {"name": "B", "value": "2"}])
     );
-    let service = eventually("the Service", || get(services(), Some(&ns), "shop")).await;
-    assert_eq!(service.data["spec"]["ports"][0]["targetPort"], 8080);
-
-    let ready_cr = eventually("the CR to be Ready", || async {
-        let cr = get(&ar, Some(&ns), "shop").await?;
-        (ready(&cr)?.0 == "True").then_some(cr)
-    })
-    .await;
-    assert_eq!(ready_cr.data["status"]["image"], "nginx:1.27");
-    assert_eq!(ready_cr.data["status"]["replicas"], 2);
-    assert_eq!(
-        ready_cr.data["status"]["url"],
-        format!("http://shop.{ns}.svc:80")
-    );
-    assert_eq!(
-        ready_cr
-            .metadata
-            .labels
-            .as_ref()
-            .and_then(|l| l.get("demo.inrun.dev/tier"))
-            .map(String::as_str),
-        Some("web")
-    );
-    event(&ns, "shop", "Reconciled").await;
+    webapp_reconciled(&ar, &ns, "nginx:1.27", Some(2)).await;
     host.stop().await;
     Ok(())
 }

@@ -389,30 +389,7 @@ spec:
         deployment.data["spec"]["template"]["spec"]["containers"][0]["env"],
         json!([{"name": "MODE", "value": "python"}])
     );
-    let service = eventually("the Service", || get(services(), Some(&ns), "shop")).await;
-    assert_eq!(service.data["spec"]["ports"][0]["targetPort"], 8080);
-
-    let ready_cr = eventually("the CR to be Ready", || async {
-        let cr = get(&ar, Some(&ns), "shop").await?;
-        (ready(&cr)?.0 == "True").then_some(cr)
-    })
-    .await;
-    assert_eq!(ready_cr.data["status"]["image"], "nginx:1.27");
-    assert_eq!(ready_cr.data["status"]["replicas"], 2);
-    assert_eq!(
-        ready_cr.data["status"]["url"],
-        format!("http://shop.{ns}.svc:80")
-    );
-    assert_eq!(
-        ready_cr
-            .metadata
-            .labels
-            .as_ref()
-            .and_then(|l| l.get("demo.inrun.dev/tier"))
-            .map(String::as_str),
-        Some("web")
-    );
-    event(&ns, "shop", "Reconciled").await;
+    webapp_reconciled(&ar, &ns, "nginx:1.27", Some(2)).await;
 
     // A child edited by hand is put back.
     let api: kube::Api<kube::api::DynamicObject> =

@@ -268,3 +268,35 @@ pub async fn event_count(ns: &str, name: &str, reason: &str) -> i32 {
         .map(|e| e.series.as_ref().map_or(1, |s| s.count))
         .sum()
 }
+
+/// Waits until the WebApp `shop` in `ns` is reconciled the way the webapp example does it
+/// in every language: its Service (port 80 → 8080), `Ready=True`, the status (image,
+/// `replicas` when given, url), the tier label on the CR, and a `Reconciled` event.
+/// Returns the CR.
+pub async fn webapp_reconciled(
+    ar: &ApiResource,
+    ns: &str,
+    image: &str,
+    replicas: Option<i64>,
+) -> DynamicObject {
+    let service = eventually("the Service", || get(services(), Some(ns), "shop")).await;
+    assert_eq!(service.data["spec"]["ports"][0]["targetPort"], 8080);
+    let cr = eventually("the CR to be Ready", || async {
+        let cr = get(ar, Some(ns), "shop").await?;
+        (ready(&cr)?.0 == "True").then_some(cr)
+    })
+    .await;
+    assert_eq!(cr.data["status"]["image"], image);
+    if let Some(n) = replicas {
+        assert_eq!(cr.data["status"]["replicas"], n);
+    }
+    assert_eq!(cr.data["status"]["url"], format!("http://shop.{ns}.svc:80"));
+    let tier = cr
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get("demo.inrun.dev/tier"));
+    assert_eq!(tier.map(String::as_str), Some("web"));
+    event(ns, "shop", "Reconciled").await;
+    cr
+}
