@@ -46,6 +46,14 @@ pub enum ChildError {
     /// A resource has no name.
     #[error("resources[{0}] has no metadata.name")]
     NoName(usize),
+    /// A resource's metadata has the wrong shape (labels that are not a map, ...).
+    #[error("resources[{index}]: {problem}")]
+    Shape {
+        /// Position in the Result's resources.
+        index: usize,
+        /// What is wrong.
+        problem: String,
+    },
     /// The API call failed.
     #[error("{action} {child}")]
     Api {
@@ -127,6 +135,7 @@ async fn apply_one(
         .kinds
         .resolve(&ctx.client, api_version, kind_name)
         .await?;
+    check_shape(resource).map_err(|problem| ChildError::Shape { index, problem })?;
     let mut obj = resource.clone();
     let name = obj
         .pointer("/metadata/name")
@@ -196,6 +205,26 @@ async fn apply_one(
     .await
     .map_err(|e| err("applying", e))?;
     Ok(key)
+}
+
+/// The host edits `metadata`, `metadata.labels`, `metadata.annotations` and
+/// `metadata.namespace` of every child: they must be a map, maps of strings, and a string.
+fn check_shape(resource: &Value) -> Result<(), String> {
+    let meta = match resource.get("metadata") {
+        Some(Value::Object(m)) => m,
+        _ => return Err("metadata is not an object".into()),
+    };
+    for field in ["labels", "annotations"] {
+        match meta.get(field) {
+            None | Some(Value::Null) => {}
+            Some(Value::Object(m)) if m.values().all(Value::is_string) => {}
+            Some(_) => return Err(format!("metadata.{field} is not a map of strings")),
+        }
+    }
+    match meta.get("namespace") {
+        None | Some(Value::Null) | Some(Value::String(_)) => Ok(()),
+        Some(_) => Err("metadata.namespace is not a string".into()),
+    }
 }
 
 /// Children of `cr` of one kind, across namespaces, by the owner label.
@@ -366,4 +395,23 @@ pub async fn delete_all(
         }
     }
     Ok(deleted)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_shape;
+    use serde_json::json;
+
+    #[test]
+    fn children_whose_metadata_the_host_cannot_edit_are_refused_not_panicked_on() {
+        assert!(check_shape(&json!({"metadata": {"name": "a", "labels": {"x": "y"}}})).is_ok());
+        for bad in [
+            json!({"metadata": "a"}),
+            json!({"metadata": {"name": "a", "labels": "x"}}),
+            json!({"metadata": {"name": "a", "annotations": {"x": 1}}}),
+            json!({"metadata": {"name": "a", "namespace": 3}}),
+        ] {
+            assert!(check_shape(&bad).is_err(), "{bad}");
+        }
+    }
 }
