@@ -18,7 +18,7 @@ LANGUAGE_PLUGINS := $(addprefix plugins-,$(GUEST_LANGUAGES))
 plugins: plugins-rust $(LANGUAGE_PLUGINS)
 
 plugins-rust:
-	cd plugins && $(CARGO) build --release --target wasm32-wasip2
+	cd plugins && $(CARGO) build --release --target wasm32-wasip2 --target-dir target
 
 $(LANGUAGE_PLUGINS): plugins-%:
 	@if [ -x plugins/$*/build.sh ]; then plugins/$*/build.sh; fi
