@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 PLUGIN_DIR := $(CURDIR)/plugins/target/wasm32-wasip2/release
-INRUN := $(CURDIR)/target/debug/inrun
+INRUN ?= $(or $(CARGO_TARGET_DIR),$(CURDIR)/target)/debug/inrun
 EXAMPLES := declarative hooks constructor
 
 export INRUN_PLUGIN_DIR := $(PLUGIN_DIR)
