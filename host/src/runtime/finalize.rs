@@ -77,12 +77,8 @@ pub async fn finalize(obj: &DynamicObject, ctx: &Ctx) -> Result<Action, Failure>
                 return Err(failure);
             }
         }
-        let mut updated = object.clone();
-        updated["status"] = object.get("status").cloned().unwrap_or_default();
-        let next = rplan.next(
-            &outcome,
-            &Context::new(&updated).with_args(req.args.clone()),
-        )?;
+        // A deleting CR's status is not rewritten, so the rule sees the CR as it is.
+        let next = rplan.next(&outcome, &Context::new(&object).with_args(req.args.clone()))?;
         if next.holds {
             let wait = next.after.unwrap_or(crate::assemble::DEFAULT_REQUEUE);
             let wait = left.map_or(wait, |l| wait.min(l));

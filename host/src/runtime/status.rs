@@ -58,14 +58,9 @@ pub async fn write(
     if message.is_empty() {
         message = ready.reason.to_string();
     }
-    let unchanged = was["status"] == status_text
-        && was["reason"] == ready.reason
-        && was["message"] == message.as_str();
-    let transition = match (
-        &was["lastTransitionTime"],
-        unchanged || was["status"] == status_text,
-    ) {
-        (Value::String(t), true) => t.clone(),
+    // The transition time moves only when the condition's status flips.
+    let transition = match &was["lastTransitionTime"] {
+        Value::String(t) if was["status"] == status_text => t.clone(),
         _ => now(),
     };
     let condition = json!({
