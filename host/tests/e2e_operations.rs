@@ -467,6 +467,22 @@ async fn until_holder(
     start.elapsed()
 }
 
+/// Waits until the log file at `path` contains `text`.
+async fn until_logged(path: &std::path::Path, text: &str) {
+    inrun_testenv::wait_for(
+        &format!("{} to say {text:?}", path.display()),
+        WAIT,
+        || async {
+            std::fs::read_to_string(path)
+                .ok()?
+                .contains(text)
+                .then_some(())
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+}
+
 /// Which replica recorded the Reconciled event on `name`.
 async fn reconciled_by(ns: &str, name: &str) -> String {
     eventually(&format!("a Reconciled event on {name}"), || async {
@@ -533,14 +549,23 @@ async fn one_replica_leads_and_a_standby_takes_over_on_sigterm_and_on_sigkill() 
         get(configmaps(), Some(&ns), "first")
     })
     .await;
-    // The standby has had several retry periods to try; it neither leads nor reconciles.
-    tokio::time::sleep(std::time::Duration::from_secs(5)).await;
-    assert_eq!(holder(&ns, lease).await.as_deref(), Some("replica-a"));
-    let b_log = std::fs::read_to_string(dir.path().join("replica-b.log"))?;
-    assert!(
-        !b_log.contains("controllers started"),
-        "the standby reconciles: {b_log}"
-    );
+    // The standby is up and trying; over several of its retry periods (checked all along)
+    // it neither leads nor reconciles.
+    until_logged(
+        &dir.path().join("replica-b.log"),
+        "waiting for the leader-election lease",
+    )
+    .await;
+    let window = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while std::time::Instant::now() < window {
+        assert_eq!(holder(&ns, lease).await.as_deref(), Some("replica-a"));
+        let b_log = std::fs::read_to_string(dir.path().join("replica-b.log"))?;
+        assert!(
+            !b_log.contains("controllers started"),
+            "the standby reconciles: {b_log}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
 
     // Graceful: SIGTERM releases the lease; the standby takes over at its next retry.
     a.signal("-TERM");
@@ -556,7 +581,11 @@ async fn one_replica_leads_and_a_standby_takes_over_on_sigterm_and_on_sigkill() 
 
     // Abrupt: SIGKILL leaves the lease held; the standby takes it once it expires.
     let c = Process::spawn(&path, dir.path(), "replica-c");
-    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    until_logged(
+        &dir.path().join("replica-c.log"),
+        "waiting for the leader-election lease",
+    )
+    .await;
     b.signal("-KILL");
     let _ = b.child.wait().await;
     let killed = until_holder(&ns, lease, "replica-c", WAIT).await;

@@ -247,23 +247,34 @@ async fn remote_reconciler_gets_the_documented_request_and_its_result_is_applied
     assert_eq!(child["data"]["image"], "nginx:1.27");
     assert!(child["metadata"].get("managedFields").is_none());
 
-    // A rotated token is read again.
+    // A rotated token is read again: keep nudging the CR (an annotation each poll) until a
+    // call carries the new token, however long the host's secret cache holds the old one.
     put_token(&ns, ROTATED).await?;
-    tokio::time::sleep(Duration::from_secs(3)).await;
     apply_cr(
         &ar,
         &ns,
         &cr(&group, "WebApp", "shop").replace("nginx:1.27", "nginx:1.28"),
     )
     .await;
+    let crs: Api<kube::api::DynamicObject> = Api::namespaced_with(client(), &ns, &ar);
+    let nudges = std::sync::atomic::AtomicU32::new(0);
     eventually("a call with the rotated token", || async {
-        seen.for_cr("shop")
-            .iter()
-            .any(|(a, b)| {
-                a.as_deref() == Some(format!("Bearer {ROTATED}").as_str())
-                    && b["args"]["image"] == "nginx:1.28"
-            })
-            .then_some(())
+        let rotated = seen.for_cr("shop").iter().any(|(a, b)| {
+            a.as_deref() == Some(format!("Bearer {ROTATED}").as_str())
+                && b["args"]["image"] == "nginx:1.28"
+        });
+        if !rotated {
+            let n = nudges.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let poke = json!({"metadata": {"annotations": {"e2e/nudge": n.to_string()}}});
+            crs.patch(
+                "shop",
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(&poke),
+            )
+            .await
+            .ok()?;
+        }
+        rotated.then_some(())
     })
     .await;
 

@@ -25,6 +25,7 @@ async fn remote(State(seen): State<Seen>, axum::Json(req): axum::Json<Value>) ->
         .unwrap_or_default();
     axum::Json(json!({
         "result": "ok",
+        "status": {"via": "remote"},
         "resources": [{
             "apiVersion": "v1", "kind": "Service",
             "metadata": {"name": format!("{name}-svc"), "annotations": {"target": req["target"]}},
@@ -202,8 +203,13 @@ async fn crs_on_two_targets_get_their_own_reconciler_children_and_pruning() -> T
     // ConfigMaps are not in the remote target's managedResources.
     apply_cr(&ar, &ns, &app(&group, "a", "remote", false)).await;
     eventually("a's Service", || get(services(), Some(&ns), "a-svc")).await;
-    event(&ns, "a", "Reconciled").await;
-    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    // Status is written after pruning in the same pass: once it shows the remote
+    // reconciler, that pass's prune is over.
+    eventually("a's status from the remote reconciler", || async {
+        let cr = get(&ar, Some(&ns), "a").await?;
+        (cr.data["status"]["via"] == "remote").then_some(())
+    })
+    .await;
     assert!(get(configmaps(), Some(&ns), "a-tpl").await.is_some());
 
     // An unknown target is an Invalid CR.
