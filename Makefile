@@ -48,9 +48,10 @@ lint:
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
 ## Benchmarks; numbers go to BENCHMARKS.md.
-bench: plugins
+bench: plugins controlplane
 	$(CARGO) bench -p inrun --bench wasm
 	$(CARGO) bench -p inrun --bench languages
+	INRUN_CONTROLPLANE_BIN="$$(tests/controlplane/build.sh)" $(CARGO) bench -p inrun --bench tenancy
 
 ## A local control plane, `inrun run` on an example Blueprint, and an example CR (EXAMPLE=declarative|hooks|constructor).
 run: plugins controlplane

@@ -52,9 +52,38 @@ enum Command {
     },
     /// Reconcile every CR of every CRD the Blueprint declares, until SIGINT or SIGTERM.
     Run {
-        /// The Blueprint: a YAML file or a directory of them.
-        #[arg(long, short = 'b', env = "INRUN_BLUEPRINT")]
-        blueprint: PathBuf,
+        /// The Blueprint: a YAML file or a directory of them (merged into one).
+        #[arg(long, short = 'b', env = "INRUN_BLUEPRINT",
+              required_unless_present_any = ["tenants", "blueprint_resources"])]
+        blueprint: Option<PathBuf>,
+        /// A directory whose every YAML file is a Blueprint of its own tenant.
+        #[arg(long, env = "INRUN_TENANTS")]
+        tenants: Option<PathBuf>,
+        /// Also serve every cluster-scoped `Blueprint` custom resource as a tenant.
+        #[arg(long, env = "INRUN_BLUEPRINT_RESOURCES")]
+        blueprint_resources: bool,
+        /// How often Blueprint files and plugin sources are checked for changes; `0`
+        /// turns reloading off.
+        #[arg(long, env = "INRUN_RELOAD_INTERVAL", default_value = "10s", value_parser = parse_duration)]
+        reload_interval: std::time::Duration,
+        /// Ceiling on any plugin's per-call deadline; a Blueprint asking for more is refused.
+        #[arg(long, env = "INRUN_MAX_PLUGIN_DEADLINE", value_parser = parse_duration)]
+        max_plugin_deadline: Option<std::time::Duration>,
+        /// Ceiling on any plugin's memory (e.g. `256Mi`).
+        #[arg(long, env = "INRUN_MAX_PLUGIN_MEMORY", value_parser = parse_quantity)]
+        max_plugin_memory: Option<usize>,
+        /// Ceiling on any plugin's output size (e.g. `4Mi`).
+        #[arg(long, env = "INRUN_MAX_PLUGIN_OUTPUT", value_parser = parse_quantity)]
+        max_plugin_output: Option<usize>,
+        /// Ceiling on the resources one plugin outcome may hold.
+        #[arg(long, env = "INRUN_MAX_PLUGIN_RESOURCES")]
+        max_plugin_resources: Option<usize>,
+        /// A registry (host:port) spoken to over plain HTTP, e.g. one on loopback.
+        #[arg(long = "insecure-registry", env = "INRUN_INSECURE_REGISTRIES", value_delimiter = ',')]
+        insecure_registries: Vec<String>,
+        /// A PEM file of extra CA certificates trusted for plugin downloads and registries.
+        #[arg(long, env = "INRUN_PLUGIN_CA")]
+        plugin_ca: Option<PathBuf>,
         /// Kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or in-cluster).
         #[arg(long, env = "INRUN_KUBECONFIG")]
         kubeconfig: Option<PathBuf>,
@@ -137,12 +166,30 @@ enum GenerateCommand {
 enum PluginCommand {
     /// Show a component's world, exported functions, imports, size and sha256.
     Inspect {
-        /// The `.wasm` component.
+        /// The component: a `.wasm` file, an `https://` URL (with --digest) or an
+        /// `oci://registry/repository:tag` reference.
         #[arg(env = "INRUN_PLUGIN_FILE")]
-        file: PathBuf,
+        location: String,
+        /// `sha256:<hex>` the location must have (required for https://).
+        #[arg(long, env = "INRUN_PLUGIN_DIGEST")]
+        digest: Option<String>,
         /// Output format.
         #[arg(long, short = 'o', value_enum, env = "INRUN_OUTPUT", default_value_t = Format::Yaml)]
         output: Format,
+        #[command(flatten)]
+        registry: RegistryArgs,
+    },
+    /// Publish a component to an OCI registry (one `application/wasm` layer) and print
+    /// the reference with its manifest digest.
+    Push {
+        /// The `.wasm` component.
+        #[arg(env = "INRUN_PLUGIN_FILE")]
+        file: PathBuf,
+        /// Where to: `oci://registry/repository:tag`.
+        #[arg(env = "INRUN_PLUGIN_REFERENCE")]
+        reference: String,
+        #[command(flatten)]
+        registry: RegistryArgs,
     },
     /// Make a plugin project that builds with ./build.sh and renders its sample CR.
     New {
@@ -160,6 +207,55 @@ enum PluginCommand {
         #[arg(long, env = "INRUN_SDK_ROOT")]
         sdk_root: Option<PathBuf>,
     },
+}
+
+/// How `inrun plugin push` and `inspect` reach a registry or https server.
+#[derive(clap::Args)]
+struct RegistryArgs {
+    /// A registry (host:port) spoken to over plain HTTP, e.g. one on loopback (repeatable).
+    #[arg(
+        long = "insecure-registry",
+        env = "INRUN_INSECURE_REGISTRIES",
+        value_delimiter = ','
+    )]
+    insecure_registries: Vec<String>,
+    /// A PEM file of CA certificates trusted besides the system's.
+    #[arg(long = "ca-file", env = "INRUN_PLUGIN_CA")]
+    ca_file: Option<PathBuf>,
+    /// Registry user name.
+    #[arg(long, env = "INRUN_REGISTRY_USERNAME", requires = "password")]
+    username: Option<String>,
+    /// Registry password or token (the variable keeps it out of the process list).
+    #[arg(
+        long,
+        env = "INRUN_REGISTRY_PASSWORD",
+        requires = "username",
+        hide_env_values = true
+    )]
+    password: Option<String>,
+}
+
+impl RegistryArgs {
+    fn options(&self) -> anyhow::Result<inrun::sources::SourceOptions> {
+        let extra_roots = match &self.ca_file {
+            Some(path) => vec![
+                std::fs::read(path)
+                    .map_err(|e| anyhow::anyhow!("reading CA file {}: {e}", path.display()))?,
+            ],
+            None => Vec::new(),
+        };
+        Ok(inrun::sources::SourceOptions {
+            insecure_registries: self.insecure_registries.clone(),
+            extra_roots,
+        })
+    }
+
+    fn credentials(&self) -> Option<inrun::sources::Credentials> {
+        Some(inrun::sources::Credentials {
+            username: self.username.clone()?,
+            password: self.password.clone()?,
+        })
+    }
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -215,6 +311,18 @@ fn engine(cache_dir: Option<PathBuf>) -> anyhow::Result<Engine> {
     })?)
 }
 
+fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
+    if text == "0" {
+        return Ok(std::time::Duration::ZERO);
+    }
+    inrun::duration::parse(text).map_err(|e| e.to_string())
+}
+
+fn parse_quantity(text: &str) -> Result<usize, String> {
+    let q = inrun::blueprint::Quantity::parse(text).map_err(|e| e.to_string())?;
+    usize::try_from(q.bytes()).map_err(|e| e.to_string())
+}
+
 fn print(value: &impl serde::Serialize, format: Format) -> anyhow::Result<()> {
     match format {
         Format::Yaml => print!("{}", serde_yaml_ng::to_string(value)?),
@@ -242,7 +350,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 given = given.parse(arg)?;
             }
             let services = inrun::assemble::Services::new(std::sync::Arc::new(given));
-            let assembly = Assembly::load_with(&blueprint, &engine, &services)?;
+            let assembly = runtime.block_on(Assembly::load_with(&blueprint, &engine, &services))?;
             let input = RenderInput::from_file(&object)?;
             let out = runtime.block_on(render::render(
                 &assembly,
@@ -254,6 +362,15 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Run {
             blueprint,
+            tenants,
+            blueprint_resources,
+            reload_interval,
+            max_plugin_deadline,
+            max_plugin_memory,
+            max_plugin_output,
+            max_plugin_resources,
+            insecure_registries,
+            plugin_ca,
             kubeconfig,
             install_crds,
             health_port,
@@ -266,16 +383,60 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let engine = engine(cli.cache_dir)?;
             // Secrets are read from the cluster, so the client comes before the assembly.
             let client = runtime.block_on(inrun::kubeconfig::client(kubeconfig.as_deref()))?;
-            let services = inrun::assemble::Services::new(std::sync::Arc::new(
-                inrun::secrets::KubeSecrets::new(client.clone()),
-            ));
-            let assembly =
-                std::sync::Arc::new(Assembly::load_with(&blueprint, &engine, &services)?);
-            let runtime_spec = assembly.blueprint.spec.runtime.clone();
+            let mut extra_roots = Vec::new();
+            if let Some(path) = &plugin_ca {
+                extra_roots.push(std::fs::read(path).map_err(|e| {
+                    anyhow::anyhow!("reading --plugin-ca {}: {e}", path.display())
+                })?);
+            }
+            let services = inrun::assemble::Services::with_sources(
+                std::sync::Arc::new(inrun::secrets::KubeSecrets::new(client.clone())),
+                inrun::sources::SourceOptions {
+                    insecure_registries,
+                    extra_roots,
+                },
+            )
+            // Plugins granted cluster reads are served from watch caches on this client.
+            .with_cluster(std::sync::Arc::new(inrun::runtime::WatchCache::new(
+                client.clone(),
+            )));
+            let mut policy = inrun::assemble::Policy::default();
+            if let Some(d) = max_plugin_deadline {
+                policy.ceilings.deadline = d;
+            }
+            if let Some(m) = max_plugin_memory {
+                policy.ceilings.memory_bytes = m;
+            }
+            if let Some(o) = max_plugin_output {
+                policy.ceilings.output_bytes = o;
+            }
+            if let Some(r) = max_plugin_resources {
+                policy.ceilings.max_resources = r;
+            }
             let identity = identity.unwrap_or_else(|| {
                 let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "inrun".into());
                 format!("{host}-{}", std::process::id())
             });
+            let fleet = inrun::fleet::Fleet::new(
+                inrun::runtime::Shared::new(client.clone(), identity.clone()),
+                engine,
+                services,
+                inrun::fleet::FleetOptions {
+                    blueprint,
+                    tenants,
+                    resources: blueprint_resources,
+                    reload: (!reload_interval.is_zero()).then_some(reload_interval),
+                    policy,
+                    install_crds,
+                },
+            );
+            // A broken `--blueprint` stops the host here, before it waits for a lease.
+            runtime.block_on(fleet.load_initial())?;
+            let runtime_spec = fleet
+                .assemblies()
+                .first()
+                .map(|a| a.blueprint.spec.runtime.clone())
+                .unwrap_or_default();
             runtime.block_on(async move {
                 let (tx, rx) = tokio::sync::watch::channel(false);
                 tokio::spawn(async move {
@@ -283,7 +444,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     tracing::info!("shutting down: finishing reconciles in flight");
                     let _ = tx.send(true);
                 });
-                let state = inrun::server::State::new(assembly.clone());
+                let state = inrun::server::State::serving(fleet.clone());
                 let standby = state.standby.clone();
                 let port = health_port.unwrap_or(runtime_spec.health_port);
                 let (addr, server) = inrun::server::bind(
@@ -293,10 +454,6 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 )
                 .await?;
                 tracing::info!(%addr, "health port listening");
-                let options = inrun::runtime::RunOptions {
-                    install_crds,
-                    instance: identity.clone(),
-                };
                 let le = &runtime_spec.leader_election;
                 if leader_elect || le.enabled {
                     let namespace = le
@@ -313,14 +470,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                         renew_deadline: le.renew_deadline,
                         retry_period: le.retry_period,
                     };
-                    let work_client = client.clone();
                     inrun::leader::run(client, config, rx, standby, move |stop| {
-                        inrun::runtime::run(assembly, work_client, options, stop)
+                        fleet.run(stop)
                     })
                     .await?;
                 } else {
                     inrun::metrics::global().set_leader(true);
-                    inrun::runtime::run(assembly, client, options, rx).await?;
+                    fleet.run(rx).await?;
                 }
                 server.abort();
                 Ok::<_, anyhow::Error>(())
@@ -352,7 +508,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Validate { blueprint } => {
             let engine = engine(cli.cache_dir)?;
-            let assembly = Assembly::load(&blueprint, &engine)?;
+            let assembly = runtime.block_on(Assembly::load(&blueprint, &engine))?;
             for line in assembly.summary() {
                 println!("{line}");
             }
@@ -360,11 +516,78 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Plugin {
-            command: PluginCommand::Inspect { file, output },
+            command:
+                PluginCommand::Inspect {
+                    location,
+                    digest,
+                    output,
+                    registry,
+                },
+        } => {
+            use inrun::sources::{Location, PullSecret, Sources};
+            let engine = engine(cli.cache_dir)?;
+            let location = Location::parse(&location, digest.as_deref(), std::path::Path::new(""))?;
+            let plugin = match &location {
+                Location::File(path) => engine.load_file(path)?,
+                remote => {
+                    // Credentials given on the command line act as a pull secret.
+                    let pull = PullSecret {
+                        namespace: "cli".into(),
+                        name: "registry".into(),
+                    };
+                    let mut secrets = inrun::secrets::StaticSecrets::new();
+                    if let (Some(creds), Location::Oci { reference, .. }) =
+                        (registry.credentials(), remote)
+                    {
+                        let host = reference.split('/').next().unwrap_or_default();
+                        secrets = secrets.with(
+                            &pull.namespace,
+                            &pull.name,
+                            inrun::sources::DOCKER_CONFIG_KEY,
+                            &creds.to_docker_config(host),
+                        );
+                    }
+                    let pull = registry.credentials().map(|_| pull);
+                    let sources = Sources::new(std::sync::Arc::new(secrets), registry.options()?)?;
+                    let fetched = runtime.block_on(sources.fetch(remote, pull.as_ref()))?;
+                    engine.load(&remote.name(), &fetched.bytes)?
+                }
+            };
+            print(plugin.info(), output)
+        }
+        Command::Plugin {
+            command:
+                PluginCommand::Push {
+                    file,
+                    reference,
+                    registry,
+                },
         } => {
             let engine = engine(cli.cache_dir)?;
+            // Loading first publishes only components that implement an Inrun world.
             let plugin = engine.load_file(&file)?;
-            print(plugin.info(), output)
+            let info = plugin.info();
+            let meta = inrun::sources::ComponentMeta {
+                exports: info.exports.clone(),
+                imports: info.imports.clone(),
+                target: Some(format!("inrun:reconciler/{}", info.world.name())),
+            };
+            let bytes = std::fs::read(&file)
+                .map_err(|e| anyhow::anyhow!("reading {}: {e}", file.display()))?;
+            let digest = runtime.block_on(inrun::sources::push(
+                &bytes,
+                &reference,
+                &meta,
+                registry.credentials().as_ref(),
+                &registry.options()?,
+            ))?;
+            let shown = if reference.starts_with("oci://") {
+                reference
+            } else {
+                format!("oci://{reference}")
+            };
+            println!("{shown}@{digest}");
+            Ok(())
         }
         Command::Plugin {
             command:

@@ -22,6 +22,16 @@ const RECENT: usize = 50;
 /// Help text and type of every metric, in the order they are written.
 const FAMILIES: &[(&str, &str, &str)] = &[
     (
+        "inrun_plugin_reloads_total",
+        "counter",
+        "Plugin versions checked after a source change, by result (success: swapped in; failure: the previous version keeps serving).",
+    ),
+    (
+        "inrun_blueprint_reloads_total",
+        "counter",
+        "Blueprint changes applied without a restart, by tenant and result.",
+    ),
+    (
         "controller_runtime_reconcile_total",
         "counter",
         "Total number of reconciliations per controller.",
@@ -90,6 +100,11 @@ const FAMILIES: &[(&str, &str, &str)] = &[
         "inrun_plugin_loads_total",
         "counter",
         "Plugin components loaded, by source: memory (already loaded), cache (compiled code from disk), compiled.",
+    ),
+    (
+        "inrun_plugin_host_calls_total",
+        "counter",
+        "Calls plugins made to granted host capabilities, by capability (cluster, http) and result (ok, refused, error).",
     ),
     (
         "inrun_caches_synced",
@@ -372,6 +387,42 @@ impl Metrics {
             &mut inner,
             "inrun_plugin_loads_total",
             labels(&[("source", source)]),
+            1.0,
+        );
+    }
+
+    /// Records a plugin's call to a host capability (`cluster`, `http`) and its result
+    /// (`ok`, `refused`: not granted, `error`).
+    pub fn plugin_host_call(&self, capability: &str, result: &str) {
+        let mut inner = self.lock();
+        Self::add(
+            &mut inner,
+            "inrun_plugin_host_calls_total",
+            labels(&[("capability", capability), ("result", result)]),
+            1.0,
+        );
+    }
+
+    /// Records a plugin reload: swapped in, or refused with the old version still serving.
+    pub fn plugin_reloaded(&self, ok: bool) {
+        let mut inner = self.lock();
+        let result = if ok { "success" } else { "failure" };
+        Self::add(
+            &mut inner,
+            "inrun_plugin_reloads_total",
+            labels(&[("result", result)]),
+            1.0,
+        );
+    }
+
+    /// Records a Blueprint reload of `tenant`: applied, or refused with the old one serving.
+    pub fn blueprint_reloaded(&self, tenant: &str, ok: bool) {
+        let mut inner = self.lock();
+        let result = if ok { "success" } else { "failure" };
+        Self::add(
+            &mut inner,
+            "inrun_blueprint_reloads_total",
+            labels(&[("tenant", tenant), ("result", result)]),
             1.0,
         );
     }

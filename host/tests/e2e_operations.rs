@@ -57,7 +57,7 @@ struct InProcess {
     _dir: tempfile::TempDir,
 }
 
-fn assemble(blueprint: &str) -> (Arc<Assembly>, tempfile::TempDir) {
+async fn assemble(blueprint: &str) -> (Arc<Assembly>, tempfile::TempDir) {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("blueprint.yaml");
     std::fs::write(&path, blueprint).expect("write blueprint");
@@ -66,12 +66,12 @@ fn assemble(blueprint: &str) -> (Arc<Assembly>, tempfile::TempDir) {
         ..EngineSettings::default()
     })
     .expect("engine");
-    let assembly = Arc::new(Assembly::load(&path, &engine).expect("blueprint"));
+    let assembly = Arc::new(Assembly::load(&path, &engine).await.expect("blueprint"));
     (assembly, dir)
 }
 
-fn start(blueprint: &str, client: Client, install_crds: bool) -> InProcess {
-    let (assembly, dir) = assemble(blueprint);
+async fn start(blueprint: &str, client: Client, install_crds: bool) -> InProcess {
+    let (assembly, dir) = assemble(blueprint).await;
     let (tx, rx) = watch::channel(false);
     let options = RunOptions {
         install_crds,
@@ -176,7 +176,7 @@ async fn the_host_runs_on_exactly_the_generated_rbac_and_refuses_a_blueprint_nee
     let token = service_account_token(&sa_ns, "inrun").await;
 
     // Nothing beyond the generated RBAC: the ServiceAccount holds no other grant.
-    let host = start(&blueprint_text, cp.client_with_token(&token), false);
+    let host = start(&blueprint_text, cp.client_with_token(&token), false).await;
     let ns = cp.namespace("rbac").await?;
     let ar = resource(&group, "WebApp");
     apply_cr(&ar, &ns, &webapp_cr(&group, "shop")).await;
@@ -193,7 +193,7 @@ async fn the_host_runs_on_exactly_the_generated_rbac_and_refuses_a_blueprint_nee
 
     // The same identity with a Blueprint that also manages ConfigMaps: refused at startup.
     let wider = webapp_blueprint(&group, "          - {apiVersion: v1, kind: ConfigMap}\n");
-    let refused = start(&wider, cp.client_with_token(&token), false);
+    let refused = start(&wider, cp.client_with_token(&token), false).await;
     let result = tokio::time::timeout(WAIT, refused.task).await??;
     let err = result.expect_err("a Blueprint needing more RBAC must not start");
     let message = inrun::errors::chain(&err);
@@ -236,7 +236,7 @@ fn sample(text: &str, series: &str) -> f64 {
 async fn metrics_move_with_reconciles_and_blueprint_matches_the_loaded_file() -> TestResult {
     let group = unique_group("metrics");
     let text = webapp_blueprint(&group, "");
-    let host = start(&text, client(), true);
+    let host = start(&text, client(), true).await;
     let router = inrun::server::router(inrun::server::State::new(host.assembly.clone()));
     let controller = format!("webapps.{group}");
 
@@ -279,7 +279,7 @@ async fn metrics_move_with_reconciles_and_blueprint_matches_the_loaded_file() ->
     let count =
         format!("controller_runtime_reconcile_time_seconds_count{{controller=\"{controller}\"}}");
     assert!(sample(&after, &count) >= 2.0);
-    let plugin = &host.assembly.crds()[0].default.plugins[0].name;
+    let plugin = &host.assembly.crds()[0].default.plugins()[0].name.clone();
     let calls = format!("inrun_plugin_calls_total{{plugin=\"{plugin}\",outcome=\"ok\"}}");
     assert!(sample(&after, &calls) >= 2.0, "{after}");
     assert!(after.contains("# TYPE controller_runtime_reconcile_time_seconds histogram"));
@@ -354,7 +354,7 @@ async fn metrics_move_with_reconciles_and_blueprint_matches_the_loaded_file() ->
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_console_shows_crds_and_kinds_in_chromium() -> TestResult {
     let group = unique_group("console");
-    let host = start(&webapp_blueprint(&group, ""), client(), true);
+    let host = start(&webapp_blueprint(&group, ""), client(), true).await;
     let state = inrun::server::State::new(host.assembly.clone());
     let (stop_tx, stop_rx) = watch::channel(false);
     let (addr, server) = inrun::server::bind(([127, 0, 0, 1], 0).into(), state, stop_rx).await?;

@@ -1,12 +1,15 @@
 //! A Blueprint made ready to run: every template compiled, every plugin loaded and checked,
 //! one reconciler per CRD (and per serve target). Errors name the file, CRD and field.
 
+mod grants;
 mod pass;
 mod services;
 
+pub use grants::grants;
 pub use pass::{DEFAULT_REQUEUE, Next, PassError};
 pub use services::Services;
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,7 +23,9 @@ use crate::reconcilers::remote::Remote;
 use crate::reconcilers::wasm::{Constructor, Hook, Hooks};
 use crate::reconcilers::{Reconciler, ReconcilerKind};
 use crate::template::{CompiledCondition, CompiledValue, Engine as Templates};
-use crate::wasm::{Engine, Limits, Plugin, PluginInfo};
+use crate::plugins::{PluginSet, PluginSlot};
+use crate::sources::{Location, PullSecret};
+use crate::wasm::{Engine, Limits, PluginInfo, World};
 
 /// A loaded, checked Blueprint.
 pub struct Assembly {
@@ -48,8 +53,8 @@ pub struct ReconcilePlan {
     pub spec: ReconcileSpec,
     /// The reconciler.
     pub reconciler: Arc<dyn Reconciler>,
-    /// Plugins it calls (for `/blueprint` and `validate`).
-    pub plugins: Vec<PluginInfo>,
+    /// Slots of the plugins it calls, in Blueprint order.
+    pub slots: Vec<Arc<PluginSlot>>,
     args: CompiledValue,
     requeue: Option<RequeuePlan>,
     external: ExternalCalls,
@@ -72,56 +77,150 @@ struct RequeuePlan {
     conditions: Vec<CompiledCondition>,
 }
 
+/// What an assembly is built against: where plugins come from, the clients remote
+/// reconcilers and external calls use, and the operator's limits policy.
+#[derive(Clone, Copy)]
+pub struct BuildContext<'a> {
+    /// The tenant's plugin slots (fetched and compiled on first use).
+    pub plugins: &'a PluginSet,
+    /// Clients and secrets.
+    pub services: &'a Services,
+    /// Defaults and ceilings for plugin limits, and whether local files may be named.
+    pub policy: &'a Policy,
+}
+
+/// The operator's rules every Blueprint is held to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Policy {
+    /// Limits for fields a Blueprint leaves out.
+    pub defaults: Limits,
+    /// Limits no Blueprint may exceed (`inrun run --max-plugin-*`).
+    pub ceilings: Limits,
+    /// Whether plugin locations may be local paths. Off for Blueprints that arrive as
+    /// custom resources: a tenant must not make the host read its files.
+    pub local_plugins: bool,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Policy {
+            defaults: Limits::default(),
+            ceilings: Limits::ceilings(),
+            local_plugins: true,
+        }
+    }
+}
+
 impl Assembly {
-    /// Loads the Blueprint at `path` (file or directory) and assembles it with
-    /// [`Services::offline`] (no secret values).
+    /// Loads the Blueprint at `path` (file or directory) and assembles it offline: no
+    /// secret values, the default limits policy.
     ///
     /// # Errors
     /// [`BlueprintError`] listing every problem found, each naming file, CRD and field.
-    pub fn load(path: &Path, engine: &Engine) -> Result<Self, BlueprintError> {
-        Self::load_with(path, engine, &Services::offline())
+    pub async fn load(path: &Path, engine: &Engine) -> Result<Self, BlueprintError> {
+        Self::load_with(path, engine, &Services::offline()).await
     }
 
-    /// Loads the Blueprint at `path` and assembles it; remote reconcilers and external
-    /// calls reach out through `services`.
+    /// Loads the Blueprint at `path` and assembles it; plugins are fetched through
+    /// `services`' secrets (pull secrets), remote reconcilers and external calls reach out
+    /// through `services`.
     ///
     /// # Errors
     /// [`BlueprintError`] listing every problem found, each naming file, CRD and field.
-    pub fn load_with(
+    pub async fn load_with(
         path: &Path,
         engine: &Engine,
         services: &Services,
     ) -> Result<Self, BlueprintError> {
-        Self::from_blueprint_with(blueprint::load(path)?, engine, services)
+        let blueprint = blueprint::load(path)?;
+        let plugins = PluginSet::new(engine.clone(), services.sources.clone());
+        let policy = Policy::default();
+        Self::build(
+            blueprint,
+            BuildContext {
+                plugins: &plugins,
+                services,
+                policy: &policy,
+            },
+        )
+        .await
     }
 
-    /// Assembles a parsed Blueprint with [`Services::offline`].
+    /// Assembles a parsed Blueprint with [`Services::offline`]. For Blueprints without
+    /// plugins it needs no async runtime.
     ///
     /// # Errors
     /// [`BlueprintError::Invalid`] listing every template or plugin that failed.
-    pub fn from_blueprint(blueprint: Blueprint, engine: &Engine) -> Result<Self, BlueprintError> {
-        Self::from_blueprint_with(blueprint, engine, &Services::offline())
-    }
-
-    /// Assembles a parsed Blueprint: compiles templates, loads plugins, and builds remote
-    /// reconcilers and external calls on `services`.
-    ///
-    /// # Errors
-    /// [`BlueprintError::Invalid`] listing every template or plugin that failed.
-    pub fn from_blueprint_with(
+    pub async fn from_blueprint(
         blueprint: Blueprint,
         engine: &Engine,
-        services: &Services,
     ) -> Result<Self, BlueprintError> {
-        let templates = Templates::new();
+        let services = Services::offline();
+        let plugins = PluginSet::new(engine.clone(), services.sources.clone());
+        let policy = Policy::default();
+        Self::build(
+            blueprint,
+            BuildContext {
+                plugins: &plugins,
+                services: &services,
+                policy: &policy,
+            },
+        )
+        .await
+    }
+
+    /// Assembles a parsed Blueprint: fetches and compiles its plugins into the context's
+    /// slots (reusing slots the set already holds), compiles templates, and builds remote
+    /// reconcilers and external calls.
+    ///
+    /// # Errors
+    /// [`BlueprintError::Invalid`] listing every template, plugin or limit that failed.
+    pub async fn build(
+        blueprint: Blueprint,
+        cx: BuildContext<'_>,
+    ) -> Result<Self, BlueprintError> {
         let mut problems = Vec::new();
+        let mut slots = HashMap::new();
+        for r in blueprint.plugins() {
+            let field = format!("{}.location", r.field);
+            let problem = |message: String| {
+                Problem::new(&r.crd.source.file, Some(&r.crd.kind), field.clone(), message)
+            };
+            let location =
+                match Location::parse(r.location, r.digest.as_deref(), &r.crd.source.base_dir()) {
+                    Ok(l) => l,
+                    Err(e) => {
+                        problems.push(problem(crate::errors::chain(&e)));
+                        continue;
+                    }
+                };
+            if matches!(location, Location::File(_)) && !cx.policy.local_plugins {
+                problems.push(problem(format!(
+                    "plugin location {:?} is a local path; this Blueprint may only name https:// or oci:// locations",
+                    r.location
+                )));
+                continue;
+            }
+            let pull = r.pull_secret.as_ref().map(|p| PullSecret {
+                namespace: p.namespace.clone(),
+                name: p.name.clone(),
+            });
+            match cx.plugins.slot(location, pull).await {
+                Ok(slot) => {
+                    slots.insert(r.field.clone(), slot);
+                }
+                Err(e) => problems.push(problem(crate::errors::chain(&e))),
+            }
+        }
+        let templates = Templates::new();
         let mut crds = Vec::new();
         for spec in &blueprint.spec.crds {
             let mut b = Builder {
                 spec,
                 templates: &templates,
-                engine,
-                services,
+                slots: &slots,
+                services: cx.services,
+                policy: cx.policy,
                 problems: &mut problems,
             };
             if let Some(plan) = b.crd() {
@@ -160,35 +259,95 @@ impl Assembly {
     }
 }
 
+impl ReconcilePlan {
+    /// The plugins it calls, as they serve now (for `/blueprint` and `validate`).
+    pub fn plugins(&self) -> Vec<PluginInfo> {
+        self.slots.iter().map(|s| s.current().info().clone()).collect()
+    }
+}
+
 fn describe(plan: &ReconcilePlan) -> String {
     let mut s = plan.reconciler.kind().as_str().to_string();
-    for p in &plan.plugins {
+    for p in &plan.plugins() {
         s.push_str(&format!(" {}@{} ({} bytes)", p.name, p.sha256, p.size));
     }
     s
 }
 
-/// Turns a blueprint's plugin limits into the engine's, filling in defaults.
+/// Turns a blueprint's plugin limits into the engine's, filling in the host defaults.
 pub fn limits(spec: &PluginLimits) -> Limits {
-    let d = Limits::default();
-    let bytes = |q: Option<blueprint::Quantity>, default: usize| {
-        q.map_or(default, |q| {
-            usize::try_from(q.bytes()).unwrap_or(usize::MAX)
-        })
+    limits_within(spec, &Policy::default()).0
+}
+
+/// Turns a blueprint's plugin limits into the engine's under `policy`: defaults for fields
+/// left out (never above a ceiling), and, for each field above its ceiling, the field's
+/// name and why, so the assembly can refuse it.
+pub fn limits_within(spec: &PluginLimits, policy: &Policy) -> (Limits, Vec<(&'static str, String)>) {
+    let d = policy.defaults;
+    let c = policy.ceilings;
+    let mut over = Vec::new();
+    let bytes = |q: Option<blueprint::Quantity>| {
+        q.map(|q| usize::try_from(q.bytes()).unwrap_or(usize::MAX))
     };
-    Limits {
-        deadline: spec.deadline.unwrap_or(d.deadline),
-        memory_bytes: bytes(spec.memory, d.memory_bytes),
-        output_bytes: bytes(spec.output_size, d.output_bytes),
-        max_resources: spec.resources.map_or(d.max_resources, |n| n as usize),
-    }
+    let mut pick = |field: &'static str, given: Option<u128>, default: u128, ceiling: u128, show: &dyn Fn(u128) -> String| {
+        match given {
+            Some(v) if v > ceiling => {
+                over.push((
+                    field,
+                    format!("{} exceeds the host's ceiling of {}", show(v), show(ceiling)),
+                ));
+                ceiling
+            }
+            Some(v) => v,
+            None => default.min(ceiling),
+        }
+    };
+    let millis = |v: u128| crate::duration::format(Duration::from_millis(u64::try_from(v).unwrap_or(u64::MAX)));
+    let size = |v: u128| blueprint::Quantity::from_bytes(u64::try_from(v).unwrap_or(u64::MAX)).to_string();
+    let count = |v: u128| v.to_string();
+    let deadline = pick(
+        "deadline",
+        spec.deadline.map(|d| d.as_millis()),
+        d.deadline.as_millis(),
+        c.deadline.as_millis(),
+        &millis,
+    );
+    let memory = pick(
+        "memory",
+        bytes(spec.memory).map(|b| b as u128),
+        d.memory_bytes as u128,
+        c.memory_bytes as u128,
+        &size,
+    );
+    let output = pick(
+        "outputSize",
+        bytes(spec.output_size).map(|b| b as u128),
+        d.output_bytes as u128,
+        c.output_bytes as u128,
+        &size,
+    );
+    let resources = pick(
+        "resources",
+        spec.resources.map(u128::from),
+        d.max_resources as u128,
+        c.max_resources as u128,
+        &count,
+    );
+    let limits = Limits {
+        deadline: Duration::from_millis(u64::try_from(deadline).unwrap_or(u64::MAX)),
+        memory_bytes: usize::try_from(memory).unwrap_or(usize::MAX),
+        output_bytes: usize::try_from(output).unwrap_or(usize::MAX),
+        max_resources: usize::try_from(resources).unwrap_or(usize::MAX),
+    };
+    (limits, over)
 }
 
 struct Builder<'a> {
     spec: &'a CrdSpec,
     templates: &'a Templates,
-    engine: &'a Engine,
+    slots: &'a HashMap<String, Arc<PluginSlot>>,
     services: &'a Services,
+    policy: &'a Policy,
     problems: &'a mut Vec<Problem>,
 }
 
@@ -273,21 +432,19 @@ impl Builder<'_> {
         })
     }
 
-    fn load_plugin(&mut self, field: String, location: &str) -> Option<Plugin> {
-        if location.contains("://") {
-            self.problem(
-                field,
-                format!(
-                    "plugin location {location:?}: only file paths are supported by this build"
-                ),
-            );
-            return None;
+    /// The slot fetched for the plugin written at `field` (a missing one was reported
+    /// while fetching).
+    fn slot(&self, field: &str) -> Option<Arc<PluginSlot>> {
+        self.slots.get(field).cloned()
+    }
+
+    /// The limits written at `field.limits`, each checked against the host's ceilings.
+    fn plugin_limits(&mut self, field: &str, spec: &PluginLimits) -> Limits {
+        let (limits, over) = limits_within(spec, self.policy);
+        for (name, why) in over {
+            self.problem(format!("{field}.limits.{name}"), why);
         }
-        let path = self.spec.source.base_dir().join(location);
-        self.engine
-            .load_file(&path)
-            .map_err(|e| self.problem(field, crate::errors::chain(&e)))
-            .ok()
+        limits
     }
 
     fn reconcile(&mut self, r: &ReconcileSpec, at: &str) -> Option<ReconcilePlan> {
@@ -333,22 +490,20 @@ impl Builder<'_> {
                 let mut hooks = Vec::new();
                 for (i, h) in r.hooks.iter().enumerate() {
                     let field = format!("{at}.hooks[{i}]");
-                    if let Some(plugin) = self.load_plugin(format!("{field}.location"), &h.location)
-                    {
-                        if let Err(e) = plugin.expect_functions([h.function.as_str()]) {
+                    let limits = self.plugin_limits(&field, &h.limits);
+                    if let Some(slot) = self.slot(&field) {
+                        if let Err(e) = slot.require(World::Hooks, Some(h.function.as_str())) {
                             self.problem(format!("{field}.function"), crate::errors::chain(&e));
                             continue;
                         }
-                        if !plugins
-                            .iter()
-                            .any(|p: &PluginInfo| p.sha256 == plugin.info().sha256)
-                        {
-                            plugins.push(plugin.info().clone());
+                        if !plugins.iter().any(|p| Arc::ptr_eq(p, &slot)) {
+                            plugins.push(slot.clone());
                         }
                         hooks.push(Hook {
-                            plugin,
+                            slot,
                             function: h.function.clone(),
-                            limits: limits(&h.limits),
+                            limits,
+                            grants: grants(&h.capabilities, self.services),
                         });
                     }
                 }
@@ -366,10 +521,13 @@ impl Builder<'_> {
             }
             ReconcilerKind::Constructor => {
                 let c = r.constructor.as_ref()?;
-                let field = format!("{at}.constructor.location");
-                let plugin = self.load_plugin(field.clone(), &c.location)?;
-                plugins.push(plugin.info().clone());
-                match Constructor::new(plugin, limits(&c.limits)) {
+                let at_constructor = format!("{at}.constructor");
+                let limits = self.plugin_limits(&at_constructor, &c.limits);
+                let field = format!("{at_constructor}.location");
+                let slot = self.slot(&at_constructor)?;
+                plugins.push(slot.clone());
+                let grants = grants(&c.capabilities, self.services);
+                match Constructor::new(slot, limits, grants) {
                     Ok(c) => Some(Arc::new(c)),
                     Err(e) => {
                         self.problem(field, crate::errors::chain(&e));
@@ -396,10 +554,55 @@ impl Builder<'_> {
         Some(ReconcilePlan {
             spec: r.clone(),
             reconciler: reconciler?,
-            plugins,
+            slots: plugins,
             args: args?,
             requeue: requeue?,
             external: external?,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(text: &str) -> PluginLimits {
+        serde_yaml_ng::from_str(text).expect("limits")
+    }
+
+    #[test]
+    fn limits_above_a_ceiling_are_named_and_defaults_never_exceed_one() {
+        let policy = Policy {
+            defaults: Limits::default(),
+            ceilings: Limits {
+                deadline: Duration::from_secs(1),
+                memory_bytes: 32 << 20,
+                output_bytes: 1 << 20,
+                max_resources: 10,
+            },
+            local_plugins: true,
+        };
+        let (limits, over) = limits_within(&spec("{ deadline: 5s, memory: 16Mi }"), &policy);
+        assert_eq!(over.len(), 1, "{over:?}");
+        assert_eq!(over[0].0, "deadline");
+        assert_eq!(over[0].1, "5s exceeds the host's ceiling of 1s");
+        assert_eq!(limits.memory_bytes, 16 << 20);
+        // Defaults (2s, 100 resources) are lowered to the ceilings.
+        let (limits, over) = limits_within(&spec("{}"), &policy);
+        assert!(over.is_empty());
+        assert_eq!(limits.deadline, Duration::from_secs(1));
+        assert_eq!(limits.max_resources, 10);
+        let (_, over) = limits_within(&spec("{ memory: 64Mi, resources: 11 }"), &policy);
+        let fields: Vec<_> = over.iter().map(|o| o.0).collect();
+        assert_eq!(fields, ["memory", "resources"]);
+        assert_eq!(over[0].1, "64Mi exceeds the host's ceiling of 32Mi");
+    }
+
+    #[test]
+    fn without_ceilings_a_blueprint_gets_what_it_asks_within_the_schema() {
+        let (limits, over) = limits_within(&spec("{ deadline: 4m, memory: 2Gi }"), &Policy::default());
+        assert!(over.is_empty());
+        assert_eq!(limits.deadline, Duration::from_secs(240));
+        assert_eq!(limits.memory_bytes, 2 << 30);
     }
 }

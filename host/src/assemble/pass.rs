@@ -372,7 +372,8 @@ mod tests {
             ..Default::default()
         })
         .expect("engine");
-        crate::assemble::Assembly::from_blueprint(bp, &engine).expect("assembly")
+        futures::executor::block_on(crate::assemble::Assembly::from_blueprint(bp, &engine))
+            .expect("assembly")
     }
 
     #[test]

@@ -1,10 +1,12 @@
-//! What assembled reconcilers reach outside the host with: an HTTP client and a source of
-//! secret values.
+//! What assembled reconcilers reach outside the host with: HTTP clients, a source of
+//! secret values, plugin sources, and the reader that serves plugins' cluster reads.
 
 use std::sync::Arc;
 
 use crate::external::Clients;
 use crate::secrets::{Secrets, StaticSecrets};
+use crate::sources::{SourceOptions, Sources};
+use crate::wasm::{ClusterReader, NoCluster};
 
 /// Shared clients for remote reconcilers and `reconcile.external` calls.
 #[derive(Clone)]
@@ -13,6 +15,13 @@ pub struct Services {
     pub secrets: Arc<dyn Secrets>,
     /// The HTTP client (rustls), shared so connections are reused.
     pub http: reqwest::Client,
+    /// Where plugin modules are fetched from (files, pinned HTTPS, OCI registries).
+    pub sources: Sources,
+    /// Where plugins granted `capabilities.cluster` read objects from: the watch cache
+    /// under `inrun run`, nothing offline.
+    pub cluster: Arc<dyn ClusterReader>,
+    /// The client for plugins granted `capabilities.http`: it follows no redirects.
+    pub plugin_http: reqwest::Client,
 }
 
 impl std::fmt::Debug for Services {
@@ -22,18 +31,51 @@ impl std::fmt::Debug for Services {
 }
 
 impl Services {
-    /// Services reading secrets from `secrets`.
+    /// Services reading secrets from `secrets`, fetching plugins with default options
+    /// (public roots, HTTPS registries only).
     pub fn new(secrets: Arc<dyn Secrets>) -> Self {
+        Self::with_sources(secrets, SourceOptions::default())
+    }
+
+    /// Services reading secrets from `secrets`, fetching plugins with `options` (extra
+    /// trusted roots, registries spoken over plain HTTP).
+    pub fn with_sources(secrets: Arc<dyn Secrets>, options: SourceOptions) -> Self {
         // Building a rustls client with bundled roots does not fail in practice; should it,
         // the default client is the same minus the user agent.
         let http = crate::reconcilers::remote::http_client().unwrap_or_else(|e| {
             tracing::warn!(error = %e, "building the HTTP client; using the default one");
             reqwest::Client::new()
         });
-        Services { secrets, http }
+        let sources = Sources::new(secrets.clone(), options).unwrap_or_else(|e| {
+            tracing::warn!(error = %crate::errors::chain(&e),
+                "building the plugin source client with the given options; using defaults");
+            Sources::new(secrets.clone(), SourceOptions::default())
+                .expect("the default plugin source client builds")
+        });
+        let plugin_http = crate::wasm::http_client().unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "building the plugin HTTP client; using a plain one");
+            reqwest::Client::builder()
+                .redirect(reqwest::redirect::Policy::none())
+                .build()
+                .unwrap_or_default()
+        });
+        Services {
+            secrets,
+            http,
+            sources,
+            cluster: Arc::new(NoCluster),
+            plugin_http,
+        }
     }
 
-    /// No secret values at all: for validation, and rendering without `--secret`.
+    /// The same services, with plugins' cluster reads served by `reader`.
+    #[must_use]
+    pub fn with_cluster(mut self, reader: Arc<dyn ClusterReader>) -> Self {
+        self.cluster = reader;
+        self
+    }
+
+    /// No secret values and no cluster: for validation, and rendering without `--secret`.
     pub fn offline() -> Self {
         Services::new(Arc::new(StaticSecrets::new()))
     }

@@ -4,29 +4,42 @@
 use async_trait::async_trait;
 
 use super::{ReconcileError, Reconciler, ReconcilerKind, declarative::Declarative, finish};
+use std::sync::Arc;
+
 use crate::contract::{Outcome, Request};
-use crate::wasm::{Limits, Plugin};
+use crate::plugins::PluginSlot;
+use crate::wasm::{Grants, Limits, Plugin};
 
 /// A full reconciler in a component.
 #[derive(Debug)]
 pub struct Constructor {
-    plugin: Plugin,
+    slot: Arc<PluginSlot>,
     limits: Limits,
+    grants: Grants,
 }
 
 impl Constructor {
-    /// Wraps a loaded `reconciler`-world plugin.
+    /// Wraps the slot of a `reconciler`-world plugin; each call uses the version serving
+    /// then, so a hot reload takes effect at the next call.
     ///
     /// # Errors
     /// [`crate::wasm::LoadError::WrongWorld`] when the plugin is a hooks component.
-    pub fn new(plugin: Plugin, limits: Limits) -> Result<Self, crate::wasm::LoadError> {
-        plugin.expect_world(crate::wasm::World::Reconciler)?;
-        Ok(Constructor { plugin, limits })
+    pub fn new(
+        slot: Arc<PluginSlot>,
+        limits: Limits,
+        grants: Grants,
+    ) -> Result<Self, crate::wasm::LoadError> {
+        slot.require(crate::wasm::World::Reconciler, None)?;
+        Ok(Constructor {
+            slot,
+            limits,
+            grants,
+        })
     }
 
-    /// The plugin.
-    pub fn plugin(&self) -> &Plugin {
-        &self.plugin
+    /// The plugin serving calls now.
+    pub fn plugin(&self) -> Plugin {
+        self.slot.current()
     }
 }
 
@@ -37,7 +50,8 @@ impl Reconciler for Constructor {
     }
 
     async fn reconcile(&self, req: &Request) -> Result<Outcome, ReconcileError> {
-        let outcome = self.plugin.reconcile(req, &self.limits).await?;
+        let plugin = self.slot.current();
+        let outcome = plugin.reconcile(req, &self.limits, &self.grants).await?;
         finish(outcome, req)
     }
 }
@@ -45,12 +59,14 @@ impl Reconciler for Constructor {
 /// One hook function of one component, with its limits.
 #[derive(Debug, Clone)]
 pub struct Hook {
-    /// The hooks component.
-    pub plugin: Plugin,
+    /// The hooks component's slot.
+    pub slot: Arc<PluginSlot>,
     /// The function to call.
     pub function: String,
     /// Limits for each call.
     pub limits: Limits,
+    /// What the component may reach beyond its sandbox.
+    pub grants: Grants,
 }
 
 /// Templates render an outcome; each hook then transforms it, in order.
@@ -67,7 +83,8 @@ impl Hooks {
     /// [`crate::wasm::LoadError::MissingFunction`] or `WrongWorld` for the first bad hook.
     pub fn new(templates: Declarative, hooks: Vec<Hook>) -> Result<Self, crate::wasm::LoadError> {
         for hook in &hooks {
-            hook.plugin.expect_functions([hook.function.as_str()])?;
+            hook.slot
+                .require(crate::wasm::World::Hooks, Some(hook.function.as_str()))?;
         }
         Ok(Hooks { templates, hooks })
     }
@@ -89,8 +106,9 @@ impl Reconciler for Hooks {
         let mut outcome = rendered;
         for hook in &self.hooks {
             outcome = hook
-                .plugin
-                .call_hook(&hook.function, req, &outcome, &hook.limits)
+                .slot
+                .current()
+                .call_hook(&hook.function, req, &outcome, &hook.limits, &hook.grants)
                 .await?;
         }
         finish(outcome, req)

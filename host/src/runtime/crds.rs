@@ -114,32 +114,46 @@ pub fn manifest(crd: &CrdSpec) -> Value {
 /// # Errors
 /// [`CrdError`] naming the CRD.
 pub async fn ensure(client: &Client, crds: &[&CrdSpec], install: bool) -> Result<(), CrdError> {
-    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
     for crd in crds {
-        let name = crd.crd_name();
-        let api_err = |source| CrdError::Api {
-            name: name.clone(),
-            source,
-        };
-        if install {
-            let manifest: CustomResourceDefinition = serde_json::from_value(manifest(crd))
-                .map_err(|source| CrdError::Manifest {
-                    name: name.clone(),
-                    source,
-                })?;
-            api.patch(
-                &name,
-                &PatchParams::apply(INSTALLER).force(),
-                &Patch::Apply(&manifest),
-            )
-            .await
-            .map_err(api_err)?;
-        } else if api.get_opt(&name).await.map_err(api_err)?.is_none() {
-            return Err(CrdError::Missing { name });
-        }
-        wait_established(&api, &name, Duration::from_secs(30)).await?;
+        ensure_manifest(client, &crd.crd_name(), manifest(crd), install).await?;
     }
     Ok(())
+}
+
+/// Makes sure the CRD `name` exists, installing `manifest` (server-side apply) when
+/// `install` is set, and waits until it is Established.
+///
+/// # Errors
+/// [`CrdError`] naming the CRD.
+pub async fn ensure_manifest(
+    client: &Client,
+    name: &str,
+    manifest: serde_json::Value,
+    install: bool,
+) -> Result<(), CrdError> {
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let name = name.to_string();
+    let api_err = |source| CrdError::Api {
+        name: name.clone(),
+        source,
+    };
+    if install {
+        let manifest: CustomResourceDefinition =
+            serde_json::from_value(manifest).map_err(|source| CrdError::Manifest {
+                name: name.clone(),
+                source,
+            })?;
+        api.patch(
+            &name,
+            &PatchParams::apply(INSTALLER).force(),
+            &Patch::Apply(&manifest),
+        )
+        .await
+        .map_err(api_err)?;
+    } else if api.get_opt(&name).await.map_err(api_err)?.is_none() {
+        return Err(CrdError::Missing { name });
+    }
+    wait_established(&api, &name, Duration::from_secs(30)).await
 }
 
 async fn wait_established(

@@ -61,7 +61,7 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Ctx>) -> Result<Action,
         "reconcile",
         object.ref = %format!("{}/{}", ctx.cr_resource.kind, key),
         reconciler.kind = %plan.default.reconciler.kind(),
-        plugin.digest = %plan.default.plugins.first().map(|p| p.sha256.as_str()).unwrap_or("-"),
+        plugin.digest = %plan.default.slots.first().map(|s| s.current().id().digest_ref()).unwrap_or_else(|| "-".into()),
     );
     let metrics = crate::metrics::global();
     if let Some(waited) = ctx.queued.take(&key) {
@@ -70,9 +70,9 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Ctx>) -> Result<Action,
     let started = metrics.reconcile_started(&plan.spec.crd_name());
     let plugins: Vec<String> = plan
         .default
-        .plugins
+        .slots
         .iter()
-        .map(|p| p.name.clone())
+        .map(|s| s.current().id().name.clone())
         .collect();
     async move {
         let result = if obj.metadata.deletion_timestamp.is_some() {

@@ -33,11 +33,12 @@ fn plugins(spec: &ReconcileSpec, plan: &ReconcilePlan) -> Vec<Value> {
             )),
         }
     }
+    let serving = plan.plugins();
     declared
         .into_iter()
         .enumerate()
         .map(|(i, (location, functions, limits))| {
-            let info = plan.plugins.get(i);
+            let info = serving.get(i);
             let mut p = json!({
                 "location": location,
                 "name": info.map(|p| p.name.clone()),

@@ -24,11 +24,40 @@ pub use blueprint::document as blueprint_document;
 /// The console page, served as is.
 const CONSOLE: &str = include_str!("console.html");
 
+/// What the host serves now: its Blueprints and, with several tenants, each tenant.
+pub trait Serving: Send + Sync {
+    /// The serving assemblies, one per tenant.
+    fn assemblies(&self) -> Vec<Arc<Assembly>>;
+    /// Every tenant, with its plugins and any refused reload.
+    fn tenants(&self) -> Vec<crate::fleet::TenantView>;
+}
+
+/// One Blueprint fixed for the run.
+struct Fixed(Arc<Assembly>);
+
+impl Serving for Fixed {
+    fn assemblies(&self) -> Vec<Arc<Assembly>> {
+        vec![self.0.clone()]
+    }
+    fn tenants(&self) -> Vec<crate::fleet::TenantView> {
+        Vec::new()
+    }
+}
+
+impl Serving for crate::fleet::Fleet {
+    fn assemblies(&self) -> Vec<Arc<Assembly>> {
+        crate::fleet::Fleet::assemblies(self)
+    }
+    fn tenants(&self) -> Vec<crate::fleet::TenantView> {
+        self.views()
+    }
+}
+
 /// What the handlers read.
 #[derive(Clone)]
 pub struct State {
-    /// The loaded Blueprint (its plugins are loaded once it exists).
-    pub assembly: Arc<Assembly>,
+    /// The Blueprints served (their plugins are loaded once they exist).
+    pub serving: Arc<dyn Serving>,
     /// The metrics registry.
     pub metrics: &'static Metrics,
     /// True while this replica waits for the lease: ready, though no controller runs.
@@ -38,8 +67,13 @@ pub struct State {
 impl State {
     /// State for `assembly`, reading the process-wide metrics.
     pub fn new(assembly: Arc<Assembly>) -> State {
+        Self::serving(Arc::new(Fixed(assembly)))
+    }
+
+    /// State for a fleet of tenants (or anything else that serves Blueprints).
+    pub fn serving(serving: Arc<dyn Serving>) -> State {
         State {
-            assembly,
+            serving,
             metrics: crate::metrics::global(),
             standby: Arc::new(AtomicBool::new(false)),
         }
@@ -72,6 +106,7 @@ pub fn router(state: State) -> Router {
         .route("/metrics", get(metrics))
         .route("/blueprint", get(blueprint))
         .route("/state", get(live_state))
+        .route("/tenants", get(tenants))
         .with_state(state)
 }
 
@@ -103,8 +138,28 @@ async fn metrics(Extract(state): Extract<State>) -> Response {
         .into_response()
 }
 
+/// One Blueprint's document; with several tenants, their CRDs side by side and the
+/// names joined.
 async fn blueprint(Extract(state): Extract<State>) -> Response {
-    axum::Json(blueprint::document(&state.assembly)).into_response()
+    let docs: Vec<serde_json::Value> = state
+        .serving
+        .assemblies()
+        .iter()
+        .map(|a| blueprint::document(a))
+        .collect();
+    let doc = match docs.len() {
+        1 => docs.into_iter().next().unwrap_or_default(),
+        _ => serde_json::json!({
+            "name": docs.iter().filter_map(|d| d["name"].as_str()).collect::<Vec<_>>().join(", "),
+            "crds": docs.iter().flat_map(|d| d["crds"].as_array().cloned().unwrap_or_default()).collect::<Vec<_>>(),
+            "tenants": docs,
+        }),
+    };
+    axum::Json(doc).into_response()
+}
+
+async fn tenants(Extract(state): Extract<State>) -> Response {
+    axum::Json(state.serving.tenants()).into_response()
 }
 
 async fn live_state(Extract(state): Extract<State>) -> Response {

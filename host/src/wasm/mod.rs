@@ -1,18 +1,25 @@
 //! The Wasm plugin host: one engine, components compiled once and cached by digest, a
-//! fresh sandboxed store per call with a deadline and a memory cap. Nothing here knows
-//! about Kubernetes; plugins see only the WIT contract.
+//! fresh sandboxed store per call with a deadline and a memory cap, and the capabilities a
+//! Blueprint grants (cluster reads through a [`ClusterReader`], outbound HTTP). Nothing here
+//! knows about Kubernetes types; plugins see only the WIT contract.
 
 mod bindings;
 mod cache;
 mod call;
 mod engine;
 mod error;
+mod grants;
+mod imports;
 mod plugin;
 mod state;
 
 pub use cache::CompileCache;
 pub use engine::{Engine, EngineSettings};
 pub use error::{CallError, CallFailure, LoadError};
+pub use grants::{
+    ClusterGrant, ClusterReader, Grants, HttpGrant, Namespaces, NoCluster, ReadGrant, Scope,
+    http_client, parse_label_selector,
+};
 pub use plugin::{Plugin, PluginInfo, World};
 
 use std::fmt;
@@ -38,6 +45,19 @@ impl Default for Limits {
             memory_bytes: 64 << 20,
             output_bytes: 1 << 20,
             max_resources: 100,
+        }
+    }
+}
+
+impl Limits {
+    /// The most a Blueprint may ask for when the operator sets no ceiling: the ranges the
+    /// Blueprint schema accepts.
+    pub fn ceilings() -> Self {
+        Limits {
+            deadline: Duration::from_secs(300),
+            memory_bytes: 4 << 30,
+            output_bytes: 64 << 20,
+            max_resources: 10_000,
         }
     }
 }

@@ -8,8 +8,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use inrun::assemble::{Assembly, Services};
-use inrun::runtime::{RunError, RunOptions};
+use inrun::assemble::{Assembly, Policy, Services};
+use inrun::fleet::{Fleet, FleetError, FleetOptions, TenantSource, TenantView};
+use inrun::runtime::{RunError, RunOptions, Shared, WatchCache};
 use inrun::secrets::KubeSecrets;
 use inrun::wasm::{Engine, EngineSettings};
 use inrun_testenv::{ControlPlane, wait_for};
@@ -44,9 +45,11 @@ impl Host {
         .expect("engine");
         let client = ControlPlane::shared().client();
         // Secrets come from the API server, as with `inrun run`.
-        let services = Services::new(Arc::new(KubeSecrets::new(client.clone())));
+        let services = Services::new(Arc::new(KubeSecrets::new(client.clone())))
+            .with_cluster(Arc::new(WatchCache::new(client.clone())));
         let assembly = Arc::new(
             Assembly::load_with(&path, &engine, &services)
+                .await
                 .unwrap_or_else(|e| panic!("blueprint: {e}")),
         );
         let (tx, rx) = watch::channel(false);
@@ -78,6 +81,76 @@ impl Drop for Host {
     fn drop(&mut self) {
         let _ = self.shutdown.send(true);
     }
+}
+
+/// A host serving tenants through a [`Fleet`]: Blueprint files and plugins reload.
+pub struct FleetHost {
+    /// The fleet, to read tenant views from.
+    pub fleet: Arc<Fleet>,
+    shutdown: watch::Sender<bool>,
+    task: Option<JoinHandle<Result<(), FleetError>>>,
+}
+
+impl FleetHost {
+    /// Starts a fleet with `options`.
+    pub async fn start(options: FleetOptions) -> FleetHost {
+        let engine = Engine::new(EngineSettings {
+            max_instances: 16,
+            ..EngineSettings::default()
+        })
+        .expect("engine");
+        let client = ControlPlane::shared().client();
+        let services = Services::new(Arc::new(KubeSecrets::new(client.clone())))
+            .with_cluster(Arc::new(WatchCache::new(client.clone())));
+        let fleet = Fleet::new(Shared::new(client, "e2e".into()), engine, services, options);
+        fleet
+            .load_initial()
+            .await
+            .unwrap_or_else(|e| panic!("blueprint: {e}"));
+        let (tx, rx) = watch::channel(false);
+        let task = tokio::spawn(fleet.clone().run(rx));
+        FleetHost {
+            fleet,
+            shutdown: tx,
+            task: Some(task),
+        }
+    }
+
+    /// Options with nothing to serve yet, `--install-crds`, sources checked every 100ms.
+    pub fn options() -> FleetOptions {
+        FleetOptions {
+            blueprint: None,
+            tenants: None,
+            resources: false,
+            reload: Some(Duration::from_millis(100)),
+            policy: Policy::default(),
+            install_crds: true,
+        }
+    }
+
+    /// The view of the tenant read from `source`, if it exists.
+    pub fn tenant(&self, source: &TenantSource) -> Option<TenantView> {
+        self.fleet.views().into_iter().find(|v| &v.source == source)
+    }
+
+    /// Asks the fleet to stop and waits until its controllers have stopped.
+    pub async fn stop(mut self) {
+        let _ = self.shutdown.send(true);
+        if let Some(task) = self.task.take() {
+            match tokio::time::timeout(WAIT, task).await {
+                Ok(Ok(Ok(()))) => {}
+                other => panic!("fleet did not stop cleanly: {other:?}"),
+            }
+        }
+    }
+}
+
+/// Writes `bytes` to `path` the way a deploy tool replaces a file: a temporary file in
+/// the same directory renamed over it.
+pub fn replace_file(path: &std::path::Path, bytes: &[u8]) {
+    let tmp = path.with_extension("tmp-replace");
+    std::fs::write(&tmp, bytes).expect("write replacement");
+    std::fs::rename(&tmp, path).expect("rename replacement");
 }
 
 /// A CRD group no other test uses, so each test's CRD and controller are its own.

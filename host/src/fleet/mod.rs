@@ -1,0 +1,742 @@
+//! Several Blueprints (tenants) in one host, each reloaded without a restart.
+//!
+//! A tenant is one Blueprint: the `--blueprint` file or directory, one file of a
+//! `--tenants` directory, or one cluster-scoped `Blueprint` custom resource. Each tenant has
+//! its own plugin slots, limits policy, CRDs and controllers (one worker pool per CRD).
+//! One supervisor task owns every change: it reloads a tenant whose source changed (the
+//! new Blueprint is assembled and checked before anything stops, so a broken edit leaves
+//! the old one serving), starts and stops the controllers of CRDs added, changed or
+//! removed, checks plugin sources and re-queues the CRDs whose plugin was swapped, and
+//! refuses a Blueprint that claims a CRD another tenant already serves.
+
+mod resources;
+
+pub use resources::{BLUEPRINT_CRD, blueprint_crd};
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::Serialize;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+
+use crate::assemble::{Assembly, BuildContext, Policy, Services};
+use crate::blueprint::{self, Blueprint, BlueprintError, CrdSpec, RuntimeSpec};
+use crate::plugins::{Change, PluginSet, SlotStatus};
+use crate::runtime::{self, RunError, Shared};
+use crate::sources::Location;
+use crate::wasm::Engine;
+
+/// How the fleet finds its tenants and treats them.
+#[derive(Debug, Clone)]
+pub struct FleetOptions {
+    /// One Blueprint, file or directory (merged), served as one tenant.
+    pub blueprint: Option<PathBuf>,
+    /// A directory whose every `*.yaml`/`*.yml` file is a tenant of its own.
+    pub tenants: Option<PathBuf>,
+    /// Serve every cluster-scoped `Blueprint` custom resource as a tenant.
+    pub resources: bool,
+    /// How often Blueprint files and plugin sources are checked; `None` never reloads.
+    pub reload: Option<Duration>,
+    /// Limits defaults and ceilings for every tenant (resource tenants may not name
+    /// local plugin files whatever this says).
+    pub policy: Policy,
+    /// Install (server-side apply) the CRDs tenants declare.
+    pub install_crds: bool,
+}
+
+/// Where a tenant's Blueprint comes from.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(tag = "type", content = "name", rename_all = "camelCase")]
+pub enum TenantSource {
+    /// A file or a directory of files merged into one Blueprint.
+    File(PathBuf),
+    /// A `Blueprint` custom resource, by name.
+    Resource(String),
+}
+
+impl std::fmt::Display for TenantSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TenantSource::File(p) => write!(f, "{}", p.display()),
+            TenantSource::Resource(n) => write!(f, "Blueprint/{n}"),
+        }
+    }
+}
+
+/// What the console and `/tenants` show of one tenant.
+#[derive(Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TenantView {
+    /// Where the Blueprint comes from.
+    pub source: TenantSource,
+    /// The Blueprint's `metadata.name`, once one loaded.
+    pub name: Option<String>,
+    /// Whether a Blueprint of this tenant serves (possibly an older one than the source).
+    pub serving: bool,
+    /// The CRDs it serves.
+    pub crds: Vec<String>,
+    /// Why the tenant's newest Blueprint is not the one serving, while that is so.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Its plugins and their versions.
+    pub plugins: Vec<SlotStatus>,
+    /// Blueprint versions applied after the first.
+    pub reloads: u64,
+    /// The serving assembly, for `/blueprint`.
+    #[serde(skip)]
+    pub assembly: Option<Arc<Assembly>>,
+}
+
+impl std::fmt::Debug for TenantView {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TenantView")
+            .field("source", &self.source)
+            .field("name", &self.name)
+            .field("serving", &self.serving)
+            .field("crds", &self.crds)
+            .field("error", &self.error)
+            .field("plugins", &self.plugins)
+            .field("reloads", &self.reloads)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why the fleet could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum FleetError {
+    /// The `--blueprint` file does not load.
+    #[error(transparent)]
+    Blueprint(#[from] BlueprintError),
+    /// The `--blueprint` tenant could not start.
+    #[error(transparent)]
+    Run(#[from] RunError),
+    /// The `Blueprint` CRD could not be installed or read.
+    #[error("the Blueprint custom resource definition: {0}")]
+    Resources(String),
+}
+
+struct Running {
+    spec: CrdSpec,
+    runtime: RuntimeSpec,
+    plugins: BTreeSet<String>,
+    stop: watch::Sender<bool>,
+    requeue: mpsc::UnboundedSender<()>,
+    task: JoinHandle<()>,
+}
+
+struct Tenant {
+    source: TenantSource,
+    policy: Policy,
+    plugins: Arc<PluginSet>,
+    /// Hash of the source's text (file contents, or the resource's spec).
+    fingerprint: Option<u64>,
+    /// A fingerprint that failed, so it is not retried until the source changes.
+    failed: Option<u64>,
+    assembly: Option<Arc<Assembly>>,
+    running: BTreeMap<String, Running>,
+    error: Option<String>,
+    reloads: u64,
+    /// The last document of a resource tenant, to retry a refused one.
+    object: Option<resources::Object>,
+}
+
+/// Every tenant of one host and the supervisor that keeps them current.
+pub struct Fleet {
+    shared: Shared,
+    engine: Engine,
+    services: Services,
+    options: FleetOptions,
+    tenants: tokio::sync::Mutex<BTreeMap<TenantSource, Tenant>>,
+    views: Mutex<BTreeMap<TenantSource, TenantView>>,
+}
+
+impl std::fmt::Debug for Fleet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Fleet")
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Hash of text, to tell whether a source changed.
+fn fingerprint(text: &str) -> u64 {
+    let mut h = DefaultHasher::new();
+    text.hash(&mut h);
+    h.finish()
+}
+
+/// Every `*.yaml`/`*.yml` file directly in `dir`, in name order.
+fn yaml_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| {
+            p.is_file()
+                && p.extension()
+                    .is_some_and(|e| e == "yaml" || e == "yml")
+        })
+        .collect();
+    files.sort();
+    Ok(files)
+}
+
+/// The text of a file source (every YAML file of a directory, in order).
+fn source_text(path: &Path) -> std::io::Result<String> {
+    if path.is_dir() {
+        let mut text = String::new();
+        for file in yaml_files(path)? {
+            text.push_str(&file.display().to_string());
+            text.push('\n');
+            text.push_str(&std::fs::read_to_string(&file)?);
+        }
+        Ok(text)
+    } else {
+        std::fs::read_to_string(path)
+    }
+}
+
+/// The locations (as the plugin slots name them) each CRD of `blueprint` calls.
+fn plugin_locations(blueprint: &Blueprint) -> BTreeMap<String, BTreeSet<String>> {
+    let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for r in blueprint.plugins() {
+        if let Ok(location) =
+            Location::parse(r.location, r.digest.as_deref(), &r.crd.source.base_dir())
+        {
+            out.entry(r.crd.crd_name())
+                .or_default()
+                .insert(location.to_string());
+        }
+    }
+    out
+}
+
+impl Fleet {
+    /// A fleet with no tenant loaded yet.
+    pub fn new(
+        shared: Shared,
+        engine: Engine,
+        services: Services,
+        options: FleetOptions,
+    ) -> Arc<Self> {
+        Arc::new(Fleet {
+            shared,
+            engine,
+            services,
+            options,
+            tenants: tokio::sync::Mutex::new(BTreeMap::new()),
+            views: Mutex::new(BTreeMap::new()),
+        })
+    }
+
+    /// What the console shows: every tenant, in source order.
+    pub fn views(&self) -> Vec<TenantView> {
+        self.views
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .cloned()
+            .collect()
+    }
+
+    /// The assemblies serving now, one per tenant that serves.
+    pub fn assemblies(&self) -> Vec<Arc<Assembly>> {
+        self.views()
+            .into_iter()
+            .filter_map(|v| v.assembly)
+            .collect()
+    }
+
+    fn publish(&self, tenant: &Tenant) {
+        let view = TenantView {
+            source: tenant.source.clone(),
+            name: tenant
+                .assembly
+                .as_ref()
+                .map(|a| a.blueprint.metadata.name.clone()),
+            serving: tenant.assembly.is_some(),
+            crds: tenant.running.keys().cloned().collect(),
+            error: tenant.error.clone(),
+            plugins: tenant
+                .plugins
+                .slots()
+                .iter()
+                .map(|s| s.status())
+                .collect(),
+            reloads: tenant.reloads,
+            assembly: tenant.assembly.clone(),
+        };
+        self.views
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(tenant.source.clone(), view);
+    }
+
+    fn unpublish(&self, source: &TenantSource) {
+        self.views
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(source);
+    }
+
+    fn new_tenant(&self, source: TenantSource) -> Tenant {
+        let mut policy = self.options.policy.clone();
+        if matches!(source, TenantSource::Resource(_)) {
+            policy.local_plugins = false;
+        }
+        Tenant {
+            source,
+            policy,
+            plugins: Arc::new(PluginSet::new(
+                self.engine.clone(),
+                self.services.sources.clone(),
+            )),
+            fingerprint: None,
+            failed: None,
+            assembly: None,
+            running: BTreeMap::new(),
+            error: None,
+            reloads: 0,
+            object: None,
+        }
+    }
+
+    /// Loads the `--blueprint` tenant, so a broken Blueprint stops the host before it
+    /// waits for a lease or starts anything.
+    ///
+    /// # Errors
+    /// [`FleetError::Blueprint`] with every problem found.
+    pub async fn load_initial(&self) -> Result<(), FleetError> {
+        let Some(path) = self.options.blueprint.clone() else {
+            return Ok(());
+        };
+        let source = TenantSource::File(path.clone());
+        let mut tenant = self.new_tenant(source.clone());
+        let text = source_text(&path).map_err(|e| {
+            FleetError::Blueprint(BlueprintError::Read {
+                path: path.clone(),
+                source: e,
+            })
+        })?;
+        let blueprint = blueprint::load(&path)?;
+        let assembly = self.assemble(&tenant, blueprint).await?;
+        tenant.fingerprint = Some(fingerprint(&text));
+        tenant.assembly = Some(Arc::new(assembly));
+        self.publish(&tenant);
+        self.tenants.lock().await.insert(source, tenant);
+        Ok(())
+    }
+
+    async fn assemble(
+        &self,
+        tenant: &Tenant,
+        blueprint: Blueprint,
+    ) -> Result<Assembly, BlueprintError> {
+        Assembly::build(
+            blueprint,
+            BuildContext {
+                plugins: &tenant.plugins,
+                services: &self.services,
+                policy: &tenant.policy,
+            },
+        )
+        .await
+    }
+
+    /// Serves every tenant until `shutdown` turns true, then stops every controller
+    /// (reconciles in flight finish).
+    ///
+    /// # Errors
+    /// [`FleetError`] when the `--blueprint` tenant cannot start (a missing CRD, missing
+    /// permissions): with a single Blueprint there is nothing else to serve.
+    pub async fn run(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) -> Result<(), FleetError> {
+        if let Some(path) = &self.options.blueprint {
+            let source = TenantSource::File(path.clone());
+            let loaded = self.tenants.lock().await.contains_key(&source);
+            if !loaded {
+                self.load_initial().await?;
+            }
+            let mut tenants = self.tenants.lock().await;
+            if let Some(tenant) = tenants.remove(&source) {
+                let mut tenant = tenant;
+                let assembly = tenant.assembly.clone();
+                let started = match assembly {
+                    Some(a) => self.start(&mut tenant, a, &tenants).await,
+                    None => Ok(()),
+                };
+                self.publish(&tenant);
+                tenants.insert(source, tenant);
+                started?;
+            }
+        }
+        let (events_tx, mut events) = mpsc::unbounded_channel();
+        let watch_task = if self.options.resources {
+            resources::ensure_crd(&self.shared.client, self.options.install_crds)
+                .await
+                .map_err(FleetError::Resources)?;
+            Some(tokio::spawn(resources::watch(
+                self.shared.client.clone(),
+                events_tx,
+            )))
+        } else {
+            drop(events_tx);
+            None
+        };
+        self.sync_tenant_files().await;
+        let interval = self.options.reload;
+        loop {
+            let tick = async {
+                match interval {
+                    Some(d) => tokio::time::sleep(d).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                () = async {
+                    // The guard `wait_for` returns is not Send: drop it here.
+                    let _ = shutdown.wait_for(|s| *s).await;
+                } => break,
+                Some(event) = events.recv() => self.resource_event(event).await,
+                () = tick => {
+                    self.reload_files().await;
+                    self.retry_resources().await;
+                    self.poll_plugins().await;
+                }
+            }
+        }
+        if let Some(task) = watch_task {
+            task.abort();
+        }
+        let mut tenants = self.tenants.lock().await;
+        for tenant in tenants.values_mut() {
+            Self::stop_all(tenant).await;
+            self.publish(tenant);
+        }
+        Ok(())
+    }
+
+    async fn stop_all(tenant: &mut Tenant) {
+        let names: Vec<String> = tenant.running.keys().cloned().collect();
+        for name in names {
+            if let Some(r) = tenant.running.remove(&name) {
+                stop(r).await;
+            }
+        }
+    }
+
+    /// Which other tenant serves `crd` now, if any.
+    fn claimant<'t>(
+        tenants: &'t BTreeMap<TenantSource, Tenant>,
+        crd: &str,
+    ) -> Option<&'t TenantSource> {
+        tenants
+            .values()
+            .find(|t| t.running.contains_key(crd) || t.assembly.as_ref().is_some_and(|a| a.crds().iter().any(|c| c.spec.crd_name() == crd)))
+            .map(|t| &t.source)
+    }
+
+    /// Makes `assembly` the tenant's serving Blueprint: refuses it if another tenant
+    /// serves one of its CRDs, prepares it (permissions, CRDs, kinds), then stops the
+    /// controllers of CRDs removed or changed and starts those added or changed.
+    async fn start(
+        &self,
+        tenant: &mut Tenant,
+        assembly: Arc<Assembly>,
+        others: &BTreeMap<TenantSource, Tenant>,
+    ) -> Result<(), FleetError> {
+        for plan in assembly.crds() {
+            let name = plan.spec.crd_name();
+            if let Some(owner) = Self::claimant(others, &name) {
+                return Err(FleetError::Blueprint(BlueprintError::Invalid {
+                    problems: vec![blueprint::Problem::new(
+                        &plan.spec.source.file,
+                        Some(&plan.spec.kind),
+                        plan.spec.source.field(),
+                        format!("CRD {name} is already served by the tenant {owner}; a CRD belongs to one Blueprint"),
+                    )],
+                }));
+            }
+        }
+        let kinds = runtime::prepare(&self.shared, &assembly, self.options.install_crds).await?;
+        let locations = plugin_locations(&assembly.blueprint);
+        let runtime_spec = assembly.blueprint.spec.runtime.clone();
+        let wanted: BTreeMap<String, usize> = assembly
+            .crds()
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (c.spec.crd_name(), i))
+            .collect();
+        let names: Vec<String> = tenant.running.keys().cloned().collect();
+        for name in names {
+            let keep = wanted.get(&name).is_some_and(|&i| {
+                let r = &tenant.running[&name];
+                r.spec == assembly.crds()[i].spec && r.runtime == runtime_spec
+            });
+            if !keep && let Some(r) = tenant.running.remove(&name) {
+                tracing::info!(tenant = %tenant.source, crd = %name, "stopping the controller of a removed or changed CRD");
+                stop(r).await;
+            }
+        }
+        for (name, index) in wanted {
+            if tenant.running.contains_key(&name) {
+                continue;
+            }
+            let (stop_tx, stop_rx) = watch::channel(false);
+            let (requeue_tx, requeue_rx) = mpsc::unbounded_channel();
+            let requeue = futures::stream::unfold(requeue_rx, |mut rx| async move {
+                rx.recv().await.map(|()| ((), rx))
+            });
+            let future = runtime::controller(
+                &self.shared,
+                assembly.clone(),
+                index,
+                kinds[index].clone(),
+                stop_rx,
+                requeue,
+            );
+            tracing::info!(tenant = %tenant.source, crd = %name, "starting the controller");
+            tenant.running.insert(
+                name.clone(),
+                Running {
+                    spec: assembly.crds()[index].spec.clone(),
+                    runtime: runtime_spec.clone(),
+                    plugins: locations.get(&name).cloned().unwrap_or_default(),
+                    stop: stop_tx,
+                    requeue: requeue_tx,
+                    task: tokio::spawn(future),
+                },
+            );
+        }
+        tenant.assembly = Some(assembly);
+        tenant.plugins.retain_used();
+        Ok(())
+    }
+
+    /// Loads (or reloads) `source` from `blueprint`, applying it if it assembles and
+    /// starts; on failure the tenant's serving Blueprint, if any, keeps serving.
+    async fn apply(
+        &self,
+        tenants: &mut BTreeMap<TenantSource, Tenant>,
+        source: TenantSource,
+        print: u64,
+        loaded: Result<Blueprint, BlueprintError>,
+    ) -> Result<(), String> {
+        let mut tenant = tenants
+            .remove(&source)
+            .unwrap_or_else(|| self.new_tenant(source.clone()));
+        let first = tenant.assembly.is_none();
+        let result = match loaded {
+            Err(e) => Err(FleetError::Blueprint(e)),
+            Ok(bp) => match self.assemble(&tenant, bp).await {
+                Err(e) => Err(FleetError::Blueprint(e)),
+                Ok(a) => self.start(&mut tenant, Arc::new(a), tenants).await,
+            },
+        };
+        let name = source.to_string();
+        let outcome = match result {
+            Ok(()) => {
+                tenant.fingerprint = Some(print);
+                tenant.failed = None;
+                tenant.error = None;
+                if !first {
+                    tenant.reloads += 1;
+                    crate::metrics::global().blueprint_reloaded(&name, true);
+                    // It may have dropped a CRD another Blueprint was refused for.
+                    Self::forget_refusals(tenants);
+                }
+                tracing::info!(tenant = %name, crds = tenant.running.len(), "Blueprint serving");
+                Ok(())
+            }
+            Err(e) => {
+                let message = crate::errors::chain(&e);
+                tenant.failed = Some(print);
+                tenant.error = Some(message.clone());
+                crate::metrics::global().blueprint_reloaded(&name, false);
+                if first {
+                    tracing::error!(tenant = %name, error = %message, "Blueprint refused");
+                } else {
+                    tracing::error!(tenant = %name, error = %message,
+                        "changed Blueprint refused; the previous one keeps serving");
+                }
+                Err(message)
+            }
+        };
+        self.publish(&tenant);
+        tenants.insert(source, tenant);
+        outcome
+    }
+
+    async fn remove(&self, tenants: &mut BTreeMap<TenantSource, Tenant>, source: &TenantSource) {
+        if let Some(mut tenant) = tenants.remove(source) {
+            tracing::info!(tenant = %source, "tenant removed; stopping its controllers (its CRDs and CRs stay)");
+            Self::stop_all(&mut tenant).await;
+        }
+        self.unpublish(source);
+        Self::forget_refusals(tenants);
+    }
+
+    /// Lets refused Blueprints be tried again at the next check: a CRD they claimed may
+    /// be free now.
+    fn forget_refusals(tenants: &mut BTreeMap<TenantSource, Tenant>) {
+        for t in tenants.values_mut() {
+            t.failed = None;
+        }
+    }
+
+    /// Tries again the resource tenants whose Blueprint was refused.
+    async fn retry_resources(&self) {
+        let retry: Vec<resources::Object> = self
+            .tenants
+            .lock()
+            .await
+            .values()
+            .filter(|t| t.failed.is_none() && t.error.is_some())
+            .filter_map(|t| t.object.clone())
+            .collect();
+        for object in retry {
+            self.resource_event(resources::Event::Apply(object)).await;
+        }
+    }
+
+    /// Re-reads file tenants whose text changed.
+    async fn reload_files(&self) {
+        if let Some(path) = self.options.blueprint.clone() {
+            self.reload_file(TenantSource::File(path.clone()), &path)
+                .await;
+        }
+        self.sync_tenant_files().await;
+    }
+
+    async fn reload_file(&self, source: TenantSource, path: &Path) {
+        let Ok(text) = source_text(path) else {
+            return;
+        };
+        let print = fingerprint(&text);
+        let mut tenants = self.tenants.lock().await;
+        if let Some(t) = tenants.get(&source)
+            && (t.fingerprint == Some(print) || t.failed == Some(print))
+        {
+            return;
+        }
+        let loaded = blueprint::load(path);
+        let _ = self.apply(&mut tenants, source, print, loaded).await;
+    }
+
+    /// Adds, reloads and removes the tenants of the `--tenants` directory.
+    async fn sync_tenant_files(&self) {
+        let Some(dir) = self.options.tenants.clone() else {
+            return;
+        };
+        let files = match yaml_files(&dir) {
+            Ok(f) => f,
+            Err(e) => {
+                tracing::warn!(dir = %dir.display(), error = %e, "cannot read the tenants directory");
+                return;
+            }
+        };
+        for file in &files {
+            self.reload_file(TenantSource::File(file.clone()), file)
+                .await;
+        }
+        let mut tenants = self.tenants.lock().await;
+        let gone: Vec<TenantSource> = tenants
+            .keys()
+            .filter(|s| match s {
+                TenantSource::File(p) => p.parent() == Some(dir.as_path()) && !files.contains(p),
+                TenantSource::Resource(_) => false,
+            })
+            .cloned()
+            .collect();
+        for source in gone {
+            self.remove(&mut tenants, &source).await;
+        }
+    }
+
+    async fn resource_event(&self, event: resources::Event) {
+        match event {
+            resources::Event::Apply(object) => {
+                let source = TenantSource::Resource(object.name.clone());
+                let print = fingerprint(&object.text);
+                {
+                    let tenants = self.tenants.lock().await;
+                    if let Some(t) = tenants.get(&source)
+                        && (t.fingerprint == Some(print) || t.failed == Some(print))
+                    {
+                        return;
+                    }
+                }
+                let loaded = blueprint::from_str(&object.text, &source.to_string());
+                let mut tenants = self.tenants.lock().await;
+                let result = self.apply(&mut tenants, source.clone(), print, loaded).await;
+                let crds = match tenants.get_mut(&source) {
+                    Some(t) => {
+                        t.object = Some(object.clone());
+                        t.running.keys().cloned().collect()
+                    }
+                    None => Vec::new(),
+                };
+                drop(tenants);
+                resources::report(&self.shared.client, &object, result, crds).await;
+            }
+            resources::Event::Delete(name) => {
+                let mut tenants = self.tenants.lock().await;
+                self.remove(&mut tenants, &TenantSource::Resource(name))
+                    .await;
+            }
+            resources::Event::Present(names) => {
+                let mut tenants = self.tenants.lock().await;
+                let gone: Vec<TenantSource> = tenants
+                    .keys()
+                    .filter(|s| matches!(s, TenantSource::Resource(n) if !names.contains(n)))
+                    .cloned()
+                    .collect();
+                for source in gone {
+                    self.remove(&mut tenants, &source).await;
+                }
+            }
+        }
+    }
+
+    /// Checks every tenant's plugin sources; re-queues the CRDs of each swapped plugin.
+    async fn poll_plugins(&self) {
+        let sets: Vec<(TenantSource, Arc<PluginSet>)> = self
+            .tenants
+            .lock()
+            .await
+            .values()
+            .map(|t| (t.source.clone(), t.plugins.clone()))
+            .collect();
+        for (source, set) in sets {
+            let changes = set.poll().await;
+            if changes.is_empty() {
+                continue;
+            }
+            let tenants = self.tenants.lock().await;
+            let Some(tenant) = tenants.get(&source) else {
+                continue;
+            };
+            for change in &changes {
+                if let Change::Swapped { location, .. } = change {
+                    for (crd, running) in &tenant.running {
+                        if running.plugins.contains(location) {
+                            tracing::info!(tenant = %source, %crd, plugin = %location,
+                                "re-queueing every CR after a plugin reload");
+                            let _ = running.requeue.send(());
+                        }
+                    }
+                }
+            }
+            self.publish(tenant);
+        }
+    }
+}
+
+async fn stop(running: Running) {
+    let _ = running.stop.send(true);
+    if let Err(e) = running.task.await {
+        tracing::warn!(error = %e, "a controller task ended abnormally");
+    }
+}

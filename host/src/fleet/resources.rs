@@ -1,0 +1,184 @@
+//! Blueprints as cluster-scoped custom resources: the `blueprints.inrun.dev` CRD, a watch
+//! that turns each one into a tenant event, and the status the host writes back
+//! (`Accepted` condition, the CRDs served, the observed generation).
+
+use futures::StreamExt;
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::discovery::ApiResource;
+use kube::runtime::watcher;
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+/// The CRD's name.
+pub const BLUEPRINT_CRD: &str = "blueprints.inrun.dev";
+
+/// Field manager of the status the host writes on a Blueprint resource.
+const MANAGER: &str = "inrun-fleet";
+
+/// The `Blueprint` custom resource definition: cluster-scoped, the spec kept as written
+/// (the host validates it with the same rules as a file), a status subresource.
+pub fn blueprint_crd() -> Value {
+    let open = json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true});
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": BLUEPRINT_CRD},
+        "spec": {
+            "group": "inrun.dev",
+            "scope": "Cluster",
+            "names": {
+                "kind": "Blueprint",
+                "listKind": "BlueprintList",
+                "plural": "blueprints",
+                "singular": "blueprint",
+            },
+            "versions": [{
+                "name": "v1alpha1",
+                "served": true,
+                "storage": true,
+                "subresources": {"status": {}},
+                "additionalPrinterColumns": [
+                    {"name": "Accepted", "type": "string",
+                     "jsonPath": ".status.conditions[?(@.type==\"Accepted\")].status"},
+                    {"name": "Reason", "type": "string",
+                     "jsonPath": ".status.conditions[?(@.type==\"Accepted\")].reason"},
+                    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+                ],
+                "schema": {"openAPIV3Schema": {
+                    "type": "object",
+                    "properties": {"spec": open.clone(), "status": open},
+                }},
+            }],
+        },
+    })
+}
+
+fn resource() -> ApiResource {
+    ApiResource {
+        group: "inrun.dev".into(),
+        version: "v1alpha1".into(),
+        api_version: "inrun.dev/v1alpha1".into(),
+        kind: "Blueprint".into(),
+        plural: "blueprints".into(),
+    }
+}
+
+/// Installs (or requires) the CRD and waits until it is served.
+pub(super) async fn ensure_crd(client: &kube::Client, install: bool) -> Result<(), String> {
+    crate::runtime::crds::ensure_manifest(client, BLUEPRINT_CRD, blueprint_crd(), install)
+        .await
+        .map_err(|e| crate::errors::chain(&e))
+}
+
+/// One Blueprint resource, as the tenant loader reads it.
+#[derive(Debug, Clone)]
+pub(super) struct Object {
+    pub(super) name: String,
+    pub(super) generation: Option<i64>,
+    /// The document as YAML text: apiVersion, kind, metadata.name and spec.
+    pub(super) text: String,
+}
+
+/// What the watch reports.
+#[derive(Debug)]
+pub(super) enum Event {
+    /// Created or changed.
+    Apply(Object),
+    /// Deleted.
+    Delete(String),
+    /// After a (re-)list: every name that exists, so tenants deleted meanwhile go.
+    Present(Vec<String>),
+}
+
+fn object(obj: &DynamicObject) -> Option<Object> {
+    let name = obj.metadata.name.clone()?;
+    let doc = json!({
+        "apiVersion": "inrun.dev/v1alpha1",
+        "kind": "Blueprint",
+        "metadata": {"name": name},
+        "spec": obj.data.get("spec").cloned().unwrap_or_else(|| json!({})),
+    });
+    let text = serde_yaml_ng::to_string(&doc).ok()?;
+    Some(Object {
+        name,
+        generation: obj.metadata.generation,
+        text,
+    })
+}
+
+/// Watches every Blueprint resource and sends an [`Event`] for each change, until the
+/// receiver is gone.
+pub(super) async fn watch(client: kube::Client, events: mpsc::UnboundedSender<Event>) {
+    let api: Api<DynamicObject> = Api::all_with(client, &resource());
+    let mut stream = watcher(api, watcher::Config::default()).boxed();
+    let mut listing = Vec::new();
+    while let Some(item) = stream.next().await {
+        let event = match item {
+            Ok(watcher::Event::Apply(obj)) => object(&obj).map(Event::Apply),
+            Ok(watcher::Event::Delete(obj)) => obj.metadata.name.clone().map(Event::Delete),
+            Ok(watcher::Event::Init) => {
+                listing.clear();
+                None
+            }
+            Ok(watcher::Event::InitApply(obj)) => {
+                if let Some(name) = &obj.metadata.name {
+                    listing.push(name.clone());
+                }
+                object(&obj).map(Event::Apply)
+            }
+            Ok(watcher::Event::InitDone) => Some(Event::Present(std::mem::take(&mut listing))),
+            Err(e) => {
+                tracing::warn!(error = %e, "watching Blueprint resources; retrying");
+                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                None
+            }
+        };
+        if let Some(event) = event
+            && events.send(event).is_err()
+        {
+            return;
+        }
+    }
+}
+
+/// Writes the outcome of loading `object` into its status.
+pub(super) async fn report(
+    client: &kube::Client,
+    object: &Object,
+    result: Result<(), String>,
+    crds: Vec<String>,
+) {
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource());
+    let (status, reason, message) = match &result {
+        Ok(()) => ("True", "Serving", format!("serving {} CRD(s)", crds.len())),
+        Err(e) if e.contains("already served by the tenant") => ("False", "CrdConflict", e.clone()),
+        Err(e) => ("False", "Invalid", e.clone()),
+    };
+    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    let patch = json!({
+        "apiVersion": "inrun.dev/v1alpha1",
+        "kind": "Blueprint",
+        "status": {
+            "observedGeneration": object.generation,
+            "crds": crds,
+            "conditions": [{
+                "type": "Accepted",
+                "status": status,
+                "reason": reason,
+                "message": message,
+                "lastTransitionTime": now,
+                "observedGeneration": object.generation,
+            }],
+        },
+    });
+    if let Err(e) = api
+        .patch_status(
+            &object.name,
+            &PatchParams::apply(MANAGER).force(),
+            &Patch::Apply(&patch),
+        )
+        .await
+    {
+        tracing::warn!(blueprint = %object.name, error = %e, "writing the Blueprint's status");
+    }
+}

@@ -1,0 +1,402 @@
+//! The plugins a tenant's Blueprint names, each in a hot-swappable slot.
+//!
+//! A [`PluginSlot`] holds the version of a component that calls use now. Reconcilers keep
+//! the slot, not the component, and take [`PluginSlot::current`] at the start of each call,
+//! so a call in flight finishes on the version it started with while the next one runs the
+//! new version. [`PluginSet::poll`] checks every slot's source (a file's content, an OCI
+//! tag's manifest digest), compiles a changed module off the async workers, checks it
+//! still serves what the Blueprint asks of it, and swaps it in; a version that fails to
+//! load leaves the old one serving and is recorded in the slot's [`SlotStatus`].
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, SystemTime};
+
+use serde::Serialize;
+
+use crate::sources::{Location, PullSecret, Sources};
+use crate::wasm::{Engine, LoadError, Plugin, World};
+
+/// What a Blueprint needs a plugin to be: its world and, for hooks, the functions it calls.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Expect {
+    /// The world every reference agrees on (the first reference decides).
+    pub world: Option<World>,
+    /// Hook functions some reference calls.
+    pub functions: BTreeSet<String>,
+}
+
+impl Expect {
+    /// Fails unless `plugin` meets every expectation.
+    ///
+    /// # Errors
+    /// The plugin's [`LoadError`] for the wrong world or a missing function.
+    pub fn check(&self, plugin: &Plugin) -> Result<(), LoadError> {
+        if let Some(world) = self.world {
+            plugin.expect_world(world)?;
+        }
+        if !self.functions.is_empty() {
+            plugin.expect_functions(self.functions.iter().map(String::as_str))?;
+        }
+        Ok(())
+    }
+}
+
+/// Where a slot stands, for the console, `/state` and tests.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct SlotStatus {
+    /// The location as written (absolute for files).
+    pub location: String,
+    /// The plugin's name.
+    pub name: String,
+    /// `sha256:<hex>` of the component that serves calls now.
+    pub digest: String,
+    /// The source's version of the serving component (a manifest digest for OCI).
+    pub version: String,
+    /// Seconds since the epoch when the serving version was swapped in.
+    pub loaded_at: u64,
+    /// Versions swapped in after the first.
+    pub reloads: u64,
+    /// Why the newest version could not replace the serving one, while that is so.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+    /// The source version that failed, so it is not retried until the source changes again.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failed_version: Option<String>,
+}
+
+/// One plugin location and the component that serves it now.
+pub struct PluginSlot {
+    location: Location,
+    pull: Option<PullSecret>,
+    current: RwLock<Plugin>,
+    status: Mutex<SlotStatus>,
+    expect: Mutex<Expect>,
+}
+
+impl std::fmt::Debug for PluginSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "PluginSlot({})", self.location)
+    }
+}
+
+fn now_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A poisoned lock only means a thread panicked mid-update of plain data.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl PluginSlot {
+    /// A slot serving `plugin`, fetched from `location` at `version`.
+    pub fn new(
+        location: Location,
+        pull: Option<PullSecret>,
+        plugin: Plugin,
+        version: String,
+    ) -> Arc<Self> {
+        let status = SlotStatus {
+            location: location.to_string(),
+            name: plugin.id().name.clone(),
+            digest: plugin.id().digest_ref(),
+            version,
+            loaded_at: now_secs(),
+            reloads: 0,
+            last_error: None,
+            failed_version: None,
+        };
+        Arc::new(PluginSlot {
+            location,
+            pull,
+            current: RwLock::new(plugin),
+            status: Mutex::new(status),
+            expect: Mutex::new(Expect::default()),
+        })
+    }
+
+    /// A slot for a component already in hand (tests, benchmarks, `render` of one file).
+    pub fn fixed(plugin: Plugin) -> Arc<Self> {
+        let version = plugin.id().digest_ref();
+        let location = Location::File(std::path::PathBuf::from(format!(
+            "{}.wasm",
+            plugin.id().name
+        )));
+        Self::new(location, None, plugin, version)
+    }
+
+    /// The component calls use now. Take it once per call and keep it for the whole call.
+    pub fn current(&self) -> Plugin {
+        self.current
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Where the component comes from.
+    pub fn location(&self) -> &Location {
+        &self.location
+    }
+
+    /// Where the slot stands.
+    pub fn status(&self) -> SlotStatus {
+        lock(&self.status).clone()
+    }
+
+    /// Adds what one Blueprint reference needs of this plugin, checking the serving
+    /// component meets it.
+    ///
+    /// # Errors
+    /// [`LoadError`] when the serving component is the wrong world or lacks the function.
+    pub fn require(&self, world: World, function: Option<&str>) -> Result<(), LoadError> {
+        let plugin = self.current();
+        plugin.expect_world(world)?;
+        if let Some(f) = function {
+            plugin.expect_functions([f])?;
+        }
+        let mut expect = lock(&self.expect);
+        expect.world.get_or_insert(world);
+        if let Some(f) = function {
+            expect.functions.insert(f.to_string());
+        }
+        Ok(())
+    }
+
+    /// Swaps in `plugin` if it meets the slot's expectations; else records why not and
+    /// keeps the serving component. Returns whether it was swapped in.
+    pub fn offer(&self, plugin: Plugin, version: String) -> bool {
+        let checked = lock(&self.expect).check(&plugin);
+        match checked {
+            Ok(()) => {
+                let mut status = lock(&self.status);
+                status.name = plugin.id().name.clone();
+                status.digest = plugin.id().digest_ref();
+                status.version = version;
+                status.loaded_at = now_secs();
+                status.reloads += 1;
+                status.last_error = None;
+                status.failed_version = None;
+                *self.current.write().unwrap_or_else(|p| p.into_inner()) = plugin;
+                true
+            }
+            Err(e) => {
+                self.refuse(version, crate::errors::chain(&e));
+                false
+            }
+        }
+    }
+
+    /// Records that `version` could not replace the serving component.
+    pub fn refuse(&self, version: String, error: String) {
+        let mut status = lock(&self.status);
+        status.failed_version = Some(version);
+        status.last_error = Some(error);
+    }
+}
+
+/// What happened to one slot in a [`PluginSet::poll`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    /// A new version serves calls now.
+    Swapped {
+        /// The location.
+        location: String,
+        /// The new component's digest.
+        digest: String,
+    },
+    /// A new version could not load; the old one keeps serving.
+    Failed {
+        /// The location.
+        location: String,
+        /// Why.
+        error: String,
+    },
+}
+
+/// The slots of one tenant, by location, and how to fetch and compile their modules.
+pub struct PluginSet {
+    engine: Engine,
+    sources: Sources,
+    slots: Mutex<BTreeMap<String, Arc<PluginSlot>>>,
+}
+
+impl std::fmt::Debug for PluginSet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PluginSet")
+            .field("slots", &lock(&self.slots).keys().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why a plugin could not be made ready.
+#[derive(Debug, thiserror::Error)]
+pub enum SlotError {
+    /// Fetching the module failed.
+    #[error(transparent)]
+    Source(#[from] crate::sources::SourceError),
+    /// Compiling or linking failed.
+    #[error(transparent)]
+    Load(#[from] LoadError),
+    /// The compile task died.
+    #[error("compiling {location}: the compile task failed: {message}")]
+    Task {
+        /// The location.
+        location: String,
+        /// Why.
+        message: String,
+    },
+}
+
+impl PluginSet {
+    /// An empty set fetching through `sources` and compiling with `engine`.
+    pub fn new(engine: Engine, sources: Sources) -> Self {
+        PluginSet {
+            engine,
+            sources,
+            slots: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    /// The engine.
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    fn key(location: &Location, pull: Option<&PullSecret>) -> String {
+        match pull {
+            Some(p) => format!("{location} (pull secret {}/{})", p.namespace, p.name),
+            None => location.to_string(),
+        }
+    }
+
+    /// The slot for `location`, fetching and compiling it the first time it is asked for.
+    ///
+    /// # Errors
+    /// [`SlotError`] when the module cannot be fetched or compiled.
+    pub async fn slot(
+        &self,
+        location: Location,
+        pull: Option<PullSecret>,
+    ) -> Result<Arc<PluginSlot>, SlotError> {
+        let key = Self::key(&location, pull.as_ref());
+        if let Some(slot) = lock(&self.slots).get(&key) {
+            return Ok(slot.clone());
+        }
+        let fetched = self.sources.fetch(&location, pull.as_ref()).await?;
+        let plugin = self
+            .compile(&location, location.name(), fetched.bytes)
+            .await?;
+        let slot = PluginSlot::new(location, pull, plugin, fetched.version);
+        // Two tenants racing for one location: the first slot stored wins.
+        Ok(lock(&self.slots).entry(key).or_insert(slot).clone())
+    }
+
+    /// Every slot, by location.
+    pub fn slots(&self) -> Vec<Arc<PluginSlot>> {
+        lock(&self.slots).values().cloned().collect()
+    }
+
+    /// Forgets slots no Blueprint reference holds any more.
+    pub fn retain_used(&self) {
+        lock(&self.slots).retain(|_, slot| Arc::strong_count(slot) > 1);
+    }
+
+    async fn compile(
+        &self,
+        location: &Location,
+        name: String,
+        bytes: Vec<u8>,
+    ) -> Result<Plugin, SlotError> {
+        let engine = self.engine.clone();
+        let task = tokio::task::spawn_blocking(move || engine.load(&name, &bytes));
+        match task.await {
+            Ok(loaded) => Ok(loaded?),
+            Err(e) => Err(SlotError::Task {
+                location: location.to_string(),
+                message: e.to_string(),
+            }),
+        }
+    }
+
+    /// Checks every unpinned slot's source once; swaps in versions that load and meet the
+    /// Blueprint's expectations, and records the ones that do not. Checks run one at a
+    /// time so a reload never takes both cores from reconciles.
+    pub async fn poll(&self) -> Vec<Change> {
+        let mut changes = Vec::new();
+        for slot in self.slots() {
+            if slot.location.is_pinned() {
+                continue;
+            }
+            if let Some(change) = self.check(&slot).await {
+                changes.push(change);
+            }
+        }
+        changes
+    }
+
+    async fn check(&self, slot: &PluginSlot) -> Option<Change> {
+        let location = slot.location.to_string();
+        let version = match self.sources.version(&slot.location, slot.pull.as_ref()).await {
+            Ok(v) => v,
+            Err(e) => {
+                // The source is unreachable for now (registry down, file mid-replace):
+                // keep serving and look again next time, without marking a version bad.
+                tracing::debug!(plugin = %location, error = %crate::errors::chain(&e),
+                    "plugin source not readable; keeping the serving version");
+                return None;
+            }
+        };
+        {
+            let status = slot.status();
+            if status.version == version || status.failed_version.as_deref() == Some(&version) {
+                return None;
+            }
+        }
+        let started = std::time::Instant::now();
+        let result = async {
+            let fetched = self
+                .sources
+                .fetch(&slot.location, slot.pull.as_ref())
+                .await?;
+            let plugin = self
+                .compile(&slot.location, slot.location.name(), fetched.bytes)
+                .await?;
+            Ok::<_, SlotError>((plugin, fetched.version))
+        }
+        .await;
+        let change = match result {
+            Ok((plugin, version)) => {
+                let digest = plugin.id().digest_ref();
+                if slot.offer(plugin, version) {
+                    tracing::info!(plugin = %location, %digest, took = ?started.elapsed(),
+                        "plugin reloaded; new calls use the new version");
+                    Change::Swapped { location, digest }
+                } else {
+                    let error = slot.status().last_error.unwrap_or_default();
+                    Change::Failed { location, error }
+                }
+            }
+            Err(e) => {
+                let error = crate::errors::chain(&e);
+                slot.refuse(version, error.clone());
+                Change::Failed { location, error }
+            }
+        };
+        match &change {
+            Change::Swapped { .. } => crate::metrics::global().plugin_reloaded(true),
+            Change::Failed { location, error } => {
+                crate::metrics::global().plugin_reloaded(false);
+                tracing::error!(plugin = %location, %error,
+                    "new plugin version failed to load; the previous version keeps serving");
+            }
+        }
+        Some(change)
+    }
+}
+
+/// How often sources are checked when nothing says otherwise.
+pub const DEFAULT_POLL: Duration = Duration::from_secs(10);

@@ -1,0 +1,222 @@
+//! Several tenants in one host, on a real kube-apiserver: each Blueprint file of a
+//! directory and each `Blueprint` custom resource is a tenant with its own CRDs, plugins
+//! and workers. A tenant whose plugin always runs out of time does not hold up another's
+//! CRs; a Blueprint claiming a CRD another tenant serves is refused, and the first keeps
+//! serving.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use inrun::fleet::{FleetOptions, TenantSource};
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::discovery::ApiResource;
+use support::{
+    FleetHost, apply_cr, client, configmaps, eventually, get, plugin, ready, resource,
+    unique_group,
+};
+
+fn tenant(name: &str, group: &str, kind: &str, wasm: &str, deadline: &str) -> String {
+    format!(
+        "apiVersion: inrun.dev/v1alpha1\nkind: Blueprint\nmetadata: {{ name: {name} }}\nspec:\n  crds:\n    - group: {group}\n      version: v1alpha1\n      kind: {kind}\n      workers: 2\n      reconcile:\n        default: false\n        constructor: {{ location: {wasm}, limits: {{ deadline: {deadline} }} }}\n        managedResources: [ {{ apiVersion: v1, kind: ConfigMap }} ]\n"
+    )
+}
+
+fn cr(group: &str, kind: &str, name: &str) -> String {
+    format!("apiVersion: {group}/v1alpha1\nkind: {kind}\nmetadata: {{ name: {name} }}\nspec: {{}}\n")
+}
+
+/// Creates `count` CRs of `ar` one after another and returns the median time from the
+/// create call to `Ready=True`.
+async fn median_ready(ar: &ApiResource, group: &str, prefix: &str, count: usize) -> Duration {
+    let mut times = Vec::new();
+    for i in 0..count {
+        let name = format!("{prefix}-{i}");
+        let started = Instant::now();
+        apply_cr(ar, "default", &cr(group, &ar.kind, &name)).await;
+        eventually(&format!("{name} Ready"), || async {
+            let obj = get(ar, Some("default"), &name).await?;
+            (ready(&obj)?.0 == "True").then_some(())
+        })
+        .await;
+        times.push(started.elapsed());
+    }
+    times.sort();
+    times[times.len() / 2]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_whose_plugin_always_times_out_does_not_hold_up_another() {
+    let group_a = unique_group("tenant-spin");
+    let group_b = unique_group("tenant-ok");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let spin = plugin("inrun_test_spin");
+    let stamp = plugin("inrun_test_stamp_v1");
+    std::fs::write(
+        dir.path().join("b.yaml"),
+        tenant("team-b", &group_b, "Quick", &stamp, "2s"),
+    )
+    .expect("write b");
+    let host = FleetHost::start(FleetOptions {
+        tenants: Some(dir.path().to_path_buf()),
+        ..FleetHost::options()
+    })
+    .await;
+    let quick = resource(&group_b, "Quick");
+    // Warm-up: the CRD is served and the plugin compiled.
+    median_ready(&quick, &group_b, "warm", 1).await;
+    let alone = median_ready(&quick, &group_b, "alone", 5).await;
+
+    // Tenant A arrives as a new file: its plugin spins until its 500ms deadline, always.
+    std::fs::write(
+        dir.path().join("a.yaml"),
+        tenant("team-a", &group_a, "Spinner", &spin, "500ms"),
+    )
+    .expect("write a");
+    let spinner = resource(&group_a, "Spinner");
+    for i in 0..6 {
+        apply_cr(&spinner, "default", &cr(&group_a, "Spinner", &format!("spin-{i}"))).await;
+    }
+    eventually("tenant A's CRs to fail on the deadline", || async {
+        let obj = get(&spinner, Some("default"), "spin-0").await?;
+        let (status, _, message) = ready(&obj)?;
+        (status == "False" && message.contains("deadline")).then_some(())
+    })
+    .await;
+    let beside = median_ready(&quick, &group_b, "beside", 5).await;
+    eprintln!(
+        "tenant B create→Ready median: {:.0} ms alone, {:.0} ms beside tenant A's always-timing-out plugin",
+        alone.as_secs_f64() * 1e3,
+        beside.as_secs_f64() * 1e3
+    );
+    // B is never stuck behind A's deadlines: each of B's CRs becomes Ready well within
+    // one of A's retries, whatever A does.
+    assert!(
+        beside < alone + Duration::from_secs(2),
+        "B slowed from {alone:?} to {beside:?}"
+    );
+    let a_view = host
+        .tenant(&TenantSource::File(dir.path().join("a.yaml")))
+        .expect("tenant A");
+    assert_eq!(a_view.name.as_deref(), Some("team-a"));
+    assert!(a_view.error.is_none());
+
+    // A tenant file removed: its controllers stop, B keeps serving.
+    std::fs::remove_file(dir.path().join("a.yaml")).expect("remove a");
+    eventually("tenant A to go", || async {
+        host.tenant(&TenantSource::File(dir.path().join("a.yaml")))
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    median_ready(&quick, &group_b, "after", 1).await;
+    host.stop().await;
+}
+
+fn blueprints() -> ApiResource {
+    ApiResource {
+        group: "inrun.dev".into(),
+        version: "v1alpha1".into(),
+        api_version: "inrun.dev/v1alpha1".into(),
+        kind: "Blueprint".into(),
+        plural: "blueprints".into(),
+    }
+}
+
+async fn apply_blueprint(name: &str, text: &str) {
+    support::served(&blueprints()).await;
+    let mut doc: serde_json::Value = serde_yaml_ng::from_str(text).expect("yaml");
+    doc["metadata"]["name"] = name.into();
+    let api: Api<DynamicObject> = Api::all_with(client(), &blueprints());
+    api.patch(name, &PatchParams::apply("e2e-test").force(), &Patch::Apply(&doc))
+        .await
+        .expect("apply Blueprint");
+}
+
+/// The `Accepted` condition of a Blueprint resource: (status, reason, message).
+async fn accepted(name: &str) -> Option<(String, String, String)> {
+    let obj = get(blueprints(), None, name).await?;
+    let c = obj
+        .data
+        .pointer("/status/conditions")?
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == "Accepted")?
+        .clone();
+    Some((
+        c["status"].as_str()?.into(),
+        c["reason"].as_str()?.into(),
+        c["message"].as_str()?.into(),
+    ))
+}
+
+fn declarative(group: &str, kind: &str) -> String {
+    format!(
+        "apiVersion: inrun.dev/v1alpha1\nkind: Blueprint\nmetadata: {{ name: x }}\nspec:\n  crds:\n    - group: {group}\n      version: v1alpha1\n      kind: {kind}\n      reconcile:\n        onReconcile:\n          - apiVersion: v1\n            kind: ConfigMap\n            metadata: {{ name: '{{{{ .metadata.name }}}}-declared' }}\n            data: {{ owner: '{kind}' }}\n        managedResources: [ {{ apiVersion: v1, kind: ConfigMap }} ]\n"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blueprint_resources_are_tenants_and_a_claimed_crd_is_refused() {
+    let group = unique_group("tenant-claim");
+    let other = unique_group("tenant-cr");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("first.yaml");
+    std::fs::write(&file, declarative(&group, "Owned")).expect("write");
+    let host = FleetHost::start(FleetOptions {
+        tenants: Some(dir.path().to_path_buf()),
+        resources: true,
+        ..FleetHost::options()
+    })
+    .await;
+    let owned = resource(&group, "Owned");
+    apply_cr(&owned, "default", &cr(&group, "Owned", "o1")).await;
+    eventually("o1's ConfigMap", || get(configmaps(), Some("default"), "o1-declared")).await;
+
+    // A Blueprint resource of its own: accepted, its CRD installed and served.
+    let tenant_cr = format!("{}-ok", group.split('.').next().unwrap_or("t"));
+    apply_blueprint(&tenant_cr, &declarative(&other, "Fresh")).await;
+    let (status, reason, _) = eventually("the Blueprint to be accepted", || accepted(&tenant_cr)).await;
+    assert_eq!((status.as_str(), reason.as_str()), ("True", "Serving"));
+    let fresh = resource(&other, "Fresh");
+    apply_cr(&fresh, "default", &cr(&other, "Fresh", "f1")).await;
+    let cm = eventually("f1's ConfigMap", || get(configmaps(), Some("default"), "f1-declared")).await;
+    assert_eq!(cm.data["data"]["owner"], "Fresh");
+
+    // A Blueprint resource claiming the file tenant's CRD: refused, the file tenant serves on.
+    let thief = format!("{}-thief", group.split('.').next().unwrap_or("t"));
+    apply_blueprint(&thief, &declarative(&group, "Owned")).await;
+    let (status, reason, message) =
+        eventually("the claim to be refused", || accepted(&thief)).await;
+    assert_eq!((status.as_str(), reason.as_str()), ("False", "CrdConflict"));
+    assert!(message.contains(&format!("owneds.{group}")), "{message}");
+    assert!(message.contains("first.yaml"), "names the serving tenant: {message}");
+    apply_cr(&owned, "default", &cr(&group, "Owned", "o2")).await;
+    eventually("o2's ConfigMap", || get(configmaps(), Some("default"), "o2-declared")).await;
+
+    // A Blueprint resource may not name a plugin file on the host's disk.
+    let local = format!("{}-local", group.split('.').next().unwrap_or("t"));
+    apply_blueprint(
+        &local,
+        &tenant("x", &unique_group("tenant-local"), "Local", &plugin("inrun_test_stamp_v1"), "1s"),
+    )
+    .await;
+    let (status, _, message) = eventually("the local path to be refused", || accepted(&local)).await;
+    assert_eq!(status, "False");
+    assert!(message.contains("local path"), "{message}");
+
+    // Deleting a Blueprint resource retires its tenant.
+    let api: Api<DynamicObject> = Api::all_with(client(), &blueprints());
+    for name in [&tenant_cr, &thief, &local] {
+        api.delete(name, &Default::default()).await.expect("delete Blueprint");
+    }
+    eventually("the resource tenants to go", || async {
+        host.fleet
+            .views()
+            .iter()
+            .all(|v| !matches!(v.source, TenantSource::Resource(_)))
+            .then_some(())
+    })
+    .await;
+    host.stop().await;
+}
