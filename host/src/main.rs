@@ -160,6 +160,9 @@ enum GenerateCommand {
         #[arg(long, env = "INRUN_INSTALL_CRDS")]
         install_crds: bool,
     },
+    /// The `Blueprint` CustomResourceDefinition, for `inrun run --blueprint-resources`
+    /// without `--install-crds`.
+    BlueprintCrd,
 }
 
 #[derive(Subcommand)]
@@ -487,6 +490,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 GenerateCommand::Crds { blueprint } => {
                     inrun::generate::crds(&inrun::blueprint::load(&blueprint)?)
                 }
+                GenerateCommand::BlueprintCrd => vec![inrun::fleet::blueprint_crd()],
                 GenerateCommand::Rbac {
                     blueprint,
                     namespace,

@@ -253,3 +253,18 @@ fn plugin_inspect_shows_world_functions_and_digest() {
         "{imports:?}"
     );
 }
+
+#[test]
+fn each_tenant_example_validates_on_its_own_and_the_blueprint_crd_is_printed() {
+    for file in ["team-a.yaml", "team-b.yaml"] {
+        let path = root().join("deploy/examples/tenants").join(file);
+        let (ok, stdout, stderr) = inrun(&["validate", "-b", &path.display().to_string()]);
+        assert!(ok, "{file}: {stderr}");
+        assert!(stdout.contains("valid"), "{stdout}");
+    }
+    let (ok, stdout, stderr) = inrun(&["generate", "blueprint-crd"]);
+    assert!(ok, "{stderr}");
+    let crd: Value = serde_yaml_ng::from_str(&stdout).expect("yaml");
+    assert_eq!(crd["metadata"]["name"], "blueprints.inrun.dev");
+    assert_eq!(crd["spec"]["scope"], "Cluster");
+}

@@ -605,4 +605,37 @@ mod tests {
         assert_eq!(limits.deadline, Duration::from_secs(240));
         assert_eq!(limits.memory_bytes, 2 << 30);
     }
+
+    #[test]
+    fn a_blueprint_over_a_ceiling_is_refused_with_the_field_named() {
+        let text = "apiVersion: inrun.dev/v1alpha1\nkind: Blueprint\nmetadata: { name: t }\nspec:\n  crds:\n    - group: t.inrun.dev\n      version: v1\n      kind: Thing\n      reconcile:\n        default: false\n        constructor: { location: ./missing.wasm, limits: { deadline: 30s } }\n";
+        let bp = crate::blueprint::from_str(text, "t.yaml").expect("blueprint");
+        let engine = Engine::new(crate::wasm::EngineSettings {
+            pooling: false,
+            ..Default::default()
+        })
+        .expect("engine");
+        let services = Services::offline();
+        let plugins = PluginSet::new(engine, services.sources.clone());
+        let mut policy = Policy::default();
+        policy.ceilings.deadline = Duration::from_secs(5);
+        let cx = BuildContext {
+            plugins: &plugins,
+            services: &services,
+            policy: &policy,
+        };
+        let err = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime")
+            .block_on(Assembly::build(bp, cx))
+            .err()
+            .expect("refused")
+            .to_string();
+        assert!(
+            err.contains("spec.crds[0].reconcile.constructor.limits.deadline: 30s exceeds the host's ceiling of 5s"),
+            "{err}"
+        );
+        assert!(err.contains("t.yaml"), "{err}");
+    }
 }
