@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use inrun::contract::Request;
-use inrun::wasm::{CompileCache, Engine, EngineSettings, Limits};
+use inrun::wasm::{CompileCache, Engine, EngineSettings, Grants, Limits};
 use serde_json::json;
 
 /// (language, component file stem) of each WebApp constructor.
@@ -92,7 +92,8 @@ fn main() {
         let plugin = engine.load(name, &bytes).expect("load");
         let iters = 1_000;
         let call = median(50, iters, || {
-            futures::executor::block_on(plugin.reconcile(&req, &limits)).expect("reconcile");
+            futures::executor::block_on(plugin.reconcile(&req, &limits, &Grants::default()))
+                .expect("reconcile");
         });
         let row = format!(
             "| {language} | `{name}.wasm` | {} | {} | {} | {} |",

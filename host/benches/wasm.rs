@@ -167,7 +167,8 @@ fn main() {
     let limits = Limits::default();
     let iters = 5_000;
     let (wasm_med, wasm_p90) = measure(200, iters, || {
-        futures::executor::block_on(webapp.reconcile(&req, &limits, &Grants::default())).expect("wasm reconcile");
+        futures::executor::block_on(webapp.reconcile(&req, &limits, &Grants::default()))
+            .expect("wasm reconcile");
     });
     let object_text = object.to_string();
     let (native_json_med, native_json_p90) = measure(200, iters, || {
@@ -183,8 +184,14 @@ fn main() {
         .enable_all()
         .build()
         .expect("rt");
-    let constructor =
-        std::sync::Arc::new(Constructor::new(inrun::plugins::PluginSlot::fixed(webapp.clone()), limits, Grants::default()).expect("constructor"));
+    let constructor = std::sync::Arc::new(
+        Constructor::new(
+            inrun::plugins::PluginSlot::fixed(webapp.clone()),
+            limits,
+            Grants::default(),
+        )
+        .expect("constructor"),
+    );
     let shared_req = std::sync::Arc::new(req.clone());
     let (path_med, path_p90) = {
         let (c, r) = (constructor.clone(), shared_req.clone());

@@ -10,7 +10,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use inrun::contract::{Outcome, Request};
-use inrun::wasm::{CallError, CallFailure, Engine, EngineSettings, Limits, Plugin, World};
+use inrun::wasm::{CallError, CallFailure, Engine, EngineSettings, Grants, Limits, Plugin, World};
 use inrun_testenv::{ControlPlane, TestResult};
 use serde_json::{Value, json};
 use support::*;
@@ -209,7 +209,7 @@ fn load(engine: &Engine, name: &str) -> Plugin {
 }
 
 fn reconcile_now(plugin: &Plugin, req: &Request, limits: &Limits) -> Result<Outcome, CallError> {
-    futures::executor::block_on(plugin.reconcile(req, limits))
+    futures::executor::block_on(plugin.reconcile(req, limits, &Grants::default()))
 }
 
 fn webapp_request() -> Request {
@@ -307,7 +307,13 @@ fn hook_now(
     req: &Request,
     current: &Outcome,
 ) -> Result<Outcome, CallError> {
-    futures::executor::block_on(plugin.call_hook(function, req, current, &Limits::default()))
+    futures::executor::block_on(plugin.call_hook(
+        function,
+        req,
+        current,
+        &Limits::default(),
+        &Grants::default(),
+    ))
 }
 
 /// An outcome with every field set, full objects beside an intent, and keys to keep.

@@ -13,7 +13,9 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use inrun::contract::{Outcome, Request};
-use inrun::wasm::{CallFailure, CompileCache, Engine, EngineSettings, Limits, Plugin, World};
+use inrun::wasm::{
+    CallFailure, CompileCache, Engine, EngineSettings, Grants, Limits, Plugin, World,
+};
 use inrun_testenv::{ControlPlane, TestResult};
 use serde_json::json;
 use support::*;
@@ -316,7 +318,7 @@ fn limits(deadline: Duration) -> Limits {
 }
 
 fn reconcile(plugin: &Plugin, limits: &Limits) -> Result<Outcome, inrun::wasm::CallError> {
-    futures::executor::block_on(plugin.reconcile(&webapp_request(), limits))
+    futures::executor::block_on(plugin.reconcile(&webapp_request(), limits, &Grants::default()))
 }
 
 #[test]
@@ -390,6 +392,7 @@ fn hook_functions_are_listed_and_an_unknown_one_is_refused() {
         &webapp_request(),
         &Outcome::default(),
         &limits(Duration::from_secs(10)),
+        &Grants::default(),
     ))
     .unwrap_err();
     assert!(

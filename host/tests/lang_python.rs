@@ -14,7 +14,9 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use inrun::contract::Request;
-use inrun::wasm::{CallFailure, CompileCache, Engine, EngineSettings, Limits, Plugin, World};
+use inrun::wasm::{
+    CallFailure, CompileCache, Engine, EngineSettings, Grants, Limits, Plugin, World,
+};
 use inrun_testenv::{ControlPlane, TestResult};
 use serde_json::{Value, json};
 use support::*;
@@ -277,7 +279,7 @@ fn reconcile(
     req: &Request,
     limits: &Limits,
 ) -> Result<inrun::contract::Outcome, inrun::wasm::CallError> {
-    futures::executor::block_on(plugin.reconcile(req, limits))
+    futures::executor::block_on(plugin.reconcile(req, limits, &Grants::default()))
 }
 
 #[test]

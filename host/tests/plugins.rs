@@ -5,7 +5,9 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use inrun::contract::{Outcome, Request};
-use inrun::wasm::{CallFailure, CompileCache, Engine, EngineSettings, Limits, Plugin, World};
+use inrun::wasm::{
+    CallFailure, CompileCache, Engine, EngineSettings, Grants, Limits, Plugin, World,
+};
 use serde_json::json;
 
 /// Drives a plugin call to completion from a plain test (calls are futures that yield to
@@ -31,7 +33,7 @@ impl Blocking for Plugin {
         req: &Request,
         limits: &Limits,
     ) -> Result<Outcome, inrun::wasm::CallError> {
-        futures::executor::block_on(self.reconcile(req, limits))
+        futures::executor::block_on(self.reconcile(req, limits, &Grants::default()))
     }
     fn hook_now(
         &self,
@@ -40,7 +42,7 @@ impl Blocking for Plugin {
         current: &Outcome,
         limits: &Limits,
     ) -> Result<Outcome, inrun::wasm::CallError> {
-        futures::executor::block_on(self.call_hook(f, req, current, limits))
+        futures::executor::block_on(self.call_hook(f, req, current, limits, &Grants::default()))
     }
 }
 
@@ -343,7 +345,7 @@ async fn an_endless_loop_yields_to_other_tasks_on_the_same_thread() {
         }
     });
     let err = spin
-        .reconcile(&webapp_request(), &short(300))
+        .reconcile(&webapp_request(), &short(300), &Grants::default())
         .await
         .unwrap_err();
     ticker.abort();

@@ -8,6 +8,7 @@
 //! blueprints/web.yaml: crd WebApp: spec.crds[0].reconcile.prune.kep: unknown field `kep`, expected one of `enabled`, `keep`, `allowEmpty` at line 12 column 9
 //! ```
 
+mod capabilities;
 mod crd;
 mod error;
 mod external;
@@ -22,6 +23,7 @@ mod validate;
 #[cfg(test)]
 mod testing;
 
+pub use capabilities::{Capabilities, ClusterCapability, HttpCapability, ReadKind};
 pub use crd::{
     CrdSource, CrdSpec, DEFAULT_TARGET_ANNOTATION, EmitSpec, GateCondition, NamespaceFilter,
     PrinterColumn, Scope, ServeSpec, ServeTarget, TargetSelector, ValidationRule,

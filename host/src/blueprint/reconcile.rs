@@ -6,6 +6,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use super::capabilities::Capabilities;
 use super::external::ExternalCall;
 use super::quantity::Quantity;
 
@@ -153,6 +154,9 @@ pub struct HookSpec {
     /// Per-call limits; host defaults for fields left out.
     #[serde(default)]
     pub limits: PluginLimits,
+    /// What the plugin may reach beyond its sandbox; nothing when left out.
+    #[serde(default, skip_serializing_if = "Capabilities::is_empty")]
+    pub capabilities: Capabilities,
 }
 
 /// `constructor`: a component exporting a full reconciler.
@@ -164,6 +168,9 @@ pub struct PluginSpec {
     /// Per-call limits; host defaults for fields left out.
     #[serde(default)]
     pub limits: PluginLimits,
+    /// What the plugin may reach beyond its sandbox; nothing when left out.
+    #[serde(default, skip_serializing_if = "Capabilities::is_empty")]
+    pub capabilities: Capabilities,
 }
 
 /// Limits of one plugin call. Each field overrides the host default only when set.
@@ -404,6 +411,7 @@ mod tests {
             location: "./h.wasm".into(),
             function: "f".into(),
             limits: PluginLimits::default(),
+            capabilities: Capabilities::default(),
         });
         assert_eq!(spec.kind(), ReconcilerKind::Hooks);
         spec = ReconcileSpec {

@@ -7,10 +7,12 @@ use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
 
-use crate::blueprint::{Blueprint, CrdSpec, ReconcileSpec};
+use crate::blueprint::{Blueprint, CrdSpec, ReadKind, ReconcileSpec};
 
 /// Verbs on the CRs themselves: watch them, patch metadata, delete after `cleanup`.
 const CR_VERBS: &[&str] = &["get", "list", "watch", "patch", "update", "delete"];
+/// Verbs on kinds plugins are granted to read: the host serves reads from a watch cache.
+const READ_VERBS: &[&str] = &["get", "list", "watch"];
 /// Verbs on children: watch, server-side apply, prune and finalize.
 const CHILD_VERBS: &[&str] = &[
     "get", "list", "watch", "create", "patch", "update", "delete",
@@ -106,6 +108,16 @@ fn blocks(crd: &CrdSpec) -> impl Iterator<Item = &ReconcileSpec> {
     )
 }
 
+/// The kinds a block's hooks and constructor are granted to read.
+fn plugin_reads(block: &ReconcileSpec) -> impl Iterator<Item = &ReadKind> {
+    block
+        .hooks
+        .iter()
+        .map(|h| &h.capabilities)
+        .chain(block.constructor.iter().map(|c| &c.capabilities))
+        .flat_map(|caps| caps.reads())
+}
+
 /// Whether any reconcile block reads a Secret (remote auth, external inputs).
 fn reads_secrets(block: &ReconcileSpec) -> bool {
     let remote = block.remote.as_ref().is_some_and(|r| r.auth.is_some());
@@ -121,7 +133,9 @@ fn reads_secrets(block: &ReconcileSpec) -> bool {
 ///
 /// # Guarantees
 /// Secrets appear only when a remote reconciler's `auth` or an external input names a
-/// `secretRef`; CRD writes only with `install_crds`; the Lease only with leader election.
+/// `secretRef`, or a plugin is granted to read them; CRD writes only with `install_crds`;
+/// the Lease only with leader election. Every kind a plugin may read gets get, list and
+/// watch (cluster-wide: the host keeps one watch cache per kind).
 pub fn required(blueprint: &Blueprint, options: &RbacOptions) -> Vec<Permission> {
     let mut perms = Vec::new();
     let mut crd_names = Vec::new();
@@ -156,6 +170,18 @@ pub fn required(blueprint: &Blueprint, options: &RbacOptions) -> Vec<Permission>
                     &resource,
                     CHILD_VERBS,
                     format!("{} children of {} CRs", m.kind, crd.kind),
+                ));
+            }
+            for read in plugin_reads(block) {
+                let group = group_of(&read.api_version);
+                let resource = blueprint
+                    .crd(group, &read.kind)
+                    .map_or_else(|| plural(&read.kind), CrdSpec::plural);
+                perms.push(perm(
+                    group,
+                    &resource,
+                    READ_VERBS,
+                    format!("{} reads granted to plugins of {} CRs", read.kind, crd.kind),
                 ));
             }
         }
@@ -361,6 +387,47 @@ spec:
         let role = docs.iter().find(|d| d["kind"] == "Role").expect("a Role");
         assert_eq!(role["metadata"]["namespace"], "ops");
         assert!(role["rules"].to_string().contains("leases"));
+    }
+
+    #[test]
+    fn kinds_granted_to_plugins_get_read_verbs() {
+        let bp = crate::blueprint::from_str(
+            r#"apiVersion: inrun.dev/v1alpha1
+kind: Blueprint
+metadata: {name: t}
+spec:
+  crds:
+    - group: apps.example.dev
+      version: v1alpha1
+      kind: WebApp
+      reconcile:
+        default: false
+        constructor:
+          location: ./c.wasm
+          capabilities:
+            cluster:
+              read:
+                - {apiVersion: v1, kind: ConfigMap, namespaces: [shared]}
+                - {apiVersion: v1, kind: Secret}
+                - {apiVersion: apps.example.dev/v1alpha1, kind: WebApp}
+"#,
+            "t.yaml",
+        )
+        .expect("blueprint");
+        let perms = required(&bp, &RbacOptions::default());
+        let verbs = |resource: &str| {
+            perms
+                .iter()
+                .find(|p| p.resource == resource)
+                .map(|p| p.verbs.clone())
+        };
+        let read = Some(vec!["get".to_string(), "list".into(), "watch".into()]);
+        assert_eq!(verbs("configmaps"), read);
+        assert_eq!(verbs("secrets"), read);
+        // Reading a kind the Blueprint also reconciles adds nothing to the CR verbs.
+        assert!(verbs("webapps").is_some_and(|v| v.contains(&"patch".to_string())));
+        let none = required(&blueprint(""), &RbacOptions::default());
+        assert!(!none.iter().any(|p| p.resource == "configmaps"));
     }
 
     #[test]

@@ -1,12 +1,17 @@
 //! Host-side bindings generated from `wit/reconciler.wit`, one module per world. The
-//! `hooks` world reuses the `reconciler` world's interface types so one host
-//! implementation of `host.log` serves both.
+//! `hooks` world reuses the `reconciler` world's interfaces so one host implementation of
+//! `host`, `cluster` and `http` serves both. The `cluster` and `http` imports are async:
+//! they wait on the network while the guest is suspended.
 
 /// The `reconciler` world (Inrun's constructor kind).
 pub mod reconciler {
     wasmtime::component::bindgen!({
         path: "../wit",
         world: "reconciler",
+        imports: {
+            "inrun:reconciler/cluster": async,
+            "inrun:reconciler/http": async,
+        },
         exports: { default: async },
     });
 }
@@ -20,6 +25,8 @@ pub mod hooks {
         with: {
             "inrun:reconciler/types": super::reconciler::inrun::reconciler::types,
             "inrun:reconciler/host": super::reconciler::inrun::reconciler::host,
+            "inrun:reconciler/cluster": super::reconciler::inrun::reconciler::cluster,
+            "inrun:reconciler/http": super::reconciler::inrun::reconciler::http,
         },
     });
 }

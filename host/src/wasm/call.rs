@@ -8,20 +8,27 @@ use serde_json::{Map, Value};
 use wasmtime::{Store, Trap, UpdateDeadline};
 
 use super::bindings;
+use super::grants::Grants;
 use super::plugin::{Plugin, Pre};
 use super::state::State;
 use super::{CallError, CallFailure, Limits};
 use crate::contract::{Cleanup, Outcome, Request};
 
 impl Plugin {
-    /// Calls a `reconciler` component's `reconcile`.
+    /// Calls a `reconciler` component's `reconcile`. The plugin may use what `grants`
+    /// allows, for the CR in `req`.
     ///
     /// # Errors
     /// [`CallError`] naming the plugin and what happened: deadline, memory cap, trap
     /// (with a panic's message), an error the plugin returned, or a bad outcome.
-    pub async fn reconcile(&self, req: &Request, limits: &Limits) -> Result<Outcome, CallError> {
+    pub async fn reconcile(
+        &self,
+        req: &Request,
+        limits: &Limits,
+        grants: &Grants,
+    ) -> Result<Outcome, CallError> {
         let wit_req = to_wit_request(req);
-        let (mut store, pre) = self.store(limits);
+        let (mut store, pre) = self.store(limits, grants, cr_namespace(req));
         let result = match pre {
             Pre::Reconciler(pre) => match pre.instantiate_async(&mut store).await {
                 Ok(guest) => guest.call_reconcile(&mut store, &wit_req).await,
@@ -45,10 +52,11 @@ impl Plugin {
         req: &Request,
         current: &Outcome,
         limits: &Limits,
+        grants: &Grants,
     ) -> Result<Outcome, CallError> {
         let wit_req = to_wit_request(req);
         let wit_current = to_wit_outcome(current);
-        let (mut store, pre) = self.store(limits);
+        let (mut store, pre) = self.store(limits, grants, cr_namespace(req));
         let result = match pre {
             Pre::Hooks(pre) => match pre.instantiate_async(&mut store).await {
                 Ok(guest) => {
@@ -66,7 +74,7 @@ impl Plugin {
 
     /// Asks a hooks component which functions it serves.
     pub(super) async fn call_functions(&self, limits: &Limits) -> Result<Vec<String>, CallError> {
-        let (mut store, pre) = self.store(limits);
+        let (mut store, pre) = self.store(limits, &Grants::default(), None);
         let result = match pre {
             Pre::Hooks(pre) => match pre.instantiate_async(&mut store).await {
                 Ok(guest) => guest.call_functions(&mut store).await,
@@ -77,16 +85,28 @@ impl Plugin {
         self.settle(result, &store, limits)
     }
 
-    /// A fresh store armed with the plugin's limits. The guest yields to the async runtime
-    /// at every epoch tick, and is interrupted at the first tick past its deadline.
-    fn store(&self, limits: &Limits) -> (Store<State>, &Pre) {
+    /// A fresh store armed with the plugin's limits and grants. The guest yields to the
+    /// async runtime at every epoch tick, and is interrupted at the first tick past its
+    /// deadline; host imports it awaits stop waiting at the same deadline.
+    fn store(
+        &self,
+        limits: &Limits,
+        grants: &Grants,
+        cr_namespace: Option<String>,
+    ) -> (Store<State>, &Pre) {
         let inner = self.inner();
+        let deadline = Instant::now() + limits.deadline;
         let mut store = Store::new(
             inner.engine.wasmtime(),
-            State::new(inner.id.clone(), limits.memory_bytes),
+            State::new(
+                inner.id.clone(),
+                limits.memory_bytes,
+                grants.clone(),
+                cr_namespace,
+                deadline,
+            ),
         );
         store.limiter(|s| &mut s.limiter);
-        let deadline = Instant::now() + limits.deadline;
         store.epoch_deadline_callback(move |_| {
             if Instant::now() >= deadline {
                 Err(Trap::Interrupt.into())
@@ -138,6 +158,14 @@ fn classify(err: wasmtime::Error, state: &State, limits: &Limits) -> CallFailure
         },
         None => CallFailure::Host(err),
     }
+}
+
+/// The CR's namespace, from its key (`namespace/name`); `None` for a cluster-scoped CR.
+fn cr_namespace(req: &Request) -> Option<String> {
+    req.key
+        .split_once('/')
+        .map(|(ns, _)| ns.to_string())
+        .filter(|ns| !ns.is_empty())
 }
 
 fn to_wit_request(req: &Request) -> bindings::Request {

@@ -1,7 +1,10 @@
 //! The per-call store state: a memory limiter, a WASI context with no ambient authority
-//! (built only if the guest actually calls WASI), captured stdio, and the `host.log` import.
+//! (built only if the guest actually calls WASI), captured stdio, the `host.log` import,
+//! and what the `cluster` and `http` imports need (the grants, the CR's namespace, the
+//! call's deadline).
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use wasmtime::ResourceLimiter;
 use wasmtime::component::ResourceTable;
@@ -11,6 +14,7 @@ use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 use super::PluginId;
 use super::bindings::Level;
 use super::bindings::reconciler::inrun::reconciler::{host, types};
+use super::grants::Grants;
 
 /// Bytes of guest stdout/stderr one call may write; more fails the call (a guest that
 /// prints this much is misbehaving). Only the first lines reach the log.
@@ -64,19 +68,34 @@ pub(super) struct Stdio {
 pub(super) struct State {
     pub(super) plugin: Arc<PluginId>,
     pub(super) limiter: Limiter,
+    /// What the plugin may reach beyond its sandbox.
+    pub(super) grants: Grants,
+    /// The namespace of the CR the call is about (`None`: cluster-scoped, or no CR).
+    pub(super) cr_namespace: Option<String>,
+    /// When the call is interrupted; host imports stop waiting by then too.
+    pub(super) deadline: Instant,
     wasi: Option<(WasiCtx, Stdio)>,
     table: ResourceTable,
     log_lines: u32,
 }
 
 impl State {
-    pub(super) fn new(plugin: Arc<PluginId>, max_memory: usize) -> Self {
+    pub(super) fn new(
+        plugin: Arc<PluginId>,
+        max_memory: usize,
+        grants: Grants,
+        cr_namespace: Option<String>,
+        deadline: Instant,
+    ) -> Self {
         State {
             plugin,
             limiter: Limiter {
                 max_bytes: max_memory,
                 hit: false,
             },
+            grants,
+            cr_namespace,
+            deadline,
             wasi: None,
             table: ResourceTable::new(),
             log_lines: 0,

@@ -33,6 +33,8 @@ pub mod hooks {
         with: {
             "inrun:reconciler/types@0.1.0": crate::bindings::reconciler::inrun::reconciler::types,
             "inrun:reconciler/host@0.1.0": crate::bindings::reconciler::inrun::reconciler::host,
+            "inrun:reconciler/cluster@0.1.0": crate::bindings::reconciler::inrun::reconciler::cluster,
+            "inrun:reconciler/http@0.1.0": crate::bindings::reconciler::inrun::reconciler::http,
         },
     });
 }

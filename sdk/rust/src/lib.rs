@@ -9,7 +9,9 @@
 //!
 //! Both receive a typed [`Request`] and return an [`Outcome`]; the SDK turns the JSON
 //! text of the WIT contract into `serde_json` values and back. [`log`] writes to the
-//! host's log.
+//! host's log. A plugin the Blueprint grants capabilities to can also read Kubernetes
+//! objects ([`cluster`]) and make HTTP requests ([`http`]); without a grant, those calls
+//! return an error.
 //!
 //! ```no_run
 //! use inrun_sdk::{Outcome, Reconciler, Request};
@@ -41,6 +43,8 @@
 #![deny(unsafe_code)]
 
 pub mod bindings;
+pub mod cluster;
+pub mod http;
 pub mod log;
 mod outcome;
 mod request;

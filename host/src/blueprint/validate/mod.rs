@@ -1,5 +1,6 @@
 //! Rules a parsed Blueprint must follow; every broken rule is reported, not just the first.
 
+mod capabilities;
 mod crd;
 mod external;
 mod names;

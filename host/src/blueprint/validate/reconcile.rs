@@ -130,11 +130,13 @@ fn reconciler(r: &mut Report<'_>, spec: &ReconcileSpec, at: &str) {
             "must not be empty",
         );
         limits(r, &hook.limits, &format!("{f}.limits"));
+        super::capabilities::check(r, &hook.capabilities, &format!("{f}.capabilities"));
     }
     if let Some(constructor) = &spec.constructor {
         let f = format!("{at}.constructor");
         location(r, &constructor.location, &f);
         limits(r, &constructor.limits, &format!("{f}.limits"));
+        super::capabilities::check(r, &constructor.capabilities, &format!("{f}.capabilities"));
     }
     if let Some(remote) = &spec.remote {
         self::remote(r, remote, &format!("{at}.remote"));
