@@ -41,6 +41,6 @@ pub use model::{
 pub use plugins::{PluginRef, PluginRole};
 pub use quantity::{Quantity, QuantityError};
 pub use reconcile::{
-    HookSpec, ManagedResource, ObjectFilter, PluginLimits, PluginSpec, PruneSpec, ReconcileSpec,
-    ReconcilerKind, RemoteAuth, RemoteSpec, RequestSpec, RequeueSpec, SecretRef,
+    HookSpec, ManagedResource, ObjectFilter, PluginLimits, PluginSpec, PruneSpec, PullSecretRef,
+    ReconcileSpec, ReconcilerKind, RemoteAuth, RemoteSpec, RequestSpec, RequeueSpec, SecretRef,
 };

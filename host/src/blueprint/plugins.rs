@@ -2,7 +2,7 @@
 
 use super::crd::CrdSpec;
 use super::model::Blueprint;
-use super::reconcile::{PluginLimits, ReconcileSpec};
+use super::reconcile::{PluginLimits, PullSecretRef, ReconcileSpec};
 
 /// What a plugin is expected to export.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,6 +27,10 @@ pub struct PluginRef<'a> {
     pub role: PluginRole<'a>,
     /// Path, URL or OCI reference, as written.
     pub location: &'a str,
+    /// The `digest` pin written next to it.
+    pub digest: Option<&'a str>,
+    /// The `pullSecret` written next to it.
+    pub pull_secret: Option<&'a PullSecretRef>,
     /// The limits written next to it.
     pub limits: &'a PluginLimits,
     /// Where it is written, e.g. `spec.crds[0].serve.targets[1].reconcile.constructor`.
@@ -74,6 +78,8 @@ fn block_plugins<'a>(
                 function: &hook.function,
             },
             location: &hook.location,
+            digest: hook.digest.as_deref(),
+            pull_secret: hook.pull_secret.as_ref(),
             limits: &hook.limits,
             field: format!("{at}.hooks[{i}]"),
         });
@@ -84,6 +90,8 @@ fn block_plugins<'a>(
             target,
             role: PluginRole::Constructor,
             location: &constructor.location,
+            digest: constructor.digest.as_deref(),
+            pull_secret: constructor.pull_secret.as_ref(),
             limits: &constructor.limits,
             field: format!("{at}.constructor"),
         });

@@ -149,6 +149,12 @@ impl ReconcileSpec {
 pub struct HookSpec {
     /// The component: a path (relative to the Blueprint file), an HTTPS URL or an OCI reference.
     pub location: String,
+    /// `sha256:<64 hex>` pinning the bytes (for `oci://`, the manifest); required for `https://`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
+    /// A `kubernetes.io/dockerconfigjson` Secret with credentials for an `oci://` registry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pull_secret: Option<PullSecretRef>,
     /// The function the component exports.
     pub function: String,
     /// Per-call limits; host defaults for fields left out.
@@ -165,12 +171,29 @@ pub struct HookSpec {
 pub struct PluginSpec {
     /// The component: a path (relative to the Blueprint file), an HTTPS URL or an OCI reference.
     pub location: String,
+    /// `sha256:<64 hex>` pinning the bytes (for `oci://`, the manifest); required for `https://`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
+    /// A `kubernetes.io/dockerconfigjson` Secret with credentials for an `oci://` registry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pull_secret: Option<PullSecretRef>,
     /// Per-call limits; host defaults for fields left out.
     #[serde(default)]
     pub limits: PluginLimits,
     /// What the plugin may reach beyond its sandbox; nothing when left out.
     #[serde(default, skip_serializing_if = "Capabilities::is_empty")]
     pub capabilities: Capabilities,
+}
+
+/// `pullSecret`: a Secret of type `kubernetes.io/dockerconfigjson` (key `.dockerconfigjson`).
+/// Plugins load once for the whole host, so the namespace is always written out.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PullSecretRef {
+    /// The Secret's namespace.
+    pub namespace: String,
+    /// The Secret's name.
+    pub name: String,
 }
 
 /// Limits of one plugin call. Each field overrides the host default only when set.
@@ -409,6 +432,8 @@ mod tests {
         assert_eq!(spec.kind(), ReconcilerKind::Declarative);
         spec.hooks.push(HookSpec {
             location: "./h.wasm".into(),
+            digest: None,
+            pull_secret: None,
             function: "f".into(),
             limits: PluginLimits::default(),
             capabilities: Capabilities::default(),

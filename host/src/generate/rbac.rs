@@ -118,15 +118,21 @@ fn plugin_reads(block: &ReconcileSpec) -> impl Iterator<Item = &ReadKind> {
         .flat_map(|caps| caps.reads())
 }
 
-/// Whether any reconcile block reads a Secret (remote auth, external inputs).
+/// Whether any reconcile block reads a Secret (remote auth, external inputs, plugin pull
+/// secrets).
 fn reads_secrets(block: &ReconcileSpec) -> bool {
     let remote = block.remote.as_ref().is_some_and(|r| r.auth.is_some());
+    let pull = block.hooks.iter().any(|h| h.pull_secret.is_some())
+        || block
+            .constructor
+            .as_ref()
+            .is_some_and(|c| c.pull_secret.is_some());
     let external = block.external.iter().any(|e| {
         e.http.as_ref().is_some_and(|h| h.secret_ref.is_some())
             || e.postgres.as_ref().is_some_and(|p| p.secret_ref.is_some())
             || e.redis.as_ref().is_some_and(|r| r.secret_ref.is_some())
     });
-    remote || external
+    remote || external || pull
 }
 
 /// The permissions the host needs to run `blueprint`, merged per group/resource.
@@ -371,6 +377,17 @@ spec:
         assert_eq!(plural("NetworkPolicy"), "networkpolicies");
         assert_eq!(plural("Gateway"), "gateways");
         assert_eq!(plural("Endpoints"), "endpoints");
+    }
+
+    #[test]
+    fn a_plugin_pull_secret_needs_reading_secrets() {
+        let bp = crate::blueprint::from_str(
+            "apiVersion: inrun.dev/v1alpha1\nkind: Blueprint\nmetadata: {name: t}\nspec:\n  crds:\n    - group: apps.example.dev\n      version: v1alpha1\n      kind: WebApp\n      reconcile:\n        default: false\n        constructor:\n          location: oci://registry.example.com/webapp:1\n          pullSecret: {namespace: ops, name: registry}\n",
+            "t.yaml",
+        )
+        .expect("blueprint");
+        let perms = required(&bp, &RbacOptions::default());
+        assert!(perms.iter().any(|p| p.resource == "secrets"));
     }
 
     #[test]

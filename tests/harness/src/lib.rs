@@ -23,9 +23,11 @@
 mod binaries;
 mod controlplane;
 mod failure;
+pub mod registry;
 pub mod services;
 mod startup;
 mod supervisor;
+pub mod tls;
 mod wait;
 
 pub use binaries::{BIN_DIR_ENV, BUILD_COMMAND, Binaries, Error as BinariesError};

@@ -56,18 +56,18 @@ pub enum ServiceError {
     },
 }
 
-fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> ServiceError {
+pub(crate) fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> ServiceError {
     let what = what.into();
     move |source| ServiceError::Io { what, source }
 }
 
 /// A port nothing listens on right now.
-fn free_port() -> Result<u16, ServiceError> {
+pub(crate) fn free_port() -> Result<u16, ServiceError> {
     let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(io("a free port"))?;
     Ok(l.local_addr().map_err(io("a free port"))?.port())
 }
 
-fn which(binary: &str) -> Result<PathBuf, ServiceError> {
+pub(crate) fn which(binary: &str) -> Result<PathBuf, ServiceError> {
     std::env::var_os("PATH")
         .into_iter()
         .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
@@ -78,7 +78,7 @@ fn which(binary: &str) -> Result<PathBuf, ServiceError> {
         })
 }
 
-fn run(mut command: Command) -> Result<String, ServiceError> {
+pub(crate) fn run(mut command: Command) -> Result<String, ServiceError> {
     let text = format!("{command:?}");
     let out = command.output().map_err(io(text.clone()))?;
     let mut output = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -93,7 +93,7 @@ fn run(mut command: Command) -> Result<String, ServiceError> {
     }
 }
 
-async fn until_connects(
+pub(crate) async fn until_connects(
     name: &'static str,
     port: u16,
     sup: &mut Supervisor,

@@ -1,13 +1,17 @@
 //! Rules on a `reconcile` block, a CRD's or a serve target's.
 
 use std::collections::HashMap;
+use std::path::Path;
 
 use serde_json::Value;
 
 use super::names;
 use super::{MAX_CALL_TIME, Report, first_seen};
 use crate::blueprint::quantity::Quantity;
-use crate::blueprint::reconcile::{PluginLimits, ReconcileSpec, RemoteSpec, SecretRef};
+use crate::blueprint::reconcile::{
+    PluginLimits, PullSecretRef, ReconcileSpec, RemoteSpec, SecretRef,
+};
+use crate::sources::{Location, SourceError};
 
 /// Checks `spec`, whose field path is `at` (e.g. `spec.crds[0].reconcile`).
 pub(super) fn check(r: &mut Report<'_>, spec: &ReconcileSpec, at: &str) {
@@ -123,7 +127,13 @@ fn reconciler(r: &mut Report<'_>, spec: &ReconcileSpec, at: &str) {
     }
     for (i, hook) in spec.hooks.iter().enumerate() {
         let f = format!("{at}.hooks[{i}]");
-        location(r, &hook.location, &f);
+        location(
+            r,
+            &hook.location,
+            hook.digest.as_deref(),
+            hook.pull_secret.as_ref(),
+            &f,
+        );
         r.check(
             !hook.function.trim().is_empty(),
             format!("{f}.function"),
@@ -134,7 +144,13 @@ fn reconciler(r: &mut Report<'_>, spec: &ReconcileSpec, at: &str) {
     }
     if let Some(constructor) = &spec.constructor {
         let f = format!("{at}.constructor");
-        location(r, &constructor.location, &f);
+        location(
+            r,
+            &constructor.location,
+            constructor.digest.as_deref(),
+            constructor.pull_secret.as_ref(),
+            &f,
+        );
         limits(r, &constructor.limits, &format!("{f}.limits"));
         super::capabilities::check(r, &constructor.capabilities, &format!("{f}.capabilities"));
     }
@@ -143,12 +159,52 @@ fn reconciler(r: &mut Report<'_>, spec: &ReconcileSpec, at: &str) {
     }
 }
 
-fn location(r: &mut Report<'_>, location: &str, at: &str) {
-    r.check(
-        !location.trim().is_empty(),
-        format!("{at}.location"),
-        "must not be empty",
-    );
+/// `location`, `digest` and `pullSecret` of a plugin: a path, an `https://` URL pinned by
+/// a digest, or an `oci://` reference (the only kind with a pull secret).
+fn location(
+    r: &mut Report<'_>,
+    location: &str,
+    digest: Option<&str>,
+    pull_secret: Option<&PullSecretRef>,
+    at: &str,
+) {
+    if location.trim().is_empty() {
+        r.add(format!("{at}.location"), "must not be empty");
+        return;
+    }
+    // Paths are only checked for shape here; the base directory does not matter.
+    match Location::parse(location, digest, Path::new(".")) {
+        Ok(parsed) => {
+            if pull_secret.is_some() && !matches!(parsed, Location::Oci { .. }) {
+                r.add(
+                    format!("{at}.pullSecret"),
+                    "only an oci:// location is pulled with a pull secret",
+                );
+            }
+        }
+        Err(e) => {
+            let field = match &e {
+                SourceError::MissingDigest { .. }
+                | SourceError::DigestOnFile { .. }
+                | SourceError::ConflictingDigest { .. } => "digest",
+                SourceError::BadDigest { digest: bad } if Some(bad.as_str()) == digest => "digest",
+                _ => "location",
+            };
+            r.add(format!("{at}.{field}"), e.to_string());
+        }
+    }
+    if let Some(secret) = pull_secret {
+        r.check(
+            names::is_dns_label(&secret.namespace),
+            format!("{at}.pullSecret.namespace"),
+            "must be a lowercase DNS label",
+        );
+        r.check(
+            names::is_dns_subdomain(&secret.name),
+            format!("{at}.pullSecret.name"),
+            "must be a Secret name (a lowercase DNS subdomain)",
+        );
+    }
 }
 
 fn limits(r: &mut Report<'_>, limits: &PluginLimits, at: &str) {
@@ -365,6 +421,41 @@ mod tests {
                 ),
                 format!("{AT}.hooks[0].location: must not be empty"),
                 format!("{AT}.hooks[0].function: must not be empty"),
+            ]
+        );
+    }
+
+    #[test]
+    fn plugin_locations_are_pinned_well_formed_and_pulled_with_secrets_only_from_oci() {
+        let d = format!("sha256:{}", "a".repeat(64));
+        assert_eq!(
+            reconcile(&format!(
+                "{{ hooks: [ \
+                 {{ location: 'https://p.example.com/h.wasm', function: f }}, \
+                 {{ location: 'http://p.example.com/h.wasm', digest: '{d}', function: f }}, \
+                 {{ location: 'oci://127.0.0.1:5000/h:1', digest: 'sha256:XYZ', function: f }}, \
+                 {{ location: 'oci://h:1', function: f }}, \
+                 {{ location: ./h.wasm, pullSecret: {{ namespace: ns, name: creds }}, function: f }}, \
+                 {{ location: 'oci://r.example.com/team/h:1', digest: '{d}', pullSecret: {{ namespace: Bad, name: creds }}, function: f }}, \
+                 {{ location: 'https://p.example.com/h.wasm', digest: '{d}', function: f }} ] }}"
+            )),
+            [
+                format!(
+                    "{AT}.hooks[0].digest: https://p.example.com/h.wasm needs a digest (sha256:<64 hex digits>): an https:// location must be pinned"
+                ),
+                format!(
+                    "{AT}.hooks[1].location: location \"http://p.example.com/h.wasm\" uses plain http://; use https:// with a digest, or an oci:// reference"
+                ),
+                format!(
+                    "{AT}.hooks[2].digest: digest \"sha256:XYZ\" is not sha256: followed by 64 lowercase hex digits"
+                ),
+                format!(
+                    "{AT}.hooks[3].location: location \"oci://h:1\" must be oci://registry/repository:tag"
+                ),
+                format!(
+                    "{AT}.hooks[4].pullSecret: only an oci:// location is pulled with a pull secret"
+                ),
+                format!("{AT}.hooks[5].pullSecret.namespace: must be a lowercase DNS label"),
             ]
         );
     }

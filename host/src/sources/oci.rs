@@ -1,0 +1,461 @@
+//! Components as OCI artifacts: one `application/wasm` layer under an
+//! `application/vnd.wasm.config.v0+json` config (the Wasm OCI artifact layout), pulled and
+//! pushed with the ORAS project's client.
+
+use futures::StreamExt;
+use oci_client::client::{Certificate, CertificateEncoding, ClientConfig, ClientProtocol};
+use oci_client::errors::{OciDistributionError, OciErrorCode};
+use oci_client::manifest::{
+    IMAGE_MANIFEST_MEDIA_TYPE, OCI_IMAGE_MEDIA_TYPE, OciDescriptor, OciImageManifest,
+};
+use oci_client::secrets::RegistryAuth;
+use oci_client::{Client, Reference, RegistryOperation};
+use serde_json::json;
+
+use super::dockerconfig::Credentials;
+use super::https::CONNECT_TIMEOUT;
+use super::location::check_digest;
+use super::{Fetched, Location, MAX_MODULE_SIZE, PullSecret, SourceError, SourceOptions, sha256};
+
+/// The config blob's media type.
+pub const WASM_CONFIG_MEDIA_TYPE: &str = "application/vnd.wasm.config.v0+json";
+/// The one layer's media type: the component's bytes, as they are.
+pub const WASM_LAYER_MEDIA_TYPE: &str = "application/wasm";
+
+/// What the config blob tells about a component besides its layer; empty lists are left out.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ComponentMeta {
+    /// Exported interfaces and functions.
+    pub exports: Vec<String>,
+    /// Imported interfaces.
+    pub imports: Vec<String>,
+    /// The WIT world it targets, e.g. `inrun:reconciler/reconciler@0.1.0`.
+    pub target: Option<String>,
+}
+
+/// Credentials for one pull and where they came from, for messages.
+pub(super) struct Auth {
+    auth: RegistryAuth,
+    from: String,
+}
+
+impl Auth {
+    pub(super) fn anonymous() -> Self {
+        Auth {
+            auth: RegistryAuth::Anonymous,
+            from: "anonymous, no pull secret".into(),
+        }
+    }
+
+    pub(super) fn from_secret(credentials: Credentials, secret: &PullSecret) -> Self {
+        Auth {
+            auth: RegistryAuth::Basic(credentials.username, credentials.password),
+            from: format!(
+                "credentials from secret {}/{}",
+                secret.namespace, secret.name
+            ),
+        }
+    }
+
+    fn given(credentials: Option<&Credentials>) -> Self {
+        match credentials {
+            Some(c) => Auth {
+                auth: RegistryAuth::Basic(c.username.clone(), c.password.clone()),
+                from: format!("as user {}", c.username),
+            },
+            None => Auth {
+                auth: RegistryAuth::Anonymous,
+                from: "anonymous".into(),
+            },
+        }
+    }
+}
+
+/// The registry host (and port) of `registry/repo:tag`.
+pub(super) fn registry_of(reference: &str) -> String {
+    reference.split('/').next().unwrap_or_default().to_string()
+}
+
+/// A client for one operation: the client keeps the first credentials it sees per
+/// registry, so sharing one across pull secrets would mix them up.
+fn client(options: &SourceOptions, location: &str) -> Result<Client, SourceError> {
+    // reqwest under the OCI client is built without a crypto provider of its own; ring is
+    // the one the rest of the host uses. Installing fails only when one is already set.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let config = ClientConfig {
+        protocol: ClientProtocol::HttpsExcept(options.insecure_registries.clone()),
+        extra_root_certificates: options
+            .extra_roots
+            .iter()
+            .map(|pem| Certificate {
+                encoding: CertificateEncoding::Pem,
+                data: pem.clone(),
+            })
+            .collect(),
+        connect_timeout: Some(CONNECT_TIMEOUT),
+        read_timeout: Some(std::time::Duration::from_secs(60)),
+        ..ClientConfig::default()
+    };
+    Client::try_from(config).map_err(|source| SourceError::Registry {
+        action: "setting up a registry client for",
+        location: location.to_string(),
+        source: Box::new(source),
+    })
+}
+
+fn registry_error(
+    action: &'static str,
+    location: &str,
+    reference: &str,
+    auth: &Auth,
+) -> impl FnOnce(OciDistributionError) -> SourceError {
+    let location = location.to_string();
+    let registry = registry_of(reference);
+    let credentials = auth.from.clone();
+    move |source| {
+        let refused = match &source {
+            OciDistributionError::UnauthorizedError { .. }
+            | OciDistributionError::AuthenticationFailure(_) => true,
+            OciDistributionError::ServerError { code, .. } => *code == 401 || *code == 403,
+            OciDistributionError::RegistryError { envelope, .. } => envelope
+                .errors
+                .iter()
+                .any(|e| matches!(e.code, OciErrorCode::Unauthorized | OciErrorCode::Denied)),
+            _ => false,
+        };
+        if refused {
+            SourceError::Unauthorized {
+                location,
+                registry,
+                credentials,
+                source: Box::new(source),
+            }
+        } else {
+            SourceError::Registry {
+                action,
+                location,
+                source: Box::new(source),
+            }
+        }
+    }
+}
+
+fn parse_reference(location: &str, reference: &str) -> Result<Reference, SourceError> {
+    reference.parse().map_err(|_| SourceError::BadLocation {
+        location: location.to_string(),
+        reason: "is not a valid OCI reference".into(),
+    })
+}
+
+/// The reference to ask the registry for: the tag when there is one (a pin is then
+/// compared with what the tag names), else the digest.
+fn target(location: &str, reference: &str) -> Result<Reference, SourceError> {
+    let r = parse_reference(location, reference)?;
+    Ok(match r.tag() {
+        Some(tag) if r.digest().is_some() => Reference::with_tag(
+            r.registry().to_string(),
+            r.repository().to_string(),
+            tag.to_string(),
+        ),
+        _ => r,
+    })
+}
+
+/// Pulls the manifest and its one `application/wasm` layer, checking the manifest against
+/// `pin` and the layer against the manifest.
+pub(super) async fn pull(
+    options: &SourceOptions,
+    location: &Location,
+    reference: &str,
+    pin: Option<&str>,
+    auth: &Auth,
+) -> Result<Fetched, SourceError> {
+    let shown = location.to_string();
+    let client = client(options, &shown)?;
+    let target = target(&shown, reference)?;
+    let (body, _) = client
+        .pull_manifest_raw(
+            &target,
+            &auth.auth,
+            &[OCI_IMAGE_MEDIA_TYPE, IMAGE_MANIFEST_MEDIA_TYPE],
+        )
+        .await
+        .map_err(registry_error(
+            "pulling the manifest of",
+            &shown,
+            reference,
+            auth,
+        ))?;
+    let version = sha256(&body);
+    if let Some(pin) = pin
+        && pin != version
+    {
+        return Err(SourceError::DigestMismatch {
+            location: shown,
+            expected: pin.to_string(),
+            actual: version,
+        });
+    }
+    let manifest: OciImageManifest =
+        serde_json::from_slice(&body).map_err(|source| SourceError::BadManifest {
+            location: shown.clone(),
+            source,
+        })?;
+    let layer = wasm_layer(&shown, &manifest)?;
+    let mut stream = client
+        .pull_blob_stream(&target, layer)
+        .await
+        .map_err(registry_error(
+            "pulling the layer of",
+            &shown,
+            reference,
+            auth,
+        ))?;
+    let too_large = || SourceError::TooLarge {
+        location: shown.clone(),
+        limit: MAX_MODULE_SIZE,
+    };
+    if stream.content_length.is_some_and(|n| n > MAX_MODULE_SIZE) {
+        return Err(too_large());
+    }
+    let mut bytes = Vec::new();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|e| {
+            registry_error("pulling the layer of", &shown, reference, auth)(e.into())
+        })?;
+        if (bytes.len() + chunk.len()) as u64 > MAX_MODULE_SIZE {
+            return Err(too_large());
+        }
+        bytes.extend_from_slice(&chunk);
+    }
+    let actual = sha256(&bytes);
+    if actual != layer.digest {
+        return Err(SourceError::CorruptLayer {
+            location: shown,
+            expected: layer.digest.clone(),
+            actual,
+        });
+    }
+    Ok(Fetched { bytes, version })
+}
+
+/// The one layer, if it is a Wasm component layer of an acceptable size.
+fn wasm_layer<'m>(
+    location: &str,
+    manifest: &'m OciImageManifest,
+) -> Result<&'m OciDescriptor, SourceError> {
+    let [layer] = manifest.layers.as_slice() else {
+        return Err(SourceError::LayerCount {
+            location: location.to_string(),
+            count: manifest.layers.len(),
+        });
+    };
+    if layer.media_type != WASM_LAYER_MEDIA_TYPE {
+        return Err(SourceError::NotWasm {
+            location: location.to_string(),
+            media_type: layer.media_type.clone(),
+        });
+    }
+    if u64::try_from(layer.size).map_or(true, |n| n > MAX_MODULE_SIZE) {
+        return Err(SourceError::TooLarge {
+            location: location.to_string(),
+            limit: MAX_MODULE_SIZE,
+        });
+    }
+    check_digest(&layer.digest)?;
+    Ok(layer)
+}
+
+/// The digest of the manifest a tag names now, from a HEAD request.
+pub(super) async fn manifest_digest(
+    options: &SourceOptions,
+    location: &Location,
+    reference: &str,
+    auth: &Auth,
+) -> Result<String, SourceError> {
+    let shown = location.to_string();
+    let client = client(options, &shown)?;
+    let target = target(&shown, reference)?;
+    let digest = client
+        .fetch_manifest_digest(&target, &auth.auth)
+        .await
+        .map_err(registry_error(
+            "asking for the manifest digest of",
+            &shown,
+            reference,
+            auth,
+        ))?;
+    check_digest(&digest)?;
+    Ok(digest)
+}
+
+/// Publishes `component` at `reference` (`oci://registry/repo:tag`, the scheme optional) as
+/// a Wasm OCI artifact and returns the manifest digest, `sha256:<hex>`.
+///
+/// The config's `created` is the Unix epoch, so the same component and metadata always
+/// give the same digest.
+///
+/// # Errors
+/// [`SourceError::NotAComponent`] for bytes that are not a component;
+/// [`SourceError::BadLocation`] for a reference without a tag; [`SourceError::Unauthorized`]
+/// or [`SourceError::Registry`] when the registry refuses.
+pub async fn push(
+    component: &[u8],
+    reference: &str,
+    meta: &ComponentMeta,
+    credentials: Option<&Credentials>,
+    options: &SourceOptions,
+) -> Result<String, SourceError> {
+    let shown = if reference.starts_with("oci://") {
+        reference.to_string()
+    } else {
+        format!("oci://{reference}")
+    };
+    let location = Location::parse(&shown, None, std::path::Path::new(""))?;
+    let Location::Oci { reference, digest } = &location else {
+        return Err(SourceError::BadLocation {
+            location: shown,
+            reason: "must be an oci:// reference".into(),
+        });
+    };
+    if digest.is_some() {
+        return Err(SourceError::BadLocation {
+            location: shown,
+            reason: "names a digest; push to a :tag".into(),
+        });
+    }
+    if !is_component(component) {
+        return Err(SourceError::NotAComponent);
+    }
+    let options = SourceOptions {
+        extra_roots: super::split_pem(&options.extra_roots),
+        ..options.clone()
+    };
+    let auth = Auth::given(credentials);
+    let client = client(&options, &shown)?;
+    let target = parse_reference(&shown, reference)?;
+    let failed = |action| registry_error(action, &shown, reference, &auth);
+
+    let layer_digest = sha256(component);
+    let mut config = json!({
+        "created": "1970-01-01T00:00:00Z",
+        "architecture": "wasm",
+        "os": "wasip2",
+        "layerDigests": [layer_digest],
+    });
+    if meta != &ComponentMeta::default() {
+        config["component"] = json!({
+            "exports": meta.exports,
+            "imports": meta.imports,
+            "target": meta.target,
+        });
+    }
+    let config = serde_json::to_vec(&config).map_err(|source| SourceError::BadManifest {
+        location: shown.clone(),
+        source,
+    })?;
+    let config_digest = sha256(&config);
+    let manifest = OciImageManifest {
+        media_type: Some(OCI_IMAGE_MEDIA_TYPE.to_string()),
+        config: descriptor(WASM_CONFIG_MEDIA_TYPE, &config_digest, config.len()),
+        layers: vec![descriptor(
+            WASM_LAYER_MEDIA_TYPE,
+            &layer_digest,
+            component.len(),
+        )],
+        ..OciImageManifest::default()
+    };
+    let body = serde_json::to_vec(&manifest).map_err(|source| SourceError::BadManifest {
+        location: shown.clone(),
+        source,
+    })?;
+    let manifest_digest = sha256(&body);
+
+    client
+        .auth(&target, &auth.auth, RegistryOperation::Push)
+        .await
+        .map_err(failed("signing in to push"))?;
+    client
+        .push_blob(&target, component.to_vec(), &layer_digest)
+        .await
+        .map_err(failed("pushing the component layer to"))?;
+    client
+        .push_blob(&target, config, &config_digest)
+        .await
+        .map_err(failed("pushing the config to"))?;
+    client
+        .push_manifest_raw(
+            &target,
+            body,
+            reqwest::header::HeaderValue::from_static(OCI_IMAGE_MEDIA_TYPE),
+        )
+        .await
+        .map_err(failed("pushing the manifest to"))?;
+    Ok(manifest_digest)
+}
+
+fn descriptor(media_type: &str, digest: &str, size: usize) -> OciDescriptor {
+    OciDescriptor {
+        media_type: media_type.to_string(),
+        digest: digest.to_string(),
+        size: i64::try_from(size).unwrap_or(i64::MAX),
+        ..OciDescriptor::default()
+    }
+}
+
+/// A component binary: the Wasm magic, then the component-model version and layer
+/// (`0d 00 01 00`); a core module has `01 00 00 00` there.
+fn is_component(bytes: &[u8]) -> bool {
+    bytes.len() >= 8 && bytes[..4] == *b"\0asm" && bytes[4..8] == [0x0d, 0x00, 0x01, 0x00]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn components_are_told_from_core_modules() {
+        assert!(is_component(b"\0asm\x0d\x00\x01\x00rest"));
+        assert!(!is_component(b"\0asm\x01\x00\x00\x00"));
+        assert!(!is_component(b"\0asm"));
+    }
+
+    #[test]
+    fn only_a_single_wasm_layer_is_accepted() {
+        let d = sha256(b"x");
+        let mut m = OciImageManifest {
+            layers: vec![descriptor("application/vnd.oci.image.layer.v1.tar", &d, 1)],
+            ..OciImageManifest::default()
+        };
+        let err = wasm_layer("oci://r.example.com/a:1", &m).expect_err("tar layer");
+        assert!(
+            err.to_string()
+                .contains("application/vnd.oci.image.layer.v1.tar")
+        );
+        m.layers = vec![descriptor(WASM_LAYER_MEDIA_TYPE, &d, 1); 2];
+        assert!(matches!(
+            wasm_layer("x", &m),
+            Err(SourceError::LayerCount { count: 2, .. })
+        ));
+        m.layers = vec![descriptor(
+            WASM_LAYER_MEDIA_TYPE,
+            &d,
+            (MAX_MODULE_SIZE + 1) as usize,
+        )];
+        assert!(matches!(
+            wasm_layer("x", &m),
+            Err(SourceError::TooLarge { .. })
+        ));
+        m.layers = vec![descriptor(WASM_LAYER_MEDIA_TYPE, &d, 1)];
+        assert!(wasm_layer("x", &m).is_ok());
+    }
+
+    #[test]
+    fn a_tag_with_a_pin_is_asked_for_by_tag() {
+        let d = "sha256:1111111111111111111111111111111111111111111111111111111111111111";
+        let t = target("x", &format!("127.0.0.1:5000/a/b:1@{d}")).expect("target");
+        assert_eq!((t.tag(), t.digest()), (Some("1"), None));
+        let t = target("x", &format!("127.0.0.1:5000/a/b@{d}")).expect("target");
+        assert_eq!(t.digest(), Some(d));
+    }
+}

@@ -1,0 +1,484 @@
+//! Plugin sources against real servers: Debian's OCI registry (plain, and TLS with htpasswd
+//! auth) started by the harness, and an HTTPS file server on loopback inside the test.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context;
+use inrun::secrets::StaticSecrets;
+use inrun::sources::{
+    ComponentMeta, Credentials, Location, MAX_MODULE_SIZE, PullSecret, SourceError, SourceOptions,
+    Sources, push, sha256,
+};
+use inrun_testenv::registry::Registry;
+use inrun_testenv::tls::TestCerts;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+fn plugin(name: &str) -> Vec<u8> {
+    let dir = std::env::var_os("INRUN_PLUGIN_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("../plugins/target/wasm32-wasip2/release")
+        });
+    let path = dir.join(format!("{name}.wasm"));
+    std::fs::read(&path).unwrap_or_else(|e| {
+        panic!(
+            "{} is missing ({e}): run `make plugins` first",
+            path.display()
+        )
+    })
+}
+
+fn webapp() -> Vec<u8> {
+    plugin("inrun_plugin_webapp")
+}
+
+fn labels_hooks() -> Vec<u8> {
+    plugin("inrun_plugin_labels_hooks")
+}
+
+fn oci(reference: &str, digest: Option<&str>) -> Location {
+    Location::parse(reference, digest, std::path::Path::new("/")).expect("an oci location")
+}
+
+/// Sources for a plain-http registry, no secrets.
+fn plain_sources(registry: &Registry) -> Sources {
+    Sources::new(Arc::new(StaticSecrets::new()), plain_options(registry)).expect("sources")
+}
+
+fn plain_options(registry: &Registry) -> SourceOptions {
+    SourceOptions {
+        insecure_registries: vec![registry.host.clone()],
+        extra_roots: Vec::new(),
+    }
+}
+
+fn tls_options(registry: &Registry) -> SourceOptions {
+    SourceOptions {
+        insecure_registries: Vec::new(),
+        extra_roots: registry.ca_pem.clone().into_iter().collect(),
+    }
+}
+
+#[tokio::test]
+async fn a_pushed_component_pulls_back_by_tag_and_by_digest() -> anyhow::Result<()> {
+    let registry = Registry::start().await?;
+    let sources = plain_sources(&registry);
+    let bytes = webapp();
+    let reference = registry.reference("team/webapp:1.0");
+    let digest = push(
+        &bytes,
+        &reference,
+        &ComponentMeta::default(),
+        None,
+        &plain_options(&registry),
+    )
+    .await
+    .context("pushing")?;
+    assert!(
+        digest.starts_with("sha256:") && digest.len() == 71,
+        "{digest}"
+    );
+
+    let by_tag = sources.fetch(&oci(&reference, None), None).await?;
+    assert_eq!(by_tag.bytes, bytes);
+    assert_eq!(by_tag.version, digest);
+
+    let pinned = oci(&registry.reference(&format!("team/webapp@{digest}")), None);
+    assert!(pinned.is_pinned());
+    let by_digest = sources.fetch(&pinned, None).await?;
+    assert_eq!(by_digest.bytes, bytes);
+    assert_eq!(by_digest.version, digest);
+
+    let tag_and_pin = oci(&reference, Some(&digest));
+    assert_eq!(sources.fetch(&tag_and_pin, None).await?.bytes, bytes);
+    assert_eq!(sources.version(&tag_and_pin, None).await?, digest);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_wrong_digest_is_refused_naming_both() -> anyhow::Result<()> {
+    let registry = Registry::start().await?;
+    let sources = plain_sources(&registry);
+    let reference = registry.reference("webapp:pinned");
+    let digest = push(
+        &webapp(),
+        &reference,
+        &ComponentMeta::default(),
+        None,
+        &plain_options(&registry),
+    )
+    .await?;
+    let wrong = sha256(b"something else");
+    let err = sources
+        .fetch(&oci(&reference, Some(&wrong)), None)
+        .await
+        .expect_err("a wrong pin");
+    assert!(
+        matches!(&err, SourceError::DigestMismatch { expected, actual, .. } if expected == &wrong && actual == &digest),
+        "{err:?}"
+    );
+    let text = err.to_string();
+    assert!(text.contains(&wrong) && text.contains(&digest), "{text}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn pulls_and_pushes_use_the_registry_credentials() -> anyhow::Result<()> {
+    let registry = Registry::start_with_auth("alice", "wonder-land").await?;
+    let options = tls_options(&registry);
+    let reference = registry.reference("private/webapp:1");
+    let creds = Credentials {
+        username: "alice".into(),
+        password: "wonder-land".into(),
+    };
+
+    let anonymous_push = push(
+        &webapp(),
+        &reference,
+        &ComponentMeta::default(),
+        None,
+        &options,
+    )
+    .await
+    .expect_err("pushing without credentials");
+    assert!(
+        matches!(anonymous_push, SourceError::Unauthorized { .. }),
+        "{anonymous_push:?}"
+    );
+    let digest = push(
+        &webapp(),
+        &reference,
+        &ComponentMeta::default(),
+        Some(&creds),
+        &options,
+    )
+    .await
+    .context("pushing with credentials")?;
+
+    let secrets = StaticSecrets::new()
+        .with(
+            "plugins",
+            "registry",
+            ".dockerconfigjson",
+            &creds.to_docker_config(&registry.host),
+        )
+        .with(
+            "plugins",
+            "wrong",
+            ".dockerconfigjson",
+            &Credentials {
+                username: "alice".into(),
+                password: "not-it".into(),
+            }
+            .to_docker_config(&registry.host),
+        );
+    let sources = Sources::new(Arc::new(secrets), options)?;
+    let location = oci(&reference, None);
+
+    let anonymous = sources
+        .fetch(&location, None)
+        .await
+        .expect_err("pulling without credentials");
+    assert!(
+        matches!(anonymous, SourceError::Unauthorized { .. }),
+        "{anonymous:?}"
+    );
+    assert!(anonymous.to_string().contains("anonymous"), "{anonymous}");
+
+    let wrong = PullSecret {
+        namespace: "plugins".into(),
+        name: "wrong".into(),
+    };
+    let refused = sources
+        .fetch(&location, Some(&wrong))
+        .await
+        .expect_err("wrong password");
+    assert!(
+        matches!(refused, SourceError::Unauthorized { .. }),
+        "{refused:?}"
+    );
+    let text = inrun::errors::chain(&refused);
+    assert!(
+        text.contains("plugins/wrong") && !text.contains("not-it"),
+        "{text}"
+    );
+
+    let secret = PullSecret {
+        namespace: "plugins".into(),
+        name: "registry".into(),
+    };
+    let fetched = sources.fetch(&location, Some(&secret)).await?;
+    assert_eq!(fetched.bytes, webapp());
+    assert_eq!(fetched.version, digest);
+    assert_eq!(sources.version(&location, Some(&secret)).await?, digest);
+    Ok(())
+}
+
+#[tokio::test]
+async fn moving_a_tag_changes_its_version() -> anyhow::Result<()> {
+    let registry = Registry::start().await?;
+    let sources = plain_sources(&registry);
+    let options = plain_options(&registry);
+    let reference = registry.reference("moving:latest");
+    let location = oci(&reference, None);
+
+    let first = push(
+        &webapp(),
+        &reference,
+        &ComponentMeta::default(),
+        None,
+        &options,
+    )
+    .await?;
+    assert_eq!(sources.version(&location, None).await?, first);
+
+    let meta = ComponentMeta {
+        exports: vec!["inrun:reconciler/hooks".into()],
+        imports: Vec::new(),
+        target: None,
+    };
+    let second = push(&labels_hooks(), &reference, &meta, None, &options).await?;
+    assert_ne!(first, second);
+    assert_eq!(sources.version(&location, None).await?, second);
+    let fetched = sources.fetch(&location, None).await?;
+    assert_eq!(fetched.bytes, labels_hooks());
+    assert_eq!(fetched.version, second);
+
+    // Pushing the same component again gives the same digest.
+    let again = push(&labels_hooks(), &reference, &meta, None, &options).await?;
+    assert_eq!(again, second);
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_artifact_whose_layer_is_not_wasm_is_refused() -> anyhow::Result<()> {
+    use oci_client::client::{ClientConfig, ClientProtocol, Config, ImageLayer};
+    use oci_client::secrets::RegistryAuth;
+
+    let registry = Registry::start().await?;
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let client = oci_client::Client::try_from(ClientConfig {
+        protocol: ClientProtocol::HttpsExcept(vec![registry.host.clone()]),
+        ..ClientConfig::default()
+    })?;
+    let reference: oci_client::Reference = format!("{}/tarball:1", registry.host).parse()?;
+    let layer = ImageLayer::new(
+        webapp(),
+        "application/vnd.oci.image.layer.v1.tar".into(),
+        None,
+    );
+    let config = Config::new(
+        b"{}".to_vec(),
+        "application/vnd.oci.image.config.v1+json".into(),
+        None,
+    );
+    client
+        .push(&reference, &[layer], config, &RegistryAuth::Anonymous, None)
+        .await?;
+
+    let err = plain_sources(&registry)
+        .fetch(&oci(&registry.reference("tarball:1"), None), None)
+        .await
+        .expect_err("a tar layer");
+    assert!(
+        matches!(&err, SourceError::NotWasm { media_type, .. } if media_type == "application/vnd.oci.image.layer.v1.tar"),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("application/wasm"), "{err}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn pushing_something_that_is_not_a_component_is_refused() -> anyhow::Result<()> {
+    let registry = Registry::start().await?;
+    let core_module = b"\0asm\x01\x00\x00\x00".to_vec();
+    let err = push(
+        &core_module,
+        &registry.reference("core:1"),
+        &ComponentMeta::default(),
+        None,
+        &plain_options(&registry),
+    )
+    .await
+    .expect_err("a core module");
+    assert!(matches!(err, SourceError::NotAComponent), "{err:?}");
+    Ok(())
+}
+
+/// An HTTPS server on 127.0.0.1 serving fixed files; `/huge.wasm` announces more than
+/// the cap and sends nothing. Stops when dropped.
+struct HttpsFiles {
+    base: String,
+    task: tokio::task::JoinHandle<()>,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for HttpsFiles {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl HttpsFiles {
+    async fn start(files: HashMap<&'static str, Vec<u8>>) -> anyhow::Result<(Self, Vec<u8>)> {
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+
+        let dir = tempfile::tempdir()?;
+        let certs = TestCerts::generate(dir.path())?;
+        let chain = vec![CertificateDer::from_pem_slice(&certs.cert_pem)?];
+        let key = PrivateKeyDer::from_pem_slice(&certs.key_pem)?;
+        let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()?
+        .with_no_client_auth()
+        .with_single_cert(chain, key)?;
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let base = format!("https://127.0.0.1:{}", listener.local_addr()?.port());
+        let files = Arc::new(files);
+        let task = tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                let acceptor = acceptor.clone();
+                let files = files.clone();
+                tokio::spawn(async move {
+                    if let Ok(tls) = acceptor.accept(tcp).await {
+                        let _ = answer(tls, &files).await;
+                    }
+                });
+            }
+        });
+        Ok((
+            HttpsFiles {
+                base,
+                task,
+                _dir: dir,
+            },
+            certs.ca_pem,
+        ))
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+}
+
+/// Reads one request head and answers it; the connection closes after.
+async fn answer(
+    mut tls: tokio_rustls::server::TlsStream<tokio::net::TcpStream>,
+    files: &HashMap<&'static str, Vec<u8>>,
+) -> std::io::Result<()> {
+    let mut head = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 16 * 1024 {
+        let n = tls.read(&mut buf).await?;
+        if n == 0 {
+            return Ok(());
+        }
+        head.extend_from_slice(&buf[..n]);
+    }
+    let text = String::from_utf8_lossy(&head);
+    let path = text.split_whitespace().nth(1).unwrap_or("/").to_string();
+    if path == "/huge.wasm" {
+        let head = format!(
+            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+            MAX_MODULE_SIZE + 1
+        );
+        tls.write_all(head.as_bytes()).await?;
+    } else if let Some(body) = files.get(path.as_str()) {
+        let head = format!(
+            "HTTP/1.1 200 OK\r\nContent-Type: application/wasm\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+            body.len()
+        );
+        tls.write_all(head.as_bytes()).await?;
+        tls.write_all(body).await?;
+    } else {
+        tls.write_all(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+            .await?;
+    }
+    tls.shutdown().await
+}
+
+#[tokio::test]
+async fn https_locations_are_fetched_only_with_their_digest() -> anyhow::Result<()> {
+    let bytes = webapp();
+    let (server, ca_pem) =
+        HttpsFiles::start(HashMap::from([("/plugins/webapp.wasm", bytes.clone())])).await?;
+    let url = server.url("/plugins/webapp.wasm");
+    let digest = sha256(&bytes);
+
+    // Without the test CA the server is not trusted.
+    let untrusting = Sources::new(Arc::new(StaticSecrets::new()), SourceOptions::default())?;
+    let location = Location::parse(&url, Some(&digest), std::path::Path::new("/"))?;
+    assert_eq!(location.name(), "webapp");
+    assert!(matches!(
+        untrusting.fetch(&location, None).await,
+        Err(SourceError::Http { .. })
+    ));
+
+    let sources = Sources::new(
+        Arc::new(StaticSecrets::new()),
+        SourceOptions {
+            insecure_registries: Vec::new(),
+            extra_roots: vec![ca_pem],
+        },
+    )?;
+    let fetched = sources.fetch(&location, None).await?;
+    assert_eq!(fetched.bytes, bytes);
+    assert_eq!(fetched.version, digest);
+    assert_eq!(sources.version(&location, None).await?, digest);
+
+    let wrong = sha256(b"another build");
+    let mismatched = Location::parse(&url, Some(&wrong), std::path::Path::new("/"))?;
+    let err = sources
+        .fetch(&mismatched, None)
+        .await
+        .expect_err("a wrong digest");
+    let text = err.to_string();
+    assert!(
+        matches!(err, SourceError::DigestMismatch { .. })
+            && text.contains(&wrong)
+            && text.contains(&digest),
+        "{text}"
+    );
+
+    let huge = Location::parse(
+        &server.url("/huge.wasm"),
+        Some(&digest),
+        std::path::Path::new("/"),
+    )?;
+    assert!(matches!(
+        sources.fetch(&huge, None).await,
+        Err(SourceError::TooLarge { .. })
+    ));
+    let missing = Location::parse(
+        &server.url("/gone.wasm"),
+        Some(&digest),
+        std::path::Path::new("/"),
+    )?;
+    assert!(matches!(
+        sources.fetch(&missing, None).await,
+        Err(SourceError::Http { .. })
+    ));
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_file_version_is_the_sha256_of_its_content() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    std::fs::write(dir.path().join("h.wasm"), b"one")?;
+    let location = Location::parse("h.wasm", None, dir.path())?;
+    let sources = Sources::new(Arc::new(StaticSecrets::new()), SourceOptions::default())?;
+    assert_eq!(sources.version(&location, None).await?, sha256(b"one"));
+    std::fs::write(dir.path().join("h.wasm"), b"two")?;
+    let fetched = sources.fetch(&location, None).await?;
+    assert_eq!(
+        (fetched.bytes.as_slice(), fetched.version),
+        (&b"two"[..], sha256(b"two"))
+    );
+    Ok(())
+}
