@@ -331,6 +331,41 @@ fn the_compile_cache_serves_a_second_engine_without_compiling() {
         .expect("recompiled");
 }
 
+#[test]
+fn replicas_sharing_a_cache_compile_concurrently_without_tearing_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let settings = || EngineSettings {
+        cache: Some(CompileCache::new(dir.path()).expect("cache")),
+        pooling: false,
+        ..EngineSettings::default()
+    };
+    // Three "replicas" start at once on an empty cache and all compile the same module.
+    let engines: Vec<Engine> = (0..3).map(|_| Engine::new(settings()).expect("engine")).collect();
+    std::thread::scope(|s| {
+        for engine in &engines {
+            s.spawn(|| {
+                load(engine, "inrun_plugin_webapp")
+                    .reconcile_now(&webapp_request(), &Limits::default())
+                    .expect("reconcile");
+            });
+        }
+    });
+    let names: Vec<String> = std::fs::read_dir(dir.path())
+        .expect("read")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names.len(), 1, "one whole entry, no temporary files: {names:?}");
+    assert!(names[0].ends_with(".cwasm"), "{names:?}");
+    // A later replica loads that entry rather than compiling.
+    let before = inrun::metrics::global().value("inrun_plugin_loads_total", "source=\"cache\"");
+    let later = Engine::new(settings()).expect("engine");
+    load(&later, "inrun_plugin_webapp")
+        .reconcile_now(&webapp_request(), &Limits::default())
+        .expect("reconcile from the shared cache");
+    let after = inrun::metrics::global().value("inrun_plugin_loads_total", "source=\"cache\"");
+    assert!(after > before, "loaded from the cache");
+}
+
 #[tokio::test(flavor = "current_thread")]
 async fn an_endless_loop_yields_to_other_tasks_on_the_same_thread() {
     let engine = engine();
