@@ -12,6 +12,7 @@ use inrun::assemble::{Assembly, Policy, Services};
 use inrun::fleet::{Fleet, FleetError, FleetOptions, TenantSource, TenantView};
 use inrun::runtime::{RunError, RunOptions, Shared, WatchCache};
 use inrun::secrets::KubeSecrets;
+use inrun::sources::SourceOptions;
 use inrun::wasm::{Engine, EngineSettings};
 use inrun_testenv::{ControlPlane, wait_for};
 use k8s_openapi::api::events::v1::Event;
@@ -94,14 +95,21 @@ pub struct FleetHost {
 impl FleetHost {
     /// Starts a fleet with `options`.
     pub async fn start(options: FleetOptions) -> FleetHost {
+        Self::start_with(options, SourceOptions::default()).await
+    }
+
+    /// Starts a fleet with `options`, fetching plugins with `sources` (a test registry's
+    /// CA, say).
+    pub async fn start_with(options: FleetOptions, sources: SourceOptions) -> FleetHost {
         let engine = Engine::new(EngineSettings {
             max_instances: 16,
             ..EngineSettings::default()
         })
         .expect("engine");
         let client = ControlPlane::shared().client();
-        let services = Services::new(Arc::new(KubeSecrets::new(client.clone())))
-            .with_cluster(Arc::new(WatchCache::new(client.clone())));
+        let services =
+            Services::with_sources(Arc::new(KubeSecrets::new(client.clone())), sources)
+                .with_cluster(Arc::new(WatchCache::new(client.clone())));
         let fleet = Fleet::new(Shared::new(client, "e2e".into()), engine, services, options);
         fleet
             .load_initial()
