@@ -69,7 +69,12 @@ async fn start(options: FleetOptions) -> Running {
     })
     .expect("engine");
     let services = Services::new(Arc::new(KubeSecrets::new(client.clone())));
-    let fleet = Fleet::new(Shared::new(client, "bench".into()), engine, services, options);
+    let fleet = Fleet::new(
+        Shared::new(client, "bench".into()),
+        engine,
+        services,
+        options,
+    );
     fleet.load_initial().await.expect("blueprint");
     let (stop, rx) = watch::channel(false);
     let task = tokio::spawn(fleet.run(rx));
@@ -95,13 +100,18 @@ fn options(reload: Duration) -> FleetOptions {
 }
 
 async fn apply_cr(ar: &ApiResource, name: &str) {
-    let api: Api<DynamicObject> = Api::namespaced_with(ControlPlane::shared().client(), "default", ar);
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(ControlPlane::shared().client(), "default", ar);
     let obj = json!({"apiVersion": ar.api_version, "kind": ar.kind,
                      "metadata": {"name": name}, "spec": {}});
     wait_for("the CR to be accepted", WAIT, || async {
-        api.patch(name, &PatchParams::apply("bench").force(), &Patch::Apply(&obj))
-            .await
-            .ok()
+        api.patch(
+            name,
+            &PatchParams::apply("bench").force(),
+            &Patch::Apply(&obj),
+        )
+        .await
+        .ok()
     })
     .await
     .expect("apply CR");
@@ -115,7 +125,8 @@ async fn stamped(name: &str) -> Option<String> {
 }
 
 async fn ready(ar: &ApiResource, name: &str) -> Option<()> {
-    let api: Api<DynamicObject> = Api::namespaced_with(ControlPlane::shared().client(), "default", ar);
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(ControlPlane::shared().client(), "default", ar);
     let obj = api.get_opt(name).await.ok()??;
     obj.data
         .pointer("/status/conditions")?
@@ -143,8 +154,11 @@ async fn reload_latency(reload: Duration, run: usize, swaps: usize) -> Duration 
     let (v1, v2) = (plugin("inrun_test_stamp_v1"), plugin("inrun_test_stamp_v2"));
     replace(&wasm, &v1);
     let file = dir.path().join("blueprint.yaml");
-    std::fs::write(&file, blueprint("bench", &group, "Stamped", "./stamp.wasm", "2s"))
-        .expect("write");
+    std::fs::write(
+        &file,
+        blueprint("bench", &group, "Stamped", "./stamp.wasm", "2s"),
+    )
+    .expect("write");
     let host = start(FleetOptions {
         blueprint: Some(file),
         ..options(reload)

@@ -79,7 +79,11 @@ enum Command {
         #[arg(long, env = "INRUN_MAX_PLUGIN_RESOURCES")]
         max_plugin_resources: Option<usize>,
         /// A registry (host:port) spoken to over plain HTTP, e.g. one on loopback.
-        #[arg(long = "insecure-registry", env = "INRUN_INSECURE_REGISTRIES", value_delimiter = ',')]
+        #[arg(
+            long = "insecure-registry",
+            env = "INRUN_INSECURE_REGISTRIES",
+            value_delimiter = ','
+        )]
         insecure_registries: Vec<String>,
         /// A PEM file of extra CA certificates trusted for plugin downloads and registries.
         #[arg(long, env = "INRUN_PLUGIN_CA")]
@@ -388,9 +392,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let client = runtime.block_on(inrun::kubeconfig::client(kubeconfig.as_deref()))?;
             let mut extra_roots = Vec::new();
             if let Some(path) = &plugin_ca {
-                extra_roots.push(std::fs::read(path).map_err(|e| {
-                    anyhow::anyhow!("reading --plugin-ca {}: {e}", path.display())
-                })?);
+                extra_roots.push(
+                    std::fs::read(path).map_err(|e| {
+                        anyhow::anyhow!("reading --plugin-ca {}: {e}", path.display())
+                    })?,
+                );
             }
             let services = inrun::assemble::Services::with_sources(
                 std::sync::Arc::new(inrun::secrets::KubeSecrets::new(client.clone())),
@@ -473,10 +479,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                         renew_deadline: le.renew_deadline,
                         retry_period: le.retry_period,
                     };
-                    inrun::leader::run(client, config, rx, standby, move |stop| {
-                        fleet.run(stop)
-                    })
-                    .await?;
+                    inrun::leader::run(client, config, rx, standby, move |stop| fleet.run(stop))
+                        .await?;
                 } else {
                     inrun::metrics::global().set_leader(true);
                     fleet.run(rx).await?;

@@ -39,9 +39,15 @@ async fn moving_an_oci_tag_reloads_the_plugin_of_a_blueprint_resource() {
     let reference = registry.reference("team/stamp:live");
     let read = |name: &str| std::fs::read(support::plugin(name)).expect("plugin");
     let meta = ComponentMeta::default();
-    let v1 = push(&read("inrun_test_stamp_v1"), &reference, &meta, Some(&creds), &options)
-        .await
-        .expect("push v1");
+    let v1 = push(
+        &read("inrun_test_stamp_v1"),
+        &reference,
+        &meta,
+        Some(&creds),
+        &options,
+    )
+    .await
+    .expect("push v1");
 
     // The pull secret, as `kubectl create secret docker-registry` makes it.
     let ns = "default";
@@ -84,31 +90,54 @@ async fn moving_an_oci_tag_reloads_the_plugin_of_a_blueprint_resource() {
     });
     support::served(&blueprints()).await;
     let api: Api<DynamicObject> = Api::all_with(client(), &blueprints());
-    api.patch(&name, &PatchParams::apply("e2e-test").force(), &Patch::Apply(&doc))
-        .await
-        .expect("apply Blueprint");
+    api.patch(
+        &name,
+        &PatchParams::apply("e2e-test").force(),
+        &Patch::Apply(&doc),
+    )
+    .await
+    .expect("apply Blueprint");
 
     let ar = resource(&group, "Pulled");
-    apply_cr(&ar, ns, &format!("apiVersion: {group}/v1alpha1\nkind: Pulled\nmetadata: {{ name: p1 }}\nspec: {{}}\n")).await;
+    apply_cr(
+        &ar,
+        ns,
+        &format!(
+            "apiVersion: {group}/v1alpha1\nkind: Pulled\nmetadata: {{ name: p1 }}\nspec: {{}}\n"
+        ),
+    )
+    .await;
     let stamped = |want: &'static str| async move {
         let cm = get(configmaps(), Some(ns), "p1-stamp").await?;
         (cm.data["data"]["version"] == want).then_some(())
     };
-    eventually("p1 stamped by v1 pulled with the secret's credentials", || stamped("v1")).await;
+    eventually(
+        "p1 stamped by v1 pulled with the secret's credentials",
+        || stamped("v1"),
+    )
+    .await;
     let source = TenantSource::Resource(name.clone());
     let view = host.tenant(&source).expect("tenant");
     assert_eq!(view.plugins[0].version, v1);
 
     // The tag moves to v2: the next source check pulls it and every CR runs on it.
-    let v2 = push(&read("inrun_test_stamp_v2"), &reference, &meta, Some(&creds), &options)
-        .await
-        .expect("push v2");
+    let v2 = push(
+        &read("inrun_test_stamp_v2"),
+        &reference,
+        &meta,
+        Some(&creds),
+        &options,
+    )
+    .await
+    .expect("push v2");
     assert_ne!(v1, v2);
     eventually("p1 stamped by v2 after the tag moved", || stamped("v2")).await;
     let view = host.tenant(&source).expect("tenant");
     assert_eq!(view.plugins[0].version, v2);
     assert_eq!(view.plugins[0].reloads, 1);
 
-    api.delete(&name, &Default::default()).await.expect("delete Blueprint");
+    api.delete(&name, &Default::default())
+        .await
+        .expect("delete Blueprint");
     host.stop().await;
 }

@@ -43,7 +43,9 @@ async fn wait_stamped(ns: &str, cr: &str, version: &str) {
 }
 
 fn cr(kind: &str, group: &str, name: &str, extra: &str) -> String {
-    format!("apiVersion: {group}/v1alpha1\nkind: {kind}\nmetadata: {{ name: {name} }}\nspec: {{ note: \"{extra}\" }}\n")
+    format!(
+        "apiVersion: {group}/v1alpha1\nkind: {kind}\nmetadata: {{ name: {name} }}\nspec: {{ note: \"{extra}\" }}\n"
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -85,8 +87,8 @@ async fn a_replaced_plugin_takes_over_without_a_restart_and_a_broken_one_is_refu
     assert!(after.last_error.is_none());
 
     // A broken replacement: the old version keeps serving, and the refusal is reported.
-    let failures_before = inrun::metrics::global()
-        .value("inrun_plugin_reloads_total", "result=\"failure\"");
+    let failures_before =
+        inrun::metrics::global().value("inrun_plugin_reloads_total", "result=\"failure\"");
     replace_file(&wasm, b"\0asm but not really a component");
     let refused = eventually("the broken version to be refused", || async {
         host.tenant(&source)?.plugins[0].last_error.clone()
@@ -128,7 +130,10 @@ async fn an_edited_blueprint_adds_breaks_and_drops_crds_without_a_restart() {
     wait_stamped(ns, "a1", "v1").await;
 
     // A CRD added to the file: installed and served.
-    replace_file(&file, stamp_blueprint("edit", &group, &["Alpha", "Beta"]).as_bytes());
+    replace_file(
+        &file,
+        stamp_blueprint("edit", &group, &["Alpha", "Beta"]).as_bytes(),
+    );
     apply_cr(&beta, ns, &cr("Beta", &group, "b1", "")).await;
     wait_stamped(ns, "b1", "v1").await;
     let view = host.tenant(&source).expect("tenant");
@@ -136,15 +141,20 @@ async fn an_edited_blueprint_adds_breaks_and_drops_crds_without_a_restart() {
     assert_eq!(view.reloads, 1);
 
     // A broken edit: refused with the file, CRD and field named; both CRDs keep serving.
-    let broken = stamp_blueprint("edit", &group, &["Alpha", "Beta"])
-        .replace("version: v1alpha1\n      kind: Beta", "version: v1alpha1\n      kind: beta");
+    let broken = stamp_blueprint("edit", &group, &["Alpha", "Beta"]).replace(
+        "version: v1alpha1\n      kind: Beta",
+        "version: v1alpha1\n      kind: beta",
+    );
     replace_file(&file, broken.as_bytes());
     let error = eventually("the broken Blueprint to be refused", || async {
         host.tenant(&source)?.error
     })
     .await;
     assert!(error.contains("blueprint.yaml"), "names the file: {error}");
-    assert!(error.contains("spec.crds[1].kind"), "names the field: {error}");
+    assert!(
+        error.contains("spec.crds[1].kind"),
+        "names the field: {error}"
+    );
     apply_cr(&beta, ns, &cr("Beta", &group, "b2", "")).await;
     wait_stamped(ns, "b2", "v1").await;
 
@@ -159,8 +169,8 @@ async fn an_edited_blueprint_adds_breaks_and_drops_crds_without_a_restart() {
     assert!(get(&alpha, Some(ns), "a1").await.is_some(), "CRs stay");
     apply_cr(&beta, ns, &cr("Beta", &group, "b3", "")).await;
     wait_stamped(ns, "b3", "v1").await;
-    let cr: Value = serde_json::to_value(get(&alpha, Some(ns), "a1").await.expect("a1"))
-        .expect("json");
+    let cr: Value =
+        serde_json::to_value(get(&alpha, Some(ns), "a1").await.expect("a1")).expect("json");
     assert_eq!(cr["status"]["version"], "v1");
     host.stop().await;
 }

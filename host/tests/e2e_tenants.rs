@@ -12,8 +12,7 @@ use inrun::fleet::{FleetOptions, TenantSource};
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::discovery::ApiResource;
 use support::{
-    FleetHost, apply_cr, client, configmaps, eventually, get, plugin, ready, resource,
-    unique_group,
+    FleetHost, apply_cr, client, configmaps, eventually, get, plugin, ready, resource, unique_group,
 };
 
 fn tenant(name: &str, group: &str, kind: &str, wasm: &str, deadline: &str) -> String {
@@ -23,7 +22,9 @@ fn tenant(name: &str, group: &str, kind: &str, wasm: &str, deadline: &str) -> St
 }
 
 fn cr(group: &str, kind: &str, name: &str) -> String {
-    format!("apiVersion: {group}/v1alpha1\nkind: {kind}\nmetadata: {{ name: {name} }}\nspec: {{}}\n")
+    format!(
+        "apiVersion: {group}/v1alpha1\nkind: {kind}\nmetadata: {{ name: {name} }}\nspec: {{}}\n"
+    )
 }
 
 /// Creates `count` CRs of `ar` one after another and returns the median time from the
@@ -75,7 +76,12 @@ async fn a_tenant_whose_plugin_always_times_out_does_not_hold_up_another() {
     .expect("write a");
     let spinner = resource(&group_a, "Spinner");
     for i in 0..6 {
-        apply_cr(&spinner, "default", &cr(&group_a, "Spinner", &format!("spin-{i}"))).await;
+        apply_cr(
+            &spinner,
+            "default",
+            &cr(&group_a, "Spinner", &format!("spin-{i}")),
+        )
+        .await;
     }
     eventually("tenant A's CRs to fail on the deadline", || async {
         let obj = get(&spinner, Some("default"), "spin-0").await?;
@@ -128,9 +134,13 @@ async fn apply_blueprint(name: &str, text: &str) {
     let mut doc: serde_json::Value = serde_yaml_ng::from_str(text).expect("yaml");
     doc["metadata"]["name"] = name.into();
     let api: Api<DynamicObject> = Api::all_with(client(), &blueprints());
-    api.patch(name, &PatchParams::apply("e2e-test").force(), &Patch::Apply(&doc))
-        .await
-        .expect("apply Blueprint");
+    api.patch(
+        name,
+        &PatchParams::apply("e2e-test").force(),
+        &Patch::Apply(&doc),
+    )
+    .await
+    .expect("apply Blueprint");
 }
 
 /// The `Accepted` condition of a Blueprint resource: (status, reason, message).
@@ -171,16 +181,23 @@ async fn blueprint_resources_are_tenants_and_a_claimed_crd_is_refused() {
     .await;
     let owned = resource(&group, "Owned");
     apply_cr(&owned, "default", &cr(&group, "Owned", "o1")).await;
-    eventually("o1's ConfigMap", || get(configmaps(), Some("default"), "o1-declared")).await;
+    eventually("o1's ConfigMap", || {
+        get(configmaps(), Some("default"), "o1-declared")
+    })
+    .await;
 
     // A Blueprint resource of its own: accepted, its CRD installed and served.
     let tenant_cr = format!("{}-ok", group.split('.').next().unwrap_or("t"));
     apply_blueprint(&tenant_cr, &declarative(&other, "Fresh")).await;
-    let (status, reason, _) = eventually("the Blueprint to be accepted", || accepted(&tenant_cr)).await;
+    let (status, reason, _) =
+        eventually("the Blueprint to be accepted", || accepted(&tenant_cr)).await;
     assert_eq!((status.as_str(), reason.as_str()), ("True", "Serving"));
     let fresh = resource(&other, "Fresh");
     apply_cr(&fresh, "default", &cr(&other, "Fresh", "f1")).await;
-    let cm = eventually("f1's ConfigMap", || get(configmaps(), Some("default"), "f1-declared")).await;
+    let cm = eventually("f1's ConfigMap", || {
+        get(configmaps(), Some("default"), "f1-declared")
+    })
+    .await;
     assert_eq!(cm.data["data"]["owner"], "Fresh");
 
     // A Blueprint resource claiming the file tenant's CRD: refused, the file tenant serves on.
@@ -190,25 +207,40 @@ async fn blueprint_resources_are_tenants_and_a_claimed_crd_is_refused() {
         eventually("the claim to be refused", || accepted(&thief)).await;
     assert_eq!((status.as_str(), reason.as_str()), ("False", "CrdConflict"));
     assert!(message.contains(&format!("owneds.{group}")), "{message}");
-    assert!(message.contains("first.yaml"), "names the serving tenant: {message}");
+    assert!(
+        message.contains("first.yaml"),
+        "names the serving tenant: {message}"
+    );
     apply_cr(&owned, "default", &cr(&group, "Owned", "o2")).await;
-    eventually("o2's ConfigMap", || get(configmaps(), Some("default"), "o2-declared")).await;
+    eventually("o2's ConfigMap", || {
+        get(configmaps(), Some("default"), "o2-declared")
+    })
+    .await;
 
     // A Blueprint resource may not name a plugin file on the host's disk.
     let local = format!("{}-local", group.split('.').next().unwrap_or("t"));
     apply_blueprint(
         &local,
-        &tenant("x", &unique_group("tenant-local"), "Local", &plugin("inrun_test_stamp_v1"), "1s"),
+        &tenant(
+            "x",
+            &unique_group("tenant-local"),
+            "Local",
+            &plugin("inrun_test_stamp_v1"),
+            "1s",
+        ),
     )
     .await;
-    let (status, _, message) = eventually("the local path to be refused", || accepted(&local)).await;
+    let (status, _, message) =
+        eventually("the local path to be refused", || accepted(&local)).await;
     assert_eq!(status, "False");
     assert!(message.contains("local path"), "{message}");
 
     // Deleting a Blueprint resource retires its tenant.
     let api: Api<DynamicObject> = Api::all_with(client(), &blueprints());
     for name in [&tenant_cr, &thief, &local] {
-        api.delete(name, &Default::default()).await.expect("delete Blueprint");
+        api.delete(name, &Default::default())
+            .await
+            .expect("delete Blueprint");
     }
     eventually("the resource tenants to go", || async {
         host.fleet

@@ -340,7 +340,9 @@ fn replicas_sharing_a_cache_compile_concurrently_without_tearing_it() {
         ..EngineSettings::default()
     };
     // Three "replicas" start at once on an empty cache and all compile the same module.
-    let engines: Vec<Engine> = (0..3).map(|_| Engine::new(settings()).expect("engine")).collect();
+    let engines: Vec<Engine> = (0..3)
+        .map(|_| Engine::new(settings()).expect("engine"))
+        .collect();
     std::thread::scope(|s| {
         for engine in &engines {
             s.spawn(|| {
@@ -354,7 +356,11 @@ fn replicas_sharing_a_cache_compile_concurrently_without_tearing_it() {
         .expect("read")
         .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
         .collect();
-    assert_eq!(names.len(), 1, "one whole entry, no temporary files: {names:?}");
+    assert_eq!(
+        names.len(),
+        1,
+        "one whole entry, no temporary files: {names:?}"
+    );
     assert!(names[0].ends_with(".cwasm"), "{names:?}");
     // A later replica loads that entry rather than compiling.
     let before = inrun::metrics::global().value("inrun_plugin_loads_total", "source=\"cache\"");

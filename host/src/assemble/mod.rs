@@ -18,13 +18,13 @@ use crate::blueprint::{
     self, Blueprint, BlueprintError, CrdSpec, PluginLimits, Problem, ReconcileSpec,
 };
 use crate::external::ExternalCalls;
+use crate::plugins::{PluginSet, PluginSlot};
 use crate::reconcilers::declarative::Declarative;
 use crate::reconcilers::remote::Remote;
 use crate::reconcilers::wasm::{Constructor, Hook, Hooks};
 use crate::reconcilers::{Reconciler, ReconcilerKind};
-use crate::template::{CompiledCondition, CompiledValue, Engine as Templates};
-use crate::plugins::{PluginSet, PluginSlot};
 use crate::sources::{Location, PullSecret};
+use crate::template::{CompiledCondition, CompiledValue, Engine as Templates};
 use crate::wasm::{Engine, Limits, PluginInfo, World};
 
 /// A loaded, checked Blueprint.
@@ -175,25 +175,26 @@ impl Assembly {
     ///
     /// # Errors
     /// [`BlueprintError::Invalid`] listing every template, plugin or limit that failed.
-    pub async fn build(
-        blueprint: Blueprint,
-        cx: BuildContext<'_>,
-    ) -> Result<Self, BlueprintError> {
+    pub async fn build(blueprint: Blueprint, cx: BuildContext<'_>) -> Result<Self, BlueprintError> {
         let mut problems = Vec::new();
         let mut slots = HashMap::new();
         for r in blueprint.plugins() {
             let field = format!("{}.location", r.field);
             let problem = |message: String| {
-                Problem::new(&r.crd.source.file, Some(&r.crd.kind), field.clone(), message)
+                Problem::new(
+                    &r.crd.source.file,
+                    Some(&r.crd.kind),
+                    field.clone(),
+                    message,
+                )
             };
-            let location =
-                match Location::parse(r.location, r.digest.as_deref(), &r.crd.source.base_dir()) {
-                    Ok(l) => l,
-                    Err(e) => {
-                        problems.push(problem(crate::errors::chain(&e)));
-                        continue;
-                    }
-                };
+            let location = match Location::parse(r.location, r.digest, r.crd.source.base_dir()) {
+                Ok(l) => l,
+                Err(e) => {
+                    problems.push(problem(crate::errors::chain(&e)));
+                    continue;
+                }
+            };
             if matches!(location, Location::File(_)) && !cx.policy.local_plugins {
                 problems.push(problem(format!(
                     "plugin location {:?} is a local path; this Blueprint may only name https:// or oci:// locations",
@@ -262,7 +263,10 @@ impl Assembly {
 impl ReconcilePlan {
     /// The plugins it calls, as they serve now (for `/blueprint` and `validate`).
     pub fn plugins(&self) -> Vec<PluginInfo> {
-        self.slots.iter().map(|s| s.current().info().clone()).collect()
+        self.slots
+            .iter()
+            .map(|s| s.current().info().clone())
+            .collect()
     }
 }
 
@@ -282,19 +286,30 @@ pub fn limits(spec: &PluginLimits) -> Limits {
 /// Turns a blueprint's plugin limits into the engine's under `policy`: defaults for fields
 /// left out (never above a ceiling), and, for each field above its ceiling, the field's
 /// name and why, so the assembly can refuse it.
-pub fn limits_within(spec: &PluginLimits, policy: &Policy) -> (Limits, Vec<(&'static str, String)>) {
+pub fn limits_within(
+    spec: &PluginLimits,
+    policy: &Policy,
+) -> (Limits, Vec<(&'static str, String)>) {
     let d = policy.defaults;
     let c = policy.ceilings;
     let mut over = Vec::new();
     let bytes = |q: Option<blueprint::Quantity>| {
         q.map(|q| usize::try_from(q.bytes()).unwrap_or(usize::MAX))
     };
-    let mut pick = |field: &'static str, given: Option<u128>, default: u128, ceiling: u128, show: &dyn Fn(u128) -> String| {
+    let mut pick = |field: &'static str,
+                    given: Option<u128>,
+                    default: u128,
+                    ceiling: u128,
+                    show: &dyn Fn(u128) -> String| {
         match given {
             Some(v) if v > ceiling => {
                 over.push((
                     field,
-                    format!("{} exceeds the host's ceiling of {}", show(v), show(ceiling)),
+                    format!(
+                        "{} exceeds the host's ceiling of {}",
+                        show(v),
+                        show(ceiling)
+                    ),
                 ));
                 ceiling
             }
@@ -302,8 +317,11 @@ pub fn limits_within(spec: &PluginLimits, policy: &Policy) -> (Limits, Vec<(&'st
             None => default.min(ceiling),
         }
     };
-    let millis = |v: u128| crate::duration::format(Duration::from_millis(u64::try_from(v).unwrap_or(u64::MAX)));
-    let size = |v: u128| blueprint::Quantity::from_bytes(u64::try_from(v).unwrap_or(u64::MAX)).to_string();
+    let millis = |v: u128| {
+        crate::duration::format(Duration::from_millis(u64::try_from(v).unwrap_or(u64::MAX)))
+    };
+    let size =
+        |v: u128| blueprint::Quantity::from_bytes(u64::try_from(v).unwrap_or(u64::MAX)).to_string();
     let count = |v: u128| v.to_string();
     let deadline = pick(
         "deadline",
@@ -600,7 +618,8 @@ mod tests {
 
     #[test]
     fn without_ceilings_a_blueprint_gets_what_it_asks_within_the_schema() {
-        let (limits, over) = limits_within(&spec("{ deadline: 4m, memory: 2Gi }"), &Policy::default());
+        let (limits, over) =
+            limits_within(&spec("{ deadline: 4m, memory: 2Gi }"), &Policy::default());
         assert!(over.is_empty());
         assert_eq!(limits.deadline, Duration::from_secs(240));
         assert_eq!(limits.memory_bytes, 2 << 30);

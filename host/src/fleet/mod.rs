@@ -174,11 +174,7 @@ fn yaml_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)?
         .filter_map(Result::ok)
         .map(|e| e.path())
-        .filter(|p| {
-            p.is_file()
-                && p.extension()
-                    .is_some_and(|e| e == "yaml" || e == "yml")
-        })
+        .filter(|p| p.is_file() && p.extension().is_some_and(|e| e == "yaml" || e == "yml"))
         .collect();
     files.sort();
     Ok(files)
@@ -203,9 +199,7 @@ fn source_text(path: &Path) -> std::io::Result<String> {
 fn plugin_locations(blueprint: &Blueprint) -> BTreeMap<String, BTreeSet<String>> {
     let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for r in blueprint.plugins() {
-        if let Ok(location) =
-            Location::parse(r.location, r.digest.as_deref(), &r.crd.source.base_dir())
-        {
+        if let Ok(location) = Location::parse(r.location, r.digest, r.crd.source.base_dir()) {
             out.entry(r.crd.crd_name())
                 .or_default()
                 .insert(location.to_string());
@@ -260,12 +254,7 @@ impl Fleet {
             serving: tenant.assembly.is_some(),
             crds: tenant.running.keys().cloned().collect(),
             error: tenant.error.clone(),
-            plugins: tenant
-                .plugins
-                .slots()
-                .iter()
-                .map(|s| s.status())
-                .collect(),
+            plugins: tenant.plugins.slots().iter().map(|s| s.status()).collect(),
             reloads: tenant.reloads,
             assembly: tenant.assembly.clone(),
         };
@@ -352,7 +341,10 @@ impl Fleet {
     /// # Errors
     /// [`FleetError`] when the `--blueprint` tenant cannot start (a missing CRD, missing
     /// permissions): with a single Blueprint there is nothing else to serve.
-    pub async fn run(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) -> Result<(), FleetError> {
+    pub async fn run(
+        self: Arc<Self>,
+        mut shutdown: watch::Receiver<bool>,
+    ) -> Result<(), FleetError> {
         if let Some(path) = &self.options.blueprint {
             let source = TenantSource::File(path.clone());
             let loaded = self.tenants.lock().await.contains_key(&source);
@@ -434,7 +426,12 @@ impl Fleet {
     ) -> Option<&'t TenantSource> {
         tenants
             .values()
-            .find(|t| t.running.contains_key(crd) || t.assembly.as_ref().is_some_and(|a| a.crds().iter().any(|c| c.spec.crd_name() == crd)))
+            .find(|t| {
+                t.running.contains_key(crd)
+                    || t.assembly
+                        .as_ref()
+                        .is_some_and(|a| a.crds().iter().any(|c| c.spec.crd_name() == crd))
+            })
             .map(|t| &t.source)
     }
 
@@ -455,7 +452,9 @@ impl Fleet {
                         &plan.spec.source.file,
                         Some(&plan.spec.kind),
                         plan.spec.source.field(),
-                        format!("CRD {name} is already served by the tenant {owner}; a CRD belongs to one Blueprint"),
+                        format!(
+                            "CRD {name} is already served by the tenant {owner}; a CRD belongs to one Blueprint"
+                        ),
                     )],
                 }));
             }
@@ -670,7 +669,9 @@ impl Fleet {
                 }
                 let loaded = blueprint::from_str(&object.text, &source.to_string());
                 let mut tenants = self.tenants.lock().await;
-                let result = self.apply(&mut tenants, source.clone(), print, loaded).await;
+                let result = self
+                    .apply(&mut tenants, source.clone(), print, loaded)
+                    .await;
                 let crds = match tenants.get_mut(&source) {
                     Some(t) => {
                         t.object = Some(object.clone());

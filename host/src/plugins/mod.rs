@@ -340,7 +340,11 @@ impl PluginSet {
 
     async fn check(&self, slot: &PluginSlot) -> Option<Change> {
         let location = slot.location.to_string();
-        let version = match self.sources.version(&slot.location, slot.pull.as_ref()).await {
+        let version = match self
+            .sources
+            .version(&slot.location, slot.pull.as_ref())
+            .await
+        {
             Ok(v) => v,
             Err(e) => {
                 // The source is unreachable for now (registry down, file mid-replace):

@@ -107,9 +107,8 @@ impl FleetHost {
         })
         .expect("engine");
         let client = ControlPlane::shared().client();
-        let services =
-            Services::with_sources(Arc::new(KubeSecrets::new(client.clone())), sources)
-                .with_cluster(Arc::new(WatchCache::new(client.clone())));
+        let services = Services::with_sources(Arc::new(KubeSecrets::new(client.clone())), sources)
+            .with_cluster(Arc::new(WatchCache::new(client.clone())));
         let fleet = Fleet::new(Shared::new(client, "e2e".into()), engine, services, options);
         fleet
             .load_initial()
