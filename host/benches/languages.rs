@@ -3,7 +3,10 @@
 //! `reconcile` call. A language whose component is not built (`make plugins`) is skipped.
 //! Writes the "Guest languages" section of BENCHMARKS.md.
 
-use std::path::PathBuf;
+mod common;
+
+use common::{plugin_dir, write_section};
+
 use std::time::{Duration, Instant};
 
 use inrun::contract::Request;
@@ -17,15 +20,6 @@ const WEBAPPS: [(&str, &str); 4] = [
     ("JavaScript", "inrun_plugin_webapp_js"),
     ("C", "inrun_plugin_webapp_c"),
 ];
-
-fn plugin_dir() -> PathBuf {
-    std::env::var_os("INRUN_PLUGIN_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-                .join("../plugins/target/wasm32-wasip2/release")
-        })
-}
 
 /// Median of `iters` runs of `f`, after `warmup` untimed runs.
 fn median(warmup: usize, iters: usize, mut f: impl FnMut()) -> Duration {
@@ -117,23 +111,4 @@ fn main() {
     );
     println!("{section}");
     write_section("languages", &section);
-}
-
-/// Replaces (or appends) the section between `<!-- bench:NAME -->` markers in BENCHMARKS.md.
-fn write_section(name: &str, body: &str) {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../BENCHMARKS.md");
-    let begin = format!("<!-- bench:{name} -->");
-    let end = format!("<!-- /bench:{name} -->");
-    let old = std::fs::read_to_string(&path).unwrap_or_else(|_| "# Benchmarks\n\n".to_string());
-    let block = format!("{begin}\n{body}{end}\n");
-    let new = match (old.find(&begin), old.find(&end)) {
-        (Some(a), Some(b)) if b > a => format!(
-            "{}{}{}",
-            &old[..a],
-            block,
-            &old[b + end.len()..].trim_start_matches('\n')
-        ),
-        _ => format!("{old}{block}"),
-    };
-    std::fs::write(&path, new).expect("write BENCHMARKS.md");
 }

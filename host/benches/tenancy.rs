@@ -7,6 +7,10 @@
 //! - A tenant's create→Ready latency alone, and beside another tenant whose plugin always
 //!   runs out of time: the baseline is the same tenant in the same run.
 
+mod common;
+
+use common::{plugin_dir, write_section};
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -25,13 +29,7 @@ use tokio::sync::watch;
 const WAIT: Duration = Duration::from_secs(60);
 
 fn plugin(name: &str) -> PathBuf {
-    std::env::var_os("INRUN_PLUGIN_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-                .join("../plugins/target/wasm32-wasip2/release")
-        })
-        .join(format!("{name}.wasm"))
+    plugin_dir().join(format!("{name}.wasm"))
 }
 
 fn resource(group: &str, kind: &str) -> ApiResource {
@@ -268,23 +266,4 @@ fn main() {
     );
     println!("{section}");
     write_section("tenancy", &section);
-}
-
-/// Replaces (or appends) the section between `<!-- bench:NAME -->` markers in BENCHMARKS.md.
-fn write_section(name: &str, body: &str) {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../BENCHMARKS.md");
-    let begin = format!("<!-- bench:{name} -->");
-    let end = format!("<!-- /bench:{name} -->");
-    let old = std::fs::read_to_string(&path).unwrap_or_else(|_| "# Benchmarks\n\n".to_string());
-    let block = format!("{begin}\n{body}{end}\n");
-    let new = match (old.find(&begin), old.find(&end)) {
-        (Some(a), Some(b)) if b > a => format!(
-            "{}{}{}",
-            &old[..a],
-            block,
-            &old[b + end.len()..].trim_start_matches('\n')
-        ),
-        _ => format!("{old}{block}"),
-    };
-    std::fs::write(&path, new).expect("write BENCHMARKS.md");
 }

@@ -2,7 +2,10 @@
 //! behind a remote (loopback HTTP) endpoint, in
 //! one run. Writes the "Wasm plugins" section of BENCHMARKS.md.
 
-use std::path::PathBuf;
+mod common;
+
+use common::{plugin_dir, write_section};
+
 use std::time::{Duration, Instant};
 
 use inrun::contract::Request;
@@ -11,15 +14,6 @@ use inrun::reconcilers::remote::{Remote, http_client};
 use inrun::reconcilers::wasm::Constructor;
 use inrun::wasm::{CompileCache, Engine, EngineSettings, Grants, Limits};
 use serde_json::{Value, json};
-
-fn plugin_dir() -> PathBuf {
-    std::env::var_os("INRUN_PLUGIN_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-                .join("../plugins/target/wasm32-wasip2/release")
-        })
-}
 
 /// Median and 90th percentile of `iters` runs of `f`, after `warmup` untimed runs.
 fn measure(warmup: usize, iters: usize, mut f: impl FnMut()) -> (Duration, Duration) {
@@ -127,7 +121,15 @@ fn remote_server(server: &tokio::runtime::Runtime) -> String {
 
 fn main() {
     let dir = plugin_dir();
-    let plugins = ["inrun_plugin_webapp", "inrun_plugin_labels_hooks"];
+    // Every example plugin (the WebApp constructors in other languages are in the
+    // languages bench); ones not built are skipped.
+    let plugins = [
+        "inrun_plugin_webapp",
+        "inrun_plugin_labels_hooks",
+        "inrun_plugin_hooks_c",
+        "inrun_plugin_hooks_js",
+        "inrun_plugin_hooks_python",
+    ];
     let mut rows = Vec::new();
 
     // Compile (cold) and cached load, per plugin.
@@ -139,8 +141,10 @@ fn main() {
     .expect("engine");
     let mut load_rows = Vec::new();
     for name in plugins {
-        let bytes =
-            std::fs::read(dir.join(format!("{name}.wasm"))).expect("run `make plugins` first");
+        let Ok(bytes) = std::fs::read(dir.join(format!("{name}.wasm"))) else {
+            eprintln!("{name}.wasm is not built (`make plugins`); skipped");
+            continue;
+        };
         let (compile, _) = measure(1, 5, || {
             engine.compile_uncached(name, &bytes).expect("compile")
         });
@@ -248,25 +252,4 @@ fn main() {
     );
     println!("{section}");
     write_section("wasm", &section);
-}
-
-/// Replaces (or appends) the section between `<!-- bench:NAME -->` markers in BENCHMARKS.md.
-fn write_section(name: &str, body: &str) {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../BENCHMARKS.md");
-    let begin = format!("<!-- bench:{name} -->");
-    let end = format!("<!-- /bench:{name} -->");
-    let old = std::fs::read_to_string(&path).unwrap_or_else(|_| {
-        "# Benchmarks\n\nWritten by `make bench`; every table compares against a baseline measured in the same run.\n\n".to_string()
-    });
-    let block = format!("{begin}\n{body}{end}\n");
-    let new = match (old.find(&begin), old.find(&end)) {
-        (Some(a), Some(b)) if b > a => format!(
-            "{}{}{}",
-            &old[..a],
-            block,
-            &old[b + end.len()..].trim_start_matches('\n')
-        ),
-        _ => format!("{old}{block}"),
-    };
-    std::fs::write(&path, new).expect("write BENCHMARKS.md");
 }
