@@ -94,6 +94,7 @@ fn options(reload: Duration) -> FleetOptions {
         reload: Some(reload),
         policy: Policy::default(),
         install_crds: true,
+        resource_capabilities: false,
     }
 }
 

@@ -62,6 +62,10 @@ enum Command {
         /// Also serve every cluster-scoped `Blueprint` custom resource as a tenant.
         #[arg(long, env = "INRUN_BLUEPRINT_RESOURCES")]
         blueprint_resources: bool,
+        /// Let `Blueprint` resources grant their plugins capabilities (cluster reads,
+        /// outbound HTTP); off, such a Blueprint is refused.
+        #[arg(long, env = "INRUN_ALLOW_RESOURCE_CAPABILITIES")]
+        allow_resource_capabilities: bool,
         /// How often Blueprint files and plugin sources are checked for changes; `0`
         /// turns reloading off.
         #[arg(long, env = "INRUN_RELOAD_INTERVAL", default_value = "10s", value_parser = parse_duration)]
@@ -371,6 +375,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             blueprint,
             tenants,
             blueprint_resources,
+            allow_resource_capabilities,
             reload_interval,
             max_plugin_deadline,
             max_plugin_memory,
@@ -437,6 +442,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     reload: (!reload_interval.is_zero()).then_some(reload_interval),
                     policy,
                     install_crds,
+                    resource_capabilities: allow_resource_capabilities,
                 },
             );
             // A broken `--blueprint` stops the host here, before it waits for a lease.

@@ -217,23 +217,32 @@ async fn blueprint_resources_are_tenants_and_a_claimed_crd_is_refused() {
     })
     .await;
 
-    // A Blueprint resource may not name a plugin file on the host's disk.
+    // A Blueprint resource may not name a plugin file on the host's disk, nor grant its
+    // plugins capabilities unless the operator allows it.
     let local = format!("{}-local", group.split('.').next().unwrap_or("t"));
-    apply_blueprint(
-        &local,
-        &tenant(
-            "x",
-            &unique_group("tenant-local"),
-            "Local",
-            &plugin("inrun_test_stamp_v1"),
-            "1s",
-        ),
+    let greedy = tenant(
+        "x",
+        &unique_group("tenant-local"),
+        "Local",
+        &plugin("inrun_test_stamp_v1"),
+        "1s",
     )
-    .await;
+    .replace(
+        "limits: { deadline: 1s } }",
+        "limits: { deadline: 1s }, capabilities: { cluster: { read: [ { apiVersion: v1, kind: Secret, namespaces: ['*'] } ] } } }",
+    );
+    assert!(greedy.contains("kind: Secret"), "{greedy}");
+    apply_blueprint(&local, &greedy).await;
     let (status, _, message) =
         eventually("the local path to be refused", || accepted(&local)).await;
     assert_eq!(status, "False");
     assert!(message.contains("local path"), "{message}");
+    assert!(
+        message.contains(
+            "reconcile.constructor.capabilities: this Blueprint may not grant capabilities"
+        ),
+        "{message}"
+    );
 
     // Deleting a Blueprint resource retires its tenant.
     let api: Api<DynamicObject> = Api::all_with(client(), &blueprints());

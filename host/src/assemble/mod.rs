@@ -25,7 +25,7 @@ use crate::reconcilers::wasm::{Constructor, Hook, Hooks};
 use crate::reconcilers::{Reconciler, ReconcilerKind};
 use crate::sources::{Location, PullSecret};
 use crate::template::{CompiledCondition, CompiledValue, Engine as Templates};
-use crate::wasm::{Engine, Limits, PluginInfo, World};
+use crate::wasm::{Engine, Grants, Limits, PluginInfo, World};
 
 /// A loaded, checked Blueprint.
 pub struct Assembly {
@@ -99,6 +99,10 @@ pub struct Policy {
     /// Whether plugin locations may be local paths. Off for Blueprints that arrive as
     /// custom resources: a tenant must not make the host read its files.
     pub local_plugins: bool,
+    /// Whether the Blueprint may grant its plugins capabilities (cluster reads, HTTP).
+    /// Off by default for Blueprints that arrive as custom resources: whoever can create
+    /// one could otherwise read anything the host's identity can.
+    pub capabilities: bool,
 }
 
 impl Default for Policy {
@@ -107,6 +111,7 @@ impl Default for Policy {
             defaults: Limits::default(),
             ceilings: Limits::ceilings(),
             local_plugins: true,
+            capabilities: true,
         }
     }
 }
@@ -456,6 +461,19 @@ impl Builder<'_> {
         self.slots.get(field).cloned()
     }
 
+    /// The grants written at `field.capabilities`, if the policy lets this Blueprint grant
+    /// any (a problem otherwise).
+    fn plugin_grants(&mut self, field: &str, caps: &crate::blueprint::Capabilities) -> Grants {
+        if !self.policy.capabilities && !caps.is_empty() {
+            self.problem(
+                format!("{field}.capabilities"),
+                "this Blueprint may not grant capabilities to its plugins: the operator allows it for Blueprint resources with `inrun run --allow-resource-capabilities`".into(),
+            );
+            return Grants::default();
+        }
+        grants(caps, self.services)
+    }
+
     /// The limits written at `field.limits`, each checked against the host's ceilings.
     fn plugin_limits(&mut self, field: &str, spec: &PluginLimits) -> Limits {
         let (limits, over) = limits_within(spec, self.policy);
@@ -509,6 +527,7 @@ impl Builder<'_> {
                 for (i, h) in r.hooks.iter().enumerate() {
                     let field = format!("{at}.hooks[{i}]");
                     let limits = self.plugin_limits(&field, &h.limits);
+                    let grants = self.plugin_grants(&field, &h.capabilities);
                     if let Some(slot) = self.slot(&field) {
                         if let Err(e) = slot.require(World::Hooks, Some(h.function.as_str())) {
                             self.problem(format!("{field}.function"), crate::errors::chain(&e));
@@ -521,7 +540,7 @@ impl Builder<'_> {
                             slot,
                             function: h.function.clone(),
                             limits,
-                            grants: grants(&h.capabilities, self.services),
+                            grants,
                         });
                     }
                 }
@@ -541,10 +560,10 @@ impl Builder<'_> {
                 let c = r.constructor.as_ref()?;
                 let at_constructor = format!("{at}.constructor");
                 let limits = self.plugin_limits(&at_constructor, &c.limits);
+                let grants = self.plugin_grants(&at_constructor, &c.capabilities);
                 let field = format!("{at_constructor}.location");
                 let slot = self.slot(&at_constructor)?;
                 plugins.push(slot.clone());
-                let grants = grants(&c.capabilities, self.services);
                 match Constructor::new(slot, limits, grants) {
                     Ok(c) => Some(Arc::new(c)),
                     Err(e) => {
@@ -599,6 +618,7 @@ mod tests {
                 max_resources: 10,
             },
             local_plugins: true,
+            capabilities: true,
         };
         let (limits, over) = limits_within(&spec("{ deadline: 5s, memory: 16Mi }"), &policy);
         assert_eq!(over.len(), 1, "{over:?}");

@@ -46,6 +46,8 @@ pub struct FleetOptions {
     pub policy: Policy,
     /// Install (server-side apply) the CRDs tenants declare.
     pub install_crds: bool,
+    /// Let `Blueprint` resources grant their plugins capabilities (cluster reads, HTTP).
+    pub resource_capabilities: bool,
 }
 
 /// Where a tenant's Blueprint comes from.
@@ -275,6 +277,7 @@ impl Fleet {
         let mut policy = self.options.policy.clone();
         if matches!(source, TenantSource::Resource(_)) {
             policy.local_plugins = false;
+            policy.capabilities = self.options.resource_capabilities;
         }
         Tenant {
             source,

@@ -132,6 +132,7 @@ impl FleetHost {
             reload: Some(Duration::from_millis(100)),
             policy: Policy::default(),
             install_crds: true,
+            resource_capabilities: false,
         }
     }
 
