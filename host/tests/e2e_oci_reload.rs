@@ -5,23 +5,12 @@
 
 mod support;
 
-use inrun::fleet::{FleetOptions, TenantSource};
+use inrun::fleet::{FleetOptions, TenantSource, blueprint_resource};
 use inrun::sources::{ComponentMeta, Credentials, SourceOptions, push};
 use inrun_testenv::registry::Registry;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
-use kube::discovery::ApiResource;
 use support::{FleetHost, apply_cr, client, configmaps, eventually, get, resource, unique_group};
-
-fn blueprints() -> ApiResource {
-    ApiResource {
-        group: "inrun.dev".into(),
-        version: "v1alpha1".into(),
-        api_version: "inrun.dev/v1alpha1".into(),
-        kind: "Blueprint".into(),
-        plural: "blueprints".into(),
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn moving_an_oci_tag_reloads_the_plugin_of_a_blueprint_resource() {
@@ -88,8 +77,8 @@ async fn moving_an_oci_tag_reloads_the_plugin_of_a_blueprint_resource() {
             },
         }]},
     });
-    support::served(&blueprints()).await;
-    let api: Api<DynamicObject> = Api::all_with(client(), &blueprints());
+    support::served(&blueprint_resource()).await;
+    let api: Api<DynamicObject> = Api::all_with(client(), &blueprint_resource());
     api.patch(
         &name,
         &PatchParams::apply("e2e-test").force(),

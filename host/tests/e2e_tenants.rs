@@ -8,7 +8,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use inrun::fleet::{FleetOptions, TenantSource};
+use inrun::fleet::{FleetOptions, TenantSource, blueprint_resource};
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::discovery::ApiResource;
 use support::{
@@ -119,21 +119,11 @@ async fn a_tenant_whose_plugin_always_times_out_does_not_hold_up_another() {
     host.stop().await;
 }
 
-fn blueprints() -> ApiResource {
-    ApiResource {
-        group: "inrun.dev".into(),
-        version: "v1alpha1".into(),
-        api_version: "inrun.dev/v1alpha1".into(),
-        kind: "Blueprint".into(),
-        plural: "blueprints".into(),
-    }
-}
-
 async fn apply_blueprint(name: &str, text: &str) {
-    support::served(&blueprints()).await;
+    support::served(&blueprint_resource()).await;
     let mut doc: serde_json::Value = serde_yaml_ng::from_str(text).expect("yaml");
     doc["metadata"]["name"] = name.into();
-    let api: Api<DynamicObject> = Api::all_with(client(), &blueprints());
+    let api: Api<DynamicObject> = Api::all_with(client(), &blueprint_resource());
     api.patch(
         name,
         &PatchParams::apply("e2e-test").force(),
@@ -145,7 +135,7 @@ async fn apply_blueprint(name: &str, text: &str) {
 
 /// The `Accepted` condition of a Blueprint resource: (status, reason, message).
 async fn accepted(name: &str) -> Option<(String, String, String)> {
-    let obj = get(blueprints(), None, name).await?;
+    let obj = get(blueprint_resource(), None, name).await?;
     let c = obj
         .data
         .pointer("/status/conditions")?
@@ -245,7 +235,7 @@ async fn blueprint_resources_are_tenants_and_a_claimed_crd_is_refused() {
     );
 
     // Deleting a Blueprint resource retires its tenant.
-    let api: Api<DynamicObject> = Api::all_with(client(), &blueprints());
+    let api: Api<DynamicObject> = Api::all_with(client(), &blueprint_resource());
     for name in [&tenant_cr, &thief, &local] {
         api.delete(name, &Default::default())
             .await

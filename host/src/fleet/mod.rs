@@ -11,7 +11,7 @@
 
 mod resources;
 
-pub use resources::{BLUEPRINT_CRD, blueprint_crd};
+pub use resources::{BLUEPRINT_CRD, blueprint_crd, blueprint_resource};
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{DefaultHasher, Hash, Hasher};

@@ -53,7 +53,8 @@ pub fn blueprint_crd() -> Value {
     })
 }
 
-fn resource() -> ApiResource {
+/// How to address `Blueprint` resources.
+pub fn blueprint_resource() -> ApiResource {
     ApiResource {
         group: "inrun.dev".into(),
         version: "v1alpha1".into(),
@@ -109,7 +110,7 @@ fn object(obj: &DynamicObject) -> Option<Object> {
 /// Watches every Blueprint resource and sends an [`Event`] for each change, until the
 /// receiver is gone.
 pub(super) async fn watch(client: kube::Client, events: mpsc::UnboundedSender<Event>) {
-    let api: Api<DynamicObject> = Api::all_with(client, &resource());
+    let api: Api<DynamicObject> = Api::all_with(client, &blueprint_resource());
     let mut stream = watcher(api, watcher::Config::default()).boxed();
     let mut listing = Vec::new();
     while let Some(item) = stream.next().await {
@@ -148,7 +149,7 @@ pub(super) async fn report(
     result: Result<(), String>,
     crds: Vec<String>,
 ) {
-    let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource());
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &blueprint_resource());
     let (status, reason, message) = match &result {
         Ok(()) => ("True", "Serving", format!("serving {} CRD(s)", crds.len())),
         Err(e) if e.contains("already served by the tenant") => ("False", "CrdConflict", e.clone()),

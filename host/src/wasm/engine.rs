@@ -16,7 +16,7 @@ use super::state::State;
 use super::{LoadError, PluginId};
 
 /// How often the epoch advances; deadlines are rounded up to this.
-pub(super) const TICK: Duration = Duration::from_millis(10);
+pub(super) const TICK: Duration = Duration::from_millis(1);
 
 /// Engine-wide settings.
 #[derive(Debug, Clone)]
