@@ -251,7 +251,10 @@ fn main() {
          ### Plugin file change → first reconcile on the new version\n\n\
          The `stamp` constructor's file is replaced (rename over it) while a CR exists; timed until the \
          ConfigMap the new version declares is in the API server: the wait for the next source \
-         check, fetch + compile, swap, re-queue of every CR, reconcile and apply. Median of {swaps} swaps (v1↔v2).\n\n\
+         check, fetch + compile, swap, re-queue of every CR, reconcile and apply. Median of {swaps} swaps (v1↔v2). \
+         Each swap follows right after the host saw the previous version, so it waits close to a full interval for the \
+         next check; the engine here has no disk cache, so every swap compiles (a replaced version leaves the \
+         engine's memory).\n\n\
          | source check interval | median |\n|---|---|\n\
          | 100 ms | {} |\n| 1 s | {} |\n\n\
          ### Tenant isolation\n\n\

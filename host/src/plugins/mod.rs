@@ -180,7 +180,15 @@ impl PluginSlot {
                 status.reloads += 1;
                 status.last_error = None;
                 status.failed_version = None;
-                *self.current.write().unwrap_or_else(|p| p.into_inner()) = plugin;
+                let old = std::mem::replace(
+                    &mut *self.current.write().unwrap_or_else(|p| p.into_inner()),
+                    plugin,
+                );
+                drop(status);
+                // Calls in flight keep the old version alive; the engine need not.
+                if old.id().digest != self.current().id().digest {
+                    old.engine().forget_digest(&old.id().digest);
+                }
                 true
             }
             Err(e) => {

@@ -183,6 +183,13 @@ impl Engine {
             .map_err(|source| LoadError::Compile { plugin: id, source })
     }
 
+    /// Forgets the compiled component of one module digest kept in memory (plugins already
+    /// loaded from it keep working; the disk cache stays). Called when a reload replaces a
+    /// version, so a host that reloads often does not keep every version it ever ran.
+    pub fn forget_digest(&self, digest: &str) {
+        self.compiled_map().remove(digest);
+    }
+
     /// Forgets components kept in memory (the disk cache stays), for measuring cached loads.
     pub fn forget_loaded(&self) {
         self.compiled_map().clear();

@@ -146,6 +146,11 @@ impl Plugin {
         Ok(plugin)
     }
 
+    /// The engine it was compiled by.
+    pub fn engine(&self) -> &Engine {
+        &self.inner.engine
+    }
+
     pub(super) fn inner(&self) -> &Inner {
         &self.inner
     }
