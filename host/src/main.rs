@@ -167,6 +167,10 @@ enum GenerateCommand {
         /// Also grant creating and patching the CRDs (for `inrun run --install-crds`).
         #[arg(long, env = "INRUN_INSTALL_CRDS")]
         install_crds: bool,
+        /// Also grant reading `Blueprint` resources and writing their status (for
+        /// `inrun run --blueprint-resources`).
+        #[arg(long, env = "INRUN_BLUEPRINT_RESOURCES")]
+        blueprint_resources: bool,
     },
     /// The `Blueprint` CustomResourceDefinition, for `inrun run --blueprint-resources`
     /// without `--install-crds`.
@@ -507,6 +511,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     service_account,
                     name,
                     install_crds,
+                    blueprint_resources,
                 } => inrun::generate::rbac::manifests(
                     &inrun::blueprint::load(&blueprint)?,
                     &inrun::generate::rbac::RbacOptions {
@@ -514,6 +519,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                         namespace,
                         service_account,
                         install_crds,
+                        blueprint_resources,
                     },
                 ),
             };

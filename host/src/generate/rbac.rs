@@ -46,6 +46,8 @@ pub struct RbacOptions {
     pub service_account: String,
     /// Whether the host installs CRDs itself (`--install-crds`).
     pub install_crds: bool,
+    /// Whether the host serves `Blueprint` resources (`--blueprint-resources`).
+    pub blueprint_resources: bool,
 }
 
 impl Default for RbacOptions {
@@ -55,6 +57,7 @@ impl Default for RbacOptions {
             namespace: "inrun-system".into(),
             service_account: "inrun".into(),
             install_crds: false,
+            blueprint_resources: false,
         }
     }
 }
@@ -247,6 +250,32 @@ pub fn required(blueprint: &Blueprint, options: &RbacOptions) -> Vec<Permission>
             "creating the leader-election Lease".into(),
         );
         p.namespace = Some(namespace);
+        perms.push(p);
+    }
+    if options.blueprint_resources {
+        perms.push(perm(
+            "inrun.dev",
+            "blueprints",
+            &["get", "list", "watch"],
+            "Blueprint resources: one tenant each".into(),
+        ));
+        perms.push(perm(
+            "inrun.dev",
+            "blueprints/status",
+            &["get", "patch"],
+            "Blueprint resources: whether each is accepted".into(),
+        ));
+        let mut p = perm(
+            "apiextensions.k8s.io",
+            "customresourcedefinitions",
+            if options.install_crds {
+                &["get", "patch"]
+            } else {
+                &["get"]
+            },
+            "the Blueprint CRD".into(),
+        );
+        p.names = vec![crate::fleet::BLUEPRINT_CRD.to_string()];
         perms.push(p);
     }
     merge(perms)
@@ -468,6 +497,40 @@ spec:
             installing
                 .iter()
                 .any(|p| p.resource == "customresourcedefinitions" && p.verbs == ["create"])
+        );
+    }
+
+    #[test]
+    fn blueprint_resources_add_reading_them_and_writing_their_status_only() {
+        let plain = required(&blueprint(""), &RbacOptions::default());
+        assert!(!plain.iter().any(|p| p.group == "inrun.dev"));
+        let serving = required(
+            &blueprint(""),
+            &RbacOptions {
+                blueprint_resources: true,
+                ..RbacOptions::default()
+            },
+        );
+        let find = |resource: &str| {
+            serving
+                .iter()
+                .find(|p| p.group == "inrun.dev" && p.resource == resource)
+                .map(|p| p.verbs.clone())
+        };
+        assert_eq!(
+            find("blueprints"),
+            Some(vec!["get".into(), "list".into(), "watch".into()])
+        );
+        assert_eq!(
+            find("blueprints/status"),
+            Some(vec!["get".into(), "patch".into()])
+        );
+        assert!(
+            serving
+                .iter()
+                .any(|p| p.resource == "customresourcedefinitions"
+                    && p.names == ["blueprints.inrun.dev"]
+                    && p.verbs == ["get"])
         );
     }
 }
