@@ -169,6 +169,7 @@ async fn the_host_runs_on_exactly_the_generated_rbac_and_refuses_a_blueprint_nee
         namespace: sa_ns.clone(),
         service_account: "inrun".into(),
         install_crds: false,
+        blueprint_resources: false,
     };
     // The operator's steps: CRDs and RBAC from `inrun generate`, applied by an admin.
     apply_all(&inrun::generate::crds(&blueprint)).await;
