@@ -429,11 +429,12 @@ impl Fleet {
     ) -> Option<&'t TenantSource> {
         tenants
             .values()
+            // Running controllers are always of the serving assembly's CRDs; a tenant
+            // loaded but not started yet claims its CRDs too.
             .find(|t| {
-                t.running.contains_key(crd)
-                    || t.assembly
-                        .as_ref()
-                        .is_some_and(|a| a.crds().iter().any(|c| c.spec.crd_name() == crd))
+                t.assembly
+                    .as_ref()
+                    .is_some_and(|a| a.crds().iter().any(|c| c.spec.crd_name() == crd))
             })
             .map(|t| &t.source)
     }

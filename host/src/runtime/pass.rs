@@ -57,23 +57,20 @@ pub(super) fn api(what: &'static str) -> impl FnOnce(kube::Error) -> Failure {
 pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Ctx>) -> Result<Action, Failure> {
     let plan = ctx.plan();
     let key = Ctx::key(&obj);
+    // One read of each slot per reconcile: the versions serving as it starts.
+    let serving: Vec<_> = plan.default.slots.iter().map(|s| s.current()).collect();
     let span = tracing::info_span!(
         "reconcile",
         object.ref = %format!("{}/{}", ctx.cr_resource.kind, key),
         reconciler.kind = %plan.default.reconciler.kind(),
-        plugin.digest = %plan.default.slots.first().map(|s| s.current().id().digest_ref()).unwrap_or_else(|| "-".into()),
+        plugin.digest = %serving.first().map_or("-", |p| p.id().digest.as_str()),
     );
     let metrics = crate::metrics::global();
     if let Some(waited) = ctx.queued.take(&key) {
         metrics.queue_wait(&plan.spec.crd_name(), waited);
     }
     let started = metrics.reconcile_started(&plan.spec.crd_name());
-    let plugins: Vec<String> = plan
-        .default
-        .slots
-        .iter()
-        .map(|s| s.current().id().name.clone())
-        .collect();
+    let plugins: Vec<String> = serving.iter().map(|p| p.id().name.clone()).collect();
     async move {
         let result = if obj.metadata.deletion_timestamp.is_some() {
             finalize::finalize(&obj, &ctx).await
