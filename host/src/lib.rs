@@ -15,6 +15,7 @@ pub mod intent;
 pub mod kubeconfig;
 pub mod leader;
 pub mod metrics;
+pub mod pass;
 pub mod plugins;
 pub mod reconcilers;
 pub mod render;

@@ -1,5 +1,6 @@
-//! `inrun render`: the reconcile step for one CR with no cluster — what would be applied,
-//! the status, labels, annotations, requeue and cleanup.
+//! `inrun render`: the pass for one CR with no cluster — [`crate::pass::run`] with effects
+//! that print instead of writing: what would be applied, the status, labels, annotations,
+//! events, requeue and cleanup.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -8,9 +9,9 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use crate::assemble::{Assembly, PassError};
-use crate::contract::Outcome;
+use crate::blueprint::RuntimeSpec;
+use crate::pass::{self, Failure, Pass, Reason, meta, record::Recorder};
 use crate::reconcilers::{ReconcileError, ReconcilerKind};
-use crate::template::Context;
 
 /// A CR read from a file.
 #[derive(Debug, Clone)]
@@ -58,6 +59,23 @@ pub enum RenderError {
     /// The reconciler failed.
     #[error("reconcile failed")]
     Reconcile(#[from] ReconcileError),
+    /// The CR would not be reconciled: it breaks the Blueprint's rules or names an unknown
+    /// serve target.
+    #[error("{0}")]
+    Invalid(String),
+    /// Writing failed (never offline; kept so every failure of the pass has a place).
+    #[error(transparent)]
+    Effect(#[from] pass::EffectError),
+}
+
+impl From<Failure> for RenderError {
+    fn from(f: Failure) -> Self {
+        match f {
+            Failure::Reconcile(e) => RenderError::Reconcile(e),
+            Failure::Pass(e) => RenderError::Pass(e),
+            Failure::Effect(e) => RenderError::Effect(e),
+        }
+    }
 }
 
 impl RenderInput {
@@ -95,14 +113,21 @@ pub struct RenderOutput {
     pub gated: Option<String>,
     /// Objects that would be applied.
     pub resources: Vec<Value>,
-    /// The CR's status after `emit.status` and the Result.
+    /// The CR's status after `emit.status` and the Result (without the conditions and
+    /// `observedGeneration` the host adds: see `ready`).
     pub status: Map<String, Value>,
+    /// The `Ready` condition the pass would set.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ready: Option<ReadyOutput>,
     /// Labels set on the CR.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
     /// Annotations set on the CR.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub annotations: BTreeMap<String, String>,
+    /// Events the pass would record, as `Reason: note`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub events: Vec<String>,
     /// When it would run again (`30s`), if at all.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub requeue_after: Option<String>,
@@ -114,18 +139,30 @@ pub struct RenderOutput {
     pub cleanup_after: Option<String>,
 }
 
-/// Runs the reconcile step for one CR: target, validation, gate (reported, not enforced),
-/// args, the reconciler, status, and the next requeue.
+/// The `Ready` condition, as `inrun render` prints it.
+#[derive(Debug, Serialize)]
+pub struct ReadyOutput {
+    /// `True` or `False`.
+    pub status: String,
+    /// CamelCase reason.
+    pub reason: String,
+    /// For people.
+    pub message: String,
+}
+
+/// Runs the pass for one CR offline: gate, prepare, reconcile and every decision after it,
+/// with writes printed instead of made. `finalizing` runs the deletion steps instead, as
+/// for a CR with a deletion timestamp.
 ///
 /// # Errors
-/// [`RenderError`] naming the step that failed.
+/// [`RenderError`] naming the step that failed, or why the CR would not be reconciled.
 pub async fn render(
     assembly: &Assembly,
     input: RenderInput,
     target: Option<&str>,
     finalizing: bool,
 ) -> Result<RenderOutput, RenderError> {
-    let object = input.object;
+    let mut object = input.object;
     let text = |p: &str| {
         object
             .pointer(p)
@@ -146,49 +183,78 @@ pub async fn render(
                 .collect::<Vec<_>>()
                 .join(", "),
         })?;
-    let target = crd.target_of(&object, target);
-    let plan = crd.plan_for(target.as_deref())?;
-    let ctx = Context::new(&object).with_target(target.as_deref());
-    crd.validate(&object, &ctx)?;
-    let gated = if finalizing { None } else { crd.gate(&ctx)? };
-    let req = plan.prepare(&object, target.as_deref(), finalizing).await?;
-    let outcome: Outcome = plan.reconciler.reconcile(&req).await?;
-    if !finalizing {
-        plan.fence(
-            &outcome,
-            object
-                .pointer("/metadata/namespace")
-                .and_then(Value::as_str)
-                .unwrap_or_default(),
-        )?;
+    let now = k8s_openapi::jiff::Timestamp::now();
+    if finalizing {
+        // As the API server shows a CR being deleted: a deletion timestamp, and the
+        // finalizer that holds it.
+        object["metadata"]["deletionTimestamp"] = Value::String(meta::format_time(now));
+        object["metadata"]["finalizers"] = serde_json::json!([meta::FINALIZER]);
     }
-    let external = req
-        .external
-        .clone()
-        .unwrap_or_else(|| Value::Object(Map::new()));
-    let status = crd.status(
-        &Context::new(&object)
-            .with_args(req.args.clone())
-            .with_external(external),
-        Some(&outcome),
-    )?;
-    let mut updated = object.clone();
-    updated["status"] = Value::Object(status.clone());
-    let next = plan.next(
-        &outcome,
-        &Context::new(&updated).with_args(req.args.clone()),
-    )?;
+    // The timeout counts from the deletion just stamped: offline, the reconciler always runs.
+    let runtime = RuntimeSpec {
+        resync: None,
+        ..assembly.blueprint.spec.runtime.clone()
+    };
+    let (target, plan) = pass::route(crd, &object, target);
+    let mut fx = Recorder::new(
+        object
+            .pointer("/metadata/namespace")
+            .and_then(Value::as_str)
+            .map(str::to_string),
+    );
+    let p = Pass {
+        crd,
+        runtime: &runtime,
+        object: &object,
+        target: target.as_deref(),
+        now,
+    };
+    let done = pass::run(p, &mut fx).await?;
+    if let Some((_, message)) = fx.events.iter().find(|(r, _)| *r == Reason::Invalid) {
+        return Err(RenderError::Invalid(message.clone()));
+    }
+    let gated = fx
+        .events
+        .iter()
+        .find(|(r, _)| *r == Reason::Gated)
+        .map(|(_, m)| m.clone());
+    let mut status = fx.status.clone().unwrap_or_default();
+    let ready = crate::pass::status::ready_now(&serde_json::json!({"status": status})).map(
+        |(status, reason, message)| ReadyOutput {
+            status,
+            reason,
+            message,
+        },
+    );
+    status.remove("conditions");
+    status.remove("observedGeneration");
+    let decorated = fx
+        .metadata_of(meta::RECONCILER_MANAGER)
+        .cloned()
+        .unwrap_or_default();
+    let mut annotations = decorated.annotations;
+    annotations.remove(meta::CLEANUP_AT);
+    let requeue_after = done
+        .after
+        .filter(|_| gated.is_none())
+        .map(crate::duration::format);
     Ok(RenderOutput {
         crd: crd.spec.crd_name(),
         reconciler: plan.reconciler.kind(),
         target,
         gated,
-        resources: outcome.resources,
+        resources: std::mem::take(&mut fx.applied),
         status,
-        labels: outcome.labels,
-        annotations: outcome.annotations,
-        requeue_after: next.after.map(crate::duration::format),
-        requeue_holds: next.holds,
-        cleanup_after: outcome.cleanup.map(|c| crate::duration::format(c.after)),
+        ready,
+        labels: decorated.labels,
+        annotations,
+        events: fx
+            .events
+            .iter()
+            .map(|(r, n)| format!("{}: {n}", r.as_str()))
+            .collect(),
+        requeue_after,
+        requeue_holds: done.holds,
+        cleanup_after: done.cleanup.map(crate::duration::format),
     })
 }

@@ -195,6 +195,13 @@ impl CrdPlan {
 }
 
 impl ReconcilePlan {
+    /// Whether a finalizing Result's resources are applied: the block has `onDelete`
+    /// templates, which exist to write something while the CR goes away. Other kinds'
+    /// finalizing writes are ignored.
+    pub fn applies_on_delete(&self) -> bool {
+        !self.spec.on_delete.is_empty()
+    }
+
     /// The prepare step's calls and the Request: `reconcile.external` calls run (their
     /// results are `.external.<name>` in args), then [`ReconcilePlan::request`].
     ///

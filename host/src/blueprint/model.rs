@@ -89,6 +89,11 @@ pub struct RuntimeSpec {
     /// Whether one replica leads and how the lease is kept.
     #[serde(default)]
     pub leader_election: LeaderElectionSpec,
+    /// Reconcile every CR again this long after its last pass, for drift no watch event
+    /// shows (`10m`); off when left out. A pass that finds everything as desired writes
+    /// nothing.
+    #[serde(default, with = "crate::duration::serde_opt")]
+    pub resync: Option<Duration>,
 }
 
 fn default_workers() -> u32 {
@@ -107,6 +112,7 @@ impl Default for RuntimeSpec {
             health_port: default_health_port(),
             backoff: BackoffSpec::default(),
             leader_election: LeaderElectionSpec::default(),
+            resync: None,
         }
     }
 }

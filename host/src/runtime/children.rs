@@ -1,40 +1,81 @@
 //! The CR's children: applied by server-side apply (field manager `inrun-reconciler`,
-//! forced) in waves, owned and labelled; pruned when a Result no longer returns them;
-//! deleted everywhere when the CR is released.
+//! forced) in waves, owned and labelled — and only when the desired object differs from
+//! what the host last applied or the child drifted; pruned when a Result no longer
+//! returns them; deleted everywhere when the CR is released.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::Arc;
 
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
+use kube::core::PartialObjectMeta;
+use kube::runtime::reflector::{ObjectRef, Store};
 use serde_json::{Value, json};
 
 use super::context::Ctx;
 use super::kinds::{Kind, UnknownKind};
-use super::meta::RECONCILER_MANAGER;
-use crate::contract::{CREATE_ONLY_ANNOTATION, Outcome};
+use crate::contract::CREATE_ONLY_ANNOTATION;
+use crate::pass::meta::{OWNER_UID, RECONCILER_MANAGER};
+use crate::pass::{Applied, ChildKey};
 
-/// The label that ties a child to its CR.
-pub const OWNER_UID: &str = "inrun.dev/owner-uid";
+/// Annotation on every child the host applies: a hash of the object it sent, so a later
+/// pass (or another replica, or the host after a restart) knows the child is as desired
+/// without writing it again.
+pub const APPLIED_HASH: &str = "inrun.dev/applied";
 
-/// A child, by what identifies it on the server.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct ChildKey {
-    /// API group (`""` for core).
-    pub group: String,
-    /// Kind.
-    pub kind: String,
-    /// Namespace, for namespaced kinds.
-    pub namespace: Option<String>,
-    /// Name.
-    pub name: String,
+/// Watch caches (metadata only) of the CR's children, one per managed kind.
+#[derive(Clone, Default)]
+pub struct ChildStores {
+    stores: HashMap<(String, String), Store<PartialObjectMeta<DynamicObject>>>,
 }
 
-impl std::fmt::Display for ChildKey {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match &self.namespace {
-            Some(ns) => write!(f, "{} {ns}/{}", self.kind, self.name),
-            None => write!(f, "{} {}", self.kind, self.name),
+impl ChildStores {
+    /// Adds the cache of `kind`.
+    pub fn insert(&mut self, kind: &Kind, store: Store<PartialObjectMeta<DynamicObject>>) {
+        self.stores.insert(
+            (
+                kind.resource.api_version.clone(),
+                kind.resource.kind.clone(),
+            ),
+            store,
+        );
+    }
+
+    /// Waits until every cache has listed once, so a pass never mistakes "not listed yet"
+    /// for "missing".
+    pub async fn ready(&self) {
+        for store in self.stores.values() {
+            let _ = store.wait_until_ready().await;
         }
     }
+
+    /// The cached child, if `kind` is watched: `Some(None)` when it is watched and the
+    /// child does not exist.
+    fn get(
+        &self,
+        kind: &Kind,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Option<Option<Arc<PartialObjectMeta<DynamicObject>>>> {
+        let store = self.stores.get(&(
+            kind.resource.api_version.clone(),
+            kind.resource.kind.clone(),
+        ))?;
+        let mut r = ObjectRef::new_with(name, kind.resource.clone());
+        if let Some(ns) = namespace.filter(|_| kind.namespaced) {
+            r = r.within(ns);
+        }
+        Some(store.get(&r))
+    }
+}
+
+/// A child's id in the trigger state: group, kind, namespace and name.
+pub fn child_id(group: &str, kind: &str, namespace: Option<&str>, name: &str) -> String {
+    format!("{group}/{kind}/{}/{name}", namespace.unwrap_or_default())
+}
+
+fn id_of(key: &ChildKey) -> String {
+    child_id(&key.group, &key.kind, key.namespace.as_deref(), &key.name)
 }
 
 /// Why writing children failed.
@@ -89,19 +130,19 @@ fn api_for(ctx: &Ctx, kind: &Kind, namespace: Option<&str>) -> Api<DynamicObject
     }
 }
 
-/// Applies every resource of `outcome` for `cr`; `owned` adds the owner label and, in the
-/// CR's namespace, a controller owner reference. Returns what was applied.
+/// Applies every resource for `cr`; `owned` adds the owner label and, in the CR's
+/// namespace, a controller owner reference. A child already as desired is not written.
+/// Returns what the resources are and how many were written.
 ///
 /// # Errors
 /// [`ChildError`] for the first resource that could not be applied.
 pub async fn apply(
     ctx: &Ctx,
     cr: &DynamicObject,
-    outcome: &Outcome,
+    resources: &[Value],
     owned: bool,
-) -> Result<HashSet<ChildKey>, ChildError> {
-    let crd_groups: HashSet<(String, String)> = outcome
-        .resources
+) -> Result<Applied, ChildError> {
+    let crd_groups: HashSet<(String, String)> = resources
         .iter()
         .filter(|r| r["kind"] == "CustomResourceDefinition")
         .filter_map(|r| {
@@ -112,23 +153,54 @@ pub async fn apply(
             ))
         })
         .collect();
-    let mut order: Vec<(usize, &Value)> = outcome.resources.iter().enumerate().collect();
+    let mut order: Vec<(usize, &Value)> = resources.iter().enumerate().collect();
     order.sort_by_key(|(i, r)| (wave(r, &crd_groups), *i));
-    let mut applied = HashSet::new();
+    ctx.children.ready().await;
+    let mut applied = Applied::default();
     for (index, resource) in order {
-        let key = apply_one(ctx, cr, index, resource, owned).await?;
-        applied.insert(key);
+        let (key, written) = apply_one(ctx, cr, index, resource, owned).await?;
+        applied.keys.insert(key);
+        applied.written += usize::from(written);
     }
     Ok(applied)
 }
 
+/// A hash of the object as the host sends it.
+fn hash_of(obj: &Value) -> u64 {
+    let mut h = DefaultHasher::new();
+    obj.to_string().hash(&mut h);
+    h.finish()
+}
+
+/// Whether nobody but the host has written the child's fields since the host's last
+/// apply: in its managed fields (status aside), the host's entry is the newest.
+fn untouched(child: &PartialObjectMeta<DynamicObject>) -> bool {
+    let entries: Vec<_> = child
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter(|m| m.subresource.as_deref().unwrap_or_default().is_empty())
+        .collect();
+    let Some(ours) = entries.iter().find(|m| {
+        m.manager.as_deref() == Some(RECONCILER_MANAGER) && m.operation.as_deref() == Some("Apply")
+    }) else {
+        return false;
+    };
+    entries.iter().all(|m| {
+        std::ptr::eq(*m, *ours) || matches!((&m.time, &ours.time), (Some(t), Some(o)) if t.0 < o.0)
+    })
+}
+
+/// Applies one child unless it is already as desired; returns it and whether it was
+/// written.
 async fn apply_one(
     ctx: &Ctx,
     cr: &DynamicObject,
     index: usize,
     resource: &Value,
     owned: bool,
-) -> Result<ChildKey, ChildError> {
+) -> Result<(ChildKey, bool), ChildError> {
     let api_version = resource["apiVersion"].as_str().unwrap_or_default();
     let kind_name = resource["kind"].as_str().unwrap_or_default();
     let kind = ctx
@@ -188,23 +260,59 @@ async fn apply_one(
         child: key.to_string(),
         source,
     };
-    if create_only
-        && api
-            .get_opt(&name)
-            .await
-            .map_err(|e| err("reading", e))?
-            .is_some()
-    {
-        return Ok(key);
+    let hash = hash_of(&obj);
+    let id = id_of(&key);
+    let cr_key = Ctx::key(cr);
+    let live = if owned {
+        ctx.children.get(&kind, namespace.as_deref(), &name)
+    } else {
+        None
+    };
+    if create_only {
+        let exists = match &live {
+            Some(Some(_)) => true,
+            // Not watched, or not (yet) labelled ours: ask.
+            _ => api
+                .get_opt(&name)
+                .await
+                .map_err(|e| err("reading", e))?
+                .is_some(),
+        };
+        if exists {
+            return Ok((key, false));
+        }
     }
-    api.patch(
-        &name,
-        &PatchParams::apply(RECONCILER_MANAGER).force(),
-        &Patch::Apply(&obj),
-    )
-    .await
-    .map_err(|e| err("applying", e))?;
-    Ok(key)
+    if let Some(Some(child)) = &live {
+        let stamped = child
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(APPLIED_HASH))
+            .is_some_and(|h| *h == format!("{hash:016x}"));
+        let remembered = ctx.triggers.last_applied(&cr_key, &id);
+        let same_version = remembered.is_some_and(|(h, rv)| {
+            h == hash && child.metadata.resource_version.as_deref() == Some(rv.as_str())
+        });
+        if stamped
+            && (same_version || untouched(child))
+            && child.metadata.deletion_timestamp.is_none()
+        {
+            return Ok((key, false));
+        }
+    }
+    obj["metadata"]["annotations"][APPLIED_HASH] = json!(format!("{hash:016x}"));
+    let written = api
+        .patch(
+            &name,
+            &PatchParams::apply(RECONCILER_MANAGER).force(),
+            &Patch::Apply(&obj),
+        )
+        .await
+        .map_err(|e| err("applying", e))?;
+    if let Some(rv) = &written.metadata.resource_version {
+        ctx.triggers.applied(&cr_key, &id, hash, rv);
+    }
+    Ok((key, true))
 }
 
 /// The host edits `metadata`, `metadata.labels`, `metadata.annotations` and
@@ -307,7 +415,13 @@ fn key_of(obj: &DynamicObject, kind: &Kind) -> ChildKey {
     }
 }
 
-async fn delete(ctx: &Ctx, kind: &Kind, key: &ChildKey) -> Result<(), ChildError> {
+async fn delete(
+    ctx: &Ctx,
+    cr: &DynamicObject,
+    kind: &Kind,
+    key: &ChildKey,
+) -> Result<(), ChildError> {
+    ctx.triggers.deleting(&Ctx::key(cr), &id_of(key));
     let api = api_for(ctx, kind, key.namespace.as_deref());
     match api.delete(&key.name, &DeleteParams::background()).await {
         Ok(_) => Ok(()),
@@ -363,7 +477,7 @@ pub async fn prune(
             {
                 continue;
             }
-            delete(ctx, &kind, &key).await?;
+            delete(ctx, cr, &kind, &key).await?;
             pruned.push(key);
         }
     }
@@ -390,7 +504,7 @@ pub async fn delete_all(
     for kind in kinds {
         for obj in list_owned(ctx, cr, &kind).await? {
             let key = key_of(&obj, &kind);
-            delete(ctx, &kind, &key).await?;
+            delete(ctx, cr, &kind, &key).await?;
             deleted.push(key);
         }
     }

@@ -8,8 +8,10 @@ use kube::api::{Api, DynamicObject};
 use kube::discovery::ApiResource;
 
 use super::backoff::Backoff;
+use super::children::ChildStores;
 use super::events::Events;
 use super::kinds::Kinds;
+use super::triggers::Triggers;
 use crate::assemble::{Assembly, CrdPlan};
 use crate::blueprint::RuntimeSpec;
 
@@ -35,6 +37,10 @@ pub struct Ctx {
     pub runtime: RuntimeSpec,
     /// When each queued CR (by key) was first queued by a change, for the queue-wait metric.
     pub queued: Queued,
+    /// Watch caches of the CRs' children, by kind.
+    pub children: ChildStores,
+    /// Which changes wake a CR, and what the host itself wrote.
+    pub triggers: Arc<Triggers>,
 }
 
 /// CR keys waiting for a reconcile, with when the first change queued them.
@@ -77,11 +83,20 @@ impl Ctx {
 
     /// `namespace/name` (or `name`).
     pub fn key(obj: &DynamicObject) -> String {
-        let name = obj.metadata.name.as_deref().unwrap_or_default();
-        match &obj.metadata.namespace {
-            Some(ns) => format!("{ns}/{name}"),
-            None => name.to_string(),
-        }
+        super::triggers::key_of(
+            obj.metadata.namespace.as_deref(),
+            obj.metadata.name.as_deref().unwrap_or_default(),
+        )
+    }
+
+    /// The CR's id in the trigger state (the same form as a child's).
+    pub fn cr_id(&self, obj: &DynamicObject) -> String {
+        super::children::child_id(
+            &self.cr_resource.group,
+            &self.cr_resource.kind,
+            obj.metadata.namespace.as_deref(),
+            obj.metadata.name.as_deref().unwrap_or_default(),
+        )
     }
 
     /// The reference events are recorded on.

@@ -13,63 +13,14 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 
+pub use crate::pass::Reason;
+
 /// Longest event note, in characters; Kubernetes caps notes at 1 kB.
 const NOTE_MAX: usize = 1000;
 /// How long an identical event extends the earlier one (client-go uses the same window).
 const SERIES_WINDOW: SignedDuration = SignedDuration::from_mins(6);
 /// The reporting controller.
 const CONTROLLER: &str = "inrun";
-
-/// Why an event is recorded; the reason strings are part of Inrun's interface.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Reason {
-    /// A pass succeeded.
-    Reconciled,
-    /// A pass failed; it will be retried with backoff.
-    ReconcileError,
-    /// A child the Result no longer returns was deleted.
-    Pruned,
-    /// The CR's children were deleted and its finalizer removed.
-    Finalized,
-    /// The finalizer wait ran out; the CR was released anyway.
-    FinalizeTimeout,
-    /// The CR breaks the Blueprint's validation or namespace rules.
-    Invalid,
-    /// A `preReconcile` condition holds the CR back.
-    Gated,
-    /// The Result asked for the CR to be deleted and its grace period passed.
-    CleanedUp,
-    /// Deletion is held: the reconciler asked to requeue, or foreign instances of a managed
-    /// type exist.
-    DeletionBlocked,
-}
-
-impl Reason {
-    fn as_str(self) -> &'static str {
-        match self {
-            Reason::Reconciled => "Reconciled",
-            Reason::ReconcileError => "ReconcileError",
-            Reason::Pruned => "Pruned",
-            Reason::Finalized => "Finalized",
-            Reason::FinalizeTimeout => "FinalizeTimeout",
-            Reason::Invalid => "Invalid",
-            Reason::Gated => "Gated",
-            Reason::CleanedUp => "CleanedUp",
-            Reason::DeletionBlocked => "DeletionBlocked",
-        }
-    }
-
-    /// `Warning` for what needs a person's attention, else `Normal`.
-    fn event_type(self) -> &'static str {
-        match self {
-            Reason::ReconcileError
-            | Reason::FinalizeTimeout
-            | Reason::Invalid
-            | Reason::DeletionBlocked => "Warning",
-            _ => "Normal",
-        }
-    }
-}
 
 /// What makes two events the same: the object, the reason and the note.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

@@ -8,18 +8,17 @@ mod cache;
 mod children;
 mod context;
 pub mod crds;
+mod effects;
 mod events;
-mod finalize;
 pub mod kinds;
-mod meta;
 mod pass;
 mod safeguard;
-mod status;
+mod triggers;
 
+pub use crate::pass::meta::{CLEANUP_AT, FINALIZER, OWNER_UID, RECONCILER_MANAGER};
 pub use cache::WatchCache;
-pub use children::OWNER_UID;
+pub use children::APPLIED_HASH;
 pub use events::Reason;
-pub use meta::{CLEANUP_AT, FINALIZER, RECONCILER_MANAGER};
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -28,6 +27,7 @@ use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use futures::StreamExt;
 use kube::Client;
 use kube::api::{Api, DynamicObject};
+use kube::core::PartialObjectMeta;
 use kube::discovery::ApiResource;
 use kube::runtime::reflector::{ObjectRef, reflector, store::Writer};
 use kube::runtime::{Controller, WatchStreamExt, watcher};
@@ -76,25 +76,6 @@ fn cr_resource(crd: &crate::blueprint::CrdSpec) -> ApiResource {
         kind: crd.kind.clone(),
         plural: crd.plural(),
     }
-}
-
-/// What a change to a CR must touch to start a pass: its spec (generation), labels,
-/// annotations, finalizers or deletion. A status-only change — above all the host's own
-/// status write — starts none, so a status that differs on every pass (a counter, a time)
-/// cannot make the CR reconcile in a loop.
-fn spec_or_metadata(cr: &DynamicObject) -> Option<u64> {
-    use std::hash::{DefaultHasher, Hash, Hasher};
-    let meta = &cr.metadata;
-    let mut h = DefaultHasher::new();
-    meta.generation.hash(&mut h);
-    meta.labels.hash(&mut h);
-    meta.annotations.hash(&mut h);
-    meta.finalizers.hash(&mut h);
-    meta.deletion_timestamp
-        .as_ref()
-        .map(|t| t.0.to_string())
-        .hash(&mut h);
-    Some(h.finish())
 }
 
 /// Everything one CRD's controller needs besides its plan.
@@ -192,6 +173,10 @@ pub async fn prepare(
 /// One CRD's controller: watches its CRs and the children they own and runs the pass,
 /// until `stop` turns true (reconciles in flight then finish). Each item of `requeue`
 /// queues every CR of the CRD (after a plugin it calls was reloaded).
+///
+/// A CR is reconciled when it or one of its children changes other than by the host's own
+/// write (see [`triggers`]), on a requeue, and on `requeue`; children are watched by
+/// metadata only, and mapped to their CR through an index by owner uid.
 pub fn controller(
     shared: &Shared,
     assembly: Arc<Assembly>,
@@ -205,6 +190,37 @@ pub fn controller(
     let runtime = assembly.blueprint.spec.runtime.clone();
     let ar = cr_resource(&plan.spec);
     let workers = plan.spec.workers(&runtime);
+    let triggers = Arc::new(triggers::Triggers::default());
+
+    // Children: a metadata-only watch per kind, by the owner label; each change that is
+    // not the host's own wakes its CR.
+    let mut stores = children::ChildStores::default();
+    let mut child_triggers = Vec::new();
+    for kind in child_kinds {
+        // `Api<PartialObjectMeta<_>>` asks for metadata only.
+        let api: Api<PartialObjectMeta<DynamicObject>> =
+            Api::all_with(client.clone(), &kind.resource);
+        let writer: Writer<PartialObjectMeta<DynamicObject>> = Writer::new(kind.resource.clone());
+        stores.insert(&kind, writer.as_reader());
+        let triggers = triggers.clone();
+        let (group, kind_name) = (kind.resource.group.clone(), kind.resource.kind.clone());
+        let stream = reflector(
+            writer,
+            watcher(api, watcher::Config::default().labels(OWNER_UID)).default_backoff(),
+        )
+        .filter_map(move |event| {
+            let kind = (group.as_str(), kind_name.as_str());
+            let woken = match &event {
+                Ok(watcher::Event::Apply(c)) => child_event(&triggers, kind, c, false, false),
+                Ok(watcher::Event::InitApply(c)) => child_event(&triggers, kind, c, false, true),
+                Ok(watcher::Event::Delete(c)) => child_event(&triggers, kind, c, true, false),
+                _ => None,
+            };
+            futures::future::ready(woken)
+        });
+        child_triggers.push(stream.boxed());
+    }
+
     let ctx = Arc::new(Ctx {
         client: client.clone(),
         assembly: assembly.clone(),
@@ -216,6 +232,8 @@ pub fn controller(
         backoff: backoff::Backoff::new(runtime.backoff.base, runtime.backoff.max),
         runtime,
         queued: context::Queued::default(),
+        children: stores,
+        triggers: triggers.clone(),
     });
     let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
     let writer = Writer::new(ar.clone());
@@ -224,58 +242,50 @@ pub fn controller(
     let synced = shared.synced.clone();
     let counted = Arc::new(AtomicBool::new(false));
     let counted_here = counted.clone();
-    let crs = reflector(writer, watcher(api, watcher::Config::default()))
-        .inspect(move |event| {
-            // The first complete list: the cache of CRs is synced (for /readyz).
-            if matches!(event, Ok(watcher::Event::InitDone))
-                && !counted_here.swap(true, Ordering::Relaxed)
-            {
+    let cr_triggers = triggers.clone();
+    let cr_ar = ar.clone();
+    let cr_ctx = ctx.clone();
+    let crs = reflector(
+        writer,
+        watcher(api, watcher::Config::default()).default_backoff(),
+    )
+    .inspect(move |event| match event {
+        // The first complete list: the cache of CRs is synced (for /readyz).
+        Ok(watcher::Event::InitDone) => {
+            if !counted_here.swap(true, Ordering::Relaxed) {
                 synced.fetch_add(1, Ordering::Relaxed);
                 crate::metrics::global().cache_synced(1);
             }
-        })
-        .applied_objects()
-        .predicate_filter(spec_or_metadata, Default::default())
-        .inspect(move |item| {
-            if let Ok(obj) = item {
-                queued.push(Ctx::key(obj));
+        }
+        Ok(watcher::Event::Delete(cr)) => cr_triggers.cr_gone(cr),
+        _ => {}
+    })
+    .applied_objects()
+    .filter(move |item| {
+        let wake = match item {
+            Ok(cr) => {
+                let r = ObjectRef::from_obj_with(cr, cr_ar.clone());
+                let wake = triggers.cr_changed(cr, r, &cr_ctx.cr_id(cr));
+                if wake {
+                    queued.push(Ctx::key(cr));
+                }
+                wake
             }
-        });
-    let mut controller = Controller::for_stream_with(crs, reader, ar.clone())
+            Err(_) => true,
+        };
+        futures::future::ready(wake)
+    });
+    let queued = ctx.queued.clone();
+    let children_woken = futures::stream::select_all(child_triggers).inspect(move |r| {
+        queued.push(triggers::key_of(r.namespace.as_deref(), &r.name));
+    });
+    let controller = Controller::for_stream_with(crs, reader, ar.clone())
         .with_config(
             kube::runtime::controller::Config::default()
                 .concurrency(u16::try_from(workers).unwrap_or(u16::MAX)),
         )
-        .reconcile_all_on(requeue);
-    for kind in child_kinds {
-        let store = controller.store();
-        let owner_ar = ar.clone();
-        let queued = ctx.queued.clone();
-        let child_api: Api<DynamicObject> = Api::all_with(client.clone(), &kind.resource);
-        controller = controller.watches_with(
-            child_api,
-            kind.resource.clone(),
-            watcher::Config::default().labels(OWNER_UID),
-            move |child: DynamicObject| {
-                let uid = child
-                    .metadata
-                    .labels
-                    .as_ref()
-                    .and_then(|l| l.get(OWNER_UID))
-                    .cloned();
-                uid.and_then(|uid| {
-                    store
-                        .state()
-                        .into_iter()
-                        .find(|cr| cr.metadata.uid.as_deref() == Some(uid.as_str()))
-                })
-                .map(|cr| {
-                    queued.push(Ctx::key(&cr));
-                    ObjectRef::from_obj_with(cr.as_ref(), owner_ar.clone())
-                })
-            },
-        );
-    }
+        .reconcile_all_on(requeue)
+        .reconcile_on(children_woken);
     let mut stop_on = stop;
     let synced = shared.synced.clone();
     let name = plan.spec.crd_name();
@@ -300,6 +310,26 @@ pub fn controller(
         }
         tracing::debug!(crd = %name, "controller stopped");
     }
+}
+
+/// The CR a child's watch event wakes, if any.
+fn child_event(
+    triggers: &triggers::Triggers,
+    (group, kind): (&str, &str),
+    child: &PartialObjectMeta<DynamicObject>,
+    deleted: bool,
+    initial: bool,
+) -> Option<ObjectRef<DynamicObject>> {
+    let meta = &child.metadata;
+    let owner = meta.labels.as_ref()?.get(OWNER_UID)?;
+    let id = children::child_id(
+        group,
+        kind,
+        meta.namespace.as_deref(),
+        meta.name.as_deref().unwrap_or_default(),
+    );
+    let rv = meta.resource_version.as_deref().unwrap_or_default();
+    triggers.child_changed(owner, &id, rv, deleted, initial)
 }
 
 /// Reconciles every CR of every CRD in `assembly` until `shutdown` turns true; reconciles
@@ -334,35 +364,4 @@ pub async fn run(
     futures::future::join_all(controllers).await;
     tracing::info!("controllers stopped");
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    fn cr(generation: i64, labels: serde_json::Value, status: serde_json::Value) -> DynamicObject {
-        serde_json::from_value(json!({
-            "apiVersion": "demo.inrun.dev/v1alpha1", "kind": "WebApp",
-            "metadata": {"name": "web", "namespace": "a", "generation": generation,
-                         "labels": labels, "resourceVersion": status.to_string()},
-            "status": status,
-        }))
-        .expect("cr")
-    }
-
-    #[test]
-    fn a_status_only_change_starts_no_pass() {
-        let before = spec_or_metadata(&cr(1, json!({"a": "1"}), json!({"passes": 1})));
-        let status = spec_or_metadata(&cr(1, json!({"a": "1"}), json!({"passes": 2})));
-        assert_eq!(before, status);
-        assert_ne!(
-            before,
-            spec_or_metadata(&cr(2, json!({"a": "1"}), json!({})))
-        );
-        assert_ne!(
-            before,
-            spec_or_metadata(&cr(1, json!({"a": "2"}), json!({})))
-        );
-    }
 }

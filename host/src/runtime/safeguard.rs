@@ -4,18 +4,15 @@
 //! often with finalizers no controller remains to process.
 
 use std::collections::HashSet;
-use std::time::Duration;
 
 use kube::api::{Api, DynamicObject, ListParams};
 use kube::discovery::ApiResource;
 use serde_json::Value;
 
-use super::children::{self, ChildError, OWNER_UID};
+use super::children::{self, ChildError};
 use super::context::Ctx;
 use crate::blueprint::ReconcileSpec;
-
-/// How often a deletion blocked by foreign instances is checked again.
-pub const RECHECK: Duration = Duration::from_secs(3);
+use crate::pass::meta::OWNER_UID;
 
 /// How many foreign instances a message names.
 const NAMED: u32 = 3;

@@ -28,7 +28,7 @@ impl Plugin {
         grants: &Grants,
     ) -> Result<Outcome, CallError> {
         let wit_req = to_wit_request(req);
-        let (mut store, pre) = self.store(limits, grants, cr_namespace(req));
+        let (mut store, pre, _busy) = self.store(limits, grants, cr_namespace(req));
         let result = match pre {
             Pre::Reconciler(pre) => match pre.instantiate_async(&mut store).await {
                 Ok(guest) => guest.call_reconcile(&mut store, &wit_req).await,
@@ -56,7 +56,7 @@ impl Plugin {
     ) -> Result<Outcome, CallError> {
         let wit_req = to_wit_request(req);
         let wit_current = to_wit_outcome(current);
-        let (mut store, pre) = self.store(limits, grants, cr_namespace(req));
+        let (mut store, pre, _busy) = self.store(limits, grants, cr_namespace(req));
         let result = match pre {
             Pre::Hooks(pre) => match pre.instantiate_async(&mut store).await {
                 Ok(guest) => {
@@ -74,7 +74,7 @@ impl Plugin {
 
     /// Asks a hooks component which functions it serves.
     pub(super) async fn call_functions(&self, limits: &Limits) -> Result<Vec<String>, CallError> {
-        let (mut store, pre) = self.store(limits, &Grants::default(), None);
+        let (mut store, pre, _busy) = self.store(limits, &Grants::default(), None);
         let result = match pre {
             Pre::Hooks(pre) => match pre.instantiate_async(&mut store).await {
                 Ok(guest) => guest.call_functions(&mut store).await,
@@ -93,8 +93,9 @@ impl Plugin {
         limits: &Limits,
         grants: &Grants,
         cr_namespace: Option<String>,
-    ) -> (Store<State>, &Pre) {
+    ) -> (Store<State>, &Pre, super::engine::Busy) {
         let inner = self.inner();
+        let busy = inner.engine.busy();
         let deadline = Instant::now() + limits.deadline;
         let mut store = Store::new(
             inner.engine.wasmtime(),
@@ -115,7 +116,7 @@ impl Plugin {
             }
         });
         store.set_epoch_deadline(1);
-        (store, &inner.pre)
+        (store, &inner.pre, busy)
     }
 
     /// Logs what the guest printed and turns a failed call into a [`CallError`].

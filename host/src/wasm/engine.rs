@@ -1,10 +1,10 @@
 //! One wasmtime engine for the whole host: Cranelift, the pooling allocator, epoch
-//! interruption driven by a ticker thread, and components cached by digest.
+//! interruption driven by a ticker thread that runs only while a call is in flight (an
+//! idle host wakes for nothing), and components cached by digest.
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
 use wasmtime::component::{Component, Linker};
@@ -58,12 +58,42 @@ struct Inner {
     cache: Option<CompileCache>,
     engine_key: String,
     compiled: Mutex<HashMap<String, Component>>,
-    stop_ticker: Arc<AtomicBool>,
+    ticker: Arc<Ticker>,
 }
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        self.stop_ticker.store(true, Ordering::Relaxed);
+        self.ticker.lock().stop = true;
+        self.ticker.wake.notify_all();
+    }
+}
+
+/// Calls in flight, which the epoch ticker waits for.
+#[derive(Default)]
+struct Ticker {
+    state: Mutex<TickerState>,
+    wake: Condvar,
+}
+
+#[derive(Default)]
+struct TickerState {
+    active: usize,
+    stop: bool,
+}
+
+impl Ticker {
+    fn lock(&self) -> MutexGuard<'_, TickerState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// A call in flight: while one is alive, the epoch advances and deadlines fire.
+pub(super) struct Busy(Arc<Ticker>);
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        let mut state = self.0.lock();
+        state.active = state.active.saturating_sub(1);
     }
 }
 
@@ -116,8 +146,8 @@ impl Engine {
         >(&mut linker, |s| s)
         .map_err(LoadError::Engine)?;
 
-        let stop_ticker = Arc::new(AtomicBool::new(false));
-        spawn_ticker(engine.clone(), stop_ticker.clone());
+        let ticker = Arc::new(Ticker::default());
+        spawn_ticker(engine.clone(), ticker.clone());
         let engine_key = cache::engine_key(&engine);
         Ok(Engine {
             inner: Arc::new(Inner {
@@ -126,9 +156,17 @@ impl Engine {
                 cache: settings.cache,
                 engine_key,
                 compiled: Mutex::new(HashMap::new()),
-                stop_ticker,
+                ticker,
             }),
         })
+    }
+
+    /// Marks a call in flight until the guard drops; the epoch ticker runs meanwhile.
+    pub(super) fn busy(&self) -> Busy {
+        let ticker = &self.inner.ticker;
+        ticker.lock().active += 1;
+        ticker.wake.notify_one();
+        Busy(ticker.clone())
     }
 
     pub(super) fn wasmtime(&self) -> &wasmtime::Engine {
@@ -268,13 +306,23 @@ impl Engine {
     }
 }
 
-/// Advances the engine's epoch every [`TICK`] until `stop` is set, so a call's deadline
-/// interrupts it even inside a tight loop.
-fn spawn_ticker(engine: wasmtime::Engine, stop: Arc<AtomicBool>) {
+/// Advances the engine's epoch every [`TICK`] while a call is in flight, so a call's
+/// deadline interrupts it even inside a tight loop; sleeps on a condition variable
+/// otherwise; ends when the engine is dropped.
+fn spawn_ticker(engine: wasmtime::Engine, ticker: Arc<Ticker>) {
     let spawned = std::thread::Builder::new()
         .name("inrun-epoch".into())
         .spawn(move || {
-            while !stop.load(Ordering::Relaxed) {
+            loop {
+                let state = ticker.lock();
+                let state = ticker
+                    .wake
+                    .wait_while(state, |s| s.active == 0 && !s.stop)
+                    .unwrap_or_else(|p| p.into_inner());
+                if state.stop {
+                    break;
+                }
+                drop(state);
                 std::thread::sleep(TICK);
                 engine.increment_epoch();
             }

@@ -381,3 +381,90 @@ pub async fn webapp_reconciled(
     event(ns, "shop", "Reconciled").await;
     cr
 }
+
+/// The API server's own count of write requests (`apiserver_request_total` with verb
+/// POST, PUT, PATCH, APPLY, DELETE or DELETECOLLECTION), by (verb, group, resource,
+/// subresource).
+pub async fn apiserver_writes() -> std::collections::BTreeMap<(String, String, String, String), f64>
+{
+    let request = axum::http::Request::get("/metrics")
+        .body(Vec::new())
+        .expect("request");
+    let text = client()
+        .request_text(request)
+        .await
+        .expect("apiserver /metrics");
+    let mut writes = std::collections::BTreeMap::new();
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix("apiserver_request_total{") else {
+            continue;
+        };
+        let Some((labels, value)) = rest.rsplit_once("} ") else {
+            continue;
+        };
+        let label = |name: &str| {
+            labels
+                .split(',')
+                .find_map(|kv| kv.strip_prefix(&format!("{name}=\"")))
+                .map(|v| v.trim_end_matches('"').to_string())
+                .unwrap_or_default()
+        };
+        let verb = label("verb");
+        if ![
+            "POST",
+            "PUT",
+            "PATCH",
+            "APPLY",
+            "DELETE",
+            "DELETECOLLECTION",
+        ]
+        .contains(&verb.as_str())
+        {
+            continue;
+        }
+        let n: f64 = value.trim().parse().unwrap_or_default();
+        *writes
+            .entry((
+                verb,
+                label("group"),
+                label("resource"),
+                label("subresource"),
+            ))
+            .or_insert(0.0) += n;
+    }
+    writes
+}
+
+/// Writes counted between two [`apiserver_writes`] readings, for `resources` only
+/// (`(group, resource)`), as "VERB resource[/subresource]" → count; zero rows left out.
+pub fn writes_between(
+    before: &std::collections::BTreeMap<(String, String, String, String), f64>,
+    after: &std::collections::BTreeMap<(String, String, String, String), f64>,
+    resources: &[(&str, &str)],
+) -> std::collections::BTreeMap<String, u64> {
+    let mut out = std::collections::BTreeMap::new();
+    for (key, n) in after {
+        let (verb, group, resource, sub) = key;
+        if !resources.iter().any(|(g, r)| g == group && r == resource) {
+            continue;
+        }
+        let delta = n - before.get(key).copied().unwrap_or_default();
+        if delta > 0.0 {
+            let name = if sub.is_empty() {
+                format!("{verb} {resource}")
+            } else {
+                format!("{verb} {resource}/{sub}")
+            };
+            *out.entry(name).or_insert(0) += delta as u64;
+        }
+    }
+    out
+}
+
+/// How many passes of the CRD `crd` (`plural.group`) the in-process host has finished.
+pub fn reconciles(crd: &str) -> u64 {
+    let m = inrun::metrics::global();
+    let l = |result: &str| format!("controller=\"{crd}\",result=\"{result}\"");
+    (m.value("controller_runtime_reconcile_total", &l("success"))
+        + m.value("controller_runtime_reconcile_total", &l("error"))) as u64
+}

@@ -107,6 +107,13 @@ fn runtime(r: &mut Report<'_>, rt: &RuntimeSpec) {
         "spec.runtime.backoff",
         "base must not be longer than max",
     );
+    if let Some(resync) = rt.resync {
+        r.check(
+            resync >= std::time::Duration::from_secs(1),
+            "spec.runtime.resync",
+            "must be at least 1s: a resync reconciles every CR again",
+        );
+    }
     let le = &rt.leader_election;
     r.check(
         is_dns_subdomain(&le.lease_name),

@@ -1,0 +1,630 @@
+//! The reconcile pass: every step in seed order (gate, prepare, maintain, reconcile,
+//! apply, status and events, next) and every decision, over plain values. The writes go
+//! through [`Effects`]: `inrun run` carries them out against the API server
+//! ([`crate::runtime`]), `inrun render` prints them ([`crate::render`]). Both call
+//! [`run`], so they cannot disagree; nothing here asks which kind of reconciler it calls.
+
+pub mod fields;
+pub mod meta;
+pub mod record;
+pub mod status;
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use k8s_openapi::jiff::Timestamp;
+use serde_json::{Map, Value};
+
+use crate::assemble::{CrdPlan, ReconcilePlan};
+pub use crate::assemble::{DEFAULT_REQUEUE, Next, PassError};
+use crate::blueprint::{ReconcileSpec, RuntimeSpec};
+use crate::contract::{Outcome, Request};
+use crate::reconcilers::{ReconcileError, ReconcilerKind};
+use crate::template::Context;
+use meta::Metadata;
+use status::Ready;
+
+/// How often a gated CR is checked again when nothing else changes.
+pub const GATE_RECHECK: Duration = Duration::from_secs(10);
+/// How often a deletion blocked by foreign instances of a managed type is checked again.
+pub const SAFEGUARD_RECHECK: Duration = Duration::from_secs(3);
+/// When a pass whose status write found the CR changed under it runs again.
+const STALE_RETRY: Duration = Duration::from_millis(200);
+
+/// Why an event is recorded; the reason strings are part of Inrun's interface.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Reason {
+    /// A pass changed something (applied, pruned, or moved the `Ready` condition).
+    Reconciled,
+    /// A pass failed; it will be retried with backoff.
+    ReconcileError,
+    /// A child the Result no longer returns was deleted.
+    Pruned,
+    /// The CR's children were deleted and its finalizer removed.
+    Finalized,
+    /// The finalizer wait ran out; the CR was released anyway.
+    FinalizeTimeout,
+    /// The CR breaks the Blueprint's validation or namespace rules.
+    Invalid,
+    /// A `preReconcile` condition holds the CR back.
+    Gated,
+    /// The Result asked for the CR to be deleted and its grace period passed.
+    CleanedUp,
+    /// Deletion is held: the reconciler asked to requeue, or foreign instances of a managed
+    /// type exist.
+    DeletionBlocked,
+}
+
+impl Reason {
+    /// The event's `reason` text.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::Reconciled => "Reconciled",
+            Reason::ReconcileError => "ReconcileError",
+            Reason::Pruned => "Pruned",
+            Reason::Finalized => "Finalized",
+            Reason::FinalizeTimeout => "FinalizeTimeout",
+            Reason::Invalid => "Invalid",
+            Reason::Gated => "Gated",
+            Reason::CleanedUp => "CleanedUp",
+            Reason::DeletionBlocked => "DeletionBlocked",
+        }
+    }
+
+    /// `Warning` for what needs a person's attention, else `Normal`.
+    pub fn event_type(self) -> &'static str {
+        match self {
+            Reason::ReconcileError
+            | Reason::FinalizeTimeout
+            | Reason::Invalid
+            | Reason::DeletionBlocked => "Warning",
+            _ => "Normal",
+        }
+    }
+}
+
+/// A child, by what identifies it on the server.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ChildKey {
+    /// API group (`""` for core).
+    pub group: String,
+    /// Kind.
+    pub kind: String,
+    /// Namespace, for namespaced kinds.
+    pub namespace: Option<String>,
+    /// Name.
+    pub name: String,
+}
+
+impl std::fmt::Display for ChildKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.namespace {
+            Some(ns) => write!(f, "{} {ns}/{}", self.kind, self.name),
+            None => write!(f, "{} {}", self.kind, self.name),
+        }
+    }
+}
+
+/// The children one apply covered, and how many of them it actually wrote (the rest were
+/// already as desired).
+#[derive(Debug, Clone, Default)]
+pub struct Applied {
+    /// Every child of the Result.
+    pub keys: HashSet<ChildKey>,
+    /// How many writes that took.
+    pub written: usize,
+}
+
+/// How a status write ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Written {
+    /// The status is on the CR.
+    Done,
+    /// The CR changed since the pass read it; a newer pass will write instead.
+    Stale,
+}
+
+/// A read or write the pass asked for failed.
+#[derive(Debug, thiserror::Error)]
+#[error("{what}")]
+pub struct EffectError {
+    /// What was being done, e.g. `writing status`.
+    pub what: String,
+    /// Why.
+    #[source]
+    pub source: Box<dyn std::error::Error + Send + Sync>,
+}
+
+impl EffectError {
+    /// An error while doing `what`.
+    pub fn new(
+        what: impl Into<String>,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        EffectError {
+            what: what.into(),
+            source: Box::new(source),
+        }
+    }
+}
+
+/// A pass that failed; it is retried with per-key backoff.
+#[derive(Debug, thiserror::Error)]
+pub enum Failure {
+    /// The reconciler failed.
+    #[error(transparent)]
+    Reconcile(#[from] ReconcileError),
+    /// A step around the reconciler failed (template, fence, external call).
+    #[error(transparent)]
+    Pass(#[from] PassError),
+    /// A read or write failed.
+    #[error(transparent)]
+    Effect(#[from] EffectError),
+}
+
+/// What the pass reads from and writes to the world, for one CR. The pass calls a write
+/// only when it would change something; an implementation may skip more (a child already
+/// as desired) and says so in what it returns.
+#[async_trait]
+pub trait Effects: Send {
+    /// The CR's children of `spec`'s managed kinds, for `request.children`:
+    /// `{Kind: {name: object}}`.
+    async fn children(&mut self, spec: &ReconcileSpec) -> Result<Value, EffectError>;
+    /// Applies `resources`; `owned` ties them to the CR (owner label and reference).
+    async fn apply(&mut self, resources: &[Value], owned: bool) -> Result<Applied, EffectError>;
+    /// Deletes the CR's children of `spec`'s kinds (not `prune.keep`) that are not in
+    /// `keep` and that the host applied; returns what it deleted.
+    async fn prune(
+        &mut self,
+        spec: &ReconcileSpec,
+        keep: &HashSet<ChildKey>,
+    ) -> Result<Vec<ChildKey>, EffectError>;
+    /// Writes `metadata` on the CR under `manager`.
+    async fn metadata(
+        &mut self,
+        manager: &'static str,
+        metadata: &Metadata,
+    ) -> Result<(), EffectError>;
+    /// Writes the CR's status.
+    async fn status(&mut self, status: &Map<String, Value>) -> Result<Written, EffectError>;
+    /// Records an event on the CR. Never fails the pass.
+    async fn record(&mut self, reason: Reason, note: String);
+    /// Deletes the CR (its cleanup grace period passed).
+    async fn delete(&mut self) -> Result<(), EffectError>;
+    /// Why the CR's deletion must wait for foreign instances of its managed types, if it
+    /// must.
+    async fn foreign_instances(
+        &mut self,
+        spec: &ReconcileSpec,
+    ) -> Result<Option<String>, EffectError>;
+    /// Deletes every child of the released CR (not `prune.keep`), instances of managed types
+    /// first; returns what it deleted.
+    async fn delete_children(&mut self, spec: &ReconcileSpec)
+    -> Result<Vec<ChildKey>, EffectError>;
+    /// Removes the host's finalizers from the CR.
+    async fn release(&mut self) -> Result<(), EffectError>;
+}
+
+/// One CR, as the pass sees it.
+#[derive(Clone, Copy)]
+pub struct Pass<'a> {
+    /// The CRD's plan.
+    pub crd: &'a CrdPlan,
+    /// Host settings.
+    pub runtime: &'a RuntimeSpec,
+    /// The CR as read, with its metadata (managed fields too) and status.
+    pub object: &'a Value,
+    /// A serve target chosen from outside (`inrun render --target`), over the CR's own.
+    pub target: Option<&'a str>,
+    /// The time the pass runs at.
+    pub now: Timestamp,
+}
+
+/// How a pass ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Done {
+    /// Run again after this long; `None`: on the next change.
+    pub after: Option<Duration>,
+    /// Whether that requeue was asked for (holds a deleting CR).
+    pub holds: bool,
+    /// A pending cleanup, counted from when it was first asked for.
+    pub cleanup: Option<Duration>,
+}
+
+impl Done {
+    fn after(after: Duration) -> Self {
+        Done {
+            after: Some(after),
+            ..Done::default()
+        }
+    }
+}
+
+/// The serve target a CR selects and the reconcile block that serves it (the CRD's own
+/// when the target is unknown: routing errors are reported by the pass).
+pub fn route<'p>(
+    crd: &'p CrdPlan,
+    object: &Value,
+    explicit: Option<&str>,
+) -> (Option<String>, &'p ReconcilePlan) {
+    let target = crd.target_of(object, explicit);
+    let plan = crd.plan_for(target.as_deref()).unwrap_or(&crd.default);
+    (target, plan)
+}
+
+/// Runs the pass for one CR: [`reconcile`] steps, or the deletion steps when the CR has a
+/// deletion timestamp.
+///
+/// # Errors
+/// [`Failure`] when a step failed; the CR's status and events already say why.
+pub async fn run(p: Pass<'_>, fx: &mut dyn Effects) -> Result<Done, Failure> {
+    if p.object
+        .pointer("/metadata/deletionTimestamp")
+        .is_some_and(|t| !t.is_null())
+    {
+        finalize(p, fx).await
+    } else {
+        reconcile(p, fx).await
+    }
+}
+
+fn namespace(object: &Value) -> &str {
+    object
+        .pointer("/metadata/namespace")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+}
+
+/// The steps for a CR that is not being deleted.
+async fn reconcile(p: Pass<'_>, fx: &mut dyn Effects) -> Result<Done, Failure> {
+    let (crd, object) = (p.crd, p.object);
+    let target = crd.target_of(object, p.target);
+    let tctx = Context::new(object).with_target(target.as_deref());
+
+    // 1. Gate.
+    match crd.gate(&tctx) {
+        Ok(None) => {}
+        Ok(Some(message)) => {
+            hold(p, fx, &tctx, Reason::Gated, message).await?;
+            return Ok(Done::after(GATE_RECHECK));
+        }
+        Err(e) => return Err(failed(p, fx, &tctx, e.into()).await),
+    }
+
+    // 2. Prepare: the serve target, namespace and validation rules, then the Request.
+    let routed = crd
+        .plan_for(target.as_deref())
+        .and_then(|r| crd.validate(object, &tctx).map(|()| r));
+    let rplan = match routed {
+        Ok(r) => r,
+        Err(e) => {
+            hold(p, fx, &tctx, Reason::Invalid, crate::errors::chain(&e)).await?;
+            return Ok(Done::default());
+        }
+    };
+    let req = match prepare(fx, rplan, object, target.as_deref(), false).await {
+        Ok(req) => req,
+        Err(f) => return Err(failed(p, fx, &tctx, f).await),
+    };
+    let mut args_ctx = tctx.clone().with_args(req.args.clone());
+    if let Some(external) = &req.external {
+        args_ctx = args_ctx.with_external(external.clone());
+    }
+
+    // 3. Maintain: finalizers and managed labels before anything is written for the CR;
+    // a cleanup that is due deletes it.
+    let maintained = meta::maintained(p.runtime);
+    if meta::differs(object, meta::FINALIZER_MANAGER, &maintained) {
+        fx.metadata(meta::FINALIZER_MANAGER, &maintained).await?;
+    }
+    if meta::cleanup_at(object).is_some_and(|at| at <= p.now) {
+        fx.delete().await?;
+        fx.record(
+            Reason::CleanedUp,
+            "cleanup grace period passed; CR deleted".into(),
+        )
+        .await;
+        return Ok(Done::default());
+    }
+
+    // 4. Reconcile, 5. apply.
+    let outcome = match reconcile_and_apply(p, fx, rplan, &req).await {
+        Ok(done) => done,
+        Err(f) => return Err(failed(p, fx, &args_ctx, f).await),
+    };
+    let (outcome, written) = outcome;
+
+    // 6. Status and events.
+    let fields = match crd.status(&args_ctx, Some(&outcome)) {
+        Ok(f) => f,
+        Err(e) => return Err(failed(p, fx, &args_ctx, e.into()).await),
+    };
+    let mut updated = object.clone();
+    updated["status"] = Value::Object(fields.clone());
+    let next = match rplan.next(
+        &outcome,
+        &Context::new(&updated).with_args(req.args.clone()),
+    ) {
+        Ok(n) => n,
+        Err(e) => return Err(failed(p, fx, &args_ctx, e.into()).await),
+    };
+    let summary = format!("applied {} resource(s)", outcome.resources.len());
+    let ready = Ready {
+        ok: true,
+        reason: "Reconciled",
+        message: summary.clone(),
+    };
+    let status = write_status(p, fx, fields, &ready).await?;
+    if status == StatusWrite::Stale {
+        return Ok(Done::after(STALE_RETRY));
+    }
+    if written > 0 || status == StatusWrite::ReadyChanged {
+        fx.record(Reason::Reconciled, summary).await;
+    }
+
+    // 7. Next.
+    let cleanup = outcome
+        .cleanup
+        .map(|c| meta::cleanup_wait(object, c.after, p.now));
+    let after = [next.after, cleanup, p.runtime.resync]
+        .into_iter()
+        .flatten()
+        .min();
+    Ok(Done {
+        after,
+        holds: next.holds,
+        cleanup: outcome.cleanup.map(|c| c.after),
+    })
+}
+
+/// The Request: `reconcile.external` calls run, args rendered, and the CR's children
+/// attached when `request.children` asks for them.
+async fn prepare(
+    fx: &mut dyn Effects,
+    rplan: &ReconcilePlan,
+    object: &Value,
+    target: Option<&str>,
+    finalizing: bool,
+) -> Result<Request, Failure> {
+    let mut req = rplan.prepare(object, target, finalizing).await?;
+    if rplan.spec.request.children {
+        req.children = Some(fx.children(&rplan.spec).await?);
+    }
+    Ok(req)
+}
+
+/// The steps that must all succeed for a pass to count: the reconciler, the fence, the
+/// children, pruning, and the CR's own labels and annotations. Returns the Result and how
+/// many writes it took.
+async fn reconcile_and_apply(
+    p: Pass<'_>,
+    fx: &mut dyn Effects,
+    rplan: &ReconcilePlan,
+    req: &Request,
+) -> Result<(Outcome, usize), Failure> {
+    let outcome = rplan.reconciler.reconcile(req).await?;
+    rplan.fence(&outcome, namespace(p.object))?;
+    let applied = fx.apply(&outcome.resources, true).await?;
+    let mut written = applied.written;
+    let prune = &rplan.spec.prune;
+    if prune.enabled && (!outcome.resources.is_empty() || prune.allow_empty) {
+        for child in fx.prune(&rplan.spec, &applied.keys).await? {
+            fx.record(
+                Reason::Pruned,
+                format!("deleted {child}: no longer returned"),
+            )
+            .await;
+            written += 1;
+        }
+    }
+    let decorations = meta::decorations(p.object, &outcome, p.now);
+    if meta::differs(p.object, meta::RECONCILER_MANAGER, &decorations) {
+        fx.metadata(meta::RECONCILER_MANAGER, &decorations).await?;
+        written += 1;
+    }
+    Ok((outcome, written))
+}
+
+/// What a status step did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StatusWrite {
+    /// The CR already showed it.
+    Unchanged,
+    /// Written; the `Ready` condition says the same as before.
+    Written,
+    /// Written, and the `Ready` condition changed.
+    ReadyChanged,
+    /// The CR changed under the pass; nothing written.
+    Stale,
+}
+
+/// Writes `fields` and `ready` to the CR's status if that changes it.
+async fn write_status(
+    p: Pass<'_>,
+    fx: &mut dyn Effects,
+    fields: Map<String, Value>,
+    ready: &Ready,
+) -> Result<StatusWrite, Failure> {
+    let now = meta::format_time(p.now);
+    let desired = status::desired(p.object, fields, ready, &now);
+    if !status::differs(p.object, &desired) {
+        return Ok(StatusWrite::Unchanged);
+    }
+    let ready_changed = status::ready_changes(p.object, &desired);
+    Ok(match fx.status(&desired).await? {
+        Written::Stale => StatusWrite::Stale,
+        Written::Done if ready_changed => StatusWrite::ReadyChanged,
+        Written::Done => StatusWrite::Written,
+    })
+}
+
+/// A failed pass: `emit.status` (as far as it renders) with `Ready=False`, and a
+/// `ReconcileError` event. Returns the failure for the retry.
+async fn failed(p: Pass<'_>, fx: &mut dyn Effects, ctx: &Context, failure: Failure) -> Failure {
+    let message = crate::errors::chain(&failure);
+    let fields = p.crd.status(ctx, None).unwrap_or_default();
+    let ready = Ready::not("ReconcileError", message.clone());
+    if let Err(e) = write_status(p, fx, fields, &ready).await {
+        tracing::warn!(error = %crate::errors::chain(&e), "could not write the failure to status");
+    }
+    fx.record(Reason::ReconcileError, message).await;
+    failure
+}
+
+/// A CR that is not reconciled now (invalid, or gated): `emit.status`, `Ready=False` with
+/// the reason, and an event saying why — once, when that changes the status.
+async fn hold(
+    p: Pass<'_>,
+    fx: &mut dyn Effects,
+    ctx: &Context,
+    reason: Reason,
+    message: String,
+) -> Result<(), Failure> {
+    let fields = p.crd.status(ctx, None).unwrap_or_default();
+    let condition = match reason {
+        Reason::Gated => "Gated",
+        _ => "Invalid",
+    };
+    let ready = Ready::not(condition, message.clone());
+    if matches!(
+        write_status(p, fx, fields, &ready).await?,
+        StatusWrite::Written | StatusWrite::ReadyChanged
+    ) {
+        fx.record(reason, message).await;
+    }
+    Ok(())
+}
+
+/// The deletion steps: the reconciler runs with `finalizing: true` (a reconcile block with
+/// `onDelete` templates applies what they return, unowned); a requested requeue holds the
+/// CR until `runtime.finalizers.timeout`; then the safeguard, the children, the finalizer.
+async fn finalize(p: Pass<'_>, fx: &mut dyn Effects) -> Result<Done, Failure> {
+    let object = p.object;
+    if !meta::has_finalizer(object) {
+        return Ok(Done::default());
+    }
+    if p.runtime.finalizers.remove {
+        fx.release().await?;
+        return Ok(Done::default());
+    }
+    let (target, rplan) = route(p.crd, object, p.target);
+    let left = time_left(object, p.runtime.finalizers.timeout, p.now);
+
+    if left != Some(Duration::ZERO) {
+        let result = finalizing(p, fx, rplan, target.as_deref()).await;
+        let (req, outcome) = match result {
+            Ok(done) => done,
+            Err(failure) => {
+                fx.record(Reason::ReconcileError, crate::errors::chain(&failure))
+                    .await;
+                return Err(failure);
+            }
+        };
+        // A deleting CR's status is not rewritten, so the rule sees the CR as it is.
+        let next = rplan.next(&outcome, &Context::new(object).with_args(req.args.clone()))?;
+        if next.holds {
+            let wait = next.after.unwrap_or(DEFAULT_REQUEUE);
+            let wait = left.map_or(wait, |l| wait.min(l));
+            let message = "deletion held: the reconciler asked to requeue".to_string();
+            blocked(p, fx, "Finalizing", message).await?;
+            return Ok(Done {
+                after: Some(wait),
+                holds: true,
+                cleanup: None,
+            });
+        }
+    } else {
+        let timeout = p
+            .runtime
+            .finalizers
+            .timeout
+            .map(crate::duration::format)
+            .unwrap_or_default();
+        fx.record(
+            Reason::FinalizeTimeout,
+            format!("finalizer timeout of {timeout} passed; releasing the CR"),
+        )
+        .await;
+    }
+
+    // The safeguard outlasts the finalizer timeout: releasing would strand the foreign
+    // instances, which is what it exists to prevent.
+    if let Some(message) = fx.foreign_instances(&rplan.spec).await? {
+        blocked(p, fx, "DeletionBlocked", message).await?;
+        return Ok(Done::after(SAFEGUARD_RECHECK));
+    }
+    let deleted = fx.delete_children(&rplan.spec).await?;
+    fx.release().await?;
+    fx.record(
+        Reason::Finalized,
+        format!(
+            "deleted {} child object(s); finalizer removed",
+            deleted.len()
+        ),
+    )
+    .await;
+    Ok(Done::default())
+}
+
+/// The reconciler's answer for a deleting CR, with the writes a reconcile block's
+/// `onDelete` templates exist for applied (they pass the same fence as any other write;
+/// not owned, they outlive the CR). Other writes in a finalizing Result are ignored.
+async fn finalizing(
+    p: Pass<'_>,
+    fx: &mut dyn Effects,
+    rplan: &ReconcilePlan,
+    target: Option<&str>,
+) -> Result<(Request, Outcome), Failure> {
+    let req = prepare(fx, rplan, p.object, target, true).await?;
+    let outcome = rplan.reconciler.reconcile(&req).await?;
+    if rplan.applies_on_delete() && !outcome.resources.is_empty() {
+        rplan.fence(&outcome, namespace(p.object))?;
+        fx.apply(&outcome.resources, false).await?;
+    }
+    Ok((req, outcome))
+}
+
+/// Says why the deletion waits: `Ready` false with `reason` in status (the rest of the
+/// status the last pass wrote is kept), and a `DeletionBlocked` event when that is news.
+async fn blocked(
+    p: Pass<'_>,
+    fx: &mut dyn Effects,
+    reason: &'static str,
+    message: String,
+) -> Result<(), Failure> {
+    let mut fields = p
+        .object
+        .get("status")
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default();
+    fields.remove("conditions");
+    fields.remove("observedGeneration");
+    let ready = Ready::not(reason, message.clone());
+    if write_status(p, fx, fields, &ready).await? != StatusWrite::Unchanged {
+        fx.record(Reason::DeletionBlocked, message).await;
+    }
+    Ok(())
+}
+
+/// Time left before `timeout` (counted from the deletion timestamp) runs out; `None` when
+/// there is no timeout.
+fn time_left(object: &Value, timeout: Option<Duration>, now: Timestamp) -> Option<Duration> {
+    let timeout = timeout?;
+    let since: Timestamp = object
+        .pointer("/metadata/deletionTimestamp")?
+        .as_str()?
+        .parse()
+        .ok()?;
+    let elapsed = Duration::try_from(now.duration_since(since)).unwrap_or(Duration::ZERO);
+    Some(timeout.saturating_sub(elapsed))
+}
+
+/// The reconciler kind serving a CR, for spans and metrics.
+pub fn kind_of(plan: &ReconcilePlan) -> ReconcilerKind {
+    plan.reconciler.kind()
+}
+
+#[cfg(test)]
+mod tests;

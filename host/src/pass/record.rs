@@ -1,0 +1,154 @@
+//! [`Effects`] that write nothing and remember everything: what `inrun render` prints, and
+//! what the pass's own tests read back.
+
+use std::collections::HashSet;
+
+use async_trait::async_trait;
+use serde_json::{Map, Value};
+
+use super::meta::Metadata;
+use super::{Applied, ChildKey, EffectError, Effects, Reason, Written};
+use crate::blueprint::ReconcileSpec;
+
+/// Every effect of a pass, in order, without a cluster.
+#[derive(Debug, Default)]
+pub struct Recorder {
+    /// The CR's namespace, for children that name none.
+    pub namespace: Option<String>,
+    /// What `children` answers (offline: none observed).
+    pub children: Option<Value>,
+    /// Children "on the server", for prune and deletion.
+    pub existing: Vec<ChildKey>,
+    /// Whether applied children are already as desired (then an apply writes nothing).
+    pub up_to_date: bool,
+    /// One line per effect, in order: `apply 2 owned`, `metadata inrun-finalizer`, ...
+    pub steps: Vec<String>,
+    /// Every resource applied, in the Result's order.
+    pub applied: Vec<Value>,
+    /// Metadata written, by field manager.
+    pub metadata: Vec<(&'static str, Metadata)>,
+    /// The last status written.
+    pub status: Option<Map<String, Value>>,
+    /// Events recorded.
+    pub events: Vec<(Reason, String)>,
+}
+
+impl Recorder {
+    /// A recorder for a CR in `namespace`.
+    pub fn new(namespace: Option<String>) -> Self {
+        Recorder {
+            namespace,
+            ..Recorder::default()
+        }
+    }
+
+    /// The metadata last written under `manager`.
+    pub fn metadata_of(&self, manager: &str) -> Option<&Metadata> {
+        self.metadata
+            .iter()
+            .rev()
+            .find(|(m, _)| *m == manager)
+            .map(|(_, m)| m)
+    }
+
+    fn key(&self, resource: &Value) -> ChildKey {
+        let text = |p: &str| {
+            resource
+                .pointer(p)
+                .and_then(Value::as_str)
+                .map(str::to_string)
+        };
+        let api_version = text("/apiVersion").unwrap_or_default();
+        ChildKey {
+            group: api_version
+                .rsplit_once('/')
+                .map_or(String::new(), |(g, _)| g.to_string()),
+            kind: text("/kind").unwrap_or_default(),
+            namespace: text("/metadata/namespace").or_else(|| self.namespace.clone()),
+            name: text("/metadata/name").unwrap_or_default(),
+        }
+    }
+}
+
+#[async_trait]
+impl Effects for Recorder {
+    async fn children(&mut self, _spec: &ReconcileSpec) -> Result<Value, EffectError> {
+        self.steps.push("children".into());
+        Ok(self
+            .children
+            .clone()
+            .unwrap_or_else(|| Value::Object(Map::new())))
+    }
+
+    async fn apply(&mut self, resources: &[Value], owned: bool) -> Result<Applied, EffectError> {
+        let how = if owned { "owned" } else { "unowned" };
+        self.steps.push(format!("apply {} {how}", resources.len()));
+        self.applied.extend(resources.iter().cloned());
+        Ok(Applied {
+            keys: resources.iter().map(|r| self.key(r)).collect(),
+            written: if self.up_to_date { 0 } else { resources.len() },
+        })
+    }
+
+    async fn prune(
+        &mut self,
+        _spec: &ReconcileSpec,
+        keep: &HashSet<ChildKey>,
+    ) -> Result<Vec<ChildKey>, EffectError> {
+        let pruned: Vec<ChildKey> = self
+            .existing
+            .iter()
+            .filter(|k| !keep.contains(*k))
+            .cloned()
+            .collect();
+        self.steps.push(format!("prune {}", pruned.len()));
+        Ok(pruned)
+    }
+
+    async fn metadata(
+        &mut self,
+        manager: &'static str,
+        metadata: &Metadata,
+    ) -> Result<(), EffectError> {
+        self.steps.push(format!("metadata {manager}"));
+        self.metadata.push((manager, metadata.clone()));
+        Ok(())
+    }
+
+    async fn status(&mut self, status: &Map<String, Value>) -> Result<Written, EffectError> {
+        self.steps.push("status".into());
+        self.status = Some(status.clone());
+        Ok(Written::Done)
+    }
+
+    async fn record(&mut self, reason: Reason, note: String) {
+        self.steps.push(format!("event {}", reason.as_str()));
+        self.events.push((reason, note));
+    }
+
+    async fn delete(&mut self) -> Result<(), EffectError> {
+        self.steps.push("delete".into());
+        Ok(())
+    }
+
+    async fn foreign_instances(
+        &mut self,
+        _spec: &ReconcileSpec,
+    ) -> Result<Option<String>, EffectError> {
+        Ok(None)
+    }
+
+    async fn delete_children(
+        &mut self,
+        _spec: &ReconcileSpec,
+    ) -> Result<Vec<ChildKey>, EffectError> {
+        self.steps
+            .push(format!("delete children {}", self.existing.len()));
+        Ok(std::mem::take(&mut self.existing))
+    }
+
+    async fn release(&mut self) -> Result<(), EffectError> {
+        self.steps.push("release".into());
+        Ok(())
+    }
+}

@@ -1,0 +1,171 @@
+//! The CR's status as the pass wants it: `emit.status` and the Result's status, plus
+//! `observedGeneration` and a `Ready` condition following the Kubernetes API conventions;
+//! and whether the CR already shows exactly that, so an unchanged pass writes nothing.
+
+use serde_json::{Map, Value, json};
+
+use super::fields::owned_keys;
+use super::meta::STATUS_MANAGER;
+
+/// Longest condition message, in characters.
+const MESSAGE_MAX: usize = 1000;
+
+/// The `Ready` condition's state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ready {
+    /// True when the pass succeeded.
+    pub ok: bool,
+    /// CamelCase reason: `Reconciled`, `ReconcileError`, `Invalid`, `Gated`, `Finalizing`,
+    /// `DeletionBlocked`.
+    pub reason: &'static str,
+    /// For people; bounded and free of secrets.
+    pub message: String,
+}
+
+impl Ready {
+    /// A failed `Ready` with `reason`.
+    pub fn not(reason: &'static str, message: String) -> Self {
+        Ready {
+            ok: false,
+            reason,
+            message,
+        }
+    }
+}
+
+/// The status to write: `fields`, `observedGeneration` and the conditions, `Ready` set to
+/// `ready`. Other conditions already on the CR are kept; `Ready`'s transition time moves
+/// only when its status flips.
+pub fn desired(
+    object: &Value,
+    mut fields: Map<String, Value>,
+    ready: &Ready,
+    now: &str,
+) -> Map<String, Value> {
+    let generation = object
+        .pointer("/metadata/generation")
+        .and_then(Value::as_i64)
+        .unwrap_or_default();
+    let previous = object
+        .pointer("/status/conditions")
+        .and_then(Value::as_array);
+    let was = previous
+        .and_then(|c| c.iter().find(|c| c["type"] == "Ready"))
+        .cloned()
+        .unwrap_or(Value::Null);
+    let status_text = if ready.ok { "True" } else { "False" };
+    let mut message: String = ready.message.chars().take(MESSAGE_MAX).collect();
+    if message.is_empty() {
+        message = ready.reason.to_string();
+    }
+    let transition = match &was["lastTransitionTime"] {
+        Value::String(t) if was["status"] == status_text => t.clone(),
+        _ => now.to_string(),
+    };
+    let condition = json!({
+        "type": "Ready",
+        "status": status_text,
+        "reason": ready.reason,
+        "message": message,
+        "observedGeneration": generation,
+        "lastTransitionTime": transition,
+    });
+    let mut conditions: Vec<Value> = previous
+        .map(|c| c.iter().filter(|c| c["type"] != "Ready").cloned().collect())
+        .unwrap_or_default();
+    conditions.push(condition);
+    fields.insert("observedGeneration".into(), json!(generation));
+    fields.insert("conditions".into(), Value::Array(conditions));
+    fields
+}
+
+/// Whether writing `desired` would change the CR's status: a field differs, or the host
+/// owns a field it no longer sends (the apply would remove it).
+pub fn differs(object: &Value, desired: &Map<String, Value>) -> bool {
+    let live = object.get("status").and_then(Value::as_object);
+    let get = |k: &str| live.and_then(|l| l.get(k));
+    desired.iter().any(|(k, v)| get(k) != Some(v))
+        || owned_keys(object, STATUS_MANAGER, "status", &["status"])
+            .iter()
+            .any(|k| !desired.contains_key(k))
+}
+
+/// The `Ready` condition on the CR now, as (status, reason, message).
+pub fn ready_now(object: &Value) -> Option<(String, String, String)> {
+    let c = object
+        .pointer("/status/conditions")?
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == "Ready")?;
+    let text = |k: &str| c[k].as_str().unwrap_or_default().to_string();
+    Some((text("status"), text("reason"), text("message")))
+}
+
+/// Whether `desired`'s `Ready` condition says something other than the CR's does now.
+pub fn ready_changes(object: &Value, desired: &Map<String, Value>) -> bool {
+    let wanted = ready_now(&json!({"status": desired}));
+    wanted != ready_now(object)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ok() -> Ready {
+        Ready {
+            ok: true,
+            reason: "Reconciled",
+            message: "applied 2 resource(s)".into(),
+        }
+    }
+
+    #[test]
+    fn the_same_status_again_is_no_difference_and_keeps_the_transition_time() {
+        let fields = Map::from_iter([("phase".to_string(), json!("Running"))]);
+        let fresh = json!({"metadata": {"generation": 3}});
+        let first = desired(&fresh, fields.clone(), &ok(), "2026-01-01T00:00:00Z");
+        assert!(differs(&fresh, &first));
+        let written = json!({"metadata": {"generation": 3}, "status": first});
+        let again = desired(&written, fields.clone(), &ok(), "2026-01-01T00:05:00Z");
+        assert_eq!(again, first, "the transition time stays");
+        assert!(!differs(&written, &again));
+        assert!(!ready_changes(&written, &again));
+        // A new generation is a difference: observedGeneration moves.
+        let newer = json!({"metadata": {"generation": 4}, "status": first});
+        assert!(differs(&newer, &desired(&newer, fields, &ok(), "t")));
+    }
+
+    #[test]
+    fn a_field_the_host_owned_and_no_longer_sends_is_a_difference() {
+        let object = json!({"metadata": {"generation": 1, "managedFields": [
+            {"manager": STATUS_MANAGER, "operation": "Apply", "subresource": "status",
+             "fieldsV1": {"f:status": {"f:old": {}, "f:conditions": {}, "f:observedGeneration": {}}}}]},
+            "status": {"old": 1}});
+        let want = desired(&object, Map::new(), &ok(), "t");
+        let mut written = object.clone();
+        written["status"] = Value::Object(want.clone());
+        written["status"]["old"] = json!(1);
+        assert!(differs(&written, &want));
+        // Someone else's field is not ours to remove.
+        written["metadata"]["managedFields"][0]["fieldsV1"]["f:status"]
+            .as_object_mut()
+            .expect("map")
+            .remove("f:old");
+        assert!(!differs(&written, &want));
+    }
+
+    #[test]
+    fn a_flip_of_ready_moves_the_transition_time_and_is_a_ready_change() {
+        let object = json!({"metadata": {"generation": 1}});
+        let failed = desired(
+            &object,
+            Map::new(),
+            &Ready::not("ReconcileError", "boom".into()),
+            "t1",
+        );
+        let written = json!({"metadata": {"generation": 1}, "status": failed});
+        let fixed = desired(&written, Map::new(), &ok(), "t2");
+        assert_eq!(fixed["conditions"][0]["lastTransitionTime"], "t2");
+        assert!(ready_changes(&written, &fixed));
+    }
+}

@@ -1,0 +1,279 @@
+//! The pass's decisions, without a cluster: the order of steps, what a gated, invalid or
+//! deleting CR gets, prune candidates, requeue and what a pass that changes nothing writes.
+
+use super::record::Recorder;
+use super::*;
+use crate::assemble::Assembly;
+use serde_json::json;
+
+fn assembly(crd_extra: &str, reconcile_extra: &str) -> Assembly {
+    let text = format!(
+        r#"apiVersion: inrun.dev/v1alpha1
+kind: Blueprint
+metadata: {{name: t}}
+spec:
+  crds:
+    - group: t.inrun.dev
+      version: v1
+      kind: Thing
+{crd_extra}      emit:
+        status:
+          phase: "{{{{ .spec.phase }}}}"
+      reconcile:
+        managedResources:
+          - {{apiVersion: v1, kind: ConfigMap}}
+        onReconcile:
+          - apiVersion: v1
+            kind: ConfigMap
+            metadata: {{name: "{{{{ .metadata.name }}}}"}}
+            data: {{phase: "{{{{ .spec.phase }}}}"}}
+{reconcile_extra}"#
+    );
+    let bp = crate::blueprint::from_str(&text, "t.yaml").expect("blueprint");
+    let engine = crate::wasm::Engine::new(crate::wasm::EngineSettings {
+        pooling: false,
+        ..Default::default()
+    })
+    .expect("engine");
+    futures::executor::block_on(Assembly::from_blueprint(bp, &engine)).expect("assembly")
+}
+
+fn cr(spec: Value) -> Value {
+    json!({"apiVersion": "t.inrun.dev/v1", "kind": "Thing",
+           "metadata": {"name": "a", "namespace": "ns", "uid": "u", "generation": 1},
+           "spec": spec})
+}
+
+fn run_pass(a: &Assembly, object: &Value, fx: &mut Recorder) -> Result<Done, Failure> {
+    let runtime = a.blueprint.spec.runtime.clone();
+    let p = Pass {
+        crd: &a.crds()[0],
+        runtime: &runtime,
+        object,
+        target: None,
+        now: "2026-01-01T00:00:00Z".parse().expect("time"),
+    };
+    futures::executor::block_on(run(p, fx))
+}
+
+/// The CR as the API server would show it after `fx`'s writes.
+fn written(object: &Value, fx: &Recorder) -> Value {
+    let mut after = object.clone();
+    let mut fields = Vec::new();
+    for (manager, m) in &fx.metadata {
+        if !m.finalizers.is_empty() {
+            after["metadata"]["finalizers"] = json!(m.finalizers);
+        }
+        for (k, v) in &m.labels {
+            after["metadata"]["labels"][k] = json!(v);
+        }
+        let finalizers: Map<String, Value> = m
+            .finalizers
+            .iter()
+            .map(|f| (format!("v:{}", json!(f)), json!({})))
+            .collect();
+        let labels: Map<String, Value> = m
+            .labels
+            .keys()
+            .map(|k| (format!("f:{k}"), json!({})))
+            .collect();
+        fields.push(json!({"manager": manager, "operation": "Apply",
+            "fieldsV1": {"f:metadata": {"f:finalizers": finalizers, "f:labels": labels}}}));
+    }
+    if let Some(status) = &fx.status {
+        after["status"] = Value::Object(status.clone());
+    }
+    after["metadata"]["managedFields"] = Value::Array(fields);
+    after
+}
+
+#[test]
+fn a_new_cr_goes_gate_prepare_maintain_reconcile_apply_status_and_event_in_that_order() {
+    let a = assembly("", "");
+    let mut fx = Recorder::new(Some("ns".into()));
+    let done = run_pass(&a, &cr(json!({"phase": "on"})), &mut fx).expect("pass");
+    assert_eq!(
+        fx.steps,
+        [
+            "metadata inrun-finalizer",
+            "apply 1 owned",
+            "status",
+            "event Reconciled"
+        ]
+    );
+    assert_eq!(done, Done::default());
+    let status = fx.status.as_ref().expect("status");
+    assert_eq!(status["phase"], "on");
+    assert_eq!(status["conditions"][0]["status"], "True");
+    assert_eq!(fx.metadata[0].1.finalizers, [meta::FINALIZER]);
+}
+
+#[test]
+fn a_pass_that_finds_everything_as_desired_writes_nothing_and_records_nothing() {
+    let a = assembly("", "");
+    let object = cr(json!({"phase": "on"}));
+    let mut first = Recorder::new(Some("ns".into()));
+    run_pass(&a, &object, &mut first).expect("first pass");
+    let settled = written(&object, &first);
+    let mut again = Recorder::new(Some("ns".into()));
+    // The effects find the child as desired: the apply writes nothing.
+    again.up_to_date = true;
+    run_pass(&a, &settled, &mut again).expect("second pass");
+    assert_eq!(
+        again.steps,
+        ["apply 1 owned"],
+        "no metadata, status or event"
+    );
+}
+
+#[test]
+fn a_gated_cr_gets_status_and_one_event_but_no_finalizer_and_no_cleanup() {
+    let gate = "      preReconcile:\n        - {name: ready, when: \"{{ .spec.go }}\", message: waiting for go}\n";
+    let a = assembly(gate, "");
+    let mut object = cr(json!({"go": false}));
+    object["metadata"]["annotations"] = json!({meta::CLEANUP_AT: "2020-01-01T00:00:00Z"});
+    let mut fx = Recorder::new(Some("ns".into()));
+    let done = run_pass(&a, &object, &mut fx).expect("pass");
+    assert_eq!(fx.steps, ["status", "event Gated"]);
+    assert_eq!(done.after, Some(GATE_RECHECK));
+    assert_eq!(
+        fx.status.as_ref().expect("status")["conditions"][0]["reason"],
+        "Gated"
+    );
+    // Still gated on the recheck: the status says so already, nothing is written again.
+    let settled = written(&object, &fx);
+    let mut again = Recorder::new(Some("ns".into()));
+    run_pass(&a, &settled, &mut again).expect("recheck");
+    assert!(again.steps.is_empty(), "{:?}", again.steps);
+}
+
+#[test]
+fn an_invalid_cr_gets_status_and_an_event_and_waits_for_a_change() {
+    let rule =
+        "      validation:\n        - {rule: \"{{ .spec.phase }}\", message: phase is required}\n";
+    let a = assembly(rule, "");
+    let mut fx = Recorder::new(Some("ns".into()));
+    let done = run_pass(&a, &cr(json!({})), &mut fx).expect("pass");
+    assert_eq!(fx.steps, ["status", "event Invalid"]);
+    assert_eq!(done, Done::default());
+    assert!(
+        fx.events[0].1.contains("phase is required"),
+        "{:?}",
+        fx.events
+    );
+}
+
+#[test]
+fn a_due_cleanup_deletes_the_cr_after_maintain_and_before_the_reconciler() {
+    let a = assembly("", "");
+    let mut object = cr(json!({"phase": "on"}));
+    object["metadata"]["annotations"] = json!({meta::CLEANUP_AT: "2020-01-01T00:00:00Z"});
+    let mut fx = Recorder::new(Some("ns".into()));
+    run_pass(&a, &object, &mut fx).expect("pass");
+    assert_eq!(
+        fx.steps,
+        ["metadata inrun-finalizer", "delete", "event CleanedUp"]
+    );
+}
+
+#[test]
+fn prune_deletes_only_what_the_result_no_longer_returns() {
+    let a = assembly("", "        prune: {enabled: true}\n");
+    let mut fx = Recorder::new(Some("ns".into()));
+    let stale = ChildKey {
+        group: String::new(),
+        kind: "ConfigMap".into(),
+        namespace: Some("ns".into()),
+        name: "old".into(),
+    };
+    let current = ChildKey {
+        name: "a".into(),
+        ..stale.clone()
+    };
+    fx.existing = vec![stale.clone(), current];
+    run_pass(&a, &cr(json!({"phase": "on"})), &mut fx).expect("pass");
+    assert!(fx.steps.contains(&"prune 1".to_string()), "{:?}", fx.steps);
+    assert_eq!(
+        fx.events[0],
+        (
+            Reason::Pruned,
+            format!("deleted {stale}: no longer returned")
+        )
+    );
+}
+
+fn deleting(object: &mut Value) {
+    object["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+    object["metadata"]["finalizers"] = json!([meta::FINALIZER]);
+}
+
+#[test]
+fn requeue_after_alone_never_holds_a_deleting_cr() {
+    let a = assembly("", "        requeue: {after: 30s}\n");
+    let mut object = cr(json!({"phase": "on"}));
+    deleting(&mut object);
+    let mut fx = Recorder::new(Some("ns".into()));
+    let done = run_pass(&a, &object, &mut fx).expect("pass");
+    assert!(!done.holds);
+    assert_eq!(
+        fx.steps,
+        ["delete children 0", "release", "event Finalized"]
+    );
+}
+
+#[test]
+fn a_true_requeue_condition_holds_a_deleting_cr_and_says_why_once() {
+    let a = assembly(
+        "",
+        "        requeue: {after: 2s, when: \"{{ .spec.hold }}\"}\n",
+    );
+    let mut object = cr(json!({"hold": true}));
+    deleting(&mut object);
+    let mut fx = Recorder::new(Some("ns".into()));
+    let done = run_pass(&a, &object, &mut fx).expect("pass");
+    assert!(done.holds);
+    assert_eq!(done.after, Some(Duration::from_secs(2)));
+    assert_eq!(fx.steps, ["status", "event DeletionBlocked"]);
+    let again_object = written(&object, &fx);
+    let mut again = Recorder::new(Some("ns".into()));
+    run_pass(&a, &again_object, &mut again).expect("recheck");
+    assert!(again.steps.is_empty(), "{:?}", again.steps);
+}
+
+#[test]
+fn on_delete_templates_are_applied_unowned_while_the_cr_is_deleted() {
+    let on_delete = "        onDelete:\n          - {apiVersion: v1, kind: ConfigMap, metadata: {name: backup}}\n";
+    let a = assembly("", on_delete);
+    let mut object = cr(json!({"phase": "on"}));
+    deleting(&mut object);
+    let mut fx = Recorder::new(Some("ns".into()));
+    run_pass(&a, &object, &mut fx).expect("pass");
+    assert_eq!(fx.steps[0], "apply 1 unowned");
+    assert_eq!(fx.applied[0]["metadata"]["name"], "backup");
+    assert!(fx.steps.contains(&"release".to_string()));
+}
+
+#[test]
+fn a_result_requeue_asks_again_and_a_resync_is_the_longest_wait() {
+    let a = assembly("", "        requeue: {after: 30s}\n");
+    let mut runtime = a.blueprint.spec.runtime.clone();
+    runtime.resync = Some(Duration::from_secs(600));
+    let object = cr(json!({"phase": "on"}));
+    let mut fx = Recorder::new(Some("ns".into()));
+    let p = Pass {
+        crd: &a.crds()[0],
+        runtime: &runtime,
+        object: &object,
+        target: None,
+        now: "2026-01-01T00:00:00Z".parse().expect("time"),
+    };
+    let done = futures::executor::block_on(run(p, &mut fx)).expect("pass");
+    assert_eq!(done.after, Some(Duration::from_secs(30)));
+    let b = assembly("", "");
+    let p = Pass {
+        crd: &b.crds()[0],
+        ..p
+    };
+    let done = futures::executor::block_on(run(p, &mut Recorder::default())).expect("pass");
+    assert_eq!(done.after, Some(Duration::from_secs(600)));
+}

@@ -1,0 +1,227 @@
+//! The pass's [`Effects`] against the API server, for one CR: server-side applies to the
+//! CR's metadata and status and to its children, deletes, and events. Every write's
+//! answer is noted in the trigger state, so the write never wakes the CR it was for.
+
+use std::collections::HashSet;
+
+use async_trait::async_trait;
+use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams};
+use serde_json::{Map, Value, json};
+
+use super::children::{self, ChildError};
+use super::context::Ctx;
+use super::safeguard;
+use crate::blueprint::ReconcileSpec;
+use crate::pass::meta::{self, Metadata};
+use crate::pass::{Applied, ChildKey, EffectError, Effects, Reason, Written};
+
+/// One CR's effects.
+pub struct ApiEffects<'a> {
+    ctx: &'a Ctx,
+    /// The CR as the pass read it, with the resourceVersion of the host's latest write.
+    cr: DynamicObject,
+    /// The generation the pass saw.
+    generation: Option<i64>,
+    key: String,
+    id: String,
+}
+
+impl<'a> ApiEffects<'a> {
+    /// Effects for `cr`.
+    pub fn new(ctx: &'a Ctx, cr: DynamicObject) -> Self {
+        let key = Ctx::key(&cr);
+        let id = ctx.cr_id(&cr);
+        ApiEffects {
+            ctx,
+            generation: cr.metadata.generation,
+            cr,
+            key,
+            id,
+        }
+    }
+
+    /// The CR's identity for an apply. The uid makes the API server refuse (409) an apply
+    /// to a CR that is gone, which server-side apply would otherwise create anew.
+    fn skeleton(&self) -> Value {
+        let mut meta = json!({"name": self.cr.metadata.name, "uid": self.cr.metadata.uid});
+        if let Some(ns) = &self.cr.metadata.namespace {
+            meta["namespace"] = json!(ns);
+        }
+        json!({
+            "apiVersion": self.ctx.cr_resource.api_version,
+            "kind": self.ctx.cr_resource.kind,
+            "metadata": meta,
+        })
+    }
+
+    async fn apply_cr(&mut self, manager: &str, patch: Value) -> Result<(), kube::Error> {
+        let name = self.cr.metadata.name.clone().unwrap_or_default();
+        let written = self
+            .ctx
+            .cr_api(&self.cr)
+            .patch(
+                &name,
+                &PatchParams::apply(manager).force(),
+                &Patch::Apply(&patch),
+            )
+            .await?;
+        self.noted(&written);
+        self.cr.metadata.resource_version = written.metadata.resource_version;
+        self.cr.metadata.generation = written.metadata.generation;
+        Ok(())
+    }
+
+    fn noted(&self, written: &DynamicObject) {
+        if let Some(rv) = &written.metadata.resource_version {
+            self.ctx.triggers.wrote(&self.key, &self.id, rv);
+        }
+    }
+}
+
+fn child_error(what: &str) -> impl FnOnce(ChildError) -> EffectError + '_ {
+    move |e| EffectError::new(what, e)
+}
+
+#[async_trait]
+impl Effects for ApiEffects<'_> {
+    async fn children(&mut self, spec: &ReconcileSpec) -> Result<Value, EffectError> {
+        children::observed(self.ctx, &self.cr, spec)
+            .await
+            .map_err(child_error("reading the CR's children"))
+    }
+
+    async fn apply(&mut self, resources: &[Value], owned: bool) -> Result<Applied, EffectError> {
+        children::apply(self.ctx, &self.cr, resources, owned)
+            .await
+            .map_err(child_error("applying the Result's resources"))
+    }
+
+    async fn prune(
+        &mut self,
+        spec: &ReconcileSpec,
+        keep: &HashSet<ChildKey>,
+    ) -> Result<Vec<ChildKey>, EffectError> {
+        children::prune(self.ctx, &self.cr, spec, keep)
+            .await
+            .map_err(child_error("pruning children"))
+    }
+
+    async fn metadata(
+        &mut self,
+        manager: &'static str,
+        metadata: &Metadata,
+    ) -> Result<(), EffectError> {
+        let mut patch = self.skeleton();
+        // An empty map is left out rather than sent as `{}`: on a custom resource, applying
+        // `{}` rewrites the managed fields every time. Leaving the key out removes the
+        // manager's old keys just the same.
+        if !metadata.finalizers.is_empty() {
+            patch["metadata"]["finalizers"] = json!(metadata.finalizers);
+        }
+        if !metadata.labels.is_empty() {
+            patch["metadata"]["labels"] = json!(metadata.labels);
+        }
+        if !metadata.annotations.is_empty() {
+            patch["metadata"]["annotations"] = json!(metadata.annotations);
+        }
+        let what = if manager == meta::FINALIZER_MANAGER {
+            "putting finalizers on the CR"
+        } else {
+            "setting the Result's labels and annotations on the CR"
+        };
+        self.apply_cr(manager, patch)
+            .await
+            .map_err(|e| EffectError::new(what, e))
+    }
+
+    async fn status(&mut self, status: &Map<String, Value>) -> Result<Written, EffectError> {
+        // The spec changed while this pass ran: its status would acknowledge a generation
+        // it never saw. Leave the status to the pass that change starts.
+        if self.cr.metadata.generation != self.generation {
+            return Ok(Written::Stale);
+        }
+        let mut meta = json!({
+            "name": self.cr.metadata.name,
+            "resourceVersion": self.cr.metadata.resource_version,
+        });
+        if let Some(ns) = &self.cr.metadata.namespace {
+            meta["namespace"] = json!(ns);
+        }
+        let patch = json!({
+            "apiVersion": self.ctx.cr_resource.api_version,
+            "kind": self.ctx.cr_resource.kind,
+            "metadata": meta,
+            "status": status,
+        });
+        let name = self.cr.metadata.name.clone().unwrap_or_default();
+        let result = self
+            .ctx
+            .cr_api(&self.cr)
+            .patch_status(
+                &name,
+                &PatchParams::apply(meta::STATUS_MANAGER).force(),
+                &Patch::Apply(&patch),
+            )
+            .await;
+        match result {
+            Ok(written) => {
+                self.noted(&written);
+                self.cr.metadata.resource_version = written.metadata.resource_version;
+                Ok(Written::Done)
+            }
+            Err(kube::Error::Api(e)) if e.code == 409 || e.code == 404 => Ok(Written::Stale),
+            Err(e) => Err(EffectError::new("writing status", e)),
+        }
+    }
+
+    async fn record(&mut self, reason: Reason, note: String) {
+        let on = self.ctx.reference(&self.cr);
+        self.ctx.events.record(&on, reason, note).await;
+    }
+
+    async fn delete(&mut self) -> Result<(), EffectError> {
+        let name = self.cr.metadata.name.clone().unwrap_or_default();
+        self.ctx
+            .cr_api(&self.cr)
+            .delete(&name, &DeleteParams::default())
+            .await
+            .map(|_| ())
+            .map_err(|e| EffectError::new("deleting the CR after its cleanup grace period", e))
+    }
+
+    async fn foreign_instances(
+        &mut self,
+        spec: &ReconcileSpec,
+    ) -> Result<Option<String>, EffectError> {
+        safeguard::foreign_instances(self.ctx, &self.cr, spec)
+            .await
+            .map_err(child_error(
+                "looking for foreign instances of managed types",
+            ))
+    }
+
+    async fn delete_children(
+        &mut self,
+        spec: &ReconcileSpec,
+    ) -> Result<Vec<ChildKey>, EffectError> {
+        children::delete_all(self.ctx, &self.cr, spec)
+            .await
+            .map_err(child_error("deleting the CR's children"))
+    }
+
+    async fn release(&mut self) -> Result<(), EffectError> {
+        let object = serde_json::to_value(&self.cr).unwrap_or(Value::Null);
+        if !meta::holds(&object, &self.ctx.runtime) {
+            return Ok(());
+        }
+        let mut patch = self.skeleton();
+        patch["metadata"]["finalizers"] = json!([]);
+        match self.apply_cr(meta::FINALIZER_MANAGER, patch).await {
+            Ok(()) => Ok(()),
+            // Gone already (409: the uid no longer exists): another finalizer holder
+            // finished after us.
+            Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => Ok(()),
+            Err(e) => Err(EffectError::new("removing finalizers", e)),
+        }
+    }
+}

@@ -1,0 +1,350 @@
+//! What wakes a CR: a change to it or to one of its children made by anyone but the host.
+//! The host's own writes are told apart by the resourceVersion each write returned; a
+//! watch event that arrives while the CR's pass is still running is held until the pass
+//! ends, then counted as the host's own or as a change that needs another pass. Children
+//! map to their CR through an index by owner uid, never a scan.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::{Mutex, MutexGuard};
+
+use kube::api::DynamicObject;
+use kube::runtime::reflector::ObjectRef;
+
+/// How many of its own recent writes the host remembers per CR (a pass writes a few
+/// objects; late watch events of the last pass or two must still be recognised).
+const OWN_WRITES: usize = 64;
+
+/// Trigger state of one CRD's controller.
+#[derive(Default)]
+pub struct Triggers {
+    inner: Mutex<Inner>,
+}
+
+#[derive(Default)]
+struct Inner {
+    /// CR uid → the CR, for mapping a child's owner label.
+    owners: HashMap<String, ObjectRef<DynamicObject>>,
+    /// CR key → its state.
+    crs: HashMap<String, CrState>,
+}
+
+#[derive(Default)]
+struct CrState {
+    /// Hash of what a CR change must touch to start a pass (spec generation, labels,
+    /// annotations, finalizers, deletion), as last seen.
+    seen: Option<u64>,
+    /// A pass of this CR is running.
+    in_pass: bool,
+    /// Events (object id, resourceVersion) that arrived during the pass.
+    parked: Vec<(String, String)>,
+    /// The host's recent writes: (object id, resourceVersion it returned).
+    own: VecDeque<(String, String)>,
+    /// Children the host deleted, whose delete events are its own.
+    deleted: HashSet<String>,
+    /// What the host last applied to each child: (hash of the object sent, the
+    /// resourceVersion the apply returned).
+    applied: HashMap<String, (u64, String)>,
+}
+
+impl CrState {
+    fn is_own(&self, id: &str, rv: &str) -> bool {
+        self.own.iter().any(|(i, r)| i == id && r == rv)
+    }
+}
+
+/// `namespace/name` (or `name`) of an object.
+pub fn key_of(namespace: Option<&str>, name: &str) -> String {
+    match namespace {
+        Some(ns) => format!("{ns}/{name}"),
+        None => name.to_string(),
+    }
+}
+
+/// What a change to a CR must touch to start a pass: its spec (generation), labels,
+/// annotations, finalizers or deletion. A status-only change — above all the host's own
+/// status write — starts none.
+fn trigger_hash(cr: &DynamicObject) -> u64 {
+    let meta = &cr.metadata;
+    let mut h = DefaultHasher::new();
+    meta.generation.hash(&mut h);
+    meta.labels.hash(&mut h);
+    meta.annotations.hash(&mut h);
+    meta.finalizers.hash(&mut h);
+    meta.deletion_timestamp
+        .as_ref()
+        .map(|t| t.0.to_string())
+        .hash(&mut h);
+    h.finish()
+}
+
+impl Triggers {
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Notes a CR the watch delivered (for the owner index); `cr_id` is its object id.
+    /// Returns whether the change starts a pass.
+    pub fn cr_changed(
+        &self,
+        cr: &DynamicObject,
+        cr_ref: ObjectRef<DynamicObject>,
+        cr_id: &str,
+    ) -> bool {
+        let key = key_of(
+            cr.metadata.namespace.as_deref(),
+            cr.metadata.name.as_deref().unwrap_or_default(),
+        );
+        let rv = cr.metadata.resource_version.clone().unwrap_or_default();
+        let hash = trigger_hash(cr);
+        let mut inner = self.lock();
+        if let Some(uid) = &cr.metadata.uid {
+            inner.owners.entry(uid.clone()).or_insert(cr_ref);
+        }
+        let state = inner.crs.entry(key).or_default();
+        if state.seen.replace(hash) == Some(hash) || state.is_own(cr_id, &rv) {
+            return false;
+        }
+        if state.in_pass {
+            state.parked.push((cr_id.to_string(), rv));
+            return false;
+        }
+        true
+    }
+
+    /// Forgets a CR that is gone.
+    pub fn cr_gone(&self, cr: &DynamicObject) {
+        let key = key_of(
+            cr.metadata.namespace.as_deref(),
+            cr.metadata.name.as_deref().unwrap_or_default(),
+        );
+        let mut inner = self.lock();
+        inner.crs.remove(&key);
+        if let Some(uid) = &cr.metadata.uid {
+            inner.owners.remove(uid);
+        }
+    }
+
+    /// The CR a child event should wake, if any: none for the host's own write or delete,
+    /// none while that CR's pass runs (the event is held for [`Triggers::end`]). `initial`
+    /// marks events of a (re)list: they wake the CR only when the child differs from what
+    /// the host last applied (a relist after a gap), never at start-up.
+    pub fn child_changed(
+        &self,
+        owner_uid: &str,
+        child_id: &str,
+        rv: &str,
+        deleted: bool,
+        initial: bool,
+    ) -> Option<ObjectRef<DynamicObject>> {
+        let mut inner = self.lock();
+        let owner = inner.owners.get(owner_uid)?.clone();
+        let key = key_of(owner.namespace.as_deref(), &owner.name);
+        let state = inner.crs.entry(key).or_default();
+        if deleted {
+            if state.deleted.remove(child_id) {
+                return None;
+            }
+            state.applied.remove(child_id);
+        } else if state.is_own(child_id, rv) {
+            return None;
+        } else if initial && state.applied.get(child_id).is_none_or(|(_, r)| r == rv) {
+            return None;
+        }
+        if state.in_pass {
+            state.parked.push((child_id.to_string(), rv.to_string()));
+            return None;
+        }
+        Some(owner)
+    }
+
+    /// A pass of the CR `key` starts.
+    pub fn begin(&self, key: &str) {
+        let mut inner = self.lock();
+        let state = inner.crs.entry(key.to_string()).or_default();
+        state.in_pass = true;
+        state.parked.clear();
+    }
+
+    /// The pass of `key` ended. Returns whether a change other than the host's own arrived
+    /// while it ran (the CR must be reconciled again).
+    pub fn end(&self, key: &str) -> bool {
+        let mut inner = self.lock();
+        let Some(state) = inner.crs.get_mut(key) else {
+            return false;
+        };
+        state.in_pass = false;
+        let parked = std::mem::take(&mut state.parked);
+        parked.iter().any(|(id, rv)| !state.is_own(id, rv))
+    }
+
+    /// Notes a write the host made for the CR `key`: `object_id` now has `rv`.
+    pub fn wrote(&self, key: &str, object_id: &str, rv: &str) {
+        let mut inner = self.lock();
+        let state = inner.crs.entry(key.to_string()).or_default();
+        if state.own.len() >= OWN_WRITES {
+            state.own.pop_front();
+        }
+        state.own.push_back((object_id.to_string(), rv.to_string()));
+    }
+
+    /// Notes that the host is about to delete `child_id` for the CR `key`.
+    pub fn deleting(&self, key: &str, child_id: &str) {
+        let mut inner = self.lock();
+        let state = inner.crs.entry(key.to_string()).or_default();
+        state.deleted.insert(child_id.to_string());
+        state.applied.remove(child_id);
+    }
+
+    /// Notes what the host applied to `child_id`: the hash of the object sent and the
+    /// resourceVersion the apply returned.
+    pub fn applied(&self, key: &str, child_id: &str, hash: u64, rv: &str) {
+        let mut inner = self.lock();
+        let state = inner.crs.entry(key.to_string()).or_default();
+        state
+            .applied
+            .insert(child_id.to_string(), (hash, rv.to_string()));
+        if state.own.len() >= OWN_WRITES {
+            state.own.pop_front();
+        }
+        state.own.push_back((child_id.to_string(), rv.to_string()));
+    }
+
+    /// What the host last applied to `child_id` of `key`, if it remembers.
+    pub fn last_applied(&self, key: &str, child_id: &str) -> Option<(u64, String)> {
+        self.lock().crs.get(key)?.applied.get(child_id).cloned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn ar() -> kube::discovery::ApiResource {
+        kube::discovery::ApiResource {
+            group: "demo.inrun.dev".into(),
+            version: "v1".into(),
+            api_version: "demo.inrun.dev/v1".into(),
+            kind: "WebApp".into(),
+            plural: "webapps".into(),
+        }
+    }
+
+    fn cr(
+        rv: &str,
+        generation: i64,
+        labels: serde_json::Value,
+        status: serde_json::Value,
+    ) -> DynamicObject {
+        serde_json::from_value(json!({
+            "apiVersion": "demo.inrun.dev/v1", "kind": "WebApp",
+            "metadata": {"name": "web", "namespace": "a", "uid": "u1", "generation": generation,
+                         "labels": labels, "resourceVersion": rv},
+            "status": status,
+        }))
+        .expect("cr")
+    }
+
+    fn changed(t: &Triggers, obj: &DynamicObject) -> bool {
+        t.cr_changed(obj, ObjectRef::from_obj_with(obj, ar()), "webapps/a/web")
+    }
+
+    #[test]
+    fn a_status_only_change_starts_no_pass_and_a_spec_change_does() {
+        let t = Triggers::default();
+        assert!(changed(&t, &cr("1", 1, json!({}), json!({}))));
+        assert!(!changed(&t, &cr("2", 1, json!({}), json!({"passes": 2}))));
+        assert!(changed(&t, &cr("3", 2, json!({}), json!({}))));
+    }
+
+    #[test]
+    fn the_hosts_own_metadata_write_never_wakes_its_cr() {
+        let t = Triggers::default();
+        assert!(changed(&t, &cr("1", 1, json!({}), json!({}))));
+        t.begin("a/web");
+        t.wrote("a/web", "webapps/a/web", "2");
+        t.end("a/web");
+        assert!(!changed(
+            &t,
+            &cr("2", 1, json!({"managed": "inrun"}), json!({}))
+        ));
+        // Someone else's label edit does.
+        assert!(changed(
+            &t,
+            &cr("3", 1, json!({"managed": "inrun", "team": "x"}), json!({}))
+        ));
+    }
+
+    #[test]
+    fn an_event_during_the_pass_is_held_and_counted_at_its_end() {
+        let t = Triggers::default();
+        assert!(changed(&t, &cr("1", 1, json!({}), json!({}))));
+        t.begin("a/web");
+        // The host's own child apply, seen before the apply's answer came back.
+        assert!(
+            t.child_changed("u1", "cm/a/web", "5", false, false)
+                .is_none()
+        );
+        t.applied("a/web", "cm/a/web", 7, "5");
+        assert!(!t.end("a/web"), "only the host's own write arrived");
+        t.begin("a/web");
+        assert!(
+            t.child_changed("u1", "cm/a/web", "6", false, false)
+                .is_none()
+        );
+        assert!(
+            t.end("a/web"),
+            "a foreign edit during the pass asks for another"
+        );
+        // After the pass, a foreign edit wakes the CR at once.
+        assert!(
+            t.child_changed("u1", "cm/a/web", "8", false, false)
+                .is_some()
+        );
+        assert!(
+            t.child_changed("u1", "cm/a/web", "5", false, false)
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn a_child_the_host_deleted_wakes_nothing_and_one_deleted_by_others_wakes_its_cr() {
+        let t = Triggers::default();
+        assert!(changed(&t, &cr("1", 1, json!({}), json!({}))));
+        t.deleting("a/web", "cm/a/old");
+        assert!(
+            t.child_changed("u1", "cm/a/old", "9", true, false)
+                .is_none()
+        );
+        assert!(
+            t.child_changed("u1", "cm/a/web", "9", true, false)
+                .is_some()
+        );
+        // Unknown owner: nothing to wake.
+        assert!(
+            t.child_changed("u2", "cm/a/web", "9", true, false)
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn a_relist_wakes_a_cr_only_for_a_child_that_moved_since_the_hosts_apply() {
+        let t = Triggers::default();
+        assert!(changed(&t, &cr("1", 1, json!({}), json!({}))));
+        // Start-up: nothing remembered, nothing woken.
+        assert!(
+            t.child_changed("u1", "cm/a/web", "5", false, true)
+                .is_none()
+        );
+        t.applied("a/web", "cm/a/web", 7, "5");
+        assert!(
+            t.child_changed("u1", "cm/a/web", "5", false, true)
+                .is_none()
+        );
+        assert!(
+            t.child_changed("u1", "cm/a/web", "6", false, true)
+                .is_some()
+        );
+    }
+}

@@ -1,0 +1,197 @@
+//! End to end on a real kube-apiserver, counted by the API server itself
+//! (`apiserver_request_total`): a new CR costs the finalizer, one apply per child, one
+//! status write and one event; a pass that finds everything as desired writes nothing; the
+//! host's own writes never wake the CR they were for; a child edited or deleted behind the
+//! host's back is restored.
+//!
+//! The tests here take turns: the API server's counters are process-wide.
+
+mod support;
+
+use inrun_testenv::{ControlPlane, TestResult};
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
+use kube::discovery::ApiResource;
+use serde_json::json;
+use support::*;
+
+static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// A declarative Blueprint: each CR gets a ConfigMap and a Service.
+fn blueprint(group: &str, runtime: &str) -> String {
+    format!(
+        r#"apiVersion: inrun.dev/v1alpha1
+kind: Blueprint
+metadata: {{name: writes}}
+spec:
+  runtime:
+    workers: 2
+{runtime}  crds:
+    - group: {group}
+      version: v1alpha1
+      kind: Pair
+      emit:
+        status:
+          color: "{{{{ .spec.color }}}}"
+      reconcile:
+        managedResources:
+          - {{apiVersion: v1, kind: ConfigMap}}
+          - {{apiVersion: v1, kind: Service}}
+        onReconcile:
+          - apiVersion: v1
+            kind: ConfigMap
+            metadata: {{name: "{{{{ .metadata.name }}}}"}}
+            data: {{color: "{{{{ .spec.color }}}}"}}
+          - apiVersion: v1
+            kind: Service
+            metadata: {{name: "{{{{ .metadata.name }}}}"}}
+            spec:
+              ports: [{{port: 80, targetPort: 8080}}]
+"#
+    )
+}
+
+/// The resources whose writes a test counts: the CR (and its status), children, events.
+fn counted(group: &str) -> Vec<(&str, &'static str)> {
+    vec![
+        (group, "pairs"),
+        ("", "configmaps"),
+        ("", "services"),
+        ("events.k8s.io", "events"),
+        ("", "events"),
+    ]
+}
+
+async fn create(ar: &ApiResource, ns: &str, name: &str, color: &str) -> DynamicObject {
+    apply_cr(
+        ar,
+        ns,
+        &json!({"apiVersion": ar.api_version, "kind": ar.kind,
+                "metadata": {"name": name}, "spec": {"color": color}})
+        .to_string(),
+    )
+    .await
+}
+
+async fn until_ready(ar: &ApiResource, ns: &str, name: &str, color: &str) -> DynamicObject {
+    eventually(&format!("{ns}/{name} Ready with color {color}"), || async {
+        let cr = get(ar, Some(ns), name).await?;
+        let done = ready(&cr)?.0 == "True"
+            && cr.data["status"]["color"] == color
+            && cr.data["status"]["observedGeneration"] == json!(cr.metadata.generation);
+        done.then_some(cr)
+    })
+    .await
+}
+
+/// Makes a change that starts exactly one pass and writes nothing (a label only the test
+/// reads), then waits until the host has finished `n` passes of the CRD. Watch events come
+/// in order, so every pass the host's own earlier writes could have started is counted by
+/// then.
+async fn barrier(ar: &ApiResource, ns: &str, name: &str, crd: &str, n: u64, mark: &str) {
+    let api: Api<DynamicObject> = Api::namespaced_with(client(), ns, ar);
+    api.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(&json!({"metadata": {"labels": {"e2e.inrun.dev/mark": mark}}})),
+    )
+    .await
+    .expect("mark the CR");
+    eventually(&format!("{n} passes of {crd}"), || async {
+        (reconciles(crd) >= n).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_new_cr_costs_one_write_per_change_and_the_hosts_writes_never_wake_it() -> TestResult {
+    let _turn = TURN.lock().await;
+    let group = unique_group("new-cr-writes");
+    let crd = format!("pairs.{group}");
+    let ar = resource(&group, "Pair");
+    let host = Host::start(&blueprint(&group, "")).await;
+    let ns = ControlPlane::shared().namespace("writes").await?;
+    served(&ar).await;
+    let before = apiserver_writes().await;
+    create(&ar, &ns, "one", "blue").await;
+    until_ready(&ar, &ns, "one", "blue").await;
+    // One pass for the new CR; the barrier's is the second. Had the host's finalizer,
+    // child, status or event writes woken the CR, their passes would come first.
+    barrier(&ar, &ns, "one", &crd, 2, "a").await;
+    let after = apiserver_writes().await;
+    assert_eq!(reconciles(&crd), 2, "the host's own writes started passes");
+    let writes = writes_between(&before, &after, &counted(&group));
+    let expected: std::collections::BTreeMap<String, u64> = [
+        // The test's own: the CR's creation and the barrier's label.
+        ("APPLY pairs", 2),
+        ("PATCH pairs", 1),
+        // The host's: status once, each child once, one event.
+        ("APPLY pairs/status", 1),
+        ("APPLY configmaps", 1),
+        ("APPLY services", 1),
+        ("POST events", 1),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    // "APPLY pairs" = the test's create + the host's finalizer.
+    assert_eq!(writes, expected);
+    host.stop().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_resync_that_finds_everything_as_desired_writes_nothing() -> TestResult {
+    let _turn = TURN.lock().await;
+    let group = unique_group("noop-resync");
+    let crd = format!("pairs.{group}");
+    let ar = resource(&group, "Pair");
+    let host = Host::start(&blueprint(&group, "    resync: 1s\n")).await;
+    let ns = ControlPlane::shared().namespace("resync").await?;
+    served(&ar).await;
+    create(&ar, &ns, "quiet", "green").await;
+    until_ready(&ar, &ns, "quiet", "green").await;
+    let passes = reconciles(&crd);
+    let before = apiserver_writes().await;
+    eventually("three resyncs", || async {
+        (reconciles(&crd) >= passes + 3).then_some(())
+    })
+    .await;
+    let after = apiserver_writes().await;
+    let writes = writes_between(&before, &after, &counted(&group));
+    assert!(writes.is_empty(), "a no-op resync wrote {writes:?}");
+    host.stop().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_child_edited_or_deleted_behind_the_hosts_back_is_restored() -> TestResult {
+    let _turn = TURN.lock().await;
+    let group = unique_group("drift");
+    let ar = resource(&group, "Pair");
+    let host = Host::start(&blueprint(&group, "")).await;
+    let ns = ControlPlane::shared().namespace("drift").await?;
+    served(&ar).await;
+    create(&ar, &ns, "web", "red").await;
+    until_ready(&ar, &ns, "web", "red").await;
+    let cms: Api<DynamicObject> = Api::namespaced_with(client(), &ns, &configmaps());
+    cms.patch(
+        "web",
+        &PatchParams::default(),
+        &Patch::Merge(&json!({"data": {"color": "hacked"}})),
+    )
+    .await?;
+    eventually("the edited ConfigMap restored", || async {
+        let cm = get(configmaps(), Some(&ns), "web").await?;
+        (cm.data["data"]["color"] == "red").then_some(())
+    })
+    .await;
+    let services: Api<DynamicObject> = Api::namespaced_with(client(), &ns, &services());
+    services.delete("web", &DeleteParams::default()).await?;
+    let recreated = eventually("the deleted Service recreated", || async {
+        get(support::services(), Some(&ns), "web").await
+    })
+    .await;
+    assert_eq!(recreated.data["spec"]["ports"][0]["port"], 80);
+    host.stop().await;
+    Ok(())
+}
