@@ -13,7 +13,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use inrun_testenv::{ControlPlane, TestResult};
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
 use serde_json::{Value, json};
 use support::*;
 
@@ -200,7 +200,15 @@ async fn remote_reconciler_gets_the_documented_request_and_its_result_is_applied
             .as_ref()
             .is_some_and(|l| l.contains_key("inrun.dev/owner-uid"))
     );
-    // The child's creation triggers another pass, which sees it in `children`.
+    // The host's own apply starts no pass; the next change to the CR does, and that pass
+    // sees the child in `children`.
+    let crs: Api<DynamicObject> = Api::namespaced_with(client(), &ns, &ar);
+    crs.patch(
+        "shop",
+        &PatchParams::default(),
+        &Patch::Merge(&json!({"metadata": {"annotations": {"e2e.inrun.dev/poke": "1"}}})),
+    )
+    .await?;
     let cr_obj = eventually("the CR to see its child", || async {
         let cr = get(&ar, Some(&ns), "shop").await?;
         (cr.data["status"]["childrenSeen"] == 1).then_some(cr)

@@ -23,6 +23,9 @@ use crate::pass::{Applied, ChildKey};
 /// without writing it again.
 pub const APPLIED_HASH: &str = "inrun.dev/applied";
 
+/// How long a pass waits for the children's caches to list once.
+const READY_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Watch caches (metadata only) of the CR's children, one per managed kind.
 #[derive(Clone, Default)]
 pub struct ChildStores {
@@ -41,16 +44,17 @@ impl ChildStores {
         );
     }
 
-    /// Waits until every cache has listed once, so a pass never mistakes "not listed yet"
-    /// for "missing".
+    /// Waits (a little) until every cache has listed once, so a pass started with the
+    /// controller does not mistake "not listed yet" for "missing". A cache that cannot
+    /// list (its watch keeps failing) is not waited for long: its children are applied.
     pub async fn ready(&self) {
         for store in self.stores.values() {
-            let _ = store.wait_until_ready().await;
+            let _ = tokio::time::timeout(READY_WAIT, store.wait_until_ready()).await;
         }
     }
 
-    /// The cached child, if `kind` is watched: `Some(None)` when it is watched and the
-    /// child does not exist.
+    /// The cached child, if `kind` is watched and its cache has listed: `Some(None)` when
+    /// the child does not exist.
     fn get(
         &self,
         kind: &Kind,
@@ -61,6 +65,7 @@ impl ChildStores {
             kind.resource.api_version.clone(),
             kind.resource.kind.clone(),
         ))?;
+        futures::FutureExt::now_or_never(store.wait_until_ready())?.ok()?;
         let mut r = ObjectRef::new_with(name, kind.resource.clone());
         if let Some(ns) = namespace.filter(|_| kind.namespaced) {
             r = r.within(ns);
