@@ -197,6 +197,7 @@ pub async fn run<F, Fut, E>(
     config: LeaderConfig,
     mut shutdown: watch::Receiver<bool>,
     standby: Arc<AtomicBool>,
+    metrics: Arc<crate::metrics::Metrics>,
     work: F,
 ) -> Result<(), LeaderError>
 where
@@ -204,7 +205,6 @@ where
     Fut: Future<Output = Result<(), E>> + Send + 'static,
     E: std::error::Error + Send + Sync + 'static,
 {
-    let metrics = crate::metrics::global();
     let mut elector = Elector {
         api: Api::namespaced(client, &config.namespace),
         config: config.clone(),
@@ -229,7 +229,7 @@ where
                 });
             }
             Ok(Err(e)) => {
-                tracing::warn!(error = %crate::errors::chain(&e), "trying to acquire the lease")
+                tracing::warn!(error = %inrun_contract::errors::chain(&e), "trying to acquire the lease")
             }
             Err(_) => tracing::warn!("trying to acquire the lease timed out"),
         }
@@ -252,7 +252,7 @@ where
                 // The work ended by itself (a startup error): give the lease back.
                 metrics.set_leader(false);
                 if let Err(e) = elector.release().await {
-                    tracing::warn!(error = %crate::errors::chain(&e), "releasing the lease");
+                    tracing::warn!(error = %inrun_contract::errors::chain(&e), "releasing the lease");
                 }
                 return match finished {
                     Ok(Ok(())) => Ok(()),
@@ -270,7 +270,9 @@ where
         {
             Ok(Ok(Attempt::Held)) => last_renew = Instant::now(),
             Ok(Ok(Attempt::Other)) => break Err(()),
-            Ok(Err(e)) => tracing::warn!(error = %crate::errors::chain(&e), "renewing the lease"),
+            Ok(Err(e)) => {
+                tracing::warn!(error = %inrun_contract::errors::chain(&e), "renewing the lease")
+            }
             Err(_) => tracing::warn!("renewing the lease timed out"),
         }
         if last_renew.elapsed() >= config.renew_deadline {
@@ -284,7 +286,7 @@ where
     match outcome {
         Ok(()) => {
             if let Err(e) = elector.release().await {
-                tracing::warn!(error = %crate::errors::chain(&e), "releasing the lease");
+                tracing::warn!(error = %inrun_contract::errors::chain(&e), "releasing the lease");
             } else {
                 tracing::info!("released the leader-election lease");
             }

@@ -4,14 +4,9 @@
 //! the reconcile pass and asks a [`reconcilers::Reconciler`] only what a CR should become.
 
 pub mod assemble;
-pub mod blueprint;
-pub mod contract;
-pub mod duration;
-pub mod errors;
 pub mod external;
 pub mod fleet;
 pub mod generate;
-pub mod intent;
 pub mod kubeconfig;
 pub mod leader;
 pub mod metrics;
@@ -25,5 +20,9 @@ pub mod secrets;
 pub mod server;
 pub mod sources;
 pub mod telemetry;
-pub mod template;
-pub mod wasm;
+
+pub use inrun_blueprint as blueprint;
+pub use inrun_contract as contract;
+pub use inrun_contract::{duration, errors, intent};
+pub use inrun_template as template;
+pub use inrun_wasm as wasm;

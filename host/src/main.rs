@@ -317,11 +317,20 @@ fn main() -> ExitCode {
 }
 
 fn engine(cache_dir: Option<PathBuf>) -> anyhow::Result<Engine> {
+    engine_observed(cache_dir, std::sync::Arc::new(inrun::wasm::Unobserved))
+}
+
+/// The engine, reporting plugin loads and host calls to `observer`.
+fn engine_observed(
+    cache_dir: Option<PathBuf>,
+    observer: std::sync::Arc<dyn inrun::wasm::Observer>,
+) -> anyhow::Result<Engine> {
     let dir = cache_dir.unwrap_or_else(CompileCache::default_dir);
     let cache = CompileCache::new(&dir)
         .map_err(|e| anyhow::anyhow!("creating compile cache {}: {e}", dir.display()))?;
     Ok(Engine::new(EngineSettings {
         cache: Some(cache),
+        observer,
         ..EngineSettings::default()
     })?)
 }
@@ -396,7 +405,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             identity,
             ..
         } => {
-            let engine = engine(cli.cache_dir)?;
+            // One registry for the process, handed to everything that records.
+            let metrics = std::sync::Arc::new(inrun::metrics::Metrics::default());
+            let engine = engine_observed(cli.cache_dir, metrics.clone())?;
             // Secrets are read from the cluster, so the client comes before the assembly.
             let client = runtime.block_on(inrun::kubeconfig::client(kubeconfig.as_deref()))?;
             let mut extra_roots = Vec::new();
@@ -436,7 +447,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 format!("{host}-{}", std::process::id())
             });
             let fleet = inrun::fleet::Fleet::new(
-                inrun::runtime::Shared::new(client.clone(), identity.clone()),
+                inrun::runtime::Shared::new(client.clone(), identity.clone())
+                    .with_metrics(metrics.clone()),
                 engine,
                 services,
                 inrun::fleet::FleetOptions {
@@ -463,7 +475,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     tracing::info!("shutting down: finishing reconciles in flight");
                     let _ = tx.send(true);
                 });
-                let state = inrun::server::State::serving(fleet.clone());
+                let state = inrun::server::State::serving(fleet.clone(), metrics.clone());
                 let standby = state.standby.clone();
                 let port = health_port.unwrap_or(runtime_spec.health_port);
                 let (addr, server) = inrun::server::bind(
@@ -489,10 +501,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                         renew_deadline: le.renew_deadline,
                         retry_period: le.retry_period,
                     };
-                    inrun::leader::run(client, config, rx, standby, move |stop| fleet.run(stop))
-                        .await?;
+                    inrun::leader::run(client, config, rx, standby, metrics, move |stop| {
+                        fleet.run(stop)
+                    })
+                    .await?;
                 } else {
-                    inrun::metrics::global().set_leader(true);
+                    metrics.set_leader(true);
                     fleet.run(rx).await?;
                 }
                 server.abort();

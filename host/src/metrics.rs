@@ -2,12 +2,13 @@
 //! controller-runtime's metric names (so existing dashboards work) plus Inrun's own for
 //! plugins and leadership, and a short log of recent reconciles for the console.
 //!
-//! One process-wide registry ([`global`]), like Prometheus client libraries keep: the
-//! runtime records without carrying a handle through every call.
+//! No global registry: the binary makes one [`Metrics`] and hands it to what records (the
+//! runtime's controllers, the fleet, leader election, the Wasm engine as its
+//! [`inrun_wasm::Observer`]) and to the health port that reads it.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt::Write as _;
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
@@ -232,10 +233,24 @@ fn push(list: &mut VecDeque<ReconcileRecord>, record: ReconcileRecord) {
     list.truncate(RECENT);
 }
 
-/// The process-wide registry.
-pub fn global() -> &'static Metrics {
-    static GLOBAL: OnceLock<Metrics> = OnceLock::new();
-    GLOBAL.get_or_init(Metrics::default)
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+impl inrun_wasm::Observer for Metrics {
+    fn plugin_loaded(&self, source: &'static str) {
+        Metrics::plugin_loaded(self, source);
+    }
+
+    fn host_call(&self, capability: &'static str, outcome: &'static str) {
+        self.plugin_host_call(capability, outcome);
+    }
+
+    fn plugin_reloaded(&self, ok: bool) {
+        Metrics::plugin_reloaded(self, ok);
+    }
 }
 
 impl Metrics {
@@ -280,7 +295,7 @@ impl Metrics {
         plugins: &[String],
         failure: Option<&(dyn std::error::Error + 'static)>,
     ) {
-        let error = failure.map(crate::errors::chain);
+        let error = failure.map(inrun_contract::errors::chain);
         let plugin_outcome = failure.map_or("ok", plugin_outcome);
         let elapsed = started.at.elapsed();
         let c = started.controller.as_str();
@@ -547,7 +562,7 @@ impl Metrics {
 /// (the plugin's own error), `bad_output`, `host`, or `error` when the failure was not the
 /// plugin's (e.g. an API write after a successful call).
 fn plugin_outcome(err: &(dyn std::error::Error + 'static)) -> &'static str {
-    use crate::wasm::{CallError, CallFailure};
+    use inrun_wasm::{CallError, CallFailure};
     let mut next = Some(err);
     while let Some(e) = next {
         let failure = e

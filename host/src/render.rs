@@ -9,9 +9,9 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use crate::assemble::{Assembly, PassError};
-use crate::blueprint::RuntimeSpec;
 use crate::pass::{self, Failure, Pass, Reason, meta, record::Recorder};
 use crate::reconcilers::{ReconcileError, ReconcilerKind};
+use inrun_blueprint::RuntimeSpec;
 
 /// A CR read from a file.
 #[derive(Debug, Clone)]
@@ -237,7 +237,7 @@ pub async fn render(
     let requeue_after = done
         .after
         .filter(|_| gated.is_none())
-        .map(crate::duration::format);
+        .map(inrun_contract::duration::format);
     Ok(RenderOutput {
         crd: crd.spec.crd_name(),
         reconciler: plan.reconciler.kind(),
@@ -255,6 +255,6 @@ pub async fn render(
             .collect(),
         requeue_after,
         requeue_holds: done.holds,
-        cleanup_after: done.cleanup.map(crate::duration::format),
+        cleanup_after: done.cleanup.map(inrun_contract::duration::format),
     })
 }

@@ -241,13 +241,13 @@ impl Secrets for KubeSecrets {
     }
 }
 
-/// Reads a [`crate::blueprint::SecretRef`], defaulting its namespace to the CR's.
+/// Reads a [`inrun_blueprint::SecretRef`], defaulting its namespace to the CR's.
 ///
 /// # Errors
 /// [`SecretError`] from the source.
 pub async fn resolve(
     secrets: &dyn Secrets,
-    secret: &crate::blueprint::SecretRef,
+    secret: &inrun_blueprint::SecretRef,
     cr_namespace: &str,
 ) -> Result<String, SecretError> {
     let ns = secret.namespace.as_deref().unwrap_or(cr_namespace);

@@ -515,9 +515,9 @@ async fn a_result_requeue_after_runs_the_cr_again_after_success() -> TestResult 
     let first = reconciled(&ar, &ns, "again").await;
     // A pass that changes nothing records no event: count the host's passes instead.
     let crd = format!("temps.{group}");
-    let start = reconciles(&crd);
+    let start = reconciles(&host.metrics, &crd);
     let more = eventually("three more passes", || async {
-        let n = reconciles(&crd);
+        let n = reconciles(&host.metrics, &crd);
         (n >= start + 3).then_some(n)
     })
     .await;

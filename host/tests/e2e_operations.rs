@@ -54,15 +54,20 @@ struct InProcess {
     shutdown: watch::Sender<bool>,
     task: JoinHandle<Result<(), RunError>>,
     assembly: Arc<Assembly>,
+    metrics: Arc<inrun::metrics::Metrics>,
     _dir: tempfile::TempDir,
 }
 
-async fn assemble(blueprint: &str) -> (Arc<Assembly>, tempfile::TempDir) {
+async fn assemble(
+    blueprint: &str,
+    metrics: &Arc<inrun::metrics::Metrics>,
+) -> (Arc<Assembly>, tempfile::TempDir) {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("blueprint.yaml");
     std::fs::write(&path, blueprint).expect("write blueprint");
     let engine = Engine::new(EngineSettings {
         max_instances: 16,
+        observer: metrics.clone(),
         ..EngineSettings::default()
     })
     .expect("engine");
@@ -71,17 +76,20 @@ async fn assemble(blueprint: &str) -> (Arc<Assembly>, tempfile::TempDir) {
 }
 
 async fn start(blueprint: &str, client: Client, install_crds: bool) -> InProcess {
-    let (assembly, dir) = assemble(blueprint).await;
+    let metrics = Arc::new(inrun::metrics::Metrics::default());
+    let (assembly, dir) = assemble(blueprint, &metrics).await;
     let (tx, rx) = watch::channel(false);
     let options = RunOptions {
         install_crds,
         instance: "ops-e2e".into(),
+        metrics: metrics.clone(),
     };
     let task = tokio::spawn(inrun::runtime::run(assembly.clone(), client, options, rx));
     InProcess {
         shutdown: tx,
         task,
         assembly,
+        metrics,
         _dir: dir,
     }
 }
@@ -238,7 +246,10 @@ async fn metrics_move_with_reconciles_and_blueprint_matches_the_loaded_file() ->
     let group = unique_group("metrics");
     let text = webapp_blueprint(&group, "");
     let host = start(&text, client(), true).await;
-    let router = inrun::server::router(inrun::server::State::new(host.assembly.clone()));
+    let router = inrun::server::router(inrun::server::State::new(
+        host.assembly.clone(),
+        host.metrics.clone(),
+    ));
     let controller = format!("webapps.{group}");
 
     let (status, body) = call(&router, "/healthz").await;
@@ -356,7 +367,7 @@ async fn metrics_move_with_reconciles_and_blueprint_matches_the_loaded_file() ->
 async fn the_console_shows_crds_and_kinds_in_chromium() -> TestResult {
     let group = unique_group("console");
     let host = start(&webapp_blueprint(&group, ""), client(), true).await;
-    let state = inrun::server::State::new(host.assembly.clone());
+    let state = inrun::server::State::new(host.assembly.clone(), host.metrics.clone());
     let (stop_tx, stop_rx) = watch::channel(false);
     let (addr, server) = inrun::server::bind(([127, 0, 0, 1], 0).into(), state, stop_rx).await?;
     let profile = tempfile::tempdir()?;
@@ -821,6 +832,7 @@ async fn a_leader_that_loses_its_lease_stops_its_work_at_once() -> TestResult {
         config,
         shutdown_rx,
         Arc::new(AtomicBool::new(true)),
+        Arc::default(),
         move |mut stop: watch::Receiver<bool>| async move {
             let _ = started_tx.send(true);
             let _ = stop.wait_for(|s| *s).await;
@@ -878,6 +890,7 @@ async fn a_replica_without_lease_rbac_fails_clearly_instead_of_waiting_forever()
             config,
             rx,
             Arc::new(AtomicBool::new(true)),
+            Arc::default(),
             |_stop| async { Ok::<(), std::io::Error>(()) },
         ),
     )

@@ -87,7 +87,15 @@ async fn until_ready(ar: &ApiResource, ns: &str, name: &str, color: &str) -> Dyn
 /// reads), then waits until the host has finished `n` passes of the CRD. Watch events come
 /// in order, so every pass the host's own earlier writes could have started is counted by
 /// then.
-async fn barrier(ar: &ApiResource, ns: &str, name: &str, crd: &str, n: u64, mark: &str) {
+async fn barrier(
+    host: &Host,
+    ar: &ApiResource,
+    ns: &str,
+    name: &str,
+    crd: &str,
+    n: u64,
+    mark: &str,
+) {
     let api: Api<DynamicObject> = Api::namespaced_with(client(), ns, ar);
     api.patch(
         name,
@@ -97,7 +105,7 @@ async fn barrier(ar: &ApiResource, ns: &str, name: &str, crd: &str, n: u64, mark
     .await
     .expect("mark the CR");
     eventually(&format!("{n} passes of {crd}"), || async {
-        (reconciles(crd) >= n).then_some(())
+        (reconciles(&host.metrics, crd) >= n).then_some(())
     })
     .await;
 }
@@ -116,9 +124,13 @@ async fn a_new_cr_costs_one_write_per_change_and_the_hosts_writes_never_wake_it(
     until_ready(&ar, &ns, "one", "blue").await;
     // One pass for the new CR; the barrier's is the second. Had the host's finalizer,
     // child, status or event writes woken the CR, their passes would come first.
-    barrier(&ar, &ns, "one", &crd, 2, "a").await;
+    barrier(&host, &ar, &ns, "one", &crd, 2, "a").await;
     let after = apiserver_writes().await;
-    assert_eq!(reconciles(&crd), 2, "the host's own writes started passes");
+    assert_eq!(
+        reconciles(&host.metrics, &crd),
+        2,
+        "the host's own writes started passes"
+    );
     let writes = writes_between(&before, &after, &counted(&group));
     let expected: std::collections::BTreeMap<String, u64> = [
         // The test's own: the CR's creation and the barrier's label.
@@ -150,10 +162,10 @@ async fn a_resync_that_finds_everything_as_desired_writes_nothing() -> TestResul
     served(&ar).await;
     create(&ar, &ns, "quiet", "green").await;
     until_ready(&ar, &ns, "quiet", "green").await;
-    let passes = reconciles(&crd);
+    let passes = reconciles(&host.metrics, &crd);
     let before = apiserver_writes().await;
     eventually("three resyncs", || async {
-        (reconciles(&crd) >= passes + 3).then_some(())
+        (reconciles(&host.metrics, &crd) >= passes + 3).then_some(())
     })
     .await;
     let after = apiserver_writes().await;

@@ -334,9 +334,11 @@ fn the_compile_cache_serves_a_second_engine_without_compiling() {
 #[test]
 fn replicas_sharing_a_cache_compile_concurrently_without_tearing_it() {
     let dir = tempfile::tempdir().expect("tempdir");
+    let metrics = std::sync::Arc::new(inrun::metrics::Metrics::default());
     let settings = || EngineSettings {
         cache: Some(CompileCache::new(dir.path()).expect("cache")),
         pooling: false,
+        observer: metrics.clone(),
         ..EngineSettings::default()
     };
     // Three "replicas" start at once on an empty cache and all compile the same module.
@@ -363,12 +365,12 @@ fn replicas_sharing_a_cache_compile_concurrently_without_tearing_it() {
     );
     assert!(names[0].ends_with(".cwasm"), "{names:?}");
     // A later replica loads that entry rather than compiling.
-    let before = inrun::metrics::global().value("inrun_plugin_loads_total", "source=\"cache\"");
+    let before = metrics.value("inrun_plugin_loads_total", "source=\"cache\"");
     let later = Engine::new(settings()).expect("engine");
     load(&later, "inrun_plugin_webapp")
         .reconcile_now(&webapp_request(), &Limits::default())
         .expect("reconcile from the shared cache");
-    let after = inrun::metrics::global().value("inrun_plugin_loads_total", "source=\"cache\"");
+    let after = metrics.value("inrun_plugin_loads_total", "source=\"cache\"");
     assert!(after > before, "loaded from the cache");
 }
 

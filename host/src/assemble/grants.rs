@@ -4,8 +4,8 @@
 use std::sync::Arc;
 
 use super::Services;
-use crate::blueprint::Capabilities;
-use crate::wasm::{ClusterGrant, Grants, HttpGrant, Namespaces, ReadGrant};
+use inrun_blueprint::Capabilities;
+use inrun_wasm::{ClusterGrant, Grants, HttpGrant, Namespaces, ReadGrant};
 
 /// The grants `caps` describes, served by `services`. Empty capabilities grant nothing.
 pub fn grants(caps: &Capabilities, services: &Services) -> Grants {

@@ -14,9 +14,6 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::blueprint::{
-    self, Blueprint, BlueprintError, CrdSpec, PluginLimits, Problem, ReconcileSpec,
-};
 use crate::external::ExternalCalls;
 use crate::plugins::{PluginSet, PluginSlot};
 use crate::reconcilers::declarative::Declarative;
@@ -24,8 +21,11 @@ use crate::reconcilers::remote::Remote;
 use crate::reconcilers::wasm::{Constructor, Hook, Hooks};
 use crate::reconcilers::{Reconciler, ReconcilerKind};
 use crate::sources::{Location, PullSecret};
-use crate::template::{CompiledCondition, CompiledValue, Engine as Templates};
-use crate::wasm::{Engine, Grants, Limits, PluginInfo, World};
+use inrun_blueprint::{
+    self as blueprint, Blueprint, BlueprintError, CrdSpec, PluginLimits, Problem, ReconcileSpec,
+};
+use inrun_template::{CompiledCondition, CompiledValue, Engine as Templates};
+use inrun_wasm::{Engine, Grants, Limits, PluginInfo, World};
 
 /// A loaded, checked Blueprint.
 pub struct Assembly {
@@ -196,7 +196,7 @@ impl Assembly {
             let location = match Location::parse(r.location, r.digest, r.crd.source.base_dir()) {
                 Ok(l) => l,
                 Err(e) => {
-                    problems.push(problem(crate::errors::chain(&e)));
+                    problems.push(problem(inrun_contract::errors::chain(&e)));
                     continue;
                 }
             };
@@ -215,7 +215,7 @@ impl Assembly {
                 Ok(slot) => {
                     slots.insert(r.field.clone(), slot);
                 }
-                Err(e) => problems.push(problem(crate::errors::chain(&e))),
+                Err(e) => problems.push(problem(inrun_contract::errors::chain(&e))),
             }
         }
         let templates = Templates::new();
@@ -323,7 +323,9 @@ pub fn limits_within(
         }
     };
     let millis = |v: u128| {
-        crate::duration::format(Duration::from_millis(u64::try_from(v).unwrap_or(u64::MAX)))
+        inrun_contract::duration::format(Duration::from_millis(
+            u64::try_from(v).unwrap_or(u64::MAX),
+        ))
     };
     let size =
         |v: u128| blueprint::Quantity::from_bytes(u64::try_from(v).unwrap_or(u64::MAX)).to_string();
@@ -391,14 +393,14 @@ impl Builder<'_> {
     fn condition(&mut self, field: String, text: &str) -> Option<CompiledCondition> {
         self.templates
             .compile_condition(text)
-            .map_err(|e| self.problem(field, crate::errors::chain(&e)))
+            .map_err(|e| self.problem(field, inrun_contract::errors::chain(&e)))
             .ok()
     }
 
     fn value(&mut self, field: String, value: &serde_json::Value) -> Option<CompiledValue> {
         self.templates
             .compile_value(value)
-            .map_err(|e| self.problem(field, crate::errors::chain(&e)))
+            .map_err(|e| self.problem(field, inrun_contract::errors::chain(&e)))
             .ok()
     }
 
@@ -463,7 +465,7 @@ impl Builder<'_> {
 
     /// The grants written at `field.capabilities`, if the policy lets this Blueprint grant
     /// any (a problem otherwise).
-    fn plugin_grants(&mut self, field: &str, caps: &crate::blueprint::Capabilities) -> Grants {
+    fn plugin_grants(&mut self, field: &str, caps: &inrun_blueprint::Capabilities) -> Grants {
         if !self.policy.capabilities && !caps.is_empty() {
             self.problem(
                 format!("{field}.capabilities"),
@@ -521,7 +523,9 @@ impl Builder<'_> {
                     &r.on_reconcile,
                     &r.on_delete,
                 )
-                .map_err(|e| self.problem(e.field.clone(), crate::errors::chain(&e.source)))
+                .map_err(|e| {
+                    self.problem(e.field.clone(), inrun_contract::errors::chain(&e.source))
+                })
                 .ok();
                 let mut hooks = Vec::new();
                 for (i, h) in r.hooks.iter().enumerate() {
@@ -530,7 +534,10 @@ impl Builder<'_> {
                     let grants = self.plugin_grants(&field, &h.capabilities);
                     if let Some(slot) = self.slot(&field) {
                         if let Err(e) = slot.require(World::Hooks, Some(h.function.as_str())) {
-                            self.problem(format!("{field}.function"), crate::errors::chain(&e));
+                            self.problem(
+                                format!("{field}.function"),
+                                inrun_contract::errors::chain(&e),
+                            );
                             continue;
                         }
                         if !plugins.iter().any(|p| Arc::ptr_eq(p, &slot)) {
@@ -549,7 +556,7 @@ impl Builder<'_> {
                     (Some(d), true) => match Hooks::new(d, hooks) {
                         Ok(h) => Some(Arc::new(h)),
                         Err(e) => {
-                            self.problem(format!("{at}.hooks"), crate::errors::chain(&e));
+                            self.problem(format!("{at}.hooks"), inrun_contract::errors::chain(&e));
                             None
                         }
                     },
@@ -567,7 +574,7 @@ impl Builder<'_> {
                 match Constructor::new(slot, limits, grants) {
                     Ok(c) => Some(Arc::new(c)),
                     Err(e) => {
-                        self.problem(field, crate::errors::chain(&e));
+                        self.problem(field, inrun_contract::errors::chain(&e));
                         None
                     }
                 }
@@ -584,7 +591,7 @@ impl Builder<'_> {
             ExternalCalls::compile(self.templates, &r.external, at, self.services.clients())
                 .map_err(|errors| {
                     for e in errors {
-                        self.problem(e.field.clone(), crate::errors::chain(&e.source));
+                        self.problem(e.field.clone(), inrun_contract::errors::chain(&e.source));
                     }
                 })
                 .ok();
@@ -648,8 +655,8 @@ mod tests {
     #[test]
     fn a_blueprint_over_a_ceiling_is_refused_with_the_field_named() {
         let text = "apiVersion: inrun.dev/v1alpha1\nkind: Blueprint\nmetadata: { name: t }\nspec:\n  crds:\n    - group: t.inrun.dev\n      version: v1\n      kind: Thing\n      reconcile:\n        default: false\n        constructor: { location: ./missing.wasm, limits: { deadline: 30s } }\n";
-        let bp = crate::blueprint::from_str(text, "t.yaml").expect("blueprint");
-        let engine = Engine::new(crate::wasm::EngineSettings {
+        let bp = inrun_blueprint::from_str(text, "t.yaml").expect("blueprint");
+        let engine = Engine::new(inrun_wasm::EngineSettings {
             pooling: false,
             ..Default::default()
         })

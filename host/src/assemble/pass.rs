@@ -6,8 +6,8 @@ use std::time::Duration;
 use serde_json::{Map, Value};
 
 use super::{CrdPlan, ReconcilePlan};
-use crate::contract::{Outcome, Request};
-use crate::template::{Context, TemplateError};
+use inrun_contract::{Outcome, Request};
+use inrun_template::{Context, TemplateError};
 
 /// The delay for a Result that asks to requeue without saying when.
 pub const DEFAULT_REQUEUE: Duration = Duration::from_secs(5);
@@ -141,7 +141,7 @@ impl CrdPlan {
                 Err(e) => failed.push(format!(
                     "rule {} failed: {}",
                     rule.text,
-                    crate::errors::chain(&e)
+                    inrun_contract::errors::chain(&e)
                 )),
             }
         }
@@ -373,8 +373,8 @@ mod tests {
         let text = format!(
             "apiVersion: inrun.dev/v1alpha1\nkind: Blueprint\nmetadata: {{name: t}}\nspec:\n  crds:\n    - group: t.inrun.dev\n      version: v1\n      kind: Thing\n      reconcile:\n        onReconcile: []\n{requeue}"
         );
-        let bp = crate::blueprint::from_str(&text, "t.yaml").expect("blueprint");
-        let engine = crate::wasm::Engine::new(crate::wasm::EngineSettings {
+        let bp = inrun_blueprint::from_str(&text, "t.yaml").expect("blueprint");
+        let engine = inrun_wasm::Engine::new(inrun_wasm::EngineSettings {
             pooling: false,
             ..Default::default()
         })

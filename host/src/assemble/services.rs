@@ -6,7 +6,7 @@ use std::sync::Arc;
 use crate::external::Clients;
 use crate::secrets::{Secrets, StaticSecrets};
 use crate::sources::{SourceOptions, Sources};
-use crate::wasm::{ClusterReader, NoCluster};
+use inrun_wasm::{ClusterReader, NoCluster};
 
 /// Shared clients for remote reconcilers and `reconcile.external` calls.
 #[derive(Clone)]
@@ -47,12 +47,12 @@ impl Services {
             reqwest::Client::new()
         });
         let sources = Sources::new(secrets.clone(), options).unwrap_or_else(|e| {
-            tracing::warn!(error = %crate::errors::chain(&e),
+            tracing::warn!(error = %inrun_contract::errors::chain(&e),
                 "building the plugin source client with the given options; using defaults");
             Sources::new(secrets.clone(), SourceOptions::default())
                 .expect("the default plugin source client builds")
         });
-        let plugin_http = crate::wasm::http_client().unwrap_or_else(|e| {
+        let plugin_http = inrun_wasm::http_client().unwrap_or_else(|e| {
             tracing::warn!(error = %e, "building the plugin HTTP client; using a plain one");
             reqwest::Client::builder()
                 .redirect(reqwest::redirect::Policy::none())

@@ -3,8 +3,8 @@
 use serde_json::{Map, Value, json};
 
 use super::{CallError, number};
-use crate::blueprint::HttpMethod;
 use crate::reconcilers::remote::excerpt;
+use inrun_blueprint::HttpMethod;
 
 /// One rendered `http` call.
 pub(super) struct HttpRequest<'a> {

@@ -15,9 +15,9 @@ use std::time::Duration;
 
 use serde_json::{Map, Value};
 
-use crate::blueprint::{ExternalCall, ExternalKind, HttpMethod, OnError, SecretRef};
 use crate::secrets::{SecretError, Secrets};
-use crate::template::{CompiledValue, Context, Engine, TemplateError};
+use inrun_blueprint::{ExternalCall, ExternalKind, HttpMethod, OnError, SecretRef};
+use inrun_template::{CompiledValue, Context, Engine, TemplateError};
 
 /// A call that failed, by name: the reconcile fails with this.
 #[derive(Debug, thiserror::Error)]
@@ -51,7 +51,7 @@ pub enum CallError {
     #[error("the token is not a valid HTTP header value")]
     BadToken,
     /// The call took longer than its `timeout`.
-    #[error("no answer within {}", crate::duration::format(*.0))]
+    #[error("no answer within {}", inrun_contract::duration::format(*.0))]
     Timeout(Duration),
     /// The HTTP request failed (connection, TLS, ...).
     #[error("HTTP request failed")]
@@ -320,7 +320,7 @@ impl ExternalCalls {
                         OnError::Default => {
                             tracing::info!(
                                 external.name = %c.name,
-                                error = %crate::errors::chain(&error),
+                                error = %inrun_contract::errors::chain(&error),
                                 "external call failed; using its default"
                             );
                             c.default.clone()

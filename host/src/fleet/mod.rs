@@ -24,11 +24,11 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 use crate::assemble::{Assembly, BuildContext, Policy, Services};
-use crate::blueprint::{self, Blueprint, BlueprintError, CrdSpec, RuntimeSpec};
 use crate::plugins::{Change, PluginSet, SlotStatus};
 use crate::runtime::{self, RunError, Shared};
 use crate::sources::Location;
-use crate::wasm::Engine;
+use inrun_blueprint::{self as blueprint, Blueprint, BlueprintError, CrdSpec, RuntimeSpec};
+use inrun_wasm::Engine;
 
 /// How the fleet finds its tenants and treats them.
 #[derive(Debug, Clone)]
@@ -546,7 +546,7 @@ impl Fleet {
                 tenant.error = None;
                 if !first {
                     tenant.reloads += 1;
-                    crate::metrics::global().blueprint_reloaded(&name, true);
+                    self.shared.metrics.blueprint_reloaded(&name, true);
                     // It may have dropped a CRD another Blueprint was refused for.
                     Self::forget_refusals(tenants);
                 }
@@ -554,10 +554,10 @@ impl Fleet {
                 Ok(())
             }
             Err(e) => {
-                let message = crate::errors::chain(&e);
+                let message = inrun_contract::errors::chain(&e);
                 tenant.failed = Some(print);
                 tenant.error = Some(message.clone());
-                crate::metrics::global().blueprint_reloaded(&name, false);
+                self.shared.metrics.blueprint_reloaded(&name, false);
                 if first {
                     tracing::error!(tenant = %name, error = %message, "Blueprint refused");
                 } else {

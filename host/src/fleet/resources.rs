@@ -68,7 +68,7 @@ pub fn blueprint_resource() -> ApiResource {
 pub(super) async fn ensure_crd(client: &kube::Client, install: bool) -> Result<(), String> {
     crate::runtime::crds::ensure_manifest(client, BLUEPRINT_CRD, blueprint_crd(), install)
         .await
-        .map_err(|e| crate::errors::chain(&e))
+        .map_err(|e| inrun_contract::errors::chain(&e))
 }
 
 /// One Blueprint resource, as the tenant loader reads it.

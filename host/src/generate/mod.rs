@@ -6,7 +6,7 @@ pub mod rbac;
 
 use serde_json::Value;
 
-use crate::blueprint::Blueprint;
+use inrun_blueprint::Blueprint;
 
 /// The CRD manifests of every CRD the Blueprint declares, in Blueprint order: schema,
 /// status subresource and printer columns, exactly as `inrun run --install-crds` applies them.

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
 
-use crate::blueprint::{Blueprint, CrdSpec, ReadKind, ReconcileSpec};
+use inrun_blueprint::{Blueprint, CrdSpec, ReadKind, ReconcileSpec};
 
 /// Verbs on the CRs themselves: watch them, patch metadata, delete after `cleanup`.
 const CR_VERBS: &[&str] = &["get", "list", "watch", "patch", "update", "delete"];
@@ -396,7 +396,7 @@ spec:
           - {{apiVersion: networking.k8s.io/v1, kind: NetworkPolicy}}
 {extra}"#
         );
-        crate::blueprint::from_str(&text, "t.yaml").expect("blueprint")
+        inrun_blueprint::from_str(&text, "t.yaml").expect("blueprint")
     }
 
     #[test]
@@ -410,7 +410,7 @@ spec:
 
     #[test]
     fn a_plugin_pull_secret_needs_reading_secrets() {
-        let bp = crate::blueprint::from_str(
+        let bp = inrun_blueprint::from_str(
             "apiVersion: inrun.dev/v1alpha1\nkind: Blueprint\nmetadata: {name: t}\nspec:\n  crds:\n    - group: apps.example.dev\n      version: v1alpha1\n      kind: WebApp\n      reconcile:\n        default: false\n        constructor:\n          location: oci://registry.example.com/webapp:1\n          pullSecret: {namespace: ops, name: registry}\n",
             "t.yaml",
         )
@@ -437,7 +437,7 @@ spec:
 
     #[test]
     fn kinds_granted_to_plugins_get_read_verbs() {
-        let bp = crate::blueprint::from_str(
+        let bp = inrun_blueprint::from_str(
             r#"apiVersion: inrun.dev/v1alpha1
 kind: Blueprint
 metadata: {name: t}

@@ -11,8 +11,8 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use serde_json::Value;
 
 use super::fields::owned_keys;
-use crate::blueprint::RuntimeSpec;
-use crate::contract::Outcome;
+use inrun_blueprint::RuntimeSpec;
+use inrun_contract::Outcome;
 
 /// The finalizer every CR Inrun manages carries.
 pub const FINALIZER: &str = "inrun.dev/cleanup";
@@ -219,7 +219,7 @@ mod tests {
     fn a_recorded_cleanup_time_is_kept_and_a_new_one_counts_from_now() {
         let now: Timestamp = "2026-01-01T00:00:00Z".parse().expect("time");
         let outcome = Outcome {
-            cleanup: Some(crate::contract::Cleanup {
+            cleanup: Some(inrun_contract::Cleanup {
                 after: Duration::from_secs(60),
             }),
             ..Outcome::default()

@@ -18,10 +18,10 @@ use serde_json::{Map, Value};
 
 use crate::assemble::{CrdPlan, ReconcilePlan};
 pub use crate::assemble::{DEFAULT_REQUEUE, Next, PassError};
-use crate::blueprint::{ReconcileSpec, RuntimeSpec};
-use crate::contract::{Outcome, Request};
 use crate::reconcilers::{ReconcileError, ReconcilerKind};
-use crate::template::Context;
+use inrun_blueprint::{ReconcileSpec, RuntimeSpec};
+use inrun_contract::{Outcome, Request};
+use inrun_template::Context;
 use meta::Metadata;
 use status::Ready;
 
@@ -299,7 +299,14 @@ async fn reconcile(p: Pass<'_>, fx: &mut dyn Effects) -> Result<Done, Failure> {
     let rplan = match routed {
         Ok(r) => r,
         Err(e) => {
-            hold(p, fx, &tctx, Reason::Invalid, crate::errors::chain(&e)).await?;
+            hold(
+                p,
+                fx,
+                &tctx,
+                Reason::Invalid,
+                inrun_contract::errors::chain(&e),
+            )
+            .await?;
             return Ok(Done::default());
         }
     };
@@ -462,11 +469,11 @@ async fn write_status(
 /// A failed pass: `emit.status` (as far as it renders) with `Ready=False`, and a
 /// `ReconcileError` event. Returns the failure for the retry.
 async fn failed(p: Pass<'_>, fx: &mut dyn Effects, ctx: &Context, failure: Failure) -> Failure {
-    let message = crate::errors::chain(&failure);
+    let message = inrun_contract::errors::chain(&failure);
     let fields = p.crd.status(ctx, None).unwrap_or_default();
     let ready = Ready::not("ReconcileError", message.clone());
     if let Err(e) = write_status(p, fx, fields, &ready).await {
-        tracing::warn!(error = %crate::errors::chain(&e), "could not write the failure to status");
+        tracing::warn!(error = %inrun_contract::errors::chain(&e), "could not write the failure to status");
     }
     fx.record(Reason::ReconcileError, message).await;
     failure
@@ -516,8 +523,11 @@ async fn finalize(p: Pass<'_>, fx: &mut dyn Effects) -> Result<Done, Failure> {
         let (req, outcome) = match result {
             Ok(done) => done,
             Err(failure) => {
-                fx.record(Reason::ReconcileError, crate::errors::chain(&failure))
-                    .await;
+                fx.record(
+                    Reason::ReconcileError,
+                    inrun_contract::errors::chain(&failure),
+                )
+                .await;
                 return Err(failure);
             }
         };
@@ -539,7 +549,7 @@ async fn finalize(p: Pass<'_>, fx: &mut dyn Effects) -> Result<Done, Failure> {
             .runtime
             .finalizers
             .timeout
-            .map(crate::duration::format)
+            .map(inrun_contract::duration::format)
             .unwrap_or_default();
         fx.record(
             Reason::FinalizeTimeout,

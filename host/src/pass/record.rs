@@ -8,7 +8,7 @@ use serde_json::{Map, Value};
 
 use super::meta::Metadata;
 use super::{Applied, ChildKey, EffectError, Effects, Reason, Written};
-use crate::blueprint::ReconcileSpec;
+use inrun_blueprint::ReconcileSpec;
 
 /// Every effect of a pass, in order, without a cluster.
 #[derive(Debug, Default)]

@@ -29,8 +29,8 @@ spec:
             data: {{phase: "{{{{ .spec.phase }}}}"}}
 {reconcile_extra}"#
     );
-    let bp = crate::blueprint::from_str(&text, "t.yaml").expect("blueprint");
-    let engine = crate::wasm::Engine::new(crate::wasm::EngineSettings {
+    let bp = inrun_blueprint::from_str(&text, "t.yaml").expect("blueprint");
+    let engine = inrun_wasm::Engine::new(inrun_wasm::EngineSettings {
         pooling: false,
         ..Default::default()
     })

@@ -15,7 +15,7 @@ use std::time::{Duration, SystemTime};
 use serde::Serialize;
 
 use crate::sources::{Location, PullSecret, Sources};
-use crate::wasm::{Engine, LoadError, Plugin, World};
+use inrun_wasm::{Engine, LoadError, Plugin, World};
 
 /// What a Blueprint needs a plugin to be: its world and, for hooks, the functions it calls.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -192,7 +192,7 @@ impl PluginSlot {
                 true
             }
             Err(e) => {
-                self.refuse(version, crate::errors::chain(&e));
+                self.refuse(version, inrun_contract::errors::chain(&e));
                 false
             }
         }
@@ -357,7 +357,7 @@ impl PluginSet {
             Err(e) => {
                 // The source is unreachable for now (registry down, file mid-replace):
                 // keep serving and look again next time, without marking a version bad.
-                tracing::debug!(plugin = %location, error = %crate::errors::chain(&e),
+                tracing::debug!(plugin = %location, error = %inrun_contract::errors::chain(&e),
                     "plugin source not readable; keeping the serving version");
                 return None;
             }
@@ -393,15 +393,15 @@ impl PluginSet {
                 }
             }
             Err(e) => {
-                let error = crate::errors::chain(&e);
+                let error = inrun_contract::errors::chain(&e);
                 slot.refuse(version, error.clone());
                 Change::Failed { location, error }
             }
         };
         match &change {
-            Change::Swapped { .. } => crate::metrics::global().plugin_reloaded(true),
+            Change::Swapped { .. } => self.engine.observer().plugin_reloaded(true),
             Change::Failed { location, error } => {
-                crate::metrics::global().plugin_reloaded(false);
+                self.engine.observer().plugin_reloaded(false);
                 tracing::error!(plugin = %location, %error,
                     "new plugin version failed to load; the previous version keeps serving");
             }

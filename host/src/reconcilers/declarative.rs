@@ -5,8 +5,8 @@ use async_trait::async_trait;
 use serde_json::Value;
 
 use super::{ReconcileError, Reconciler, ReconcilerKind, finish};
-use crate::contract::{CREATE_ONLY_ANNOTATION, Outcome, Request};
-use crate::template::{CompiledDocuments, CompiledValue, Context, Engine, TemplateError};
+use inrun_contract::{CREATE_ONLY_ANNOTATION, Outcome, Request};
+use inrun_template::{CompiledDocuments, CompiledValue, Context, Engine, TemplateError};
 
 /// One resource template: an object whose strings may be templates, or a whole YAML
 /// template string that renders to one or more documents.

@@ -6,10 +6,10 @@ pub mod wasm;
 
 use async_trait::async_trait;
 
-use crate::contract::{Outcome, Request};
-use crate::intent::{self, IntentDefaults};
+use inrun_contract::intent::{self, IntentDefaults};
+use inrun_contract::{Outcome, Request};
 
-pub use crate::blueprint::ReconcilerKind;
+pub use inrun_blueprint::ReconcilerKind;
 
 /// Why a reconcile failed. The message is safe to put in an event: it never holds secrets.
 #[derive(Debug, thiserror::Error)]
@@ -21,7 +21,7 @@ pub enum ReconcileError {
         what: String,
         /// The template engine's error.
         #[source]
-        source: crate::template::TemplateError,
+        source: inrun_template::TemplateError,
     },
     /// A resource in the intent form could not be expanded.
     #[error("expanding resources[{index}]")]
@@ -30,17 +30,17 @@ pub enum ReconcileError {
         index: usize,
         /// Why.
         #[source]
-        source: crate::intent::IntentError,
+        source: inrun_contract::intent::IntentError,
     },
     /// The plugin failed: trap, deadline, memory cap, error result, or bad output.
     #[error(transparent)]
-    Plugin(#[from] crate::wasm::CallError),
+    Plugin(#[from] inrun_wasm::CallError),
     /// The remote reconciler failed: connection, timeout, HTTP status, bad or error reply.
     #[error(transparent)]
     Remote(#[from] remote::RemoteError),
     /// The outcome broke the contract.
     #[error("invalid outcome")]
-    Outcome(#[from] crate::contract::OutcomeError),
+    Outcome(#[from] inrun_contract::OutcomeError),
     /// The reconcile was cut short by the host (e.g. its task was cancelled at shutdown).
     #[error("reconcile aborted: {0}")]
     Aborted(String),

@@ -8,9 +8,9 @@ use async_trait::async_trait;
 use serde_json::Value;
 
 use super::{ReconcileError, Reconciler, ReconcilerKind, finish};
-use crate::blueprint::{RemoteSpec, SecretRef};
-use crate::contract::{Outcome, Request};
 use crate::secrets::{SecretError, Secrets};
+use inrun_blueprint::{RemoteSpec, SecretRef};
+use inrun_contract::{Outcome, Request};
 
 /// Longest excerpt of a reply body put in an error message, in characters.
 pub const EXCERPT_MAX: usize = 200;
@@ -34,7 +34,7 @@ pub enum RemoteError {
         source: reqwest::Error,
     },
     /// The call took longer than `timeout`.
-    #[error("remote reconciler {endpoint} did not answer within {}", crate::duration::format(*after))]
+    #[error("remote reconciler {endpoint} did not answer within {}", inrun_contract::duration::format(*after))]
     Timeout {
         /// The endpoint.
         endpoint: String,

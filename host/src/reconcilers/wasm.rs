@@ -6,9 +6,9 @@ use async_trait::async_trait;
 use super::{ReconcileError, Reconciler, ReconcilerKind, declarative::Declarative, finish};
 use std::sync::Arc;
 
-use crate::contract::{Outcome, Request};
 use crate::plugins::PluginSlot;
-use crate::wasm::{Grants, Limits, Plugin};
+use inrun_contract::{Outcome, Request};
+use inrun_wasm::{Grants, Limits, Plugin};
 
 /// A full reconciler in a component.
 #[derive(Debug)]
@@ -23,13 +23,13 @@ impl Constructor {
     /// then, so a hot reload takes effect at the next call.
     ///
     /// # Errors
-    /// [`crate::wasm::LoadError::WrongWorld`] when the plugin is a hooks component.
+    /// [`inrun_wasm::LoadError::WrongWorld`] when the plugin is a hooks component.
     pub fn new(
         slot: Arc<PluginSlot>,
         limits: Limits,
         grants: Grants,
-    ) -> Result<Self, crate::wasm::LoadError> {
-        slot.require(crate::wasm::World::Reconciler, None)?;
+    ) -> Result<Self, inrun_wasm::LoadError> {
+        slot.require(inrun_wasm::World::Reconciler, None)?;
         Ok(Constructor {
             slot,
             limits,
@@ -80,11 +80,11 @@ impl Hooks {
     /// Checks that every hook's function is exported by its component.
     ///
     /// # Errors
-    /// [`crate::wasm::LoadError::MissingFunction`] or `WrongWorld` for the first bad hook.
-    pub fn new(templates: Declarative, hooks: Vec<Hook>) -> Result<Self, crate::wasm::LoadError> {
+    /// [`inrun_wasm::LoadError::MissingFunction`] or `WrongWorld` for the first bad hook.
+    pub fn new(templates: Declarative, hooks: Vec<Hook>) -> Result<Self, inrun_wasm::LoadError> {
         for hook in &hooks {
             hook.slot
-                .require(crate::wasm::World::Hooks, Some(hook.function.as_str()))?;
+                .require(inrun_wasm::World::Hooks, Some(hook.function.as_str()))?;
         }
         Ok(Hooks { templates, hooks })
     }

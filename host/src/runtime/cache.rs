@@ -16,7 +16,7 @@ use serde_json::Value;
 use tokio::sync::watch;
 
 use super::kinds::{Kind, Kinds};
-use crate::wasm::{ClusterReader, Scope};
+use inrun_wasm::{ClusterReader, Scope};
 
 /// How long a read waits for a newly started watch to list its kind, at most (the plugin
 /// call's deadline usually ends the wait first).
@@ -85,7 +85,7 @@ impl WatchCache {
                     .kinds
                     .resolve(&self.client, api_version, kind)
                     .await
-                    .map_err(|e| crate::errors::chain(&e))?;
+                    .map_err(|e| inrun_contract::errors::chain(&e))?;
                 self.watches()
                     .entry(key)
                     .or_insert_with(|| Arc::new(start(self.client.clone(), resolved)))
@@ -144,7 +144,7 @@ fn start(client: Client, kind: Kind) -> Watched {
                 }
                 Ok(_) => {}
                 Err(e) => {
-                    let error = crate::errors::chain(&e);
+                    let error = inrun_contract::errors::chain(&e);
                     tracing::warn!(kind = %name, error = %error, "watch of a kind plugins read");
                     tx.send_if_modified(|s| match s {
                         Sync::Ready => false,

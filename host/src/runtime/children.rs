@@ -14,9 +14,9 @@ use serde_json::{Value, json};
 
 use super::context::Ctx;
 use super::kinds::{Kind, UnknownKind};
-use crate::contract::CREATE_ONLY_ANNOTATION;
 use crate::pass::meta::{OWNER_UID, RECONCILER_MANAGER};
 use crate::pass::{Applied, ChildKey};
+use inrun_contract::CREATE_ONLY_ANNOTATION;
 
 /// Annotation on every child the host applies: a hash of the object it sent, so a later
 /// pass (or another replica, or the host after a restart) knows the child is as desired
@@ -368,7 +368,7 @@ pub(super) async fn list_owned(
 pub async fn observed(
     ctx: &Ctx,
     cr: &DynamicObject,
-    spec: &crate::blueprint::ReconcileSpec,
+    spec: &inrun_blueprint::ReconcileSpec,
 ) -> Result<Value, ChildError> {
     let mut grouped = serde_json::Map::new();
     let mut seen = HashSet::new();
@@ -442,7 +442,7 @@ async fn delete(
 /// The managed kinds of a reconcile block that are not in `prune.keep`.
 async fn candidate_kinds(
     ctx: &Ctx,
-    spec: &crate::blueprint::ReconcileSpec,
+    spec: &inrun_blueprint::ReconcileSpec,
 ) -> Result<Vec<Kind>, ChildError> {
     let mut kinds = Vec::new();
     let mut seen = HashSet::new();
@@ -469,7 +469,7 @@ async fn candidate_kinds(
 pub async fn prune(
     ctx: &Ctx,
     cr: &DynamicObject,
-    spec: &crate::blueprint::ReconcileSpec,
+    spec: &inrun_blueprint::ReconcileSpec,
     applied: &HashSet<ChildKey>,
 ) -> Result<Vec<ChildKey>, ChildError> {
     let mut pruned = Vec::new();
@@ -498,7 +498,7 @@ pub async fn prune(
 pub async fn delete_all(
     ctx: &Ctx,
     cr: &DynamicObject,
-    spec: &crate::blueprint::ReconcileSpec,
+    spec: &inrun_blueprint::ReconcileSpec,
 ) -> Result<Vec<ChildKey>, ChildError> {
     let mut kinds = candidate_kinds(ctx, spec).await?;
     kinds.sort_by_key(|k| match k.resource.kind.as_str() {

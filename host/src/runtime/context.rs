@@ -13,7 +13,7 @@ use super::events::Events;
 use super::kinds::Kinds;
 use super::triggers::Triggers;
 use crate::assemble::{Assembly, CrdPlan};
-use crate::blueprint::RuntimeSpec;
+use inrun_blueprint::RuntimeSpec;
 
 /// Shared state of one CRD's controller.
 pub struct Ctx {
@@ -41,6 +41,8 @@ pub struct Ctx {
     pub children: ChildStores,
     /// Which changes wake a CR, and what the host itself wrote.
     pub triggers: Arc<Triggers>,
+    /// Where reconciles are recorded.
+    pub metrics: Arc<crate::metrics::Metrics>,
 }
 
 /// CR keys waiting for a reconcile, with when the first change queued them.

@@ -8,7 +8,7 @@ use kube::Client;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::{Value, json};
 
-use crate::blueprint::{CrdSpec, Scope};
+use inrun_blueprint::{CrdSpec, Scope};
 
 /// Field manager for CRDs the host installs.
 const INSTALLER: &str = "inrun-installer";

@@ -11,9 +11,9 @@ use serde_json::{Map, Value, json};
 use super::children::{self, ChildError};
 use super::context::Ctx;
 use super::safeguard;
-use crate::blueprint::ReconcileSpec;
 use crate::pass::meta::{self, Metadata};
 use crate::pass::{Applied, ChildKey, EffectError, Effects, Reason, Written};
+use inrun_blueprint::ReconcileSpec;
 
 /// One CR's effects.
 pub struct ApiEffects<'a> {

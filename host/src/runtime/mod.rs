@@ -34,8 +34,8 @@ use kube::runtime::{Controller, WatchStreamExt, watcher};
 use tokio::sync::watch;
 
 use crate::assemble::Assembly;
-use crate::blueprint::Scope;
 use context::Ctx;
+use inrun_blueprint::Scope;
 pub use kinds::{Kind, Kinds};
 
 /// How to run.
@@ -45,6 +45,8 @@ pub struct RunOptions {
     pub install_crds: bool,
     /// This replica's name, for events (e.g. the pod name).
     pub instance: String,
+    /// Where the controllers record.
+    pub metrics: Arc<crate::metrics::Metrics>,
 }
 
 /// Why the controller could not start.
@@ -68,7 +70,7 @@ pub enum RunError {
 }
 
 /// A CRD's CR resource, from the Blueprint.
-fn cr_resource(crd: &crate::blueprint::CrdSpec) -> ApiResource {
+fn cr_resource(crd: &inrun_blueprint::CrdSpec) -> ApiResource {
     ApiResource {
         group: crd.group.clone(),
         version: crd.version.clone(),
@@ -89,6 +91,8 @@ pub struct Shared {
     pub instance: String,
     /// How many controllers' caches have synced (for `/readyz` and the metric).
     pub synced: Arc<AtomicI64>,
+    /// Where controllers record.
+    pub metrics: Arc<crate::metrics::Metrics>,
 }
 
 impl Shared {
@@ -99,7 +103,15 @@ impl Shared {
             kinds: Arc::new(Kinds::default()),
             instance,
             synced: Arc::new(AtomicI64::new(0)),
+            metrics: Arc::default(),
         }
+    }
+
+    /// The same, recording into `metrics`.
+    #[must_use]
+    pub fn with_metrics(mut self, metrics: Arc<crate::metrics::Metrics>) -> Self {
+        self.metrics = metrics;
+        self
     }
 }
 
@@ -234,12 +246,14 @@ pub fn controller(
         queued: context::Queued::default(),
         children: stores,
         triggers: triggers.clone(),
+        metrics: shared.metrics.clone(),
     });
     let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
     let writer = Writer::new(ar.clone());
     let reader = writer.as_reader();
     let queued = ctx.queued.clone();
     let synced = shared.synced.clone();
+    let metrics = shared.metrics.clone();
     let counted = Arc::new(AtomicBool::new(false));
     let counted_here = counted.clone();
     let cr_triggers = triggers.clone();
@@ -254,7 +268,7 @@ pub fn controller(
         Ok(watcher::Event::InitDone) => {
             if !counted_here.swap(true, Ordering::Relaxed) {
                 synced.fetch_add(1, Ordering::Relaxed);
-                crate::metrics::global().cache_synced(1);
+                metrics.cache_synced(1);
             }
         }
         Ok(watcher::Event::Delete(cr)) => cr_triggers.cr_gone(cr),
@@ -288,9 +302,10 @@ pub fn controller(
         .reconcile_on(children_woken);
     let mut stop_on = stop;
     let synced = shared.synced.clone();
+    let metrics = shared.metrics.clone();
     let name = plan.spec.crd_name();
     async move {
-        crate::metrics::global().controllers_running(1);
+        metrics.controllers_running(1);
         tracing::debug!(crd = %name, "controller started");
         controller
             .graceful_shutdown_on(async move {
@@ -303,10 +318,10 @@ pub fn controller(
                 }
             })
             .await;
-        crate::metrics::global().controllers_running(-1);
+        metrics.controllers_running(-1);
         if counted.load(Ordering::Relaxed) {
             synced.fetch_sub(1, Ordering::Relaxed);
-            crate::metrics::global().cache_synced(-1);
+            metrics.cache_synced(-1);
         }
         tracing::debug!(crd = %name, "controller stopped");
     }
@@ -344,7 +359,8 @@ pub async fn run(
     options: RunOptions,
     shutdown: watch::Receiver<bool>,
 ) -> Result<(), RunError> {
-    let shared = Shared::new(client, options.instance.clone());
+    let shared =
+        Shared::new(client, options.instance.clone()).with_metrics(options.metrics.clone());
     let child_kinds = prepare(&shared, &assembly, options.install_crds).await?;
     let controllers: Vec<_> = child_kinds
         .into_iter()

@@ -30,7 +30,7 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Ctx>) -> Result<Action,
         reconciler.kind = %plan.reconciler.kind(),
         plugin.digest = %serving.first().map_or("-", |p| p.id().digest.as_str()),
     );
-    let metrics = crate::metrics::global();
+    let metrics = &ctx.metrics;
     if let Some(waited) = ctx.queued.take(&key) {
         metrics.queue_wait(&crd.spec.crd_name(), waited);
     }
@@ -66,7 +66,7 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Ctx>) -> Result<Action,
                 Ok(after.map_or_else(Action::await_change, Action::requeue))
             }
             Err(e) => {
-                tracing::warn!(error = %crate::errors::chain(&e), "reconcile failed");
+                tracing::warn!(error = %inrun_contract::errors::chain(&e), "reconcile failed");
                 Err(e)
             }
         }

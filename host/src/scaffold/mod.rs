@@ -156,7 +156,7 @@ mod tests {
                 assert!(project.join(f).exists(), "{lang:?}: {f}");
             }
             let bp = std::fs::read_to_string(project.join("blueprint.yaml")).unwrap();
-            crate::blueprint::from_str(&bp, "blueprint.yaml").unwrap();
+            inrun_blueprint::from_str(&bp, "blueprint.yaml").unwrap();
         }
         assert!(matches!(
             new_plugin(Lang::C, "c", dir.path(), Path::new("/repo")),

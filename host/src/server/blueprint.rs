@@ -4,9 +4,9 @@
 use serde_json::{Value, json};
 
 use crate::assemble::{Assembly, ReconcilePlan, limits};
-use crate::blueprint::ReconcileSpec;
+use inrun_blueprint::ReconcileSpec;
 
-fn limits_json(l: &crate::blueprint::PluginLimits) -> Value {
+fn limits_json(l: &inrun_blueprint::PluginLimits) -> Value {
     let l = limits(l);
     json!({
         "deadlineMs": u64::try_from(l.deadline.as_millis()).unwrap_or(u64::MAX),

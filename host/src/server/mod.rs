@@ -59,22 +59,22 @@ pub struct State {
     /// The Blueprints served (their plugins are loaded once they exist).
     pub serving: Arc<dyn Serving>,
     /// The metrics registry.
-    pub metrics: &'static Metrics,
+    pub metrics: Arc<Metrics>,
     /// True while this replica waits for the lease: ready, though no controller runs.
     pub standby: Arc<AtomicBool>,
 }
 
 impl State {
-    /// State for `assembly`, reading the process-wide metrics.
-    pub fn new(assembly: Arc<Assembly>) -> State {
-        Self::serving(Arc::new(Fixed(assembly)))
+    /// State for `assembly`, reading `metrics`.
+    pub fn new(assembly: Arc<Assembly>, metrics: Arc<Metrics>) -> State {
+        Self::serving(Arc::new(Fixed(assembly)), metrics)
     }
 
     /// State for a fleet of tenants (or anything else that serves Blueprints).
-    pub fn serving(serving: Arc<dyn Serving>) -> State {
+    pub fn serving(serving: Arc<dyn Serving>, metrics: Arc<Metrics>) -> State {
         State {
             serving,
-            metrics: crate::metrics::global(),
+            metrics,
             standby: Arc::new(AtomicBool::new(false)),
         }
     }

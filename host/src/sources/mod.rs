@@ -8,7 +8,6 @@
 
 mod dockerconfig;
 mod https;
-mod location;
 mod oci;
 
 use std::fmt;
@@ -19,7 +18,7 @@ use sha2::{Digest, Sha256};
 use crate::secrets::{SecretError, Secrets};
 
 pub use dockerconfig::Credentials;
-pub use location::Location;
+pub use inrun_blueprint::location::{Location, LocationError};
 pub use oci::{ComponentMeta, WASM_CONFIG_MEDIA_TYPE, WASM_LAYER_MEDIA_TYPE, push};
 
 /// The largest component fetched; a server sending more is cut off, not buffered.
@@ -31,44 +30,9 @@ pub const DOCKER_CONFIG_KEY: &str = ".dockerconfigjson";
 /// Why a location could not be parsed or fetched. Messages never hold a secret value.
 #[derive(Debug, thiserror::Error)]
 pub enum SourceError {
-    /// The location is not a path, an `https://` URL or an `oci://` reference.
-    #[error("location {location:?} {reason}")]
-    BadLocation {
-        /// The location, as written.
-        location: String,
-        /// What is wrong with it.
-        reason: String,
-    },
-    /// An `https://` location without a digest.
-    #[error(
-        "{location} needs a digest (sha256:<64 hex digits>): an https:// location must be pinned"
-    )]
-    MissingDigest {
-        /// The location.
-        location: String,
-    },
-    /// A digest that is not `sha256:` and 64 lowercase hex digits.
-    #[error("digest {digest:?} is not sha256: followed by 64 lowercase hex digits")]
-    BadDigest {
-        /// The digest, as written.
-        digest: String,
-    },
-    /// A digest next to a local path.
-    #[error("{location} is a file; a digest pins only https:// and oci:// locations")]
-    DigestOnFile {
-        /// The location.
-        location: String,
-    },
-    /// An `@sha256:` reference and the `digest` field disagree.
-    #[error("{location} names digest {in_reference} but the digest field says {field}")]
-    ConflictingDigest {
-        /// The location.
-        location: String,
-        /// The digest in the reference.
-        in_reference: String,
-        /// The digest field.
-        field: String,
-    },
+    /// The location (or its digest) does not parse.
+    #[error(transparent)]
+    Location(#[from] LocationError),
     /// The fetched bytes (or, for OCI, the manifest) do not have the pinned digest.
     #[error("{location}: expected digest {expected}, got {actual}")]
     DigestMismatch {
@@ -215,8 +179,8 @@ pub struct PullSecret {
     pub name: String,
 }
 
-impl From<&crate::blueprint::PullSecretRef> for PullSecret {
-    fn from(r: &crate::blueprint::PullSecretRef) -> Self {
+impl From<&inrun_blueprint::PullSecretRef> for PullSecret {
+    fn from(r: &inrun_blueprint::PullSecretRef) -> Self {
         PullSecret {
             namespace: r.namespace.clone(),
             name: r.name.clone(),

@@ -14,8 +14,8 @@ use serde_json::json;
 
 use super::dockerconfig::Credentials;
 use super::https::CONNECT_TIMEOUT;
-use super::location::check_digest;
 use super::{Fetched, Location, MAX_MODULE_SIZE, PullSecret, SourceError, SourceOptions, sha256};
+use inrun_blueprint::location::{LocationError, check_digest};
 
 /// The config blob's media type.
 pub const WASM_CONFIG_MEDIA_TYPE: &str = "application/vnd.wasm.config.v0+json";
@@ -141,9 +141,11 @@ fn registry_error(
 }
 
 fn parse_reference(location: &str, reference: &str) -> Result<Reference, SourceError> {
-    reference.parse().map_err(|_| SourceError::BadLocation {
-        location: location.to_string(),
-        reason: "is not a valid OCI reference".into(),
+    reference.parse().map_err(|_| {
+        SourceError::from(LocationError::BadLocation {
+            location: location.to_string(),
+            reason: "is not a valid OCI reference".into(),
+        })
     })
 }
 
@@ -313,16 +315,18 @@ pub async fn push(
     };
     let location = Location::parse(&shown, None, std::path::Path::new(""))?;
     let Location::Oci { reference, digest } = &location else {
-        return Err(SourceError::BadLocation {
+        return Err(LocationError::BadLocation {
             location: shown,
             reason: "must be an oci:// reference".into(),
-        });
+        }
+        .into());
     };
     if digest.is_some() {
-        return Err(SourceError::BadLocation {
+        return Err(LocationError::BadLocation {
             location: shown,
             reason: "names a digest; push to a :tag".into(),
-        });
+        }
+        .into());
     }
     if !is_component(component) {
         return Err(SourceError::NotAComponent);

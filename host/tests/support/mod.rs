@@ -28,6 +28,8 @@ pub const WAIT: Duration = Duration::from_secs(30);
 
 /// A running host; stop it (or drop it) at the end of the test.
 pub struct Host {
+    /// What the host's controllers record.
+    pub metrics: Arc<inrun::metrics::Metrics>,
     shutdown: watch::Sender<bool>,
     task: Option<JoinHandle<Result<(), RunError>>>,
     _dir: tempfile::TempDir,
@@ -54,12 +56,15 @@ impl Host {
                 .unwrap_or_else(|e| panic!("blueprint: {e}")),
         );
         let (tx, rx) = watch::channel(false);
+        let metrics = Arc::new(inrun::metrics::Metrics::default());
         let options = RunOptions {
             install_crds: true,
             instance: "e2e".into(),
+            metrics: metrics.clone(),
         };
         let task = tokio::spawn(inrun::runtime::run(assembly, client, options, rx));
         Host {
+            metrics,
             shutdown: tx,
             task: Some(task),
             _dir: dir,
@@ -88,6 +93,8 @@ impl Drop for Host {
 pub struct FleetHost {
     /// The fleet, to read tenant views from.
     pub fleet: Arc<Fleet>,
+    /// What the fleet and its engine record.
+    pub metrics: Arc<inrun::metrics::Metrics>,
     shutdown: watch::Sender<bool>,
     task: Option<JoinHandle<Result<(), FleetError>>>,
 }
@@ -101,15 +108,22 @@ impl FleetHost {
     /// Starts a fleet with `options`, fetching plugins with `sources` (a test registry's
     /// CA, say).
     pub async fn start_with(options: FleetOptions, sources: SourceOptions) -> FleetHost {
+        let metrics = Arc::new(inrun::metrics::Metrics::default());
         let engine = Engine::new(EngineSettings {
             max_instances: 16,
+            observer: metrics.clone(),
             ..EngineSettings::default()
         })
         .expect("engine");
         let client = ControlPlane::shared().client();
         let services = Services::with_sources(Arc::new(KubeSecrets::new(client.clone())), sources)
             .with_cluster(Arc::new(WatchCache::new(client.clone())));
-        let fleet = Fleet::new(Shared::new(client, "e2e".into()), engine, services, options);
+        let fleet = Fleet::new(
+            Shared::new(client, "e2e".into()).with_metrics(metrics.clone()),
+            engine,
+            services,
+            options,
+        );
         fleet
             .load_initial()
             .await
@@ -118,6 +132,7 @@ impl FleetHost {
         let task = tokio::spawn(fleet.clone().run(rx));
         FleetHost {
             fleet,
+            metrics,
             shutdown: tx,
             task: Some(task),
         }
@@ -461,9 +476,9 @@ pub fn writes_between(
     out
 }
 
-/// How many passes of the CRD `crd` (`plural.group`) the in-process host has finished.
-pub fn reconciles(crd: &str) -> u64 {
-    let m = inrun::metrics::global();
+/// How many passes of the CRD `crd` (`plural.group`) the host recording into `m` has
+/// finished.
+pub fn reconciles(m: &inrun::metrics::Metrics, crd: &str) -> u64 {
     let l = |result: &str| format!("controller=\"{crd}\",result=\"{result}\"");
     (m.value("controller_runtime_reconcile_total", &l("success"))
         + m.value("controller_runtime_reconcile_total", &l("error"))) as u64

@@ -4,10 +4,10 @@ use std::path::{Path, PathBuf};
 
 use super::{BlueprintError, from_str};
 
-/// A file under `host/tests/fixtures/blueprints`.
+/// A file under `host/tests/fixtures/blueprints` (shared with the host's tests).
 pub fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/blueprints")
+        .join("../../host/tests/fixtures/blueprints")
         .join(name)
 }
 

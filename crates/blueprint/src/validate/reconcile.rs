@@ -7,11 +7,9 @@ use serde_json::Value;
 
 use super::names;
 use super::{MAX_CALL_TIME, Report, first_seen};
-use crate::blueprint::quantity::Quantity;
-use crate::blueprint::reconcile::{
-    PluginLimits, PullSecretRef, ReconcileSpec, RemoteSpec, SecretRef,
-};
-use crate::sources::{Location, SourceError};
+use crate::location::{Location, LocationError};
+use crate::quantity::Quantity;
+use crate::reconcile::{PluginLimits, PullSecretRef, ReconcileSpec, RemoteSpec, SecretRef};
 
 /// Checks `spec`, whose field path is `at` (e.g. `spec.crds[0].reconcile`).
 pub(super) fn check(r: &mut Report<'_>, spec: &ReconcileSpec, at: &str) {
@@ -184,10 +182,12 @@ fn location(
         }
         Err(e) => {
             let field = match &e {
-                SourceError::MissingDigest { .. }
-                | SourceError::DigestOnFile { .. }
-                | SourceError::ConflictingDigest { .. } => "digest",
-                SourceError::BadDigest { digest: bad } if Some(bad.as_str()) == digest => "digest",
+                LocationError::MissingDigest { .. }
+                | LocationError::DigestOnFile { .. }
+                | LocationError::ConflictingDigest { .. } => "digest",
+                LocationError::BadDigest { digest: bad } if Some(bad.as_str()) == digest => {
+                    "digest"
+                }
                 _ => "location",
             };
             r.add(format!("{at}.{field}"), e.to_string());

@@ -2,8 +2,8 @@
 
 use super::reconcile::secret_ref;
 use super::{MAX_CALL_TIME, Report, names};
-use crate::blueprint::external::{ExternalCall, HttpMethod, OnError};
-use crate::blueprint::reconcile::SecretRef;
+use crate::external::{ExternalCall, HttpMethod, OnError};
+use crate::reconcile::SecretRef;
 
 /// Checks one `external` entry at `at` (uniqueness of names is the caller's).
 pub(super) fn check(r: &mut Report<'_>, call: &ExternalCall, at: &str) {

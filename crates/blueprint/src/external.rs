@@ -29,7 +29,7 @@ pub struct ExternalCall {
     /// Cap on the call (default 5s, at most 5m).
     #[serde(
         default = "default_external_timeout",
-        with = "crate::duration::serde_str"
+        with = "inrun_contract::duration::serde_str"
     )]
     pub timeout: Duration,
     /// What a failed call does to the reconcile.

@@ -13,7 +13,7 @@ use wasmtime::{Config, InstanceAllocationStrategy, PoolingAllocationConfig};
 use super::cache::{self, CompileCache};
 use super::plugin::Plugin;
 use super::state::State;
-use super::{LoadError, PluginId};
+use super::{LoadError, Observer, PluginId, Unobserved};
 
 /// How often the epoch advances; deadlines are rounded up to this.
 pub(super) const TICK: Duration = Duration::from_millis(1);
@@ -31,6 +31,8 @@ pub struct EngineSettings {
     pub max_memory_bytes: usize,
     /// Use the pooling allocator (fast instantiation). Off falls back to on-demand.
     pub pooling: bool,
+    /// Where loads and host calls are reported.
+    pub observer: Arc<dyn Observer>,
 }
 
 impl Default for EngineSettings {
@@ -40,6 +42,7 @@ impl Default for EngineSettings {
             max_instances: 64,
             max_memory_bytes: 1 << 30,
             pooling: true,
+            observer: Arc::new(Unobserved),
         }
     }
 }
@@ -59,6 +62,7 @@ struct Inner {
     engine_key: String,
     compiled: Mutex<HashMap<String, Component>>,
     ticker: Arc<Ticker>,
+    observer: Arc<dyn Observer>,
 }
 
 impl Drop for Inner {
@@ -157,6 +161,7 @@ impl Engine {
                 engine_key,
                 compiled: Mutex::new(HashMap::new()),
                 ticker,
+                observer: settings.observer.clone(),
             }),
         })
     }
@@ -167,6 +172,11 @@ impl Engine {
         ticker.lock().active += 1;
         ticker.wake.notify_one();
         Busy(ticker.clone())
+    }
+
+    /// Where this engine reports loads and host calls.
+    pub fn observer(&self) -> &Arc<dyn Observer> {
+        &self.inner.observer
     }
 
     pub(super) fn wasmtime(&self) -> &wasmtime::Engine {
@@ -243,7 +253,7 @@ impl Engine {
 
     fn component(&self, id: &PluginId, bytes: &[u8]) -> Result<Component, LoadError> {
         if let Some(c) = self.compiled_map().get(&id.digest) {
-            crate::metrics::global().plugin_loaded("memory");
+            self.inner.observer.plugin_loaded("memory");
             return Ok(c.clone());
         }
         let component = match &self.inner.cache {
@@ -261,7 +271,7 @@ impl Engine {
                 plugin: id.clone(),
                 source,
             })?;
-        crate::metrics::global().plugin_loaded("compiled");
+        self.inner.observer.plugin_loaded("compiled");
         Ok(component)
     }
 
@@ -283,7 +293,7 @@ impl Engine {
             let loaded = unsafe { Component::deserialize(&self.inner.engine, &compiled) };
             match loaded {
                 Ok(c) => {
-                    crate::metrics::global().plugin_loaded("cache");
+                    self.inner.observer.plugin_loaded("cache");
                     return Ok(c);
                 }
                 Err(e) => tracing::warn!(plugin = %id, path = %path.display(), error = %e,

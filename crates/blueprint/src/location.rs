@@ -4,7 +4,48 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use super::SourceError;
+/// Why a plugin location (and its digest) could not be parsed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LocationError {
+    /// The location is not a path, an `https://` URL or an `oci://` reference.
+    #[error("location {location:?} {reason}")]
+    BadLocation {
+        /// The location, as written.
+        location: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// An `https://` location without a digest.
+    #[error(
+        "{location} needs a digest (sha256:<64 hex digits>): an https:// location must be pinned"
+    )]
+    MissingDigest {
+        /// The location.
+        location: String,
+    },
+    /// A digest that is not `sha256:` and 64 lowercase hex digits.
+    #[error("digest {digest:?} is not sha256: followed by 64 lowercase hex digits")]
+    BadDigest {
+        /// The digest, as written.
+        digest: String,
+    },
+    /// A digest next to a local path.
+    #[error("{location} is a file; a digest pins only https:// and oci:// locations")]
+    DigestOnFile {
+        /// The location.
+        location: String,
+    },
+    /// An `@sha256:` reference and the `digest` field disagree.
+    #[error("{location} names digest {in_reference} but the digest field says {field}")]
+    ConflictingDigest {
+        /// The location.
+        location: String,
+        /// The digest in the reference.
+        in_reference: String,
+        /// The digest field.
+        field: String,
+    },
+}
 
 /// A plugin `location` (and its `digest`), parsed and checked.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -33,18 +74,18 @@ impl Location {
     /// resolve against `base_dir`.
     ///
     /// # Errors
-    /// [`SourceError::BadLocation`] for an unknown scheme, `http://`, a URL with credentials
-    /// or an OCI reference without registry or tag; [`SourceError::MissingDigest`] for
-    /// `https://` without a digest; [`SourceError::BadDigest`] for a malformed digest;
-    /// [`SourceError::DigestOnFile`] for a digest on a path;
-    /// [`SourceError::ConflictingDigest`] when an `@sha256:` reference and the digest field
+    /// [`LocationError::BadLocation`] for an unknown scheme, `http://`, a URL with credentials
+    /// or an OCI reference without registry or tag; [`LocationError::MissingDigest`] for
+    /// `https://` without a digest; [`LocationError::BadDigest`] for a malformed digest;
+    /// [`LocationError::DigestOnFile`] for a digest on a path;
+    /// [`LocationError::ConflictingDigest`] when an `@sha256:` reference and the digest field
     /// disagree.
     pub fn parse(
         location: &str,
         digest: Option<&str>,
         base_dir: &Path,
-    ) -> Result<Location, SourceError> {
-        let bad = |reason: &str| SourceError::BadLocation {
+    ) -> Result<Location, LocationError> {
+        let bad = |reason: &str| LocationError::BadLocation {
             location: location.to_string(),
             reason: reason.to_string(),
         };
@@ -58,7 +99,7 @@ impl Location {
             return oci(location, reference, digest);
         }
         if location.starts_with("https://") {
-            let url = reqwest::Url::parse(location).map_err(|_| bad("is not a valid URL"))?;
+            let url = url::Url::parse(location).map_err(|_| bad("is not a valid URL"))?;
             if url.host_str().is_none_or(str::is_empty) {
                 return Err(bad("has no host"));
             }
@@ -67,13 +108,13 @@ impl Location {
                 let mut shown = url.clone();
                 let _ = shown.set_username("");
                 let _ = shown.set_password(None);
-                return Err(SourceError::BadLocation {
+                return Err(LocationError::BadLocation {
                     location: shown.to_string(),
                     reason: "holds credentials; https:// plugin locations are fetched without any"
                         .into(),
                 });
             }
-            let digest = digest.ok_or_else(|| SourceError::MissingDigest {
+            let digest = digest.ok_or_else(|| LocationError::MissingDigest {
                 location: location.to_string(),
             })?;
             return Ok(Location::Https {
@@ -90,7 +131,7 @@ impl Location {
             return Err(bad("has an unknown scheme; use a path, https:// or oci://"));
         }
         if digest.is_some() {
-            return Err(SourceError::DigestOnFile {
+            return Err(LocationError::DigestOnFile {
                 location: location.to_string(),
             });
         }
@@ -130,7 +171,7 @@ impl Location {
                 .map(|s| s.to_string_lossy().into_owned())
                 .unwrap_or_default(),
             Location::Https { url, .. } => {
-                let path = reqwest::Url::parse(url)
+                let path = url::Url::parse(url)
                     .ok()
                     .map(|u| u.path().to_string())
                     .unwrap_or_default();
@@ -169,8 +210,8 @@ impl fmt::Display for Location {
 /// Checks `sha256:` followed by 64 lowercase hex digits.
 ///
 /// # Errors
-/// [`SourceError::BadDigest`] naming the digest.
-pub(crate) fn check_digest(digest: &str) -> Result<(), SourceError> {
+/// [`LocationError::BadDigest`] naming the digest.
+pub fn check_digest(digest: &str) -> Result<(), LocationError> {
     let ok = digest.strip_prefix("sha256:").is_some_and(|hex| {
         hex.len() == 64
             && hex
@@ -180,7 +221,7 @@ pub(crate) fn check_digest(digest: &str) -> Result<(), SourceError> {
     if ok {
         Ok(())
     } else {
-        Err(SourceError::BadDigest {
+        Err(LocationError::BadDigest {
             digest: digest.to_string(),
         })
     }
@@ -196,8 +237,8 @@ fn has_scheme(location: &str) -> bool {
 
 /// `registry/repo:tag`, `registry/repo@sha256:...` or both; the registry must be named
 /// (a host with a dot or a port, or `localhost`) so no default registry is ever implied.
-fn oci(location: &str, reference: &str, digest: Option<&str>) -> Result<Location, SourceError> {
-    let bad = |reason: &str| SourceError::BadLocation {
+fn oci(location: &str, reference: &str, digest: Option<&str>) -> Result<Location, LocationError> {
+    let bad = |reason: &str| LocationError::BadLocation {
         location: location.to_string(),
         reason: reason.to_string(),
     };
@@ -245,13 +286,30 @@ fn oci(location: &str, reference: &str, digest: Option<&str>) -> Result<Location
             return Err(bad("has an invalid tag"));
         }
     }
-    let parsed: Result<oci_client::Reference, _> = reference.parse();
-    if parsed.is_err() {
+    // The distribution spec's grammar: every repository component starts and ends with a
+    // letter or digit; the registry is a host name or address with an optional port.
+    let edges_ok = repo.split('/').all(|part| {
+        part.bytes()
+            .next()
+            .is_some_and(|b| b.is_ascii_alphanumeric())
+            && part
+                .bytes()
+                .last()
+                .is_some_and(|b| b.is_ascii_alphanumeric())
+    });
+    let (host, port) = registry.rsplit_once(':').unwrap_or((registry, "1"));
+    let host_ok = !host.is_empty()
+        && host
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b".-".contains(&b))
+        && !port.is_empty()
+        && port.bytes().all(|b| b.is_ascii_digit());
+    if !edges_ok || !host_ok {
         return Err(bad("is not a valid OCI reference"));
     }
     let digest = match (in_reference, digest) {
         (Some(a), Some(b)) if a != b => {
-            return Err(SourceError::ConflictingDigest {
+            return Err(LocationError::ConflictingDigest {
                 location: location.to_string(),
                 in_reference: a.to_string(),
                 field: b.to_string(),
@@ -272,7 +330,7 @@ mod tests {
     const D1: &str = "sha256:1111111111111111111111111111111111111111111111111111111111111111";
     const D2: &str = "sha256:2222222222222222222222222222222222222222222222222222222222222222";
 
-    fn parse(location: &str, digest: Option<&str>) -> Result<Location, SourceError> {
+    fn parse(location: &str, digest: Option<&str>) -> Result<Location, LocationError> {
         Location::parse(location, digest, Path::new("/bp"))
     }
 

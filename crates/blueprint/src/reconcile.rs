@@ -203,7 +203,7 @@ pub struct PluginLimits {
     /// Wall-clock time for one call (at most 5m).
     #[serde(
         default,
-        with = "crate::duration::serde_opt",
+        with = "inrun_contract::duration::serde_opt",
         skip_serializing_if = "Option::is_none"
     )]
     pub deadline: Option<Duration>,
@@ -230,7 +230,7 @@ pub struct RemoteSpec {
     /// Cap on one call (default 10s, at most 5m).
     #[serde(
         default = "default_remote_timeout",
-        with = "crate::duration::serde_str"
+        with = "inrun_contract::duration::serde_str"
     )]
     pub timeout: Duration,
 }
@@ -355,7 +355,7 @@ pub struct RequeueSpec {
     /// The delay.
     #[serde(
         default,
-        with = "crate::duration::serde_opt",
+        with = "inrun_contract::duration::serde_opt",
         skip_serializing_if = "Option::is_none"
     )]
     pub after: Option<Duration>,

@@ -5,8 +5,8 @@ use std::collections::HashMap;
 
 use super::names;
 use super::{Report, first_seen};
-use crate::blueprint::capabilities::{Capabilities, HttpCapability};
-use crate::blueprint::quantity::Quantity;
+use crate::capabilities::{Capabilities, HttpCapability};
+use crate::quantity::Quantity;
 
 /// Checks `caps`, whose field path is `at` (e.g. `spec.crds[0].reconcile.constructor.capabilities`).
 pub(super) fn check(r: &mut Report<'_>, caps: &Capabilities, at: &str) {
@@ -132,7 +132,7 @@ mod tests {
         let text = with_crds(&[
             "{ group: demo.inrun.dev, version: v1, kind: WebApp, reconcile: { default: false, constructor: { location: ./a.wasm, capabilities: { cluster: { read: [ { apiVersion: v1, kind: ConfigMap, namespaces: [shared, '*'] }, { apiVersion: v1, kind: Namespace, clusterScoped: true } ] }, http: { hosts: ['127.0.0.1:8080', api.example.com, '[::1]:9000'], timeout: 1m, maxResponseSize: 16Mi } } } } }",
         ]);
-        let parsed = crate::blueprint::from_str(&text, "web.yaml");
+        let parsed = crate::from_str(&text, "web.yaml");
         assert!(parsed.is_ok(), "{parsed:?}");
     }
 

@@ -2,7 +2,7 @@
 //! Blueprint conditions: minijinja, with Go-style paths and typed rendering.
 //!
 //! ```
-//! use inrun::template::{Context, Engine};
+//! use inrun_template::{Context, Engine};
 //! use serde_json::json;
 //!
 //! let engine = Engine::new();
@@ -14,7 +14,7 @@
 //! let cr = json!({"metadata": {"name": "web"}, "spec": {"image": "nginx", "replicas": 3}});
 //! let rendered = args.render(&Context::new(&cr))?;
 //! assert_eq!(rendered, json!({"image": "nginx", "replicas": 3, "greeting": "hello WEB"}));
-//! # Ok::<(), inrun::template::TemplateError>(())
+//! # Ok::<(), inrun_template::TemplateError>(())
 //! ```
 //!
 //! What templates can rely on:

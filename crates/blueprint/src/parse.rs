@@ -125,8 +125,8 @@ fn crd_index(path: &serde_path_to_error::Path) -> Option<usize> {
 
 #[cfg(test)]
 mod tests {
-    use crate::blueprint::load;
-    use crate::blueprint::testing::{HEADER, error_lines, fixture, problems};
+    use crate::load;
+    use crate::testing::{HEADER, error_lines, fixture, problems};
 
     #[test]
     fn an_unknown_field_names_file_crd_field_and_line() {

@@ -4,8 +4,8 @@ use std::collections::HashMap;
 
 use super::names::{self, is_api_group, is_dns_label, is_kind, is_version};
 use super::{Report, check_workers, first_seen, reconcile};
-use crate::blueprint::crd::{CrdSpec, Scope, ServeSpec};
-use crate::blueprint::error::Problem;
+use crate::crd::{CrdSpec, Scope, ServeSpec};
+use crate::error::Problem;
 
 /// Every rule on one CRD, apart from duplicates.
 pub(super) fn check(c: &CrdSpec) -> Vec<Problem> {

@@ -12,7 +12,7 @@ use super::grants::Grants;
 use super::plugin::{Plugin, Pre};
 use super::state::State;
 use super::{CallError, CallFailure, Limits};
-use crate::contract::{Cleanup, Outcome, Request};
+use inrun_contract::{Cleanup, Outcome, Request};
 
 impl Plugin {
     /// Calls a `reconciler` component's `reconcile`. The plugin may use what `grants`
@@ -105,6 +105,7 @@ impl Plugin {
                 grants.clone(),
                 cr_namespace,
                 deadline,
+                inner.engine.observer().clone(),
             ),
         );
         store.limiter(|s| &mut s.limiter);

@@ -66,6 +66,8 @@ pub(super) struct Stdio {
 
 /// Everything a store holds for one call.
 pub(super) struct State {
+    /// Where host calls are reported.
+    pub(super) observer: Arc<dyn super::Observer>,
     pub(super) plugin: Arc<PluginId>,
     pub(super) limiter: Limiter,
     /// What the plugin may reach beyond its sandbox.
@@ -86,8 +88,10 @@ impl State {
         grants: Grants,
         cr_namespace: Option<String>,
         deadline: Instant,
+        observer: Arc<dyn super::Observer>,
     ) -> Self {
         State {
+            observer,
             plugin,
             limiter: Limiter {
                 max_bytes: max_memory,

@@ -101,7 +101,7 @@ fn block_plugins<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::blueprint::from_str;
+    use crate::from_str;
 
     #[test]
     fn plugins_lists_hooks_constructors_and_serve_targets_with_their_fields() {

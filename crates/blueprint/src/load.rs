@@ -165,11 +165,11 @@ fn is_yaml_file(path: &Path) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use crate::blueprint::testing::{HEADER, error_lines, fixture, problems};
+    use crate::testing::{HEADER, error_lines, fixture, problems};
     use std::time::Duration;
 
     use super::*;
-    use crate::blueprint::{ReconcilerKind, Scope};
+    use crate::{ReconcilerKind, Scope};
 
     #[test]
     fn the_full_example_parses() {

@@ -6,7 +6,7 @@
 /// The `reconciler` world (Inrun's constructor kind).
 pub mod reconciler {
     wasmtime::component::bindgen!({
-        path: "../wit",
+        path: "../../wit",
         world: "reconciler",
         imports: {
             "inrun:reconciler/cluster": async,
@@ -19,7 +19,7 @@ pub mod reconciler {
 /// The `hooks` world.
 pub mod hooks {
     wasmtime::component::bindgen!({
-        path: "../wit",
+        path: "../../wit",
         world: "hooks",
         exports: { default: async },
         with: {

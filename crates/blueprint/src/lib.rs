@@ -1,6 +1,6 @@
 //! The Blueprint: a typed model of the document, loading from files, and its validation.
 //!
-//! This module is a pure model: it reads YAML and checks it, and knows nothing of the
+//! This crate is a pure model: it reads YAML and checks it, and knows nothing of the
 //! runtime, the reconcilers or Wasm. Everything a Blueprint gets wrong is reported at load
 //! time, every problem at once, each naming its file, its CRD and its field:
 //!
@@ -13,6 +13,7 @@ mod crd;
 mod error;
 mod external;
 mod load;
+pub mod location;
 mod model;
 mod parse;
 mod plugins;

@@ -199,7 +199,7 @@ const MAX_CALL_TIME: Duration = Duration::from_secs(300);
 
 #[cfg(test)]
 mod tests {
-    use crate::blueprint::{BlueprintError, from_str, load};
+    use crate::{BlueprintError, from_str, load};
 
     /// A Blueprint with the given `spec.crds` entries, one flow mapping per line.
     pub(super) fn with_crds(crds: &[&str]) -> String {
@@ -273,7 +273,7 @@ mod tests {
     #[test]
     fn every_problem_in_every_crd_is_collected() {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/fixtures/blueprints/bad/many-problems.yaml");
+            .join("../../host/tests/fixtures/blueprints/bad/many-problems.yaml");
         let err = load(&path).expect_err("many problems");
         let file = path.display().to_string();
         let got: Vec<String> = err.problems().iter().map(ToString::to_string).collect();

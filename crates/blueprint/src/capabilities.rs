@@ -65,7 +65,7 @@ pub struct HttpCapability {
     /// Time for one request, body included (default 5s, at most 1m).
     #[serde(
         default,
-        with = "crate::duration::serde_opt",
+        with = "inrun_contract::duration::serde_opt",
         skip_serializing_if = "Option::is_none"
     )]
     pub timeout: Option<Duration>,

@@ -22,6 +22,31 @@ pub use grants::{
 };
 pub use plugin::{Plugin, PluginInfo, World};
 
+/// What the engine reports as it loads plugins and serves their host calls. The host's
+/// metrics implement it; it is handed to [`Engine::new`] in [`EngineSettings`], so nothing
+/// here records into a global.
+pub trait Observer: Send + Sync + fmt::Debug {
+    /// A plugin was loaded: from `memory` (already compiled), the on-disk `cache`, or
+    /// `compiled` anew.
+    fn plugin_loaded(&self, source: &'static str);
+    /// A host import answered: `capability` is `cluster` or `http`; `outcome` is `ok`,
+    /// `refused` (not granted) or `error`.
+    fn host_call(&self, capability: &'static str, outcome: &'static str);
+    /// A changed plugin source was checked: `ok` when the new version swapped in, false when
+    /// the previous version keeps serving.
+    fn plugin_reloaded(&self, ok: bool);
+}
+
+/// An [`Observer`] that records nothing.
+#[derive(Debug, Default)]
+pub struct Unobserved;
+
+impl Observer for Unobserved {
+    fn plugin_loaded(&self, _source: &'static str) {}
+    fn host_call(&self, _capability: &'static str, _outcome: &'static str) {}
+    fn plugin_reloaded(&self, _ok: bool) {}
+}
+
 use std::fmt;
 use std::time::Duration;
 

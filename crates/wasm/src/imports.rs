@@ -30,13 +30,35 @@ fn runtime(what: &str) -> Result<(), String> {
         .map_err(|_| format!("{what} needs the host's async runtime, and this call has none"))
 }
 
-fn record(capability: &str, result: &Result<impl Sized, String>) {
-    let outcome = match result {
-        Ok(_) => "ok",
-        Err(e) if e.contains("not granted") => "refused",
-        Err(_) => "error",
-    };
-    crate::metrics::global().plugin_host_call(capability, outcome);
+/// Why a host call failed, kept as data (the metrics count refusals apart): the grants
+/// refused it, or it failed doing what they allow. The guest sees the message either way.
+#[derive(Debug)]
+enum Failure {
+    /// The plugin's grants do not allow it.
+    Refused(String),
+    /// It was allowed and went wrong.
+    Failed(String),
+}
+
+impl From<String> for Failure {
+    fn from(message: String) -> Self {
+        Failure::Failed(message)
+    }
+}
+
+impl State {
+    /// Reports how a host call ended and hands the guest its answer.
+    fn answer<T>(&self, capability: &'static str, result: Result<T, Failure>) -> Result<T, String> {
+        let outcome = match &result {
+            Ok(_) => "ok",
+            Err(Failure::Refused(_)) => "refused",
+            Err(Failure::Failed(_)) => "error",
+        };
+        self.observer.host_call(capability, outcome);
+        result.map_err(|f| match f {
+            Failure::Refused(m) | Failure::Failed(m) => m,
+        })
+    }
 }
 
 /// A read the grants allow: where it looks, who serves it, and how long it may take.
@@ -56,20 +78,23 @@ impl State {
         namespace: Option<&'a str>,
         cr_namespace: Option<&'a str>,
         listing: bool,
-    ) -> Result<Read<'a>, String> {
-        let scope = self.grants.read_scope(
-            &self.plugin.name,
-            api_version,
-            kind,
-            namespace,
-            cr_namespace,
-            listing,
-        )?;
+    ) -> Result<Read<'a>, Failure> {
+        let scope = self
+            .grants
+            .read_scope(
+                &self.plugin.name,
+                api_version,
+                kind,
+                namespace,
+                cr_namespace,
+                listing,
+            )
+            .map_err(Failure::Refused)?;
         let what = format!("reading {kind} ({api_version}) in {scope}");
         runtime(&what)?;
         let left = remaining(self.deadline, &what)?;
         let Some(grant) = self.grants.cluster.as_ref() else {
-            return Err(format!("{what}: no cluster reader"));
+            return Err(format!("{what}: no cluster reader").into());
         };
         Ok(Read {
             scope,
@@ -84,13 +109,13 @@ impl State {
 async fn bounded<T>(
     read: &Read<'_>,
     run: impl std::future::Future<Output = Result<T, String>>,
-) -> Result<T, String> {
+) -> Result<T, Failure> {
     match tokio::time::timeout(read.left, run).await {
-        Ok(result) => result.map_err(|e| format!("{}: {e}", read.what)),
-        Err(_) => Err(format!(
+        Ok(result) => result.map_err(|e| Failure::Failed(format!("{}: {e}", read.what))),
+        Err(_) => Err(Failure::Failed(format!(
             "{}: the call's deadline passed while waiting",
             read.what
-        )),
+        ))),
     }
 }
 
@@ -121,8 +146,7 @@ impl cluster::Host for State {
             .map(|found| found.map(|v| v.to_string())),
             Err(e) => Err(e),
         };
-        record("cluster", &result);
-        result
+        self.answer("cluster", result)
     }
 
     async fn list(
@@ -134,6 +158,7 @@ impl cluster::Host for State {
     ) -> Result<Vec<String>, String> {
         let cr_namespace = self.cr_namespace.clone();
         let prepared = grants::parse_label_selector(label_selector.as_deref().unwrap_or(""))
+            .map_err(Failure::from)
             .and_then(|labels| {
                 self.prepare_read(
                     &api_version,
@@ -153,8 +178,7 @@ impl cluster::Host for State {
             .map(|items| items.iter().map(ToString::to_string).collect()),
             Err(e) => Err(e),
         };
-        record("cluster", &result);
-        result
+        self.answer("cluster", result)
     }
 }
 
@@ -163,8 +187,7 @@ impl http::Host for State {
         let plugin = self.plugin.clone();
         let grant = self.grants.http.clone();
         let result = fetch(&plugin.name, grant.as_ref(), req, self.deadline).await;
-        record("http", &result);
-        result
+        self.answer("http", result)
     }
 }
 
@@ -174,10 +197,12 @@ async fn fetch(
     grant: Option<&HttpGrant>,
     req: http::Request,
     deadline: Instant,
-) -> Result<http::Response, String> {
-    let url = grants::check_url(plugin, grant, &req.url)?;
+) -> Result<http::Response, Failure> {
+    let url = grants::check_url(plugin, grant, &req.url).map_err(Failure::Refused)?;
     let Some(grant) = grant else {
-        return Err(format!("outbound HTTP is not granted to plugin {plugin}"));
+        return Err(Failure::Refused(format!(
+            "outbound HTTP is not granted to plugin {plugin}"
+        )));
     };
     let method = reqwest::Method::from_bytes(req.method.to_ascii_uppercase().as_bytes())
         .ok()
@@ -222,16 +247,18 @@ async fn fetch(
             body,
         })
     };
-    match tokio::time::timeout(limit, exchange).await {
-        Ok(result) => result.map_err(|e| format!("{what}: {e}")),
-        Err(_) if limit < grant.timeout => Err(format!(
-            "{what}: the call's deadline passed before the response was complete"
-        )),
-        Err(_) => Err(format!(
+    let failed = match tokio::time::timeout(limit, exchange).await {
+        Ok(Ok(response)) => return Ok(response),
+        Ok(Err(e)) => format!("{what}: {e}"),
+        Err(_) if limit < grant.timeout => {
+            format!("{what}: the call's deadline passed before the response was complete")
+        }
+        Err(_) => format!(
             "{what}: no complete response within {}",
-            crate::duration::format(grant.timeout)
-        )),
-    }
+            inrun_contract::duration::format(grant.timeout)
+        ),
+    };
+    Err(Failure::Failed(failed))
 }
 
 fn too_large(cap: usize) -> String {
@@ -240,7 +267,7 @@ fn too_large(cap: usize) -> String {
 
 /// A reqwest error's causes, without the URL its own message repeats (the caller names it).
 fn describe(err: &reqwest::Error) -> String {
-    let causes = std::error::Error::source(err).map(crate::errors::chain);
+    let causes = std::error::Error::source(err).map(inrun_contract::errors::chain);
     let what = if err.is_timeout() {
         "timed out"
     } else if err.is_connect() {

@@ -92,7 +92,7 @@ pub struct RuntimeSpec {
     /// Reconcile every CR again this long after its last pass, for drift no watch event
     /// shows (`10m`); off when left out. A pass that finds everything as desired writes
     /// nothing.
-    #[serde(default, with = "crate::duration::serde_opt")]
+    #[serde(default, with = "inrun_contract::duration::serde_opt")]
     pub resync: Option<Duration>,
 }
 
@@ -130,7 +130,7 @@ pub struct FinalizersSpec {
     /// How long a deleting CR may be held by its reconciler; no bound when absent.
     #[serde(
         default,
-        with = "crate::duration::serde_opt",
+        with = "inrun_contract::duration::serde_opt",
         skip_serializing_if = "Option::is_none"
     )]
     pub timeout: Option<Duration>,
@@ -141,10 +141,16 @@ pub struct FinalizersSpec {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct BackoffSpec {
     /// First retry delay (default 1s).
-    #[serde(default = "default_backoff_base", with = "crate::duration::serde_str")]
+    #[serde(
+        default = "default_backoff_base",
+        with = "inrun_contract::duration::serde_str"
+    )]
     pub base: Duration,
     /// Longest retry delay (default 5m).
-    #[serde(default = "default_backoff_max", with = "crate::duration::serde_str")]
+    #[serde(
+        default = "default_backoff_max",
+        with = "inrun_contract::duration::serde_str"
+    )]
     pub max: Duration,
 }
 
@@ -181,17 +187,20 @@ pub struct LeaderElectionSpec {
     /// How long a lease holds without renewal (default 15s).
     #[serde(
         default = "default_lease_duration",
-        with = "crate::duration::serde_str"
+        with = "inrun_contract::duration::serde_str"
     )]
     pub lease_duration: Duration,
     /// How long the leader keeps trying to renew before it steps down (default 10s).
     #[serde(
         default = "default_renew_deadline",
-        with = "crate::duration::serde_str"
+        with = "inrun_contract::duration::serde_str"
     )]
     pub renew_deadline: Duration,
     /// How often candidates try to acquire, and the leader to renew (default 2s).
-    #[serde(default = "default_retry_period", with = "crate::duration::serde_str")]
+    #[serde(
+        default = "default_retry_period",
+        with = "inrun_contract::duration::serde_str"
+    )]
     pub retry_period: Duration,
 }
 
