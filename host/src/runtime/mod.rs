@@ -265,11 +265,9 @@ pub fn controller(
     )
     .inspect(move |event| match event {
         // The first complete list: the cache of CRs is synced (for /readyz).
-        Ok(watcher::Event::InitDone) => {
-            if !counted_here.swap(true, Ordering::Relaxed) {
-                synced.fetch_add(1, Ordering::Relaxed);
-                metrics.cache_synced(1);
-            }
+        Ok(watcher::Event::InitDone) if !counted_here.swap(true, Ordering::Relaxed) => {
+            synced.fetch_add(1, Ordering::Relaxed);
+            metrics.cache_synced(1);
         }
         Ok(watcher::Event::Delete(cr)) => cr_triggers.cr_gone(cr),
         _ => {}

@@ -146,9 +146,9 @@ impl Triggers {
                 return None;
             }
             state.applied.remove(child_id);
-        } else if state.is_own(child_id, rv) {
-            return None;
-        } else if initial && state.applied.get(child_id).is_none_or(|(_, r)| r == rv) {
+        } else if state.is_own(child_id, rv)
+            || (initial && state.applied.get(child_id).is_none_or(|(_, r)| r == rv))
+        {
             return None;
         }
         if state.in_pass {
