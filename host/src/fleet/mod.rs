@@ -23,11 +23,11 @@ use serde::Serialize;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
-use crate::assemble::{Assembly, BuildContext, Policy, Services};
-use crate::plugins::{Change, PluginSet, SlotStatus};
 use crate::runtime::{self, RunError, Shared};
-use crate::sources::Location;
 use inrun_blueprint::{self as blueprint, Blueprint, BlueprintError, CrdSpec, RuntimeSpec};
+use inrun_reconcilers::assemble::{Assembly, BuildContext, Policy, Services};
+use inrun_reconcilers::plugins::{Change, PluginSet, SlotStatus};
+use inrun_reconcilers::sources::Location;
 use inrun_wasm::Engine;
 
 /// How the fleet finds its tenants and treats them.

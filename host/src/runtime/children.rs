@@ -14,9 +14,9 @@ use serde_json::{Value, json};
 
 use super::context::Ctx;
 use super::kinds::{Kind, UnknownKind};
-use crate::pass::meta::{OWNER_UID, RECONCILER_MANAGER};
-use crate::pass::{Applied, ChildKey};
 use inrun_contract::CREATE_ONLY_ANNOTATION;
+use inrun_pass::meta::{OWNER_UID, RECONCILER_MANAGER};
+use inrun_pass::{Applied, ChildKey};
 
 /// Annotation on every child the host applies: a hash of the object it sent, so a later
 /// pass (or another replica, or the host after a restart) knows the child is as desired

@@ -12,8 +12,8 @@ use super::children::ChildStores;
 use super::events::Events;
 use super::kinds::Kinds;
 use super::triggers::Triggers;
-use crate::assemble::{Assembly, CrdPlan};
 use inrun_blueprint::RuntimeSpec;
+use inrun_reconcilers::assemble::{Assembly, CrdPlan};
 
 /// Shared state of one CRD's controller.
 pub struct Ctx {

@@ -11,9 +11,9 @@ use serde_json::{Map, Value, json};
 use super::children::{self, ChildError};
 use super::context::Ctx;
 use super::safeguard;
-use crate::pass::meta::{self, Metadata};
-use crate::pass::{Applied, ChildKey, EffectError, Effects, Reason, Written};
 use inrun_blueprint::ReconcileSpec;
+use inrun_pass::meta::{self, Metadata};
+use inrun_pass::{Applied, ChildKey, EffectError, Effects, Reason, Written};
 
 /// One CR's effects.
 pub struct ApiEffects<'a> {

@@ -13,7 +13,7 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 
-pub use crate::pass::Reason;
+pub use inrun_pass::Reason;
 
 /// Longest event note, in characters; Kubernetes caps notes at 1 kB.
 const NOTE_MAX: usize = 1000;

@@ -15,10 +15,10 @@ mod pass;
 mod safeguard;
 mod triggers;
 
-pub use crate::pass::meta::{CLEANUP_AT, FINALIZER, OWNER_UID, RECONCILER_MANAGER};
 pub use cache::WatchCache;
 pub use children::APPLIED_HASH;
 pub use events::Reason;
+pub use inrun_pass::meta::{CLEANUP_AT, FINALIZER, OWNER_UID, RECONCILER_MANAGER};
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -33,9 +33,9 @@ use kube::runtime::reflector::{ObjectRef, reflector, store::Writer};
 use kube::runtime::{Controller, WatchStreamExt, watcher};
 use tokio::sync::watch;
 
-use crate::assemble::Assembly;
 use context::Ctx;
 use inrun_blueprint::Scope;
+use inrun_reconcilers::assemble::Assembly;
 pub use kinds::{Kind, Kinds};
 
 /// How to run.

@@ -1,4 +1,4 @@
-//! The controller's entry into [`crate::pass`]: one span and the metrics per reconcile, the
+//! The controller's entry into [`inrun_pass`]: one span and the metrics per reconcile, the
 //! pass run with [`ApiEffects`], and its answer turned into the next action.
 
 use std::sync::Arc;
@@ -10,7 +10,7 @@ use tracing::Instrument;
 
 use super::context::Ctx;
 use super::effects::ApiEffects;
-use crate::pass::{self, Failure, Pass};
+use inrun_pass::{self as pass, Failure, Pass};
 
 /// Entry point for the controller.
 ///

@@ -11,8 +11,8 @@ use serde_json::Value;
 
 use super::children::{self, ChildError};
 use super::context::Ctx;
-use crate::pass::meta::OWNER_UID;
 use inrun_blueprint::ReconcileSpec;
+use inrun_pass::meta::OWNER_UID;
 
 /// How many foreign instances a message names.
 const NAMED: u32 = 3;

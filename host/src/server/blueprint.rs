@@ -3,8 +3,8 @@
 
 use serde_json::{Value, json};
 
-use crate::assemble::{Assembly, ReconcilePlan, limits};
 use inrun_blueprint::ReconcileSpec;
+use inrun_reconcilers::assemble::{Assembly, ReconcilePlan, limits};
 
 fn limits_json(l: &inrun_blueprint::PluginLimits) -> Value {
     let l = limits(l);

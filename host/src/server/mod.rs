@@ -16,8 +16,8 @@ use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 use tokio::sync::watch;
 
-use crate::assemble::Assembly;
 use crate::metrics::Metrics;
+use inrun_reconcilers::assemble::Assembly;
 
 pub use blueprint::document as blueprint_document;
 

@@ -14,13 +14,13 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::declarative::Declarative;
 use crate::external::ExternalCalls;
 use crate::plugins::{PluginSet, PluginSlot};
-use crate::reconcilers::declarative::Declarative;
-use crate::reconcilers::remote::Remote;
-use crate::reconcilers::wasm::{Constructor, Hook, Hooks};
-use crate::reconcilers::{Reconciler, ReconcilerKind};
+use crate::remote::Remote;
 use crate::sources::{Location, PullSecret};
+use crate::wasm::{Constructor, Hook, Hooks};
+use crate::{Reconciler, ReconcilerKind};
 use inrun_blueprint::{
     self as blueprint, Blueprint, BlueprintError, CrdSpec, PluginLimits, Problem, ReconcileSpec,
 };

@@ -1,4 +1,4 @@
-//! `inrun render`: the pass for one CR with no cluster — [`crate::pass::run`] with effects
+//! `inrun render`: the pass for one CR with no cluster — [`crate::run`] with effects
 //! that print instead of writing: what would be applied, the status, labels, annotations,
 //! events, requeue and cleanup.
 
@@ -8,10 +8,10 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use crate::assemble::{Assembly, PassError};
-use crate::pass::{self, Failure, Pass, Reason, meta, record::Recorder};
-use crate::reconcilers::{ReconcileError, ReconcilerKind};
+use crate::{EffectError, Failure, Pass, Reason, meta, record::Recorder, route, run};
 use inrun_blueprint::RuntimeSpec;
+use inrun_reconcilers::assemble::{Assembly, PassError};
+use inrun_reconcilers::{ReconcileError, ReconcilerKind};
 
 /// A CR read from a file.
 #[derive(Debug, Clone)]
@@ -65,7 +65,7 @@ pub enum RenderError {
     Invalid(String),
     /// Writing failed (never offline; kept so every failure of the pass has a place).
     #[error(transparent)]
-    Effect(#[from] pass::EffectError),
+    Effect(#[from] EffectError),
 }
 
 impl From<Failure> for RenderError {
@@ -195,7 +195,7 @@ pub async fn render(
         resync: None,
         ..assembly.blueprint.spec.runtime.clone()
     };
-    let (target, plan) = pass::route(crd, &object, target);
+    let (target, plan) = route(crd, &object, target);
     let mut fx = Recorder::new(
         object
             .pointer("/metadata/namespace")
@@ -209,7 +209,7 @@ pub async fn render(
         target: target.as_deref(),
         now,
     };
-    let done = pass::run(p, &mut fx).await?;
+    let done = run(p, &mut fx).await?;
     if let Some((_, message)) = fx.events.iter().find(|(r, _)| *r == Reason::Invalid) {
         return Err(RenderError::Invalid(message.clone()));
     }
@@ -219,7 +219,7 @@ pub async fn render(
         .find(|(r, _)| *r == Reason::Gated)
         .map(|(_, m)| m.clone());
     let mut status = fx.status.clone().unwrap_or_default();
-    let ready = crate::pass::status::ready_now(&serde_json::json!({"status": status})).map(
+    let ready = crate::status::ready_now(&serde_json::json!({"status": status})).map(
         |(status, reason, message)| ReadyOutput {
             status,
             reason,

@@ -1,12 +1,13 @@
 //! The reconcile pass: every step in seed order (gate, prepare, maintain, reconcile,
 //! apply, status and events, next) and every decision, over plain values. The writes go
 //! through [`Effects`]: `inrun run` carries them out against the API server
-//! ([`crate::runtime`]), `inrun render` prints them ([`crate::render`]). Both call
+//! (the `inrun` crate's runtime), `inrun render` prints them ([`render`]). Both call
 //! [`run`], so they cannot disagree; nothing here asks which kind of reconciler it calls.
 
 pub mod fields;
 pub mod meta;
 pub mod record;
+pub mod render;
 pub mod status;
 
 use std::collections::HashSet;
@@ -16,11 +17,11 @@ use async_trait::async_trait;
 use k8s_openapi::jiff::Timestamp;
 use serde_json::{Map, Value};
 
-use crate::assemble::{CrdPlan, ReconcilePlan};
-pub use crate::assemble::{DEFAULT_REQUEUE, Next, PassError};
-use crate::reconcilers::{ReconcileError, ReconcilerKind};
 use inrun_blueprint::{ReconcileSpec, RuntimeSpec};
 use inrun_contract::{Outcome, Request};
+use inrun_reconcilers::assemble::{CrdPlan, ReconcilePlan};
+pub use inrun_reconcilers::assemble::{DEFAULT_REQUEUE, Next, PassError};
+use inrun_reconcilers::{ReconcileError, ReconcilerKind};
 use inrun_template::Context;
 use meta::Metadata;
 use status::Ready;

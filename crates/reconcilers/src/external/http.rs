@@ -3,7 +3,7 @@
 use serde_json::{Map, Value, json};
 
 use super::{CallError, number};
-use crate::reconcilers::remote::excerpt;
+use crate::remote::excerpt;
 use inrun_blueprint::HttpMethod;
 
 /// One rendered `http` call.

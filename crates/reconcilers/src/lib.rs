@@ -1,7 +1,15 @@
 //! Reconcilers turn a Request into an Outcome; none of them writes to the API server.
+//! Beside the four kinds (declarative templates, Wasm hooks and constructors, remote
+//! endpoints) live what they are built from: plugin sources and slots, secrets,
+//! `reconcile.external` calls, and the [`assemble`]d Blueprint that ties them to CRDs.
 
+pub mod assemble;
 pub mod declarative;
+pub mod external;
+pub mod plugins;
 pub mod remote;
+pub mod secrets;
+pub mod sources;
 pub mod wasm;
 
 use async_trait::async_trait;

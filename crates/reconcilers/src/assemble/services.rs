@@ -42,7 +42,7 @@ impl Services {
     pub fn with_sources(secrets: Arc<dyn Secrets>, options: SourceOptions) -> Self {
         // Building a rustls client with bundled roots does not fail in practice; should it,
         // the default client is the same minus the user agent.
-        let http = crate::reconcilers::remote::http_client().unwrap_or_else(|e| {
+        let http = crate::remote::http_client().unwrap_or_else(|e| {
             tracing::warn!(error = %e, "building the HTTP client; using the default one");
             reqwest::Client::new()
         });

@@ -3,7 +3,7 @@
 
 use super::record::Recorder;
 use super::*;
-use crate::assemble::Assembly;
+use inrun_reconcilers::assemble::Assembly;
 use serde_json::json;
 
 fn assembly(crd_extra: &str, reconcile_extra: &str) -> Assembly {
