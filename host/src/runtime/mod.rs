@@ -287,8 +287,14 @@ pub fn controller(
         };
         futures::future::ready(wake)
     });
+    // The children's watches run as tasks of their own, not inside the controller: their
+    // caches then fill while passes wait for them, whatever the controller polls first.
+    let (woken_tx, woken_rx) = tokio::sync::mpsc::unbounded_channel();
     let queued = ctx.queued.clone();
-    let children_woken = futures::stream::select_all(child_triggers).inspect(move |r| {
+    let children_woken = futures::stream::unfold(woken_rx, |mut rx| async move {
+        rx.recv().await.map(|r| (r, rx))
+    })
+    .inspect(move |r: &ObjectRef<DynamicObject>| {
         queued.push(triggers::key_of(r.namespace.as_deref(), &r.name));
     });
     let controller = Controller::for_stream_with(crs, reader, ar.clone())
@@ -303,6 +309,17 @@ pub fn controller(
     let metrics = shared.metrics.clone();
     let name = plan.spec.crd_name();
     async move {
+        let watches: Vec<_> = child_triggers
+            .into_iter()
+            .map(|stream| {
+                let tx = woken_tx.clone();
+                tokio::spawn(stream.for_each(move |r| {
+                    let _ = tx.send(r);
+                    futures::future::ready(())
+                }))
+            })
+            .collect();
+        drop(woken_tx);
         metrics.controllers_running(1);
         tracing::debug!(crd = %name, "controller started");
         controller
@@ -316,6 +333,9 @@ pub fn controller(
                 }
             })
             .await;
+        for watch in watches {
+            watch.abort();
+        }
         metrics.controllers_running(-1);
         if counted.load(Ordering::Relaxed) {
             synced.fetch_sub(1, Ordering::Relaxed);
