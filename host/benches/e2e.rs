@@ -24,7 +24,8 @@
 //! (the binary re-executes itself with `INRUN_E2E_BASELINE` set), so its CPU and memory
 //! are measured exactly like the host's. `INRUN_BENCH_RESYNC` (a duration such as `2s`)
 //! writes `spec.runtime.resync` into the Blueprints and makes the baseline requeue every
-//! CR that often; unset, neither does.
+//! CR that often; unset, neither does. `INRUN_BENCH_SECTION` names the BENCHMARKS.md
+//! section written (default `e2e`), so a scaling run can keep its own.
 
 mod common;
 
@@ -84,7 +85,8 @@ fn main() -> Result<()> {
     let (rows, cluster) = runtime.block_on(run_all(&settings))?;
     let section = report(&settings, &cluster, &rows);
     println!("{section}");
-    write_section("e2e", &section);
+    // A scaling run can keep its own section beside the default one.
+    write_section(&env_or("INRUN_BENCH_SECTION", "e2e"), &section);
     Ok(())
 }
 
@@ -176,6 +178,7 @@ const SETTINGS: &[&str] = &[
     "INRUN_BENCH_MODES",
     "INRUN_BENCH_RESYNC",
     "INRUN_BENCH_IDLE",
+    "INRUN_BENCH_SECTION",
 ];
 
 fn env_or(name: &str, default: &str) -> String {
