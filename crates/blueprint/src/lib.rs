@@ -24,6 +24,9 @@ mod validate;
 #[cfg(test)]
 mod testing;
 
+/// The name of the CRD of `Blueprint` resources (tenants that arrive as custom resources).
+pub const BLUEPRINT_CRD: &str = "blueprints.inrun.dev";
+
 pub use capabilities::{Capabilities, ClusterCapability, HttpCapability, ReadKind};
 pub use crd::{
     CrdSource, CrdSpec, DEFAULT_TARGET_ANNOTATION, EmitSpec, GateCondition, NamespaceFilter,

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 /// The CRD's name.
-pub const BLUEPRINT_CRD: &str = "blueprints.inrun.dev";
+pub use inrun_blueprint::BLUEPRINT_CRD;
 
 /// Field manager of the status the host writes on a Blueprint resource.
 const MANAGER: &str = "inrun-fleet";

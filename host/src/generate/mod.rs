@@ -15,7 +15,7 @@ pub fn crds(blueprint: &Blueprint) -> Vec<Value> {
         .spec
         .crds
         .iter()
-        .map(crate::runtime::crds::manifest)
+        .map(inrun_blueprint::CrdSpec::manifest)
         .collect()
 }
 

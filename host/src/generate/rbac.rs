@@ -275,7 +275,7 @@ pub fn required(blueprint: &Blueprint, options: &RbacOptions) -> Vec<Permission>
             },
             "the Blueprint CRD".into(),
         );
-        p.names = vec![crate::fleet::BLUEPRINT_CRD.to_string()];
+        p.names = vec![inrun_blueprint::BLUEPRINT_CRD.to_string()];
         perms.push(p);
     }
     merge(perms)

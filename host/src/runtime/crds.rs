@@ -6,9 +6,8 @@ use std::time::{Duration, Instant};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams};
-use serde_json::{Value, json};
 
-use inrun_blueprint::{CrdSpec, Scope};
+use inrun_blueprint::CrdSpec;
 
 /// Field manager for CRDs the host installs.
 const INSTALLER: &str = "inrun-installer";
@@ -52,62 +51,6 @@ pub enum CrdError {
     },
 }
 
-/// The CRD manifest for a Blueprint CRD: its schema (or an open one), a status
-/// subresource, and its printer columns.
-pub fn manifest(crd: &CrdSpec) -> Value {
-    let mut schema = crd
-        .schema
-        .clone()
-        .unwrap_or_else(|| json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}));
-    // The host writes status whatever the schema says about it.
-    if let Some(props) = schema.get_mut("properties").and_then(Value::as_object_mut) {
-        props.entry("status").or_insert_with(
-            || json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}),
-        );
-    }
-    let columns: Vec<Value> = crd
-        .printer_columns
-        .iter()
-        .map(|c| {
-            let mut col = json!({"name": c.name, "type": c.type_, "jsonPath": c.json_path});
-            if let Some(d) = &c.description {
-                col["description"] = json!(d);
-            }
-            if let Some(p) = c.priority {
-                col["priority"] = json!(p);
-            }
-            col
-        })
-        .collect();
-    let kind_lower = crd.kind.to_lowercase();
-    let mut version = json!({
-        "name": crd.version,
-        "served": true,
-        "storage": true,
-        "schema": {"openAPIV3Schema": schema},
-        "subresources": {"status": {}},
-    });
-    if !columns.is_empty() {
-        version["additionalPrinterColumns"] = json!(columns);
-    }
-    json!({
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": crd.crd_name(), "labels": {"app.kubernetes.io/managed-by": "inrun"}},
-        "spec": {
-            "group": crd.group,
-            "names": {
-                "kind": crd.kind,
-                "listKind": format!("{}List", crd.kind),
-                "plural": crd.plural(),
-                "singular": kind_lower,
-            },
-            "scope": match crd.scope { Scope::Cluster => "Cluster", Scope::Namespaced => "Namespaced" },
-            "versions": [version],
-        },
-    })
-}
-
 /// Makes sure every CRD exists: installs (server-side apply) when `install` is set,
 /// else fails on the first missing one. Waits until each is Established.
 ///
@@ -115,7 +58,7 @@ pub fn manifest(crd: &CrdSpec) -> Value {
 /// [`CrdError`] naming the CRD.
 pub async fn ensure(client: &Client, crds: &[&CrdSpec], install: bool) -> Result<(), CrdError> {
     for crd in crds {
-        ensure_manifest(client, &crd.crd_name(), manifest(crd), install).await?;
+        ensure_manifest(client, &crd.crd_name(), crd.manifest(), install).await?;
     }
     Ok(())
 }
