@@ -3,17 +3,16 @@
 //! what the host last applied or the child drifted; pruned when a Result no longer
 //! returns them; deleted everywhere when the CR is released.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::hash::{DefaultHasher, Hash, Hasher};
-use std::sync::Arc;
 
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use kube::core::PartialObjectMeta;
-use kube::runtime::reflector::{ObjectRef, Store};
 use serde_json::{Value, json};
 
 use super::context::Ctx;
 use super::kinds::{Kind, UnknownKind};
+use super::stores::child_id;
 use inrun_contract::CREATE_ONLY_ANNOTATION;
 use inrun_pass::meta::{OWNER_UID, RECONCILER_MANAGER};
 use inrun_pass::{Applied, ChildKey};
@@ -22,62 +21,6 @@ use inrun_pass::{Applied, ChildKey};
 /// pass (or another replica, or the host after a restart) knows the child is as desired
 /// without writing it again.
 pub const APPLIED_HASH: &str = "inrun.dev/applied";
-
-/// How long a pass waits for the children's caches to list once.
-const READY_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
-
-/// Watch caches (metadata only) of the CR's children, one per managed kind.
-#[derive(Clone, Default)]
-pub struct ChildStores {
-    stores: HashMap<(String, String), Store<PartialObjectMeta<DynamicObject>>>,
-}
-
-impl ChildStores {
-    /// Adds the cache of `kind`.
-    pub fn insert(&mut self, kind: &Kind, store: Store<PartialObjectMeta<DynamicObject>>) {
-        self.stores.insert(
-            (
-                kind.resource.api_version.clone(),
-                kind.resource.kind.clone(),
-            ),
-            store,
-        );
-    }
-
-    /// Waits (a little) until every cache has listed once, so a pass started with the
-    /// controller does not mistake "not listed yet" for "missing". A cache that cannot
-    /// list (its watch keeps failing) is not waited for long: its children are applied.
-    pub async fn ready(&self) {
-        for store in self.stores.values() {
-            let _ = tokio::time::timeout(READY_WAIT, store.wait_until_ready()).await;
-        }
-    }
-
-    /// The cached child, if `kind` is watched and its cache has listed: `Some(None)` when
-    /// the child does not exist.
-    fn get(
-        &self,
-        kind: &Kind,
-        namespace: Option<&str>,
-        name: &str,
-    ) -> Option<Option<Arc<PartialObjectMeta<DynamicObject>>>> {
-        let store = self.stores.get(&(
-            kind.resource.api_version.clone(),
-            kind.resource.kind.clone(),
-        ))?;
-        futures::FutureExt::now_or_never(store.wait_until_ready())?.ok()?;
-        let mut r = ObjectRef::new_with(name, kind.resource.clone());
-        if let Some(ns) = namespace.filter(|_| kind.namespaced) {
-            r = r.within(ns);
-        }
-        Some(store.get(&r))
-    }
-}
-
-/// A child's id in the trigger state: group, kind, namespace and name.
-pub fn child_id(group: &str, kind: &str, namespace: Option<&str>, name: &str) -> String {
-    format!("{group}/{kind}/{}/{name}", namespace.unwrap_or_default())
-}
 
 fn id_of(key: &ChildKey) -> String {
     child_id(&key.group, &key.kind, key.namespace.as_deref(), &key.name)

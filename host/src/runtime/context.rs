@@ -8,9 +8,9 @@ use kube::api::{Api, DynamicObject};
 use kube::discovery::ApiResource;
 
 use super::backoff::Backoff;
-use super::children::ChildStores;
 use super::events::Events;
 use super::kinds::Kinds;
+use super::stores::ChildStores;
 use super::triggers::Triggers;
 use inrun_blueprint::RuntimeSpec;
 use inrun_reconcilers::assemble::{Assembly, CrdPlan};
@@ -93,7 +93,7 @@ impl Ctx {
 
     /// The CR's id in the trigger state (the same form as a child's).
     pub fn cr_id(&self, obj: &DynamicObject) -> String {
-        super::children::child_id(
+        super::stores::child_id(
             &self.cr_resource.group,
             &self.cr_resource.kind,
             obj.metadata.namespace.as_deref(),

@@ -13,6 +13,7 @@ mod events;
 pub mod kinds;
 mod pass;
 mod safeguard;
+mod stores;
 mod triggers;
 
 pub use cache::WatchCache;
@@ -206,7 +207,7 @@ pub fn controller(
 
     // Children: a metadata-only watch per kind, by the owner label; each change that is
     // not the host's own wakes its CR.
-    let mut stores = children::ChildStores::default();
+    let mut stores = stores::ChildStores::default();
     let mut child_triggers = Vec::new();
     for kind in child_kinds {
         // `Api<PartialObjectMeta<_>>` asks for metadata only.
@@ -355,7 +356,7 @@ fn child_event(
 ) -> Option<ObjectRef<DynamicObject>> {
     let meta = &child.metadata;
     let owner = meta.labels.as_ref()?.get(OWNER_UID)?;
-    let id = children::child_id(
+    let id = stores::child_id(
         group,
         kind,
         meta.namespace.as_deref(),
