@@ -254,6 +254,64 @@ pub struct ServeTarget {
     pub reconcile: ReconcileSpec,
 }
 
+impl CrdSpec {
+    /// The CRD manifest for a Blueprint CRD: its schema (or an open one), a status
+    /// subresource, and its printer columns.
+    pub fn manifest(&self) -> Value {
+        let crd = self;
+        let mut schema = crd.schema.clone().unwrap_or_else(
+            || json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}),
+        );
+        // The host writes status whatever the schema says about it.
+        if let Some(props) = schema.get_mut("properties").and_then(Value::as_object_mut) {
+            props.entry("status").or_insert_with(
+                || json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}),
+            );
+        }
+        let columns: Vec<Value> = crd
+            .printer_columns
+            .iter()
+            .map(|c| {
+                let mut col = json!({"name": c.name, "type": c.type_, "jsonPath": c.json_path});
+                if let Some(d) = &c.description {
+                    col["description"] = json!(d);
+                }
+                if let Some(p) = c.priority {
+                    col["priority"] = json!(p);
+                }
+                col
+            })
+            .collect();
+        let kind_lower = crd.kind.to_lowercase();
+        let mut version = json!({
+            "name": crd.version,
+            "served": true,
+            "storage": true,
+            "schema": {"openAPIV3Schema": schema},
+            "subresources": {"status": {}},
+        });
+        if !columns.is_empty() {
+            version["additionalPrinterColumns"] = json!(columns);
+        }
+        json!({
+            "apiVersion": "apiextensions.k8s.io/v1",
+            "kind": "CustomResourceDefinition",
+            "metadata": {"name": crd.crd_name(), "labels": {"app.kubernetes.io/managed-by": "inrun"}},
+            "spec": {
+                "group": crd.group,
+                "names": {
+                    "kind": crd.kind,
+                    "listKind": format!("{}List", crd.kind),
+                    "plural": crd.plural(),
+                    "singular": kind_lower,
+                },
+                "scope": match crd.scope { Scope::Cluster => "Cluster", Scope::Namespaced => "Namespaced" },
+                "versions": [version],
+            },
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -317,63 +375,5 @@ mod tests {
         };
         assert_eq!(source.base_dir(), Path::new("blueprints"));
         assert_eq!(source.field(), "spec.crds[2]");
-    }
-}
-
-impl CrdSpec {
-    /// The CRD manifest for a Blueprint CRD: its schema (or an open one), a status
-    /// subresource, and its printer columns.
-    pub fn manifest(&self) -> Value {
-        let crd = self;
-        let mut schema = crd.schema.clone().unwrap_or_else(
-            || json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}),
-        );
-        // The host writes status whatever the schema says about it.
-        if let Some(props) = schema.get_mut("properties").and_then(Value::as_object_mut) {
-            props.entry("status").or_insert_with(
-                || json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}),
-            );
-        }
-        let columns: Vec<Value> = crd
-            .printer_columns
-            .iter()
-            .map(|c| {
-                let mut col = json!({"name": c.name, "type": c.type_, "jsonPath": c.json_path});
-                if let Some(d) = &c.description {
-                    col["description"] = json!(d);
-                }
-                if let Some(p) = c.priority {
-                    col["priority"] = json!(p);
-                }
-                col
-            })
-            .collect();
-        let kind_lower = crd.kind.to_lowercase();
-        let mut version = json!({
-            "name": crd.version,
-            "served": true,
-            "storage": true,
-            "schema": {"openAPIV3Schema": schema},
-            "subresources": {"status": {}},
-        });
-        if !columns.is_empty() {
-            version["additionalPrinterColumns"] = json!(columns);
-        }
-        json!({
-            "apiVersion": "apiextensions.k8s.io/v1",
-            "kind": "CustomResourceDefinition",
-            "metadata": {"name": crd.crd_name(), "labels": {"app.kubernetes.io/managed-by": "inrun"}},
-            "spec": {
-                "group": crd.group,
-                "names": {
-                    "kind": crd.kind,
-                    "listKind": format!("{}List", crd.kind),
-                    "plural": crd.plural(),
-                    "singular": kind_lower,
-                },
-                "scope": match crd.scope { Scope::Cluster => "Cluster", Scope::Namespaced => "Namespaced" },
-                "versions": [version],
-            },
-        })
     }
 }
