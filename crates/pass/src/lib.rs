@@ -19,9 +19,9 @@ use serde_json::{Map, Value};
 
 use inrun_blueprint::{ReconcileSpec, RuntimeSpec};
 use inrun_contract::{Outcome, Request};
+use inrun_reconcilers::ReconcileError;
 use inrun_reconcilers::assemble::{CrdPlan, ReconcilePlan};
 pub use inrun_reconcilers::assemble::{DEFAULT_REQUEUE, Next, PassError};
-use inrun_reconcilers::{ReconcileError, ReconcilerKind};
 use inrun_template::Context;
 use meta::Metadata;
 use status::Ready;
@@ -630,11 +630,6 @@ fn time_left(object: &Value, timeout: Option<Duration>, now: Timestamp) -> Optio
         .ok()?;
     let elapsed = Duration::try_from(now.duration_since(since)).unwrap_or(Duration::ZERO);
     Some(timeout.saturating_sub(elapsed))
-}
-
-/// The reconciler kind serving a CR, for spans and metrics.
-pub fn kind_of(plan: &ReconcilePlan) -> ReconcilerKind {
-    plan.reconciler.kind()
 }
 
 #[cfg(test)]

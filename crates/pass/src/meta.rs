@@ -122,19 +122,6 @@ pub fn has_finalizer(object: &Value) -> bool {
         .is_some_and(|f| f.iter().any(|f| f == FINALIZER))
 }
 
-/// Whether the CR carries any finalizer the host puts on CRs.
-pub fn holds(object: &Value, runtime: &RuntimeSpec) -> bool {
-    let ours = finalizers(runtime);
-    object
-        .pointer("/metadata/finalizers")
-        .and_then(Value::as_array)
-        .is_some_and(|f| {
-            f.iter()
-                .filter_map(Value::as_str)
-                .any(|f| ours.iter().any(|o| o == f))
-        })
-}
-
 /// When a pending cleanup deletes the CR, if one is recorded.
 pub fn cleanup_at(object: &Value) -> Option<Timestamp> {
     annotation(object, CLEANUP_AT)?.parse().ok()

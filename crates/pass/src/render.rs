@@ -190,7 +190,7 @@ pub async fn render(
         object["metadata"]["deletionTimestamp"] = Value::String(meta::format_time(now));
         object["metadata"]["finalizers"] = serde_json::json!([meta::FINALIZER]);
     }
-    // The timeout counts from the deletion just stamped: offline, the reconciler always runs.
+    // Offline there is no later pass to resync.
     let runtime = RuntimeSpec {
         resync: None,
         ..assembly.blueprint.spec.runtime.clone()

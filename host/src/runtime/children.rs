@@ -4,7 +4,6 @@
 //! returns them; deleted everywhere when the CR is released.
 
 use std::collections::HashSet;
-use std::hash::{DefaultHasher, Hash, Hasher};
 
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use kube::core::PartialObjectMeta;
@@ -113,11 +112,15 @@ pub async fn apply(
     Ok(applied)
 }
 
-/// A hash of the object as the host sends it.
+/// A hash of the object as the host sends it: the first 8 bytes of its sha256, so every
+/// replica and every build of the host computes the same stamp (std's hasher may change
+/// between Rust releases, which would rewrite every child after an upgrade).
 fn hash_of(obj: &Value) -> u64 {
-    let mut h = DefaultHasher::new();
-    obj.to_string().hash(&mut h);
-    h.finish()
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(obj.to_string().as_bytes());
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&digest[..8]);
+    u64::from_be_bytes(first)
 }
 
 /// Whether nobody but the host has written the child's fields since the host's last

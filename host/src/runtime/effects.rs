@@ -210,8 +210,15 @@ impl Effects for ApiEffects<'_> {
     }
 
     async fn release(&mut self) -> Result<(), EffectError> {
-        let object = serde_json::to_value(&self.cr).unwrap_or(Value::Null);
-        if !meta::holds(&object, &self.ctx.runtime) {
+        let ours = meta::finalizers(&self.ctx.runtime);
+        let held = self
+            .cr
+            .metadata
+            .finalizers
+            .iter()
+            .flatten()
+            .any(|f| ours.contains(f));
+        if !held {
             return Ok(());
         }
         let mut patch = self.skeleton();

@@ -51,6 +51,14 @@ impl CrState {
     fn is_own(&self, id: &str, rv: &str) -> bool {
         self.own.iter().any(|(i, r)| i == id && r == rv)
     }
+
+    /// Remembers a write of the host's, forgetting the oldest past [`OWN_WRITES`].
+    fn own_write(&mut self, id: &str, rv: &str) {
+        if self.own.len() >= OWN_WRITES {
+            self.own.pop_front();
+        }
+        self.own.push_back((id.to_string(), rv.to_string()));
+    }
 }
 
 /// `namespace/name` (or `name`) of an object.
@@ -181,11 +189,11 @@ impl Triggers {
     /// Notes a write the host made for the CR `key`: `object_id` now has `rv`.
     pub fn wrote(&self, key: &str, object_id: &str, rv: &str) {
         let mut inner = self.lock();
-        let state = inner.crs.entry(key.to_string()).or_default();
-        if state.own.len() >= OWN_WRITES {
-            state.own.pop_front();
-        }
-        state.own.push_back((object_id.to_string(), rv.to_string()));
+        inner
+            .crs
+            .entry(key.to_string())
+            .or_default()
+            .own_write(object_id, rv);
     }
 
     /// Notes that the host is about to delete `child_id` for the CR `key`.
@@ -204,10 +212,7 @@ impl Triggers {
         state
             .applied
             .insert(child_id.to_string(), (hash, rv.to_string()));
-        if state.own.len() >= OWN_WRITES {
-            state.own.pop_front();
-        }
-        state.own.push_back((child_id.to_string(), rv.to_string()));
+        state.own_write(child_id, rv);
     }
 
     /// What the host last applied to `child_id` of `key`, if it remembers.
