@@ -3,12 +3,6 @@
 //! A Blueprint declares custom resource types and how each is reconciled; the host runs
 //! the reconcile pass and asks a [`reconcilers::Reconciler`] only what a CR should become.
 
-pub mod fleet;
-pub mod generate;
-pub mod kubeconfig;
-pub mod leader;
-pub mod metrics;
-pub mod runtime;
 pub mod scaffold;
 pub mod server;
 pub mod telemetry;
@@ -16,7 +10,9 @@ pub mod telemetry;
 pub use inrun_blueprint as blueprint;
 pub use inrun_contract as contract;
 pub use inrun_contract::{duration, errors, intent};
+pub use inrun_generate as generate;
 pub use inrun_pass::{self as pass, render};
 pub use inrun_reconcilers::{self as reconcilers, assemble, external, plugins, secrets, sources};
+pub use inrun_runtime::{self as runtime, fleet, kubeconfig, leader, metrics};
 pub use inrun_template as template;
 pub use inrun_wasm as wasm;

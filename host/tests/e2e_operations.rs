@@ -812,7 +812,6 @@ fn every_flag_of_every_command_is_documented_and_settable_by_an_inrun_env_var() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_that_loses_its_lease_stops_its_work_at_once() -> TestResult {
     use k8s_openapi::api::coordination::v1::Lease;
-    use std::sync::atomic::AtomicBool;
     use std::time::Duration;
     let cp = ControlPlane::shared();
     let ns = cp.namespace("lost").await?;
@@ -831,7 +830,6 @@ async fn a_leader_that_loses_its_lease_stops_its_work_at_once() -> TestResult {
         client(),
         config,
         shutdown_rx,
-        Arc::new(AtomicBool::new(true)),
         Arc::default(),
         move |mut stop: watch::Receiver<bool>| async move {
             let _ = started_tx.send(true);
@@ -870,7 +868,6 @@ async fn a_leader_that_loses_its_lease_stops_its_work_at_once() -> TestResult {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_without_lease_rbac_fails_clearly_instead_of_waiting_forever() -> TestResult {
-    use std::sync::atomic::AtomicBool;
     use std::time::Duration;
     let cp = ControlPlane::shared();
     let ns = cp.namespace("nolease").await?;
@@ -889,7 +886,6 @@ async fn a_replica_without_lease_rbac_fails_clearly_instead_of_waiting_forever()
             cp.unprivileged_client(),
             config,
             rx,
-            Arc::new(AtomicBool::new(true)),
             Arc::default(),
             |_stop| async { Ok::<(), std::io::Error>(()) },
         ),

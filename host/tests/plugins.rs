@@ -365,12 +365,12 @@ fn replicas_sharing_a_cache_compile_concurrently_without_tearing_it() {
     );
     assert!(names[0].ends_with(".cwasm"), "{names:?}");
     // A later replica loads that entry rather than compiling.
-    let before = metrics.value("inrun_plugin_loads_total", "source=\"cache\"");
+    let before = metrics.plugin_loads("cache");
     let later = Engine::new(settings()).expect("engine");
     load(&later, "inrun_plugin_webapp")
         .reconcile_now(&webapp_request(), &Limits::default())
         .expect("reconcile from the shared cache");
-    let after = metrics.value("inrun_plugin_loads_total", "source=\"cache\"");
+    let after = metrics.plugin_loads("cache");
     assert!(after > before, "loaded from the cache");
 }
 

@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -74,7 +75,72 @@ impl Request {
             external: None,
         }
     }
+
+    /// The CR's name: `metadata.name`, or the name part of [`key`](Self::key) when the
+    /// object lacks one.
+    pub fn name(&self) -> &str {
+        match self
+            .object
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+        {
+            Some(name) => name,
+            None => self.key.rsplit('/').next().unwrap_or(&self.key),
+        }
+    }
+
+    /// The CR's namespace: `metadata.namespace`, or the namespace part of
+    /// [`key`](Self::key); `None` for a cluster-scoped CR.
+    pub fn namespace(&self) -> Option<&str> {
+        match self
+            .object
+            .pointer("/metadata/namespace")
+            .and_then(Value::as_str)
+        {
+            Some(ns) if !ns.is_empty() => Some(ns),
+            _ => self.key.split_once('/').map(|(ns, _)| ns),
+        }
+    }
+
+    /// The CR's `spec`, or `Value::Null` when it has none.
+    pub fn spec(&self) -> &Value {
+        self.object.get("spec").unwrap_or(&NULL)
+    }
+
+    /// Deserializes the CR's `spec` into `T` (a missing spec reads as `null`).
+    ///
+    /// # Errors
+    /// A message naming `spec` and what did not fit, ready to return from a reconciler.
+    pub fn spec_as<T: DeserializeOwned>(&self) -> Result<T, String> {
+        T::deserialize(self.spec()).map_err(|e| format!("spec: {e}"))
+    }
+
+    /// Deserializes the argument `name` of the rendered `reconcile.args` into `T`.
+    ///
+    /// # Errors
+    /// When the argument is missing or null (`args.NAME is required`), or does not
+    /// deserialize into `T` (`args.NAME: <why>`).
+    pub fn arg<T: DeserializeOwned>(&self, name: &str) -> Result<T, String> {
+        self.optional_arg(name)?
+            .ok_or_else(|| format!("args.{name} is required"))
+    }
+
+    /// Like [`arg`](Self::arg), but a missing or null argument is `Ok(None)`.
+    ///
+    /// # Errors
+    /// When the argument is present but does not deserialize into `T`.
+    pub fn optional_arg<T: DeserializeOwned>(&self, name: &str) -> Result<Option<T>, String> {
+        match self.args.get(name) {
+            None | Some(Value::Null) => Ok(None),
+            Some(value) => T::deserialize(value)
+                .map(Some)
+                .map_err(|e| format!("args.{name}: {e}")),
+        }
+    }
 }
+
+/// Returned by [`Request::spec`] when the CR has no spec.
+static NULL: Value = Value::Null;
 
 /// Ask the host to delete the CR after a grace period.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -136,6 +202,97 @@ pub enum OutcomeError {
 }
 
 impl Outcome {
+    /// An empty outcome: no resources, status or metadata, no requeue.
+    ///
+    /// Build one with the chaining methods:
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use inrun_contract::Outcome;
+    /// use serde_json::json;
+    ///
+    /// let outcome = Outcome::new()
+    ///     .resource(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "app"}}))
+    ///     .intent("deployment", json!({"image": "nginx:1.27"}))
+    ///     .status("phase", "Ready")
+    ///     .label("demo.inrun.dev/tier", "web")
+    ///     .requeue_after(Duration::from_secs(60));
+    /// assert_eq!(outcome.resources.len(), 2);
+    /// ```
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a resource to apply, usually a full Kubernetes object.
+    #[must_use]
+    pub fn resource(mut self, object: Value) -> Self {
+        self.resources.push(object);
+        self
+    }
+
+    /// Adds a resource in the intent form, `{"type": kind, "fields": fields}`, which the
+    /// host expands into a full object.
+    #[must_use]
+    pub fn intent(mut self, kind: &str, fields: Value) -> Self {
+        self.resources
+            .push(serde_json::json!({"type": kind, "fields": fields}));
+        self
+    }
+
+    /// Sets one key of the status to merge into the CR's status.
+    #[must_use]
+    pub fn status(mut self, key: &str, value: impl Into<Value>) -> Self {
+        self.status
+            .get_or_insert_with(Map::new)
+            .insert(key.to_owned(), value.into());
+        self
+    }
+
+    /// Merges every key of `fields` into the status (a later key wins).
+    #[must_use]
+    pub fn status_object(mut self, fields: Map<String, Value>) -> Self {
+        self.status.get_or_insert_with(Map::new).extend(fields);
+        self
+    }
+
+    /// Sets a label on the CR.
+    #[must_use]
+    pub fn label(mut self, key: &str, value: &str) -> Self {
+        self.labels.insert(key.to_owned(), value.to_owned());
+        self
+    }
+
+    /// Sets an annotation on the CR.
+    #[must_use]
+    pub fn annotation(mut self, key: &str, value: &str) -> Self {
+        self.annotations.insert(key.to_owned(), value.to_owned());
+        self
+    }
+
+    /// Asks to be reconciled again after the host's default delay; while the CR is being
+    /// deleted, this holds the deletion.
+    #[must_use]
+    pub fn requeue(mut self) -> Self {
+        self.requeue = true;
+        self
+    }
+
+    /// Asks to be reconciled again after `delay`. On its own it is a refresh: it does not
+    /// hold a deletion.
+    #[must_use]
+    pub fn requeue_after(mut self, delay: Duration) -> Self {
+        self.requeue_after = Some(delay);
+        self
+    }
+
+    /// Asks the host to delete the CR after `grace`; an outcome without it withdraws a
+    /// pending one. A Wasm guest's grace crosses the boundary in whole seconds, rounded up.
+    #[must_use]
+    pub fn cleanup_after(mut self, grace: Duration) -> Self {
+        self.cleanup = Some(Cleanup { after: grace });
+        self
+    }
+
     /// Whether the outcome asks for nothing at all (no resources, status or metadata).
     pub fn is_empty(&self) -> bool {
         self.resources.is_empty()
@@ -175,6 +332,88 @@ impl Outcome {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    fn webapp() -> Request {
+        Request::for_object(
+            json!({
+                "apiVersion": "demo.inrun.dev/v1alpha1",
+                "kind": "WebApp",
+                "metadata": {"name": "shop", "namespace": "prod"},
+                "spec": {"image": "nginx:1.27", "replicas": 2},
+            }),
+            json!({"team": "payments", "size": 3, "nothing": null}),
+        )
+    }
+
+    #[test]
+    fn name_and_namespace_come_from_metadata_else_from_the_key() {
+        let mut req = webapp();
+        assert_eq!((req.name(), req.namespace()), ("shop", Some("prod")));
+        req.object = json!({});
+        assert_eq!((req.name(), req.namespace()), ("shop", Some("prod")));
+        req.key = "cluster-thing".into();
+        assert_eq!((req.name(), req.namespace()), ("cluster-thing", None));
+    }
+
+    #[test]
+    fn spec_is_null_when_the_cr_has_none_and_spec_as_names_the_spec() {
+        #[derive(serde::Deserialize, Debug)]
+        #[allow(dead_code)]
+        struct Spec {
+            replicas: String,
+        }
+        let mut req = webapp();
+        assert_eq!(req.spec()["image"], "nginx:1.27");
+        let err = req.spec_as::<Spec>().err().unwrap_or_default();
+        assert!(err.starts_with("spec: invalid type"), "{err}");
+        req.object = json!({"metadata": {"name": "x"}});
+        assert!(req.spec().is_null());
+    }
+
+    #[test]
+    fn arg_is_required_typed_and_named_in_its_errors_and_optional_arg_is_not_required() {
+        let req = webapp();
+        assert_eq!(req.arg::<String>("team"), Ok("payments".to_owned()));
+        assert_eq!(req.arg::<u32>("size"), Ok(3));
+        assert_eq!(
+            req.arg::<String>("owner"),
+            Err("args.owner is required".to_owned())
+        );
+        assert_eq!(
+            req.arg::<String>("nothing"),
+            Err("args.nothing is required".to_owned())
+        );
+        let err = req.arg::<u32>("team").err().unwrap_or_default();
+        assert!(err.starts_with("args.team: invalid type"), "{err}");
+        assert_eq!(req.optional_arg::<String>("owner"), Ok(None));
+    }
+
+    #[test]
+    fn the_builder_wraps_intents_merges_status_and_keeps_the_last_label() {
+        let mut extra = Map::new();
+        extra.insert("phase".into(), json!("Ready"));
+        let o = Outcome::new()
+            .intent("deployment", json!({"image": "nginx"}))
+            .status("phase", "Pending")
+            .status("replicas", 2)
+            .status_object(extra)
+            .label("a", "1")
+            .label("a", "2")
+            .annotation("b", "3")
+            .cleanup_after(Duration::from_secs(5));
+        assert_eq!(
+            o.resources,
+            vec![json!({"type": "deployment", "fields": {"image": "nginx"}})]
+        );
+        assert_eq!(
+            Value::Object(o.status.clone().unwrap_or_default()),
+            json!({"phase": "Ready", "replicas": 2})
+        );
+        assert_eq!(o.labels.get("a").map(String::as_str), Some("2"));
+        assert_eq!(o.cleanup.map(|c| c.after), Some(Duration::from_secs(5)));
+        assert!(Outcome::new().requeue().is_empty());
+        assert!(Outcome::new().requeue().wants_requeue());
+    }
 
     #[test]
     fn request_serializes_only_the_fields_that_apply() {

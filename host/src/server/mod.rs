@@ -7,7 +7,6 @@ mod blueprint;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use axum::Router;
 use axum::extract::State as Extract;
@@ -16,8 +15,10 @@ use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 use tokio::sync::watch;
 
-use crate::metrics::Metrics;
 use inrun_reconcilers::assemble::Assembly;
+use inrun_runtime::fleet::{Fleet, TenantView};
+use inrun_runtime::health::Health;
+use inrun_runtime::metrics::{self, Metrics};
 
 pub use blueprint::document as blueprint_document;
 
@@ -29,7 +30,7 @@ pub trait Serving: Send + Sync {
     /// The serving assemblies, one per tenant.
     fn assemblies(&self) -> Vec<Arc<Assembly>>;
     /// Every tenant, with its plugins and any refused reload.
-    fn tenants(&self) -> Vec<crate::fleet::TenantView>;
+    fn tenants(&self) -> Vec<TenantView>;
 }
 
 /// One Blueprint fixed for the run.
@@ -39,16 +40,16 @@ impl Serving for Fixed {
     fn assemblies(&self) -> Vec<Arc<Assembly>> {
         vec![self.0.clone()]
     }
-    fn tenants(&self) -> Vec<crate::fleet::TenantView> {
+    fn tenants(&self) -> Vec<TenantView> {
         Vec::new()
     }
 }
 
-impl Serving for crate::fleet::Fleet {
+impl Serving for Fleet {
     fn assemblies(&self) -> Vec<Arc<Assembly>> {
-        crate::fleet::Fleet::assemblies(self)
+        Fleet::assemblies(self)
     }
-    fn tenants(&self) -> Vec<crate::fleet::TenantView> {
+    fn tenants(&self) -> Vec<TenantView> {
         self.views()
     }
 }
@@ -60,8 +61,8 @@ pub struct State {
     pub serving: Arc<dyn Serving>,
     /// The metrics registry.
     pub metrics: Arc<Metrics>,
-    /// True while this replica waits for the lease: ready, though no controller runs.
-    pub standby: Arc<AtomicBool>,
+    /// The runtime's controllers, caches and leadership, for `/readyz`.
+    pub health: Arc<Health>,
 }
 
 impl State {
@@ -74,8 +75,8 @@ impl State {
     pub fn serving(serving: Arc<dyn Serving>, metrics: Arc<Metrics>) -> State {
         State {
             serving,
+            health: metrics.health().clone(),
             metrics,
-            standby: Arc::new(AtomicBool::new(false)),
         }
     }
 }
@@ -103,7 +104,7 @@ pub fn router(state: State) -> Router {
         .route("/", get(console))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics))
+        .route("/metrics", get(metrics_text))
         .route("/blueprint", get(blueprint))
         .route("/state", get(live_state))
         .route("/tenants", get(tenants))
@@ -118,21 +119,18 @@ async fn console() -> Html<&'static str> {
 /// controller runs with its watch cache synced, or this replica is a standby waiting for
 /// the lease.
 async fn readyz(Extract(state): Extract<State>) -> Response {
-    let snap = state.metrics.snapshot();
-    let running = snap.controllers_running > 0.0;
-    let synced = snap.caches_synced >= snap.controllers_running;
-    if (running && synced) || state.standby.load(Ordering::Relaxed) {
-        "ok".into_response()
-    } else if running {
-        (StatusCode::SERVICE_UNAVAILABLE, "caches not synced").into_response()
+    let readiness = state.health.readiness();
+    let status = if readiness.is_ready() {
+        StatusCode::OK
     } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "controllers not started").into_response()
-    }
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, readiness.as_str()).into_response()
 }
 
-async fn metrics(Extract(state): Extract<State>) -> Response {
+async fn metrics_text(Extract(state): Extract<State>) -> Response {
     (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        [(header::CONTENT_TYPE, metrics::CONTENT_TYPE)],
         state.metrics.render(),
     )
         .into_response()

@@ -479,7 +479,5 @@ pub fn writes_between(
 /// How many passes of the CRD `crd` (`plural.group`) the host recording into `m` has
 /// finished.
 pub fn reconciles(m: &inrun::metrics::Metrics, crd: &str) -> u64 {
-    let l = |result: &str| format!("controller=\"{crd}\",result=\"{result}\"");
-    (m.value("controller_runtime_reconcile_total", &l("success"))
-        + m.value("controller_runtime_reconcile_total", &l("error"))) as u64
+    m.reconciles(crd, "success") + m.reconciles(crd, "error")
 }

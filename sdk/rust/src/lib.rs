@@ -49,7 +49,7 @@ pub mod log;
 mod outcome;
 mod request;
 
-pub use outcome::Outcome;
+pub use outcome::{Cleanup, Outcome};
 pub use request::Request;
 pub use serde_json::{self, Map, Value, json};
 

@@ -19,7 +19,7 @@ use crate::secrets::{SecretError, Secrets};
 
 pub use dockerconfig::Credentials;
 pub use inrun_blueprint::location::{Location, LocationError};
-pub use oci::{ComponentMeta, WASM_CONFIG_MEDIA_TYPE, WASM_LAYER_MEDIA_TYPE, push};
+pub use oci::{ComponentMeta, WASM_CONFIG_MEDIA_TYPE, WASM_LAYER_MEDIA_TYPE, push, with_scheme};
 
 /// The largest component fetched; a server sending more is cut off, not buffered.
 pub const MAX_MODULE_SIZE: u64 = 64 << 20;
@@ -215,6 +215,15 @@ pub struct SourceOptions {
     pub extra_roots: Vec<Vec<u8>>,
 }
 
+/// How a fetch signs in to a registry.
+#[derive(Clone, Copy)]
+enum Access<'a> {
+    /// With the credentials in this pull secret, if any.
+    Secret(Option<&'a PullSecret>),
+    /// With these credentials, if any.
+    Given(Option<&'a Credentials>),
+}
+
 /// Fetches plugin components. Cheap to clone.
 #[derive(Clone)]
 pub struct Sources {
@@ -263,6 +272,27 @@ impl Sources {
         location: &Location,
         pull: Option<&PullSecret>,
     ) -> Result<Fetched, SourceError> {
+        self.fetch_by(location, Access::Secret(pull)).await
+    }
+
+    /// Like [`Sources::fetch`], signing in to a registry with `credentials` given directly
+    /// (as on the command line) instead of a pull secret; `None` is anonymous.
+    ///
+    /// # Errors
+    /// As [`Sources::fetch`].
+    pub async fn fetch_as(
+        &self,
+        location: &Location,
+        credentials: Option<&Credentials>,
+    ) -> Result<Fetched, SourceError> {
+        self.fetch_by(location, Access::Given(credentials)).await
+    }
+
+    async fn fetch_by(
+        &self,
+        location: &Location,
+        access: Access<'_>,
+    ) -> Result<Fetched, SourceError> {
         match location {
             Location::File(path) => {
                 let bytes = read_file(path).await?;
@@ -282,7 +312,7 @@ impl Sources {
                 Ok(Fetched { bytes, version })
             }
             Location::Oci { reference, digest } => {
-                let auth = self.auth(location, reference, pull).await?;
+                let auth = self.auth(location, reference, access).await?;
                 oci::pull(&self.options, location, reference, digest.as_deref(), &auth).await
             }
         }
@@ -305,7 +335,7 @@ impl Sources {
         match location {
             Location::File(path) => Ok(sha256(&read_file(path).await?)),
             Location::Oci { reference, .. } => {
-                let auth = self.auth(location, reference, pull).await?;
+                let auth = self.auth(location, reference, Access::Secret(pull)).await?;
                 oci::manifest_digest(&self.options, location, reference, &auth).await
             }
             // Pinned, handled above.
@@ -317,10 +347,12 @@ impl Sources {
         &self,
         location: &Location,
         reference: &str,
-        pull: Option<&PullSecret>,
+        access: Access<'_>,
     ) -> Result<oci::Auth, SourceError> {
-        let Some(secret) = pull else {
-            return Ok(oci::Auth::anonymous());
+        let secret = match access {
+            Access::Given(credentials) => return Ok(oci::Auth::given(credentials)),
+            Access::Secret(None) => return Ok(oci::Auth::anonymous()),
+            Access::Secret(Some(secret)) => secret,
         };
         let text = self
             .secrets

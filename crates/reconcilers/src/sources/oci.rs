@@ -57,7 +57,7 @@ impl Auth {
         }
     }
 
-    fn given(credentials: Option<&Credentials>) -> Self {
+    pub(super) fn given(credentials: Option<&Credentials>) -> Self {
         match credentials {
             Some(c) => Auth {
                 auth: RegistryAuth::Basic(c.username.clone(), c.password.clone()),
@@ -291,6 +291,15 @@ pub(super) async fn manifest_digest(
     Ok(digest)
 }
 
+/// `reference` as an `oci://` location, whether or not it was written with the scheme.
+pub fn with_scheme(reference: &str) -> String {
+    if reference.starts_with("oci://") {
+        reference.to_string()
+    } else {
+        format!("oci://{reference}")
+    }
+}
+
 /// Publishes `component` at `reference` (`oci://registry/repo:tag`, the scheme optional) as
 /// a Wasm OCI artifact and returns the manifest digest, `sha256:<hex>`.
 ///
@@ -308,11 +317,7 @@ pub async fn push(
     credentials: Option<&Credentials>,
     options: &SourceOptions,
 ) -> Result<String, SourceError> {
-    let shown = if reference.starts_with("oci://") {
-        reference.to_string()
-    } else {
-        format!("oci://{reference}")
-    };
+    let shown = with_scheme(reference);
     let location = Location::parse(&shown, None, std::path::Path::new(""))?;
     let Location::Oci { reference, digest } = &location else {
         return Err(LocationError::BadLocation {

@@ -8,7 +8,7 @@ use k8s_openapi::api::authorization::v1::{
 use kube::Client;
 use kube::api::{Api, PostParams};
 
-use crate::generate::rbac::Permission;
+use inrun_generate::rbac::Permission;
 
 /// Why the host may not run the Blueprint.
 #[derive(Debug, thiserror::Error)]

@@ -1,6 +1,8 @@
-//! The controller: watches every CRD a Blueprint declares and the children its CRs own,
-//! queues changes per CRD with a bounded worker pool, and runs the pass. The only code that
-//! writes to Kubernetes.
+//! Inrun's runtime, the only crate that writes to Kubernetes: the controller (it watches
+//! every CRD a Blueprint declares and the children its CRs own, queues changes per CRD with
+//! a bounded worker pool, and runs [`inrun_pass`] with effects against the API server), the
+//! tenant [`fleet`] that starts and stops one controller set per Blueprint, [`leader`]
+//! election, the client's [`kubeconfig`], and the [`metrics`] they all record into.
 
 pub mod access;
 mod backoff;
@@ -10,9 +12,15 @@ mod context;
 pub mod crds;
 mod effects;
 mod events;
+pub mod fleet;
+pub mod health;
 pub mod kinds;
+pub mod kubeconfig;
+pub mod leader;
+pub mod metrics;
 mod pass;
 mod safeguard;
+pub mod settings;
 mod stores;
 mod triggers;
 
@@ -23,7 +31,7 @@ pub use inrun_pass::meta::{CLEANUP_AT, FINALIZER, OWNER_UID, RECONCILER_MANAGER}
 
 use std::collections::HashSet;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use futures::StreamExt;
 use kube::Client;
@@ -90,9 +98,7 @@ pub struct Shared {
     pub kinds: Arc<Kinds>,
     /// This replica's name, for events.
     pub instance: String,
-    /// How many controllers' caches have synced (for `/readyz` and the metric).
-    pub synced: Arc<AtomicI64>,
-    /// Where controllers record.
+    /// Where controllers record; its [`health::Health`] is what `/readyz` reads.
     pub metrics: Arc<crate::metrics::Metrics>,
 }
 
@@ -103,7 +109,6 @@ impl Shared {
             client,
             kinds: Arc::new(Kinds::default()),
             instance,
-            synced: Arc::new(AtomicI64::new(0)),
             metrics: Arc::default(),
         }
     }
@@ -131,9 +136,9 @@ pub async fn prepare(
     install_crds: bool,
 ) -> Result<ChildKinds, RunError> {
     let client = &shared.client;
-    let needed = crate::generate::rbac::required(
+    let needed = inrun_generate::rbac::required(
         &assembly.blueprint,
-        &crate::generate::rbac::RbacOptions {
+        &inrun_generate::rbac::RbacOptions {
             install_crds,
             ..Default::default()
         },
@@ -253,8 +258,7 @@ pub fn controller(
     let writer = Writer::new(ar.clone());
     let reader = writer.as_reader();
     let queued = ctx.queued.clone();
-    let synced = shared.synced.clone();
-    let metrics = shared.metrics.clone();
+    let health = shared.metrics.health().clone();
     let counted = Arc::new(AtomicBool::new(false));
     let counted_here = counted.clone();
     let cr_triggers = triggers.clone();
@@ -267,8 +271,7 @@ pub fn controller(
     .inspect(move |event| match event {
         // The first complete list: the cache of CRs is synced (for /readyz).
         Ok(watcher::Event::InitDone) if !counted_here.swap(true, Ordering::Relaxed) => {
-            synced.fetch_add(1, Ordering::Relaxed);
-            metrics.cache_synced(1);
+            health.cache_synced(true);
         }
         Ok(watcher::Event::Delete(cr)) => cr_triggers.cr_gone(cr),
         _ => {}
@@ -306,8 +309,7 @@ pub fn controller(
         .reconcile_all_on(requeue)
         .reconcile_on(children_woken);
     let mut stop_on = stop;
-    let synced = shared.synced.clone();
-    let metrics = shared.metrics.clone();
+    let health = shared.metrics.health().clone();
     let name = plan.spec.crd_name();
     async move {
         let watches: Vec<_> = child_triggers
@@ -321,7 +323,7 @@ pub fn controller(
             })
             .collect();
         drop(woken_tx);
-        metrics.controllers_running(1);
+        health.controller_running(true);
         tracing::debug!(crd = %name, "controller started");
         controller
             .graceful_shutdown_on(async move {
@@ -337,10 +339,9 @@ pub fn controller(
         for watch in watches {
             watch.abort();
         }
-        metrics.controllers_running(-1);
+        health.controller_running(false);
         if counted.load(Ordering::Relaxed) {
-            synced.fetch_sub(1, Ordering::Relaxed);
-            metrics.cache_synced(-1);
+            health.cache_synced(false);
         }
         tracing::debug!(crd = %name, "controller stopped");
     }

@@ -8,7 +8,6 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
@@ -18,7 +17,7 @@ use kube::api::{Api, ObjectMeta, PostParams};
 use tokio::sync::watch;
 
 /// How the Lease is kept.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeaderConfig {
     /// The Lease's name.
     pub lease_name: String,
@@ -186,8 +185,8 @@ async fn stopped(shutdown: &mut watch::Receiver<bool>) {
 }
 
 /// Waits for the lease, then runs `work` until `shutdown` turns true or the lease is lost;
-/// `work` gets a receiver that turns true when it must stop. `standby` is true while this
-/// replica waits. Returns `Ok` after a shutdown (lease released).
+/// `work` gets a receiver that turns true when it must stop. While this replica waits,
+/// `metrics`' health says it stands by (ready, not leading). Returns `Ok` after a shutdown (lease released).
 ///
 /// # Errors
 /// [`LeaderError::Lost`] when renewal failed for the renew deadline (the work was told
@@ -196,7 +195,6 @@ pub async fn run<F, Fut, E>(
     client: Client,
     config: LeaderConfig,
     mut shutdown: watch::Receiver<bool>,
-    standby: Arc<AtomicBool>,
     metrics: Arc<crate::metrics::Metrics>,
     work: F,
 ) -> Result<(), LeaderError>
@@ -211,8 +209,9 @@ where
         observed: None,
     };
     let attempt_timeout = config.retry_period.max(Duration::from_secs(1));
-    standby.store(true, Ordering::Relaxed);
-    metrics.set_leader(false);
+    let health = metrics.health().clone();
+    health.set_standby(true);
+    health.set_leader(false);
     tracing::info!(lease = %config.lease_name, namespace = %config.namespace, identity = %config.identity, "waiting for the leader-election lease");
     loop {
         if *shutdown.borrow() {
@@ -239,8 +238,8 @@ where
         }
     }
     tracing::info!(identity = %config.identity, "became the leader");
-    standby.store(false, Ordering::Relaxed);
-    metrics.set_leader(true);
+    health.set_standby(false);
+    health.set_leader(true);
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut task = tokio::spawn(work(stop_rx));
     let mut last_renew = Instant::now();
@@ -250,7 +249,7 @@ where
             () = stopped(&mut shutdown) => break Ok(()),
             finished = &mut task => {
                 // The work ended by itself (a startup error): give the lease back.
-                metrics.set_leader(false);
+                health.set_leader(false);
                 if let Err(e) = elector.release().await {
                     tracing::warn!(error = %inrun_contract::errors::chain(&e), "releasing the lease");
                 }
@@ -281,7 +280,7 @@ where
     };
     // Stop reconciling at once: controllers finish what is in flight and start nothing new.
     let _ = stop_tx.send(true);
-    metrics.set_leader(false);
+    health.set_leader(false);
     let finished = task.await;
     match outcome {
         Ok(()) => {

@@ -23,7 +23,7 @@ use serde::Serialize;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
-use crate::runtime::{self, RunError, Shared};
+use crate::{self as runtime, RunError, Shared};
 use inrun_blueprint::{self as blueprint, Blueprint, BlueprintError, CrdSpec, RuntimeSpec};
 use inrun_reconcilers::assemble::{Assembly, BuildContext, Policy, Services};
 use inrun_reconcilers::plugins::{Change, PluginSet, SlotStatus};
@@ -116,9 +116,32 @@ pub enum FleetError {
     /// The `--blueprint` tenant could not start.
     #[error(transparent)]
     Run(#[from] RunError),
+    /// A CRD of the Blueprint is already served by another tenant.
+    #[error(transparent)]
+    Claimed(BlueprintError),
     /// The `Blueprint` CRD could not be installed or read.
     #[error("the Blueprint custom resource definition: {0}")]
     Resources(String),
+}
+
+impl FleetError {
+    /// The reason a `Blueprint` resource's `Accepted` condition gives for this refusal.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            FleetError::Claimed(_) => "CrdConflict",
+            FleetError::Blueprint(_) | FleetError::Resources(_) => "Invalid",
+            FleetError::Run(_) => "StartFailed",
+        }
+    }
+}
+
+/// Why a tenant's Blueprint is not served: the classification and the message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Refusal {
+    /// [`FleetError::reason`].
+    pub(crate) reason: &'static str,
+    /// The error chain.
+    pub(crate) message: String,
 }
 
 struct Running {
@@ -244,6 +267,16 @@ impl Fleet {
             .into_iter()
             .filter_map(|v| v.assembly)
             .collect()
+    }
+
+    /// The runtime section of the host's own Blueprint (`--blueprint`), which alone sets
+    /// host-wide settings such as the health port and leader election; `None` when the
+    /// host serves only tenants.
+    pub fn host_runtime(&self) -> Option<RuntimeSpec> {
+        let path = self.options.blueprint.as_ref()?;
+        let views = self.views.lock().unwrap_or_else(|p| p.into_inner());
+        let view = views.get(&TenantSource::File(path.clone()))?;
+        Some(view.assembly.as_ref()?.blueprint.spec.runtime.clone())
     }
 
     fn publish(&self, tenant: &Tenant) {
@@ -451,7 +484,7 @@ impl Fleet {
         for plan in assembly.crds() {
             let name = plan.spec.crd_name();
             if let Some(owner) = Self::claimant(others, &name) {
-                return Err(FleetError::Blueprint(BlueprintError::Invalid {
+                return Err(FleetError::Claimed(BlueprintError::Invalid {
                     problems: vec![blueprint::Problem::new(
                         &plan.spec.source.file,
                         Some(&plan.spec.kind),
@@ -526,7 +559,7 @@ impl Fleet {
         source: TenantSource,
         print: u64,
         loaded: Result<Blueprint, BlueprintError>,
-    ) -> Result<(), String> {
+    ) -> Result<(), Refusal> {
         let mut tenant = tenants
             .remove(&source)
             .unwrap_or_else(|| self.new_tenant(source.clone()));
@@ -564,7 +597,10 @@ impl Fleet {
                     tracing::error!(tenant = %name, error = %message,
                         "changed Blueprint refused; the previous one keeps serving");
                 }
-                Err(message)
+                Err(Refusal {
+                    reason: e.reason(),
+                    message,
+                })
             }
         };
         self.publish(&tenant);

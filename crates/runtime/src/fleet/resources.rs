@@ -66,7 +66,7 @@ pub fn blueprint_resource() -> ApiResource {
 
 /// Installs (or requires) the CRD and waits until it is served.
 pub(super) async fn ensure_crd(client: &kube::Client, install: bool) -> Result<(), String> {
-    crate::runtime::crds::ensure_manifest(client, BLUEPRINT_CRD, blueprint_crd(), install)
+    crate::crds::ensure_manifest(client, BLUEPRINT_CRD, blueprint_crd(), install)
         .await
         .map_err(|e| inrun_contract::errors::chain(&e))
 }
@@ -146,14 +146,13 @@ pub(super) async fn watch(client: kube::Client, events: mpsc::UnboundedSender<Ev
 pub(super) async fn report(
     client: &kube::Client,
     object: &Object,
-    result: Result<(), String>,
+    result: Result<(), super::Refusal>,
     crds: Vec<String>,
 ) {
     let api: Api<DynamicObject> = Api::all_with(client.clone(), &blueprint_resource());
-    let (status, reason, message) = match &result {
+    let (status, reason, message) = match result {
         Ok(()) => ("True", "Serving", format!("serving {} CRD(s)", crds.len())),
-        Err(e) if e.contains("already served by the tenant") => ("False", "CrdConflict", e.clone()),
-        Err(e) => ("False", "Invalid", e.clone()),
+        Err(refusal) => ("False", refusal.reason, refusal.message),
     };
     let now = k8s_openapi::jiff::Timestamp::now().to_string();
     let patch = json!({

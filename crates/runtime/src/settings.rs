@@ -1,0 +1,136 @@
+//! Host-wide settings of `inrun run` — the health port, this replica's identity, leader
+//! election — resolved in one place from the command line, the host's own Blueprint
+//! (`--blueprint`; never a tenant's, which may not move the host's port or lease) and the
+//! environment.
+
+use inrun_blueprint::RuntimeSpec;
+
+use crate::leader::LeaderConfig;
+
+/// What the command line says; `None` and `false` defer to the Blueprint.
+#[derive(Debug, Clone, Default)]
+pub struct HostFlags {
+    /// `--health-port`: overrides `runtime.healthPort`.
+    pub health_port: Option<u16>,
+    /// `--leader-elect`: turns election on whatever the Blueprint says.
+    pub leader_elect: bool,
+    /// `--leader-elect-namespace`: the Lease's namespace when the Blueprint names none.
+    pub leader_elect_namespace: Option<String>,
+    /// `--identity`: this replica's name in events and the Lease.
+    pub identity: Option<String>,
+}
+
+/// The settings `inrun run` runs with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostSettings {
+    /// The health port (0: any free port).
+    pub health_port: u16,
+    /// This replica's name.
+    pub identity: String,
+    /// The Lease to hold before reconciling; `None` runs without election.
+    pub leader: Option<LeaderConfig>,
+}
+
+impl HostSettings {
+    /// Resolves `flags` over `host` (the `--blueprint` tenant's runtime section, `None`
+    /// without one), reading `HOSTNAME` and `POD_NAMESPACE` through `env`.
+    pub fn resolve(
+        flags: HostFlags,
+        host: Option<&RuntimeSpec>,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> HostSettings {
+        let defaults = RuntimeSpec::default();
+        let spec = host.unwrap_or(&defaults);
+        let identity = flags.identity.unwrap_or_else(|| {
+            let host = env("HOSTNAME").unwrap_or_else(|| "inrun".into());
+            format!("{host}-{}", std::process::id())
+        });
+        let le = &spec.leader_election;
+        let leader = (flags.leader_elect || le.enabled).then(|| LeaderConfig {
+            lease_name: le.lease_name.clone(),
+            namespace: le
+                .namespace
+                .clone()
+                .or(flags.leader_elect_namespace)
+                .or_else(|| env("POD_NAMESPACE"))
+                .unwrap_or_else(|| "default".into()),
+            identity: identity.clone(),
+            lease_duration: le.lease_duration,
+            renew_deadline: le.renew_deadline,
+            retry_period: le.retry_period,
+        });
+        HostSettings {
+            health_port: flags.health_port.unwrap_or(spec.health_port),
+            identity,
+            leader,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(name: &str) -> Option<String> {
+        match name {
+            "HOSTNAME" => Some("pod-7".into()),
+            "POD_NAMESPACE" => Some("ops".into()),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn without_a_host_blueprint_the_defaults_and_flags_decide() {
+        let s = HostSettings::resolve(HostFlags::default(), None, env);
+        assert_eq!(s.health_port, RuntimeSpec::default().health_port);
+        assert!(s.identity.starts_with("pod-7-"), "{}", s.identity);
+        assert_eq!(s.leader, None);
+    }
+
+    #[test]
+    fn flags_override_the_blueprint_and_the_lease_namespace_falls_back_in_order() {
+        let mut spec = RuntimeSpec {
+            health_port: 9000,
+            ..RuntimeSpec::default()
+        };
+        spec.leader_election.enabled = true;
+        let flags = HostFlags {
+            health_port: Some(0),
+            identity: Some("me".into()),
+            ..HostFlags::default()
+        };
+        let s = HostSettings::resolve(flags.clone(), Some(&spec), env);
+        assert_eq!(s.health_port, 0);
+        let leader = s.leader.expect("election is on in the Blueprint");
+        assert_eq!(
+            (leader.identity.as_str(), leader.namespace.as_str()),
+            ("me", "ops")
+        );
+
+        let given = HostFlags {
+            leader_elect_namespace: Some("flag-ns".into()),
+            ..flags.clone()
+        };
+        let s = HostSettings::resolve(given, Some(&spec), env);
+        assert_eq!(s.leader.map(|l| l.namespace), Some("flag-ns".into()));
+
+        spec.leader_election.namespace = Some("bp-ns".into());
+        let s = HostSettings::resolve(flags, Some(&spec), |_| None);
+        assert_eq!(s.leader.map(|l| l.namespace), Some("bp-ns".into()));
+    }
+
+    #[test]
+    fn the_flag_turns_election_on_with_the_default_lease() {
+        let flags = HostFlags {
+            leader_elect: true,
+            ..HostFlags::default()
+        };
+        let s = HostSettings::resolve(flags, None, |_| None);
+        let leader = s.leader.expect("--leader-elect");
+        assert_eq!(leader.namespace, "default");
+        assert_eq!(
+            leader.lease_name,
+            RuntimeSpec::default().leader_election.lease_name
+        );
+    }
+}

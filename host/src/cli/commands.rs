@@ -1,0 +1,194 @@
+//! What each command does: parse its input, call the library, print the result.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use inrun::assemble::{Assembly, Services};
+use inrun::render::{self, RenderInput};
+use inrun::sources::{Location, Sources};
+use inrun::wasm::{CompileCache, Engine, EngineSettings, Observer, Unobserved};
+
+use super::{Cli, Command, Format, GenerateCommand, Lang, PluginCommand};
+
+/// The engine, with its compile cache in `cache_dir` (default: the user's cache
+/// directory), reporting plugin loads and host calls to `observer`.
+pub(super) fn engine(
+    cache_dir: Option<PathBuf>,
+    observer: Arc<dyn Observer>,
+) -> anyhow::Result<Engine> {
+    let dir = cache_dir.unwrap_or_else(CompileCache::default_dir);
+    let cache = CompileCache::new(&dir)
+        .map_err(|e| anyhow::anyhow!("creating compile cache {}: {e}", dir.display()))?;
+    Ok(Engine::new(EngineSettings {
+        cache: Some(cache),
+        observer,
+        ..EngineSettings::default()
+    })?)
+}
+
+/// The bytes of `path`, named by the flag that gave it when it cannot be read.
+pub(super) fn read(path: &Path, flag: &str) -> anyhow::Result<Vec<u8>> {
+    std::fs::read(path).map_err(|e| anyhow::anyhow!("reading {flag} {}: {e}", path.display()))
+}
+
+fn print(value: &impl serde::Serialize, format: Format) -> anyhow::Result<()> {
+    match format {
+        Format::Yaml => print!("{}", serde_yaml_ng::to_string(value)?),
+        Format::Json => println!("{}", serde_json::to_string_pretty(value)?),
+    }
+    Ok(())
+}
+
+/// Runs the command `cli` names.
+///
+/// # Errors
+/// Whatever the command failed with, for `main` to print with its causes.
+pub fn execute(cli: Cli) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let cache_dir = cli.cache_dir;
+    let quiet = || engine(cache_dir.clone(), Arc::new(Unobserved));
+    match cli.command {
+        Command::Render {
+            blueprint,
+            object,
+            target,
+            finalizing,
+            output,
+            secrets,
+        } => {
+            let engine = quiet()?;
+            let mut given = inrun::secrets::StaticSecrets::new();
+            for arg in &secrets {
+                given = given.parse(arg)?;
+            }
+            let services = Services::new(Arc::new(given));
+            let assembly = runtime.block_on(Assembly::load_with(&blueprint, &engine, &services))?;
+            let input = RenderInput::from_file(&object)?;
+            let out = runtime.block_on(render::render(
+                &assembly,
+                input,
+                target.as_deref(),
+                finalizing,
+            ))?;
+            print(&out, output)
+        }
+        Command::Run(args) => super::run::run(&runtime, args, cache_dir),
+        Command::Generate { command } => {
+            let docs = match command {
+                GenerateCommand::Crds { blueprint } => {
+                    inrun::generate::crds(&inrun::blueprint::load(&blueprint)?)
+                }
+                GenerateCommand::BlueprintCrd => vec![inrun::fleet::blueprint_crd()],
+                GenerateCommand::Rbac {
+                    blueprint,
+                    namespace,
+                    service_account,
+                    name,
+                    install_crds,
+                    blueprint_resources,
+                } => inrun::generate::rbac::manifests(
+                    &inrun::blueprint::load(&blueprint)?,
+                    &inrun::generate::rbac::RbacOptions {
+                        name,
+                        namespace,
+                        service_account,
+                        install_crds,
+                        blueprint_resources,
+                    },
+                ),
+            };
+            print!("{}", inrun::generate::yaml_stream(&docs)?);
+            Ok(())
+        }
+        Command::Validate { blueprint } => {
+            let engine = quiet()?;
+            let assembly = runtime.block_on(Assembly::load(&blueprint, &engine))?;
+            for line in assembly.summary() {
+                println!("{line}");
+            }
+            println!("{}: valid", blueprint.display());
+            Ok(())
+        }
+        Command::Plugin {
+            command:
+                PluginCommand::Inspect {
+                    location,
+                    digest,
+                    output,
+                    registry,
+                },
+        } => {
+            let engine = quiet()?;
+            let location = Location::parse(&location, digest.as_deref(), Path::new(""))?;
+            let plugin = match &location {
+                Location::File(path) => engine.load_file(path)?,
+                remote => {
+                    let sources = Sources::new(
+                        Arc::new(inrun::secrets::StaticSecrets::new()),
+                        registry.options()?,
+                    )?;
+                    let credentials = registry.credentials();
+                    let fetched =
+                        runtime.block_on(sources.fetch_as(remote, credentials.as_ref()))?;
+                    engine.load(&remote.name(), &fetched.bytes)?
+                }
+            };
+            print(plugin.info(), output)
+        }
+        Command::Plugin {
+            command:
+                PluginCommand::Push {
+                    file,
+                    reference,
+                    registry,
+                },
+        } => {
+            let engine = quiet()?;
+            // Loading first publishes only components that implement an Inrun world.
+            let plugin = engine.load_file(&file)?;
+            let info = plugin.info();
+            let meta = inrun::sources::ComponentMeta {
+                exports: info.exports.clone(),
+                imports: info.imports.clone(),
+                target: Some(format!("inrun:reconciler/{}", info.world.name())),
+            };
+            let bytes = read(&file, "the component")?;
+            let digest = runtime.block_on(inrun::sources::push(
+                &bytes,
+                &reference,
+                &meta,
+                registry.credentials().as_ref(),
+                &registry.options()?,
+            ))?;
+            println!("{}@{digest}", inrun::sources::with_scheme(&reference));
+            Ok(())
+        }
+        Command::Plugin {
+            command:
+                PluginCommand::New {
+                    lang,
+                    name,
+                    dir,
+                    sdk_root,
+                },
+        } => {
+            use inrun::scaffold::{self, Lang as L};
+            let lang = match lang {
+                Lang::Rust => L::Rust,
+                Lang::Python => L::Python,
+                Lang::Js => L::Js,
+                Lang::C => L::C,
+            };
+            let root = sdk_root.unwrap_or_else(scaffold::default_sdk_root);
+            let project = scaffold::new_plugin(lang, &name, &dir, &root)?;
+            println!("created {}", project.display());
+            println!(
+                "  cd {} && ./build.sh && inrun render -b blueprint.yaml -f cr.yaml",
+                project.display()
+            );
+            Ok(())
+        }
+    }
+}

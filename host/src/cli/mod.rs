@@ -1,0 +1,328 @@
+//! The command line: what each `inrun` command takes, and how its defaults are chosen.
+
+mod commands;
+mod run;
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+pub use commands::execute;
+
+/// Inrun: a Kubernetes reconciler host for Blueprints and sandboxed Wasm reconcilers.
+#[derive(Parser)]
+#[command(name = "inrun", version, about, long_about = None)]
+pub struct Cli {
+    /// Log filter (e.g. `info`, `inrun=debug`; default: `info` for `run`, else `warn`).
+    #[arg(long, global = true, env = "INRUN_LOG")]
+    pub log: Option<String>,
+    /// Directory for compiled plugins (default: $XDG_CACHE_HOME/inrun/wasm).
+    #[arg(long, global = true, env = "INRUN_CACHE_DIR")]
+    pub cache_dir: Option<PathBuf>,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+impl Cli {
+    /// The log filter: `--log`, else what the command defaults to (a long-running host
+    /// says what it does; a one-shot command speaks only of trouble).
+    pub fn log_filter(&self) -> &str {
+        match (&self.log, &self.command) {
+            (Some(filter), _) => filter,
+            (None, Command::Run(_)) => "info",
+            (None, _) => "warn",
+        }
+    }
+
+    /// Whether logs are JSON lines.
+    pub fn json_logs(&self) -> bool {
+        matches!(&self.command, Command::Run(r) if r.log_format == LogFormat::Json)
+    }
+}
+
+#[derive(Subcommand)]
+pub enum Command {
+    /// Run the reconcile step for one CR with no cluster and print what would be applied.
+    Render {
+        /// The Blueprint: a YAML file or a directory of them.
+        #[arg(long, short = 'b', env = "INRUN_BLUEPRINT")]
+        blueprint: PathBuf,
+        /// The CR, as YAML or JSON.
+        #[arg(long, short = 'f', env = "INRUN_OBJECT")]
+        object: PathBuf,
+        /// The serve target to render through (default: the one the CR selects).
+        #[arg(long, env = "INRUN_TARGET")]
+        target: Option<String>,
+        /// Render as if the CR were being deleted.
+        #[arg(long, env = "INRUN_FINALIZING")]
+        finalizing: bool,
+        /// Output format.
+        #[arg(long, short = 'o', value_enum, env = "INRUN_OUTPUT", default_value_t = Format::Yaml)]
+        output: Format,
+        /// A secret value for remote reconcilers and external calls, as
+        /// `namespace/name/key=value` (repeatable; the variable gives one); render reads no cluster.
+        #[arg(
+            long = "secret",
+            value_name = "NS/NAME/KEY=VALUE",
+            env = "INRUN_SECRET"
+        )]
+        secrets: Vec<String>,
+    },
+    /// Reconcile every CR of every CRD the Blueprint declares, until SIGINT or SIGTERM.
+    Run(RunArgs),
+    /// Generate manifests from a Blueprint (YAML stream on stdout).
+    Generate {
+        #[command(subcommand)]
+        command: GenerateCommand,
+    },
+    /// Check a Blueprint: fields, templates, and that every plugin loads.
+    Validate {
+        /// The Blueprint: a YAML file or a directory of them.
+        #[arg(long, short = 'b', env = "INRUN_BLUEPRINT")]
+        blueprint: PathBuf,
+    },
+    /// Work with plugin components.
+    Plugin {
+        #[command(subcommand)]
+        command: PluginCommand,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum GenerateCommand {
+    /// The Blueprint's CustomResourceDefinitions (schema, status subresource, printer columns).
+    Crds {
+        /// The Blueprint: a YAML file or a directory of them.
+        #[arg(long, short = 'b', env = "INRUN_BLUEPRINT")]
+        blueprint: PathBuf,
+    },
+    /// The least RBAC the host needs for the Blueprint: ClusterRole and binding, plus a Role
+    /// and binding for the Lease when leader election is on.
+    Rbac {
+        /// The Blueprint: a YAML file or a directory of them.
+        #[arg(long, short = 'b', env = "INRUN_BLUEPRINT")]
+        blueprint: PathBuf,
+        /// Namespace of the ServiceAccount (and of the Lease unless the Blueprint names one).
+        #[arg(
+            long,
+            short = 'n',
+            env = "INRUN_NAMESPACE",
+            default_value = "inrun-system"
+        )]
+        namespace: String,
+        /// The ServiceAccount the host runs as.
+        #[arg(long, env = "INRUN_SERVICE_ACCOUNT", default_value = "inrun")]
+        service_account: String,
+        /// Name of the roles and bindings.
+        #[arg(long, env = "INRUN_RBAC_NAME", default_value = "inrun")]
+        name: String,
+        /// Also grant creating and patching the CRDs (for `inrun run --install-crds`).
+        #[arg(long, env = "INRUN_INSTALL_CRDS")]
+        install_crds: bool,
+        /// Also grant reading `Blueprint` resources and writing their status (for
+        /// `inrun run --blueprint-resources`).
+        #[arg(long, env = "INRUN_BLUEPRINT_RESOURCES")]
+        blueprint_resources: bool,
+    },
+    /// The `Blueprint` CustomResourceDefinition, for `inrun run --blueprint-resources`
+    /// without `--install-crds`.
+    BlueprintCrd,
+}
+
+#[derive(Subcommand)]
+pub enum PluginCommand {
+    /// Show a component's world, exported functions, imports, size and sha256.
+    Inspect {
+        /// The component: a `.wasm` file, an `https://` URL (with --digest) or an
+        /// `oci://registry/repository:tag` reference.
+        #[arg(env = "INRUN_PLUGIN_FILE")]
+        location: String,
+        /// `sha256:<hex>` the location must have (required for https://).
+        #[arg(long, env = "INRUN_PLUGIN_DIGEST")]
+        digest: Option<String>,
+        /// Output format.
+        #[arg(long, short = 'o', value_enum, env = "INRUN_OUTPUT", default_value_t = Format::Yaml)]
+        output: Format,
+        #[command(flatten)]
+        registry: RegistryArgs,
+    },
+    /// Publish a component to an OCI registry (one `application/wasm` layer) and print
+    /// the reference with its manifest digest.
+    Push {
+        /// The `.wasm` component.
+        #[arg(env = "INRUN_PLUGIN_FILE")]
+        file: PathBuf,
+        /// Where to: `oci://registry/repository:tag`.
+        #[arg(env = "INRUN_PLUGIN_REFERENCE")]
+        reference: String,
+        #[command(flatten)]
+        registry: RegistryArgs,
+    },
+    /// Make a plugin project that builds with ./build.sh and renders its sample CR.
+    New {
+        /// The guest language.
+        #[arg(long, value_enum, env = "INRUN_PLUGIN_LANG", default_value_t = Lang::Rust)]
+        lang: Lang,
+        /// The plugin's name (lowercase letters, digits, '-'); also its directory.
+        #[arg(env = "INRUN_PLUGIN_NAME")]
+        name: String,
+        /// Where to create the project directory.
+        #[arg(long, env = "INRUN_PLUGIN_DIR_PARENT", default_value = ".")]
+        dir: PathBuf,
+        /// The Inrun checkout whose SDK, WIT and toolchain scripts the project uses
+        /// (default: the one this binary was built from).
+        #[arg(long, env = "INRUN_SDK_ROOT")]
+        sdk_root: Option<PathBuf>,
+    },
+}
+
+/// What `inrun run` is given.
+#[derive(clap::Args)]
+pub struct RunArgs {
+    /// The Blueprint: a YAML file or a directory of them (merged into one).
+    #[arg(long, short = 'b', env = "INRUN_BLUEPRINT",
+          required_unless_present_any = ["tenants", "blueprint_resources"])]
+    pub blueprint: Option<PathBuf>,
+    /// A directory whose every YAML file is a Blueprint of its own tenant.
+    #[arg(long, env = "INRUN_TENANTS")]
+    pub tenants: Option<PathBuf>,
+    /// Also serve every cluster-scoped `Blueprint` custom resource as a tenant.
+    #[arg(long, env = "INRUN_BLUEPRINT_RESOURCES")]
+    pub blueprint_resources: bool,
+    /// Let `Blueprint` resources grant their plugins capabilities (cluster reads,
+    /// outbound HTTP); off, such a Blueprint is refused.
+    #[arg(long, env = "INRUN_ALLOW_RESOURCE_CAPABILITIES")]
+    pub allow_resource_capabilities: bool,
+    /// How often Blueprint files and plugin sources are checked for changes; `0`
+    /// turns reloading off.
+    #[arg(long, env = "INRUN_RELOAD_INTERVAL", default_value = "10s", value_parser = parse_duration)]
+    pub reload_interval: std::time::Duration,
+    /// Ceiling on any plugin's per-call deadline; a Blueprint asking for more is refused.
+    #[arg(long, env = "INRUN_MAX_PLUGIN_DEADLINE", value_parser = parse_duration)]
+    pub max_plugin_deadline: Option<std::time::Duration>,
+    /// Ceiling on any plugin's memory (e.g. `256Mi`).
+    #[arg(long, env = "INRUN_MAX_PLUGIN_MEMORY", value_parser = parse_quantity)]
+    pub max_plugin_memory: Option<usize>,
+    /// Ceiling on any plugin's output size (e.g. `4Mi`).
+    #[arg(long, env = "INRUN_MAX_PLUGIN_OUTPUT", value_parser = parse_quantity)]
+    pub max_plugin_output: Option<usize>,
+    /// Ceiling on the resources one plugin outcome may hold.
+    #[arg(long, env = "INRUN_MAX_PLUGIN_RESOURCES")]
+    pub max_plugin_resources: Option<usize>,
+    /// A registry (host:port) spoken to over plain HTTP, e.g. one on loopback.
+    #[arg(
+        long = "insecure-registry",
+        env = "INRUN_INSECURE_REGISTRIES",
+        value_delimiter = ','
+    )]
+    pub insecure_registries: Vec<String>,
+    /// A PEM file of extra CA certificates trusted for plugin downloads and registries.
+    #[arg(long, env = "INRUN_PLUGIN_CA")]
+    pub plugin_ca: Option<PathBuf>,
+    /// Kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or in-cluster).
+    #[arg(long, env = "INRUN_KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Install the Blueprint's CRDs (server-side apply) instead of requiring them.
+    #[arg(long, env = "INRUN_INSTALL_CRDS")]
+    pub install_crds: bool,
+    /// Log format.
+    #[arg(long, value_enum, env = "INRUN_LOG_FORMAT", default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+    /// Health port (/healthz, /readyz, /metrics, /blueprint, console); overrides
+    /// `runtime.healthPort` of `--blueprint`; 0 picks a free port.
+    #[arg(long, env = "INRUN_HEALTH_PORT")]
+    pub health_port: Option<u16>,
+    /// Address the health port binds to.
+    #[arg(long, env = "INRUN_HEALTH_ADDRESS", default_value = "0.0.0.0")]
+    pub health_address: std::net::IpAddr,
+    /// Run only while holding the leader-election Lease (also `runtime.leaderElection.enabled`).
+    #[arg(long, env = "INRUN_LEADER_ELECT")]
+    pub leader_elect: bool,
+    /// Namespace of the Lease when the Blueprint names none (default: $POD_NAMESPACE, else `default`).
+    #[arg(long, env = "INRUN_LEADER_ELECT_NAMESPACE")]
+    pub leader_elect_namespace: Option<String>,
+    /// This replica's identity for events and the Lease (default: hostname and process id).
+    #[arg(long, env = "INRUN_IDENTITY")]
+    pub identity: Option<String>,
+}
+
+/// How `inrun plugin push` and `inspect` reach a registry or https server.
+#[derive(clap::Args)]
+pub struct RegistryArgs {
+    /// A registry (host:port) spoken to over plain HTTP, e.g. one on loopback (repeatable).
+    #[arg(
+        long = "insecure-registry",
+        env = "INRUN_INSECURE_REGISTRIES",
+        value_delimiter = ','
+    )]
+    pub insecure_registries: Vec<String>,
+    /// A PEM file of CA certificates trusted besides the system's.
+    #[arg(long = "ca-file", env = "INRUN_PLUGIN_CA")]
+    pub ca_file: Option<PathBuf>,
+    /// Registry user name.
+    #[arg(long, env = "INRUN_REGISTRY_USERNAME", requires = "password")]
+    pub username: Option<String>,
+    /// Registry password or token (the variable keeps it out of the process list).
+    #[arg(
+        long,
+        env = "INRUN_REGISTRY_PASSWORD",
+        requires = "username",
+        hide_env_values = true
+    )]
+    pub password: Option<String>,
+}
+
+impl RegistryArgs {
+    pub fn options(&self) -> anyhow::Result<inrun::sources::SourceOptions> {
+        let extra_roots = match &self.ca_file {
+            Some(path) => vec![
+                std::fs::read(path)
+                    .map_err(|e| anyhow::anyhow!("reading CA file {}: {e}", path.display()))?,
+            ],
+            None => Vec::new(),
+        };
+        Ok(inrun::sources::SourceOptions {
+            insecure_registries: self.insecure_registries.clone(),
+            extra_roots,
+        })
+    }
+
+    pub fn credentials(&self) -> Option<inrun::sources::Credentials> {
+        Some(inrun::sources::Credentials {
+            username: self.username.clone()?,
+            password: self.password.clone()?,
+        })
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Lang {
+    Rust,
+    Python,
+    Js,
+    C,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum Format {
+    Yaml,
+    Json,
+}
+
+pub(crate) fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
+    if text == "0" {
+        return Ok(std::time::Duration::ZERO);
+    }
+    inrun::duration::parse(text).map_err(|e| e.to_string())
+}
+
+pub(crate) fn parse_quantity(text: &str) -> Result<usize, String> {
+    let q = inrun::blueprint::Quantity::parse(text).map_err(|e| e.to_string())?;
+    usize::try_from(q.bytes()).map_err(|e| e.to_string())
+}

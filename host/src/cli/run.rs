@@ -1,0 +1,112 @@
+//! `inrun run`: builds the client, the engine, the sources and the fleet from the command
+//! line, then serves the health port and runs the fleet, under the Lease when election is
+//! on. Decisions live in the runtime (`HostSettings`, `Fleet`); this is wiring.
+
+use std::sync::Arc;
+
+use inrun::assemble::{Policy, Services};
+use inrun::fleet::{Fleet, FleetOptions};
+use inrun::metrics::Metrics;
+use inrun::runtime::settings::{HostFlags, HostSettings};
+use inrun::runtime::{Shared, WatchCache};
+use inrun::secrets::KubeSecrets;
+use inrun::sources::SourceOptions;
+
+use super::RunArgs;
+use super::commands::{engine, read};
+
+/// The `--max-plugin-*` ceilings over the default policy.
+fn policy(args: &RunArgs) -> Policy {
+    let mut policy = Policy::default();
+    let c = &mut policy.ceilings;
+    c.deadline = args.max_plugin_deadline.unwrap_or(c.deadline);
+    c.memory_bytes = args.max_plugin_memory.unwrap_or(c.memory_bytes);
+    c.output_bytes = args.max_plugin_output.unwrap_or(c.output_bytes);
+    c.max_resources = args.max_plugin_resources.unwrap_or(c.max_resources);
+    policy
+}
+
+pub(super) fn run(
+    runtime: &tokio::runtime::Runtime,
+    args: RunArgs,
+    cache_dir: Option<std::path::PathBuf>,
+) -> anyhow::Result<()> {
+    // One registry for the process, handed to everything that records.
+    let metrics = Arc::new(Metrics::default());
+    let engine = engine(cache_dir, metrics.clone())?;
+    // Secrets are read from the cluster, so the client comes before the assembly.
+    let client = runtime.block_on(inrun::kubeconfig::client(args.kubeconfig.as_deref()))?;
+    let extra_roots = match &args.plugin_ca {
+        Some(path) => vec![read(path, "--plugin-ca")?],
+        None => Vec::new(),
+    };
+    let services = Services::with_sources(
+        Arc::new(KubeSecrets::new(client.clone())),
+        SourceOptions {
+            insecure_registries: args.insecure_registries.clone(),
+            extra_roots,
+        },
+    )
+    // Plugins granted cluster reads are served from watch caches on this client.
+    .with_cluster(Arc::new(WatchCache::new(client.clone())));
+    let flags = HostFlags {
+        health_port: args.health_port,
+        leader_elect: args.leader_elect,
+        leader_elect_namespace: args.leader_elect_namespace.clone(),
+        identity: args.identity.clone(),
+    };
+    // The identity names this replica's events before the host Blueprint is read.
+    let identity = HostSettings::resolve(flags.clone(), None, |k| std::env::var(k).ok()).identity;
+    let fleet = Fleet::new(
+        Shared::new(client.clone(), identity.clone()).with_metrics(metrics.clone()),
+        engine,
+        services,
+        FleetOptions {
+            policy: policy(&args),
+            blueprint: args.blueprint,
+            tenants: args.tenants,
+            resources: args.blueprint_resources,
+            reload: (!args.reload_interval.is_zero()).then_some(args.reload_interval),
+            install_crds: args.install_crds,
+            resource_capabilities: args.allow_resource_capabilities,
+        },
+    );
+    // A broken `--blueprint` stops the host here, before it waits for a lease.
+    runtime.block_on(fleet.load_initial())?;
+    let settings = HostSettings::resolve(
+        HostFlags {
+            identity: Some(identity),
+            ..flags
+        },
+        fleet.host_runtime().as_ref(),
+        |k| std::env::var(k).ok(),
+    );
+    runtime.block_on(async move {
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        tokio::spawn(async move {
+            inrun::kubeconfig::shutdown_signal().await;
+            tracing::info!("shutting down: finishing reconciles in flight");
+            let _ = tx.send(true);
+        });
+        let state = inrun::server::State::serving(fleet.clone(), metrics.clone());
+        let (addr, server) = inrun::server::bind(
+            std::net::SocketAddr::new(args.health_address, settings.health_port),
+            state,
+            rx.clone(),
+        )
+        .await?;
+        tracing::info!(%addr, "health port listening");
+        match settings.leader {
+            Some(config) => {
+                inrun::leader::run(client, config, rx, metrics, move |stop| fleet.run(stop))
+                    .await?;
+            }
+            None => {
+                metrics.health().set_leader(true);
+                fleet.run(rx).await?;
+            }
+        }
+        server.abort();
+        Ok::<_, anyhow::Error>(())
+    })
+}
