@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
-use super::model::RuntimeSpec;
 use super::reconcile::ReconcileSpec;
+use super::runtime::RuntimeSpec;
 
 /// The annotation that picks a serve target when `serve.selector` is not given.
 pub const DEFAULT_TARGET_ANNOTATION: &str = "inrun.dev/target";

@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::reconcile::SecretRef;
+use super::refs::SecretRef;
 
 /// One `external` entry. Exactly one of `http`, `prometheus`, `postgres`, `redis` is set.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -19,6 +19,8 @@ mod parse;
 mod plugins;
 mod quantity;
 mod reconcile;
+mod refs;
+mod runtime;
 mod validate;
 
 #[cfg(test)]
@@ -38,13 +40,12 @@ pub use external::{
     RedisCall,
 };
 pub use load::{from_str, load, load_all};
-pub use model::{
-    API_VERSION, BackoffSpec, Blueprint, BlueprintSpec, FinalizersSpec, KIND, LeaderElectionSpec,
-    Metadata, RuntimeSpec,
-};
+pub use model::{API_VERSION, Blueprint, BlueprintSpec, KIND, Metadata};
 pub use plugins::{PluginRef, PluginRole};
 pub use quantity::{Quantity, QuantityError};
 pub use reconcile::{
-    HookSpec, ManagedResource, ObjectFilter, PluginLimits, PluginSpec, PruneSpec, PullSecretRef,
-    ReconcileSpec, ReconcilerKind, RemoteAuth, RemoteSpec, RequestSpec, RequeueSpec, SecretRef,
+    HookSpec, ManagedResource, ObjectFilter, PluginLimits, PluginSpec, PruneSpec, ReconcileSpec,
+    ReconcilerKind, RemoteAuth, RemoteSpec, RequestSpec, RequeueSpec,
 };
+pub use refs::{PullSecretRef, SecretRef};
+pub use runtime::{BackoffSpec, FinalizersSpec, LeaderElectionSpec, RuntimeSpec};

@@ -2,7 +2,8 @@
 
 use super::crd::CrdSpec;
 use super::model::Blueprint;
-use super::reconcile::{PluginLimits, PullSecretRef, ReconcileSpec};
+use super::reconcile::{PluginLimits, ReconcileSpec};
+use super::refs::PullSecretRef;
 
 /// What a plugin is expected to export.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

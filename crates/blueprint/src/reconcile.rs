@@ -9,6 +9,7 @@ use serde_json::{Map, Value};
 use super::capabilities::Capabilities;
 use super::external::ExternalCall;
 use super::quantity::Quantity;
+use super::refs::{PullSecretRef, SecretRef};
 
 /// The four ways a CR can be reconciled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -185,17 +186,6 @@ pub struct PluginSpec {
     pub capabilities: Capabilities,
 }
 
-/// `pullSecret`: a Secret of type `kubernetes.io/dockerconfigjson` (key `.dockerconfigjson`).
-/// Plugins load once for the whole host, so the namespace is always written out.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct PullSecretRef {
-    /// The Secret's namespace.
-    pub namespace: String,
-    /// The Secret's name.
-    pub name: String,
-}
-
 /// Limits of one plugin call. Each field overrides the host default only when set.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -245,19 +235,6 @@ fn default_remote_timeout() -> Duration {
 pub struct RemoteAuth {
     /// The Secret key holding the bearer token.
     pub secret_ref: SecretRef,
-}
-
-/// A key of a Secret.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct SecretRef {
-    /// The Secret's name.
-    pub name: String,
-    /// The key within its data.
-    pub key: String,
-    /// The Secret's namespace; the CR's namespace when absent.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub namespace: Option<String>,
 }
 
 /// `request`: optional parts of the Request.

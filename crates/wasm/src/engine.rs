@@ -3,7 +3,6 @@
 //! idle host wakes for nothing), and components cached by digest.
 
 use std::collections::HashMap;
-use std::path::Path;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -11,7 +10,6 @@ use wasmtime::component::{Component, Linker};
 use wasmtime::{Config, InstanceAllocationStrategy, PoolingAllocationConfig};
 
 use super::cache::{self, CompileCache};
-use super::plugin::Plugin;
 use super::state::State;
 use super::{LoadError, Observer, PluginId, Unobserved};
 
@@ -187,36 +185,6 @@ impl Engine {
         &self.inner.linker
     }
 
-    /// Loads a component from a file; the plugin is named after the file stem.
-    ///
-    /// # Errors
-    /// [`LoadError`] when the file cannot be read, compiled or linked.
-    pub fn load_file(&self, path: &Path) -> Result<Plugin, LoadError> {
-        let bytes = std::fs::read(path).map_err(|source| LoadError::Read {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        let name = path
-            .file_stem()
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_else(|| "plugin".to_string());
-        self.load(&name, &bytes)
-    }
-
-    /// Loads a component from bytes: from memory if this digest was loaded before, else
-    /// from the compile cache, else by compiling it (and filling the cache).
-    ///
-    /// # Errors
-    /// [`LoadError`] when the bytes cannot be compiled or linked, or export no known world.
-    pub fn load(&self, name: &str, bytes: &[u8]) -> Result<Plugin, LoadError> {
-        let id = PluginId {
-            name: name.to_string(),
-            digest: cache::sha256_hex(bytes),
-        };
-        let component = self.component(&id, bytes)?;
-        Plugin::new(self.clone(), Arc::new(id), component, bytes.len())
-    }
-
     /// Compiles `bytes` without caching anything, for measuring cold compiles.
     ///
     /// # Errors
@@ -251,7 +219,7 @@ impl Engine {
             .unwrap_or_else(|p| p.into_inner())
     }
 
-    fn component(&self, id: &PluginId, bytes: &[u8]) -> Result<Component, LoadError> {
+    pub(super) fn component(&self, id: &PluginId, bytes: &[u8]) -> Result<Component, LoadError> {
         if let Some(c) = self.compiled_map().get(&id.digest) {
             self.inner.observer.plugin_loaded("memory");
             return Ok(c.clone());

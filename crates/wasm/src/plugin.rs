@@ -1,6 +1,7 @@
 //! A loaded component: which world it implements, what it imports and exports, and a
 //! pre-linked instance template that each call instantiates afresh.
 
+use std::path::Path;
 use std::sync::Arc;
 
 use serde::Serialize;
@@ -8,6 +9,7 @@ use wasmtime::component::Component;
 use wasmtime::component::types::ComponentItem;
 
 use super::bindings::{hooks::HooksPre, reconciler::ReconcilerPre};
+use super::cache;
 use super::engine::Engine;
 use super::state::State;
 use super::{Limits, LoadError, PluginId};
@@ -206,5 +208,38 @@ impl Plugin {
             }
         }
         Ok(())
+    }
+}
+
+/// Loading lives with what it makes, so the engine need not know plugins.
+impl Engine {
+    /// Loads a component from a file; the plugin is named after the file stem.
+    ///
+    /// # Errors
+    /// [`LoadError`] when the file cannot be read, compiled or linked.
+    pub fn load_file(&self, path: &Path) -> Result<Plugin, LoadError> {
+        let bytes = std::fs::read(path).map_err(|source| LoadError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let name = path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "plugin".to_string());
+        self.load(&name, &bytes)
+    }
+
+    /// Loads a component from bytes: from memory if this digest was loaded before, else
+    /// from the compile cache, else by compiling it (and filling the cache).
+    ///
+    /// # Errors
+    /// [`LoadError`] when the bytes cannot be compiled or linked, or export no known world.
+    pub fn load(&self, name: &str, bytes: &[u8]) -> Result<Plugin, LoadError> {
+        let id = PluginId {
+            name: name.to_string(),
+            digest: cache::sha256_hex(bytes),
+        };
+        let component = self.component(&id, bytes)?;
+        Plugin::new(self.clone(), Arc::new(id), component, bytes.len())
     }
 }

@@ -2,6 +2,7 @@
 
 mod commands;
 mod run;
+mod setup;
 
 use std::path::PathBuf;
 

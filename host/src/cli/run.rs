@@ -13,7 +13,7 @@ use inrun::secrets::KubeSecrets;
 use inrun::sources::SourceOptions;
 
 use super::RunArgs;
-use super::commands::{engine, read};
+use super::setup::{engine, read};
 
 /// The `--max-plugin-*` ceilings over the default policy.
 fn policy(args: &RunArgs) -> Policy {

@@ -1,9 +1,9 @@
 //! Rules on `reconcile.external` calls: one kind per call, and a default when one is promised.
 
-use super::reconcile::secret_ref;
+use super::refs::secret_ref;
 use super::{MAX_CALL_TIME, Report, names};
 use crate::external::{ExternalCall, HttpMethod, OnError};
-use crate::reconcile::SecretRef;
+use crate::refs::SecretRef;
 
 /// Checks one `external` entry at `at` (uniqueness of names is the caller's).
 pub(super) fn check(r: &mut Report<'_>, call: &ExternalCall, at: &str) {

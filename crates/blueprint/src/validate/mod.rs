@@ -5,6 +5,7 @@ mod crd;
 mod external;
 mod names;
 mod reconcile;
+mod refs;
 
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
@@ -14,7 +15,8 @@ use std::time::Duration;
 
 use super::crd::CrdSpec;
 use super::error::{BlueprintError, Problem};
-use super::model::{API_VERSION, Blueprint, KIND, RuntimeSpec};
+use super::model::{API_VERSION, Blueprint, KIND};
+use super::runtime::RuntimeSpec;
 
 use names::{is_dns_label, is_dns_subdomain};
 

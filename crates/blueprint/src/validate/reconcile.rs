@@ -6,10 +6,12 @@ use std::path::Path;
 use serde_json::Value;
 
 use super::names;
+use super::refs::secret_ref;
 use super::{MAX_CALL_TIME, Report, first_seen};
 use crate::location::{Location, LocationError};
 use crate::quantity::Quantity;
-use crate::reconcile::{PluginLimits, PullSecretRef, ReconcileSpec, RemoteSpec, SecretRef};
+use crate::reconcile::{PluginLimits, ReconcileSpec, RemoteSpec};
+use crate::refs::PullSecretRef;
 
 /// Checks `spec`, whose field path is `at` (e.g. `spec.crds[0].reconcile`).
 pub(super) fn check(r: &mut Report<'_>, spec: &ReconcileSpec, at: &str) {
@@ -268,26 +270,6 @@ fn is_http_url(url: &str) -> bool {
         url.strip_prefix(scheme)
             .is_some_and(|rest| !rest.is_empty())
     })
-}
-
-pub(super) fn secret_ref(r: &mut Report<'_>, secret: &SecretRef, at: &str) {
-    r.check(
-        names::is_dns_subdomain(&secret.name),
-        format!("{at}.name"),
-        "must be a Secret name (a lowercase DNS subdomain)",
-    );
-    r.check(
-        names::is_secret_key(&secret.key),
-        format!("{at}.key"),
-        "must be a Secret key (letters, digits, '-', '_', '.')",
-    );
-    if let Some(ns) = &secret.namespace {
-        r.check(
-            names::is_dns_label(ns),
-            format!("{at}.namespace"),
-            "must be a lowercase DNS label",
-        );
-    }
 }
 
 /// A template is an object, or a string holding a YAML template; a literal object's kind

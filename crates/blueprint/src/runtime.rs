@@ -1,0 +1,169 @@
+//! `spec.runtime`: the host settings of a Blueprint — workers, finalizers, backoff, health
+//! port, leader election, resync — apart from the custom resource types.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// `spec.runtime`: settings of the host rather than of one CRD.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RuntimeSpec {
+    /// Extra finalizers and how deletion waits.
+    #[serde(default)]
+    pub finalizers: FinalizersSpec,
+    /// Worker count for every CRD that does not set its own.
+    #[serde(default = "default_workers")]
+    pub workers: u32,
+    /// Port of `/healthz`, `/readyz`, `/metrics`, `/blueprint`; 0 picks a free port.
+    #[serde(default = "default_health_port")]
+    pub health_port: u16,
+    /// Per-key retry delays after a failed reconcile.
+    #[serde(default)]
+    pub backoff: BackoffSpec,
+    /// Whether one replica leads and how the lease is kept.
+    #[serde(default)]
+    pub leader_election: LeaderElectionSpec,
+    /// Reconcile every CR again this long after its last pass, for drift no watch event
+    /// shows (`10m`); off when left out. A pass that finds everything as desired writes
+    /// nothing.
+    #[serde(default, with = "inrun_contract::duration::serde_opt")]
+    pub resync: Option<Duration>,
+}
+
+fn default_workers() -> u32 {
+    2
+}
+
+fn default_health_port() -> u16 {
+    8081
+}
+
+impl Default for RuntimeSpec {
+    fn default() -> Self {
+        RuntimeSpec {
+            finalizers: FinalizersSpec::default(),
+            workers: default_workers(),
+            health_port: default_health_port(),
+            backoff: BackoffSpec::default(),
+            leader_election: LeaderElectionSpec::default(),
+            resync: None,
+        }
+    }
+}
+
+/// `spec.runtime.finalizers`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FinalizersSpec {
+    /// Finalizers put on every CR beside `inrun.dev/cleanup`.
+    #[serde(default)]
+    pub names: Vec<String>,
+    /// Strip the finalizers instead of adding them, so deletion never waits (for tests).
+    #[serde(default)]
+    pub remove: bool,
+    /// How long a deleting CR may be held by its reconciler; no bound when absent.
+    #[serde(
+        default,
+        with = "inrun_contract::duration::serde_opt",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub timeout: Option<Duration>,
+}
+
+/// `spec.runtime.backoff`: failures retry after `base`, doubling up to `max`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct BackoffSpec {
+    /// First retry delay (default 1s).
+    #[serde(
+        default = "default_backoff_base",
+        with = "inrun_contract::duration::serde_str"
+    )]
+    pub base: Duration,
+    /// Longest retry delay (default 5m).
+    #[serde(
+        default = "default_backoff_max",
+        with = "inrun_contract::duration::serde_str"
+    )]
+    pub max: Duration,
+}
+
+fn default_backoff_base() -> Duration {
+    Duration::from_secs(1)
+}
+
+fn default_backoff_max() -> Duration {
+    Duration::from_secs(300)
+}
+
+impl Default for BackoffSpec {
+    fn default() -> Self {
+        BackoffSpec {
+            base: default_backoff_base(),
+            max: default_backoff_max(),
+        }
+    }
+}
+
+/// `spec.runtime.leaderElection`: a coordination.k8s.io Lease decides which replica works.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct LeaderElectionSpec {
+    /// Off by default, so a single `inrun run` needs no Lease.
+    #[serde(default)]
+    pub enabled: bool,
+    /// The Lease's name (default `inrun`).
+    #[serde(default = "default_lease_name")]
+    pub lease_name: String,
+    /// The Lease's namespace; the host's own namespace when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// How long a lease holds without renewal (default 15s).
+    #[serde(
+        default = "default_lease_duration",
+        with = "inrun_contract::duration::serde_str"
+    )]
+    pub lease_duration: Duration,
+    /// How long the leader keeps trying to renew before it steps down (default 10s).
+    #[serde(
+        default = "default_renew_deadline",
+        with = "inrun_contract::duration::serde_str"
+    )]
+    pub renew_deadline: Duration,
+    /// How often candidates try to acquire, and the leader to renew (default 2s).
+    #[serde(
+        default = "default_retry_period",
+        with = "inrun_contract::duration::serde_str"
+    )]
+    pub retry_period: Duration,
+}
+
+fn default_lease_name() -> String {
+    "inrun".to_string()
+}
+
+fn default_lease_duration() -> Duration {
+    Duration::from_secs(15)
+}
+
+fn default_renew_deadline() -> Duration {
+    Duration::from_secs(10)
+}
+
+fn default_retry_period() -> Duration {
+    Duration::from_secs(2)
+}
+
+impl Default for LeaderElectionSpec {
+    fn default() -> Self {
+        LeaderElectionSpec {
+            enabled: false,
+            lease_name: default_lease_name(),
+            namespace: None,
+            lease_duration: default_lease_duration(),
+            renew_deadline: default_renew_deadline(),
+            retry_period: default_retry_period(),
+        }
+    }
+}
