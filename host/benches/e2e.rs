@@ -26,6 +26,8 @@
 //! writes `spec.runtime.resync` into the Blueprints and makes the baseline requeue every
 //! CR that often; unset, neither does. `INRUN_BENCH_SECTION` names the BENCHMARKS.md
 //! section written (default `e2e`), so a scaling run can keep its own.
+//! `INRUN_BENCH_HOST_ENV` (`NAME=value` pairs, comma separated) adds to the environment of
+//! `inrun run` only, e.g. a heap profiler's `LD_PRELOAD`.
 
 mod common;
 
@@ -179,6 +181,7 @@ const SETTINGS: &[&str] = &[
     "INRUN_BENCH_RESYNC",
     "INRUN_BENCH_IDLE",
     "INRUN_BENCH_SECTION",
+    "INRUN_BENCH_HOST_ENV",
 ];
 
 fn env_or(name: &str, default: &str) -> String {
@@ -307,18 +310,21 @@ async fn run_all(settings: &Settings) -> Result<(Vec<Row>, Cluster)> {
             pair_plugin().display()
         );
     }
-    let cp = ControlPlane::shared();
-    let client = cp.client();
-    let version = client
-        .apiserver_version()
-        .await
-        .context("reading the API server's version")?
-        .git_version;
+    let mut version = String::new();
     let mut rows = Vec::new();
     for &crs in &settings.counts {
         for &mode in &settings.modes {
             eprintln!("e2e: {} with {crs} CRs", mode.name());
-            let row = run_mode(cp, settings, mode, crs)
+            // A fresh API server and etcd for every run, so no run pays for the objects
+            // an earlier one left in the store, and run order cannot favour a mode.
+            let cp = ControlPlane::start().context("starting a control plane")?;
+            version = cp
+                .client()
+                .apiserver_version()
+                .await
+                .context("reading the API server's version")?
+                .git_version;
+            let row = run_mode(&cp, settings, mode, crs)
                 .await
                 .with_context(|| format!("{} with {crs} CRs", mode.name()))?;
             eprintln!("e2e: {}", row_line(&row, None));
@@ -694,6 +700,11 @@ impl Process {
     /// `inrun run` on `blueprint`, its health port on 127.0.0.1:`port`.
     fn host(cp: &ControlPlane, blueprint: &Path, port: u16, dir: &Path) -> Result<Process> {
         let mut command = tokio::process::Command::new(INRUN);
+        if let Ok(pairs) = std::env::var("INRUN_BENCH_HOST_ENV") {
+            for (name, value) in pairs.split(',').filter_map(|p| p.split_once('=')) {
+                command.env(name, value);
+            }
+        }
         command
             .env("INRUN_CACHE_DIR", cache_dir())
             .args(["run", "--health-address", "127.0.0.1", "--blueprint"])
