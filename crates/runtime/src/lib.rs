@@ -224,7 +224,9 @@ pub fn controller(
         let (group, kind_name) = (kind.resource.group.clone(), kind.resource.kind.clone());
         let stream = reflector(
             writer,
-            watcher(api, watcher::Config::default().labels(OWNER_UID)).default_backoff(),
+            watcher(api, watcher::Config::default().labels(OWNER_UID))
+                .default_backoff()
+                .modify(stores::trim),
         )
         .filter_map(move |event| {
             let kind = (group.as_str(), kind_name.as_str());

@@ -61,7 +61,62 @@ impl ChildStores {
     }
 }
 
+/// Trims a child to what its cache needs: identity, resourceVersion, deletion, the host's
+/// own labels and annotations (`inrun.dev/`), and who wrote it when (managedFields without
+/// their field sets, which are most of an object's metadata). The rest stays on the API
+/// server, so the cache grows by a few hundred bytes per child.
+pub fn trim(child: &mut PartialObjectMeta<DynamicObject>) {
+    let meta = &mut child.metadata;
+    for map in [&mut meta.labels, &mut meta.annotations]
+        .into_iter()
+        .flatten()
+    {
+        map.retain(|k, _| k.starts_with(inrun_contract::RESERVED_PREFIX));
+    }
+    for entry in meta.managed_fields.iter_mut().flatten() {
+        entry.fields_v1 = None;
+    }
+    meta.owner_references = None;
+}
+
 /// A child's id in the trigger state: group, kind, namespace and name.
 pub fn child_id(group: &str, kind: &str, namespace: Option<&str>, name: &str) -> String {
     format!("{group}/{kind}/{}/{name}", namespace.unwrap_or_default())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_trimmed_child_keeps_what_the_host_reads_and_nothing_else() {
+        let mut child: PartialObjectMeta<DynamicObject> = serde_json::from_value(serde_json::json!({
+            "apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
+            "metadata": {
+                "name": "web", "namespace": "a", "resourceVersion": "7",
+                "labels": {"inrun.dev/owner-uid": "u1", "app": "web"},
+                "annotations": {"inrun.dev/applied": "abc", "kubectl.kubernetes.io/last-applied-configuration": "{...}"},
+                "ownerReferences": [{"apiVersion": "x/v1", "kind": "X", "name": "x", "uid": "u1"}],
+                "managedFields": [{"manager": "inrun-reconciler", "operation": "Apply",
+                                   "time": "2026-01-01T00:00:00Z", "fieldsType": "FieldsV1",
+                                   "fieldsV1": {"f:data": {"f:a": {}}}}],
+            }
+        }))
+        .expect("a child");
+        trim(&mut child);
+        let m = &child.metadata;
+        let keys = |map: &Option<std::collections::BTreeMap<String, String>>| {
+            map.iter()
+                .flatten()
+                .map(|(k, _)| k.clone())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(keys(&m.labels), ["inrun.dev/owner-uid"]);
+        assert_eq!(keys(&m.annotations), ["inrun.dev/applied"]);
+        assert!(m.owner_references.is_none());
+        let entry = &m.managed_fields.as_ref().expect("entries kept")[0];
+        assert_eq!(entry.manager.as_deref(), Some("inrun-reconciler"));
+        assert!(entry.time.is_some() && entry.fields_v1.is_none());
+        assert_eq!(m.resource_version.as_deref(), Some("7"));
+    }
 }
