@@ -963,7 +963,8 @@ fn report(settings: &Settings, cluster: &Cluster, rows: &[Row]) -> String {
          Build profile: {profile}. N = {n}. Resync: {resync}. Quiet window: {window} s.\n\n\
          Each mode gets its own namespace and CRD group. N `Pair` CRs are created (16 at a time) before the controller \
          starts; each becomes a ConfigMap and a headless Service in its namespace, and a status with `observedGeneration` \
-         and `Ready=True`. Modes run one after another, so the API server's request counters see only one at a time.\n\n\
+         and `Ready=True`. Modes run one after another, each on a fresh API server and etcd (started for that row and \
+         stopped after it), so no row pays for objects an earlier one left and run order favours no mode.\n\n\
          - **baseline**: a kube-rs `Controller` on the CRD as `DynamicObject` (generation predicate), owning ConfigMaps \
          and Services, concurrency {WORKERS}; each reconcile server-side applies (field manager `baseline`, forced) the \
          ConfigMap and the Service with an owner reference, then the status. It runs as a process of its own, measured \

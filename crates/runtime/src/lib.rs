@@ -311,9 +311,10 @@ pub fn controller(
         .reconcile_all_on(requeue)
         .reconcile_on(children_woken);
     let mut stop_on = stop;
-    let health = shared.metrics.health().clone();
+    let metrics = shared.metrics.clone();
     let name = plan.spec.crd_name();
     async move {
+        let health = metrics.health();
         let watches: Vec<_> = child_triggers
             .into_iter()
             .map(|stream| {
@@ -326,6 +327,7 @@ pub fn controller(
             .collect();
         drop(woken_tx);
         health.controller_running(true);
+        metrics.controller_started(&name);
         tracing::debug!(crd = %name, "controller started");
         controller
             .graceful_shutdown_on(async move {

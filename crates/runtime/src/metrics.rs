@@ -348,6 +348,12 @@ impl Metrics {
         self.console.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Records that the controller `controller` runs, so the console lists it before its
+    /// first reconcile ends.
+    pub fn controller_started(&self, controller: &str) {
+        self.console().controllers.insert(controller.to_string());
+    }
+
     /// Records that a reconcile of `controller` began.
     pub fn reconcile_started(&self, controller: &str) -> Started {
         let queue = QueueLabel {
@@ -433,9 +439,6 @@ impl Metrics {
             plugins: plugins.to_vec(),
         };
         let mut console = self.console();
-        if !console.controllers.contains(&record.controller) {
-            console.controllers.insert(record.controller.clone());
-        }
         if record.error.is_some() {
             if !plugins.is_empty() {
                 push(&mut console.plugin_failures, record.clone());
@@ -586,6 +589,8 @@ mod tests {
     #[test]
     fn a_finished_reconcile_counts_once_and_leaves_the_queue_empty() {
         let m = Metrics::default();
+        m.controller_started("webapps.example.dev");
+        assert_eq!(m.snapshot().queue_depth["webapps.example.dev"], 0);
         let s = m.reconcile_started("webapps.example.dev");
         assert_eq!(m.queue_depth("webapps.example.dev"), 1);
         let boom = std::io::Error::other("boom");
