@@ -701,8 +701,11 @@ impl Process {
     fn host(cp: &ControlPlane, blueprint: &Path, port: u16, dir: &Path) -> Result<Process> {
         let mut command = tokio::process::Command::new(INRUN);
         if let Ok(pairs) = std::env::var("INRUN_BENCH_HOST_ENV") {
-            for (name, value) in pairs.split(',').filter_map(|p| p.split_once('=')) {
-                command.env(name, value);
+            for pair in pairs.split(',').filter(|p| !p.trim().is_empty()) {
+                let (name, value) = pair
+                    .split_once('=')
+                    .with_context(|| format!("INRUN_BENCH_HOST_ENV: {pair:?} is not NAME=value"))?;
+                command.env(name.trim(), value);
             }
         }
         command

@@ -16,8 +16,6 @@ pub struct HostFlags {
     pub leader_elect: bool,
     /// `--leader-elect-namespace`: the Lease's namespace when the Blueprint names none.
     pub leader_elect_namespace: Option<String>,
-    /// `--identity`: this replica's name in events and the Lease.
-    pub identity: Option<String>,
 }
 
 /// The settings `inrun run` runs with.
@@ -31,20 +29,27 @@ pub struct HostSettings {
     pub leader: Option<LeaderConfig>,
 }
 
+/// This replica's name in events and the Lease: `given` (`--identity`), else the host name
+/// (`HOSTNAME` through `env`) and the process id. Known before any Blueprint is read, since
+/// loading the host Blueprint already records events.
+pub fn identity(given: Option<String>, env: impl Fn(&str) -> Option<String>) -> String {
+    given.unwrap_or_else(|| {
+        let host = env("HOSTNAME").unwrap_or_else(|| "inrun".into());
+        format!("{host}-{}", std::process::id())
+    })
+}
+
 impl HostSettings {
     /// Resolves `flags` over `host` (the `--blueprint` tenant's runtime section, `None`
-    /// without one), reading `HOSTNAME` and `POD_NAMESPACE` through `env`.
+    /// without one) for the replica `identity`, reading `POD_NAMESPACE` through `env`.
     pub fn resolve(
         flags: HostFlags,
+        identity: String,
         host: Option<&RuntimeSpec>,
         env: impl Fn(&str) -> Option<String>,
     ) -> HostSettings {
         let defaults = RuntimeSpec::default();
         let spec = host.unwrap_or(&defaults);
-        let identity = flags.identity.unwrap_or_else(|| {
-            let host = env("HOSTNAME").unwrap_or_else(|| "inrun".into());
-            format!("{host}-{}", std::process::id())
-        });
         let le = &spec.leader_election;
         let leader = (flags.leader_elect || le.enabled).then(|| LeaderConfig {
             lease_name: le.lease_name.clone(),
@@ -81,9 +86,10 @@ mod tests {
 
     #[test]
     fn without_a_host_blueprint_the_defaults_and_flags_decide() {
-        let s = HostSettings::resolve(HostFlags::default(), None, env);
+        let s = HostSettings::resolve(HostFlags::default(), identity(None, env), None, env);
         assert_eq!(s.health_port, RuntimeSpec::default().health_port);
         assert!(s.identity.starts_with("pod-7-"), "{}", s.identity);
+        assert_eq!(identity(Some("me".into()), env), "me");
         assert_eq!(s.leader, None);
     }
 
@@ -96,10 +102,9 @@ mod tests {
         spec.leader_election.enabled = true;
         let flags = HostFlags {
             health_port: Some(0),
-            identity: Some("me".into()),
             ..HostFlags::default()
         };
-        let s = HostSettings::resolve(flags.clone(), Some(&spec), env);
+        let s = HostSettings::resolve(flags.clone(), "me".into(), Some(&spec), env);
         assert_eq!(s.health_port, 0);
         let leader = s.leader.expect("election is on in the Blueprint");
         assert_eq!(
@@ -111,11 +116,11 @@ mod tests {
             leader_elect_namespace: Some("flag-ns".into()),
             ..flags.clone()
         };
-        let s = HostSettings::resolve(given, Some(&spec), env);
+        let s = HostSettings::resolve(given, "me".into(), Some(&spec), env);
         assert_eq!(s.leader.map(|l| l.namespace), Some("flag-ns".into()));
 
         spec.leader_election.namespace = Some("bp-ns".into());
-        let s = HostSettings::resolve(flags, Some(&spec), |_| None);
+        let s = HostSettings::resolve(flags, "me".into(), Some(&spec), |_| None);
         assert_eq!(s.leader.map(|l| l.namespace), Some("bp-ns".into()));
     }
 
@@ -125,7 +130,7 @@ mod tests {
             leader_elect: true,
             ..HostFlags::default()
         };
-        let s = HostSettings::resolve(flags, None, |_| None);
+        let s = HostSettings::resolve(flags, "me".into(), None, |_| None);
         let leader = s.leader.expect("--leader-elect");
         assert_eq!(leader.namespace, "default");
         assert_eq!(

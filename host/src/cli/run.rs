@@ -7,7 +7,7 @@ use std::sync::Arc;
 use inrun::assemble::{Policy, Services};
 use inrun::fleet::{Fleet, FleetOptions};
 use inrun::metrics::Metrics;
-use inrun::runtime::settings::{HostFlags, HostSettings};
+use inrun::runtime::settings::{self, HostFlags, HostSettings};
 use inrun::runtime::{Shared, WatchCache};
 use inrun::secrets::KubeSecrets;
 use inrun::sources::SourceOptions;
@@ -49,14 +49,8 @@ pub(super) fn run(
     )
     // Plugins granted cluster reads are served from watch caches on this client.
     .with_cluster(Arc::new(WatchCache::new(client.clone())));
-    let flags = HostFlags {
-        health_port: args.health_port,
-        leader_elect: args.leader_elect,
-        leader_elect_namespace: args.leader_elect_namespace.clone(),
-        identity: args.identity.clone(),
-    };
-    // The identity names this replica's events before the host Blueprint is read.
-    let identity = HostSettings::resolve(flags.clone(), None, |k| std::env::var(k).ok()).identity;
+    let env = |k: &str| std::env::var(k).ok();
+    let identity = settings::identity(args.identity.clone(), env);
     let fleet = Fleet::new(
         Shared::new(client.clone(), identity.clone()).with_metrics(metrics.clone()),
         engine,
@@ -73,14 +67,12 @@ pub(super) fn run(
     );
     // A broken `--blueprint` stops the host here, before it waits for a lease.
     runtime.block_on(fleet.load_initial())?;
-    let settings = HostSettings::resolve(
-        HostFlags {
-            identity: Some(identity),
-            ..flags
-        },
-        fleet.host_runtime().as_ref(),
-        |k| std::env::var(k).ok(),
-    );
+    let flags = HostFlags {
+        health_port: args.health_port,
+        leader_elect: args.leader_elect,
+        leader_elect_namespace: args.leader_elect_namespace,
+    };
+    let host = HostSettings::resolve(flags, identity, fleet.host_runtime().as_ref(), env);
     runtime.block_on(async move {
         let (tx, rx) = tokio::sync::watch::channel(false);
         tokio::spawn(async move {
@@ -90,13 +82,13 @@ pub(super) fn run(
         });
         let state = inrun::server::State::serving(fleet.clone(), metrics.clone());
         let (addr, server) = inrun::server::bind(
-            std::net::SocketAddr::new(args.health_address, settings.health_port),
+            std::net::SocketAddr::new(args.health_address, host.health_port),
             state,
             rx.clone(),
         )
         .await?;
         tracing::info!(%addr, "health port listening");
-        match settings.leader {
+        match host.leader {
             Some(config) => {
                 inrun::leader::run(client, config, rx, metrics, move |stop| fleet.run(stop))
                     .await?;

@@ -107,15 +107,7 @@ fn connection(r: &mut Report<'_>, url: Option<&str>, secret: Option<&SecretRef>,
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::{lines, with_crds};
-
-    fn reconcile(block: &str) -> Vec<String> {
-        lines(&with_crds(&[&format!(
-            "{{ group: demo.inrun.dev, version: v1, kind: WebApp, reconcile: {block} }}"
-        )]))
-    }
-
-    const AT: &str = "web.yaml: crd WebApp: spec.crds[0].reconcile";
+    use super::super::tests::{AT, reconcile};
 
     #[test]
     fn an_external_default_is_required_with_on_error_default() {

@@ -212,6 +212,17 @@ mod tests {
         text
     }
 
+    /// Where the problems of [`reconcile`]'s CRD are reported.
+    pub(super) const AT: &str = "web.yaml: crd WebApp: spec.crds[0].reconcile";
+
+    /// Every problem line for a Blueprint whose one CRD, `WebApp`, has `block` as its
+    /// `reconcile`.
+    pub(super) fn reconcile(block: &str) -> Vec<String> {
+        lines(&with_crds(&[&format!(
+            "{{ group: demo.inrun.dev, version: v1, kind: WebApp, reconcile: {block} }}"
+        )]))
+    }
+
     /// Every problem line for `text`, read as `web.yaml`.
     pub(super) fn lines(text: &str) -> Vec<String> {
         match from_str(text, "web.yaml") {

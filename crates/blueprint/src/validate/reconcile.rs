@@ -346,15 +346,7 @@ fn managed_resources(r: &mut Report<'_>, spec: &ReconcileSpec, at: &str) {
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::{lines, with_crds};
-
-    fn reconcile(block: &str) -> Vec<String> {
-        lines(&with_crds(&[&format!(
-            "{{ group: demo.inrun.dev, version: v1, kind: WebApp, reconcile: {block} }}"
-        )]))
-    }
-
-    const AT: &str = "web.yaml: crd WebApp: spec.crds[0].reconcile";
+    use super::super::tests::{AT, reconcile};
 
     #[test]
     fn default_false_needs_a_constructor_or_a_remote() {
