@@ -317,10 +317,14 @@ async fn metrics_move_with_reconciles_and_blueprint_matches_the_loaded_file() ->
     );
     apply_cr(&ar, &ns, &bad).await;
     event(&ns, "bad", "ReconcileError").await;
-    let (_, failed) = call(&router, "/metrics").await;
+    // The event is written during the pass; the pass is counted when it returns.
     let errors =
         format!("controller_runtime_reconcile_errors_total{{controller=\"{controller}\"}}");
-    assert!(sample(&failed, &errors) >= 1.0, "{failed}");
+    let failed = eventually("the failed reconcile to be counted", || async {
+        let (_, text) = call(&router, "/metrics").await;
+        (sample(&text, &errors) >= 1.0).then_some(text)
+    })
+    .await;
     // The plugin's own error is told apart from traps, deadlines and memory caps.
     let returned = format!("inrun_plugin_calls_total{{plugin=\"{plugin}\",outcome=\"returned\"}}");
     assert!(sample(&failed, &returned) >= 1.0, "{failed}");
