@@ -710,7 +710,14 @@ impl Process {
         }
         command
             .env("INRUN_CACHE_DIR", cache_dir())
-            .args(["run", "--health-address", "127.0.0.1", "--blueprint"])
+            .args([
+                "run",
+                "--health-address",
+                "127.0.0.1",
+                "--console-port",
+                "0",
+                "--blueprint",
+            ])
             .arg(blueprint)
             .arg("--kubeconfig")
             .arg(cp.kubeconfig());

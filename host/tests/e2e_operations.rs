@@ -246,11 +246,26 @@ async fn metrics_move_with_reconciles_and_blueprint_matches_the_loaded_file() ->
     let group = unique_group("metrics");
     let text = webapp_blueprint(&group, "");
     let host = start(&text, client(), true).await;
-    let router = inrun::server::router(inrun::server::State::new(
-        host.assembly.clone(),
-        host.metrics.clone(),
-    ));
+    let state = inrun::server::State::new(host.assembly.clone(), host.metrics.clone());
+    let router = inrun::server::probes(state.clone());
+    let console = inrun::server::console(state);
     let controller = format!("webapps.{group}");
+
+    // The health port answers probes and scrapes, and shows nothing of the tenants: their
+    // endpoints, plugins and errors are on the console port (loopback by default).
+    for path in ["/", "/state", "/tenants", "/blueprint"] {
+        assert_eq!(
+            call(&router, path).await.0,
+            404,
+            "{path} on the health port"
+        );
+        assert_eq!(
+            call(&console, path).await.0,
+            200,
+            "{path} on the console port"
+        );
+    }
+    assert_eq!(call(&console, "/metrics").await.0, 404);
 
     let (status, body) = call(&router, "/healthz").await;
     assert_eq!((status, body.as_str()), (200, "ok"));
@@ -332,7 +347,7 @@ async fn metrics_move_with_reconciles_and_blueprint_matches_the_loaded_file() ->
     // The plugin's own error is told apart from traps, deadlines and memory caps.
     let returned = format!("inrun_plugin_calls_total{{plugin=\"{plugin}\",outcome=\"returned\"}}");
     assert!(sample(&failed, &returned) >= 1.0, "{failed}");
-    let (_, state) = call(&router, "/state").await;
+    let (_, state) = call(&console, "/state").await;
     let state: Value = serde_json::from_str(&state)?;
     assert!(
         state["errors"]
@@ -341,7 +356,7 @@ async fn metrics_move_with_reconciles_and_blueprint_matches_the_loaded_file() ->
     );
 
     // /blueprint is the file as loaded.
-    let (status, body) = call(&router, "/blueprint").await;
+    let (status, body) = call(&console, "/blueprint").await;
     assert_eq!(status, 200);
     let doc: Value = serde_json::from_str(&body)?;
     let file: Value = serde_yaml_ng::from_str(&text)?;
@@ -377,7 +392,8 @@ async fn the_console_shows_crds_and_kinds_in_chromium() -> TestResult {
     let host = start(&webapp_blueprint(&group, ""), client(), true).await;
     let state = inrun::server::State::new(host.assembly.clone(), host.metrics.clone());
     let (stop_tx, stop_rx) = watch::channel(false);
-    let (addr, server) = inrun::server::bind(([127, 0, 0, 1], 0).into(), state, stop_rx).await?;
+    let routes = inrun::server::console(state);
+    let (addr, server) = inrun::server::bind(([127, 0, 0, 1], 0).into(), routes, stop_rx).await?;
     let profile = tempfile::tempdir()?;
     let output = tokio::process::Command::new("chromium")
         .args([
@@ -435,6 +451,8 @@ impl Process {
                 "0",
                 "--health-address",
                 "127.0.0.1",
+                "--console-port",
+                "0",
             ])
             .args(["--identity", identity])
             .arg("--cache-dir")

@@ -293,14 +293,21 @@ fn truncate(text: &str, max: usize) -> String {
     }
 }
 
-/// The HTTP client shared by remote reconcilers and external calls: rustls, no proxy
-/// from the environment surprises beyond reqwest's defaults.
+/// The HTTP client shared by remote reconcilers and external calls: rustls, and
+///
+/// - **no redirects**: a 3xx is the endpoint's answer, an error naming its status. A
+///   redirect would carry the call, its Request and its bearer token to a host the
+///   Blueprint never named;
+/// - **no proxy from the environment** (`HTTP_PROXY`, `HTTPS_PROXY`, `ALL_PROXY`): calls go
+///   where the Blueprint says, not through whatever the host's environment holds.
 ///
 /// # Errors
 /// The client's error when TLS cannot be set up.
 pub fn http_client() -> Result<reqwest::Client, reqwest::Error> {
     reqwest::Client::builder()
         .user_agent(concat!("inrun/", env!("CARGO_PKG_VERSION")))
+        .redirect(reqwest::redirect::Policy::none())
+        .no_proxy()
         .build()
 }
 
@@ -354,6 +361,73 @@ mod tests {
             r.outcome(json!({"result": "ok", "resources": "no"})),
             Err(RemoteError::Shape { .. })
         ));
+    }
+
+    /// An HTTP server on 127.0.0.1 that answers every request with `reply` and counts the
+    /// requests it got.
+    async fn server(reply: String) -> (std::net::SocketAddr, Arc<std::sync::atomic::AtomicUsize>) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let hits = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = hits.clone();
+        tokio::spawn(async move {
+            while let Ok((mut conn, _)) = listener.accept().await {
+                counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let mut buf = [0u8; 4096];
+                let _ = conn.read(&mut buf).await;
+                let _ = conn.write_all(reply.as_bytes()).await;
+                let _ = conn.shutdown().await;
+            }
+        });
+        (addr, hits)
+    }
+
+    #[tokio::test]
+    async fn a_redirect_is_the_endpoints_answer_and_the_token_goes_nowhere_else() {
+        let ok = r#"{"result":"ok"}"#;
+        let (elsewhere, hits) = server(format!(
+            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{ok}",
+            ok.len()
+        ))
+        .await;
+        let (endpoint, _) = server(format!(
+            "HTTP/1.1 307 Temporary Redirect\r\nlocation: http://{elsewhere}/steal\r\ncontent-length: 0\r\n\r\n"
+        ))
+        .await;
+        let spec = RemoteSpec {
+            endpoint: format!("http://{endpoint}/reconcile"),
+            auth: Some(inrun_blueprint::RemoteAuth {
+                secret_ref: SecretRef {
+                    name: "token".into(),
+                    key: "token".into(),
+                    namespace: Some("team-a".into()),
+                },
+            }),
+            timeout: Duration::from_secs(5),
+        };
+        let secrets = StaticSecrets::new().with("team-a", "token", "token", "s3cret");
+        let remote = Remote::new(&spec, http_client().expect("client"), Arc::new(secrets));
+        let req = Request::for_object(
+            json!({"apiVersion": "demo.inrun.dev/v1", "kind": "WebApp",
+                   "metadata": {"name": "web", "namespace": "team-a"}, "spec": {}}),
+            json!({}),
+        );
+        let err = remote
+            .call(&req)
+            .await
+            .expect_err("a redirect is not a Result");
+        assert!(
+            matches!(err, RemoteError::Status { status: 307, .. }),
+            "{err}"
+        );
+        assert_eq!(
+            hits.load(std::sync::atomic::Ordering::SeqCst),
+            0,
+            "the redirect was not followed"
+        );
     }
 
     #[test]

@@ -240,10 +240,11 @@ async fn apply_one(
             .as_ref()
             .and_then(|a| a.get(APPLIED_HASH))
             .is_some_and(|h| *h == format!("{hash:016x}"));
-        let remembered = ctx.triggers.last_applied(&cr_key, &id);
-        let same_version = remembered.is_some_and(|(h, rv)| {
-            h == hash && child.metadata.resource_version.as_deref() == Some(rv.as_str())
-        });
+        let same_version = child
+            .metadata
+            .resource_version
+            .as_deref()
+            .is_some_and(|rv| ctx.triggers.applied_as(&cr_key, &id, hash, rv));
         if stamped
             && (same_version || untouched(child))
             && child.metadata.deletion_timestamp.is_none()

@@ -84,20 +84,22 @@ impl Ctx {
     }
 
     /// `namespace/name` (or `name`).
-    pub fn key(obj: &DynamicObject) -> String {
+    pub fn key(obj: &impl kube::Resource) -> String {
+        let meta = obj.meta();
         super::triggers::key_of(
-            obj.metadata.namespace.as_deref(),
-            obj.metadata.name.as_deref().unwrap_or_default(),
+            meta.namespace.as_deref(),
+            meta.name.as_deref().unwrap_or_default(),
         )
     }
 
     /// The CR's id in the trigger state (the same form as a child's).
-    pub fn cr_id(&self, obj: &DynamicObject) -> String {
+    pub fn cr_id(&self, obj: &impl kube::Resource) -> String {
+        let meta = obj.meta();
         super::stores::child_id(
             &self.cr_resource.group,
             &self.cr_resource.kind,
-            obj.metadata.namespace.as_deref(),
-            obj.metadata.name.as_deref().unwrap_or_default(),
+            meta.namespace.as_deref(),
+            meta.name.as_deref().unwrap_or_default(),
         )
     }
 

@@ -39,12 +39,32 @@ struct Recorded {
     last: Timestamp,
 }
 
+impl Key {
+    /// The map key of the event: a 64-bit hash, so 10,000 recent events cost little more
+    /// than their series (a collision could only extend the wrong one of two series).
+    fn hashed(&self) -> u64 {
+        use std::hash::{DefaultHasher, Hash, Hasher};
+        let mut h = DefaultHasher::new();
+        self.hash(&mut h);
+        h.finish()
+    }
+}
+
+/// Events written within the series window, by [`Key::hashed`].
+#[derive(Default)]
+struct Recent {
+    series: HashMap<u64, Recorded>,
+    /// Expired series are dropped when the map reaches this size (then twice what is left),
+    /// so recording stays O(1) amortised however many CRs there are.
+    prune_at: usize,
+}
+
 /// Records events for one controller.
 #[derive(Clone)]
 pub struct Events {
     client: Client,
     instance: String,
-    recent: Arc<Mutex<HashMap<Key, Recorded>>>,
+    recent: Arc<Mutex<Recent>>,
 }
 
 impl Events {
@@ -57,7 +77,7 @@ impl Events {
         }
     }
 
-    fn recent(&self) -> std::sync::MutexGuard<'_, HashMap<Key, Recorded>> {
+    fn recent(&self) -> std::sync::MutexGuard<'_, Recent> {
         self.recent.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -74,14 +94,22 @@ impl Events {
             note,
         };
         let now = Timestamp::now();
+        let hashed = key.hashed();
         let earlier = {
             let mut recent = self.recent();
-            recent.retain(|_, r| r.last + SERIES_WINDOW > now);
-            recent.get(&key).cloned()
+            if recent.series.len() >= recent.prune_at {
+                recent.series.retain(|_, r| r.last + SERIES_WINDOW > now);
+                recent.prune_at = (recent.series.len() * 2).max(64);
+            }
+            recent
+                .series
+                .get(&hashed)
+                .filter(|r| r.last + SERIES_WINDOW > now)
+                .cloned()
         };
         match self.publish(on, &key, earlier, now).await {
             Ok(recorded) => {
-                self.recent().insert(key, recorded);
+                self.recent().series.insert(hashed, recorded);
             }
             Err(e) => {
                 tracing::warn!(error = %e, reason = reason.as_str(), "could not record event");

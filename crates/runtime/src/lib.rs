@@ -7,6 +7,7 @@
 pub mod access;
 mod backoff;
 mod cache;
+mod cached;
 mod children;
 mod context;
 pub mod crds;
@@ -208,7 +209,7 @@ pub fn controller(
     let runtime = assembly.blueprint.spec.runtime.clone();
     let ar = cr_resource(&plan.spec);
     let workers = plan.spec.workers(&runtime);
-    let triggers = Arc::new(triggers::Triggers::default());
+    let triggers = Arc::new(triggers::Triggers::new(ar.clone()));
 
     // Children: a metadata-only watch per kind, by the owner label; each change that is
     // not the host's own wakes its CR.
@@ -256,7 +257,8 @@ pub fn controller(
         triggers: triggers.clone(),
         metrics: shared.metrics.clone(),
     });
-    let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
+    // The CRs' cache holds them compacted ([`cached::CachedCr`]); a pass reads one whole.
+    let api: Api<cached::CachedCr> = Api::all_with(client.clone(), &ar);
     let writer = Writer::new(ar.clone());
     let reader = writer.as_reader();
     let queued = ctx.queued.clone();
@@ -264,7 +266,6 @@ pub fn controller(
     let counted = Arc::new(AtomicBool::new(false));
     let counted_here = counted.clone();
     let cr_triggers = triggers.clone();
-    let cr_ar = ar.clone();
     let cr_ctx = ctx.clone();
     let crs = reflector(
         writer,
@@ -275,15 +276,14 @@ pub fn controller(
         Ok(watcher::Event::InitDone) if !counted_here.swap(true, Ordering::Relaxed) => {
             health.cache_synced(true);
         }
-        Ok(watcher::Event::Delete(cr)) => cr_triggers.cr_gone(cr),
+        Ok(watcher::Event::Delete(cr)) => cr_triggers.cr_gone(&cr.metadata),
         _ => {}
     })
     .applied_objects()
     .filter(move |item| {
         let wake = match item {
             Ok(cr) => {
-                let r = ObjectRef::from_obj_with(cr, cr_ar.clone());
-                let wake = triggers.cr_changed(cr, r, &cr_ctx.cr_id(cr));
+                let wake = triggers.cr_changed(&cr.metadata, &cr_ctx.cr_id(cr));
                 if wake {
                     queued.push(Ctx::key(cr));
                 }
@@ -300,7 +300,7 @@ pub fn controller(
     let children_woken = futures::stream::unfold(woken_rx, |mut rx| async move {
         rx.recv().await.map(|r| (r, rx))
     })
-    .inspect(move |r: &ObjectRef<DynamicObject>| {
+    .inspect(move |r: &ObjectRef<cached::CachedCr>| {
         queued.push(triggers::key_of(r.namespace.as_deref(), &r.name));
     });
     let controller = Controller::for_stream_with(crs, reader, ar.clone())
@@ -358,7 +358,7 @@ fn child_event(
     child: &PartialObjectMeta<DynamicObject>,
     deleted: bool,
     initial: bool,
-) -> Option<ObjectRef<DynamicObject>> {
+) -> Option<ObjectRef<cached::CachedCr>> {
     let meta = &child.metadata;
     let owner = meta.labels.as_ref()?.get(OWNER_UID)?;
     let id = stores::child_id(

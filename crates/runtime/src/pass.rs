@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use kube::api::DynamicObject;
+use super::cached::CachedCr;
 use kube::runtime::controller::Action;
 use tracing::Instrument;
 
@@ -16,10 +16,11 @@ use inrun_pass::{self as pass, Failure, Pass};
 ///
 /// # Errors
 /// [`Failure`] when the pass failed; [`error_policy`] retries it with backoff.
-pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Ctx>) -> Result<Action, Failure> {
+pub async fn reconcile(cached: Arc<CachedCr>, ctx: Arc<Ctx>) -> Result<Action, Failure> {
     let crd = ctx.plan();
-    let key = Ctx::key(&obj);
-    let object = serde_json::to_value(obj.as_ref()).unwrap_or_default();
+    let key = Ctx::key(cached.as_ref());
+    let obj = cached.object();
+    let object = serde_json::to_value(&obj).unwrap_or_default();
     // The reconcile block that serves this CR (its serve target's, if it names one), and
     // one read of each plugin slot: the versions serving as the pass starts.
     let (_, plan) = pass::route(crd, &object, None);
@@ -38,7 +39,7 @@ pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Ctx>) -> Result<Action,
     let plugins: Vec<String> = serving.iter().map(|p| p.id().name.clone()).collect();
     async {
         ctx.triggers.begin(&key);
-        let mut fx = ApiEffects::new(&ctx, obj.as_ref().clone());
+        let mut fx = ApiEffects::new(&ctx, obj);
         let p = Pass {
             crd,
             runtime: &ctx.runtime,
@@ -90,9 +91,10 @@ fn jitter(after: Duration, key: &str, resync: Option<Duration>) -> Duration {
 }
 
 /// What the controller does with a failure: back off per key.
-pub fn error_policy(obj: Arc<DynamicObject>, _err: &Failure, ctx: Arc<Ctx>) -> Action {
-    let delay = ctx
-        .backoff
-        .failed(&Ctx::key(&obj), obj.metadata.generation.unwrap_or_default());
+pub fn error_policy(obj: Arc<CachedCr>, _err: &Failure, ctx: Arc<Ctx>) -> Action {
+    let delay = ctx.backoff.failed(
+        &Ctx::key(obj.as_ref()),
+        obj.metadata.generation.unwrap_or_default(),
+    );
     Action::requeue(delay)
 }

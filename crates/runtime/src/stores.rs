@@ -61,12 +61,18 @@ impl ChildStores {
     }
 }
 
-/// Trims a child to what its cache needs: identity, resourceVersion, deletion, the host's
-/// own labels and annotations (`inrun.dev/`), and who wrote it when (managedFields without
-/// their field sets, which are most of an object's metadata). The rest stays on the API
-/// server, so the cache grows by a few hundred bytes per child.
+/// Trims a child to what its cache needs: name, namespace, resourceVersion, deletion, the
+/// host's own labels and annotations (`inrun.dev/`), and who wrote it when (managedFields
+/// without their field sets, which are most of an object's metadata). The rest stays on
+/// the API server (a pass's `request.children` lists the children whole), so the cache
+/// grows by a few hundred bytes per child.
 pub fn trim(child: &mut PartialObjectMeta<DynamicObject>) {
+    child.types = None;
     let meta = &mut child.metadata;
+    meta.uid = None;
+    meta.creation_timestamp = None;
+    meta.generation = None;
+    meta.generate_name = None;
     for map in [&mut meta.labels, &mut meta.annotations]
         .into_iter()
         .flatten()
@@ -75,6 +81,8 @@ pub fn trim(child: &mut PartialObjectMeta<DynamicObject>) {
     }
     for entry in meta.managed_fields.iter_mut().flatten() {
         entry.fields_v1 = None;
+        entry.fields_type = None;
+        entry.api_version = None;
     }
     meta.owner_references = None;
 }
@@ -93,7 +101,8 @@ mod tests {
         let mut child: PartialObjectMeta<DynamicObject> = serde_json::from_value(serde_json::json!({
             "apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
             "metadata": {
-                "name": "web", "namespace": "a", "resourceVersion": "7",
+                "name": "web", "namespace": "a", "resourceVersion": "7", "uid": "c1",
+                "generation": 3, "creationTimestamp": "2026-01-01T00:00:00Z",
                 "labels": {"inrun.dev/owner-uid": "u1", "app": "web"},
                 "annotations": {"inrun.dev/applied": "abc", "kubectl.kubernetes.io/last-applied-configuration": "{...}"},
                 "ownerReferences": [{"apiVersion": "x/v1", "kind": "X", "name": "x", "uid": "u1"}],
@@ -117,6 +126,13 @@ mod tests {
         let entry = &m.managed_fields.as_ref().expect("entries kept")[0];
         assert_eq!(entry.manager.as_deref(), Some("inrun-reconciler"));
         assert!(entry.time.is_some() && entry.fields_v1.is_none());
+        assert_eq!(entry.operation.as_deref(), Some("Apply"));
         assert_eq!(m.resource_version.as_deref(), Some("7"));
+        assert_eq!(
+            (m.name.as_deref(), m.namespace.as_deref()),
+            (Some("web"), Some("a"))
+        );
+        assert!(m.uid.is_none() && m.generation.is_none() && m.creation_timestamp.is_none());
+        assert!(child.types.is_none());
     }
 }

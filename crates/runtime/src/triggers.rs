@@ -8,23 +8,39 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::{Mutex, MutexGuard};
 
-use kube::api::DynamicObject;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::discovery::ApiResource;
 use kube::runtime::reflector::ObjectRef;
+
+use super::cached::CachedCr;
 
 /// How many of its own recent writes the host remembers per CR (a pass writes a few
 /// objects; late watch events of the last pass or two must still be recognised).
 const OWN_WRITES: usize = 64;
 
+/// A stand-in for an object id or a resourceVersion in the trigger state: a 64-bit hash,
+/// so a CR's state costs a few dozen bytes per remembered write instead of two strings.
+/// State is compared only within one CR's few entries, where a collision is not a concern.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct Tag(u64);
+
+fn tag(text: &str) -> Tag {
+    let mut h = DefaultHasher::new();
+    text.hash(&mut h);
+    Tag(h.finish())
+}
+
 /// Trigger state of one CRD's controller.
-#[derive(Default)]
 pub struct Triggers {
+    /// The CRD's resource, for the references a child event wakes.
+    resource: ApiResource,
     inner: Mutex<Inner>,
 }
 
 #[derive(Default)]
 struct Inner {
-    /// CR uid → the CR, for mapping a child's owner label.
-    owners: HashMap<String, ObjectRef<DynamicObject>>,
+    /// CR uid → the CR's key, for mapping a child's owner label.
+    owners: HashMap<Tag, String>,
     /// CR key → its state.
     crs: HashMap<String, CrState>,
 }
@@ -37,27 +53,27 @@ struct CrState {
     /// A pass of this CR is running.
     in_pass: bool,
     /// Events (object id, resourceVersion) that arrived during the pass.
-    parked: Vec<(String, String)>,
+    parked: Vec<(Tag, Tag)>,
     /// The host's recent writes: (object id, resourceVersion it returned).
-    own: VecDeque<(String, String)>,
+    own: VecDeque<(Tag, Tag)>,
     /// Children the host deleted, whose delete events are its own.
-    deleted: HashSet<String>,
+    deleted: HashSet<Tag>,
     /// What the host last applied to each child: (hash of the object sent, the
     /// resourceVersion the apply returned).
-    applied: HashMap<String, (u64, String)>,
+    applied: HashMap<Tag, (u64, Tag)>,
 }
 
 impl CrState {
-    fn is_own(&self, id: &str, rv: &str) -> bool {
-        self.own.iter().any(|(i, r)| i == id && r == rv)
+    fn is_own(&self, id: Tag, rv: Tag) -> bool {
+        self.own.contains(&(id, rv))
     }
 
     /// Remembers a write of the host's, forgetting the oldest past [`OWN_WRITES`].
-    fn own_write(&mut self, id: &str, rv: &str) {
+    fn own_write(&mut self, id: Tag, rv: Tag) {
         if self.own.len() >= OWN_WRITES {
             self.own.pop_front();
         }
-        self.own.push_back((id.to_string(), rv.to_string()));
+        self.own.push_back((id, rv));
     }
 }
 
@@ -72,8 +88,7 @@ pub fn key_of(namespace: Option<&str>, name: &str) -> String {
 /// What a change to a CR must touch to start a pass: its spec (generation), labels,
 /// annotations, finalizers or deletion. A status-only change — above all the host's own
 /// status write — starts none.
-fn trigger_hash(cr: &DynamicObject) -> u64 {
-    let meta = &cr.metadata;
+fn trigger_hash(meta: &ObjectMeta) -> u64 {
     let mut h = DefaultHasher::new();
     meta.generation.hash(&mut h);
     meta.labels.hash(&mut h);
@@ -87,49 +102,55 @@ fn trigger_hash(cr: &DynamicObject) -> u64 {
 }
 
 impl Triggers {
+    /// Trigger state for the CRs of `resource`.
+    pub fn new(resource: ApiResource) -> Self {
+        Triggers {
+            resource,
+            inner: Mutex::default(),
+        }
+    }
+
     fn lock(&self) -> MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Notes a CR the watch delivered (for the owner index); `cr_id` is its object id.
     /// Returns whether the change starts a pass.
-    pub fn cr_changed(
-        &self,
-        cr: &DynamicObject,
-        cr_ref: ObjectRef<DynamicObject>,
-        cr_id: &str,
-    ) -> bool {
+    pub fn cr_changed(&self, cr: &ObjectMeta, cr_id: &str) -> bool {
         let key = key_of(
-            cr.metadata.namespace.as_deref(),
-            cr.metadata.name.as_deref().unwrap_or_default(),
+            cr.namespace.as_deref(),
+            cr.name.as_deref().unwrap_or_default(),
         );
-        let rv = cr.metadata.resource_version.clone().unwrap_or_default();
+        let (id, rv) = (
+            tag(cr_id),
+            tag(cr.resource_version.as_deref().unwrap_or_default()),
+        );
         let hash = trigger_hash(cr);
         let mut inner = self.lock();
-        if let Some(uid) = &cr.metadata.uid {
-            inner.owners.entry(uid.clone()).or_insert(cr_ref);
+        if let Some(uid) = &cr.uid {
+            inner.owners.entry(tag(uid)).or_insert_with(|| key.clone());
         }
         let state = inner.crs.entry(key).or_default();
-        if state.seen.replace(hash) == Some(hash) || state.is_own(cr_id, &rv) {
+        if state.seen.replace(hash) == Some(hash) || state.is_own(id, rv) {
             return false;
         }
         if state.in_pass {
-            state.parked.push((cr_id.to_string(), rv));
+            state.parked.push((id, rv));
             return false;
         }
         true
     }
 
     /// Forgets a CR that is gone.
-    pub fn cr_gone(&self, cr: &DynamicObject) {
+    pub fn cr_gone(&self, cr: &ObjectMeta) {
         let key = key_of(
-            cr.metadata.namespace.as_deref(),
-            cr.metadata.name.as_deref().unwrap_or_default(),
+            cr.namespace.as_deref(),
+            cr.name.as_deref().unwrap_or_default(),
         );
         let mut inner = self.lock();
         inner.crs.remove(&key);
-        if let Some(uid) = &cr.metadata.uid {
-            inner.owners.remove(uid);
+        if let Some(uid) = &cr.uid {
+            inner.owners.remove(&tag(uid));
         }
     }
 
@@ -144,23 +165,27 @@ impl Triggers {
         rv: &str,
         deleted: bool,
         initial: bool,
-    ) -> Option<ObjectRef<DynamicObject>> {
+    ) -> Option<ObjectRef<CachedCr>> {
+        let (id, rv) = (tag(child_id), tag(rv));
         let mut inner = self.lock();
-        let owner = inner.owners.get(owner_uid)?.clone();
-        let key = key_of(owner.namespace.as_deref(), &owner.name);
+        let key = inner.owners.get(&tag(owner_uid))?.clone();
+        let owner = match key.split_once('/') {
+            Some((ns, name)) => ObjectRef::new_with(name, self.resource.clone()).within(ns),
+            None => ObjectRef::new_with(&key, self.resource.clone()),
+        };
         let state = inner.crs.entry(key).or_default();
         if deleted {
-            if state.deleted.remove(child_id) {
+            if state.deleted.remove(&id) {
                 return None;
             }
-            state.applied.remove(child_id);
-        } else if state.is_own(child_id, rv)
-            || (initial && state.applied.get(child_id).is_none_or(|(_, r)| r == rv))
+            state.applied.remove(&id);
+        } else if state.is_own(id, rv)
+            || (initial && state.applied.get(&id).is_none_or(|(_, r)| *r == rv))
         {
             return None;
         }
         if state.in_pass {
-            state.parked.push((child_id.to_string(), rv.to_string()));
+            state.parked.push((id, rv));
             return None;
         }
         Some(owner)
@@ -183,7 +208,7 @@ impl Triggers {
         };
         state.in_pass = false;
         let parked = std::mem::take(&mut state.parked);
-        parked.iter().any(|(id, rv)| !state.is_own(id, rv))
+        parked.iter().any(|&(id, rv)| !state.is_own(id, rv))
     }
 
     /// Notes a write the host made for the CR `key`: `object_id` now has `rv`.
@@ -193,15 +218,15 @@ impl Triggers {
             .crs
             .entry(key.to_string())
             .or_default()
-            .own_write(object_id, rv);
+            .own_write(tag(object_id), tag(rv));
     }
 
     /// Notes that the host is about to delete `child_id` for the CR `key`.
     pub fn deleting(&self, key: &str, child_id: &str) {
         let mut inner = self.lock();
         let state = inner.crs.entry(key.to_string()).or_default();
-        state.deleted.insert(child_id.to_string());
-        state.applied.remove(child_id);
+        state.deleted.insert(tag(child_id));
+        state.applied.remove(&tag(child_id));
     }
 
     /// Notes what the host applied to `child_id`: the hash of the object sent and the
@@ -209,15 +234,19 @@ impl Triggers {
     pub fn applied(&self, key: &str, child_id: &str, hash: u64, rv: &str) {
         let mut inner = self.lock();
         let state = inner.crs.entry(key.to_string()).or_default();
-        state
-            .applied
-            .insert(child_id.to_string(), (hash, rv.to_string()));
-        state.own_write(child_id, rv);
+        let (id, rv) = (tag(child_id), tag(rv));
+        state.applied.insert(id, (hash, rv));
+        state.own_write(id, rv);
     }
 
-    /// What the host last applied to `child_id` of `key`, if it remembers.
-    pub fn last_applied(&self, key: &str, child_id: &str) -> Option<(u64, String)> {
-        self.lock().crs.get(key)?.applied.get(child_id).cloned()
+    /// Whether the host's last apply of `child_id` of `key` sent an object hashing to
+    /// `hash` and returned resourceVersion `rv`.
+    pub fn applied_as(&self, key: &str, child_id: &str, hash: u64, rv: &str) -> bool {
+        self.lock()
+            .crs
+            .get(key)
+            .and_then(|s| s.applied.get(&tag(child_id)))
+            .is_some_and(|&applied| applied == (hash, tag(rv)))
     }
 }
 
@@ -241,7 +270,7 @@ mod tests {
         generation: i64,
         labels: serde_json::Value,
         status: serde_json::Value,
-    ) -> DynamicObject {
+    ) -> CachedCr {
         serde_json::from_value(json!({
             "apiVersion": "demo.inrun.dev/v1", "kind": "WebApp",
             "metadata": {"name": "web", "namespace": "a", "uid": "u1", "generation": generation,
@@ -251,13 +280,13 @@ mod tests {
         .expect("cr")
     }
 
-    fn changed(t: &Triggers, obj: &DynamicObject) -> bool {
-        t.cr_changed(obj, ObjectRef::from_obj_with(obj, ar()), "webapps/a/web")
+    fn changed(t: &Triggers, obj: &CachedCr) -> bool {
+        t.cr_changed(&obj.metadata, "webapps/a/web")
     }
 
     #[test]
     fn a_status_only_change_starts_no_pass_and_a_spec_change_does() {
-        let t = Triggers::default();
+        let t = Triggers::new(ar());
         assert!(changed(&t, &cr("1", 1, json!({}), json!({}))));
         assert!(!changed(&t, &cr("2", 1, json!({}), json!({"passes": 2}))));
         assert!(changed(&t, &cr("3", 2, json!({}), json!({}))));
@@ -265,7 +294,7 @@ mod tests {
 
     #[test]
     fn the_hosts_own_metadata_write_never_wakes_its_cr() {
-        let t = Triggers::default();
+        let t = Triggers::new(ar());
         assert!(changed(&t, &cr("1", 1, json!({}), json!({}))));
         t.begin("a/web");
         t.wrote("a/web", "webapps/a/web", "2");
@@ -283,7 +312,7 @@ mod tests {
 
     #[test]
     fn an_event_during_the_pass_is_held_and_counted_at_its_end() {
-        let t = Triggers::default();
+        let t = Triggers::new(ar());
         assert!(changed(&t, &cr("1", 1, json!({}), json!({}))));
         t.begin("a/web");
         // The host's own child apply, seen before the apply's answer came back.
@@ -315,7 +344,7 @@ mod tests {
 
     #[test]
     fn a_child_the_host_deleted_wakes_nothing_and_one_deleted_by_others_wakes_its_cr() {
-        let t = Triggers::default();
+        let t = Triggers::new(ar());
         assert!(changed(&t, &cr("1", 1, json!({}), json!({}))));
         t.deleting("a/web", "cm/a/old");
         assert!(
@@ -335,7 +364,7 @@ mod tests {
 
     #[test]
     fn a_relist_wakes_a_cr_only_for_a_child_that_moved_since_the_hosts_apply() {
-        let t = Triggers::default();
+        let t = Triggers::new(ar());
         assert!(changed(&t, &cr("1", 1, json!({}), json!({}))));
         // Start-up: nothing remembered, nothing woken.
         assert!(

@@ -229,13 +229,20 @@ pub struct RunArgs {
     /// Log format.
     #[arg(long, value_enum, env = "INRUN_LOG_FORMAT", default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
-    /// Health port (/healthz, /readyz, /metrics, /blueprint, console); overrides
-    /// `runtime.healthPort` of `--blueprint`; 0 picks a free port.
+    /// Health port (/healthz, /readyz, /metrics); overrides `runtime.healthPort` of
+    /// `--blueprint`; 0 picks a free port.
     #[arg(long, env = "INRUN_HEALTH_PORT")]
     pub health_port: Option<u16>,
     /// Address the health port binds to.
     #[arg(long, env = "INRUN_HEALTH_ADDRESS", default_value = "0.0.0.0")]
     pub health_address: std::net::IpAddr,
+    /// Console port (the console, /blueprint, /state, /tenants: every tenant's CRDs,
+    /// endpoints and errors); 0 picks a free port.
+    #[arg(long, env = "INRUN_CONSOLE_PORT", default_value_t = 8082)]
+    pub console_port: u16,
+    /// Address the console port binds to: loopback unless the operator opens it.
+    #[arg(long, env = "INRUN_CONSOLE_ADDRESS", default_value = "127.0.0.1")]
+    pub console_address: std::net::IpAddr,
     /// Run only while holding the leader-election Lease (also `runtime.leaderElection.enabled`).
     #[arg(long, env = "INRUN_LEADER_ELECT")]
     pub leader_elect: bool,

@@ -83,11 +83,18 @@ pub(super) fn run(
         let state = inrun::server::State::serving(fleet.clone(), metrics.clone());
         let (addr, server) = inrun::server::bind(
             std::net::SocketAddr::new(args.health_address, host.health_port),
-            state,
+            inrun::server::probes(state.clone()),
             rx.clone(),
         )
         .await?;
         tracing::info!(%addr, "health port listening");
+        let (addr, console) = inrun::server::bind(
+            std::net::SocketAddr::new(args.console_address, args.console_port),
+            inrun::server::console(state),
+            rx.clone(),
+        )
+        .await?;
+        tracing::info!(%addr, "console port listening");
         match host.leader {
             Some(config) => {
                 inrun::leader::run(client, config, rx, metrics, move |stop| fleet.run(stop))
@@ -99,6 +106,7 @@ pub(super) fn run(
             }
         }
         server.abort();
+        console.abort();
         Ok::<_, anyhow::Error>(())
     })
 }

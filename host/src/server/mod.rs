@@ -1,7 +1,12 @@
-//! The health port: `/healthz`, `/readyz`, `/metrics`, `/blueprint`, `/state` and the
-//! console at `/`. It reads the runtime's state and never writes to Kubernetes.
+//! Two listeners, both read-only (they never write to Kubernetes):
 //!
-//! [`router`] is built apart from the socket ([`serve`]) so tests call it directly.
+//! - the health port ([`probes`]): `/healthz`, `/readyz` and `/metrics`, what kubelet and
+//!   Prometheus scrape, open on every address by default;
+//! - the console port ([`console`]): the console at `/`, `/blueprint`, `/state` and
+//!   `/tenants`, which show every tenant's CRDs, endpoints, plugins and recent errors, on
+//!   loopback by default (reach it with `kubectl port-forward`).
+//!
+//! The routers are built apart from the socket ([`bind`]) so tests call them directly.
 
 mod blueprint;
 
@@ -85,7 +90,7 @@ impl State {
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
     /// The port could not be bound.
-    #[error("binding the health port {addr}")]
+    #[error("binding {addr}")]
     Bind {
         /// The address.
         addr: SocketAddr,
@@ -94,24 +99,36 @@ pub enum ServeError {
         source: std::io::Error,
     },
     /// The server failed while running.
-    #[error("serving the health port")]
-    Serve(#[source] std::io::Error),
+    #[error("serving {addr}")]
+    Serve {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
 }
 
-/// The routes, without a socket.
-pub fn router(state: State) -> Router {
+/// The health port's routes: probes and metrics, nothing about tenants.
+pub fn probes(state: State) -> Router {
     Router::new()
-        .route("/", get(console))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics_text))
+        .with_state(state)
+}
+
+/// The console port's routes: the console and what it reads.
+pub fn console(state: State) -> Router {
+    Router::new()
+        .route("/", get(console_page))
         .route("/blueprint", get(blueprint))
         .route("/state", get(live_state))
         .route("/tenants", get(tenants))
         .with_state(state)
 }
 
-async fn console() -> Html<&'static str> {
+async fn console_page() -> Html<&'static str> {
     Html(CONSOLE)
 }
 
@@ -164,14 +181,14 @@ async fn live_state(Extract(state): Extract<State>) -> Response {
     axum::Json(state.metrics.snapshot()).into_response()
 }
 
-/// Binds `127.0.0.1`-or-any `addr` (port 0 picks a free one), reports the bound address
-/// through the returned value, and serves until `shutdown` turns true.
+/// Binds `addr` (port 0 picks a free one), reports the bound address through the
+/// returned value, and serves `routes` until `shutdown` turns true.
 ///
 /// # Errors
 /// [`ServeError::Bind`] when the port is taken.
 pub async fn bind(
     addr: SocketAddr,
-    state: State,
+    routes: Router,
     mut shutdown: watch::Receiver<bool>,
 ) -> Result<(SocketAddr, tokio::task::JoinHandle<Result<(), ServeError>>), ServeError> {
     let listener = tokio::net::TcpListener::bind(addr)
@@ -181,12 +198,15 @@ pub async fn bind(
         .local_addr()
         .map_err(|source| ServeError::Bind { addr, source })?;
     let task = tokio::spawn(async move {
-        axum::serve(listener, router(state))
+        axum::serve(listener, routes)
             .with_graceful_shutdown(async move {
                 let _ = shutdown.wait_for(|s| *s).await;
             })
             .await
-            .map_err(ServeError::Serve)
+            .map_err(|source| ServeError::Serve {
+                addr: bound,
+                source,
+            })
     });
     Ok((bound, task))
 }

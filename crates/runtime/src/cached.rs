@@ -1,0 +1,167 @@
+//! A CR as the controller's cache keeps it: typed metadata (what the controller, the
+//! triggers and the owner index read), the rest of the object as compact JSON text that a
+//! pass parses when it starts. A parsed `serde_json::Value` costs several times its text in
+//! memory (a map node, a `String` and a `Value` per field); with 10,000 CRs the cache was
+//! the host's largest allocation.
+//!
+//! The cache also drops what no pass reads and every write would keep current for nobody:
+//! other field managers' `managedFields` entries (the pass reads only the host's own, to
+//! know which labels, finalizers and status fields it owns) and kubectl's
+//! `last-applied-configuration` annotation, a second copy of the object.
+
+use std::borrow::Cow;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::Resource;
+use kube::api::{DynamicObject, TypeMeta};
+use kube::core::DynamicResourceScope;
+use kube::discovery::ApiResource;
+use serde::{Deserialize, Deserializer};
+
+use inrun_pass::meta::{FINALIZER_MANAGER, RECONCILER_MANAGER, STATUS_MANAGER};
+
+/// kubectl's copy of the object it last applied client-side.
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// A cached CR. Deserializes from the API server's JSON like a [`DynamicObject`].
+#[derive(Clone, Debug)]
+pub struct CachedCr {
+    pub types: Option<TypeMeta>,
+    pub metadata: ObjectMeta,
+    /// Everything but apiVersion, kind and metadata, as JSON text (`{"spec":…}`).
+    body: Box<str>,
+}
+
+impl CachedCr {
+    /// `obj` trimmed and compacted.
+    pub fn new(obj: DynamicObject) -> Self {
+        let DynamicObject {
+            types,
+            mut metadata,
+            data,
+        } = obj;
+        if let Some(entries) = &mut metadata.managed_fields {
+            entries.retain(|e| {
+                matches!(
+                    e.manager.as_deref(),
+                    Some(FINALIZER_MANAGER | RECONCILER_MANAGER | STATUS_MANAGER)
+                )
+            });
+        }
+        if let Some(annotations) = &mut metadata.annotations {
+            annotations.remove(LAST_APPLIED);
+        }
+        CachedCr {
+            types,
+            metadata,
+            body: data.to_string().into_boxed_str(),
+        }
+    }
+
+    /// The CR as a pass reads it.
+    pub fn object(&self) -> DynamicObject {
+        DynamicObject {
+            types: self.types.clone(),
+            metadata: self.metadata.clone(),
+            // The text was written from a `Value` by this type, so it parses back.
+            data: serde_json::from_str(&self.body).unwrap_or_default(),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for CachedCr {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        DynamicObject::deserialize(deserializer).map(CachedCr::new)
+    }
+}
+
+impl Resource for CachedCr {
+    type DynamicType = ApiResource;
+    type Scope = DynamicResourceScope;
+
+    fn group(dt: &ApiResource) -> Cow<'_, str> {
+        dt.group.as_str().into()
+    }
+
+    fn version(dt: &ApiResource) -> Cow<'_, str> {
+        dt.version.as_str().into()
+    }
+
+    fn kind(dt: &ApiResource) -> Cow<'_, str> {
+        dt.kind.as_str().into()
+    }
+
+    fn api_version(dt: &ApiResource) -> Cow<'_, str> {
+        dt.api_version.as_str().into()
+    }
+
+    fn plural(dt: &ApiResource) -> Cow<'_, str> {
+        dt.plural.as_str().into()
+    }
+
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn watched() -> serde_json::Value {
+        json!({
+            "apiVersion": "demo.inrun.dev/v1", "kind": "WebApp",
+            "metadata": {
+                "name": "web", "namespace": "a", "uid": "u1", "generation": 2,
+                "resourceVersion": "7",
+                "labels": {"team": "x"},
+                "annotations": {"note": "kept", LAST_APPLIED: "{\"spec\":{}}"},
+                "finalizers": ["inrun.dev/cleanup"],
+                "managedFields": [
+                    {"manager": "kubectl", "operation": "Apply", "apiVersion": "demo.inrun.dev/v1",
+                     "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:image": {}}}},
+                    {"manager": FINALIZER_MANAGER, "operation": "Apply",
+                     "apiVersion": "demo.inrun.dev/v1", "fieldsType": "FieldsV1",
+                     "fieldsV1": {"f:metadata": {"f:finalizers": {"v:\"inrun.dev/cleanup\"": {}}}}},
+                    {"manager": STATUS_MANAGER, "operation": "Apply", "subresource": "status",
+                     "apiVersion": "demo.inrun.dev/v1", "fieldsType": "FieldsV1",
+                     "fieldsV1": {"f:status": {"f:url": {}}}},
+                ],
+            },
+            "spec": {"image": "nginx", "replicas": 2},
+            "status": {"url": "http://web"},
+        })
+    }
+
+    #[test]
+    fn a_cached_cr_reads_back_as_the_object_without_what_no_pass_reads() {
+        let cached: CachedCr = serde_json::from_value(watched()).expect("deserializes");
+        let object = serde_json::to_value(cached.object()).expect("serializes");
+        let mut expected = watched();
+        let meta = &mut expected["metadata"];
+        meta["annotations"]
+            .as_object_mut()
+            .expect("map")
+            .remove(LAST_APPLIED);
+        meta["managedFields"]
+            .as_array_mut()
+            .expect("list")
+            .remove(0);
+        assert_eq!(object, expected);
+    }
+
+    #[test]
+    fn the_cache_holds_the_body_as_text() {
+        let cached: CachedCr = serde_json::from_value(watched()).expect("deserializes");
+        assert_eq!(
+            &*cached.body,
+            r#"{"spec":{"image":"nginx","replicas":2},"status":{"url":"http://web"}}"#
+        );
+        assert_eq!(cached.meta().name.as_deref(), Some("web"));
+    }
+}
