@@ -558,7 +558,8 @@ async fn deletion_waits_while_foreign_instances_of_a_managed_crd_exist() -> Test
     let gadgets_group = format!("gadgets.{group}");
     let crd_json = gadget_crd(&gadgets_group);
     // The Gadget type must be served before the host starts, since it is a managed kind;
-    // the CR then takes the CRD over as its child.
+    // the CR then adopts the CRD as its child (`adopt: true`: the host takes over no
+    // object it did not create unless told to).
     let crd: CustomResourceDefinition = serde_json::from_value(crd_json.clone())?;
     install_crd(&client(), &crd).await?;
     let crd_yaml = serde_json::to_string(&crd_json)?;
@@ -571,7 +572,7 @@ async fn deletion_waits_while_foreign_instances_of_a_managed_crd_exist() -> Test
             metadata: {{name: "{{{{ .metadata.name }}}}-own"}}
             spec: {{size: 1}}
         managedResources:
-          - {{apiVersion: apiextensions.k8s.io/v1, kind: CustomResourceDefinition, clusterScoped: true}}
+          - {{apiVersion: apiextensions.k8s.io/v1, kind: CustomResourceDefinition, clusterScoped: true, adopt: true}}
           - {{apiVersion: {gadgets_group}/v1, kind: Gadget}}
 "#
     );

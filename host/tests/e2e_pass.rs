@@ -821,3 +821,111 @@ async fn events_are_visible_through_kubectl_describe() -> TestResult {
     host.stop().await;
     Ok(())
 }
+
+/// Two kinds whose template names a ConfigMap `<name>-cfg`: `Taker` must not take over an
+/// existing one, `Adopter` may (`adopt: true`).
+const ADOPT_CRDS: &str = r#"    - group: GROUP
+      version: v1alpha1
+      kind: Taker
+      reconcile:
+        onReconcile:
+          - |
+            apiVersion: v1
+            kind: ConfigMap
+            metadata:
+              name: {{ .metadata.name }}-cfg
+            data:
+              by: inrun
+        managedResources:
+          - {apiVersion: v1, kind: ConfigMap}
+        prune: {enabled: true}
+    - group: GROUP
+      version: v1alpha1
+      kind: Adopter
+      reconcile:
+        onReconcile:
+          - |
+            apiVersion: v1
+            kind: ConfigMap
+            metadata:
+              name: {{ .metadata.name }}-cfg
+            data:
+              by: inrun
+        managedResources:
+          - {apiVersion: v1, kind: ConfigMap, adopt: true}
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_object_the_cr_does_not_own_is_not_taken_over_unless_its_kind_says_adopt() -> TestResult
+{
+    let group = unique_group("adopt");
+    let host = Host::start(&blueprint(&group, ADOPT_CRDS)).await;
+    let ns = ControlPlane::shared().namespace("adopt").await?;
+    let (taker, adopter) = (resource(&group, "Taker"), resource(&group, "Adopter"));
+    served(&taker).await;
+    served(&adopter).await;
+    let cms = Api::<DynamicObject>::namespaced_with(client(), &ns, &configmaps());
+    for name in ["theirs-cfg", "welcome-cfg"] {
+        let theirs = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name}, "data": {"by": "someone"}});
+        cms.patch(
+            name,
+            &PatchParams::apply("e2e-test"),
+            &Patch::Apply(&theirs),
+        )
+        .await?;
+    }
+
+    // Without `adopt`, the CR fails with `Conflict` and the object stays as it was.
+    put(
+        &taker,
+        &ns,
+        json!({"metadata": {"name": "theirs"}, "spec": {}}),
+    )
+    .await;
+    let cr = until_ready(&taker, &ns, "theirs", "False", "Conflict", 1).await;
+    let (_, _, message) = ready(&cr).expect("Ready");
+    assert!(
+        message.contains("already exists and is not this CR's") && message.contains("adopt"),
+        "{message}"
+    );
+    let untouched = get(configmaps(), Some(&ns), "theirs-cfg")
+        .await
+        .expect("the ConfigMap");
+    assert_eq!(untouched.data["data"]["by"], "someone");
+    assert_eq!(label(&untouched, "inrun.dev/owner-uid"), None);
+    let said = events(&ns, "theirs").await;
+    assert!(
+        said.iter()
+            .any(|(r, n)| r == "ReconcileError" && n.contains("theirs-cfg")),
+        "{said:?}"
+    );
+    // Deleting the CR releases it without deleting what was never its own.
+    Api::<DynamicObject>::namespaced_with(client(), &ns, &taker)
+        .delete("theirs", &Default::default())
+        .await?;
+    eventually("the Taker CR to be gone", || async {
+        get(&taker, Some(&ns), "theirs")
+            .await
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    assert!(get(configmaps(), Some(&ns), "theirs-cfg").await.is_some());
+
+    // With `adopt: true`, the existing object becomes the CR's child.
+    put(
+        &adopter,
+        &ns,
+        json!({"metadata": {"name": "welcome"}, "spec": {}}),
+    )
+    .await;
+    let cr = until_ready(&adopter, &ns, "welcome", "True", "Reconciled", 1).await;
+    let adopted = get(configmaps(), Some(&ns), "welcome-cfg")
+        .await
+        .expect("the ConfigMap");
+    assert_eq!(adopted.data["data"]["by"], "inrun");
+    assert_owned(&adopted, &cr);
+    host.stop().await;
+    Ok(())
+}

@@ -208,7 +208,7 @@ async fn blueprint_resources_are_tenants_and_a_claimed_crd_is_refused() {
     .await;
 
     // A Blueprint resource may not name a plugin file on the host's disk, nor grant its
-    // plugins capabilities unless the operator allows it.
+    // plugins capabilities or adopt objects it did not create unless the operator allows it.
     let local = format!("{}-local", group.split('.').next().unwrap_or("t"));
     let greedy = tenant(
         "x",
@@ -220,8 +220,15 @@ async fn blueprint_resources_are_tenants_and_a_claimed_crd_is_refused() {
     .replace(
         "limits: { deadline: 1s } }",
         "limits: { deadline: 1s }, capabilities: { cluster: { read: [ { apiVersion: v1, kind: Secret, namespaces: ['*'] } ] } } }",
+    )
+    .replace(
+        "managedResources: [ { apiVersion: v1, kind: ConfigMap } ]",
+        "managedResources: [ { apiVersion: v1, kind: ConfigMap, adopt: true } ]",
     );
-    assert!(greedy.contains("kind: Secret"), "{greedy}");
+    assert!(
+        greedy.contains("kind: Secret") && greedy.contains("adopt: true"),
+        "{greedy}"
+    );
     apply_blueprint(&local, &greedy).await;
     let (status, _, message) =
         eventually("the local path to be refused", || accepted(&local)).await;
@@ -230,6 +237,12 @@ async fn blueprint_resources_are_tenants_and_a_claimed_crd_is_refused() {
     assert!(
         message.contains(
             "reconcile.constructor.capabilities: this Blueprint may not grant capabilities"
+        ),
+        "{message}"
+    );
+    assert!(
+        message.contains(
+            "reconcile.managedResources[0].adopt: this Blueprint may not adopt objects it did not create"
         ),
         "{message}"
     );

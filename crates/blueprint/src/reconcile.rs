@@ -272,6 +272,11 @@ pub struct ManagedResource {
     /// The kind is cluster-scoped; required to write objects without a namespace.
     #[serde(default)]
     pub cluster_scoped: bool,
+    /// Take over an existing object of this kind that the CR does not own (no matching
+    /// `inrun.dev/owner-uid`). Without it such an object is left alone and the CR fails
+    /// with reason `Conflict`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub adopt: bool,
 }
 
 impl ManagedResource {

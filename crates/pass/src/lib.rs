@@ -135,6 +135,10 @@ pub struct EffectError {
     /// Why.
     #[source]
     pub source: Box<dyn std::error::Error + Send + Sync>,
+    /// The `Ready` condition's reason when it is more telling than `ReconcileError`:
+    /// `Conflict` (an object the CR does not own is in the way), `Forbidden` (the API
+    /// server refused the write).
+    pub condition: Option<&'static str>,
 }
 
 impl EffectError {
@@ -146,6 +150,26 @@ impl EffectError {
         EffectError {
             what: what.into(),
             source: Box::new(source),
+            condition: None,
+        }
+    }
+
+    /// The same error, reported with `condition` as the `Ready` reason.
+    #[must_use]
+    pub fn with_condition(mut self, condition: &'static str) -> Self {
+        self.condition = Some(condition);
+        self
+    }
+}
+
+impl Failure {
+    /// The `Ready` condition's reason for this failure.
+    pub fn condition(&self) -> &'static str {
+        match self {
+            Failure::Effect(EffectError {
+                condition: Some(c), ..
+            }) => c,
+            _ => "ReconcileError",
         }
     }
 }
@@ -173,7 +197,12 @@ pub trait Effects: Send {
     /// `{Kind: {name: object}}`.
     async fn children(&mut self, spec: &ReconcileSpec) -> Result<Value, EffectError>;
     /// Applies `resources`; `owned` ties them to the CR (owner label and reference).
-    async fn apply(&mut self, resources: &[Value], owned: bool) -> Result<Applied, EffectError>;
+    async fn apply(
+        &mut self,
+        spec: &ReconcileSpec,
+        resources: &[Value],
+        owned: bool,
+    ) -> Result<Applied, EffectError>;
     /// Deletes the CR's children of `spec`'s kinds (not `prune.keep`) that are not in
     /// `keep` and that the host applied; returns what it deleted.
     async fn prune(
@@ -413,7 +442,7 @@ async fn reconcile_and_apply(
 ) -> Result<(Outcome, usize), Failure> {
     let outcome = rplan.reconciler.reconcile(req).await?;
     rplan.fence(&outcome, namespace(p.object))?;
-    let applied = fx.apply(&outcome.resources, true).await?;
+    let applied = fx.apply(&rplan.spec, &outcome.resources, true).await?;
     let mut written = applied.written;
     let prune = &rplan.spec.prune;
     if prune.enabled && (!outcome.resources.is_empty() || prune.allow_empty) {
@@ -472,7 +501,7 @@ async fn write_status(
 async fn failed(p: Pass<'_>, fx: &mut dyn Effects, ctx: &Context, failure: Failure) -> Failure {
     let message = inrun_contract::errors::chain(&failure);
     let fields = p.crd.status(ctx, None).unwrap_or_default();
-    let ready = Ready::not("ReconcileError", message.clone());
+    let ready = Ready::not(failure.condition(), message.clone());
     if let Err(e) = write_status(p, fx, fields, &ready).await {
         tracing::warn!(error = %inrun_contract::errors::chain(&e), "could not write the failure to status");
     }
@@ -591,7 +620,7 @@ async fn finalizing(
     let outcome = rplan.reconciler.reconcile(&req).await?;
     if rplan.applies_on_delete() && !outcome.resources.is_empty() {
         rplan.fence(&outcome, namespace(p.object))?;
-        fx.apply(&outcome.resources, false).await?;
+        fx.apply(&rplan.spec, &outcome.resources, false).await?;
     }
     Ok((req, outcome))
 }

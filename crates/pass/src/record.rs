@@ -80,7 +80,12 @@ impl Effects for Recorder {
             .unwrap_or_else(|| Value::Object(Map::new())))
     }
 
-    async fn apply(&mut self, resources: &[Value], owned: bool) -> Result<Applied, EffectError> {
+    async fn apply(
+        &mut self,
+        _spec: &ReconcileSpec,
+        resources: &[Value],
+        owned: bool,
+    ) -> Result<Applied, EffectError> {
         let how = if owned { "owned" } else { "unowned" };
         self.steps.push(format!("apply {} {how}", resources.len()));
         self.applied.extend(resources.iter().cloned());

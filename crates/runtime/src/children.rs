@@ -2,6 +2,11 @@
 //! forced) in waves, owned and labelled — and only when the desired object differs from
 //! what the host last applied or the child drifted; pruned when a Result no longer
 //! returns them; deleted everywhere when the CR is released.
+//!
+//! Adoption is explicit: an existing object the CR does not own (no `inrun.dev/owner-uid`
+//! of its uid) is never taken over unless its `managedResources` entry says `adopt: true`,
+//! and prune, release and `request.children` touch only objects the host applied for the
+//! CR (its owner label and the host's field manager), never a same-named stranger.
 
 use std::collections::HashSet;
 
@@ -42,6 +47,16 @@ pub enum ChildError {
         /// What is wrong.
         problem: String,
     },
+    /// An object the CR does not own already has the child's name.
+    #[error(
+        "{child} already exists and is not this CR's ({held}); it is left alone — set `adopt: true` on its managedResources entry to take it over"
+    )]
+    Conflict {
+        /// Which child.
+        child: String,
+        /// Who holds it, as far as its labels tell.
+        held: String,
+    },
     /// The API call failed.
     #[error("{action} {child}")]
     Api {
@@ -53,6 +68,20 @@ pub enum ChildError {
         #[source]
         source: kube::Error,
     },
+}
+
+impl ChildError {
+    /// The `Ready` reason it deserves, when more telling than `ReconcileError`.
+    pub fn condition(&self) -> Option<&'static str> {
+        match self {
+            ChildError::Conflict { .. } => Some("Conflict"),
+            ChildError::Api {
+                source: kube::Error::Api(e),
+                ..
+            } if e.code == 403 => Some("Forbidden"),
+            _ => None,
+        }
+    }
 }
 
 fn group_of(api_version: &str) -> &str {
@@ -86,6 +115,7 @@ fn api_for(ctx: &Ctx, kind: &Kind, namespace: Option<&str>) -> Api<DynamicObject
 pub async fn apply(
     ctx: &Ctx,
     cr: &DynamicObject,
+    spec: &inrun_blueprint::ReconcileSpec,
     resources: &[Value],
     owned: bool,
 ) -> Result<Applied, ChildError> {
@@ -105,7 +135,10 @@ pub async fn apply(
     ctx.children.ready().await;
     let mut applied = Applied::default();
     for (index, resource) in order {
-        let (key, written) = apply_one(ctx, cr, index, resource, owned).await?;
+        let adopt = spec.managed_resources.iter().any(|m| {
+            m.adopt && resource["apiVersion"] == m.api_version && resource["kind"] == m.kind
+        });
+        let (key, written) = apply_one(ctx, cr, index, resource, owned, adopt).await?;
         applied.keys.insert(key);
         applied.written += usize::from(written);
     }
@@ -144,13 +177,15 @@ fn untouched(child: &PartialObjectMeta<DynamicObject>) -> bool {
 }
 
 /// Applies one child unless it is already as desired; returns it and whether it was
-/// written.
+/// written. An owned child that exists without the CR's owner label is refused
+/// ([`ChildError::Conflict`]) unless `adopt`.
 async fn apply_one(
     ctx: &Ctx,
     cr: &DynamicObject,
     index: usize,
     resource: &Value,
     owned: bool,
+    adopt: bool,
 ) -> Result<(ChildKey, bool), ChildError> {
     let api_version = resource["apiVersion"].as_str().unwrap_or_default();
     let kind_name = resource["kind"].as_str().unwrap_or_default();
@@ -219,19 +254,32 @@ async fn apply_one(
     } else {
         None
     };
-    if create_only {
-        let exists = match &live {
-            Some(Some(_)) => true,
-            // Not watched, or not (yet) labelled ours: ask.
-            _ => api
-                .get_opt(&name)
-                .await
-                .map_err(|e| err("reading", e))?
-                .is_some(),
-        };
-        if exists {
-            return Ok((key, false));
-        }
+    let uid = cr.metadata.uid.as_deref().unwrap_or_default();
+    // The cache holds only objects with an owner label: one whose label names another CR
+    // is someone else's, and one the cache lacks may still exist (unlabelled) — ask.
+    let holder = match &live {
+        Some(Some(child)) => Some(owner_of(&child.metadata)),
+        _ if owned || create_only => api
+            .get_metadata_opt(&name)
+            .await
+            .map_err(|e| err("reading", e))?
+            .map(|o| owner_of(&o.metadata)),
+        _ => None,
+    };
+    if create_only && holder.is_some() {
+        return Ok((key, false));
+    }
+    if owned
+        && !adopt
+        && let Some(held) = holder.filter(|h| h.as_deref() != Some(uid))
+    {
+        return Err(ChildError::Conflict {
+            child: key.to_string(),
+            held: match held {
+                Some(other) => format!("its {OWNER_UID} label names another CR, uid {other}"),
+                None => format!("it has no {OWNER_UID} label"),
+            },
+        });
     }
     if let Some(Some(child)) = &live {
         let stamped = child
@@ -329,6 +377,9 @@ pub async fn observed(
             .await?;
         let mut by_name = serde_json::Map::new();
         for mut child in list_owned(ctx, cr, &kind).await? {
+            if !applied_by_host(&child) {
+                continue;
+            }
             child.metadata.managed_fields = None;
             let name = child.metadata.name.clone().unwrap_or_default();
             let key = match &child.metadata.namespace {
@@ -350,6 +401,11 @@ pub async fn observed(
         }
     }
     Ok(Value::Object(grouped))
+}
+
+/// The owner uid an object's label names, if any.
+fn owner_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Option<String> {
+    meta.labels.as_ref()?.get(OWNER_UID).cloned()
 }
 
 fn applied_by_host(obj: &DynamicObject) -> bool {
@@ -455,6 +511,10 @@ pub async fn delete_all(
     let mut deleted = Vec::new();
     for kind in kinds {
         for obj in list_owned(ctx, cr, &kind).await? {
+            // Labelled by someone else, never applied by the host: not the host's to delete.
+            if !applied_by_host(&obj) {
+                continue;
+            }
             let key = key_of(&obj, &kind);
             delete(ctx, cr, &kind, &key).await?;
             deleted.push(key);

@@ -79,7 +79,14 @@ impl<'a> ApiEffects<'a> {
 }
 
 fn child_error(what: &str) -> impl FnOnce(ChildError) -> EffectError + '_ {
-    move |e| EffectError::new(what, e)
+    move |e| {
+        let condition = e.condition();
+        let error = EffectError::new(what, e);
+        match condition {
+            Some(c) => error.with_condition(c),
+            None => error,
+        }
+    }
 }
 
 #[async_trait]
@@ -90,8 +97,13 @@ impl Effects for ApiEffects<'_> {
             .map_err(child_error("reading the CR's children"))
     }
 
-    async fn apply(&mut self, resources: &[Value], owned: bool) -> Result<Applied, EffectError> {
-        children::apply(self.ctx, &self.cr, resources, owned)
+    async fn apply(
+        &mut self,
+        spec: &ReconcileSpec,
+        resources: &[Value],
+        owned: bool,
+    ) -> Result<Applied, EffectError> {
+        children::apply(self.ctx, &self.cr, spec, resources, owned)
             .await
             .map_err(child_error("applying the Result's resources"))
     }

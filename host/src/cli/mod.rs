@@ -191,7 +191,8 @@ pub struct RunArgs {
     #[arg(long, env = "INRUN_BLUEPRINT_RESOURCES")]
     pub blueprint_resources: bool,
     /// Let `Blueprint` resources grant their plugins capabilities (cluster reads,
-    /// outbound HTTP); off, such a Blueprint is refused.
+    /// outbound HTTP) and adopt objects they did not create (`managedResources[].adopt`);
+    /// off, such a Blueprint is refused.
     #[arg(long, env = "INRUN_ALLOW_RESOURCE_CAPABILITIES")]
     pub allow_resource_capabilities: bool,
     /// How often Blueprint files and plugin sources are checked for changes; `0`

@@ -99,9 +99,10 @@ pub struct Policy {
     /// Whether plugin locations may be local paths. Off for Blueprints that arrive as
     /// custom resources: a tenant must not make the host read its files.
     pub local_plugins: bool,
-    /// Whether the Blueprint may grant its plugins capabilities (cluster reads, HTTP).
-    /// Off by default for Blueprints that arrive as custom resources: whoever can create
-    /// one could otherwise read anything the host's identity can.
+    /// Whether the Blueprint may grant its plugins capabilities (cluster reads, HTTP) and
+    /// adopt objects it did not create (`managedResources[].adopt`). Off by default for
+    /// Blueprints that arrive as custom resources: whoever can create one could otherwise
+    /// read, or take over, anything the host's identity can.
     pub capabilities: bool,
 }
 
@@ -486,6 +487,14 @@ impl Builder<'_> {
     }
 
     fn reconcile(&mut self, r: &ReconcileSpec, at: &str) -> Option<ReconcilePlan> {
+        for (i, m) in r.managed_resources.iter().enumerate() {
+            if m.adopt && !self.policy.capabilities {
+                self.problem(
+                    format!("{at}.managedResources[{i}].adopt"),
+                    "this Blueprint may not adopt objects it did not create: the operator allows it for Blueprint resources with `inrun run --allow-resource-capabilities`".into(),
+                );
+            }
+        }
         let args = self.value(
             format!("{at}.args"),
             &serde_json::Value::Object(r.args.clone()),
