@@ -95,6 +95,7 @@ fn options(reload: Duration) -> FleetOptions {
         policy: Policy::default(),
         install_crds: true,
         resource_capabilities: false,
+        tenant_egress: None,
     }
 }
 

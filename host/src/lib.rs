@@ -12,7 +12,9 @@ pub use inrun_contract as contract;
 pub use inrun_contract::{duration, errors, intent};
 pub use inrun_generate as generate;
 pub use inrun_pass::{self as pass, render};
-pub use inrun_reconcilers::{self as reconcilers, assemble, external, plugins, secrets, sources};
+pub use inrun_reconcilers::{
+    self as reconcilers, assemble, egress, external, plugins, secrets, sources,
+};
 pub use inrun_runtime::{self as runtime, fleet, kubeconfig, leader, metrics};
 pub use inrun_template as template;
 pub use inrun_wasm as wasm;

@@ -15,6 +15,10 @@ use support::{
     FleetHost, apply_cr, client, configmaps, eventually, get, plugin, ready, resource, unique_group,
 };
 
+/// Held by each test that serves `Blueprint` resources: a fleet serves every such resource
+/// in the cluster, so two at once would serve each other's tenants.
+static RESOURCE_TENANTS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 fn tenant(name: &str, group: &str, kind: &str, wasm: &str, deadline: &str) -> String {
     format!(
         "apiVersion: inrun.dev/v1alpha1\nkind: Blueprint\nmetadata: {{ name: {name} }}\nspec:\n  crds:\n    - group: {group}\n      version: v1alpha1\n      kind: {kind}\n      workers: 2\n      reconcile:\n        default: false\n        constructor: {{ location: {wasm}, limits: {{ deadline: {deadline} }} }}\n        managedResources: [ {{ apiVersion: v1, kind: ConfigMap }} ]\n"
@@ -158,6 +162,7 @@ fn declarative(group: &str, kind: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn blueprint_resources_are_tenants_and_a_claimed_crd_is_refused() {
+    let _alone = RESOURCE_TENANTS.lock().await;
     let group = unique_group("tenant-claim");
     let other = unique_group("tenant-cr");
     let dir = tempfile::tempdir().expect("tempdir");
@@ -262,5 +267,148 @@ async fn blueprint_resources_are_tenants_and_a_claimed_crd_is_refused() {
             .then_some(())
     })
     .await;
+    host.stop().await;
+}
+
+/// A remote reconciler on 127.0.0.1 that answers every CR with one ConfigMap; its port.
+async fn remote_reconciler() -> u16 {
+    let app = axum::Router::new().route(
+        "/reconcile",
+        axum::routing::post(|body: axum::Json<serde_json::Value>| async move {
+            let name = body["object"]["metadata"]["name"]
+                .as_str()
+                .unwrap_or("x")
+                .to_string();
+            axum::Json(serde_json::json!({
+                "result": "ok",
+                "resources": [{"apiVersion": "v1", "kind": "ConfigMap",
+                               "metadata": {"name": format!("{name}-remote")}}],
+            }))
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    port
+}
+
+fn remote_tenant(group: &str, kind: &str, endpoint: &str) -> String {
+    format!(
+        "apiVersion: inrun.dev/v1alpha1\nkind: Blueprint\nmetadata: {{ name: x }}\nspec:\n  crds:\n    - group: {group}\n      version: v1alpha1\n      kind: {kind}\n      reconcile:\n        default: false\n        remote: {{ endpoint: '{endpoint}', timeout: 2s }}\n        managedResources: [ {{ apiVersion: v1, kind: ConfigMap }} ]\n"
+    )
+}
+
+/// A fleet serving Blueprint resources with `list` as `--tenant-egress`.
+async fn egress_host(list: &[String]) -> FleetHost {
+    let egress = inrun::egress::Egress::new(list, Vec::new()).expect("egress list");
+    FleetHost::start(FleetOptions {
+        resources: true,
+        tenant_egress: Some(egress),
+        ..FleetHost::options()
+    })
+    .await
+}
+
+/// The message of the CR's `Ready=False`, once it has one.
+async fn not_ready(ar: &ApiResource, name: &str) -> String {
+    eventually(&format!("{name} to be Ready=False"), || async {
+        let obj = get(ar, Some("default"), name).await?;
+        let (status, _, message) = ready(&obj)?;
+        (status == "False").then_some(message)
+    })
+    .await
+}
+
+async fn delete_blueprints(names: &[&String]) {
+    let api: Api<DynamicObject> = Api::all_with(client(), &blueprint_resource());
+    for name in names {
+        let _ = api.delete(name, &Default::default()).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blueprint_resource_calls_out_only_where_the_egress_list_allows() {
+    let _alone = RESOURCE_TENANTS.lock().await;
+    let port = remote_reconciler().await;
+    let tag = |g: &str| {
+        format!(
+            "{}-{g}",
+            unique_group("egress").split('.').next().unwrap_or("e")
+        )
+    };
+    let (listed, unlisted, metadata, by_name) = (tag("ip"), tag("other"), tag("meta"), tag("name"));
+
+    let host = egress_host(&[format!("127.0.0.1:{port}")]).await;
+    // Listed by address: served.
+    let group = unique_group("egress-ip");
+    let endpoint = format!("http://127.0.0.1:{port}/reconcile");
+    apply_blueprint(&listed, &remote_tenant(&group, "Called", &endpoint)).await;
+    let called = resource(&group, "Called");
+    apply_cr(&called, "default", &cr(&group, "Called", "e1")).await;
+    eventually("the listed remote's ConfigMap", || {
+        get(configmaps(), Some("default"), "e1-remote")
+    })
+    .await;
+
+    // Not listed: refused before anything runs.
+    let endpoint = format!("http://127.0.0.2:{port}/reconcile");
+    apply_blueprint(
+        &unlisted,
+        &remote_tenant(&unique_group("egress-other"), "Far", &endpoint),
+    )
+    .await;
+    let (status, _, message) = eventually("the unlisted endpoint to be refused", || {
+        accepted(&unlisted)
+    })
+    .await;
+    assert_eq!(status, "False");
+    assert!(
+        message.contains(&format!(
+            "reconcile.remote.endpoint: 127.0.0.2:{port} is not in the operator's egress allowlist"
+        )),
+        "{message}"
+    );
+
+    // An external call to the cloud metadata address is refused at call time.
+    let group = unique_group("egress-meta");
+    let text = declarative(&group, "Peek").replace(
+        "        managedResources:",
+        "        external:\n          - name: creds\n            http: { url: 'http://169.254.169.254/latest/meta-data/iam' }\n        managedResources:",
+    );
+    assert!(text.contains("169.254.169.254"), "{text}");
+    apply_blueprint(&metadata, &text).await;
+    let peek = resource(&group, "Peek");
+    apply_cr(&peek, "default", &cr(&group, "Peek", "e3")).await;
+    let message = not_ready(&peek, "e3").await;
+    assert!(
+        message.contains("169.254.169.254:80 is not in the operator's egress allowlist"),
+        "{message}"
+    );
+    delete_blueprints(&[&listed, &unlisted, &metadata]).await;
+    host.stop().await;
+
+    // Listed by a name, not by address: the name resolves to loopback, refused when the
+    // call connects.
+    let host = egress_host(&[format!("localhost:{port}")]).await;
+    let group = unique_group("egress-name");
+    let endpoint = format!("http://localhost:{port}/reconcile");
+    apply_blueprint(&by_name, &remote_tenant(&group, "Named", &endpoint)).await;
+    let (status, _, message) =
+        eventually("the named endpoint's verdict", || accepted(&by_name)).await;
+    assert_eq!(status, "True", "{message}");
+    let named = resource(&group, "Named");
+    apply_cr(&named, "default", &cr(&group, "Named", "e2")).await;
+    let message = not_ready(&named, "e2").await;
+    assert!(message.contains("loopback"), "{message}");
+    assert!(
+        get(configmaps(), Some("default"), "e2-remote")
+            .await
+            .is_none()
+    );
+    delete_blueprints(&[&by_name]).await;
     host.stop().await;
 }

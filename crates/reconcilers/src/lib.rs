@@ -5,6 +5,7 @@
 
 pub mod assemble;
 pub mod declarative;
+pub mod egress;
 pub mod external;
 pub mod plugins;
 pub mod remote;

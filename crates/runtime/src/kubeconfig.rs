@@ -35,6 +35,15 @@ pub enum ConnectError {
 /// # Errors
 /// [`ConnectError`].
 pub async fn client(path: Option<&Path>) -> Result<Client, ConnectError> {
+    connect(path).await.map(|(client, _)| client)
+}
+
+/// [`client`], and the addresses the API server is reached at (its URL's host resolved,
+/// and `$KUBERNETES_SERVICE_HOST` in a pod): what tenants' calls may not reach.
+///
+/// # Errors
+/// [`ConnectError`].
+pub async fn connect(path: Option<&Path>) -> Result<(Client, Vec<std::net::IpAddr>), ConnectError> {
     let config = match path {
         Some(path) => {
             let kc = Kubeconfig::read_from(path).map_err(|source| ConnectError::Read {
@@ -47,7 +56,27 @@ pub async fn client(path: Option<&Path>) -> Result<Client, ConnectError> {
         }
         None => Config::infer().await.map_err(ConnectError::Infer)?,
     };
-    Client::try_from(config).map_err(ConnectError::Client)
+    let mut hosts: Vec<String> = config
+        .cluster_url
+        .host()
+        .map(str::to_string)
+        .into_iter()
+        .collect();
+    hosts.extend(std::env::var("KUBERNETES_SERVICE_HOST").ok());
+    let mut addresses = Vec::new();
+    for host in hosts {
+        let bare = host.trim_start_matches('[').trim_end_matches(']');
+        match bare.parse() {
+            Ok(ip) => addresses.push(ip),
+            Err(_) => {
+                if let Ok(found) = tokio::net::lookup_host((bare, 0)).await {
+                    addresses.extend(found.map(|a| a.ip()));
+                }
+            }
+        }
+    }
+    let client = Client::try_from(config).map_err(ConnectError::Client)?;
+    Ok((client, addresses))
 }
 
 /// Resolves on the first SIGINT or SIGTERM.

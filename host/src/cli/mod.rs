@@ -195,6 +195,11 @@ pub struct RunArgs {
     /// off, such a Blueprint is refused.
     #[arg(long, env = "INRUN_ALLOW_RESOURCE_CAPABILITIES")]
     pub allow_resource_capabilities: bool,
+    /// Where `Blueprint` resources' remote reconcilers, external calls and plugin HTTP may
+    /// go: `host` or `host:port`, comma separated. Unset, they may call nowhere. Loopback,
+    /// link-local and the API server's addresses are refused unless listed as addresses.
+    #[arg(long, env = "INRUN_TENANT_EGRESS", value_delimiter = ',')]
+    pub tenant_egress: Vec<String>,
     /// How often Blueprint files and plugin sources are checked for changes; `0`
     /// turns reloading off.
     #[arg(long, env = "INRUN_RELOAD_INTERVAL", default_value = "10s", value_parser = parse_duration)]

@@ -35,7 +35,9 @@ pub(super) fn run(
     let metrics = Arc::new(Metrics::default());
     let engine = engine(cache_dir, metrics.clone())?;
     // Secrets are read from the cluster, so the client comes before the assembly.
-    let client = runtime.block_on(inrun::kubeconfig::client(args.kubeconfig.as_deref()))?;
+    let (client, apiserver) =
+        runtime.block_on(inrun::kubeconfig::connect(args.kubeconfig.as_deref()))?;
+    let tenant_egress = Some(inrun::egress::Egress::new(&args.tenant_egress, apiserver)?);
     let extra_roots = match &args.plugin_ca {
         Some(path) => vec![read(path, "--plugin-ca")?],
         None => Vec::new(),
@@ -63,6 +65,7 @@ pub(super) fn run(
             reload: (!args.reload_interval.is_zero()).then_some(args.reload_interval),
             install_crds: args.install_crds,
             resource_capabilities: args.allow_resource_capabilities,
+            tenant_egress,
         },
     );
     // A broken `--blueprint` stops the host here, before it waits for a lease.

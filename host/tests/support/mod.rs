@@ -148,6 +148,7 @@ impl FleetHost {
             policy: Policy::default(),
             install_crds: true,
             resource_capabilities: false,
+            tenant_egress: None,
         }
     }
 

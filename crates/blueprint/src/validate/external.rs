@@ -5,6 +5,22 @@ use super::{MAX_CALL_TIME, Report, names};
 use crate::external::{ExternalCall, HttpMethod, OnError};
 use crate::refs::SecretRef;
 
+/// Whether a URL template's scheme, host and port are literal text: the first template
+/// marker (`{{` or `{%`) comes after the `/`, `?` or `#` that ends the host.
+pub(super) fn host_is_fixed(url: &str) -> bool {
+    let marker = [url.find("{{"), url.find("{%")].into_iter().flatten().min();
+    let Some(at) = marker else {
+        return true;
+    };
+    let prefix = &url[..at];
+    prefix.find("://").is_some_and(|s| {
+        let authority = &prefix[s + 3..];
+        !authority.is_empty()
+            && authority.contains(['/', '?', '#'])
+            && !authority.starts_with(['/', '?', '#'])
+    })
+}
+
 /// Checks one `external` entry at `at` (uniqueness of names is the caller's).
 pub(super) fn check(r: &mut Report<'_>, call: &ExternalCall, at: &str) {
     r.check(
@@ -55,6 +71,11 @@ pub(super) fn check(r: &mut Report<'_>, call: &ExternalCall, at: &str) {
         }
         if let Some(secret) = &http.secret_ref {
             secret_ref(r, secret, &format!("{f}.secretRef"));
+            r.check(
+                host_is_fixed(&http.url),
+                format!("{f}.url"),
+                "a call that carries a secretRef token must name its scheme and host without templates (templates may fill in the path and query): otherwise whoever writes the CR decides where the token goes",
+            );
         }
     }
     if let Some(prom) = &call.prometheus {
@@ -108,6 +129,7 @@ fn connection(r: &mut Report<'_>, url: Option<&str>, secret: Option<&SecretRef>,
 #[cfg(test)]
 mod tests {
     use super::super::tests::{AT, reconcile};
+    use super::host_is_fixed;
 
     #[test]
     fn an_external_default_is_required_with_on_error_default() {
@@ -140,6 +162,44 @@ mod tests {
                 ),
                 format!("{AT}.external[2].postgres: set exactly one of url and secretRef"),
             ]
+        );
+    }
+
+    #[test]
+    fn a_token_goes_only_to_a_host_the_blueprint_writes_out() {
+        for fixed in [
+            "https://api.example/v1/{{ .metadata.name }}",
+            "https://api.example:8443/x?q={{ .spec.q }}",
+            "http://p",
+        ] {
+            assert!(host_is_fixed(fixed), "{fixed}");
+        }
+        for templated in [
+            "https://{{ .spec.host }}/v1",
+            "https://api.example{{ .spec.suffix }}/v1",
+            "https://api.example:{{ .spec.port }}/",
+            "{{ .spec.url }}",
+            "https://{% if x %}a{% endif %}.example/",
+        ] {
+            assert!(!host_is_fixed(templated), "{templated}");
+        }
+        assert_eq!(
+            reconcile(
+                "{ external: [ { name: price, http: { url: 'https://{{ .spec.host }}/p', secretRef: { name: t, key: token } } } ] }"
+            ),
+            [format!(
+                "{AT}.external[0].http.url: a call that carries a secretRef token must name its scheme and host without templates (templates may fill in the path and query): otherwise whoever writes the CR decides where the token goes"
+            )]
+        );
+        // Without a token, a templated host is the egress policy's to judge, not validation's.
+        let unauthenticated = reconcile(
+            "{ external: [ { name: price, http: { url: 'https://{{ .spec.host }}/p' } } ], managedResources: [ { apiVersion: v1, kind: x, namespaces: [''] } ] }",
+        );
+        assert!(
+            unauthenticated
+                .iter()
+                .all(|l| !l.contains("external[0].http.url")),
+            "{unauthenticated:?}"
         );
     }
 }

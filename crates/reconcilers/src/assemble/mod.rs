@@ -104,6 +104,9 @@ pub struct Policy {
     /// Blueprints that arrive as custom resources: whoever can create one could otherwise
     /// read, or take over, anything the host's identity can.
     pub capabilities: bool,
+    /// Where the Blueprint's calls may go (remote, external, plugin HTTP); `None`: the
+    /// Blueprint is the operator's own and may call anywhere.
+    pub egress: Option<crate::egress::Egress>,
 }
 
 impl Default for Policy {
@@ -113,6 +116,7 @@ impl Default for Policy {
             ceilings: Limits::ceilings(),
             local_plugins: true,
             capabilities: true,
+            egress: None,
         }
     }
 }
@@ -474,6 +478,28 @@ impl Builder<'_> {
             );
             return Grants::default();
         }
+        if let (Some(egress), Some(http)) = (&self.policy.egress, &caps.http) {
+            let mut services = self.services.clone();
+            services.plugin_http = egress.plugin_http();
+            for (i, host) in http.hosts.iter().enumerate() {
+                // A host alone is granted on its schemes' default ports, 80 and 443.
+                let (bare, ports) = match host.rsplit_once(':') {
+                    Some((h, p)) if p.parse::<u16>().is_ok() => {
+                        (h, vec![p.parse::<u16>().unwrap_or_default()])
+                    }
+                    _ => (host.as_str(), vec![80, 443]),
+                };
+                for port in ports {
+                    if let Err(e) = egress.check(bare, port) {
+                        self.problem(
+                            format!("{field}.capabilities.http.hosts[{i}]"),
+                            e.to_string(),
+                        );
+                    }
+                }
+            }
+            return grants(caps, &services);
+        }
         grants(caps, self.services)
     }
 
@@ -588,22 +614,35 @@ impl Builder<'_> {
                     }
                 }
             }
-            ReconcilerKind::Remote => r.remote.as_ref().map(|spec| {
-                Arc::new(Remote::new(
-                    spec,
-                    self.services.http.clone(),
-                    self.services.secrets.clone(),
-                )) as Arc<dyn Reconciler>
+            ReconcilerKind::Remote => r.remote.as_ref().and_then(|spec| {
+                let http = match &self.policy.egress {
+                    Some(egress) => {
+                        if let Err(e) = egress.check_url(&spec.endpoint) {
+                            self.problem(format!("{at}.remote.endpoint"), e.to_string());
+                            return None;
+                        }
+                        egress.http()
+                    }
+                    None => self.services.http.clone(),
+                };
+                Some(
+                    Arc::new(Remote::new(spec, http, self.services.secrets.clone()))
+                        as Arc<dyn Reconciler>,
+                )
             }),
         };
-        let external =
-            ExternalCalls::compile(self.templates, &r.external, at, self.services.clients())
-                .map_err(|errors| {
-                    for e in errors {
-                        self.problem(e.field.clone(), inrun_contract::errors::chain(&e.source));
-                    }
-                })
-                .ok();
+        let mut clients = self.services.clients();
+        if let Some(egress) = &self.policy.egress {
+            clients.http = egress.http();
+            clients.egress = Some(egress.clone());
+        }
+        let external = ExternalCalls::compile(self.templates, &r.external, at, clients)
+            .map_err(|errors| {
+                for e in errors {
+                    self.problem(e.field.clone(), inrun_contract::errors::chain(&e.source));
+                }
+            })
+            .ok();
         Some(ReconcilePlan {
             spec: r.clone(),
             reconciler: reconciler?,
@@ -635,6 +674,7 @@ mod tests {
             },
             local_plugins: true,
             capabilities: true,
+            egress: None,
         };
         let (limits, over) = limits_within(&spec("{ deadline: 5s, memory: 16Mi }"), &policy);
         assert_eq!(over.len(), 1, "{over:?}");

@@ -85,6 +85,7 @@ impl Services {
         Clients {
             http: self.http.clone(),
             secrets: self.secrets.clone(),
+            egress: None,
         }
     }
 }

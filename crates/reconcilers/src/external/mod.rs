@@ -35,6 +35,9 @@ pub struct ExternalError {
 /// Why one call failed. Messages never hold secret values.
 #[derive(Debug, thiserror::Error)]
 pub enum CallError {
+    /// The call would go where the operator's egress policy does not allow.
+    #[error(transparent)]
+    Egress(#[from] crate::egress::EgressError),
     /// A template of the call failed to render.
     #[error("rendering {what}")]
     Template {
@@ -110,6 +113,8 @@ pub struct Clients {
     pub http: reqwest::Client,
     /// Secret values.
     pub secrets: Arc<dyn Secrets>,
+    /// Where calls may go, for a Blueprint resource; `None`: anywhere.
+    pub egress: Option<crate::egress::Egress>,
 }
 
 /// Where a database is: a URL template or a Secret key holding the URL.
@@ -343,6 +348,7 @@ impl ExternalCalls {
                 secret,
             } => {
                 let url = render_text(url, ctx, "url")?;
+                self.fence(&url)?;
                 let mut rendered = Vec::new();
                 for (k, v) in headers {
                     rendered.push((k.clone(), render_text(v, ctx, &format!("headers.{k}"))?));
@@ -363,6 +369,7 @@ impl ExternalCalls {
             }
             Call::Prometheus { url, query } => {
                 let url = render_text(url, ctx, "url")?;
+                self.fence(&url)?;
                 let query = render_text(query, ctx, "query")?;
                 http::prometheus(&self.clients.http, &url, &query).await
             }
@@ -372,6 +379,7 @@ impl ExternalCalls {
                 params,
             } => {
                 let url = self.conn(conn, ctx, ns).await?;
+                self.fence_connect(&url).await?;
                 let mut values = Vec::new();
                 for (i, p) in params.iter().enumerate() {
                     values.push(render(p, ctx, &format!("params[{i}]"))?);
@@ -380,12 +388,30 @@ impl ExternalCalls {
             }
             Call::Redis { conn, command } => {
                 let url = self.conn(conn, ctx, ns).await?;
+                self.fence_connect(&url).await?;
                 let mut args = Vec::new();
                 for (i, a) in command.iter().enumerate() {
                     args.push(render_text(a, ctx, &format!("command[{i}]"))?);
                 }
                 redis::command(&url, &args).await
             }
+        }
+    }
+
+    /// The egress policy's verdict on an HTTP call's rendered URL (its client checks the
+    /// addresses a name resolves to when it connects).
+    fn fence(&self, url: &str) -> Result<(), CallError> {
+        match &self.clients.egress {
+            Some(egress) => egress.check_url(url).map_err(CallError::from),
+            None => Ok(()),
+        }
+    }
+
+    /// The same for a database URL, whose client resolves the name itself: checked here.
+    async fn fence_connect(&self, url: &str) -> Result<(), CallError> {
+        match &self.clients.egress {
+            Some(egress) => egress.check_connect(url).await.map_err(CallError::from),
+            None => Ok(()),
         }
     }
 

@@ -46,8 +46,11 @@ pub struct FleetOptions {
     pub policy: Policy,
     /// Install (server-side apply) the CRDs tenants declare.
     pub install_crds: bool,
-    /// Let `Blueprint` resources grant their plugins capabilities (cluster reads, HTTP).
+    /// Let `Blueprint` resources grant their plugins capabilities (cluster reads, HTTP)
+    /// and adopt objects they did not create.
     pub resource_capabilities: bool,
+    /// Where `Blueprint` resources' calls may go (`--tenant-egress`); `None`: nowhere.
+    pub tenant_egress: Option<inrun_reconcilers::egress::Egress>,
 }
 
 /// Where a tenant's Blueprint comes from.
@@ -311,6 +314,11 @@ impl Fleet {
         if matches!(source, TenantSource::Resource(_)) {
             policy.local_plugins = false;
             policy.capabilities = self.options.resource_capabilities;
+            // No list: a Blueprint resource calls out nowhere.
+            policy.egress = Some(self.options.tenant_egress.clone().unwrap_or_else(|| {
+                inrun_reconcilers::egress::Egress::new(&[], Vec::new())
+                    .expect("an empty allowlist parses")
+            }));
         }
         Tenant {
             source,
