@@ -822,44 +822,36 @@ async fn events_are_visible_through_kubectl_describe() -> TestResult {
     Ok(())
 }
 
-/// Two kinds whose template names a ConfigMap `<name>-cfg`: `Taker` must not take over an
-/// existing one, `Adopter` may (`adopt: true`).
-const ADOPT_CRDS: &str = r#"    - group: GROUP
+/// A kind whose template names a ConfigMap `<name>-cfg`, managed with `entry` (the rest
+/// of its `managedResources` item).
+fn adopt_crd(kind: &str, entry: &str) -> String {
+    format!(
+        r#"    - group: GROUP
       version: v1alpha1
-      kind: Taker
+      kind: {kind}
       reconcile:
         onReconcile:
           - |
             apiVersion: v1
             kind: ConfigMap
             metadata:
-              name: {{ .metadata.name }}-cfg
+              name: {{{{ .metadata.name }}}}-cfg
             data:
               by: inrun
         managedResources:
-          - {apiVersion: v1, kind: ConfigMap}
-        prune: {enabled: true}
-    - group: GROUP
-      version: v1alpha1
-      kind: Adopter
-      reconcile:
-        onReconcile:
-          - |
-            apiVersion: v1
-            kind: ConfigMap
-            metadata:
-              name: {{ .metadata.name }}-cfg
-            data:
-              by: inrun
-        managedResources:
-          - {apiVersion: v1, kind: ConfigMap, adopt: true}
-"#;
+          - {{apiVersion: v1, kind: ConfigMap{entry}}}
+        prune: {{enabled: true}}
+"#
+    )
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_object_the_cr_does_not_own_is_not_taken_over_unless_its_kind_says_adopt() -> TestResult
 {
     let group = unique_group("adopt");
-    let host = Host::start(&blueprint(&group, ADOPT_CRDS)).await;
+    // `Taker` must not take over an existing ConfigMap, `Adopter` may (`adopt: true`).
+    let crds = adopt_crd("Taker", "") + &adopt_crd("Adopter", ", adopt: true");
+    let host = Host::start(&blueprint(&group, &crds)).await;
     let ns = ControlPlane::shared().namespace("adopt").await?;
     let (taker, adopter) = (resource(&group, "Taker"), resource(&group, "Adopter"));
     served(&taker).await;
