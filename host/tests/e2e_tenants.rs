@@ -228,7 +228,7 @@ async fn blueprint_resources_are_tenants_and_a_claimed_crd_is_refused() {
     )
     .replace(
         "managedResources: [ { apiVersion: v1, kind: ConfigMap } ]",
-        "managedResources: [ { apiVersion: v1, kind: ConfigMap, adopt: true } ]",
+        "managedResources: [ { apiVersion: v1, kind: ConfigMap, adopt: true } ]\n        external: [ { name: db, postgres: { secretRef: { namespace: kube-system, name: db, key: url }, query: 'select 1' } } ]",
     );
     assert!(
         greedy.contains("kind: Secret") && greedy.contains("adopt: true"),
@@ -248,6 +248,12 @@ async fn blueprint_resources_are_tenants_and_a_claimed_crd_is_refused() {
     assert!(
         message.contains(
             "reconcile.managedResources[0].adopt: this Blueprint may not adopt objects it did not create"
+        ),
+        "{message}"
+    );
+    assert!(
+        message.contains(
+            "reconcile.external[0].postgres.secretRef.namespace: a Blueprint resource reads Secrets only in the CR's own namespace"
         ),
         "{message}"
     );

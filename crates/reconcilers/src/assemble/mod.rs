@@ -107,6 +107,10 @@ pub struct Policy {
     /// Where the Blueprint's calls may go (remote, external, plugin HTTP); `None`: the
     /// Blueprint is the operator's own and may call anywhere.
     pub egress: Option<crate::egress::Egress>,
+    /// Whether a `secretRef` may name a namespace other than the CR's. Off for Blueprint
+    /// resources: whoever can create one could otherwise send any Secret the host can
+    /// read, as a bearer token or a connection URL, to an endpoint of its choosing.
+    pub foreign_secrets: bool,
 }
 
 impl Default for Policy {
@@ -117,6 +121,7 @@ impl Default for Policy {
             local_plugins: true,
             capabilities: true,
             egress: None,
+            foreign_secrets: true,
         }
     }
 }
@@ -513,6 +518,41 @@ impl Builder<'_> {
     }
 
     fn reconcile(&mut self, r: &ReconcileSpec, at: &str) -> Option<ReconcilePlan> {
+        if !self.policy.foreign_secrets {
+            let remote = r.remote.iter().filter_map(|m| m.auth.as_ref()).map(|a| {
+                (
+                    format!("{at}.remote.auth.secretRef.namespace"),
+                    &a.secret_ref,
+                )
+            });
+            let external = r.external.iter().enumerate().flat_map(|(i, c)| {
+                let refs = [
+                    ("http", c.http.as_ref().and_then(|h| h.secret_ref.as_ref())),
+                    (
+                        "postgres",
+                        c.postgres.as_ref().and_then(|p| p.secret_ref.as_ref()),
+                    ),
+                    (
+                        "redis",
+                        c.redis.as_ref().and_then(|p| p.secret_ref.as_ref()),
+                    ),
+                ];
+                refs.into_iter().filter_map(move |(kind, s)| {
+                    s.map(|s| (format!("{at}.external[{i}].{kind}.secretRef.namespace"), s))
+                })
+            });
+            let named: Vec<_> = remote
+                .chain(external)
+                .filter(|(_, s)| s.namespace.is_some())
+                .map(|(field, _)| field)
+                .collect();
+            for field in named {
+                self.problem(
+                    field,
+                    "a Blueprint resource reads Secrets only in the CR's own namespace: leave the namespace out".into(),
+                );
+            }
+        }
         for (i, m) in r.managed_resources.iter().enumerate() {
             if m.adopt && !self.policy.capabilities {
                 self.problem(
@@ -675,6 +715,7 @@ mod tests {
             local_plugins: true,
             capabilities: true,
             egress: None,
+            foreign_secrets: true,
         };
         let (limits, over) = limits_within(&spec("{ deadline: 5s, memory: 16Mi }"), &policy);
         assert_eq!(over.len(), 1, "{over:?}");

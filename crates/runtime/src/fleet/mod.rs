@@ -313,6 +313,7 @@ impl Fleet {
         let mut policy = self.options.policy.clone();
         if matches!(source, TenantSource::Resource(_)) {
             policy.local_plugins = false;
+            policy.foreign_secrets = false;
             policy.capabilities = self.options.resource_capabilities;
             // No list: a Blueprint resource calls out nowhere.
             policy.egress = Some(self.options.tenant_egress.clone().unwrap_or_else(|| {
