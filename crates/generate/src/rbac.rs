@@ -73,6 +73,16 @@ fn perm(group: &str, resource: &str, verbs: &[&str], why: String) -> Permission 
     }
 }
 
+/// The API group and resource (plural) of `kind`: a kind the Blueprint itself declares
+/// keeps its declared plural.
+fn resource_of<'a>(blueprint: &Blueprint, api_version: &'a str, kind: &str) -> (&'a str, String) {
+    let group = group_of(api_version);
+    let resource = blueprint
+        .crd(group, kind)
+        .map_or_else(|| plural(kind), CrdSpec::plural);
+    (group, resource)
+}
+
 /// The group of an `apiVersion` (`""` for `v1`).
 fn group_of(api_version: &str) -> &str {
     api_version.rsplit_once('/').map_or("", |(g, _)| g)
@@ -169,11 +179,7 @@ pub fn required(blueprint: &Blueprint, options: &RbacOptions) -> Vec<Permission>
         for block in blocks(crd) {
             secrets |= reads_secrets(block);
             for m in &block.managed_resources {
-                let group = group_of(&m.api_version);
-                // A managed kind the Blueprint itself declares keeps its declared plural.
-                let resource = blueprint
-                    .crd(group, &m.kind)
-                    .map_or_else(|| plural(&m.kind), CrdSpec::plural);
+                let (group, resource) = resource_of(blueprint, &m.api_version, &m.kind);
                 perms.push(perm(
                     group,
                     &resource,
@@ -182,10 +188,7 @@ pub fn required(blueprint: &Blueprint, options: &RbacOptions) -> Vec<Permission>
                 ));
             }
             for read in plugin_reads(block) {
-                let group = group_of(&read.api_version);
-                let resource = blueprint
-                    .crd(group, &read.kind)
-                    .map_or_else(|| plural(&read.kind), CrdSpec::plural);
+                let (group, resource) = resource_of(blueprint, &read.api_version, &read.kind);
                 perms.push(perm(
                     group,
                     &resource,

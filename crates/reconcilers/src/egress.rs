@@ -44,6 +44,9 @@ pub enum EgressError {
         /// Loopback, link-local, …
         what: &'static str,
     },
+    /// The HTTP client that enforces the policy could not be built; nothing is called.
+    #[error("building the egress-fenced HTTP client: {0}")]
+    Client(String),
     /// The name did not resolve.
     #[error("resolving {host}: {reason}")]
     Resolve {
@@ -68,8 +71,10 @@ struct Allowed {
 #[derive(Clone)]
 pub struct Egress {
     inner: Arc<Inner>,
-    http: reqwest::Client,
-    plugin_http: reqwest::Client,
+    /// The fenced clients, or why they could not be built (never a fallback to an
+    /// unfenced one).
+    http: Result<reqwest::Client, String>,
+    plugin_http: Result<reqwest::Client, String>,
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -184,7 +189,7 @@ impl Egress {
                 .no_proxy()
                 .dns_resolver(resolver.clone())
                 .build()
-                .unwrap_or_default()
+                .map_err(|e| e.to_string())
         };
         Ok(Egress {
             http: build("inrun"),
@@ -195,31 +200,19 @@ impl Egress {
 
     /// The client for remote reconcilers and external HTTP calls: no redirects, no proxy,
     /// names resolved through the policy.
-    pub fn http(&self) -> reqwest::Client {
-        self.http.clone()
+    ///
+    /// # Errors
+    /// [`EgressError::Client`] when it could not be built.
+    pub fn http(&self) -> Result<reqwest::Client, EgressError> {
+        self.http.clone().map_err(EgressError::Client)
     }
 
     /// The same for plugins granted `capabilities.http`.
-    pub fn plugin_http(&self) -> reqwest::Client {
-        self.plugin_http.clone()
-    }
-
-    /// Whether the list names `ip` itself (on any port: the port is checked with the host).
-    fn lists_address(&self, ip: IpAddr) -> bool {
-        let text = ip.to_string();
-        self.inner.allowed.iter().any(|a| a.host == text)
-    }
-
-    /// Whether `ip`, which `host` is or resolves to, may be connected to.
-    fn address(&self, host: &str, ip: IpAddr) -> Result<(), EgressError> {
-        match special(ip, &self.inner.apiserver) {
-            Some(what) if !self.lists_address(ip) => Err(EgressError::Special {
-                host: host.to_string(),
-                address: ip,
-                what,
-            }),
-            _ => Ok(()),
-        }
+    ///
+    /// # Errors
+    /// [`EgressError::Client`] when it could not be built.
+    pub fn plugin_http(&self) -> Result<reqwest::Client, EgressError> {
+        self.plugin_http.clone().map_err(EgressError::Client)
     }
 
     /// Checks `host`:`port` against the list, and a host that is an IP address against
@@ -229,10 +222,12 @@ impl Egress {
     /// [`EgressError::NotListed`] or [`EgressError::Special`].
     pub fn check(&self, host: &str, port: u16) -> Result<(), EgressError> {
         let bare = host.trim_start_matches('[').trim_end_matches(']');
-        let listed = self.inner.allowed.iter().any(|a| {
-            a.host == bare.trim_end_matches('.').to_ascii_lowercase()
-                && a.port.is_none_or(|p| p == port)
-        });
+        let normal = bare.trim_end_matches('.').to_ascii_lowercase();
+        let listed = self
+            .inner
+            .allowed
+            .iter()
+            .any(|a| a.host == normal && a.port.is_none_or(|p| p == port));
         if !listed {
             return Err(EgressError::NotListed {
                 host: bare.to_string(),
@@ -240,16 +235,32 @@ impl Egress {
             });
         }
         if let Ok(ip) = bare.parse::<IpAddr>() {
-            self.address(bare, ip)?;
+            self.inner.address(bare, ip)?;
         }
         Ok(())
     }
 
-    /// Checks a URL's host and port (its scheme's port when it names none).
+    /// Checks a plugin's `capabilities.http.hosts` entry (`host` or `host:port`; a host
+    /// alone is granted on both default ports, 80 and 443).
+    ///
+    /// # Errors
+    /// [`EgressError::BadEntry`] for an entry that does not parse, or what
+    /// [`Egress::check`] finds.
+    pub fn check_grant(&self, entry: &str) -> Result<(), EgressError> {
+        let (host, port) =
+            split_host_port(entry).ok_or_else(|| EgressError::BadEntry(entry.to_string()))?;
+        match port {
+            Some(port) => self.check(&host, port),
+            None => self.check(&host, 80).and_then(|()| self.check(&host, 443)),
+        }
+    }
+
+    /// Checks a URL's host and port (its scheme's port when it names none); returns the
+    /// host, without IPv6 brackets.
     ///
     /// # Errors
     /// [`EgressError::BadUrl`], or what [`Egress::check`] finds.
-    pub fn check_url(&self, url: &str) -> Result<(), EgressError> {
+    pub fn check_url(&self, url: &str) -> Result<String, EgressError> {
         let parsed = reqwest::Url::parse(url).map_err(|_| EgressError::BadUrl(url.into()))?;
         let host = parsed
             .host_str()
@@ -259,7 +270,11 @@ impl Egress {
             .port()
             .or_else(|| default_port(parsed.scheme()))
             .ok_or_else(|| EgressError::BadUrl(url.into()))?;
-        self.check(host, port)
+        self.check(host, port)?;
+        Ok(host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_string())
     }
 
     /// [`Egress::check_url`], then every address the host resolves to: for clients that
@@ -269,20 +284,34 @@ impl Egress {
     /// What [`Egress::check_url`] finds, [`EgressError::Resolve`], or
     /// [`EgressError::Special`] for a refused address.
     pub async fn check_connect(&self, url: &str) -> Result<(), EgressError> {
-        self.check_url(url)?;
-        let parsed = reqwest::Url::parse(url).map_err(|_| EgressError::BadUrl(url.into()))?;
-        let host = parsed.host_str().unwrap_or_default().to_string();
-        let bare = host
-            .trim_start_matches('[')
-            .trim_end_matches(']')
-            .to_string();
-        if bare.parse::<IpAddr>().is_ok() {
+        let host = self.check_url(url)?;
+        if host.parse::<IpAddr>().is_ok() {
             return Ok(());
         }
-        for addr in resolve(&bare).await? {
-            self.address(&bare, addr.ip())?;
+        for addr in resolve(&host).await? {
+            self.inner.address(&host, addr.ip())?;
         }
         Ok(())
+    }
+}
+
+impl Inner {
+    /// Whether the list names `ip` itself (on any port: the port is checked with the host).
+    fn lists_address(&self, ip: IpAddr) -> bool {
+        let text = ip.to_string();
+        self.allowed.iter().any(|a| a.host == text)
+    }
+
+    /// Whether `ip`, which `host` is or resolves to, may be connected to.
+    fn address(&self, host: &str, ip: IpAddr) -> Result<(), EgressError> {
+        match special(ip, &self.apiserver) {
+            Some(what) if !self.lists_address(ip) => Err(EgressError::Special {
+                host: host.to_string(),
+                address: ip,
+                what,
+            }),
+            _ => Ok(()),
+        }
     }
 }
 
@@ -301,14 +330,9 @@ struct Fenced(Arc<Inner>);
 
 impl reqwest::dns::Resolve for Fenced {
     fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
-        let inner = self.0.clone();
+        let policy = self.0.clone();
         Box::pin(async move {
             let host = name.as_str().to_string();
-            let policy = Egress {
-                inner,
-                http: reqwest::Client::new(),
-                plugin_http: reqwest::Client::new(),
-            };
             let mut allowed = Vec::new();
             let mut refused = None;
             for addr in resolve(&host).await? {
@@ -371,6 +395,18 @@ mod tests {
         ));
         assert!(matches!(e.check_url("no url"), Err(EgressError::BadUrl(_))));
         assert!(egress(&[]).check_url("https://api.example/").is_err());
+        // A plugin grant of a host alone needs both default ports.
+        assert!(e.check_grant("metrics.example").is_ok());
+        assert!(e.check_grant("api.example:443").is_ok());
+        assert!(matches!(
+            e.check_grant("api.example"),
+            Err(EgressError::NotListed { port: 80, .. })
+        ));
+        assert!(egress(&["[::1]:8080"]).check_grant("[::1]:8080").is_ok());
+        assert!(matches!(
+            e.check_grant("a:b:c"),
+            Err(EgressError::BadEntry(_))
+        ));
     }
 
     #[test]
@@ -392,7 +428,9 @@ mod tests {
             ("0.0.0.0", "unspecified"),
             ("10.96.0.1", "API server"),
         ] {
-            let err = strict.address("metadata.example", ip.parse().expect("ip"));
+            let err = strict
+                .inner
+                .address("metadata.example", ip.parse().expect("ip"));
             assert!(
                 matches!(&err, Err(EgressError::Special { what: w, .. }) if w.contains(what)),
                 "{ip}: {err:?}"
@@ -400,6 +438,7 @@ mod tests {
         }
         assert!(
             strict
+                .inner
                 .address("x", "93.184.216.34".parse().expect("ip"))
                 .is_ok()
         );
@@ -415,7 +454,12 @@ mod tests {
             .expect_err("localhost is loopback");
         assert!(matches!(err, EgressError::Special { .. }), "{err}");
         // The HTTP client resolves through the policy as well.
-        let call = e.http().get("http://localhost:5432/").send().await;
+        let call = e
+            .http()
+            .expect("client")
+            .get("http://localhost:5432/")
+            .send()
+            .await;
         let message = inrun_contract::errors::chain(&call.expect_err("refused"));
         assert!(message.contains("loopback"), "{message}");
     }

@@ -17,6 +17,7 @@ use kube::api::{DynamicObject, TypeMeta};
 use kube::core::DynamicResourceScope;
 use kube::discovery::ApiResource;
 use serde::{Deserialize, Deserializer};
+use serde_json::{Map, Value};
 
 use inrun_pass::meta::{FINALIZER_MANAGER, RECONCILER_MANAGER, STATUS_MANAGER};
 
@@ -58,13 +59,30 @@ impl CachedCr {
         }
     }
 
-    /// The CR as a pass reads it.
-    pub fn object(&self) -> DynamicObject {
+    /// The CR as a pass reads it: the whole object as JSON (apiVersion, kind, metadata,
+    /// then the rest), built from the text in one parse.
+    pub fn value(&self) -> Value {
+        let mut object = Map::new();
+        if let Some(types) = &self.types {
+            object.insert("apiVersion".into(), types.api_version.clone().into());
+            object.insert("kind".into(), types.kind.clone().into());
+        }
+        let metadata = serde_json::to_value(&self.metadata).unwrap_or_default();
+        object.insert("metadata".into(), metadata);
+        // The text was written from a JSON object by this type, so it parses back as one.
+        if let Ok(Value::Object(body)) = serde_json::from_str(&self.body) {
+            object.extend(body);
+        }
+        Value::Object(object)
+    }
+
+    /// The CR's identity and metadata without its body: what the pass's effects address
+    /// it by (names, uid, resourceVersion, labels) — they read nothing else.
+    pub fn head(&self) -> DynamicObject {
         DynamicObject {
             types: self.types.clone(),
             metadata: self.metadata.clone(),
-            // The text was written from a `Value` by this type, so it parses back.
-            data: serde_json::from_str(&self.body).unwrap_or_default(),
+            data: Value::Object(Map::new()),
         }
     }
 }
@@ -141,7 +159,7 @@ mod tests {
     #[test]
     fn a_cached_cr_reads_back_as_the_object_without_what_no_pass_reads() {
         let cached: CachedCr = serde_json::from_value(watched()).expect("deserializes");
-        let object = serde_json::to_value(cached.object()).expect("serializes");
+        let object = cached.value();
         let mut expected = watched();
         let meta = &mut expected["metadata"];
         meta["annotations"]
@@ -163,5 +181,8 @@ mod tests {
             r#"{"spec":{"image":"nginx","replicas":2},"status":{"url":"http://web"}}"#
         );
         assert_eq!(cached.meta().name.as_deref(), Some("web"));
+        let head = cached.head();
+        assert_eq!(head.metadata.uid.as_deref(), Some("u1"));
+        assert_eq!(head.data, serde_json::json!({}));
     }
 }

@@ -18,7 +18,8 @@ use inrun_pass::{Applied, ChildKey, EffectError, Effects, Reason, Written};
 /// One CR's effects.
 pub struct ApiEffects<'a> {
     ctx: &'a Ctx,
-    /// The CR as the pass read it, with the resourceVersion of the host's latest write.
+    /// The CR's identity and metadata as the pass read it (`CachedCr::head`: effects address
+    /// the CR, they never read its body), with the resourceVersion of the host's latest write.
     cr: DynamicObject,
     /// The generation the pass saw.
     generation: Option<i64>,

@@ -19,8 +19,7 @@ use inrun_pass::{self as pass, Failure, Pass};
 pub async fn reconcile(cached: Arc<CachedCr>, ctx: Arc<Ctx>) -> Result<Action, Failure> {
     let crd = ctx.plan();
     let key = Ctx::key(cached.as_ref());
-    let obj = cached.object();
-    let object = serde_json::to_value(&obj).unwrap_or_default();
+    let object = cached.value();
     // The reconcile block that serves this CR (its serve target's, if it names one), and
     // one read of each plugin slot: the versions serving as the pass starts.
     let (_, plan) = pass::route(crd, &object, None);
@@ -39,7 +38,7 @@ pub async fn reconcile(cached: Arc<CachedCr>, ctx: Arc<Ctx>) -> Result<Action, F
     let plugins: Vec<String> = serving.iter().map(|p| p.id().name.clone()).collect();
     async {
         ctx.triggers.begin(&key);
-        let mut fx = ApiEffects::new(&ctx, obj);
+        let mut fx = ApiEffects::new(&ctx, cached.head());
         let p = Pass {
             crd,
             runtime: &ctx.runtime,

@@ -484,23 +484,20 @@ impl Builder<'_> {
             return Grants::default();
         }
         if let (Some(egress), Some(http)) = (&self.policy.egress, &caps.http) {
-            let mut services = self.services.clone();
-            services.plugin_http = egress.plugin_http();
             for (i, host) in http.hosts.iter().enumerate() {
-                // A host alone is granted on its schemes' default ports, 80 and 443.
-                let (bare, ports) = match host.rsplit_once(':') {
-                    Some((h, p)) if p.parse::<u16>().is_ok() => {
-                        (h, vec![p.parse::<u16>().unwrap_or_default()])
-                    }
-                    _ => (host.as_str(), vec![80, 443]),
-                };
-                for port in ports {
-                    if let Err(e) = egress.check(bare, port) {
-                        self.problem(
-                            format!("{field}.capabilities.http.hosts[{i}]"),
-                            e.to_string(),
-                        );
-                    }
+                if let Err(e) = egress.check_grant(host) {
+                    self.problem(
+                        format!("{field}.capabilities.http.hosts[{i}]"),
+                        e.to_string(),
+                    );
+                }
+            }
+            let mut services = self.services.clone();
+            match egress.plugin_http() {
+                Ok(client) => services.plugin_http = client,
+                Err(e) => {
+                    self.problem(format!("{field}.capabilities.http"), e.to_string());
+                    return Grants::default();
                 }
             }
             return grants(caps, &services);
@@ -656,13 +653,13 @@ impl Builder<'_> {
             }
             ReconcilerKind::Remote => r.remote.as_ref().and_then(|spec| {
                 let http = match &self.policy.egress {
-                    Some(egress) => {
-                        if let Err(e) = egress.check_url(&spec.endpoint) {
+                    Some(egress) => match egress.check_url(&spec.endpoint).and(egress.http()) {
+                        Ok(client) => client,
+                        Err(e) => {
                             self.problem(format!("{at}.remote.endpoint"), e.to_string());
                             return None;
                         }
-                        egress.http()
-                    }
+                    },
                     None => self.services.http.clone(),
                 };
                 Some(
@@ -673,7 +670,14 @@ impl Builder<'_> {
         };
         let mut clients = self.services.clients();
         if let Some(egress) = &self.policy.egress {
-            clients.http = egress.http();
+            match egress.http() {
+                Ok(client) => clients.http = client,
+                Err(e) if !r.external.is_empty() => {
+                    self.problem(format!("{at}.external"), e.to_string());
+                }
+                // No external call will use it.
+                Err(_) => {}
+            }
             clients.egress = Some(egress.clone());
         }
         let external = ExternalCalls::compile(self.templates, &r.external, at, clients)
