@@ -27,7 +27,9 @@
 //! CR that often; unset, neither does. `INRUN_BENCH_SECTION` names the BENCHMARKS.md
 //! section written (default `e2e`), so a scaling run can keep its own.
 //! `INRUN_BENCH_HOST_ENV` (`NAME=value` pairs, comma separated) adds to the environment of
-//! `inrun run` only, e.g. a heap profiler's `LD_PRELOAD`.
+//! `inrun run` only, e.g. a heap profiler's `LD_PRELOAD`. `INRUN_BENCH_RUNS` (default 1)
+//! runs every mode that many times, the order reversed every other round; each row is then
+//! the run with the median time to Ready, and its last column lists every run's time.
 
 mod common;
 
@@ -105,6 +107,8 @@ struct Settings {
     resync: Option<(String, Duration)>,
     /// The idle window after Ready.
     idle: Duration,
+    /// Runs of every mode at every N.
+    runs: usize,
 }
 
 impl Settings {
@@ -140,11 +144,16 @@ impl Settings {
                 .parse()
                 .context("INRUN_BENCH_IDLE: whole seconds")?,
         );
+        let runs = env_or("INRUN_BENCH_RUNS", "1")
+            .parse::<usize>()
+            .context("INRUN_BENCH_RUNS: a number")?;
+        ensure!(runs > 0, "INRUN_BENCH_RUNS: at least 1");
         Ok(Settings {
             counts,
             modes,
             resync,
             idle,
+            runs,
         })
     }
 
@@ -180,6 +189,7 @@ const SETTINGS: &[&str] = &[
     "INRUN_BENCH_MODES",
     "INRUN_BENCH_RESYNC",
     "INRUN_BENCH_IDLE",
+    "INRUN_BENCH_RUNS",
     "INRUN_BENCH_SECTION",
     "INRUN_BENCH_HOST_ENV",
 ];
@@ -313,8 +323,14 @@ async fn run_all(settings: &Settings) -> Result<(Vec<Row>, Cluster)> {
     let mut version = String::new();
     let mut rows = Vec::new();
     for &crs in &settings.counts {
-        for &mode in &settings.modes {
-            eprintln!("e2e: {} with {crs} CRs", mode.name());
+        for round in 0..settings.runs {
+            // Every other round in reverse, so no mode always runs first or last.
+            let mut order = settings.modes.clone();
+            if round % 2 == 1 {
+                order.reverse();
+            }
+            for mode in order {
+                eprintln!("e2e: {} with {crs} CRs (run {} of {})", mode.name(), round + 1, settings.runs);
             // A fresh API server and etcd for every run, so no run pays for the objects
             // an earlier one left in the store, and run order cannot favour a mode.
             let cp = ControlPlane::start().context("starting a control plane")?;
@@ -327,8 +343,9 @@ async fn run_all(settings: &Settings) -> Result<(Vec<Row>, Cluster)> {
             let row = run_mode(&cp, settings, mode, crs)
                 .await
                 .with_context(|| format!("{} with {crs} CRs", mode.name()))?;
-            eprintln!("e2e: {}", row_line(&row, None));
+            eprintln!("e2e: {}", row_line(&row, None, None));
             rows.push(row);
+            }
         }
     }
     Ok((rows, Cluster { version }))
@@ -968,7 +985,7 @@ fn report(settings: &Settings, cluster: &Cluster, rows: &[Row]) -> String {
     let mut out = format!(
         "## End to end: N CRs to Ready\n\n\
          `{command}` (`make bench` runs it with the defaults; `INRUN_BENCH_CRS=100,1000,10000` gives the scaling \
-         curve, `INRUN_BENCH_IDLE=60` a longer idle window), one run, against the test harness's kube-apiserver \
+         curve, `INRUN_BENCH_IDLE=60` a longer idle window), {runs}, against the test harness's kube-apiserver \
          {version} and etcd on 127.0.0.1. Machine: {machine}, shared by the API server, etcd, the controller and the bench. \
          Build profile: {profile}. N = {n}. Resync: {resync}. Quiet window: {window} s.\n\n\
          Each mode gets its own namespace and CRD group. N `Pair` CRs are created (16 at a time) before the controller \
@@ -992,8 +1009,8 @@ fn report(settings: &Settings, cluster: &Cluster, rows: &[Row]) -> String {
          Ready). **idle CPU**: the controller's CPU in that window, % of one core.\n\n\
          **Goals:** within 1.15× of baseline time for every kind at 1,000 CRs; ≤ 4 writes + 1 event per new CR; \
          0 writes for a no-op resync; 10,000 CRs × 2 children under 150 MiB RSS.\n\n\
-         | mode | CRs | to Ready | × baseline | writes / CR | reconciles / CR | CPU / 1k CRs | peak RSS | quiet window | idle CPU |\n\
-         |---|---|---|---|---|---|---|---|---|---|\n",
+         | mode | CRs | to Ready | × baseline | writes / CR | reconciles / CR | CPU / 1k CRs | peak RSS | quiet window | idle CPU |{runs_head}\n\
+         |---|---|---|---|---|---|---|---|---|---|{runs_rule}\n",
         command = Settings::command(),
         version = cluster.version,
         machine = machine(),
@@ -1004,14 +1021,34 @@ fn report(settings: &Settings, cluster: &Cluster, rows: &[Row]) -> String {
         },
         n = counts.join(", "),
         window = settings.window().as_secs(),
+        runs = if settings.runs == 1 {
+            "one run".to_owned()
+        } else {
+            format!(
+                "{} runs of every mode (the order reversed every other round; each row is the run with the median time \
+                 to Ready, its last column every run's time)",
+                settings.runs
+            )
+        },
+        runs_head = if settings.runs > 1 { " all runs |" } else { "" },
+        runs_rule = if settings.runs > 1 { "---|" } else { "" },
     );
-    for row in rows {
-        let baseline = rows
+    let medians = medians(settings, rows);
+    for (row, all) in &medians {
+        let baseline = medians
             .iter()
+            .map(|(b, _)| *b)
             .find(|b| b.mode == Mode::Baseline && b.crs == row.crs);
-        out.push_str(&row_line(row, baseline));
+        let all = (settings.runs > 1).then(|| {
+            all.iter()
+                .map(|r| ready_text(&r.ready))
+                .collect::<Vec<_>>()
+                .join(" · ")
+        });
+        out.push_str(&row_line(row, baseline, all.as_deref()));
         out.push('\n');
     }
+    let rows: Vec<&Row> = medians.iter().map(|(r, _)| *r).collect();
     out.push_str(
         "\nWrites per CR by resource and verb, spawn to Ready (then the quiet window):\n\n",
     );
@@ -1035,8 +1072,40 @@ fn report(settings: &Settings, cluster: &Cluster, rows: &[Row]) -> String {
     out
 }
 
-/// One table row; `baseline` is the baseline's row at the same N.
-fn row_line(row: &Row, baseline: Option<&Row>) -> String {
+/// For every N and mode, in the settings' order: the run with the median time to Ready,
+/// and every run in the order they ran.
+fn medians<'r>(settings: &Settings, rows: &'r [Row]) -> Vec<(&'r Row, Vec<&'r Row>)> {
+    let mut out = Vec::new();
+    for &crs in &settings.counts {
+        for &mode in &settings.modes {
+            let all: Vec<&Row> = rows
+                .iter()
+                .filter(|r| r.mode == mode && r.crs == crs)
+                .collect();
+            let mut sorted = all.clone();
+            sorted.sort_by_key(|r| match r.ready {
+                Readiness::Ready(d) => (0, d),
+                Readiness::TimedOut { after, .. } => (1, after),
+            });
+            if let Some(median) = sorted.get(sorted.len() / 2) {
+                out.push((*median, all));
+            }
+        }
+    }
+    out
+}
+
+fn ready_text(ready: &Readiness) -> String {
+    match ready {
+        Readiness::Ready(d) => format!("{:.2} s", d.as_secs_f64()),
+        Readiness::TimedOut { ready, after } => {
+            format!("> {:.0} s ({ready} Ready)", after.as_secs_f64())
+        }
+    }
+}
+
+/// One table row; `baseline` is the baseline's row at the same N; `all`, every run's time.
+fn row_line(row: &Row, baseline: Option<&Row>, all: Option<&str>) -> String {
     let n = row.crs as f64;
     let ready = match row.ready {
         Readiness::Ready(d) => format!("{:.2} s", d.as_secs_f64()),
@@ -1064,8 +1133,9 @@ fn row_line(row: &Row, baseline: Option<&Row>) -> String {
         ),
         None => ("—".to_owned(), "—".to_owned()),
     };
+    let all = all.map(|a| format!(" {a} |")).unwrap_or_default();
     format!(
-        "| {} | {} | {ready} | {ratio} | {:.2} | {:.2} | {:.2} s | {:.0} MiB | {quiet} | {idle} |",
+        "| {} | {} | {ready} | {ratio} | {:.2} | {:.2} | {:.2} s | {:.0} MiB | {quiet} | {idle} |{all}",
         row.mode.name(),
         row.crs,
         row.writes.total() / n,
