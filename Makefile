@@ -52,7 +52,7 @@ bench: plugins controlplane
 	$(CARGO) bench -p inrun --bench wasm
 	$(CARGO) bench -p inrun --bench languages
 	INRUN_CONTROLPLANE_BIN="$$(tests/controlplane/build.sh)" $(CARGO) bench -p inrun --bench tenancy
-	INRUN_CONTROLPLANE_BIN="$$(tests/controlplane/build.sh)" $(CARGO) bench -p inrun --bench e2e
+	INRUN_CONTROLPLANE_BIN="$$(tests/controlplane/build.sh)" INRUN_BENCH_RUNS=3 $(CARGO) bench -p inrun --bench e2e
 
 ## A local control plane, `inrun run` on an example Blueprint, and an example CR (EXAMPLE=declarative|hooks|constructor).
 run: plugins controlplane

@@ -984,7 +984,7 @@ fn report(settings: &Settings, cluster: &Cluster, rows: &[Row]) -> String {
         .map_or("off".to_owned(), |(text, _)| format!("every {text}"));
     let mut out = format!(
         "## End to end: N CRs to Ready\n\n\
-         `{command}` (`make bench` runs it with the defaults; `INRUN_BENCH_CRS=100,1000,10000` gives the scaling \
+         `{command}` (`make bench` runs it with `INRUN_BENCH_RUNS=3` and the defaults otherwise; `INRUN_BENCH_CRS=100,1000,10000` gives the scaling \
          curve, `INRUN_BENCH_IDLE=60` a longer idle window), {runs}, against the test harness's kube-apiserver \
          {version} and etcd on 127.0.0.1. Machine: {machine}, shared by the API server, etcd, the controller and the bench. \
          Build profile: {profile}. N = {n}. Resync: {resync}. Quiet window: {window} s.\n\n\
