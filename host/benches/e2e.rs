@@ -330,21 +330,26 @@ async fn run_all(settings: &Settings) -> Result<(Vec<Row>, Cluster)> {
                 order.reverse();
             }
             for mode in order {
-                eprintln!("e2e: {} with {crs} CRs (run {} of {})", mode.name(), round + 1, settings.runs);
-            // A fresh API server and etcd for every run, so no run pays for the objects
-            // an earlier one left in the store, and run order cannot favour a mode.
-            let cp = ControlPlane::start().context("starting a control plane")?;
-            version = cp
-                .client()
-                .apiserver_version()
-                .await
-                .context("reading the API server's version")?
-                .git_version;
-            let row = run_mode(&cp, settings, mode, crs)
-                .await
-                .with_context(|| format!("{} with {crs} CRs", mode.name()))?;
-            eprintln!("e2e: {}", row_line(&row, None, None));
-            rows.push(row);
+                eprintln!(
+                    "e2e: {} with {crs} CRs (run {} of {})",
+                    mode.name(),
+                    round + 1,
+                    settings.runs
+                );
+                // A fresh API server and etcd for every run, so no run pays for the objects
+                // an earlier one left in the store, and run order cannot favour a mode.
+                let cp = ControlPlane::start().context("starting a control plane")?;
+                version = cp
+                    .client()
+                    .apiserver_version()
+                    .await
+                    .context("reading the API server's version")?
+                    .git_version;
+                let row = run_mode(&cp, settings, mode, crs)
+                    .await
+                    .with_context(|| format!("{} with {crs} CRs", mode.name()))?;
+                eprintln!("e2e: {}", row_line(&row, None, None));
+                rows.push(row);
             }
         }
     }

@@ -96,6 +96,7 @@ fn options(reload: Duration) -> FleetOptions {
         install_crds: true,
         resource_capabilities: false,
         tenant_egress: None,
+        default_tenant_service_account: None,
     }
 }
 

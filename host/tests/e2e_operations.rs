@@ -178,6 +178,7 @@ async fn the_host_runs_on_exactly_the_generated_rbac_and_refuses_a_blueprint_nee
         service_account: "inrun".into(),
         install_crds: false,
         blueprint_resources: false,
+        impersonate: Vec::new(),
     };
     // The operator's steps: CRDs and RBAC from `inrun generate`, applied by an admin.
     apply_all(&inrun::generate::crds(&blueprint)).await;
@@ -772,7 +773,7 @@ async fn the_deploy_manifests_apply_and_their_generated_rbac_is_enough() -> Test
         .and_then(|s| s.token)
         .expect("a token");
     let sa = cp.client_with_token(&token);
-    inrun::runtime::access::check(&sa, &rbac::required(&blueprint, &options)).await?;
+    inrun::runtime::access::check(&sa, None, &rbac::required(&blueprint, &options)).await?;
     // And nothing more: it cannot read Secrets, which this Blueprint does not need.
     let secrets = rbac::Permission {
         group: String::new(),
@@ -783,7 +784,7 @@ async fn the_deploy_manifests_apply_and_their_generated_rbac_is_enough() -> Test
         why: "test".into(),
     };
     assert!(
-        inrun::runtime::access::check(&sa, &[secrets])
+        inrun::runtime::access::check(&sa, None, &[secrets])
             .await
             .is_err()
     );

@@ -418,3 +418,258 @@ async fn a_blueprint_resource_calls_out_only_where_the_egress_list_allows() {
     delete_blueprints(&[&by_name]).await;
     host.stop().await;
 }
+
+/// A Blueprint resource acting as `sa` (omitted: the host's default) with three kinds: a
+/// `Fenced` CR writes a ConfigMap into the namespace its `spec.target` names, a `Grabby`
+/// CR a Secret into `kube-system`, a `Climber` CR a ClusterRole. Its `managedResources`
+/// allow all three anywhere: only RBAC can stop them.
+fn identity_tenant(group: &str, sa: Option<&inrun::blueprint::ServiceAccountRef>) -> String {
+    let identity = sa.map_or(String::new(), |sa| {
+        format!(
+            "  serviceAccount: {{ namespace: {}, name: {} }}\n",
+            sa.namespace, sa.name
+        )
+    });
+    let kind = |kind: &str, object: &str, managed: &str| {
+        format!(
+            "    - group: {group}\n      version: v1alpha1\n      kind: {kind}\n      reconcile:\n        onReconcile:\n          - {object}\n        managedResources: [ {managed} ]\n"
+        )
+    };
+    format!(
+        "apiVersion: inrun.dev/v1alpha1\nkind: Blueprint\nmetadata: {{ name: x }}\nspec:\n{identity}  crds:\n{}{}{}",
+        kind(
+            "Fenced",
+            "{ apiVersion: v1, kind: ConfigMap, metadata: { name: '{{ .metadata.name }}-cm', namespace: '{{ .spec.target }}' }, data: { from: '{{ .metadata.namespace }}' } }",
+            "{ apiVersion: v1, kind: ConfigMap, namespaces: ['*'] }",
+        ),
+        kind(
+            "Grabby",
+            "{ apiVersion: v1, kind: Secret, metadata: { name: '{{ .metadata.name }}-grab', namespace: kube-system }, stringData: { k: v } }",
+            "{ apiVersion: v1, kind: Secret, namespaces: ['*'] }",
+        ),
+        kind(
+            "Climber",
+            "{ apiVersion: rbac.authorization.k8s.io/v1, kind: ClusterRole, metadata: { name: '{{ .metadata.name }}-{{ .metadata.namespace }}' }, rules: [] }",
+            "{ apiVersion: rbac.authorization.k8s.io/v1, kind: ClusterRole, clusterScoped: true }",
+        ),
+    )
+}
+
+fn target_cr(group: &str, kind: &str, name: &str, target: &str) -> String {
+    format!(
+        "apiVersion: {group}/v1alpha1\nkind: {kind}\nmetadata: {{ name: {name} }}\nspec: {{ target: {target} }}\n"
+    )
+}
+
+/// Applies `docs` as the admin (server-side apply).
+async fn apply_docs(docs: &[serde_json::Value]) {
+    for doc in docs {
+        let api_version = doc["apiVersion"].as_str().expect("apiVersion");
+        let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+        let kind = doc["kind"].as_str().expect("kind");
+        let ar = ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk(group, version, kind));
+        let name = doc["metadata"]["name"].as_str().expect("name");
+        let api: Api<DynamicObject> = match doc["metadata"]["namespace"].as_str() {
+            Some(ns) => Api::namespaced_with(client(), ns, &ar),
+            None => Api::all_with(client(), &ar),
+        };
+        api.patch(
+            name,
+            &PatchParams::apply("e2e-test").force(),
+            &Patch::Apply(doc),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("apply {kind} {name}: {e}"));
+    }
+}
+
+/// The CR's `Ready` condition once it is False: (reason, message).
+async fn refused(ar: &ApiResource, namespace: &str, name: &str) -> (String, String) {
+    eventually(&format!("{name} to be Ready=False"), || async {
+        let obj = get(ar, Some(namespace), name).await?;
+        let (status, reason, message) = ready(&obj)?;
+        (status == "False").then_some((reason, message))
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blueprint_resource_acts_as_its_service_account_and_rbac_fences_what_it_writes() {
+    let _alone = RESOURCE_TENANTS.lock().await;
+    let cp = inrun_testenv::ControlPlane::shared();
+    let team_a = cp.namespace("team-a").await.expect("namespace");
+    let team_b = cp.namespace("team-b").await.expect("namespace");
+    let sa = inrun::blueprint::ServiceAccountRef {
+        namespace: team_a.clone(),
+        name: "tenant".into(),
+    };
+    let group = unique_group("identity");
+    let text = identity_tenant(&group, Some(&sa));
+    // The operator's RBAC for the tenant: what `inrun generate rbac --tenant` prints for
+    // team-a, except writing ClusterRoles (it may still read them: its watch does).
+    let blueprint = inrun::blueprint::from_str(&text, "tenant.yaml").expect("blueprint");
+    let rbac_name = format!("tenant-{}", group.split('.').next().unwrap_or("t"));
+    let mut docs = inrun::generate::rbac::tenant_manifests(
+        &blueprint,
+        &sa,
+        std::slice::from_ref(&team_a),
+        &inrun::generate::rbac::RbacOptions {
+            name: rbac_name.clone(),
+            install_crds: true,
+            ..Default::default()
+        },
+    );
+    let cluster_role = docs
+        .iter_mut()
+        .find(|d| d["kind"] == "ClusterRole")
+        .expect("a ClusterRole");
+    let rule = cluster_role["rules"]
+        .as_array_mut()
+        .expect("rules")
+        .iter_mut()
+        .find(|r| r["resources"] == serde_json::json!(["clusterroles"]))
+        .expect("a rule on ClusterRoles");
+    assert!(rule["verbs"].to_string().contains("create"), "{rule}");
+    rule["verbs"] = serde_json::json!(["get", "list", "watch"]);
+    apply_docs(&docs).await;
+
+    let host = FleetHost::start(FleetOptions {
+        resources: true,
+        ..FleetHost::options()
+    })
+    .await;
+    let tag = |t: &str| format!("{rbac_name}-{t}");
+    let (fenced_bp, default_bp, nobody_bp) = (tag("sa"), tag("default"), tag("nobody"));
+    apply_blueprint(&fenced_bp, &text).await;
+    let (status, reason, message) =
+        eventually("the tenant to be accepted", || accepted(&fenced_bp)).await;
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("True", "Serving"),
+        "{message}"
+    );
+
+    // In its own namespace it reconciles, as the ServiceAccount.
+    let fenced = resource(&group, "Fenced");
+    apply_cr(
+        &fenced,
+        &team_a,
+        &target_cr(&group, "Fenced", "home", &team_a),
+    )
+    .await;
+    let cm = eventually("home's ConfigMap", || {
+        get(configmaps(), Some(&team_a), "home-cm")
+    })
+    .await;
+    assert_eq!(cm.data["data"]["from"], team_a.as_str());
+    let managers: Vec<_> = cm
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter_map(|m| m.manager.clone())
+        .collect();
+    assert!(!managers.is_empty(), "{managers:?}");
+
+    // Into team-b, kube-system or the cluster scope: Forbidden, nothing written.
+    apply_cr(
+        &fenced,
+        &team_a,
+        &target_cr(&group, "Fenced", "away", &team_b),
+    )
+    .await;
+    let (reason, message) = refused(&fenced, &team_a, "away").await;
+    assert_eq!(reason, "Forbidden", "{message}");
+    assert!(
+        message.contains(&sa.username()),
+        "names the identity: {message}"
+    );
+    let grabby = resource(&group, "Grabby");
+    apply_cr(&grabby, &team_a, &target_cr(&group, "Grabby", "grab", "x")).await;
+    let (reason, message) = refused(&grabby, &team_a, "grab").await;
+    assert_eq!(reason, "Forbidden", "{message}");
+    let climber = resource(&group, "Climber");
+    apply_cr(
+        &climber,
+        &team_a,
+        &target_cr(&group, "Climber", "climb", "x"),
+    )
+    .await;
+    let (reason, message) = refused(&climber, &team_a, "climb").await;
+    assert_eq!(reason, "Forbidden", "{message}");
+    assert!(get(configmaps(), Some(&team_b), "away-cm").await.is_none());
+    let secrets = ApiResource::erase::<k8s_openapi::api::core::v1::Secret>(&());
+    assert!(
+        get(&secrets, Some("kube-system"), "grab-grab")
+            .await
+            .is_none()
+    );
+    let roles = ApiResource::erase::<k8s_openapi::api::rbac::v1::ClusterRole>(&());
+    assert!(
+        get(&roles, None, &format!("climb-{team_a}"))
+            .await
+            .is_none()
+    );
+
+    // Another tenant, on the host's default identity (bound to cluster-admin here), is
+    // unaffected and may write where this one may not.
+    let other = unique_group("identity-default");
+    apply_blueprint(&default_bp, &identity_tenant(&other, None)).await;
+    let (status, _, message) =
+        eventually("the default-identity tenant", || accepted(&default_bp)).await;
+    assert_eq!(status, "True", "{message}");
+    let other_fenced = resource(&other, "Fenced");
+    apply_cr(
+        &other_fenced,
+        &team_a,
+        &target_cr(&other, "Fenced", "wide", &team_b),
+    )
+    .await;
+    eventually("wide's ConfigMap in team-b", || {
+        get(configmaps(), Some(&team_b), "wide-cm")
+    })
+    .await;
+    let obj = get(&fenced, Some(&team_a), "home").await.expect("home");
+    assert_eq!(ready(&obj).expect("Ready").0, "True");
+
+    // A ServiceAccount without the reads its watches need: refused before it starts,
+    // naming the identity and what it lacks.
+    let nobody = inrun::blueprint::ServiceAccountRef {
+        namespace: team_a.clone(),
+        name: "nobody".into(),
+    };
+    apply_blueprint(
+        &nobody_bp,
+        &identity_tenant(&unique_group("identity-nobody"), Some(&nobody)),
+    )
+    .await;
+    let (status, reason, message) =
+        eventually("the powerless tenant's verdict", || accepted(&nobody_bp)).await;
+    assert_eq!((status.as_str(), reason.as_str()), ("False", "StartFailed"));
+    assert!(
+        message.contains(&format!("ServiceAccount {nobody}")) && message.contains("list"),
+        "{message}"
+    );
+    delete_blueprints(&[&fenced_bp, &default_bp, &nobody_bp]).await;
+    host.stop().await;
+
+    // Without a default identity, a Blueprint resource that names none is refused.
+    let host = FleetHost::start(FleetOptions {
+        resources: true,
+        default_tenant_service_account: None,
+        ..FleetHost::options()
+    })
+    .await;
+    let anonymous = tag("anonymous");
+    apply_blueprint(
+        &anonymous,
+        &identity_tenant(&unique_group("identity-none"), None),
+    )
+    .await;
+    let (status, reason, message) =
+        eventually("the anonymous tenant's verdict", || accepted(&anonymous)).await;
+    assert_eq!((status.as_str(), reason.as_str()), ("False", "NoIdentity"));
+    assert!(message.contains("spec.serviceAccount"), "{message}");
+    delete_blueprints(&[&anonymous]).await;
+    host.stop().await;
+}

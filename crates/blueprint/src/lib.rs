@@ -40,7 +40,7 @@ pub use external::{
     RedisCall,
 };
 pub use load::{from_str, load, load_all};
-pub use model::{API_VERSION, Blueprint, BlueprintSpec, KIND, Metadata};
+pub use model::{API_VERSION, Blueprint, BlueprintSpec, KIND, Metadata, ServiceAccountRef};
 pub use plugins::{PluginRef, PluginRole};
 pub use quantity::{Quantity, QuantityError};
 pub use reconcile::{

@@ -113,6 +113,18 @@ fn merge(docs: Vec<Document>, problems: &mut Vec<Problem>) -> Option<Blueprint> 
                 }
             }
         }
+        if let Some(sa) = doc.blueprint.spec.service_account {
+            if merged.spec.service_account.is_some() {
+                problems.push(Problem::new(
+                    &doc.blueprint.source,
+                    None,
+                    "spec.serviceAccount",
+                    "the identity is already given in an earlier document; only one document may set spec.serviceAccount",
+                ));
+            } else {
+                merged.spec.service_account = Some(sa);
+            }
+        }
         merged.spec.crds.extend(doc.blueprint.spec.crds);
     }
     Some(merged)
@@ -249,6 +261,40 @@ mod tests {
         assert_eq!(all[0].spec.runtime.workers, 3);
         assert_eq!(all[1].spec.runtime.workers, 2);
         assert_eq!(all[2].spec.crds[0].kind, "Worker");
+    }
+
+    #[test]
+    fn a_service_account_is_checked_and_set_by_one_document_only() {
+        let text = format!(
+            "{HEADER}spec:\n  serviceAccount: {{ namespace: team-a, name: tenant }}\n---\n{HEADER}spec:\n  serviceAccount: {{ namespace: team-b, name: other }}\n"
+        );
+        let err = from_str(&text, "blueprints/web.yaml").expect_err("two identities");
+        assert!(
+            err.to_string()
+                .contains("spec.serviceAccount: the identity is already given"),
+            "{err}"
+        );
+        let one = from_str(
+            &format!("{HEADER}spec:\n  serviceAccount: {{ namespace: team-a, name: tenant }}\n"),
+            "web.yaml",
+        )
+        .expect("one identity");
+        let sa = one.spec.service_account.expect("set");
+        assert_eq!(sa.username(), "system:serviceaccount:team-a:tenant");
+        let bad = from_str(
+            &format!("{HEADER}spec:\n  serviceAccount: {{ namespace: Team_A, name: tenant }}\n"),
+            "web.yaml",
+        )
+        .expect_err("a bad namespace");
+        assert!(
+            bad.to_string().contains(
+                "web.yaml: spec.serviceAccount: namespace \"Team_A\" must be a lowercase DNS label"
+            ),
+            "{bad}"
+        );
+        assert!(crate::ServiceAccountRef::parse("team-a/tenant").is_ok());
+        assert!(crate::ServiceAccountRef::parse("tenant").is_err());
+        assert!(crate::ServiceAccountRef::parse("team-a/").is_err());
     }
 
     #[test]

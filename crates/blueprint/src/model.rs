@@ -68,4 +68,68 @@ pub struct BlueprintSpec {
     /// The custom resource types, in document order (file order when merged).
     #[serde(default)]
     pub crds: Vec<CrdSpec>,
+    /// The Kubernetes identity the host acts as for this Blueprint (by impersonation):
+    /// every watch, apply, prune, status write, event and Secret read on its behalf.
+    /// `None`: the host's own identity for a file Blueprint (the operator wrote it); a
+    /// Blueprint resource then needs the host's `--default-tenant-service-account`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_account: Option<ServiceAccountRef>,
+}
+
+/// A ServiceAccount by namespace and name.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ServiceAccountRef {
+    /// Its namespace.
+    pub namespace: String,
+    /// Its name.
+    pub name: String,
+}
+
+impl ServiceAccountRef {
+    /// The user name the API server gives it: `system:serviceaccount:<namespace>:<name>`.
+    pub fn username(&self) -> String {
+        format!("system:serviceaccount:{}:{}", self.namespace, self.name)
+    }
+
+    /// Parses `namespace/name` (the form flags take).
+    ///
+    /// # Errors
+    /// A message saying what is wrong.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let (namespace, name) = text
+            .split_once('/')
+            .ok_or_else(|| format!("{text:?}: expected namespace/name"))?;
+        let sa = ServiceAccountRef {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+        };
+        match sa.problem() {
+            Some(why) => Err(format!("{text:?}: {why}")),
+            None => Ok(sa),
+        }
+    }
+
+    /// What is wrong with the names, if anything.
+    pub fn problem(&self) -> Option<String> {
+        if !crate::validate::names::is_dns_label(&self.namespace) {
+            return Some(format!(
+                "namespace {:?} must be a lowercase DNS label",
+                self.namespace
+            ));
+        }
+        if !crate::validate::names::is_dns_subdomain(&self.name) {
+            return Some(format!(
+                "name {:?} must be a lowercase DNS subdomain",
+                self.name
+            ));
+        }
+        None
+    }
+}
+
+impl std::fmt::Display for ServiceAccountRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
 }

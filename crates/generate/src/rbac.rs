@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
 
-use inrun_blueprint::{Blueprint, CrdSpec, ReadKind, ReconcileSpec};
+use inrun_blueprint::{Blueprint, CrdSpec, ReadKind, ReconcileSpec, Scope, ServiceAccountRef};
 
 /// Verbs on the CRs themselves: watch them, patch metadata, delete after `cleanup`.
 const CR_VERBS: &[&str] = &["get", "list", "watch", "patch", "update", "delete"];
@@ -48,6 +48,9 @@ pub struct RbacOptions {
     pub install_crds: bool,
     /// Whether the host serves `Blueprint` resources (`--blueprint-resources`).
     pub blueprint_resources: bool,
+    /// ServiceAccounts the host acts as for tenants (besides the Blueprint's own
+    /// `spec.serviceAccount`): it may impersonate each, and nothing else.
+    pub impersonate: Vec<ServiceAccountRef>,
 }
 
 impl Default for RbacOptions {
@@ -58,6 +61,7 @@ impl Default for RbacOptions {
             service_account: "inrun".into(),
             install_crds: false,
             blueprint_resources: false,
+            impersonate: Vec::new(),
         }
     }
 }
@@ -255,6 +259,25 @@ pub fn required(blueprint: &Blueprint, options: &RbacOptions) -> Vec<Permission>
         p.namespace = Some(namespace);
         perms.push(p);
     }
+    let mut impersonated: Vec<&ServiceAccountRef> = blueprint
+        .spec
+        .service_account
+        .iter()
+        .chain(&options.impersonate)
+        .collect();
+    impersonated.sort();
+    impersonated.dedup();
+    for sa in impersonated {
+        let mut p = perm(
+            "",
+            "serviceaccounts",
+            &["impersonate"],
+            format!("acting as the tenant's ServiceAccount {sa}"),
+        );
+        p.names = vec![sa.name.clone()];
+        p.namespace = Some(sa.namespace.clone());
+        perms.push(p);
+    }
     if options.blueprint_resources {
         perms.push(perm(
             "inrun.dev",
@@ -280,6 +303,141 @@ pub fn required(blueprint: &Blueprint, options: &RbacOptions) -> Vec<Permission>
         );
         p.names = vec![inrun_blueprint::BLUEPRINT_CRD.to_string()];
         perms.push(p);
+    }
+    merge(perms)
+}
+
+/// Verbs on a tenant's own CRs beyond reading them.
+const CR_WRITE_VERBS: &[&str] = &["patch", "update", "delete"];
+/// Verbs on a tenant's children beyond reading them.
+const CHILD_WRITE_VERBS: &[&str] = &["create", "patch", "update", "delete"];
+
+/// What a tenant's ServiceAccount needs to run `blueprint` when the host acts as it, its
+/// writes confined to `namespaces`: reading its CRs, their children's kinds and the kinds
+/// granted to plugins cluster-wide (the host's watches are), writing CRs, children,
+/// events and reading Secrets only in `namespaces` (cluster-scoped CRs and kinds marked
+/// `clusterScoped` cluster-wide). With no namespaces, what the host checks before a
+/// tenant's controllers start: everything cluster-wide, nothing else.
+///
+/// # Guarantees
+/// No Secret is readable cluster-wide; no write reaches a namespace not listed unless the
+/// Blueprint declares the kind cluster-scoped.
+pub fn tenant_required(
+    blueprint: &Blueprint,
+    namespaces: &[String],
+    options: &RbacOptions,
+) -> Vec<Permission> {
+    let mut perms = Vec::new();
+    let scoped = |perms: &mut Vec<Permission>, p: Permission, cluster: bool| {
+        if cluster {
+            perms.push(p);
+        } else {
+            for ns in namespaces {
+                let mut p = p.clone();
+                p.namespace = Some(ns.clone());
+                perms.push(p);
+            }
+        }
+    };
+    let mut secrets = false;
+    let mut crd_names = Vec::new();
+    for crd in &blueprint.spec.crds {
+        let cr_plural = crd.plural();
+        let what = format!("{} CRs", crd.kind);
+        let cluster_crs = crd.scope == Scope::Cluster;
+        perms.push(perm(&crd.group, &cr_plural, READ_VERBS, what.clone()));
+        scoped(
+            &mut perms,
+            perm(&crd.group, &cr_plural, CR_WRITE_VERBS, what.clone()),
+            cluster_crs,
+        );
+        scoped(
+            &mut perms,
+            perm(
+                &crd.group,
+                &format!("{cr_plural}/status"),
+                &["get", "patch", "update"],
+                format!("{what}: status"),
+            ),
+            cluster_crs,
+        );
+        scoped(
+            &mut perms,
+            perm(
+                &crd.group,
+                &format!("{cr_plural}/finalizers"),
+                &["update"],
+                format!("{what}: finalizers and owner references"),
+            ),
+            cluster_crs,
+        );
+        crd_names.push(crd.crd_name());
+        for block in blocks(crd) {
+            secrets |= reads_secrets(block);
+            for m in &block.managed_resources {
+                let (group, resource) = resource_of(blueprint, &m.api_version, &m.kind);
+                let why = format!("{} children of {} CRs", m.kind, crd.kind);
+                perms.push(perm(group, &resource, READ_VERBS, why.clone()));
+                scoped(
+                    &mut perms,
+                    perm(group, &resource, CHILD_WRITE_VERBS, why),
+                    m.cluster_scoped,
+                );
+            }
+            for read in plugin_reads(block) {
+                let (group, resource) = resource_of(blueprint, &read.api_version, &read.kind);
+                perms.push(perm(
+                    group,
+                    &resource,
+                    READ_VERBS,
+                    format!("{} reads granted to plugins of {} CRs", read.kind, crd.kind),
+                ));
+            }
+        }
+    }
+    scoped(
+        &mut perms,
+        perm(
+            "events.k8s.io",
+            "events",
+            &["create", "patch"],
+            "events on CRs".into(),
+        ),
+        false,
+    );
+    if secrets {
+        scoped(
+            &mut perms,
+            perm(
+                "",
+                "secrets",
+                &["get"],
+                "Secrets named by remote auth, external inputs or pull secrets".into(),
+            ),
+            false,
+        );
+    }
+    if !crd_names.is_empty() {
+        let mut p = perm(
+            "apiextensions.k8s.io",
+            "customresourcedefinitions",
+            if options.install_crds {
+                &["get", "patch"]
+            } else {
+                &["get"]
+            },
+            "the Blueprint's CRDs".into(),
+        );
+        p.names = crd_names;
+        perms.push(p);
+        if options.install_crds {
+            perms.push(perm(
+                "apiextensions.k8s.io",
+                "customresourcedefinitions",
+                &["create"],
+                "installing the Blueprint's CRDs".into(),
+            ));
+        }
     }
     merge(perms)
 }
@@ -332,42 +490,71 @@ fn rules<'a>(perms: impl Iterator<Item = &'a Permission>) -> Vec<Value> {
 /// Role and RoleBinding for the Lease in its namespace.
 pub fn manifests(blueprint: &Blueprint, options: &RbacOptions) -> Vec<Value> {
     let perms = required(blueprint, options);
-    let labels =
-        json!({"app.kubernetes.io/name": "inrun", "app.kubernetes.io/managed-by": "inrun"});
     let subject = json!([{
         "kind": "ServiceAccount",
         "name": options.service_account,
         "namespace": options.namespace,
     }]);
+    documents(&perms, &options.name, &subject)
+}
+
+/// The manifests a tenant's ServiceAccount `sa` needs ([`tenant_required`]): a
+/// ClusterRole and binding for what is cluster-wide, a Role and binding in each of
+/// `namespaces` (the ServiceAccount's own when empty) for its writes there.
+pub fn tenant_manifests(
+    blueprint: &Blueprint,
+    sa: &ServiceAccountRef,
+    namespaces: &[String],
+    options: &RbacOptions,
+) -> Vec<Value> {
+    let namespaces = if namespaces.is_empty() {
+        vec![sa.namespace.clone()]
+    } else {
+        namespaces.to_vec()
+    };
+    let perms = tenant_required(blueprint, &namespaces, options);
+    let subject = json!([{
+        "kind": "ServiceAccount",
+        "name": sa.name,
+        "namespace": sa.namespace,
+    }]);
+    documents(&perms, &options.name, &subject)
+}
+
+/// ClusterRole and binding for the cluster-wide `perms`, Role and binding per namespace
+/// for the rest, all named `name` and bound to `subject`.
+fn documents(perms: &[Permission], name: &str, subject: &Value) -> Vec<Value> {
+    let labels =
+        json!({"app.kubernetes.io/name": "inrun", "app.kubernetes.io/managed-by": "inrun"});
     let mut docs = vec![
         json!({
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "ClusterRole",
-            "metadata": {"name": options.name, "labels": labels},
+            "metadata": {"name": name, "labels": labels},
             "rules": rules(perms.iter().filter(|p| p.namespace.is_none())),
         }),
         json!({
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "ClusterRoleBinding",
-            "metadata": {"name": options.name, "labels": labels},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": options.name},
+            "metadata": {"name": name, "labels": labels},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
             "subjects": subject,
         }),
     ];
-    let mut namespaces: Vec<&String> = perms.iter().filter_map(|p| p.namespace.as_ref()).collect();
-    namespaces.dedup();
+    let namespaces: std::collections::BTreeSet<&String> =
+        perms.iter().filter_map(|p| p.namespace.as_ref()).collect();
     for ns in namespaces {
         docs.push(json!({
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "Role",
-            "metadata": {"name": options.name, "namespace": ns, "labels": labels},
+            "metadata": {"name": name, "namespace": ns, "labels": labels},
             "rules": rules(perms.iter().filter(|p| p.namespace.as_ref() == Some(ns))),
         }));
         docs.push(json!({
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "RoleBinding",
-            "metadata": {"name": options.name, "namespace": ns, "labels": labels},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": options.name},
+            "metadata": {"name": name, "namespace": ns, "labels": labels},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
             "subjects": subject,
         }));
     }
@@ -400,6 +587,128 @@ spec:
 {extra}"#
         );
         inrun_blueprint::from_str(&text, "t.yaml").expect("blueprint")
+    }
+
+    fn tenant_blueprint() -> Blueprint {
+        inrun_blueprint::from_str(
+            r#"apiVersion: inrun.dev/v1alpha1
+kind: Blueprint
+metadata: {name: t}
+spec:
+  serviceAccount: {namespace: team-a, name: tenant}
+  crds:
+    - group: apps.example.dev
+      version: v1alpha1
+      kind: WebApp
+      reconcile:
+        default: false
+        remote:
+          endpoint: https://reconciler.example.com/r
+          auth: {secretRef: {name: token, key: token}}
+        managedResources:
+          - {apiVersion: v1, kind: ConfigMap}
+          - {apiVersion: v1, kind: Namespace, clusterScoped: true}
+"#,
+            "t.yaml",
+        )
+        .expect("blueprint")
+    }
+
+    #[test]
+    fn a_tenant_reads_cluster_wide_but_writes_and_reads_secrets_only_in_its_namespaces() {
+        let bp = tenant_blueprint();
+        let ns = ["team-a".to_string(), "team-b".to_string()];
+        let perms = tenant_required(&bp, &ns, &RbacOptions::default());
+        for p in perms.iter().filter(|p| p.namespace.is_none()) {
+            let writes: Vec<_> = p
+                .verbs
+                .iter()
+                .filter(|v| !READ_VERBS.contains(&v.as_str()))
+                .collect();
+            assert!(
+                writes.is_empty() || p.resource == "namespaces",
+                "cluster-wide writes on {}: {writes:?}",
+                p.resource
+            );
+            assert_ne!(p.resource, "secrets", "Secrets readable cluster-wide");
+        }
+        for namespace in &ns {
+            let configmaps = perms
+                .iter()
+                .find(|p| p.resource == "configmaps" && p.namespace.as_ref() == Some(namespace))
+                .expect("configmap writes in each namespace");
+            assert!(configmaps.verbs.contains(&"patch".to_string()));
+            assert!(perms.iter().any(|p| p.resource == "secrets"
+                && p.verbs == ["get"]
+                && p.namespace.as_ref() == Some(namespace)));
+        }
+        let namespaces = perms
+            .iter()
+            .find(|p| p.resource == "namespaces" && p.namespace.is_none())
+            .expect("a clusterScoped kind is written cluster-wide");
+        assert!(namespaces.verbs.contains(&"create".to_string()));
+        // Without namespaces: only what the host checks before the tenant starts.
+        let checked = tenant_required(&bp, &[], &RbacOptions::default());
+        assert!(checked.iter().all(|p| p.namespace.is_none()));
+        assert!(
+            !checked
+                .iter()
+                .any(|p| p.resource == "configmaps" && p.verbs.contains(&"patch".to_string()))
+        );
+    }
+
+    #[test]
+    fn the_host_may_impersonate_the_tenant_service_accounts_and_no_other() {
+        let perms = required(
+            &tenant_blueprint(),
+            &RbacOptions {
+                impersonate: vec![ServiceAccountRef {
+                    namespace: "team-b".into(),
+                    name: "other".into(),
+                }],
+                ..RbacOptions::default()
+            },
+        );
+        let mut granted: Vec<_> = perms
+            .iter()
+            .filter(|p| p.verbs.contains(&"impersonate".to_string()))
+            .map(|p| (p.resource.as_str(), p.namespace.clone(), p.names.clone()))
+            .collect();
+        granted.sort();
+        assert_eq!(
+            granted,
+            [
+                (
+                    "serviceaccounts",
+                    Some("team-a".into()),
+                    vec!["tenant".to_string()]
+                ),
+                (
+                    "serviceaccounts",
+                    Some("team-b".into()),
+                    vec!["other".to_string()]
+                ),
+            ]
+        );
+        let docs = tenant_manifests(
+            &tenant_blueprint(),
+            &ServiceAccountRef {
+                namespace: "team-a".into(),
+                name: "tenant".into(),
+            },
+            &[],
+            &RbacOptions::default(),
+        );
+        let kinds: Vec<_> = docs
+            .iter()
+            .map(|d| d["kind"].as_str().unwrap_or(""))
+            .collect();
+        assert_eq!(
+            kinds,
+            ["ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"]
+        );
+        assert_eq!(docs[2]["metadata"]["namespace"], "team-a");
+        assert_eq!(docs[3]["subjects"][0]["name"], "tenant");
     }
 
     #[test]

@@ -15,24 +15,58 @@ use inrun_generate::rbac::Permission;
 pub enum AccessError {
     /// The identity lacks permissions; each line names the verb, resource and reason.
     #[error(
-        "the host's identity lacks permissions this Blueprint needs (apply `inrun generate rbac` for it):\n{}",
+        "{who} lacks permissions this Blueprint needs (apply `{hint}` for it):\n{}",
         .missing.join("\n")
     )]
     Missing {
+        /// Whose permissions: the host's identity, or the tenant's ServiceAccount.
+        who: String,
+        /// The command that prints the RBAC to apply.
+        hint: &'static str,
         /// One line per missing verb.
         missing: Vec<String>,
     },
-    /// The access review itself failed.
-    #[error("checking the host's permissions (SelfSubjectAccessReview)")]
-    Review(#[source] kube::Error),
+    /// The access review itself failed (for a tenant, also when the host may not
+    /// impersonate its ServiceAccount).
+    #[error("checking the permissions of {who} (SelfSubjectAccessReview){hint}")]
+    Review {
+        /// Whose permissions.
+        who: String,
+        /// What to look at.
+        hint: &'static str,
+        /// Why.
+        #[source]
+        source: kube::Error,
+    },
 }
 
-/// Checks every verb of every permission; lists all that are missing.
+/// Checks every verb of every permission as the identity `client` acts as (the host's,
+/// or a tenant's ServiceAccount when `tenant` names it); lists all that are missing.
 ///
 /// # Errors
 /// [`AccessError::Missing`] naming each missing permission, or [`AccessError::Review`].
-pub async fn check(client: &Client, perms: &[Permission]) -> Result<(), AccessError> {
+pub async fn check(
+    client: &Client,
+    tenant: Option<&inrun_blueprint::ServiceAccountRef>,
+    perms: &[Permission],
+) -> Result<(), AccessError> {
     let api: Api<SelfSubjectAccessReview> = Api::all(client.clone());
+    let (who, hint) = match tenant {
+        Some(sa) => (
+            format!("the tenant's identity, ServiceAccount {sa},"),
+            "inrun generate rbac --tenant",
+        ),
+        None => ("the host's identity".to_owned(), "inrun generate rbac"),
+    };
+    let review_failed = |source| AccessError::Review {
+        who: who.trim_end_matches(',').to_owned(),
+        hint: if tenant.is_some() {
+            "; the host must be allowed to impersonate it (`inrun generate rbac --impersonate`)"
+        } else {
+            ""
+        },
+        source,
+    };
     let mut missing = Vec::new();
     for p in perms {
         let (resource, subresource) = match p.resource.split_once('/') {
@@ -64,7 +98,7 @@ pub async fn check(client: &Client, perms: &[Permission]) -> Result<(), AccessEr
                 let answer = api
                     .create(&PostParams::default(), &review)
                     .await
-                    .map_err(AccessError::Review)?;
+                    .map_err(review_failed)?;
                 if !answer.status.is_some_and(|s| s.allowed) {
                     let group = if p.group.is_empty() { "core" } else { &p.group };
                     let scope = match &p.namespace {
@@ -83,6 +117,6 @@ pub async fn check(client: &Client, perms: &[Permission]) -> Result<(), AccessEr
     if missing.is_empty() {
         Ok(())
     } else {
-        Err(AccessError::Missing { missing })
+        Err(AccessError::Missing { who, hint, missing })
     }
 }

@@ -35,15 +35,28 @@ pub enum ConnectError {
 /// # Errors
 /// [`ConnectError`].
 pub async fn client(path: Option<&Path>) -> Result<Client, ConnectError> {
-    connect(path).await.map(|(client, _)| client)
+    connect(path).await.map(|c| c.client)
 }
 
-/// [`client`], and the addresses the API server is reached at (its URL's host resolved,
-/// and `$KUBERNETES_SERVICE_HOST` in a pod): what tenants' calls may not reach.
+/// A connection to the API server: the client, the configuration it was built from (for
+/// clients that act as tenants' ServiceAccounts), and the addresses the API server is
+/// reached at.
+#[derive(Clone)]
+pub struct Connection {
+    /// The host's client.
+    pub client: Client,
+    /// Its configuration.
+    pub config: Config,
+    /// The API server's addresses: what tenants' calls may not reach.
+    pub apiserver: Vec<std::net::IpAddr>,
+}
+
+/// [`client`], its configuration, and the addresses the API server is reached at (its
+/// URL's host resolved, and `$KUBERNETES_SERVICE_HOST` in a pod).
 ///
 /// # Errors
 /// [`ConnectError`].
-pub async fn connect(path: Option<&Path>) -> Result<(Client, Vec<std::net::IpAddr>), ConnectError> {
+pub async fn connect(path: Option<&Path>) -> Result<Connection, ConnectError> {
     let config = match path {
         Some(path) => {
             let kc = Kubeconfig::read_from(path).map_err(|source| ConnectError::Read {
@@ -75,8 +88,12 @@ pub async fn connect(path: Option<&Path>) -> Result<(Client, Vec<std::net::IpAdd
             }
         }
     }
-    let client = Client::try_from(config).map_err(ConnectError::Client)?;
-    Ok((client, addresses))
+    let client = Client::try_from(config.clone()).map_err(ConnectError::Client)?;
+    Ok(Connection {
+        client,
+        config,
+        apiserver: addresses,
+    })
 }
 
 /// Resolves on the first SIGINT or SIGTERM.

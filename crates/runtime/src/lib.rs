@@ -15,6 +15,7 @@ mod effects;
 mod events;
 pub mod fleet;
 pub mod health;
+pub mod identity;
 pub mod kinds;
 pub mod kubeconfig;
 pub mod leader;
@@ -101,6 +102,11 @@ pub struct Shared {
     pub instance: String,
     /// Where controllers record; its [`health::Health`] is what `/readyz` reads.
     pub metrics: Arc<crate::metrics::Metrics>,
+    /// How clients acting as a tenant's ServiceAccount are built; `None`: this host
+    /// cannot impersonate, and a Blueprint that names an identity is refused.
+    pub impersonation: Option<identity::Impersonation>,
+    /// Whom `client` acts as: `None` for the host's own identity.
+    pub identity: Option<inrun_blueprint::ServiceAccountRef>,
 }
 
 impl Shared {
@@ -111,7 +117,36 @@ impl Shared {
             kinds: Arc::new(Kinds::default()),
             instance,
             metrics: Arc::default(),
+            impersonation: None,
+            identity: None,
         }
+    }
+
+    /// The same, able to act as tenants' ServiceAccounts (clients built from `config`,
+    /// the host's own).
+    #[must_use]
+    pub fn with_impersonation(mut self, config: kube::Config) -> Self {
+        self.impersonation = Some(identity::Impersonation::new(config));
+        self
+    }
+
+    /// The same state acting as `sa`: its client impersonates the ServiceAccount; kinds
+    /// and metrics stay shared.
+    ///
+    /// # Errors
+    /// A message when this host cannot impersonate or the client cannot be built.
+    pub fn acting_as(&self, sa: &inrun_blueprint::ServiceAccountRef) -> Result<Shared, String> {
+        let impersonation = self.impersonation.as_ref().ok_or_else(|| {
+            format!("the Blueprint runs as ServiceAccount {sa}, but this host was started without a way to impersonate")
+        })?;
+        let client = impersonation
+            .client(sa)
+            .map_err(|e| format!("a client acting as ServiceAccount {sa}: {e}"))?;
+        Ok(Shared {
+            client,
+            identity: Some(sa.clone()),
+            ..self.clone()
+        })
     }
 
     /// The same, recording into `metrics`.
@@ -137,19 +172,31 @@ pub async fn prepare(
     install_crds: bool,
 ) -> Result<ChildKinds, RunError> {
     let client = &shared.client;
-    let needed = inrun_generate::rbac::required(
-        &assembly.blueprint,
-        &inrun_generate::rbac::RbacOptions {
-            install_crds,
-            ..Default::default()
-        },
-    );
-    // The Lease is checked by the leader elector, which knows its namespace.
-    let needed: Vec<_> = needed
-        .into_iter()
-        .filter(|p| p.namespace.is_none())
-        .collect();
-    access::check(client, &needed).await?;
+    let options = inrun_generate::rbac::RbacOptions {
+        install_crds,
+        ..Default::default()
+    };
+    let needed: Vec<_> = match &shared.identity {
+        // A tenant's ServiceAccount is checked for reading its kinds cluster-wide (the
+        // watches are) and for its CRDs. Where it may write is its RBAC's business,
+        // enforced on every write: a refused one fails that CR's pass with `Forbidden`.
+        Some(_) => inrun_generate::rbac::tenant_required(&assembly.blueprint, &[], &options)
+            .into_iter()
+            .filter_map(|mut p| {
+                if p.resource != "customresourcedefinitions" {
+                    p.verbs
+                        .retain(|v| ["get", "list", "watch"].contains(&v.as_str()));
+                }
+                (!p.verbs.is_empty()).then_some(p)
+            })
+            .collect(),
+        // The Lease is checked by the leader elector, which knows its namespace.
+        None => inrun_generate::rbac::required(&assembly.blueprint, &options)
+            .into_iter()
+            .filter(|p| p.namespace.is_none())
+            .collect(),
+    };
+    access::check(client, shared.identity.as_ref(), &needed).await?;
     let specs: Vec<_> = assembly.crds().iter().map(|c| &c.spec).collect();
     crds::ensure(client, &specs, install_crds).await?;
     let mut all = Vec::new();

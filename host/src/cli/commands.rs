@@ -54,7 +54,7 @@ pub fn execute(cli: Cli) -> anyhow::Result<()> {
             ))?;
             print(&out, output)
         }
-        Command::Run(args) => super::run::run(&runtime, args, cache_dir),
+        Command::Run(args) => super::run::run(&runtime, *args, cache_dir),
         Command::Generate { command } => {
             let docs = match command {
                 GenerateCommand::Crds { blueprint } => {
@@ -68,16 +68,44 @@ pub fn execute(cli: Cli) -> anyhow::Result<()> {
                     name,
                     install_crds,
                     blueprint_resources,
-                } => inrun::generate::rbac::manifests(
-                    &inrun::blueprint::load(&blueprint)?,
-                    &inrun::generate::rbac::RbacOptions {
+                    impersonate,
+                    tenant,
+                    tenant_namespaces,
+                } => {
+                    let blueprint = inrun::blueprint::load(&blueprint)?;
+                    let sa = match &blueprint.spec.service_account {
+                        Some(sa) if tenant => sa.clone(),
+                        _ => inrun::blueprint::ServiceAccountRef {
+                            namespace: namespace.clone(),
+                            name: service_account.clone(),
+                        },
+                    };
+                    let name = name.unwrap_or_else(|| {
+                        if tenant {
+                            format!("inrun-tenant-{}", blueprint.metadata.name)
+                        } else {
+                            "inrun".into()
+                        }
+                    });
+                    let options = inrun::generate::rbac::RbacOptions {
                         name,
                         namespace,
                         service_account,
                         install_crds,
                         blueprint_resources,
-                    },
-                ),
+                        impersonate,
+                    };
+                    if tenant {
+                        inrun::generate::rbac::tenant_manifests(
+                            &blueprint,
+                            &sa,
+                            &tenant_namespaces,
+                            &options,
+                        )
+                    } else {
+                        inrun::generate::rbac::manifests(&blueprint, &options)
+                    }
+                }
             };
             print!("{}", inrun::generate::yaml_stream(&docs)?);
             Ok(())

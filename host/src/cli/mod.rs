@@ -70,7 +70,7 @@ pub enum Command {
         secrets: Vec<String>,
     },
     /// Reconcile every CR of every CRD the Blueprint declares, until SIGINT or SIGTERM.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Generate manifests from a Blueprint (YAML stream on stdout).
     Generate {
         #[command(subcommand)]
@@ -114,9 +114,10 @@ pub enum GenerateCommand {
         /// The ServiceAccount the host runs as.
         #[arg(long, env = "INRUN_SERVICE_ACCOUNT", default_value = "inrun")]
         service_account: String,
-        /// Name of the roles and bindings.
-        #[arg(long, env = "INRUN_RBAC_NAME", default_value = "inrun")]
-        name: String,
+        /// Name of the roles and bindings (default `inrun`; with `--tenant`,
+        /// `inrun-tenant-<Blueprint name>`).
+        #[arg(long, env = "INRUN_RBAC_NAME")]
+        name: Option<String>,
         /// Also grant creating and patching the CRDs (for `inrun run --install-crds`).
         #[arg(long, env = "INRUN_INSTALL_CRDS")]
         install_crds: bool,
@@ -124,6 +125,23 @@ pub enum GenerateCommand {
         /// `inrun run --blueprint-resources`).
         #[arg(long, env = "INRUN_BLUEPRINT_RESOURCES")]
         blueprint_resources: bool,
+        /// Also grant impersonating these ServiceAccounts (`namespace/name`, comma
+        /// separated): tenants' identities, e.g. `inrun run --default-tenant-service-account`.
+        #[arg(long, env = "INRUN_IMPERSONATE", value_delimiter = ',', value_parser = parse_service_account)]
+        impersonate: Vec<inrun::blueprint::ServiceAccountRef>,
+        /// Print instead what the tenant's ServiceAccount needs when the host acts as it:
+        /// the Blueprint's `spec.serviceAccount`, else `--namespace`/`--service-account`.
+        #[arg(long, env = "INRUN_TENANT")]
+        tenant: bool,
+        /// With `--tenant`: the namespaces its CRs and children are written in (comma
+        /// separated; default: the ServiceAccount's own).
+        #[arg(
+            long,
+            env = "INRUN_TENANT_NAMESPACES",
+            value_delimiter = ',',
+            requires = "tenant"
+        )]
+        tenant_namespaces: Vec<String>,
     },
     /// The `Blueprint` CustomResourceDefinition, for `inrun run --blueprint-resources`
     /// without `--install-crds`.
@@ -200,6 +218,11 @@ pub struct RunArgs {
     /// link-local and the API server's addresses are refused unless listed as addresses.
     #[arg(long, env = "INRUN_TENANT_EGRESS", value_delimiter = ',')]
     pub tenant_egress: Vec<String>,
+    /// The ServiceAccount (`namespace/name`) a `Blueprint` resource acts as when it names
+    /// no `spec.serviceAccount`; the host impersonates it for everything done for that
+    /// tenant. Unset, such a Blueprint is refused.
+    #[arg(long, env = "INRUN_DEFAULT_TENANT_SERVICE_ACCOUNT", value_parser = parse_service_account)]
+    pub default_tenant_service_account: Option<inrun::blueprint::ServiceAccountRef>,
     /// How often Blueprint files and plugin sources are checked for changes; `0`
     /// turns reloading off.
     #[arg(long, env = "INRUN_RELOAD_INTERVAL", default_value = "10s", value_parser = parse_duration)]
@@ -339,4 +362,10 @@ pub(crate) fn parse_duration(text: &str) -> Result<std::time::Duration, String> 
 pub(crate) fn parse_quantity(text: &str) -> Result<usize, String> {
     let q = inrun::blueprint::Quantity::parse(text).map_err(|e| e.to_string())?;
     usize::try_from(q.bytes()).map_err(|e| e.to_string())
+}
+
+pub(crate) fn parse_service_account(
+    text: &str,
+) -> Result<inrun::blueprint::ServiceAccountRef, String> {
+    inrun::blueprint::ServiceAccountRef::parse(text)
 }

@@ -35,9 +35,12 @@ pub(super) fn run(
     let metrics = Arc::new(Metrics::default());
     let engine = engine(cache_dir, metrics.clone())?;
     // Secrets are read from the cluster, so the client comes before the assembly.
-    let (client, apiserver) =
-        runtime.block_on(inrun::kubeconfig::connect(args.kubeconfig.as_deref()))?;
-    let tenant_egress = Some(inrun::egress::Egress::new(&args.tenant_egress, apiserver)?);
+    let connection = runtime.block_on(inrun::kubeconfig::connect(args.kubeconfig.as_deref()))?;
+    let client = connection.client.clone();
+    let tenant_egress = Some(inrun::egress::Egress::new(
+        &args.tenant_egress,
+        connection.apiserver.clone(),
+    )?);
     let extra_roots = match &args.plugin_ca {
         Some(path) => vec![read(path, "--plugin-ca")?],
         None => Vec::new(),
@@ -54,7 +57,10 @@ pub(super) fn run(
     let env = |k: &str| std::env::var(k).ok();
     let identity = settings::identity(args.identity.clone(), env);
     let fleet = Fleet::new(
-        Shared::new(client.clone(), identity.clone()).with_metrics(metrics.clone()),
+        Shared::new(client.clone(), identity.clone())
+            .with_metrics(metrics.clone())
+            // Tenants that name a ServiceAccount act as it, on the host's credentials.
+            .with_impersonation(connection.config),
         engine,
         services,
         FleetOptions {
@@ -66,6 +72,7 @@ pub(super) fn run(
             install_crds: args.install_crds,
             resource_capabilities: args.allow_resource_capabilities,
             tenant_egress,
+            default_tenant_service_account: args.default_tenant_service_account.clone(),
         },
     );
     // A broken `--blueprint` stops the host here, before it waits for a lease.

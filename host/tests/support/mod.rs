@@ -116,10 +116,15 @@ impl FleetHost {
         })
         .expect("engine");
         let client = ControlPlane::shared().client();
+        if options.default_tenant_service_account == Some(admin_tenant()) {
+            ensure_admin_tenant(&client).await;
+        }
         let services = Services::with_sources(Arc::new(KubeSecrets::new(client.clone())), sources)
             .with_cluster(Arc::new(WatchCache::new(client.clone())));
         let fleet = Fleet::new(
-            Shared::new(client, "e2e".into()).with_metrics(metrics.clone()),
+            Shared::new(client, "e2e".into())
+                .with_metrics(metrics.clone())
+                .with_impersonation(ControlPlane::shared().admin_config()),
             engine,
             services,
             options,
@@ -149,6 +154,7 @@ impl FleetHost {
             install_crds: true,
             resource_capabilities: false,
             tenant_egress: None,
+            default_tenant_service_account: Some(admin_tenant()),
         }
     }
 
@@ -481,4 +487,53 @@ pub fn writes_between(
 /// finished.
 pub fn reconciles(m: &inrun::metrics::Metrics, crd: &str) -> u64 {
     m.reconciles(crd, "success") + m.reconciles(crd, "error")
+}
+
+/// The ServiceAccount resource tenants act as in tests that are not about identity: bound
+/// to `cluster-admin`, so they may do what the host may.
+pub fn admin_tenant() -> inrun::blueprint::ServiceAccountRef {
+    inrun::blueprint::ServiceAccountRef {
+        namespace: "inrun-e2e".into(),
+        name: "tenant-admin".into(),
+    }
+}
+
+/// Creates [`admin_tenant`] and its binding (server-side apply: idempotent).
+async fn ensure_admin_tenant(client: &Client) {
+    let sa = admin_tenant();
+    let params = PatchParams::apply("inrun-e2e").force();
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    namespaces
+        .patch(
+            &sa.namespace,
+            &params,
+            &Patch::Apply(serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": sa.namespace}})),
+        )
+        .await
+        .expect("the admin tenant's namespace");
+    let accounts: Api<k8s_openapi::api::core::v1::ServiceAccount> =
+        Api::namespaced(client.clone(), &sa.namespace);
+    accounts
+        .patch(
+            &sa.name,
+            &params,
+            &Patch::Apply(serde_json::json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": sa.name, "namespace": sa.namespace}})),
+        )
+        .await
+        .expect("the admin tenant's ServiceAccount");
+    let bindings: Api<k8s_openapi::api::rbac::v1::ClusterRoleBinding> = Api::all(client.clone());
+    bindings
+        .patch(
+            "inrun-e2e-tenant-admin",
+            &params,
+            &Patch::Apply(serde_json::json!({
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRoleBinding",
+                "metadata": {"name": "inrun-e2e-tenant-admin"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+                "subjects": [{"kind": "ServiceAccount", "name": sa.name, "namespace": sa.namespace}],
+            })),
+        )
+        .await
+        .expect("the admin tenant's binding");
 }

@@ -106,6 +106,12 @@ impl ControlPlane {
         client_from(self.admin.clone())
     }
 
+    /// The admin's client configuration (`system:masters`), e.g. to build clients that
+    /// impersonate someone.
+    pub fn admin_config(&self) -> Config {
+        self.admin.clone()
+    }
+
     /// A new client authenticated as [`UNPRIVILEGED_USER`], who has no RBAC grants: every
     /// request beyond discovery is refused with 403 until a test grants something.
     ///

@@ -3,7 +3,7 @@
 mod capabilities;
 mod crd;
 mod external;
-mod names;
+pub(crate) mod names;
 mod reconcile;
 mod refs;
 
@@ -92,6 +92,9 @@ pub(super) fn document(bp: &Blueprint) -> Vec<Problem> {
         "must be a lowercase DNS subdomain (e.g. demo)",
     );
     runtime(&mut r, &bp.spec.runtime);
+    if let Some(why) = bp.spec.service_account.as_ref().and_then(|sa| sa.problem()) {
+        r.add("spec.serviceAccount", why);
+    }
     r.problems
 }
 

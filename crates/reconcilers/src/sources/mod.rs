@@ -260,6 +260,15 @@ impl Sources {
         })
     }
 
+    /// The same sources reading pull secrets through `secrets` (a tenant's identity).
+    #[must_use]
+    pub fn with_secrets(&self, secrets: Arc<dyn Secrets>) -> Self {
+        Sources {
+            secrets,
+            ..self.clone()
+        }
+    }
+
     /// Fetches the bytes (checking the digest when pinned: a mismatch is
     /// [`SourceError::DigestMismatch`] naming expected and actual).
     ///

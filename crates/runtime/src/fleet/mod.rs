@@ -24,7 +24,9 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 use crate::{self as runtime, RunError, Shared};
-use inrun_blueprint::{self as blueprint, Blueprint, BlueprintError, CrdSpec, RuntimeSpec};
+use inrun_blueprint::{
+    self as blueprint, Blueprint, BlueprintError, CrdSpec, RuntimeSpec, ServiceAccountRef,
+};
 use inrun_reconcilers::assemble::{Assembly, BuildContext, Policy, Services};
 use inrun_reconcilers::plugins::{Change, PluginSet, SlotStatus};
 use inrun_reconcilers::sources::Location;
@@ -51,6 +53,9 @@ pub struct FleetOptions {
     pub resource_capabilities: bool,
     /// Where `Blueprint` resources' calls may go (`--tenant-egress`); `None`: nowhere.
     pub tenant_egress: Option<inrun_reconcilers::egress::Egress>,
+    /// The identity of `Blueprint` resources that name no `spec.serviceAccount`
+    /// (`--default-tenant-service-account`); `None`: such a Blueprint is refused.
+    pub default_tenant_service_account: Option<ServiceAccountRef>,
 }
 
 /// Where a tenant's Blueprint comes from.
@@ -125,6 +130,9 @@ pub enum FleetError {
     /// The `Blueprint` CRD could not be installed or read.
     #[error("the Blueprint custom resource definition: {0}")]
     Resources(String),
+    /// The tenant has no identity to act as, or it cannot be assumed.
+    #[error("{0}")]
+    Identity(String),
 }
 
 impl FleetError {
@@ -134,6 +142,7 @@ impl FleetError {
             FleetError::Claimed(_) => "CrdConflict",
             FleetError::Blueprint(_) | FleetError::Resources(_) => "Invalid",
             FleetError::Run(_) => "StartFailed",
+            FleetError::Identity(_) => "NoIdentity",
         }
     }
 }
@@ -150,16 +159,28 @@ pub(crate) struct Refusal {
 struct Running {
     spec: CrdSpec,
     runtime: RuntimeSpec,
+    identity: Option<ServiceAccountRef>,
     plugins: BTreeSet<String>,
     stop: watch::Sender<bool>,
     requeue: mpsc::UnboundedSender<()>,
     task: JoinHandle<()>,
 }
 
+/// Whom a tenant acts as, and the clients that do: the host's own, or its ServiceAccount's.
+#[derive(Clone)]
+struct Acting {
+    identity: Option<ServiceAccountRef>,
+    shared: Shared,
+    services: Services,
+    /// Plugin slots, whose pull secrets are read as this identity.
+    plugins: Arc<PluginSet>,
+}
+
 struct Tenant {
     source: TenantSource,
     policy: Policy,
-    plugins: Arc<PluginSet>,
+    /// The identity its serving Blueprint acts as.
+    acting: Acting,
     /// Hash of the source's text (file contents, or the resource's spec).
     fingerprint: Option<u64>,
     /// A fingerprint that failed, so it is not retried until the source changes.
@@ -292,7 +313,13 @@ impl Fleet {
             serving: tenant.assembly.is_some(),
             crds: tenant.running.keys().cloned().collect(),
             error: tenant.error.clone(),
-            plugins: tenant.plugins.slots().iter().map(|s| s.status()).collect(),
+            plugins: tenant
+                .acting
+                .plugins
+                .slots()
+                .iter()
+                .map(|s| s.status())
+                .collect(),
             reloads: tenant.reloads,
             assembly: tenant.assembly.clone(),
         };
@@ -324,10 +351,7 @@ impl Fleet {
         Tenant {
             source,
             policy,
-            plugins: Arc::new(PluginSet::new(
-                self.engine.clone(),
-                self.services.sources.clone(),
-            )),
+            acting: self.host_acting(),
             fingerprint: None,
             failed: None,
             assembly: None,
@@ -336,6 +360,61 @@ impl Fleet {
             reloads: 0,
             object: None,
         }
+    }
+
+    /// The host's own identity, for a tenant that names none.
+    fn host_acting(&self) -> Acting {
+        Acting {
+            identity: None,
+            shared: self.shared.clone(),
+            services: self.services.clone(),
+            plugins: Arc::new(PluginSet::new(
+                self.engine.clone(),
+                self.services.sources.clone(),
+            )),
+        }
+    }
+
+    /// Whom `blueprint` of `tenant` acts as: its `spec.serviceAccount`, the operator's
+    /// default for a Blueprint resource, or (for a file) the host itself. The tenant's
+    /// current clients when that did not change.
+    ///
+    /// # Errors
+    /// Why, for a Blueprint resource with neither, or when the host cannot act as the
+    /// ServiceAccount (a [`FleetError::Identity`]).
+    fn acting(&self, tenant: &Tenant, blueprint: &Blueprint) -> Result<Acting, String> {
+        let resource = matches!(tenant.source, TenantSource::Resource(_));
+        let identity = blueprint.spec.service_account.clone().or_else(|| {
+            resource
+                .then(|| self.options.default_tenant_service_account.clone())
+                .flatten()
+        });
+        if resource && identity.is_none() {
+            return Err(
+                "a Blueprint resource acts as a Kubernetes identity: set spec.serviceAccount {namespace, name}, or start the host with --default-tenant-service-account".into(),
+            );
+        }
+        if identity == tenant.acting.identity {
+            return Ok(tenant.acting.clone());
+        }
+        let Some(sa) = identity else {
+            return Ok(self.host_acting());
+        };
+        let shared = self.shared.acting_as(&sa)?;
+        let secrets: Arc<dyn inrun_reconcilers::secrets::Secrets> = Arc::new(
+            inrun_reconcilers::secrets::KubeSecrets::new(shared.client.clone()),
+        );
+        let sources = self.services.sources.with_secrets(secrets.clone());
+        let mut services = self.services.clone();
+        services.secrets = secrets;
+        services.sources = sources.clone();
+        services.cluster = Arc::new(crate::WatchCache::new(shared.client.clone()));
+        Ok(Acting {
+            identity: Some(sa),
+            shared,
+            services,
+            plugins: Arc::new(PluginSet::new(self.engine.clone(), sources)),
+        })
     }
 
     /// Loads the `--blueprint` tenant, so a broken Blueprint stops the host before it
@@ -356,7 +435,10 @@ impl Fleet {
             })
         })?;
         let blueprint = blueprint::load(&path)?;
-        let assembly = self.assemble(&tenant, blueprint).await?;
+        tenant.acting = self
+            .acting(&tenant, &blueprint)
+            .map_err(FleetError::Identity)?;
+        let assembly = self.assemble(&tenant, &tenant.acting, blueprint).await?;
         tenant.fingerprint = Some(fingerprint(&text));
         tenant.assembly = Some(Arc::new(assembly));
         self.publish(&tenant);
@@ -367,13 +449,14 @@ impl Fleet {
     async fn assemble(
         &self,
         tenant: &Tenant,
+        acting: &Acting,
         blueprint: Blueprint,
     ) -> Result<Assembly, BlueprintError> {
         Assembly::build(
             blueprint,
             BuildContext {
-                plugins: &tenant.plugins,
-                services: &self.services,
+                plugins: &acting.plugins,
+                services: &acting.services,
                 policy: &tenant.policy,
             },
         )
@@ -400,8 +483,9 @@ impl Fleet {
             if let Some(tenant) = tenants.remove(&source) {
                 let mut tenant = tenant;
                 let assembly = tenant.assembly.clone();
+                let acting = tenant.acting.clone();
                 let started = match assembly {
-                    Some(a) => self.start(&mut tenant, a, &tenants).await,
+                    Some(a) => self.start(&mut tenant, &acting, a, &tenants).await,
                     None => Ok(()),
                 };
                 self.publish(&tenant);
@@ -487,6 +571,7 @@ impl Fleet {
     async fn start(
         &self,
         tenant: &mut Tenant,
+        acting: &Acting,
         assembly: Arc<Assembly>,
         others: &BTreeMap<TenantSource, Tenant>,
     ) -> Result<(), FleetError> {
@@ -505,7 +590,7 @@ impl Fleet {
                 }));
             }
         }
-        let kinds = runtime::prepare(&self.shared, &assembly, self.options.install_crds).await?;
+        let kinds = runtime::prepare(&acting.shared, &assembly, self.options.install_crds).await?;
         let locations = plugin_locations(&assembly.blueprint);
         let runtime_spec = assembly.blueprint.spec.runtime.clone();
         let wanted: BTreeMap<String, usize> = assembly
@@ -518,7 +603,9 @@ impl Fleet {
         for name in names {
             let keep = wanted.get(&name).is_some_and(|&i| {
                 let r = &tenant.running[&name];
-                r.spec == assembly.crds()[i].spec && r.runtime == runtime_spec
+                r.spec == assembly.crds()[i].spec
+                    && r.runtime == runtime_spec
+                    && r.identity == acting.identity
             });
             if !keep && let Some(r) = tenant.running.remove(&name) {
                 tracing::info!(tenant = %tenant.source, crd = %name, "stopping the controller of a removed or changed CRD");
@@ -535,7 +622,7 @@ impl Fleet {
                 rx.recv().await.map(|()| ((), rx))
             });
             let future = runtime::controller(
-                &self.shared,
+                &acting.shared,
                 assembly.clone(),
                 index,
                 kinds[index].clone(),
@@ -548,6 +635,7 @@ impl Fleet {
                 Running {
                     spec: assembly.crds()[index].spec.clone(),
                     runtime: runtime_spec.clone(),
+                    identity: acting.identity.clone(),
                     plugins: locations.get(&name).cloned().unwrap_or_default(),
                     stop: stop_tx,
                     requeue: requeue_tx,
@@ -556,7 +644,8 @@ impl Fleet {
             );
         }
         tenant.assembly = Some(assembly);
-        tenant.plugins.retain_used();
+        tenant.acting = acting.clone();
+        tenant.acting.plugins.retain_used();
         Ok(())
     }
 
@@ -575,9 +664,12 @@ impl Fleet {
         let first = tenant.assembly.is_none();
         let result = match loaded {
             Err(e) => Err(FleetError::Blueprint(e)),
-            Ok(bp) => match self.assemble(&tenant, bp).await {
-                Err(e) => Err(FleetError::Blueprint(e)),
-                Ok(a) => self.start(&mut tenant, Arc::new(a), tenants).await,
+            Ok(bp) => match self.acting(&tenant, &bp) {
+                Err(e) => Err(FleetError::Identity(e)),
+                Ok(acting) => match self.assemble(&tenant, &acting, bp).await {
+                    Err(e) => Err(FleetError::Blueprint(e)),
+                    Ok(a) => self.start(&mut tenant, &acting, Arc::new(a), tenants).await,
+                },
             },
         };
         let name = source.to_string();
@@ -757,7 +849,7 @@ impl Fleet {
             .lock()
             .await
             .values()
-            .map(|t| (t.source.clone(), t.plugins.clone()))
+            .map(|t| (t.source.clone(), t.acting.plugins.clone()))
             .collect();
         for (source, set) in sets {
             let changes = set.poll().await;
