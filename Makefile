@@ -12,7 +12,7 @@ export INRUN_PLUGIN_DIR := $(PLUGIN_DIR)
 GUEST_LANGUAGES := python js c
 LANGUAGE_PLUGINS := $(addprefix plugins-,$(GUEST_LANGUAGES))
 
-.PHONY: demo test lint bench plugins plugins-rust $(LANGUAGE_PLUGINS) build controlplane cluster run clean-cache chart image
+.PHONY: demo test lint bench fuzz plugins plugins-rust $(LANGUAGE_PLUGINS) build controlplane cluster run clean-cache chart image
 
 ## Build the example and test plugins: Rust guests, then the other languages.
 plugins: plugins-rust $(LANGUAGE_PLUGINS)
@@ -48,6 +48,12 @@ lint:
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
 ## Benchmarks; numbers go to BENCHMARKS.md.
+# Property tests over every parser a tenant or CR author reaches (Blueprints, templates,
+# durations, quantities, reconciler replies, intents), many more cases than `make test`'s smoke.
+FUZZ_CASES ?= 20000
+fuzz:
+	PROPTEST_CASES=$(FUZZ_CASES) $(CARGO) test --release -p inrun-template -p inrun-blueprint -p inrun-contract --test fuzz
+
 bench: plugins controlplane
 	$(CARGO) bench -p inrun --bench wasm
 	$(CARGO) bench -p inrun --bench languages

@@ -135,6 +135,35 @@ fn plugin_reads(block: &ReconcileSpec) -> impl Iterator<Item = &ReadKind> {
         .flat_map(|caps| caps.reads())
 }
 
+/// The Secrets a block names in a namespace of their own: (namespace, name).
+fn named_secrets(block: &ReconcileSpec) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = Vec::new();
+    let pulls = block
+        .hooks
+        .iter()
+        .filter_map(|h| h.pull_secret.as_ref())
+        .chain(
+            block
+                .constructor
+                .iter()
+                .filter_map(|c| c.pull_secret.as_ref()),
+        );
+    out.extend(pulls.map(|p| (p.namespace.clone(), p.name.clone())));
+    let refs = block
+        .remote
+        .iter()
+        .filter_map(|r| r.auth.as_ref().map(|a| &a.secret_ref))
+        .chain(block.external.iter().flat_map(|e| {
+            e.http
+                .iter()
+                .filter_map(|h| h.secret_ref.as_ref())
+                .chain(e.postgres.iter().filter_map(|p| p.secret_ref.as_ref()))
+                .chain(e.redis.iter().filter_map(|r| r.secret_ref.as_ref()))
+        }));
+    out.extend(refs.filter_map(|r| Some((r.namespace.clone()?, r.name.clone()))));
+    out
+}
+
 /// Whether any reconcile block reads a Secret (remote auth, external inputs, plugin pull
 /// secrets).
 fn reads_secrets(block: &ReconcileSpec) -> bool {
@@ -268,10 +297,11 @@ pub fn required(blueprint: &Blueprint, options: &RbacOptions) -> Vec<Permission>
     impersonated.sort();
     impersonated.dedup();
     for sa in impersonated {
+        // `get`: a Blueprint resource may act as it only if it admits that Blueprint.
         let mut p = perm(
             "",
             "serviceaccounts",
-            &["impersonate"],
+            &["get", "impersonate"],
             format!("acting as the tenant's ServiceAccount {sa}"),
         );
         p.names = vec![sa.name.clone()];
@@ -320,8 +350,11 @@ const CHILD_WRITE_VERBS: &[&str] = &["create", "patch", "update", "delete"];
 /// tenant's controllers start: everything cluster-wide, nothing else.
 ///
 /// # Guarantees
-/// No Secret is readable cluster-wide; no write reaches a namespace not listed unless the
-/// Blueprint declares the kind cluster-scoped.
+/// Secrets are readable cluster-wide only when the Blueprint manages Secrets or grants its
+/// plugins reads of them (its watches are cluster-wide); the Secrets its references name
+/// are readable by name in their own namespace, others only in `namespaces`. No write
+/// reaches a namespace not listed unless the Blueprint declares the kind cluster-scoped
+/// (events of cluster-scoped CRs go to `default`).
 pub fn tenant_required(
     blueprint: &Blueprint,
     namespaces: &[String],
@@ -340,11 +373,14 @@ pub fn tenant_required(
         }
     };
     let mut secrets = false;
+    let mut named = Vec::new();
+    let mut cluster_scoped_crs = false;
     let mut crd_names = Vec::new();
     for crd in &blueprint.spec.crds {
         let cr_plural = crd.plural();
         let what = format!("{} CRs", crd.kind);
         let cluster_crs = crd.scope == Scope::Cluster;
+        cluster_scoped_crs |= cluster_crs;
         perms.push(perm(&crd.group, &cr_plural, READ_VERBS, what.clone()));
         scoped(
             &mut perms,
@@ -374,6 +410,7 @@ pub fn tenant_required(
         crd_names.push(crd.crd_name());
         for block in blocks(crd) {
             secrets |= reads_secrets(block);
+            named.extend(named_secrets(block));
             for m in &block.managed_resources {
                 let (group, resource) = resource_of(blueprint, &m.api_version, &m.kind);
                 let why = format!("{} children of {} CRs", m.kind, crd.kind);
@@ -395,16 +432,32 @@ pub fn tenant_required(
             }
         }
     }
-    scoped(
-        &mut perms,
-        perm(
-            "events.k8s.io",
-            "events",
-            &["create", "patch"],
-            "events on CRs".into(),
-        ),
-        false,
+    let events = perm(
+        "events.k8s.io",
+        "events",
+        &["create", "patch"],
+        "events on CRs".into(),
     );
+    if cluster_scoped_crs && !namespaces.iter().any(|n| n == "default") {
+        let mut p = events.clone();
+        p.namespace = Some("default".into());
+        p.why = "events on cluster-scoped CRs".into();
+        perms.push(p);
+    }
+    scoped(&mut perms, events, false);
+    named.sort();
+    named.dedup();
+    for (namespace, name) in named {
+        let mut p = perm(
+            "",
+            "secrets",
+            &["get"],
+            format!("the Secret {namespace}/{name} the Blueprint names"),
+        );
+        p.names = vec![name];
+        p.namespace = Some(namespace);
+        perms.push(p);
+    }
     if secrets {
         scoped(
             &mut perms,

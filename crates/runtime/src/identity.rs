@@ -3,7 +3,45 @@
 //! behalf (watches, applies, prunes, status, events, Secret and cluster reads).
 
 use inrun_blueprint::ServiceAccountRef;
+use k8s_openapi::api::core::v1::ServiceAccount;
+use kube::api::Api;
 use kube::{Client, Config};
+
+/// The annotation by which a ServiceAccount admits the `Blueprint` resources that may act
+/// as it: their names, comma separated. A Blueprint resource names the identity it acts
+/// as, so without the ServiceAccount's consent one tenant could name another's.
+pub const ADMITS: &str = "inrun.dev/blueprints";
+
+/// Whether `sa` admits the Blueprint resource `blueprint` ([`ADMITS`]), read with the
+/// host's own `client`.
+///
+/// # Errors
+/// A message naming the ServiceAccount and what is missing.
+pub async fn admits(
+    client: &Client,
+    sa: &ServiceAccountRef,
+    blueprint: &str,
+) -> Result<(), String> {
+    let api: Api<ServiceAccount> = Api::namespaced(client.clone(), &sa.namespace);
+    let account = api
+        .get_opt(&sa.name)
+        .await
+        .map_err(|e| format!("reading ServiceAccount {sa}: {e}"))?
+        .ok_or_else(|| format!("ServiceAccount {sa} does not exist"))?;
+    let listed = account
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(ADMITS))
+        .is_some_and(|names| names.split(',').any(|n| n.trim() == blueprint));
+    if listed {
+        Ok(())
+    } else {
+        Err(format!(
+            "ServiceAccount {sa} does not admit the Blueprint {blueprint}: its annotation {ADMITS} must list it"
+        ))
+    }
+}
 
 /// Builds clients acting as a ServiceAccount, from the host's own configuration.
 #[derive(Clone)]

@@ -78,6 +78,11 @@ pub enum RunError {
         #[source]
         source: kinds::UnknownKind,
     },
+    /// The Blueprint names an identity this entry point cannot assume.
+    #[error(
+        "the Blueprint acts as ServiceAccount {0} (spec.serviceAccount); serve it through the fleet (`inrun run`), which impersonates it"
+    )]
+    Identity(String),
 }
 
 /// A CRD's CR resource, from the Blueprint.
@@ -430,6 +435,11 @@ pub async fn run(
     options: RunOptions,
     shutdown: watch::Receiver<bool>,
 ) -> Result<(), RunError> {
+    // `client` is used as given: acting with it for a Blueprint that names another
+    // identity would widen what that Blueprint may do.
+    if let Some(sa) = &assembly.blueprint.spec.service_account {
+        return Err(RunError::Identity(sa.to_string()));
+    }
     let shared =
         Shared::new(client, options.instance.clone()).with_metrics(options.metrics.clone());
     let child_kinds = prepare(&shared, &assembly, options.install_crds).await?;

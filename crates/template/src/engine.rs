@@ -20,6 +20,34 @@ use super::filters;
 /// The variable a typed template stores its value in.
 const TYPED_VALUE: &str = "__inrun_value";
 
+/// Instructions one render may execute: loops a tenant or CR author writes end here
+/// instead of stalling a worker (a Deployment template takes a few hundred).
+pub const FUEL: u64 = 1_000_000;
+
+/// Bytes one render may write: more than any object the API server stores (1.5 MiB).
+pub const MAX_OUTPUT: usize = 4 << 20;
+
+/// An `io::Write` that refuses to grow past [`MAX_OUTPUT`].
+struct Capped {
+    out: Vec<u8>,
+    exceeded: bool,
+}
+
+impl std::io::Write for Capped {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.out.len() + buf.len() > MAX_OUTPUT {
+            self.exceeded = true;
+            return Err(std::io::Error::other("template output too large"));
+        }
+        self.out.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 /// Compiles templates once and renders them many times.
 ///
 /// Cloning is cheap (the environment is shared), and an engine is `Send + Sync`, so one
@@ -63,6 +91,7 @@ impl Engine {
     pub fn new() -> Engine {
         let mut env = Environment::new();
         env.set_undefined_behavior(UndefinedBehavior::Chainable);
+        env.set_fuel(Some(FUEL));
         env.set_auto_escape_callback(|_| AutoEscape::None);
         // `none` prints as nothing, like undefined: a null field renders as an empty string.
         env.set_formatter(|out, state, value| {
@@ -196,9 +225,26 @@ impl Compiled {
             });
         }
         let env = self.shared.read();
-        env.get_template(&self.name)
-            .and_then(|t| t.render(ctx.value()))
-            .map_err(|e| self.render_error(e))
+        let template = env
+            .get_template(&self.name)
+            .map_err(|e| self.render_error(e))?;
+        let mut out = Capped {
+            out: Vec::new(),
+            exceeded: false,
+        };
+        match template.render_captured_to(ctx.value(), &mut out) {
+            Ok(_) => String::from_utf8(out.out).map_err(|e| {
+                self.render_error(minijinja::Error::new(
+                    minijinja::ErrorKind::InvalidOperation,
+                    format!("template output is not UTF-8: {e}"),
+                ))
+            }),
+            Err(_) if out.exceeded => Err(self.render_error(minijinja::Error::new(
+                minijinja::ErrorKind::InvalidOperation,
+                format!("template output exceeds {MAX_OUTPUT} bytes"),
+            ))),
+            Err(e) => Err(self.render_error(e)),
+        }
     }
 
     /// Renders to a value: the expression's value for a typed template, the text otherwise.

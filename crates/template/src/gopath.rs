@@ -117,14 +117,15 @@ fn next_block_start(text: &str) -> Option<usize> {
 
 /// When a `{% raw %}` tag starts at `at`, the end of the matching `{% endraw %}` tag.
 fn raw_section_end(template: &str, at: usize) -> Option<usize> {
-    let open_end = at + template[at..].find("%}")? + 2;
+    // The closer is searched after the opener: in `{%}` the `%` belongs to the opener.
+    let open_end = at + 2 + template[at + 2..].find("%}")? + 2;
     if tag_name(&template[at + 2..open_end - 2]) != "raw" {
         return None;
     }
     let mut search = open_end;
     while let Some(p) = template[search..].find("{%") {
         let tag_start = search + p;
-        let tag_end = tag_start + template[tag_start..].find("%}")? + 2;
+        let tag_end = tag_start + 2 + template[tag_start + 2..].find("%}")? + 2;
         if tag_name(&template[tag_start + 2..tag_end - 2]) == "endraw" {
             return Some(tag_end);
         }
@@ -336,6 +337,14 @@ mod tests {
             rewrite_expression(".a == '.b' and c.d"),
             "a == '.b' and c.d"
         );
+    }
+
+    #[test]
+    fn a_closer_that_shares_the_openers_percent_is_not_a_tag() {
+        // `{%}` once sliced past its own end and panicked the host.
+        assert_eq!(rw("a {%} b"), "a {%} b");
+        assert_eq!(rw("{% raw %}{%}{% endraw %}"), "{% raw %}{%}{% endraw %}");
+        assert_eq!(rw("{%}%}"), "{%}%}");
     }
 
     #[test]

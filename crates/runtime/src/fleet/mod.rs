@@ -382,8 +382,15 @@ impl Fleet {
     /// # Errors
     /// Why, for a Blueprint resource with neither, or when the host cannot act as the
     /// ServiceAccount (a [`FleetError::Identity`]).
-    fn acting(&self, tenant: &Tenant, blueprint: &Blueprint) -> Result<Acting, String> {
+    async fn acting(&self, tenant: &Tenant, blueprint: &Blueprint) -> Result<Acting, String> {
         let resource = matches!(tenant.source, TenantSource::Resource(_));
+        // A Blueprint resource that names its identity needs the ServiceAccount's consent:
+        // otherwise one tenant could name another's. The operator's default needs none.
+        if let (TenantSource::Resource(name), Some(sa)) =
+            (&tenant.source, &blueprint.spec.service_account)
+        {
+            crate::identity::admits(&self.shared.client, sa, name).await?;
+        }
         let identity = blueprint.spec.service_account.clone().or_else(|| {
             resource
                 .then(|| self.options.default_tenant_service_account.clone())
@@ -437,6 +444,7 @@ impl Fleet {
         let blueprint = blueprint::load(&path)?;
         tenant.acting = self
             .acting(&tenant, &blueprint)
+            .await
             .map_err(FleetError::Identity)?;
         let assembly = self.assemble(&tenant, &tenant.acting, blueprint).await?;
         tenant.fingerprint = Some(fingerprint(&text));
@@ -664,7 +672,7 @@ impl Fleet {
         let first = tenant.assembly.is_none();
         let result = match loaded {
             Err(e) => Err(FleetError::Blueprint(e)),
-            Ok(bp) => match self.acting(&tenant, &bp) {
+            Ok(bp) => match self.acting(&tenant, &bp).await {
                 Err(e) => Err(FleetError::Identity(e)),
                 Ok(acting) => match self.assemble(&tenant, &acting, bp).await {
                     Err(e) => Err(FleetError::Blueprint(e)),
@@ -689,14 +697,21 @@ impl Fleet {
             }
             Err(e) => {
                 let message = inrun_contract::errors::chain(&e);
-                tenant.failed = Some(print);
+                // Missing permissions or an identity that cannot be assumed can be fixed
+                // without touching the Blueprint (RBAC, the ServiceAccount): tried again at
+                // every check. Anything else waits for the Blueprint to change.
+                let retried = matches!(e, FleetError::Run(_) | FleetError::Identity(_));
+                tenant.failed = (!retried).then_some(print);
+                let repeated = tenant.error.as_ref() == Some(&message);
                 tenant.error = Some(message.clone());
-                self.shared.metrics.blueprint_reloaded(&name, false);
-                if first {
-                    tracing::error!(tenant = %name, error = %message, "Blueprint refused");
-                } else {
-                    tracing::error!(tenant = %name, error = %message,
-                        "changed Blueprint refused; the previous one keeps serving");
+                if !repeated {
+                    self.shared.metrics.blueprint_reloaded(&name, false);
+                    if first {
+                        tracing::error!(tenant = %name, error = %message, "Blueprint refused");
+                    } else {
+                        tracing::error!(tenant = %name, error = %message,
+                            "changed Blueprint refused; the previous one keeps serving");
+                    }
                 }
                 Err(Refusal {
                     reason: e.reason(),
@@ -810,9 +825,19 @@ impl Fleet {
                 }
                 let loaded = blueprint::from_str(&object.text, &source.to_string());
                 let mut tenants = self.tenants.lock().await;
+                let before = tenants.get(&source).and_then(|t| t.error.clone());
                 let result = self
                     .apply(&mut tenants, source.clone(), print, loaded)
                     .await;
+                // A retried refusal with the same message is already in the status.
+                if let Err(refusal) = &result
+                    && before.as_ref() == Some(&refusal.message)
+                    && tenants
+                        .get(&source)
+                        .is_some_and(|t| t.object.as_ref() == Some(&object))
+                {
+                    return;
+                }
                 let crds = match tenants.get_mut(&source) {
                     Some(t) => {
                         t.object = Some(object.clone());

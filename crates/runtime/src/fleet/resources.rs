@@ -72,7 +72,7 @@ pub(super) async fn ensure_crd(client: &kube::Client, install: bool) -> Result<(
 }
 
 /// One Blueprint resource, as the tenant loader reads it.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Object {
     pub(super) name: String,
     pub(super) generation: Option<i64>,
