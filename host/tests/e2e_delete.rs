@@ -532,6 +532,49 @@ async fn a_result_requeue_after_runs_the_cr_again_after_success() -> TestResult 
     Ok(())
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_requeue_after_zero_waits_for_the_requeue_floor() -> TestResult {
+    let group = unique_group("requeuefloor");
+    let crd = format!(
+        "      reconcile:\n        default: false\n        constructor: {{location: \"{}\"}}\n",
+        plugin("inrun_test_cleanup")
+    );
+    let host = Host::start(&blueprint(&group, "Temp", "minRequeue: 2s", &crd)).await;
+    let ns = ControlPlane::shared().namespace("requeuefloor").await?;
+    let ar = resource(&group, "Temp");
+    served(&ar).await;
+    apply_cr(
+        &ar,
+        &ns,
+        &cr(&group, "Temp", "storm", "{requeueAfterMs: 0}"),
+    )
+    .await;
+    reconciled(&ar, &ns, "storm").await;
+    let crd = format!("temps.{group}");
+    let pass_after = |n: u64| {
+        let metrics = host.metrics.clone();
+        let crd = crd.clone();
+        async move {
+            eventually("the next pass", || async {
+                (reconciles(&metrics, &crd) > n).then_some(())
+            })
+            .await;
+            reconciles(&metrics, &crd)
+        }
+    };
+    let n = pass_after(reconciles(&host.metrics, &crd)).await;
+    let since = std::time::Instant::now();
+    pass_after(n).await;
+    // Asked for 0s, the CR waits for the Blueprint's floor (2s) between passes.
+    assert!(
+        since.elapsed() >= Duration::from_millis(1500),
+        "passes {:?} apart",
+        since.elapsed()
+    );
+    host.stop().await;
+    Ok(())
+}
+
 /// A namespaced CRD `Gadget` in `group`, as JSON.
 fn gadget_crd(group: &str) -> serde_json::Value {
     json!({

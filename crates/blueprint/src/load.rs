@@ -298,6 +298,25 @@ mod tests {
     }
 
     #[test]
+    fn a_requeue_floor_below_100ms_is_refused_and_1s_is_the_default() {
+        let err = from_str(
+            &format!("{HEADER}spec:\n  runtime: {{ minRequeue: 10ms }}\n"),
+            "web.yaml",
+        )
+        .expect_err("too short");
+        assert!(
+            err.to_string()
+                .contains("web.yaml: spec.runtime.minRequeue: must be at least 100ms"),
+            "{err}"
+        );
+        let bp = from_str(&format!("{HEADER}spec: {{}}\n"), "web.yaml").expect("defaults");
+        assert_eq!(
+            bp.spec.runtime.min_requeue,
+            std::time::Duration::from_secs(1)
+        );
+    }
+
+    #[test]
     fn only_one_document_may_set_runtime() {
         let text = format!(
             "{HEADER}spec:\n  runtime: {{ workers: 1 }}\n---\n{HEADER}spec:\n  runtime: {{ workers: 3 }}\n"

@@ -29,6 +29,18 @@ pub struct RuntimeSpec {
     /// nothing.
     #[serde(default, with = "inrun_contract::duration::serde_opt")]
     pub resync: Option<Duration>,
+    /// The shortest delay before a CR is reconciled again on a reconciler's request
+    /// (`requeue`, `requeueAfter`) or after a failure (the backoff's first step): a
+    /// reconciler asking for `0s` cannot make a write storm (default 1s, at least 100ms).
+    #[serde(
+        default = "default_min_requeue",
+        with = "inrun_contract::duration::serde_str"
+    )]
+    pub min_requeue: Duration,
+}
+
+fn default_min_requeue() -> Duration {
+    Duration::from_secs(1)
 }
 
 fn default_workers() -> u32 {
@@ -48,6 +60,7 @@ impl Default for RuntimeSpec {
             backoff: BackoffSpec::default(),
             leader_election: LeaderElectionSpec::default(),
             resync: None,
+            min_requeue: default_min_requeue(),
         }
     }
 }

@@ -302,7 +302,11 @@ pub fn controller(
         namespaced: plan.spec.scope == Scope::Namespaced,
         kinds: shared.kinds.clone(),
         events: events::Events::new(client.clone(), shared.instance.clone()),
-        backoff: backoff::Backoff::new(runtime.backoff.base, runtime.backoff.max),
+        // The backoff starts no lower than the requeue floor.
+        backoff: backoff::Backoff::new(
+            runtime.backoff.base.max(runtime.min_requeue),
+            runtime.backoff.max.max(runtime.min_requeue),
+        ),
         runtime,
         queued: context::Queued::default(),
         children: stores,

@@ -61,7 +61,9 @@ pub async fn reconcile(cached: Arc<CachedCr>, ctx: Arc<Ctx>) -> Result<Action, F
                 let after = if changed_meanwhile {
                     Some(Duration::ZERO)
                 } else {
-                    done.after.map(|a| jitter(a, &key, ctx.runtime.resync))
+                    // A reconciler may not ask for less than the floor.
+                    done.after
+                        .map(|a| jitter(a.max(ctx.runtime.min_requeue), &key, ctx.runtime.resync))
                 };
                 Ok(after.map_or_else(Action::await_change, Action::requeue))
             }

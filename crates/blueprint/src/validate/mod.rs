@@ -112,6 +112,11 @@ fn runtime(r: &mut Report<'_>, rt: &RuntimeSpec) {
         "spec.runtime.backoff",
         "base must not be longer than max",
     );
+    r.check(
+        rt.min_requeue >= std::time::Duration::from_millis(100),
+        "spec.runtime.minRequeue",
+        "must be at least 100ms: a shorter requeue lets a reconciler make a write storm",
+    );
     if let Some(resync) = rt.resync {
         r.check(
             resync >= std::time::Duration::from_secs(1),
