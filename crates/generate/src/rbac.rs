@@ -181,6 +181,50 @@ fn reads_secrets(block: &ReconcileSpec) -> bool {
     remote || external || pull
 }
 
+/// Reading (and with `install`, installing) the CRDs named `names`; none without names.
+fn crd_permissions(names: Vec<String>, install: bool) -> Vec<Permission> {
+    if names.is_empty() {
+        return Vec::new();
+    }
+    let verbs: &[&str] = if install { &["get", "patch"] } else { &["get"] };
+    let mut read = perm(
+        "apiextensions.k8s.io",
+        "customresourcedefinitions",
+        verbs,
+        "the Blueprint's CRDs".into(),
+    );
+    read.names = names;
+    let mut out = vec![read];
+    if install {
+        out.push(perm(
+            "apiextensions.k8s.io",
+            "customresourcedefinitions",
+            &["create"],
+            "installing the Blueprint's CRDs".into(),
+        ));
+    }
+    out
+}
+
+/// Cluster-wide reads of every kind `block` grants its plugins.
+fn plugin_read_permissions(
+    blueprint: &Blueprint,
+    crd: &CrdSpec,
+    block: &ReconcileSpec,
+) -> Vec<Permission> {
+    plugin_reads(block)
+        .map(|read| {
+            let (group, resource) = resource_of(blueprint, &read.api_version, &read.kind);
+            perm(
+                group,
+                &resource,
+                READ_VERBS,
+                format!("{} reads granted to plugins of {} CRs", read.kind, crd.kind),
+            )
+        })
+        .collect()
+}
+
 /// The permissions the host needs to run `blueprint`, merged per group/resource.
 ///
 /// # Guarantees
@@ -220,15 +264,7 @@ pub fn required(blueprint: &Blueprint, options: &RbacOptions) -> Vec<Permission>
                     format!("{} children of {} CRs", m.kind, crd.kind),
                 ));
             }
-            for read in plugin_reads(block) {
-                let (group, resource) = resource_of(blueprint, &read.api_version, &read.kind);
-                perms.push(perm(
-                    group,
-                    &resource,
-                    READ_VERBS,
-                    format!("{} reads granted to plugins of {} CRs", read.kind, crd.kind),
-                ));
-            }
+            perms.extend(plugin_read_permissions(blueprint, crd, block));
         }
     }
     perms.push(perm(
@@ -237,28 +273,7 @@ pub fn required(blueprint: &Blueprint, options: &RbacOptions) -> Vec<Permission>
         &["create", "patch"],
         "events on CRs".into(),
     ));
-    if !crd_names.is_empty() {
-        let mut p = perm(
-            "apiextensions.k8s.io",
-            "customresourcedefinitions",
-            if options.install_crds {
-                &["get", "patch"]
-            } else {
-                &["get"]
-            },
-            "the Blueprint's CRDs".into(),
-        );
-        p.names = crd_names;
-        perms.push(p);
-        if options.install_crds {
-            perms.push(perm(
-                "apiextensions.k8s.io",
-                "customresourcedefinitions",
-                &["create"],
-                "installing the Blueprint's CRDs".into(),
-            ));
-        }
-    }
+    perms.extend(crd_permissions(crd_names, options.install_crds));
     if secrets {
         perms.push(perm(
             "",
@@ -421,15 +436,7 @@ pub fn tenant_required(
                     m.cluster_scoped,
                 );
             }
-            for read in plugin_reads(block) {
-                let (group, resource) = resource_of(blueprint, &read.api_version, &read.kind);
-                perms.push(perm(
-                    group,
-                    &resource,
-                    READ_VERBS,
-                    format!("{} reads granted to plugins of {} CRs", read.kind, crd.kind),
-                ));
-            }
+            perms.extend(plugin_read_permissions(blueprint, crd, block));
         }
     }
     let events = perm(
@@ -470,28 +477,7 @@ pub fn tenant_required(
             false,
         );
     }
-    if !crd_names.is_empty() {
-        let mut p = perm(
-            "apiextensions.k8s.io",
-            "customresourcedefinitions",
-            if options.install_crds {
-                &["get", "patch"]
-            } else {
-                &["get"]
-            },
-            "the Blueprint's CRDs".into(),
-        );
-        p.names = crd_names;
-        perms.push(p);
-        if options.install_crds {
-            perms.push(perm(
-                "apiextensions.k8s.io",
-                "customresourcedefinitions",
-                &["create"],
-                "installing the Blueprint's CRDs".into(),
-            ));
-        }
-    }
+    perms.extend(crd_permissions(crd_names, options.install_crds));
     merge(perms)
 }
 

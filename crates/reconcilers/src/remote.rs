@@ -169,12 +169,14 @@ impl Remote {
         }
         let response = call.send().await.map_err(|e| self.transport(e))?;
         let status = response.status();
-        let body = read_bounded(response).await.map_err(|e| match e {
-            Bounded::TooLarge => RemoteError::TooLarge {
-                endpoint: self.endpoint.clone(),
-            },
-            Bounded::Transport(e) => self.transport(e),
-        })?;
+        let body = read_bounded(response, REPLY_MAX)
+            .await
+            .map_err(|e| match e {
+                Bounded::TooLarge => RemoteError::TooLarge {
+                    endpoint: self.endpoint.clone(),
+                },
+                Bounded::Transport(e) => self.transport(e),
+            })?;
         if !status.is_success() {
             return Err(RemoteError::Status {
                 endpoint: self.endpoint.clone(),
@@ -258,15 +260,19 @@ impl Reconciler for Remote {
     }
 }
 
-enum Bounded {
+pub(crate) enum Bounded {
     TooLarge,
     Transport(reqwest::Error),
 }
 
-async fn read_bounded(mut response: reqwest::Response) -> Result<Vec<u8>, Bounded> {
+/// The body, read chunk by chunk and given up on as soon as it passes `max` bytes.
+pub(crate) async fn read_bounded(
+    mut response: reqwest::Response,
+    max: usize,
+) -> Result<Vec<u8>, Bounded> {
     let mut body = Vec::new();
     while let Some(chunk) = response.chunk().await.map_err(Bounded::Transport)? {
-        if body.len() + chunk.len() > REPLY_MAX {
+        if body.len() + chunk.len() > max {
             return Err(Bounded::TooLarge);
         }
         body.extend_from_slice(&chunk);
@@ -312,7 +318,7 @@ pub fn http_client() -> Result<reqwest::Client, reqwest::Error> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::secrets::StaticSecrets;
     use serde_json::json;
@@ -365,7 +371,9 @@ mod tests {
 
     /// An HTTP server on 127.0.0.1 that answers every request with `reply` and counts the
     /// requests it got.
-    async fn server(reply: String) -> (std::net::SocketAddr, Arc<std::sync::atomic::AtomicUsize>) {
+    pub(crate) async fn server(
+        reply: String,
+    ) -> (std::net::SocketAddr, Arc<std::sync::atomic::AtomicUsize>) {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await

@@ -3,7 +3,11 @@
 use serde_json::{Map, Value, json};
 
 use super::{CallError, number};
-use crate::remote::excerpt;
+use crate::remote::{Bounded, excerpt, read_bounded};
+
+/// The largest `http` or `prometheus` reply read: a reply feeds templates, and more than
+/// this is an endpoint misbehaving, not data to render.
+pub const REPLY_MAX: usize = 4 * 1024 * 1024;
 use inrun_blueprint::HttpMethod;
 
 /// One rendered `http` call.
@@ -45,10 +49,12 @@ async fn json_reply(call: reqwest::RequestBuilder) -> Result<Value, CallError> {
         .await
         .map_err(|e| CallError::Http(e.without_url()))?;
     let status = response.status();
-    let body = response
-        .bytes()
+    let body = read_bounded(response, REPLY_MAX)
         .await
-        .map_err(|e| CallError::Http(e.without_url()))?;
+        .map_err(|e| match e {
+            Bounded::TooLarge => CallError::TooLarge(REPLY_MAX),
+            Bounded::Transport(e) => CallError::Http(e.without_url()),
+        })?;
     if !status.is_success() {
         return Err(CallError::Status {
             status: status.as_u16(),
@@ -156,5 +162,29 @@ mod tests {
         let v = shape(&json!({"resultType": "vector", "result": []})).expect("shape");
         assert_eq!(v["value"], Value::Null);
         assert_eq!(v["values"], json!([]));
+    }
+
+    #[tokio::test]
+    async fn a_reply_past_the_cap_is_refused_without_reading_it_all() {
+        let body = format!("[{}1]", "1,".repeat(REPLY_MAX / 2 + 1));
+        let (addr, _) = crate::remote::tests::server(format!(
+            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+            body.len()
+        ))
+        .await;
+        let url = format!("http://{addr}/big");
+        let err = fetch(
+            &reqwest::Client::new(),
+            HttpRequest {
+                url: &url,
+                method: HttpMethod::Get,
+                headers: &[],
+                body: None,
+                token: None,
+            },
+        )
+        .await
+        .expect_err("too large");
+        assert!(matches!(err, CallError::TooLarge(REPLY_MAX)), "{err}");
     }
 }

@@ -59,6 +59,9 @@ pub enum CallError {
     /// The HTTP request failed (connection, TLS, ...).
     #[error("HTTP request failed")]
     Http(#[source] reqwest::Error),
+    /// The reply is larger than the host reads.
+    #[error("the reply is larger than {0} bytes")]
+    TooLarge(usize),
     /// The server answered with a status other than 2xx.
     #[error("HTTP {status}: {excerpt}")]
     Status {
