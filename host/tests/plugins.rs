@@ -124,6 +124,32 @@ fn webapp_error_result_names_the_plugin_and_its_message() {
     assert!(text.contains("spec.image is required"), "{text}");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guest_asleep_in_a_host_call_is_stopped_at_its_deadline() {
+    // The guest sleeps an hour in a WASI clock wait, where the epoch interrupt cannot reach
+    // it: the call's outer deadline drops it.
+    let engine = engine();
+    let sleepy = load(&engine, "inrun_test_sleepy");
+    let started = Instant::now();
+    let err = sleepy
+        .reconcile(&webapp_request(), &short(300), &Grants::default())
+        .await
+        .expect_err("stopped");
+    let took = started.elapsed();
+    assert!(matches!(err.failure, CallFailure::Deadline(_)), "{err:?}");
+    assert!(
+        took >= Duration::from_millis(300),
+        "stopped early: {took:?}"
+    );
+    assert!(took < Duration::from_secs(1), "stopped late: {took:?}");
+    // The engine serves the next call as usual.
+    let webapp = load(&engine, "inrun_plugin_webapp");
+    webapp
+        .reconcile(&webapp_request(), &Limits::default(), &Grants::default())
+        .await
+        .expect("a normal call right after");
+}
+
 #[test]
 fn endless_loop_hits_its_deadline_within_twice_the_limit_and_the_next_call_works() {
     let engine = engine();

@@ -29,15 +29,18 @@ impl Plugin {
     ) -> Result<Outcome, CallError> {
         let wit_req = to_wit_request(req);
         let (mut store, pre, _busy) = self.store(limits, grants, cr_namespace(req));
-        let result = match pre {
-            Pre::Reconciler(pre) => match pre.instantiate_async(&mut store).await {
-                Ok(guest) => guest.call_reconcile(&mut store, &wit_req).await,
-                Err(e) => Err(e),
-            },
-            Pre::Hooks(_) => Err(wasmtime::format_err!(
-                "a hooks component has no `reconcile`"
-            )),
-        };
+        let result = bounded(limits, async {
+            match pre {
+                Pre::Reconciler(pre) => match pre.instantiate_async(&mut store).await {
+                    Ok(guest) => guest.call_reconcile(&mut store, &wit_req).await,
+                    Err(e) => Err(e),
+                },
+                Pre::Hooks(_) => Err(wasmtime::format_err!(
+                    "a hooks component has no `reconcile`"
+                )),
+            }
+        })
+        .await;
         let raw = self.settle(result, &store, limits)?;
         self.finish(raw, limits)
     }
@@ -57,17 +60,22 @@ impl Plugin {
         let wit_req = to_wit_request(req);
         let wit_current = to_wit_outcome(current);
         let (mut store, pre, _busy) = self.store(limits, grants, cr_namespace(req));
-        let result = match pre {
-            Pre::Hooks(pre) => match pre.instantiate_async(&mut store).await {
-                Ok(guest) => {
-                    guest
-                        .call_call(&mut store, function, &wit_req, &wit_current)
-                        .await
+        let result = bounded(limits, async {
+            match pre {
+                Pre::Hooks(pre) => match pre.instantiate_async(&mut store).await {
+                    Ok(guest) => {
+                        guest
+                            .call_call(&mut store, function, &wit_req, &wit_current)
+                            .await
+                    }
+                    Err(e) => Err(e),
+                },
+                Pre::Reconciler(_) => {
+                    Err(wasmtime::format_err!("a reconciler component has no hooks"))
                 }
-                Err(e) => Err(e),
-            },
-            Pre::Reconciler(_) => Err(wasmtime::format_err!("a reconciler component has no hooks")),
-        };
+            }
+        })
+        .await;
         let raw = self.settle(result, &store, limits)?;
         self.finish(raw, limits)
     }
@@ -75,13 +83,16 @@ impl Plugin {
     /// Asks a hooks component which functions it serves.
     pub(super) async fn call_functions(&self, limits: &Limits) -> Result<Vec<String>, CallError> {
         let (mut store, pre, _busy) = self.store(limits, &Grants::default(), None);
-        let result = match pre {
-            Pre::Hooks(pre) => match pre.instantiate_async(&mut store).await {
-                Ok(guest) => guest.call_functions(&mut store).await,
-                Err(e) => Err(e),
-            },
-            Pre::Reconciler(_) => Ok(Vec::new()),
-        };
+        let result = bounded(limits, async {
+            match pre {
+                Pre::Hooks(pre) => match pre.instantiate_async(&mut store).await {
+                    Ok(guest) => guest.call_functions(&mut store).await,
+                    Err(e) => Err(e),
+                },
+                Pre::Reconciler(_) => Ok(Vec::new()),
+            }
+        })
+        .await;
         self.settle(result, &store, limits)
     }
 
@@ -145,6 +156,27 @@ impl Plugin {
         };
         let wit = raw.map_err(|msg| fail(CallFailure::Returned(truncate_owned(msg, 500))))?;
         from_wit_outcome(wit, limits).map_err(|why| fail(CallFailure::BadOutput(why)))
+    }
+}
+
+/// How long past its deadline a call may take in all before it is dropped: the epoch
+/// interrupt stops Wasm code at the deadline, and this catches what it cannot see — a
+/// guest waiting in a host call (a WASI sleep, a poll) or a slow instantiation.
+const OUTER_GRACE: Duration = Duration::from_millis(100);
+
+/// Runs `call` to its end, or drops it (and the store with it) once the deadline and
+/// [`OUTER_GRACE`] have passed: then it is an interrupt, reported as the deadline. Outside
+/// a Tokio runtime (a test polling by hand) only the epoch deadline applies.
+async fn bounded<R>(
+    limits: &Limits,
+    call: impl std::future::Future<Output = wasmtime::Result<R>>,
+) -> wasmtime::Result<R> {
+    if tokio::runtime::Handle::try_current().is_err() {
+        return call.await;
+    }
+    match tokio::time::timeout(limits.deadline + OUTER_GRACE, call).await {
+        Ok(result) => result,
+        Err(_) => Err(Trap::Interrupt.into()),
     }
 }
 

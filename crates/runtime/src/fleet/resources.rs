@@ -5,7 +5,7 @@
 use futures::StreamExt;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::discovery::ApiResource;
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
@@ -111,7 +111,10 @@ fn object(obj: &DynamicObject) -> Option<Object> {
 /// receiver is gone.
 pub(super) async fn watch(client: kube::Client, events: mpsc::UnboundedSender<Event>) {
     let api: Api<DynamicObject> = Api::all_with(client, &blueprint_resource());
-    let mut stream = watcher(api, watcher::Config::default()).boxed();
+    // Backs off while the API server is away instead of relisting in a tight loop.
+    let mut stream = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .boxed();
     let mut listing = Vec::new();
     while let Some(item) = stream.next().await {
         let event = match item {
@@ -130,7 +133,6 @@ pub(super) async fn watch(client: kube::Client, events: mpsc::UnboundedSender<Ev
             Ok(watcher::Event::InitDone) => Some(Event::Present(std::mem::take(&mut listing))),
             Err(e) => {
                 tracing::warn!(error = %e, "watching Blueprint resources; retrying");
-                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
                 None
             }
         };
