@@ -540,6 +540,11 @@ impl Fleet {
             task.abort();
         }
         let mut tenants = self.tenants.lock().await;
+        // Every controller of every tenant stops starting reconciles at once (a lost lease
+        // must not leave some writing while others drain); then passes in flight finish.
+        for running in tenants.values().flat_map(|t| t.running.values()) {
+            let _ = running.stop.send(true);
+        }
         for tenant in tenants.values_mut() {
             Self::stop_all(tenant).await;
             self.publish(tenant);
@@ -547,12 +552,14 @@ impl Fleet {
         Ok(())
     }
 
+    /// Stops every controller of `tenant`: all are told at once, then each is awaited.
     async fn stop_all(tenant: &mut Tenant) {
-        let names: Vec<String> = tenant.running.keys().cloned().collect();
-        for name in names {
-            if let Some(r) = tenant.running.remove(&name) {
-                stop(r).await;
-            }
+        for running in tenant.running.values() {
+            let _ = running.stop.send(true);
+        }
+        let all = std::mem::take(&mut tenant.running);
+        for (_, r) in all {
+            stop(r).await;
         }
     }
 
