@@ -52,6 +52,12 @@ spec:
               query: "SELECT x FROM no_such_table"
             onError: default
             default: {{note: fallback}}
+          - name: flood
+            postgres:
+              secretRef: {{name: db, key: url}}
+              query: "SELECT generate_series(1, 100000) AS n"
+            onError: default
+            default: {{note: capped}}
         args:
           replicas: "{{{{ .external.plan[0].replicas }}}}"
           image: "{{{{ .external.image }}}}"
@@ -69,6 +75,7 @@ spec:
               up: "{{{{ .external.up.value | string }}}}"
               upJob: "{{{{ .external.up.labels.job }}}}"
               legacy: "{{{{ .external.legacy.note }}}}"
+              flood: "{{{{ .external.flood.note }}}}"
         managedResources:
           - {{apiVersion: v1, kind: ConfigMap}}
     - group: {group}
@@ -156,6 +163,8 @@ async fn external_values_from_postgres_redis_and_prometheus_reach_args_children_
     assert_eq!(data["up"], "1");
     assert_eq!(data["upJob"], "prometheus");
     assert_eq!(data["legacy"], "fallback");
+    // A query returning more rows than the host reads fails as a call (here: its default).
+    assert_eq!(data["flood"], "capped", "{data}");
     let cr = eventually("the CR's status from external values", || async {
         let cr = get(&ar, Some(&ns), "shop").await?;
         (cr.data["status"]["tier"] == "gold").then_some(cr)

@@ -62,6 +62,9 @@ pub enum CallError {
     /// The reply is larger than the host reads.
     #[error("the reply is larger than {0} bytes")]
     TooLarge(usize),
+    /// A query returned more rows than the host reads.
+    #[error("the query returned more than {0} rows")]
+    TooManyRows(usize),
     /// The server answered with a status other than 2xx.
     #[error("HTTP {status}: {excerpt}")]
     Status {

@@ -5,6 +5,7 @@
 //! behind a local proxy. Column types beyond booleans, integers, floats, text and JSON
 //! are refused with a hint to cast them to text in the query.
 
+use futures::TryStreamExt;
 use serde_json::{Map, Value};
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{NoTls, Row};
@@ -61,15 +62,25 @@ async fn run(
         .iter()
         .map(|b| b.as_ref() as &(dyn ToSql + Sync))
         .collect();
+    // Rows are read as they arrive and the query given up on past the cap, so a query
+    // that matches a whole table costs no more than the cap.
     let rows = client
-        .query(&statement, &refs)
+        .query_raw(&statement, refs)
         .await
         .map_err(CallError::Postgres)?;
-    rows.iter()
-        .map(row)
-        .collect::<Result<Vec<_>, _>>()
-        .map(Value::Array)
+    let mut rows = std::pin::pin!(rows);
+    let mut out = Vec::new();
+    while let Some(r) = rows.try_next().await.map_err(CallError::Postgres)? {
+        if out.len() == MAX_ROWS {
+            return Err(CallError::TooManyRows(MAX_ROWS));
+        }
+        out.push(row(&r)?);
+    }
+    Ok(Value::Array(out))
 }
+
+/// The most rows a query may return: its rows feed templates.
+pub const MAX_ROWS: usize = 1000;
 
 fn text_of(v: &Value) -> String {
     match v {
