@@ -15,8 +15,7 @@ use inrun_testenv::{ControlPlane, TestResult};
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::ServiceAccount;
 use kube::Client;
-use kube::api::{Api, DynamicObject, ObjectMeta, Patch, PatchParams, PostParams};
-use kube::core::GroupVersionKind;
+use kube::api::{Api, ObjectMeta, PostParams};
 use serde_json::Value;
 use support::*;
 use tokio::sync::watch;
@@ -102,34 +101,6 @@ impl InProcess {
             matches!(stopped, Ok(Ok(Ok(())))),
             "host did not stop cleanly: {stopped:?}"
         );
-    }
-}
-
-/// Server-side applies manifests as the admin.
-async fn apply_all(docs: &[Value]) {
-    let client = client();
-    for doc in docs {
-        let gvk = GroupVersionKind::try_from(
-            &serde_json::from_value::<kube::api::TypeMeta>(doc.clone()).expect("type meta"),
-        )
-        .expect("gvk");
-        let (ar, caps) = kube::discovery::pinned_kind(&client, &gvk)
-            .await
-            .expect("discovery");
-        let name = doc["metadata"]["name"].as_str().expect("name");
-        let api: Api<DynamicObject> = match doc["metadata"]["namespace"].as_str() {
-            Some(ns) if caps.scope == kube::discovery::Scope::Namespaced => {
-                Api::namespaced_with(client.clone(), ns, &ar)
-            }
-            _ => Api::all_with(client.clone(), &ar),
-        };
-        api.patch(
-            name,
-            &PatchParams::apply("e2e-test").force(),
-            &Patch::Apply(doc),
-        )
-        .await
-        .unwrap_or_else(|e| panic!("applying {} {name}: {e}", gvk.kind));
     }
 }
 

@@ -12,7 +12,8 @@ use inrun::fleet::{FleetOptions, TenantSource, blueprint_resource};
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::discovery::ApiResource;
 use support::{
-    FleetHost, apply_cr, client, configmaps, eventually, get, plugin, ready, resource, unique_group,
+    FleetHost, apply_all, apply_cr, client, configmaps, eventually, get, plugin, ready, resource,
+    unique_group,
 };
 
 /// Held by each test that serves `Blueprint` resources: a fleet serves every such resource
@@ -461,28 +462,6 @@ fn target_cr(group: &str, kind: &str, name: &str, target: &str) -> String {
     )
 }
 
-/// Applies `docs` as the admin (server-side apply).
-async fn apply_docs(docs: &[serde_json::Value]) {
-    for doc in docs {
-        let api_version = doc["apiVersion"].as_str().expect("apiVersion");
-        let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
-        let kind = doc["kind"].as_str().expect("kind");
-        let ar = ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk(group, version, kind));
-        let name = doc["metadata"]["name"].as_str().expect("name");
-        let api: Api<DynamicObject> = match doc["metadata"]["namespace"].as_str() {
-            Some(ns) => Api::namespaced_with(client(), ns, &ar),
-            None => Api::all_with(client(), &ar),
-        };
-        api.patch(
-            name,
-            &PatchParams::apply("e2e-test").force(),
-            &Patch::Apply(doc),
-        )
-        .await
-        .unwrap_or_else(|e| panic!("apply {kind} {name}: {e}"));
-    }
-}
-
 /// The CR's `Ready` condition once it is False: (reason, message).
 async fn refused(ar: &ApiResource, namespace: &str, name: &str) -> (String, String) {
     eventually(&format!("{name} to be Ready=False"), || async {
@@ -531,7 +510,7 @@ async fn a_blueprint_resource_acts_as_its_service_account_and_rbac_fences_what_i
         .expect("a rule on ClusterRoles");
     assert!(rule["verbs"].to_string().contains("create"), "{rule}");
     rule["verbs"] = serde_json::json!(["get", "list", "watch"]);
-    apply_docs(&docs).await;
+    apply_all(&docs).await;
 
     let host = FleetHost::start(FleetOptions {
         resources: true,
@@ -542,7 +521,7 @@ async fn a_blueprint_resource_acts_as_its_service_account_and_rbac_fences_what_i
     let (fenced_bp, default_bp, nobody_bp) = (tag("sa"), tag("default"), tag("nobody"));
     // Each ServiceAccount admits the Blueprint resources that may act as it.
     for (name, admits) in [("tenant", &fenced_bp), ("nobody", &nobody_bp)] {
-        apply_docs(&[serde_json::json!({
+        apply_all(&[serde_json::json!({
             "apiVersion": "v1",
             "kind": "ServiceAccount",
             "metadata": {"name": name, "namespace": team_a, "annotations": {"inrun.dev/blueprints": admits}},
@@ -661,16 +640,39 @@ async fn a_blueprint_resource_acts_as_its_service_account_and_rbac_fences_what_i
         namespace: team_a.clone(),
         name: "nobody".into(),
     };
-    apply_blueprint(
-        &nobody_bp,
-        &identity_tenant(&unique_group("identity-nobody"), Some(&nobody)),
-    )
-    .await;
+    let nobody_text = identity_tenant(&unique_group("identity-nobody"), Some(&nobody));
+    apply_blueprint(&nobody_bp, &nobody_text).await;
     let (status, reason, message) =
         eventually("the powerless tenant's verdict", || accepted(&nobody_bp)).await;
     assert_eq!((status.as_str(), reason.as_str()), ("False", "StartFailed"));
     assert!(
         message.contains(&format!("ServiceAccount {nobody}")) && message.contains("list"),
+        "{message}"
+    );
+    // Refused for missing RBAC, it is tried again at every check: once the operator grants
+    // what `inrun generate rbac --tenant` prints, it serves without being touched.
+    let nobody_blueprint =
+        inrun::blueprint::from_str(&nobody_text, "nobody.yaml").expect("blueprint");
+    apply_all(&inrun::generate::rbac::tenant_manifests(
+        &nobody_blueprint,
+        &nobody,
+        std::slice::from_ref(&team_a),
+        &inrun::generate::rbac::RbacOptions {
+            name: format!("{rbac_name}-nobody"),
+            install_crds: true,
+            ..Default::default()
+        },
+    ))
+    .await;
+    let (status, reason, message) = eventually("the mended tenant to serve", || async {
+        accepted(&nobody_bp)
+            .await
+            .filter(|(status, _, _)| status == "True")
+    })
+    .await;
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("True", "Serving"),
         "{message}"
     );
     delete_blueprints(&[&fenced_bp, &default_bp, &nobody_bp, &thief]).await;

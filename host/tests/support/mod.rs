@@ -537,3 +537,31 @@ async fn ensure_admin_tenant(client: &Client) {
         .await
         .expect("the admin tenant's binding");
 }
+
+/// Server-side applies manifests as the admin.
+pub async fn apply_all(docs: &[Value]) {
+    let client = client();
+    for doc in docs {
+        let gvk = kube::core::GroupVersionKind::try_from(
+            &serde_json::from_value::<kube::api::TypeMeta>(doc.clone()).expect("type meta"),
+        )
+        .expect("gvk");
+        let (ar, caps) = kube::discovery::pinned_kind(&client, &gvk)
+            .await
+            .expect("discovery");
+        let name = doc["metadata"]["name"].as_str().expect("name");
+        let api: Api<DynamicObject> = match doc["metadata"]["namespace"].as_str() {
+            Some(ns) if caps.scope == kube::discovery::Scope::Namespaced => {
+                Api::namespaced_with(client.clone(), ns, &ar)
+            }
+            _ => Api::all_with(client.clone(), &ar),
+        };
+        api.patch(
+            name,
+            &PatchParams::apply("e2e-test").force(),
+            &Patch::Apply(doc),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("applying {} {name}: {e}", gvk.kind));
+    }
+}

@@ -181,6 +181,9 @@ struct Tenant {
     policy: Policy,
     /// The identity its serving Blueprint acts as.
     acting: Acting,
+    /// The identity a refused Blueprint asked for, kept so a retry reuses its clients and
+    /// plugin slots (fetched and compiled once) instead of building them again.
+    candidate: Option<Acting>,
     /// Hash of the source's text (file contents, or the resource's spec).
     fingerprint: Option<u64>,
     /// A fingerprint that failed, so it is not retried until the source changes.
@@ -352,6 +355,7 @@ impl Fleet {
             source,
             policy,
             acting: self.host_acting(),
+            candidate: None,
             fingerprint: None,
             failed: None,
             assembly: None,
@@ -403,6 +407,9 @@ impl Fleet {
         }
         if identity == tenant.acting.identity {
             return Ok(tenant.acting.clone());
+        }
+        if let Some(candidate) = tenant.candidate.as_ref().filter(|c| c.identity == identity) {
+            return Ok(candidate.clone());
         }
         let Some(sa) = identity else {
             return Ok(self.host_acting());
@@ -681,10 +688,17 @@ impl Fleet {
             Err(e) => Err(FleetError::Blueprint(e)),
             Ok(bp) => match self.acting(&tenant, &bp).await {
                 Err(e) => Err(FleetError::Identity(e)),
-                Ok(acting) => match self.assemble(&tenant, &acting, bp).await {
-                    Err(e) => Err(FleetError::Blueprint(e)),
-                    Ok(a) => self.start(&mut tenant, &acting, Arc::new(a), tenants).await,
-                },
+                Ok(acting) => {
+                    let started = match self.assemble(&tenant, &acting, bp).await {
+                        Err(e) => Err(FleetError::Blueprint(e)),
+                        Ok(a) => self.start(&mut tenant, &acting, Arc::new(a), tenants).await,
+                    };
+                    // Serving, `start` made it the tenant's; refused, it waits for a retry.
+                    tenant.candidate = (started.is_err()
+                        && acting.identity != tenant.acting.identity)
+                        .then_some(acting);
+                    started
+                }
             },
         };
         let name = source.to_string();
