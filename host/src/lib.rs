@@ -15,6 +15,6 @@ pub use inrun_pass::{self as pass, render};
 pub use inrun_reconcilers::{
     self as reconcilers, assemble, egress, external, plugins, secrets, sources,
 };
-pub use inrun_runtime::{self as runtime, fleet, kubeconfig, leader, metrics};
+pub use inrun_runtime::{self as runtime, fence, fleet, kubeconfig, leader, metrics};
 pub use inrun_template as template;
 pub use inrun_wasm as wasm;

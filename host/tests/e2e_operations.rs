@@ -825,7 +825,10 @@ async fn a_leader_that_loses_its_lease_stops_its_work_at_once() -> TestResult {
     let (started_tx, mut started_rx) = watch::channel(false);
     let (stopped_tx, mut stopped_rx) = watch::channel(false);
     let elected = tokio::spawn(inrun::leader::run(
-        client(),
+        inrun::leader::Keeper {
+            client: client(),
+            fence: inrun::fence::Fence::default(),
+        },
         config,
         shutdown_rx,
         Arc::default(),
@@ -881,7 +884,10 @@ async fn a_replica_without_lease_rbac_fails_clearly_instead_of_waiting_forever()
     let result = tokio::time::timeout(
         WAIT,
         inrun::leader::run(
-            cp.unprivileged_client(),
+            inrun::leader::Keeper {
+                client: cp.unprivileged_client(),
+                fence: inrun::fence::Fence::default(),
+            },
             config,
             rx,
             Arc::default(),
@@ -892,5 +898,196 @@ async fn a_replica_without_lease_rbac_fails_clearly_instead_of_waiting_forever()
     let err = result.expect_err("no RBAC for the Lease");
     assert!(matches!(err, inrun::leader::LeaderError::Forbidden { .. }));
     assert!(inrun::errors::chain(&err).contains("inrun generate rbac"));
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_write_of_a_leader_that_lost_its_lease_lands_after_the_next_leader_starts() -> TestResult
+{
+    use futures::StreamExt;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::{Patch, PatchParams, WatchEvent, WatchParams};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+    let cp = ControlPlane::shared();
+    let ns = cp.namespace("fenced").await?;
+    // The old leader renews its Lease as a ServiceAccount whose RBAC the test then revokes,
+    // so its renewals fail (as when they stop reaching the API server) while its writes,
+    // made on other credentials, still would go through.
+    let renewer = "renewer";
+    apply_all(&[
+        serde_json::json!({"apiVersion": "v1", "kind": "ServiceAccount",
+            "metadata": {"name": renewer, "namespace": ns}}),
+        serde_json::json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": {"name": renewer, "namespace": ns},
+            "rules": [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+                "verbs": ["get", "create", "update"]}]}),
+        serde_json::json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": {"name": renewer, "namespace": ns},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": renewer},
+            "subjects": [{"kind": "ServiceAccount", "name": renewer, "namespace": ns}]}),
+    ])
+    .await;
+    let mut renewing = cp.admin_config();
+    renewing.auth_info.impersonate = Some(format!("system:serviceaccount:{ns}:{renewer}"));
+    let fence = inrun::fence::Fence::default();
+    let writer: Api<ConfigMap> =
+        Api::namespaced(inrun::fence::client(cp.admin_config(), &fence)?, &ns);
+    let lease = |identity: &str| inrun::leader::LeaderConfig {
+        lease_name: "fenced".into(),
+        namespace: ns.clone(),
+        identity: identity.into(),
+        lease_duration: Duration::from_secs(6),
+        renew_deadline: Duration::from_secs(4),
+        retry_period: Duration::from_millis(500),
+    };
+    let landed = Arc::new(AtomicUsize::new(0));
+    let refused = Arc::new(AtomicUsize::new(0));
+    let (_shutdown_tx, shutdown_rx) = watch::channel(false);
+    let old = tokio::spawn(inrun::leader::run(
+        inrun::leader::Keeper {
+            client: Client::try_from(renewing)?,
+            fence: fence.clone(),
+        },
+        lease("old"),
+        shutdown_rx.clone(),
+        Arc::default(),
+        {
+            let (landed, refused) = (landed.clone(), refused.clone());
+            move |stop: watch::Receiver<bool>| async move {
+                // A reconcile that keeps writing, and goes on for two lease durations after
+                // it was told to stop: what a slow pass in flight does.
+                let mut stopped_at = None;
+                for n in 0u64.. {
+                    if stopped_at.is_none() && *stop.borrow() {
+                        stopped_at = Some(std::time::Instant::now());
+                    }
+                    if stopped_at.is_some_and(|t| t.elapsed() > Duration::from_secs(12)) {
+                        break;
+                    }
+                    let cm = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+                        "metadata": {"name": "old-leader"}, "data": {"n": n.to_string()}});
+                    match writer
+                        .patch(
+                            "old-leader",
+                            &PatchParams::apply("old").force(),
+                            &Patch::Apply(cm),
+                        )
+                        .await
+                    {
+                        Ok(_) => landed.fetch_add(1, Ordering::SeqCst),
+                        Err(e) => {
+                            assert!(
+                                inrun::errors::chain(&e).contains("not the leader"),
+                                "{}",
+                                inrun::errors::chain(&e)
+                            );
+                            refused.fetch_add(1, Ordering::SeqCst)
+                        }
+                    };
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Ok::<(), std::io::Error>(())
+            }
+        },
+    ));
+    let api: Api<ConfigMap> = Api::namespaced(client(), &ns);
+    eventually("the old leader's first writes", || async {
+        (landed.load(Ordering::SeqCst) >= 5).then_some(())
+    })
+    .await;
+    // Every change in the namespace, in the order the API server stored them.
+    let from = api
+        .list(&Default::default())
+        .await?
+        .metadata
+        .resource_version;
+    let mut stream = api
+        .watch(&WatchParams::default(), from.as_deref().unwrap_or("0"))
+        .await?
+        .boxed();
+    let order = tokio::spawn(async move {
+        let mut order = Vec::new();
+        while let Some(event) = stream.next().await {
+            let (kind, cm) = match event.expect("watch") {
+                WatchEvent::Added(cm) => ("added", cm),
+                WatchEvent::Modified(cm) => ("modified", cm),
+                _ => continue,
+            };
+            let name = cm.metadata.name.unwrap_or_default();
+            let end = name == "sentinel";
+            order.push((kind, name));
+            if end {
+                break;
+            }
+        }
+        order
+    });
+    let rbac: Api<k8s_openapi::api::rbac::v1::RoleBinding> = Api::namespaced(client(), &ns);
+    rbac.delete(renewer, &Default::default()).await?;
+    let (started_tx, mut started_rx) = watch::channel(false);
+    let next = tokio::spawn(inrun::leader::run(
+        inrun::leader::Keeper {
+            client: client(),
+            fence: inrun::fence::Fence::default(),
+        },
+        lease("next"),
+        shutdown_rx,
+        Arc::default(),
+        {
+            let api = api.clone();
+            move |mut stop: watch::Receiver<bool>| async move {
+                let cm = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": "next-leader"}});
+                api.patch(
+                    "next-leader",
+                    &PatchParams::apply("next"),
+                    &Patch::Apply(cm),
+                )
+                .await
+                .expect("the next leader writes");
+                let _ = started_tx.send(true);
+                let _ = stop.wait_for(|s| *s).await;
+                Ok::<(), std::io::Error>(())
+            }
+        },
+    ));
+    tokio::time::timeout(WAIT, started_rx.wait_for(|s| *s)).await??;
+    let result = tokio::time::timeout(WAIT, old).await??;
+    assert!(
+        matches!(result, Err(inrun::leader::LeaderError::Lost { .. })),
+        "{result:?}"
+    );
+    let cm = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "sentinel"}});
+    api.patch(
+        "sentinel",
+        &PatchParams::apply("e2e-test"),
+        &Patch::Apply(cm),
+    )
+    .await?;
+    let order = tokio::time::timeout(WAIT, order).await??;
+    let next_started = order
+        .iter()
+        .position(|(_, name)| name == "next-leader")
+        .expect("the next leader's write was watched");
+    let late = order[next_started..]
+        .iter()
+        .filter(|(_, name)| name == "old-leader")
+        .count();
+    assert_eq!(
+        late, 0,
+        "writes of the old leader after the next one started"
+    );
+    let refused = refused.load(Ordering::SeqCst);
+    assert!(
+        refused > 0,
+        "the old leader went on writing after it lost the lease, and was refused"
+    );
+    eprintln!(
+        "old leader: {} writes landed, {refused} refused after it lost the lease",
+        landed.load(Ordering::SeqCst)
+    );
+    next.abort();
     Ok(())
 }

@@ -47,6 +47,7 @@ pub async fn admits(
 #[derive(Clone)]
 pub struct Impersonation {
     config: Config,
+    fence: crate::fence::Fence,
 }
 
 impl std::fmt::Debug for Impersonation {
@@ -58,9 +59,10 @@ impl std::fmt::Debug for Impersonation {
 }
 
 impl Impersonation {
-    /// Clients derived from `config`, the host's (its credentials prove who impersonates).
-    pub fn new(config: Config) -> Self {
-        Impersonation { config }
+    /// Clients derived from `config`, the host's (its credentials prove who impersonates),
+    /// writing only while `fence` is open.
+    pub fn new(config: Config, fence: crate::fence::Fence) -> Self {
+        Impersonation { config, fence }
     }
 
     /// The configuration of a client acting as `sa`: the host's credentials with the
@@ -82,7 +84,7 @@ impl Impersonation {
     /// When the client cannot be built (the same configuration as the host's builds, so
     /// only a name that is not a valid header value fails, which validation rules out).
     pub fn client(&self, sa: &ServiceAccountRef) -> Result<Client, kube::Error> {
-        Client::try_from(self.config(sa))
+        crate::fence::client(self.config(sa), &self.fence)
     }
 }
 
@@ -98,7 +100,7 @@ mod tests {
             namespace: "team-a".into(),
             name: "tenant".into(),
         };
-        let config = Impersonation::new(host).config(&sa);
+        let config = Impersonation::new(host, crate::fence::Fence::default()).config(&sa);
         assert_eq!(
             config.auth_info.impersonate.as_deref(),
             Some("system:serviceaccount:team-a:tenant")

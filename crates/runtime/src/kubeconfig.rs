@@ -43,8 +43,12 @@ pub async fn client(path: Option<&Path>) -> Result<Client, ConnectError> {
 /// reached at.
 #[derive(Clone)]
 pub struct Connection {
-    /// The host's client.
+    /// The host's client; it writes only while `fence` is open.
     pub client: Client,
+    /// The same credentials without the fence: for the leader-election Lease only.
+    pub lease_client: Client,
+    /// What leader election closes when this replica does not lead.
+    pub fence: crate::fence::Fence,
     /// Its configuration.
     pub config: Config,
     /// The API server's addresses: what tenants' calls may not reach.
@@ -88,9 +92,13 @@ pub async fn connect(path: Option<&Path>) -> Result<Connection, ConnectError> {
             }
         }
     }
-    let client = Client::try_from(config.clone()).map_err(ConnectError::Client)?;
+    let fence = crate::fence::Fence::default();
+    let client = crate::fence::client(config.clone(), &fence).map_err(ConnectError::Client)?;
+    let lease_client = Client::try_from(config.clone()).map_err(ConnectError::Client)?;
     Ok(Connection {
         client,
+        lease_client,
+        fence,
         config,
         apiserver: addresses,
     })

@@ -184,15 +184,31 @@ async fn stopped(shutdown: &mut watch::Receiver<bool>) {
     let _ = shutdown.wait_for(|s| *s).await;
 }
 
+/// The Lease's client (unfenced: renewing must work while writes are refused) and the
+/// fence this election opens while this replica leads and closes otherwise.
+#[derive(Clone)]
+pub struct Keeper {
+    /// Renews the Lease; built without the fence.
+    pub client: Client,
+    /// What every writing client passes through.
+    pub fence: crate::fence::Fence,
+}
+
 /// Waits for the lease, then runs `work` until `shutdown` turns true or the lease is lost;
 /// `work` gets a receiver that turns true when it must stop. While this replica waits,
 /// `metrics`' health says it stands by (ready, not leading). Returns `Ok` after a shutdown (lease released).
 ///
+/// Writes are fenced: `keeper.fence` is closed while this replica waits, opened when it
+/// holds the lease, and closed again the moment the lease is lost, which is at the latest
+/// the renew deadline after the start of the last successful renewal. A candidate takes
+/// over only after seeing the lease unrenewed for the whole lease duration, so no write
+/// of this replica, not even one in flight, lands after another has started leading.
+///
 /// # Errors
-/// [`LeaderError::Lost`] when renewal failed for the renew deadline (the work was told
-/// to stop and has finished), [`LeaderError::Work`] when the work failed.
+/// [`LeaderError::Lost`] when renewal failed for the renew deadline (writes were fenced,
+/// the work was told to stop and has finished), [`LeaderError::Work`] when the work failed.
 pub async fn run<F, Fut, E>(
-    client: Client,
+    keeper: Keeper,
     config: LeaderConfig,
     mut shutdown: watch::Receiver<bool>,
     metrics: Arc<crate::metrics::Metrics>,
@@ -203,6 +219,8 @@ where
     Fut: Future<Output = Result<(), E>> + Send + 'static,
     E: std::error::Error + Send + Sync + 'static,
 {
+    let Keeper { client, fence } = keeper;
+    fence.close();
     let mut elector = Elector {
         api: Api::namespaced(client, &config.namespace),
         config: config.clone(),
@@ -213,10 +231,12 @@ where
     health.set_standby(true);
     health.set_leader(false);
     tracing::info!(lease = %config.lease_name, namespace = %config.namespace, identity = %config.identity, "waiting for the leader-election lease");
+    let mut acquired;
     loop {
         if *shutdown.borrow() {
             return Ok(());
         }
+        acquired = Instant::now();
         match tokio::time::timeout(attempt_timeout, elector.try_acquire_or_renew()).await {
             Ok(Ok(Attempt::Held)) => break,
             Ok(Ok(Attempt::Other)) => {}
@@ -238,17 +258,22 @@ where
         }
     }
     tracing::info!(identity = %config.identity, "became the leader");
+    // Leadership counts from when the winning request was sent: the API server may have
+    // stored it (and others seen it) at any moment after that.
+    let mut deadline = acquired + config.renew_deadline;
+    fence.open();
     health.set_standby(false);
     health.set_leader(true);
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut task = tokio::spawn(work(stop_rx));
-    let mut last_renew = Instant::now();
     let outcome = loop {
         tokio::select! {
             () = tokio::time::sleep(config.retry_period) => {}
+            () = tokio::time::sleep_until(deadline.into()) => break Err(()),
             () = stopped(&mut shutdown) => break Ok(()),
             finished = &mut task => {
                 // The work ended by itself (a startup error): give the lease back.
+                fence.close();
                 health.set_leader(false);
                 if let Err(e) = elector.release().await {
                     tracing::warn!(error = %inrun_contract::errors::chain(&e), "releasing the lease");
@@ -260,28 +285,43 @@ where
                 };
             }
         }
-        let left = config.renew_deadline.saturating_sub(last_renew.elapsed());
-        match tokio::time::timeout(
-            left.max(Duration::from_millis(1)),
-            elector.try_acquire_or_renew(),
-        )
-        .await
-        {
-            Ok(Ok(Attempt::Held)) => last_renew = Instant::now(),
+        let sent = Instant::now();
+        match tokio::time::timeout_at(deadline.into(), elector.try_acquire_or_renew()).await {
+            Ok(Ok(Attempt::Held)) => deadline = sent + config.renew_deadline,
             Ok(Ok(Attempt::Other)) => break Err(()),
             Ok(Err(e)) => {
                 tracing::warn!(error = %inrun_contract::errors::chain(&e), "renewing the lease")
             }
             Err(_) => tracing::warn!("renewing the lease timed out"),
         }
-        if last_renew.elapsed() >= config.renew_deadline {
+        if Instant::now() >= deadline {
             break Err(());
         }
     };
+    if outcome.is_err() {
+        // Lost: refuse writes before anything else, abandoning those in flight.
+        fence.close();
+    }
     // Stop reconciling at once: controllers finish what is in flight and start nothing new.
     let _ = stop_tx.send(true);
     health.set_leader(false);
-    let finished = task.await;
+    // While they finish after a shutdown, the lease is still renewed; writes stay fenced
+    // by the same deadline either way.
+    let finished = loop {
+        tokio::select! {
+            finished = &mut task => break finished,
+            () = tokio::time::sleep_until(deadline.into()), if fence.is_open() => fence.close(),
+            () = tokio::time::sleep(config.retry_period), if fence.is_open() => {
+                let sent = Instant::now();
+                match tokio::time::timeout_at(deadline.into(), elector.try_acquire_or_renew()).await {
+                    Ok(Ok(Attempt::Held)) => deadline = sent + config.renew_deadline,
+                    Ok(Ok(Attempt::Other)) => fence.close(),
+                    _ => {}
+                }
+            }
+        }
+    };
+    fence.close();
     match outcome {
         Ok(()) => {
             if let Err(e) = elector.release().await {

@@ -13,6 +13,7 @@ mod context;
 pub mod crds;
 mod effects;
 mod events;
+pub mod fence;
 pub mod fleet;
 pub mod health;
 pub mod identity;
@@ -128,10 +129,10 @@ impl Shared {
     }
 
     /// The same, able to act as tenants' ServiceAccounts (clients built from `config`,
-    /// the host's own).
+    /// the host's own, writing only while `fence` is open).
     #[must_use]
-    pub fn with_impersonation(mut self, config: kube::Config) -> Self {
-        self.impersonation = Some(identity::Impersonation::new(config));
+    pub fn with_impersonation(mut self, config: kube::Config, fence: fence::Fence) -> Self {
+        self.impersonation = Some(identity::Impersonation::new(config, fence));
         self
     }
 

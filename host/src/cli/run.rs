@@ -60,7 +60,7 @@ pub(super) fn run(
         Shared::new(client.clone(), identity.clone())
             .with_metrics(metrics.clone())
             // Tenants that name a ServiceAccount act as it, on the host's credentials.
-            .with_impersonation(connection.config),
+            .with_impersonation(connection.config, connection.fence.clone()),
         engine,
         services,
         FleetOptions {
@@ -107,7 +107,11 @@ pub(super) fn run(
         tracing::info!(%addr, "console port listening");
         match host.leader {
             Some(config) => {
-                inrun::leader::run(client, config, rx, metrics, move |stop| fleet.run(stop))
+                let keeper = inrun::leader::Keeper {
+                    client: connection.lease_client,
+                    fence: connection.fence,
+                };
+                inrun::leader::run(keeper, config, rx, metrics, move |stop| fleet.run(stop))
                     .await?;
             }
             None => {

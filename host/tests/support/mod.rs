@@ -124,7 +124,10 @@ impl FleetHost {
         let fleet = Fleet::new(
             Shared::new(client, "e2e".into())
                 .with_metrics(metrics.clone())
-                .with_impersonation(ControlPlane::shared().admin_config()),
+                .with_impersonation(
+                    ControlPlane::shared().admin_config(),
+                    inrun::fence::Fence::default(),
+                ),
             engine,
             services,
             options,

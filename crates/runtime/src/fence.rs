@@ -1,0 +1,189 @@
+//! The write fence: a replica that is not (or no longer) the leader must not change the
+//! cluster. Every client the controllers write with is built through [`client`]; while
+//! the [`Fence`] is closed its writes fail at once with [`Fenced`], and a write still in
+//! flight when it closes is abandoned (its request dropped) instead of landing later.
+//!
+//! Reads stay open (watches feed caches a standby may keep warm), and so do access
+//! reviews (`authorization.k8s.io`, `authentication.k8s.io`), which change nothing.
+//! The Lease is renewed with a client built without the fence.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use kube::client::{Body, ClientBuilder};
+use kube::{Client, Config};
+use tokio::sync::watch;
+
+/// Whether this replica may write. Cloning shares the state; a new fence is open (a host
+/// without leader election always may write).
+#[derive(Clone, Debug)]
+pub struct Fence {
+    open: Arc<watch::Sender<bool>>,
+}
+
+impl Default for Fence {
+    fn default() -> Self {
+        Fence {
+            open: Arc::new(watch::channel(true).0),
+        }
+    }
+}
+
+impl Fence {
+    /// Lets writes through.
+    pub fn open(&self) {
+        self.open.send_replace(true);
+    }
+
+    /// Refuses new writes and abandons those in flight.
+    pub fn close(&self) {
+        self.open.send_replace(false);
+    }
+
+    /// Whether writes go through now.
+    #[must_use]
+    pub fn is_open(&self) -> bool {
+        *self.open.borrow()
+    }
+
+    fn watch(&self) -> watch::Receiver<bool> {
+        self.open.subscribe()
+    }
+}
+
+/// What a fenced write fails with.
+#[derive(Debug, thiserror::Error)]
+#[error("{method} {path} abandoned: this replica is not the leader (its lease was lost)")]
+pub struct Fenced {
+    method: http::Method,
+    path: String,
+}
+
+/// A client from `config` whose writes pass only while `fence` is open.
+///
+/// # Errors
+/// When the client cannot be built from `config`.
+pub fn client(config: Config, fence: &Fence) -> Result<Client, kube::Error> {
+    Ok(ClientBuilder::try_from(config)?
+        .with_layer(&FenceLayer {
+            fence: fence.clone(),
+        })
+        .build())
+}
+
+/// Whether a request changes the cluster.
+fn writes(method: &http::Method, path: &str) -> bool {
+    let reads = matches!(
+        *method,
+        http::Method::GET | http::Method::HEAD | http::Method::OPTIONS
+    );
+    let reviews = path.starts_with("/apis/authorization.k8s.io/")
+        || path.starts_with("/apis/authentication.k8s.io/");
+    !reads && !reviews
+}
+
+struct FenceLayer {
+    fence: Fence,
+}
+
+impl<S> tower::Layer<S> for FenceLayer {
+    type Service = FencedService<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        FencedService {
+            inner,
+            fence: self.fence.clone(),
+        }
+    }
+}
+
+/// The client's stack behind the fence.
+#[derive(Clone)]
+pub struct FencedService<S> {
+    inner: S,
+    fence: Fence,
+}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+impl<S, B> tower::Service<http::Request<Body>> for FencedService<S>
+where
+    S: tower::Service<http::Request<Body>, Response = http::Response<B>>,
+    S::Future: Send + 'static,
+    S::Error: Into<BoxError>,
+    B: 'static,
+{
+    type Response = http::Response<B>;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, request: http::Request<Body>) -> Self::Future {
+        let method = request.method().clone();
+        let path = request.uri().path().to_string();
+        if !writes(&method, &path) {
+            let call = self.inner.call(request);
+            return Box::pin(async move { call.await.map_err(Into::into) });
+        }
+        let mut open = self.fence.watch();
+        if !*open.borrow_and_update() {
+            return Box::pin(async move { Err(Box::new(Fenced { method, path }) as BoxError) });
+        }
+        let call = self.inner.call(request);
+        Box::pin(async move {
+            tokio::select! {
+                biased;
+                // Dropping the call abandons the request, whatever it had sent.
+                _ = open.wait_for(|o| !*o) => Err(Box::new(Fenced { method, path }) as BoxError),
+                done = call => done.map_err(Into::into),
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_requests_that_change_the_cluster_are_fenced() {
+        use http::Method;
+        assert!(!writes(&Method::GET, "/api/v1/namespaces/a/configmaps"));
+        assert!(!writes(&Method::GET, "/api/v1/configmaps?watch=true"));
+        assert!(!writes(
+            &Method::POST,
+            "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
+        ));
+        assert!(!writes(
+            &Method::POST,
+            "/apis/authentication.k8s.io/v1/selfsubjectreviews"
+        ));
+        for method in [Method::POST, Method::PUT, Method::PATCH, Method::DELETE] {
+            assert!(
+                writes(&method, "/api/v1/namespaces/a/configmaps/x"),
+                "{method}"
+            );
+        }
+        // A path that merely contains a review group's name is no review.
+        assert!(writes(
+            &Method::PATCH,
+            "/api/v1/namespaces/authorization.k8s.io/configmaps/x"
+        ));
+    }
+
+    #[test]
+    fn a_fence_is_open_until_closed_and_shared_by_its_clones() {
+        let fence = Fence::default();
+        let clone = fence.clone();
+        assert!(clone.is_open());
+        fence.close();
+        assert!(!clone.is_open());
+        clone.open();
+        assert!(fence.is_open());
+    }
+}
