@@ -698,3 +698,80 @@ async fn a_blueprint_resource_acts_as_its_service_account_and_rbac_fences_what_i
     delete_blueprints(&[&anonymous]).await;
     host.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_whose_plugin_source_hangs_holds_up_no_other_tenant() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    // A plugin server that accepts connections and never answers.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let asked = Arc::new(AtomicUsize::new(0));
+    let held = tokio::spawn({
+        let asked = asked.clone();
+        async move {
+            let mut open = Vec::new();
+            while let Ok((socket, _)) = listener.accept().await {
+                asked.fetch_add(1, Ordering::SeqCst);
+                open.push(socket);
+            }
+        }
+    });
+    let group_slow = unique_group("tenant-hang");
+    let group_b = unique_group("tenant-beside");
+    let dir = tempfile::tempdir().expect("tempdir");
+    // A plain-http registry (so the request is sent and its answer awaited, up to the
+    // client's read timeout of a minute).
+    let registry = format!("127.0.0.1:{port}");
+    let hanging = format!("oci://{registry}/plugins/stuck:v1");
+    std::fs::write(
+        dir.path().join("a-slow.yaml"),
+        tenant("team-slow", &group_slow, "Stuck", &hanging, "2s"),
+    )
+    .expect("write the slow tenant");
+    let host = FleetHost::start_with(
+        FleetOptions {
+            tenants: Some(dir.path().to_path_buf()),
+            ..FleetHost::options()
+        },
+        inrun::sources::SourceOptions {
+            insecure_registries: vec![registry],
+            extra_roots: Vec::new(),
+        },
+    )
+    .await;
+    eventually("the slow tenant's plugin fetch to start", || async {
+        (asked.load(Ordering::SeqCst) > 0).then_some(())
+    })
+    .await;
+    // Another tenant arrives while the first is still fetching: it loads and serves.
+    std::fs::write(
+        dir.path().join("b.yaml"),
+        tenant(
+            "team-b",
+            &group_b,
+            "Beside",
+            &plugin("inrun_test_stamp_v1"),
+            "2s",
+        ),
+    )
+    .expect("write b");
+    let beside = resource(&group_b, "Beside");
+    // (Names of its own: the stamp plugin's ConfigMaps are named after the CR.)
+    let took = median_ready(&beside, &group_b, "past-hang", 1).await;
+    let slow = host.tenant(&TenantSource::File(dir.path().join("a-slow.yaml")));
+    assert!(
+        slow.as_ref()
+            .is_none_or(|v| !v.serving && v.error.is_none()),
+        "the slow tenant is still loading: {slow:?}"
+    );
+    eprintln!(
+        "tenant B served its first CR {:.0} ms after it arrived, beside a tenant whose plugin fetch hangs",
+        took.as_secs_f64() * 1e3
+    );
+    // Shutting down does not wait for the hanging fetch either.
+    host.stop().await;
+    held.abort();
+}

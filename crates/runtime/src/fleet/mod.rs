@@ -204,6 +204,29 @@ pub struct Fleet {
     options: FleetOptions,
     tenants: tokio::sync::Mutex<BTreeMap<TenantSource, Tenant>>,
     views: Mutex<BTreeMap<TenantSource, TenantView>>,
+    /// One lane per tenant: its loads and removals run one at a time, in order, each as
+    /// its own task, so one tenant's slow source never holds up another's.
+    lanes: Mutex<BTreeMap<TenantSource, Arc<Mutex<Lane>>>>,
+    /// The tasks of those lanes, awaited at shutdown.
+    jobs: Mutex<Vec<JoinHandle<()>>>,
+    /// Turns true at shutdown: loads in flight give up, none starts controllers.
+    closing: watch::Sender<bool>,
+}
+
+/// A job of one tenant's lane.
+type Job = Box<
+    dyn FnOnce(Arc<Fleet>) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>
+        + Send,
+>;
+
+/// One tenant's jobs: one runs at a time, and of those waiting only the newest is kept
+/// (it sees the newest state: a reload queued every tick while a fetch hangs is one job).
+#[derive(Default)]
+struct Lane {
+    /// The job to run next.
+    pending: Option<Job>,
+    /// Whether a task is draining the lane.
+    draining: bool,
 }
 
 impl std::fmt::Debug for Fleet {
@@ -275,6 +298,9 @@ impl Fleet {
             options,
             tenants: tokio::sync::Mutex::new(BTreeMap::new()),
             views: Mutex::new(BTreeMap::new()),
+            lanes: Mutex::new(BTreeMap::new()),
+            jobs: Mutex::new(Vec::new()),
+            closing: watch::channel(false).0,
         })
     }
 
@@ -386,12 +412,17 @@ impl Fleet {
     /// # Errors
     /// Why, for a Blueprint resource with neither, or when the host cannot act as the
     /// ServiceAccount (a [`FleetError::Identity`]).
-    async fn acting(&self, tenant: &Tenant, blueprint: &Blueprint) -> Result<Acting, String> {
-        let resource = matches!(tenant.source, TenantSource::Resource(_));
+    async fn acting(
+        &self,
+        source: &TenantSource,
+        current: &Acting,
+        candidate: Option<&Acting>,
+        blueprint: &Blueprint,
+    ) -> Result<Acting, String> {
+        let resource = matches!(source, TenantSource::Resource(_));
         // A Blueprint resource that names its identity needs the ServiceAccount's consent:
         // otherwise one tenant could name another's. The operator's default needs none.
-        if let (TenantSource::Resource(name), Some(sa)) =
-            (&tenant.source, &blueprint.spec.service_account)
+        if let (TenantSource::Resource(name), Some(sa)) = (source, &blueprint.spec.service_account)
         {
             crate::identity::admits(&self.shared.client, sa, name).await?;
         }
@@ -405,10 +436,10 @@ impl Fleet {
                 "a Blueprint resource acts as a Kubernetes identity: set spec.serviceAccount {namespace, name}, or start the host with --default-tenant-service-account".into(),
             );
         }
-        if identity == tenant.acting.identity {
-            return Ok(tenant.acting.clone());
+        if identity == current.identity {
+            return Ok(current.clone());
         }
-        if let Some(candidate) = tenant.candidate.as_ref().filter(|c| c.identity == identity) {
+        if let Some(candidate) = candidate.filter(|c| c.identity == identity) {
             return Ok(candidate.clone());
         }
         let Some(sa) = identity else {
@@ -450,10 +481,12 @@ impl Fleet {
         })?;
         let blueprint = blueprint::load(&path)?;
         tenant.acting = self
-            .acting(&tenant, &blueprint)
+            .acting(&source, &tenant.acting, None, &blueprint)
             .await
             .map_err(FleetError::Identity)?;
-        let assembly = self.assemble(&tenant, &tenant.acting, blueprint).await?;
+        let assembly = self
+            .assemble(&tenant.policy, &tenant.acting, blueprint)
+            .await?;
         tenant.fingerprint = Some(fingerprint(&text));
         tenant.assembly = Some(Arc::new(assembly));
         self.publish(&tenant);
@@ -463,7 +496,7 @@ impl Fleet {
 
     async fn assemble(
         &self,
-        tenant: &Tenant,
+        policy: &Policy,
         acting: &Acting,
         blueprint: Blueprint,
     ) -> Result<Assembly, BlueprintError> {
@@ -472,10 +505,63 @@ impl Fleet {
             BuildContext {
                 plugins: &acting.plugins,
                 services: &acting.services,
-                policy: &tenant.policy,
+                policy,
             },
         )
         .await
+    }
+
+    fn is_closing(&self) -> bool {
+        *self.closing.borrow()
+    }
+
+    /// `work`, unless the fleet starts shutting down first.
+    async fn until_closing<T>(&self, work: impl std::future::Future<Output = T>) -> Option<T> {
+        let mut closing = self.closing.subscribe();
+        tokio::select! {
+            () = async {
+                let _ = closing.wait_for(|c| *c).await;
+            } => None,
+            out = work => Some(out),
+        }
+    }
+
+    /// Runs `job` in `source`'s lane: after the job of the tenant that runs now, if any,
+    /// and instead of one still waiting (the newer one sees the newer state).
+    fn enqueue<F, Fut>(self: &Arc<Self>, source: TenantSource, job: F)
+    where
+        F: FnOnce(Arc<Self>) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = ()> + Send + 'static,
+    {
+        let mut lanes = self.lanes.lock().unwrap_or_else(|p| p.into_inner());
+        let lane = lanes.entry(source).or_default().clone();
+        let mut state = lane.lock().unwrap_or_else(|p| p.into_inner());
+        state.pending = Some(Box::new(move |fleet| Box::pin(job(fleet))));
+        if state.draining {
+            return;
+        }
+        state.draining = true;
+        drop(state);
+        drop(lanes);
+        let fleet = self.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                let next = {
+                    let mut state = lane.lock().unwrap_or_else(|p| p.into_inner());
+                    let next = state.pending.take();
+                    state.draining = next.is_some();
+                    next
+                };
+                match next {
+                    Some(job) if !fleet.is_closing() => job(fleet.clone()).await,
+                    Some(_) => {}
+                    None => break,
+                }
+            }
+        });
+        let mut jobs = self.jobs.lock().unwrap_or_else(|p| p.into_inner());
+        jobs.retain(|j| !j.is_finished());
+        jobs.push(task);
     }
 
     /// Serves every tenant until `shutdown` turns true, then stops every controller
@@ -521,8 +607,11 @@ impl Fleet {
             drop(events_tx);
             None
         };
-        self.sync_tenant_files().await;
+        self.sync_tenant_files();
         let interval = self.options.reload;
+        // Checking plugin sources may take as long as a registry makes it: in its own
+        // task, one check at a time.
+        let mut polling: Option<JoinHandle<()>> = None;
         loop {
             let tick = async {
                 match interval {
@@ -535,16 +624,28 @@ impl Fleet {
                     // The guard `wait_for` returns is not Send: drop it here.
                     let _ = shutdown.wait_for(|s| *s).await;
                 } => break,
-                Some(event) = events.recv() => self.resource_event(event).await,
+                Some(event) = events.recv() => self.resource_event(event),
                 () = tick => {
-                    self.reload_files().await;
+                    self.reload_files();
                     self.retry_resources().await;
-                    self.poll_plugins().await;
+                    if polling.as_ref().is_none_or(JoinHandle::is_finished) {
+                        let fleet = self.clone();
+                        polling = Some(tokio::spawn(async move { fleet.poll_plugins().await }));
+                    }
                 }
             }
         }
         if let Some(task) = watch_task {
             task.abort();
+        }
+        if let Some(task) = polling {
+            task.abort();
+        }
+        // Loads in flight give up (none starts a controller now); then every tenant stops.
+        self.closing.send_replace(true);
+        let jobs = std::mem::take(&mut *self.jobs.lock().unwrap_or_else(|p| p.into_inner()));
+        for job in jobs {
+            let _ = job.await;
         }
         let mut tenants = self.tenants.lock().await;
         // Every controller of every tenant stops starting reconciles at once (a lost lease
@@ -672,34 +773,71 @@ impl Fleet {
     }
 
     /// Loads (or reloads) `source` from `blueprint`, applying it if it assembles and
-    /// starts; on failure the tenant's serving Blueprint, if any, keeps serving.
+    /// starts; on failure the tenant's serving Blueprint, if any, keeps serving. The
+    /// identity check and the plugins' fetch and compile run without the tenants lock, so
+    /// other tenants load, reload and report meanwhile. `None`: the fleet is shutting down
+    /// and nothing changed.
     async fn apply(
         &self,
-        tenants: &mut BTreeMap<TenantSource, Tenant>,
         source: TenantSource,
         print: u64,
         loaded: Result<Blueprint, BlueprintError>,
-    ) -> Result<(), Refusal> {
+    ) -> Option<Result<(), Refusal>> {
+        let (policy, current, candidate) = {
+            let tenants = self.tenants.lock().await;
+            match tenants.get(&source) {
+                Some(t) => (t.policy.clone(), t.acting.clone(), t.candidate.clone()),
+                None => {
+                    let t = self.new_tenant(source.clone());
+                    (t.policy, t.acting, None)
+                }
+            }
+        };
+        let (acting, assembled) = self
+            .until_closing(async {
+                let bp = match loaded {
+                    Ok(bp) => bp,
+                    Err(e) => return (None, Err(FleetError::Blueprint(e))),
+                };
+                match self
+                    .acting(&source, &current, candidate.as_ref(), &bp)
+                    .await
+                {
+                    Err(e) => (None, Err(FleetError::Identity(e))),
+                    Ok(acting) => {
+                        let assembled = self
+                            .assemble(&policy, &acting, bp)
+                            .await
+                            .map_err(FleetError::Blueprint);
+                        (Some(acting), assembled)
+                    }
+                }
+            })
+            .await?;
+        let mut tenants = self.tenants.lock().await;
+        if self.is_closing() {
+            return None;
+        }
         let mut tenant = tenants
             .remove(&source)
             .unwrap_or_else(|| self.new_tenant(source.clone()));
         let first = tenant.assembly.is_none();
-        let result = match loaded {
-            Err(e) => Err(FleetError::Blueprint(e)),
-            Ok(bp) => match self.acting(&tenant, &bp).await {
-                Err(e) => Err(FleetError::Identity(e)),
-                Ok(acting) => {
-                    let started = match self.assemble(&tenant, &acting, bp).await {
-                        Err(e) => Err(FleetError::Blueprint(e)),
-                        Ok(a) => self.start(&mut tenant, &acting, Arc::new(a), tenants).await,
-                    };
-                    // Serving, `start` made it the tenant's; refused, it waits for a retry.
-                    tenant.candidate = (started.is_err()
-                        && acting.identity != tenant.acting.identity)
-                        .then_some(acting);
-                    started
-                }
-            },
+        let result = match (acting, assembled) {
+            (Some(acting), Ok(a)) => {
+                let started = self
+                    .start(&mut tenant, &acting, Arc::new(a), &tenants)
+                    .await;
+                // Serving, `start` made it the tenant's; refused, it waits for a retry.
+                tenant.candidate = (started.is_err() && acting.identity != tenant.acting.identity)
+                    .then_some(acting);
+                started
+            }
+            (Some(acting), Err(e)) => {
+                tenant.candidate = (acting.identity != tenant.acting.identity).then_some(acting);
+                Err(e)
+            }
+            (None, Err(e)) => Err(e),
+            (None, Ok(_)) => unreachable!("an assembly is built only with an identity"),
         };
         let name = source.to_string();
         let outcome = match result {
@@ -711,7 +849,7 @@ impl Fleet {
                     tenant.reloads += 1;
                     self.shared.metrics.blueprint_reloaded(&name, true);
                     // It may have dropped a CRD another Blueprint was refused for.
-                    Self::forget_refusals(tenants);
+                    Self::forget_refusals(&mut tenants);
                 }
                 tracing::info!(tenant = %name, crds = tenant.running.len(), "Blueprint serving");
                 Ok(())
@@ -742,16 +880,23 @@ impl Fleet {
         };
         self.publish(&tenant);
         tenants.insert(source, tenant);
-        outcome
+        Some(outcome)
     }
 
-    async fn remove(&self, tenants: &mut BTreeMap<TenantSource, Tenant>, source: &TenantSource) {
-        if let Some(mut tenant) = tenants.remove(source) {
+    /// Removes the tenant of `source` and stops its controllers (outside the tenants lock:
+    /// passes in flight may take their time).
+    async fn remove(&self, source: &TenantSource) {
+        let removed = {
+            let mut tenants = self.tenants.lock().await;
+            let removed = tenants.remove(source);
+            self.unpublish(source);
+            Self::forget_refusals(&mut tenants);
+            removed
+        };
+        if let Some(mut tenant) = removed {
             tracing::info!(tenant = %source, "tenant removed; stopping its controllers (its CRDs and CRs stay)");
             Self::stop_all(&mut tenant).await;
         }
-        self.unpublish(source);
-        Self::forget_refusals(tenants);
     }
 
     /// Lets refused Blueprints be tried again at the next check: a CRD they claimed may
@@ -763,7 +908,7 @@ impl Fleet {
     }
 
     /// Tries again the resource tenants whose Blueprint was refused.
-    async fn retry_resources(&self) {
+    async fn retry_resources(self: &Arc<Self>) {
         let retry: Vec<resources::Object> = self
             .tenants
             .lock()
@@ -773,36 +918,38 @@ impl Fleet {
             .filter_map(|t| t.object.clone())
             .collect();
         for object in retry {
-            self.resource_event(resources::Event::Apply(object)).await;
+            self.resource_event(resources::Event::Apply(object));
         }
     }
 
     /// Re-reads file tenants whose text changed.
-    async fn reload_files(&self) {
+    fn reload_files(self: &Arc<Self>) {
         if let Some(path) = self.options.blueprint.clone() {
-            self.reload_file(TenantSource::File(path.clone()), &path)
-                .await;
+            self.reload_file(path);
         }
-        self.sync_tenant_files().await;
+        self.sync_tenant_files();
     }
 
-    async fn reload_file(&self, source: TenantSource, path: &Path) {
-        let Ok(text) = source_text(path) else {
-            return;
-        };
-        let print = fingerprint(&text);
-        let mut tenants = self.tenants.lock().await;
-        if let Some(t) = tenants.get(&source)
-            && (t.fingerprint == Some(print) || t.failed == Some(print))
-        {
-            return;
-        }
-        let loaded = blueprint::load(path);
-        let _ = self.apply(&mut tenants, source, print, loaded).await;
+    /// Queues a check of the file tenant at `path`.
+    fn reload_file(self: &Arc<Self>, path: PathBuf) {
+        let source = TenantSource::File(path.clone());
+        self.enqueue(source.clone(), move |fleet| async move {
+            let Ok(text) = source_text(&path) else {
+                return;
+            };
+            let print = fingerprint(&text);
+            if let Some(t) = fleet.tenants.lock().await.get(&source)
+                && (t.fingerprint == Some(print) || t.failed == Some(print))
+            {
+                return;
+            }
+            let loaded = blueprint::load(&path);
+            let _ = fleet.apply(source, print, loaded).await;
+        });
     }
 
     /// Adds, reloads and removes the tenants of the `--tenants` directory.
-    async fn sync_tenant_files(&self) {
+    fn sync_tenant_files(self: &Arc<Self>) {
         let Some(dir) = self.options.tenants.clone() else {
             return;
         };
@@ -814,11 +961,13 @@ impl Fleet {
             }
         };
         for file in &files {
-            self.reload_file(TenantSource::File(file.clone()), file)
-                .await;
+            self.reload_file(file.clone());
         }
-        let mut tenants = self.tenants.lock().await;
-        let gone: Vec<TenantSource> = tenants
+        // The tenants the directory had, from the lanes (a tenant still loading has one).
+        let gone: Vec<TenantSource> = self
+            .lanes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
             .keys()
             .filter(|s| match s {
                 TenantSource::File(p) => p.parent() == Some(dir.as_path()) && !files.contains(p),
@@ -827,65 +976,92 @@ impl Fleet {
             .cloned()
             .collect();
         for source in gone {
-            self.remove(&mut tenants, &source).await;
+            self.enqueue_removal(source);
         }
     }
 
-    async fn resource_event(&self, event: resources::Event) {
+    /// Queues the removal of `source`'s tenant; its lane goes with it.
+    fn enqueue_removal(self: &Arc<Self>, source: TenantSource) {
+        self.enqueue(source.clone(), move |fleet| async move {
+            fleet.remove(&source).await;
+            let mut lanes = fleet.lanes.lock().unwrap_or_else(|p| p.into_inner());
+            // The lane goes too, unless a job arrived meanwhile (the source came back).
+            let idle = lanes.get(&source).is_some_and(|l| {
+                l.lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .pending
+                    .is_none()
+            });
+            if idle {
+                lanes.remove(&source);
+            }
+        });
+    }
+
+    /// Queues what a change of `Blueprint` resources asks for, in the lanes of the
+    /// tenants concerned.
+    fn resource_event(self: &Arc<Self>, event: resources::Event) {
         match event {
             resources::Event::Apply(object) => {
                 let source = TenantSource::Resource(object.name.clone());
-                let print = fingerprint(&object.text);
-                {
-                    let tenants = self.tenants.lock().await;
-                    if let Some(t) = tenants.get(&source)
-                        && (t.fingerprint == Some(print) || t.failed == Some(print))
-                    {
-                        return;
-                    }
-                }
-                let loaded = blueprint::from_str(&object.text, &source.to_string());
-                let mut tenants = self.tenants.lock().await;
-                let before = tenants.get(&source).and_then(|t| t.error.clone());
-                let result = self
-                    .apply(&mut tenants, source.clone(), print, loaded)
-                    .await;
-                // A retried refusal with the same message is already in the status.
-                if let Err(refusal) = &result
-                    && before.as_ref() == Some(&refusal.message)
-                    && tenants
-                        .get(&source)
-                        .is_some_and(|t| t.object.as_ref() == Some(&object))
-                {
-                    return;
-                }
-                let crds = match tenants.get_mut(&source) {
-                    Some(t) => {
-                        t.object = Some(object.clone());
-                        t.running.keys().cloned().collect()
-                    }
-                    None => Vec::new(),
-                };
-                drop(tenants);
-                resources::report(&self.shared.client, &object, result, crds).await;
+                self.enqueue(source.clone(), move |fleet| async move {
+                    fleet.apply_resource(source, object).await;
+                });
             }
             resources::Event::Delete(name) => {
-                let mut tenants = self.tenants.lock().await;
-                self.remove(&mut tenants, &TenantSource::Resource(name))
-                    .await;
+                self.enqueue_removal(TenantSource::Resource(name));
             }
             resources::Event::Present(names) => {
-                let mut tenants = self.tenants.lock().await;
-                let gone: Vec<TenantSource> = tenants
+                let gone: Vec<TenantSource> = self
+                    .lanes
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
                     .keys()
                     .filter(|s| matches!(s, TenantSource::Resource(n) if !names.contains(n)))
                     .cloned()
                     .collect();
                 for source in gone {
-                    self.remove(&mut tenants, &source).await;
+                    self.enqueue_removal(source);
                 }
             }
         }
+    }
+
+    /// Loads a `Blueprint` resource's tenant and reports the outcome in its status.
+    async fn apply_resource(&self, source: TenantSource, object: resources::Object) {
+        let print = fingerprint(&object.text);
+        let before = {
+            let tenants = self.tenants.lock().await;
+            if let Some(t) = tenants.get(&source)
+                && (t.fingerprint == Some(print) || t.failed == Some(print))
+            {
+                return;
+            }
+            tenants.get(&source).and_then(|t| t.error.clone())
+        };
+        let loaded = blueprint::from_str(&object.text, &source.to_string());
+        let Some(result) = self.apply(source.clone(), print, loaded).await else {
+            return;
+        };
+        let mut tenants = self.tenants.lock().await;
+        // A retried refusal with the same message is already in the status.
+        if let Err(refusal) = &result
+            && before.as_ref() == Some(&refusal.message)
+            && tenants
+                .get(&source)
+                .is_some_and(|t| t.object.as_ref() == Some(&object))
+        {
+            return;
+        }
+        let crds = match tenants.get_mut(&source) {
+            Some(t) => {
+                t.object = Some(object.clone());
+                t.running.keys().cloned().collect()
+            }
+            None => Vec::new(),
+        };
+        drop(tenants);
+        resources::report(&self.shared.client, &object, result, crds).await;
     }
 
     /// Checks every tenant's plugin sources; re-queues the CRDs of each swapped plugin.
@@ -897,14 +1073,15 @@ impl Fleet {
             .values()
             .map(|t| (t.source.clone(), t.acting.plugins.clone()))
             .collect();
-        for (source, set) in sets {
+        // Every tenant's sources at once: a slow registry delays only its own tenant.
+        futures::future::join_all(sets.into_iter().map(|(source, set)| async move {
             let changes = set.poll().await;
             if changes.is_empty() {
-                continue;
+                return;
             }
             let tenants = self.tenants.lock().await;
             let Some(tenant) = tenants.get(&source) else {
-                continue;
+                return;
             };
             for change in &changes {
                 if let Change::Swapped { location, .. } = change {
@@ -918,7 +1095,8 @@ impl Fleet {
                 }
             }
             self.publish(tenant);
-        }
+        }))
+        .await;
     }
 }
 
