@@ -124,6 +124,30 @@ fn webapp_error_result_names_the_plugin_and_its_message() {
     assert!(text.contains("spec.image is required"), "{text}");
 }
 
+#[test]
+fn hooks_asleep_when_asked_their_functions_fail_to_load_at_the_deadline() {
+    // Loading asks a hooks component which functions it serves; this one sleeps an hour in
+    // a WASI clock wait. No runtime is around (as in `inrun validate`): the load makes one.
+    let path = plugin_dir().join("inrun_test_sleepy_hooks.wasm");
+    assert!(
+        path.exists(),
+        "{} is missing: run `make plugins` first",
+        path.display()
+    );
+    let engine = engine();
+    let started = Instant::now();
+    let err = engine.load_file(&path).expect_err("the load is stopped");
+    let took = started.elapsed();
+    let text = inrun::errors::chain(&err);
+    assert!(
+        text.contains("hook functions") && text.contains("deadline"),
+        "{text}"
+    );
+    assert!(took < Duration::from_secs(5), "stopped late: {took:?}");
+    // The engine loads the next plugin as usual.
+    load(&engine, "inrun_plugin_labels_hooks");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_guest_asleep_in_a_host_call_is_stopped_at_its_deadline() {
     // The guest sleeps an hour in a WASI clock wait, where the epoch interrupt cannot reach

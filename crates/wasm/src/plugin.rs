@@ -12,7 +12,7 @@ use super::bindings::{hooks::HooksPre, reconciler::ReconcilerPre};
 use super::cache;
 use super::engine::Engine;
 use super::state::State;
-use super::{Limits, LoadError, PluginId};
+use super::{CallError, CallFailure, Limits, LoadError, PluginId};
 
 /// The WIT world a component implements.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -135,12 +135,28 @@ impl Plugin {
             }),
         };
         if world == World::Hooks {
-            // Loading is synchronous; the call's future needs no runtime to be driven.
-            let functions = futures::executor::block_on(plugin.call_functions(&Limits::default()))
-                .map_err(|e| LoadError::Functions {
-                    plugin: (*plugin.inner.id).clone(),
-                    source: Box::new(e),
-                })?;
+            // Loading is synchronous. The call runs on a runtime of its own, on a thread of
+            // its own, so its outer deadline holds (a guest asleep in a WASI wait is stopped)
+            // wherever the load is called from, with or without a runtime around it.
+            let functions = std::thread::scope(|scope| {
+                scope
+                    .spawn(|| {
+                        let runtime = tokio::runtime::Builder::new_current_thread()
+                            .enable_time()
+                            .build()
+                            .map_err(|e| CallError {
+                                plugin: (*plugin.inner.id).clone(),
+                                failure: CallFailure::Host(e.into()),
+                            })?;
+                        runtime.block_on(plugin.call_functions(&Limits::default()))
+                    })
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+            })
+            .map_err(|e| LoadError::Functions {
+                plugin: (*plugin.inner.id).clone(),
+                source: Box::new(e),
+            })?;
             if let Some(inner) = Arc::get_mut(&mut plugin.inner) {
                 inner.info.functions = functions;
             }
