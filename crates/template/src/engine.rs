@@ -208,6 +208,20 @@ impl Drop for Compiled {
     }
 }
 
+/// Runs a render where it cannot stall an async runtime: on a multi-thread Tokio
+/// runtime's worker, the worker's other tasks move to another thread first, so a template
+/// that spends its whole fuel (tens of milliseconds) holds up no lease renewal, probe or
+/// other tenant. Anywhere else (no runtime, a blocking thread) it just runs.
+fn off_worker<R>(render: impl FnOnce() -> R) -> R {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    match Handle::try_current() {
+        Ok(handle) if handle.runtime_flavor() == RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(render)
+        }
+        _ => render(),
+    }
+}
+
 impl Compiled {
     /// Where this template came from.
     pub(crate) fn origin(&self) -> &TemplateOrigin {
@@ -232,7 +246,7 @@ impl Compiled {
             out: Vec::new(),
             exceeded: false,
         };
-        match template.render_captured_to(ctx.value(), &mut out) {
+        match off_worker(|| template.render_captured_to(ctx.value(), &mut out)) {
             Ok(_) => String::from_utf8(out.out).map_err(|e| {
                 self.render_error(minijinja::Error::new(
                     minijinja::ErrorKind::InvalidOperation,
@@ -256,8 +270,7 @@ impl Compiled {
         let template = env
             .get_template(&self.name)
             .map_err(|e| self.render_error(e))?;
-        let captured = template
-            .render_captured(ctx.value())
+        let captured = off_worker(|| template.render_captured(ctx.value()))
             .map_err(|e| self.render_error(e))?;
         Ok(captured
             .state()
