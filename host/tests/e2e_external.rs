@@ -58,6 +58,12 @@ spec:
               query: "SELECT generate_series(1, 100000) AS n"
             onError: default
             default: {{note: capped}}
+          - name: bloat
+            redis:
+              url: "{redis}"
+              command: [GET, bloat]
+            onError: default
+            default: {{note: capped}}
         args:
           replicas: "{{{{ .external.plan[0].replicas }}}}"
           image: "{{{{ .external.image }}}}"
@@ -76,6 +82,7 @@ spec:
               upJob: "{{{{ .external.up.labels.job }}}}"
               legacy: "{{{{ .external.legacy.note }}}}"
               flood: "{{{{ .external.flood.note }}}}"
+              bloat: "{{{{ .external.bloat.note }}}}"
         managedResources:
           - {{apiVersion: v1, kind: ConfigMap}}
     - group: {group}
@@ -121,6 +128,8 @@ async fn external_values_from_postgres_redis_and_prometheus_reach_args_children_
     )?;
     redis.cli(&["HSET", "limits:shop", "cpu", "500m", "memory", "256Mi"])?;
     redis.cli(&["SET", "image:shop", "nginx:1.29"])?;
+    // A value of 5 MiB, more than the host reads from a Redis connection.
+    redis.cli(&["SETRANGE", "bloat", "5242879", "x"])?;
 
     let closed = std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
@@ -165,6 +174,8 @@ async fn external_values_from_postgres_redis_and_prometheus_reach_args_children_
     assert_eq!(data["legacy"], "fallback");
     // A query returning more rows than the host reads fails as a call (here: its default).
     assert_eq!(data["flood"], "capped", "{data}");
+    // So does a Redis reply larger than the host reads.
+    assert_eq!(data["bloat"], "capped", "{data}");
     let cr = eventually("the CR's status from external values", || async {
         let cr = get(&ar, Some(&ns), "shop").await?;
         (cr.data["status"]["tier"] == "gold").then_some(cr)
