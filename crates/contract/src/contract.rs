@@ -17,6 +17,10 @@ pub const RESERVED_PREFIX: &str = "inrun.dev/";
 /// missing and never updates it afterwards. The host removes the annotation before applying.
 pub const CREATE_ONLY_ANNOTATION: &str = "inrun.dev/create-only";
 
+/// The most resources one Result may hold, whatever the reconciler kind (a Wasm plugin's
+/// `limits.resources` may set a lower bound for it).
+pub const MAX_RESOURCES: usize = 10_000;
+
 /// What the host asks a reconciler about one CR.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -199,6 +203,12 @@ pub enum OutcomeError {
         /// Position in `resources`.
         index: usize,
     },
+    /// More resources than one Result may hold.
+    #[error("{count} resources, more than the {MAX_RESOURCES} one Result may hold")]
+    TooManyResources {
+        /// How many there were.
+        count: usize,
+    },
 }
 
 impl Outcome {
@@ -320,6 +330,11 @@ impl Outcome {
                     key: key.clone(),
                 });
             }
+        }
+        if self.resources.len() > MAX_RESOURCES {
+            return Err(OutcomeError::TooManyResources {
+                count: self.resources.len(),
+            });
         }
         if let Some(index) = self.resources.iter().position(|r| !r.is_object()) {
             return Err(OutcomeError::NotAnObject { index });
@@ -455,6 +470,19 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    #[test]
+    fn an_outcome_with_more_resources_than_a_result_holds_is_refused() {
+        let mut o = Outcome::default();
+        o.resources = vec![json!({}); MAX_RESOURCES];
+        assert!(o.check().is_ok());
+        o.resources.push(json!({}));
+        let err = o.check().expect_err("one too many");
+        assert!(
+            matches!(err, OutcomeError::TooManyResources { count } if count == MAX_RESOURCES + 1)
+        );
+        assert!(err.to_string().contains("10001 resources"), "{err}");
     }
 
     #[test]
