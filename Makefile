@@ -12,7 +12,7 @@ export INRUN_PLUGIN_DIR := $(PLUGIN_DIR)
 GUEST_LANGUAGES := python js c
 LANGUAGE_PLUGINS := $(addprefix plugins-,$(GUEST_LANGUAGES))
 
-.PHONY: demo test lint bench fuzz plugins plugins-rust $(LANGUAGE_PLUGINS) build controlplane cluster run clean-cache chart image
+.PHONY: demo test lint bench fuzz chaos plugins plugins-rust $(LANGUAGE_PLUGINS) build controlplane cluster run clean-cache chart image
 
 ## Build the example and test plugins: Rust guests, then the other languages.
 plugins: plugins-rust $(LANGUAGE_PLUGINS)
@@ -46,6 +46,12 @@ test: plugins controlplane
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+## Faults while the host works (API server restarted mid-burst, leader SIGKILLed, specs
+## edited during reconciles, host SIGKILLed); results go in RELIABILITY.md.
+CHAOS_CRS ?= 1000
+chaos: controlplane
+	INRUN_CONTROLPLANE_BIN="$$(tests/controlplane/build.sh)" INRUN_CHAOS_CRS=$(CHAOS_CRS) $(CARGO) test -p inrun --test chaos -- --ignored --test-threads 1 --nocapture
 
 ## Benchmarks; numbers go to BENCHMARKS.md.
 # Property tests over every parser a tenant or CR author reaches (Blueprints, templates,

@@ -58,17 +58,47 @@ pub enum ChildError {
         held: String,
     },
     /// The API call failed.
-    #[error("{action} {child}")]
+    #[error("{action} {child}: {}", ApiFailure::text(error))]
     Api {
         /// `applying`, `deleting`, `listing`.
         action: &'static str,
         /// Which child (or kind, for a list).
         child: String,
-        /// The API error.
-        #[source]
-        source: kube::Error,
+        /// The API error (told in the message, as [`ApiFailure`] tells it).
+        error: kube::Error,
     },
 }
+
+/// A failed API call, told the way a status message should: the API server's own message,
+/// reason and code, not the client's debug dump of its reply.
+#[derive(Debug)]
+pub(crate) struct ApiFailure(pub(crate) kube::Error);
+
+impl ApiFailure {
+    /// The text of `e`: `<message> (<reason>, HTTP <code>)` for a refusal of the API
+    /// server, the client's error chain for anything else.
+    pub(crate) fn text(e: &kube::Error) -> String {
+        match e {
+            kube::Error::Api(status) => {
+                let reason = if status.reason.is_empty() {
+                    String::new()
+                } else {
+                    format!("{}, ", status.reason)
+                };
+                format!("{} ({reason}HTTP {})", status.message, status.code)
+            }
+            other => inrun_contract::errors::chain(other),
+        }
+    }
+}
+
+impl std::fmt::Display for ApiFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&Self::text(&self.0))
+    }
+}
+
+impl std::error::Error for ApiFailure {}
 
 impl ChildError {
     /// The `Ready` reason it deserves, when more telling than `ReconcileError`.
@@ -76,7 +106,7 @@ impl ChildError {
         match self {
             ChildError::Conflict { .. } => Some("Conflict"),
             ChildError::Api {
-                source: kube::Error::Api(e),
+                error: kube::Error::Api(e),
                 ..
             } if e.code == 403 => Some("Forbidden"),
             _ => None,
@@ -241,10 +271,10 @@ async fn apply_one(
         name: name.clone(),
     };
     let api = api_for(ctx, &kind, namespace.as_deref());
-    let err = |action, source| ChildError::Api {
+    let err = |action, error| ChildError::Api {
         action,
         child: key.to_string(),
-        source,
+        error,
     };
     let hash = hash_of(&obj);
     let id = id_of(&key);
@@ -346,10 +376,10 @@ pub(super) async fn list_owned(
     let list = api
         .list(&ListParams::default().labels(&format!("{OWNER_UID}={uid}")))
         .await
-        .map_err(|source| ChildError::Api {
+        .map_err(|error| ChildError::Api {
             action: "listing",
             child: kind.resource.kind.clone(),
-            source,
+            error,
         })?;
     Ok(list.items)
 }
@@ -434,10 +464,10 @@ async fn delete(
     match api.delete(&key.name, &DeleteParams::background()).await {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
-        Err(source) => Err(ChildError::Api {
+        Err(error) => Err(ChildError::Api {
             action: "deleting",
             child: key.to_string(),
-            source,
+            error,
         }),
     }
 }

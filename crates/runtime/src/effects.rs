@@ -2,6 +2,7 @@
 //! CR's metadata and status and to its children, deletes, and events. Every write's
 //! answer is noted in the trigger state, so the write never wakes the CR it was for.
 
+use crate::children::ApiFailure;
 use std::collections::HashSet;
 
 use async_trait::async_trait;
@@ -144,7 +145,7 @@ impl Effects for ApiEffects<'_> {
         };
         self.apply_cr(manager, patch)
             .await
-            .map_err(|e| EffectError::new(what, e))
+            .map_err(|e| EffectError::new(what, ApiFailure(e)))
     }
 
     async fn status(&mut self, status: &Map<String, Value>) -> Result<Written, EffectError> {
@@ -183,7 +184,7 @@ impl Effects for ApiEffects<'_> {
                 Ok(Written::Done)
             }
             Err(kube::Error::Api(e)) if e.code == 409 || e.code == 404 => Ok(Written::Stale),
-            Err(e) => Err(EffectError::new("writing status", e)),
+            Err(e) => Err(EffectError::new("writing status", ApiFailure(e))),
         }
     }
 
@@ -199,7 +200,12 @@ impl Effects for ApiEffects<'_> {
             .delete(&name, &DeleteParams::default())
             .await
             .map(|_| ())
-            .map_err(|e| EffectError::new("deleting the CR after its cleanup grace period", e))
+            .map_err(|e| {
+                EffectError::new(
+                    "deleting the CR after its cleanup grace period",
+                    ApiFailure(e),
+                )
+            })
     }
 
     async fn foreign_instances(
@@ -241,7 +247,7 @@ impl Effects for ApiEffects<'_> {
             // Gone already (409: the uid no longer exists): another finalizer holder
             // finished after us.
             Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => Ok(()),
-            Err(e) => Err(EffectError::new("removing finalizers", e)),
+            Err(e) => Err(EffectError::new("removing finalizers", ApiFailure(e))),
         }
     }
 }

@@ -65,11 +65,11 @@ pub async fn foreign_instances(
         let list = match api.list(&params).await {
             Ok(list) => list,
             Err(kube::Error::Api(e)) if e.code == 404 => continue,
-            Err(source) => {
+            Err(error) => {
                 return Err(ChildError::Api {
                     action: "listing",
                     child: format!("instances of {}", instances.kind),
-                    source,
+                    error,
                 });
             }
         };

@@ -10,7 +10,7 @@ use kube::api::{Api, ObjectMeta, PostParams};
 use kube::config::AuthInfo;
 use kube::{Client, Config, ResourceExt};
 
-use crate::startup::{StartError, chain, start_with_retries};
+use crate::startup::{StartError, chain, start_with_retries, wait_ready};
 use crate::supervisor::{Supervisor, format_tails};
 
 /// The user name behind [`ControlPlane::unprivileged_client`]; no RBAC rule names it.
@@ -95,6 +95,35 @@ impl ControlPlane {
             Ok(result) => result,
             Err(panic) => std::panic::resume_unwind(panic),
         }
+    }
+
+    /// Stops kube-apiserver (SIGKILL), leaves it down for `down`, starts it again on the
+    /// same port, etcd and certificates, and waits until `/readyz` answers `ok`. Returns how
+    /// long the API server was away. Blocks; call it from outside a runtime's async code
+    /// (`spawn_blocking`). Meant for a control plane of the test's own
+    /// ([`ControlPlane::start`]), not the shared one.
+    ///
+    /// # Errors
+    /// When it does not start again or is not ready in time.
+    pub fn restart_apiserver(&self, down: Duration) -> Result<Duration, StartError> {
+        let stopped = std::time::Instant::now();
+        let mut supervisor = self.supervisor.lock().unwrap_or_else(|p| p.into_inner());
+        supervisor.restart("kube-apiserver", down)?;
+        let kubeconfig = self.kubeconfig.clone();
+        let supervisor: &mut Supervisor = &mut supervisor;
+        std::thread::scope(|scope| {
+            scope
+                .spawn(|| {
+                    let runtime = tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                        .map_err(StartError::Runtime)?;
+                    runtime.block_on(wait_ready(&kubeconfig, supervisor))
+                })
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+        })?;
+        Ok(stopped.elapsed())
     }
 
     /// A new client authenticated as the admin (`system:masters`).

@@ -187,7 +187,7 @@ fn start_once(binaries: &Binaries) -> Result<ControlPlane, StartError> {
 
 /// Polls `/readyz` until it answers `ok`, a process exits, or [`READY_TIMEOUT`] passes.
 /// Returns the admin and unprivileged configs, loaded once the CA file exists.
-async fn wait_ready(
+pub(crate) async fn wait_ready(
     kubeconfig_path: &Path,
     supervisor: &mut Supervisor,
 ) -> Result<(Config, Config), StartError> {

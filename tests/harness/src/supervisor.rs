@@ -82,6 +82,10 @@ struct Process {
     name: &'static str,
     child: Child,
     log: PathBuf,
+    /// How it was started, to start it again.
+    program: std::ffi::OsString,
+    args: Vec<std::ffi::OsString>,
+    envs: Vec<(std::ffi::OsString, Option<std::ffi::OsString>)>,
 }
 
 /// Starts processes, watches them, and stops them (and removes `dir`) when dropped or when
@@ -120,12 +124,56 @@ impl Supervisor {
 
     /// Starts `command` with its stdout and stderr in `<dir>/<name>.log` and hands its pid
     /// to the watchdog.
-    pub(crate) fn spawn(&mut self, name: &'static str, mut command: Command) -> Result<(), Error> {
+    pub(crate) fn spawn(&mut self, name: &'static str, command: Command) -> Result<(), Error> {
         let log = self.dir.join(format!("{name}.log"));
         let out = File::create(&log).map_err(|source| Error::Log {
             path: log.clone(),
             source,
         })?;
+        self.start(name, command, log, out)
+    }
+
+    /// Kills the process `name`, waits `down`, and starts it again as it was first started
+    /// (its log continues).
+    pub(crate) fn restart(&mut self, name: &str, down: std::time::Duration) -> Result<(), Error> {
+        let Some(at) = self.processes.iter().position(|p| p.name == name) else {
+            return Ok(());
+        };
+        let mut old = self.processes.remove(at);
+        let _ = old.child.kill();
+        let _ = old.child.wait();
+        std::thread::sleep(down);
+        let out = File::options()
+            .append(true)
+            .open(&old.log)
+            .map_err(|source| Error::Log {
+                path: old.log.clone(),
+                source,
+            })?;
+        let mut command = Command::new(&old.program);
+        command.args(&old.args);
+        for (key, value) in &old.envs {
+            match value {
+                Some(v) => command.env(key, v),
+                None => command.env_remove(key),
+            };
+        }
+        self.start(old.name, command, old.log, out)
+    }
+
+    fn start(
+        &mut self,
+        name: &'static str,
+        mut command: Command,
+        log: PathBuf,
+        out: File,
+    ) -> Result<(), Error> {
+        let program = command.get_program().to_owned();
+        let args = command.get_args().map(ToOwned::to_owned).collect();
+        let envs = command
+            .get_envs()
+            .map(|(k, v)| (k.to_owned(), v.map(ToOwned::to_owned)))
+            .collect();
         let err = out.try_clone().map_err(|source| Error::Log {
             path: log.clone(),
             source,
@@ -144,7 +192,14 @@ impl Supervisor {
             // If the watchdog is gone there is nobody to tell; `Drop` still kills the child.
             let _ = writeln!(stdin, "{}", child.id());
         }
-        self.processes.push(Process { name, child, log });
+        self.processes.push(Process {
+            name,
+            child,
+            log,
+            program,
+            args,
+            envs,
+        });
         Ok(())
     }
 

@@ -1,0 +1,482 @@
+//! Faults while the host works, on a real kube-apiserver: the API server restarted in the
+//! middle of a burst, the leader SIGKILLed with a standby waiting, a writer changing specs
+//! during reconciles, the host SIGKILLed and started again. Each ends with every CR
+//! converged on its last spec and exactly the children its Result names.
+//!
+//! Run by `make chaos` (`INRUN_CHAOS_CRS` sets the burst size, 1,000 by default there);
+//! results are in RELIABILITY.md.
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use futures::{StreamExt, TryStreamExt};
+use inrun_testenv::{ControlPlane, TestResult};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::Client;
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::discovery::ApiResource;
+use serde_json::{Value, json};
+use support::{ready, resource, unique_group};
+
+/// How long a burst may take to converge, faults included.
+const CONVERGE: Duration = Duration::from_secs(600);
+
+fn burst_size(default: usize) -> usize {
+    std::env::var("INRUN_CHAOS_CRS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// Every CR's two ConfigMaps carry its `spec.value`.
+fn blueprint(group: &str, leader: &str) -> String {
+    format!(
+        r#"apiVersion: inrun.dev/v1alpha1
+kind: Blueprint
+metadata: {{name: chaos}}
+spec:
+  runtime:
+    workers: 8
+{leader}  crds:
+    - group: {group}
+      version: v1alpha1
+      kind: Burst
+      reconcile:
+        onReconcile:
+          - apiVersion: v1
+            kind: ConfigMap
+            metadata: {{name: "{{{{ .metadata.name }}}}-a"}}
+            data: {{value: "{{{{ .spec.value }}}}"}}
+          - apiVersion: v1
+            kind: ConfigMap
+            metadata: {{name: "{{{{ .metadata.name }}}}-b"}}
+            data: {{value: "{{{{ .spec.value }}}}"}}
+        managedResources:
+          - {{apiVersion: v1, kind: ConfigMap}}
+"#
+    )
+}
+
+/// An `inrun run` process; killed when dropped.
+struct HostProcess {
+    child: tokio::process::Child,
+    log: PathBuf,
+}
+
+impl HostProcess {
+    fn spawn(kubeconfig: &Path, blueprint: &Path, dir: &Path, identity: &str) -> HostProcess {
+        let log = dir.join(format!("{identity}.log"));
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .expect("log file");
+        let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_inrun"))
+            .arg("run")
+            .arg("--blueprint")
+            .arg(blueprint)
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .args(["--install-crds", "--health-port", "0"])
+            .args(["--health-address", "127.0.0.1", "--console-port", "0"])
+            .args(["--identity", identity])
+            .arg("--cache-dir")
+            .arg(dir.join("cache"))
+            .env("INRUN_LOG", "info")
+            .stderr(file)
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn inrun");
+        HostProcess { child, log }
+    }
+
+    async fn kill(&mut self) {
+        let _ = self.child.start_kill();
+        let _ = self.child.wait().await;
+    }
+
+    /// Fails if the host exited.
+    fn assert_running(&mut self) {
+        if let Ok(Some(status)) = self.child.try_wait() {
+            panic!(
+                "the host exited ({status}): {}",
+                std::fs::read_to_string(&self.log).unwrap_or_default()
+            );
+        }
+    }
+}
+
+/// Applies `doc` until the API server takes it (it may be restarting).
+async fn apply_until_taken(api: &Api<DynamicObject>, name: &str, doc: &Value) {
+    let deadline = Instant::now() + CONVERGE;
+    loop {
+        match api
+            .patch(
+                name,
+                &PatchParams::apply("chaos").force(),
+                &Patch::Apply(doc),
+            )
+            .await
+        {
+            Ok(_) => return,
+            // The API server may be away for a while: try again.
+            Err(_) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => panic!("applying {name}: {e}"),
+        }
+    }
+}
+
+fn cr(group: &str, name: &str, value: &str) -> Value {
+    json!({"apiVersion": format!("{group}/v1alpha1"), "kind": "Burst",
+           "metadata": {"name": name}, "spec": {"value": value}})
+}
+
+fn names(count: usize) -> Vec<String> {
+    (0..count).map(|i| format!("b{i:04}")).collect()
+}
+
+/// Creates the CRs, 16 at a time, each retried until the API server takes it; `created`
+/// counts them.
+async fn burst(
+    api: Api<DynamicObject>,
+    group: String,
+    names: Vec<String>,
+    value: &'static str,
+    created: Arc<AtomicUsize>,
+) {
+    futures::stream::iter(names)
+        .for_each_concurrent(16, |name| {
+            let (api, group, created) = (api.clone(), group.clone(), created.clone());
+            async move {
+                apply_until_taken(&api, &name, &cr(&group, &name, value)).await;
+                created.fetch_add(1, Ordering::SeqCst);
+            }
+        })
+        .await;
+}
+
+/// How many of `names` are Ready on their current generation with `value`, or `None`
+/// while the API server does not answer.
+async fn converged(api: &Api<DynamicObject>, count: usize, value: &str) -> Option<usize> {
+    let list = api.list(&Default::default()).await.ok()?;
+    let done = list
+        .items
+        .iter()
+        .filter(|o| {
+            let generation = o.metadata.generation;
+            let observed = o
+                .data
+                .pointer("/status/observedGeneration")
+                .and_then(Value::as_i64);
+            o.data["spec"]["value"] == value
+                && generation.is_some()
+                && observed == generation
+                && ready(o).is_some_and(|r| r.0 == "True")
+        })
+        .count();
+    Some(done.min(count))
+}
+
+/// Waits until all `count` CRs converged on `value`; returns how long that took.
+async fn until_converged(api: &Api<DynamicObject>, count: usize, value: &str) -> Duration {
+    let started = Instant::now();
+    let mut last = 0;
+    while started.elapsed() < CONVERGE {
+        if let Some(done) = converged(api, count, value).await {
+            last = done;
+            if done == count {
+                return started.elapsed();
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    panic!("only {last} of {count} CRs converged on {value} within {CONVERGE:?}");
+}
+
+/// Exactly two ConfigMaps per CR, holding its value and owned by it; nothing else.
+async fn assert_children(client: &Client, ns: &str, names: &[String], value: &str) {
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    let all = cms
+        .list(&Default::default())
+        .await
+        .expect("list ConfigMaps");
+    let mut found = BTreeSet::new();
+    for cm in all.items {
+        let name = cm.metadata.name.clone().unwrap_or_default();
+        if name == "kube-root-ca.crt" {
+            continue;
+        }
+        let owner = cm
+            .metadata
+            .owner_references
+            .as_ref()
+            .and_then(|o| o.first())
+            .map(|o| o.name.clone())
+            .unwrap_or_default();
+        assert!(
+            name == format!("{owner}-a") || name == format!("{owner}-b"),
+            "ConfigMap {name} is owned by {owner:?}"
+        );
+        let data = cm.data.unwrap_or_default();
+        assert_eq!(data.get("value").map(String::as_str), Some(value), "{name}");
+        assert!(found.insert(name), "a duplicate");
+    }
+    let wanted: BTreeSet<String> = names
+        .iter()
+        .flat_map(|n| [format!("{n}-a"), format!("{n}-b")])
+        .collect();
+    let missing: Vec<_> = wanted.difference(&found).take(5).collect();
+    let extra: Vec<_> = found.difference(&wanted).take(5).collect();
+    assert!(
+        missing.is_empty() && extra.is_empty(),
+        "missing {missing:?}, orphaned {extra:?}"
+    );
+}
+
+/// Counts the ConfigMaps of `ns` deleted from now on.
+fn count_deletions(client: &Client, ns: &str) -> (Arc<AtomicUsize>, tokio::task::JoinHandle<()>) {
+    use kube::runtime::{WatchStreamExt, watcher};
+    let deleted = Arc::new(AtomicUsize::new(0));
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    let task = tokio::spawn({
+        let deleted = deleted.clone();
+        async move {
+            let stream = watcher(cms, watcher::Config::default()).default_backoff();
+            futures::pin_mut!(stream);
+            while let Ok(Some(event)) = stream.try_next().await {
+                if let watcher::Event::Delete(cm) = event {
+                    eprintln!("deleted: {:?}", cm.metadata.name);
+                    deleted.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+        }
+    });
+    (deleted, task)
+}
+
+/// Waits until the API server serves `ar`.
+async fn served(client: &Client, ar: &ApiResource) {
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), ar);
+    let started = Instant::now();
+    while api.list(&Default::default()).await.is_err() {
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "{} is not served",
+            ar.kind
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Waits until `count` of `created` CRs exist and `part` of them converged.
+async fn until_part_converged(api: &Api<DynamicObject>, count: usize, part: usize) {
+    let started = Instant::now();
+    loop {
+        if converged(api, count, "v1").await.is_some_and(|n| n >= part) {
+            return;
+        }
+        assert!(started.elapsed() < CONVERGE, "{part} CRs never converged");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "chaos: run by `make chaos`"]
+async fn the_api_server_restarted_mid_burst_every_cr_converges_and_the_host_stays_up() -> TestResult
+{
+    // A control plane of its own: restarting it must not disturb other tests.
+    let cp = tokio::task::spawn_blocking(ControlPlane::start).await??;
+    let client = cp.client();
+    let count = burst_size(200);
+    let group = unique_group("chaos-restart");
+    let ns = cp.namespace("chaos").await?;
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("blueprint.yaml");
+    std::fs::write(&path, blueprint(&group, ""))?;
+    let mut host = HostProcess::spawn(cp.kubeconfig(), &path, dir.path(), "host");
+    let ar = resource(&group, "Burst");
+    served(&client, &ar).await;
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &ar);
+    let created = Arc::new(AtomicUsize::new(0));
+    let started = Instant::now();
+    let creating = tokio::spawn(burst(
+        api.clone(),
+        group.clone(),
+        names(count),
+        "v1",
+        created.clone(),
+    ));
+    // A third of the burst is in; the API server goes away for 5 s and comes back.
+    while created.load(Ordering::SeqCst) < count / 3 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let at = created.load(Ordering::SeqCst);
+    let cp = Arc::new(cp);
+    let restarted = tokio::task::spawn_blocking({
+        let cp = cp.clone();
+        move || cp.restart_apiserver(Duration::from_secs(5))
+    })
+    .await??;
+    creating.await?;
+    let took = until_converged(&api, count, "v1").await;
+    host.assert_running();
+    assert_children(&client, &ns, &names(count), "v1").await;
+    eprintln!(
+        "chaos restart: {count} CRs; API server down at {at} created, back after {:.1}s; all converged {:.1}s after the burst started ({:.1}s after the restart)",
+        restarted.as_secs_f64(),
+        (started.elapsed()).as_secs_f64(),
+        took.as_secs_f64()
+    );
+    host.kill().await;
+    Ok(())
+}
+
+fn leader_section(ns: &str) -> String {
+    format!(
+        "    leaderElection: {{enabled: true, leaseName: chaos, namespace: {ns}, leaseDuration: 6s, renewDeadline: 4s, retryPeriod: 1s}}\n"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "chaos: run by `make chaos`"]
+async fn the_leader_sigkilled_mid_burst_the_standby_converges_everything_and_prunes_nothing()
+-> TestResult {
+    let cp = ControlPlane::shared();
+    let client = cp.client();
+    let count = burst_size(200);
+    let group = unique_group("chaos-leader");
+    let ns = cp.namespace("chaos-leader").await?;
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("blueprint.yaml");
+    std::fs::write(&path, blueprint(&group, &leader_section(&ns)))?;
+    let (deleted, watching) = count_deletions(&client, &ns);
+    let mut leader = HostProcess::spawn(cp.kubeconfig(), &path, dir.path(), "leader");
+    let ar = resource(&group, "Burst");
+    served(&client, &ar).await;
+    let mut standby = HostProcess::spawn(cp.kubeconfig(), &path, dir.path(), "standby");
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &ar);
+    let started = Instant::now();
+    let creating = tokio::spawn(burst(
+        api.clone(),
+        group.clone(),
+        names(count),
+        "v1",
+        Arc::default(),
+    ));
+    until_part_converged(&api, count, count / 4).await;
+    let killed_at = converged(&api, count, "v1").await.unwrap_or_default();
+    leader.kill().await;
+    let killed = Instant::now();
+    creating.await?;
+    until_converged(&api, count, "v1").await;
+    let took = killed.elapsed();
+    standby.assert_running();
+    assert_children(&client, &ns, &names(count), "v1").await;
+    assert_eq!(deleted.load(Ordering::SeqCst), 0, "children were deleted");
+    eprintln!(
+        "chaos leader: {count} CRs; leader SIGKILLed with {killed_at} converged; the standby converged the rest {:.1}s later ({:.1}s after the burst started); 0 children deleted",
+        took.as_secs_f64(),
+        started.elapsed().as_secs_f64()
+    );
+    watching.abort();
+    standby.kill().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "chaos: run by `make chaos`"]
+async fn a_writer_changing_specs_during_reconciles_every_cr_ends_on_its_last_spec() -> TestResult {
+    let cp = ControlPlane::shared();
+    let client = cp.client();
+    let count = burst_size(200).min(300);
+    let group = unique_group("chaos-writer");
+    let ns = cp.namespace("chaos-writer").await?;
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("blueprint.yaml");
+    std::fs::write(&path, blueprint(&group, ""))?;
+    let mut host = HostProcess::spawn(cp.kubeconfig(), &path, dir.path(), "host");
+    let ar = resource(&group, "Burst");
+    served(&client, &ar).await;
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &ar);
+    burst(
+        api.clone(),
+        group.clone(),
+        names(count),
+        "v1",
+        Arc::default(),
+    )
+    .await;
+    // Five rounds of edits to every CR, each round in another order, with no pause: the
+    // host reconciles while specs keep changing under it.
+    let started = Instant::now();
+    for round in 2..=6u32 {
+        let mut order = names(count);
+        let len = order.len();
+        order.rotate_left((round as usize * 37) % len.max(1));
+        if round % 2 == 0 {
+            order.reverse();
+        }
+        let value = format!("v{round}");
+        futures::stream::iter(order)
+            .for_each_concurrent(16, |name| {
+                let (api, group, value) = (api.clone(), group.clone(), value.clone());
+                async move { apply_until_taken(&api, &name, &cr(&group, &name, &value)).await }
+            })
+            .await;
+    }
+    let took = until_converged(&api, count, "v6").await;
+    host.assert_running();
+    assert_children(&client, &ns, &names(count), "v6").await;
+    eprintln!(
+        "chaos writer: {count} CRs edited 5 times each during reconciles; all on their last spec {:.1}s after the last edit ({:.1}s after the first)",
+        took.as_secs_f64(),
+        started.elapsed().as_secs_f64()
+    );
+    host.kill().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "chaos: run by `make chaos`"]
+async fn the_host_sigkilled_mid_pass_and_started_again_completes_the_work() -> TestResult {
+    let cp = ControlPlane::shared();
+    let client = cp.client();
+    let count = burst_size(200);
+    let group = unique_group("chaos-kill");
+    let ns = cp.namespace("chaos-kill").await?;
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("blueprint.yaml");
+    std::fs::write(&path, blueprint(&group, ""))?;
+    let mut host = HostProcess::spawn(cp.kubeconfig(), &path, dir.path(), "first");
+    let ar = resource(&group, "Burst");
+    served(&client, &ar).await;
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &ar);
+    burst(
+        api.clone(),
+        group.clone(),
+        names(count),
+        "v1",
+        Arc::default(),
+    )
+    .await;
+    until_part_converged(&api, count, count / 4).await;
+    let killed_at = converged(&api, count, "v1").await.unwrap_or_default();
+    host.kill().await;
+    let mut again = HostProcess::spawn(cp.kubeconfig(), &path, dir.path(), "second");
+    let took = until_converged(&api, count, "v1").await;
+    again.assert_running();
+    assert_children(&client, &ns, &names(count), "v1").await;
+    eprintln!(
+        "chaos kill: {count} CRs; host SIGKILLed with {killed_at} converged; started again, all converged {:.1}s later",
+        took.as_secs_f64()
+    );
+    again.kill().await;
+    Ok(())
+}
