@@ -87,7 +87,10 @@ impl HostProcess {
             .args(["--identity", identity])
             .arg("--cache-dir")
             .arg(dir.join("cache"))
-            .env("INRUN_LOG", "info")
+            .env(
+                "INRUN_LOG",
+                std::env::var("INRUN_CHAOS_LOG").unwrap_or_else(|_| "info".into()),
+            )
             .stderr(file)
             .kill_on_drop(true)
             .spawn()
@@ -480,5 +483,43 @@ async fn the_host_sigkilled_mid_pass_and_started_again_completes_the_work() -> T
         took.as_secs_f64()
     );
     again.kill().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_started_beside_more_crs_than_one_list_page_reconciles_every_one() -> TestResult {
+    // The watch lists 500 objects a page; CRs of the first pages must not be triggered
+    // before the list is complete, or they are looked up in an empty cache and dropped.
+    let cp = ControlPlane::shared();
+    let client = cp.client();
+    let count = 600;
+    let group = unique_group("chaos-pages");
+    let ns = cp.namespace("chaos-pages").await?;
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("blueprint.yaml");
+    std::fs::write(&path, blueprint(&group, ""))?;
+    // A first host installs the CRD and is gone before any CR exists.
+    let mut first = HostProcess::spawn(cp.kubeconfig(), &path, dir.path(), "first");
+    let ar = resource(&group, "Burst");
+    served(&client, &ar).await;
+    first.kill().await;
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &ar);
+    burst(
+        api.clone(),
+        group.clone(),
+        names(count),
+        "v1",
+        Arc::default(),
+    )
+    .await;
+    let mut host = HostProcess::spawn(cp.kubeconfig(), &path, dir.path(), "second");
+    let took = until_converged(&api, count, "v1").await;
+    host.assert_running();
+    assert_children(&client, &ns, &names(count), "v1").await;
+    eprintln!(
+        "{count} CRs present at start-up, all converged in {:.1}s",
+        took.as_secs_f64()
+    );
+    host.kill().await;
     Ok(())
 }

@@ -336,20 +336,40 @@ pub fn controller(
         Ok(watcher::Event::Delete(cr)) => cr_triggers.cr_gone(&cr.metadata),
         _ => {}
     })
-    .applied_objects()
-    .filter(move |item| {
-        let wake = match item {
-            Ok(cr) => {
+    // The CRs that wake, as the controller's triggers. Those of a (re)list are held until
+    // the list is complete: the store swaps in the listed objects only then, and a CR
+    // triggered before would be looked up in the old store, not found, and dropped (after
+    // the API server restarts, a paginated relist would leave new CRs unreconciled).
+    .scan(
+        Vec::new(),
+        move |held: &mut Vec<cached::CachedCr>, event| {
+            let wakes = |cr: &cached::CachedCr| {
                 let wake = triggers.cr_changed(&cr.metadata, &cr_ctx.cr_id(cr));
                 if wake {
                     queued.push(Ctx::key(cr));
                 }
                 wake
-            }
-            Err(_) => true,
-        };
-        futures::future::ready(wake)
-    });
+            };
+            let out: Vec<Result<cached::CachedCr, watcher::Error>> = match event {
+                Ok(watcher::Event::Apply(cr)) => wakes(&cr).then_some(Ok(cr)).into_iter().collect(),
+                Ok(watcher::Event::Init) => {
+                    held.clear();
+                    Vec::new()
+                }
+                Ok(watcher::Event::InitApply(cr)) => {
+                    if wakes(&cr) {
+                        held.push(cr);
+                    }
+                    Vec::new()
+                }
+                Ok(watcher::Event::InitDone) => std::mem::take(held).into_iter().map(Ok).collect(),
+                Ok(watcher::Event::Delete(_)) => Vec::new(),
+                Err(e) => vec![Err(e)],
+            };
+            futures::future::ready(Some(futures::stream::iter(out)))
+        },
+    )
+    .flatten();
     // The children's watches run as tasks of their own, not inside the controller: their
     // caches then fill while passes wait for them, whatever the controller polls first.
     let (woken_tx, woken_rx) = tokio::sync::mpsc::unbounded_channel();
