@@ -290,14 +290,15 @@ async fn until_part_converged(api: &Api<DynamicObject>, count: usize, part: usiz
     }
 }
 
+// Also in `make test` (600 CRs, more than one list page): it caught CRs of a relist being
+// dropped.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "chaos: run by `make chaos`"]
 async fn the_api_server_restarted_mid_burst_every_cr_converges_and_the_host_stays_up() -> TestResult
 {
     // A control plane of its own: restarting it must not disturb other tests.
     let cp = tokio::task::spawn_blocking(ControlPlane::start).await??;
     let client = cp.client();
-    let count = burst_size(200);
+    let count = burst_size(600);
     let group = unique_group("chaos-restart");
     let ns = cp.namespace("chaos").await?;
     let dir = tempfile::tempdir()?;
@@ -400,7 +401,7 @@ async fn the_leader_sigkilled_mid_burst_the_standby_converges_everything_and_pru
 async fn a_writer_changing_specs_during_reconciles_every_cr_ends_on_its_last_spec() -> TestResult {
     let cp = ControlPlane::shared();
     let client = cp.client();
-    let count = burst_size(200).min(300);
+    let count = burst_size(200);
     let group = unique_group("chaos-writer");
     let ns = cp.namespace("chaos-writer").await?;
     let dir = tempfile::tempdir()?;
@@ -483,43 +484,5 @@ async fn the_host_sigkilled_mid_pass_and_started_again_completes_the_work() -> T
         took.as_secs_f64()
     );
     again.kill().await;
-    Ok(())
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_host_started_beside_more_crs_than_one_list_page_reconciles_every_one() -> TestResult {
-    // The watch lists 500 objects a page; CRs of the first pages must not be triggered
-    // before the list is complete, or they are looked up in an empty cache and dropped.
-    let cp = ControlPlane::shared();
-    let client = cp.client();
-    let count = 600;
-    let group = unique_group("chaos-pages");
-    let ns = cp.namespace("chaos-pages").await?;
-    let dir = tempfile::tempdir()?;
-    let path = dir.path().join("blueprint.yaml");
-    std::fs::write(&path, blueprint(&group, ""))?;
-    // A first host installs the CRD and is gone before any CR exists.
-    let mut first = HostProcess::spawn(cp.kubeconfig(), &path, dir.path(), "first");
-    let ar = resource(&group, "Burst");
-    served(&client, &ar).await;
-    first.kill().await;
-    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &ar);
-    burst(
-        api.clone(),
-        group.clone(),
-        names(count),
-        "v1",
-        Arc::default(),
-    )
-    .await;
-    let mut host = HostProcess::spawn(cp.kubeconfig(), &path, dir.path(), "second");
-    let took = until_converged(&api, count, "v1").await;
-    host.assert_running();
-    assert_children(&client, &ns, &names(count), "v1").await;
-    eprintln!(
-        "{count} CRs present at start-up, all converged in {:.1}s",
-        took.as_secs_f64()
-    );
-    host.kill().await;
     Ok(())
 }
