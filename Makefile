@@ -51,7 +51,7 @@ lint:
 ## edited during reconciles, host SIGKILLed); results go in RELIABILITY.md.
 CHAOS_CRS ?= 1000
 chaos: controlplane
-	INRUN_CONTROLPLANE_BIN="$$(tests/controlplane/build.sh)" INRUN_CHAOS_CRS=$(CHAOS_CRS) $(CARGO) test -p inrun --test chaos -- --ignored --test-threads 1 --nocapture
+	INRUN_CONTROLPLANE_BIN="$$(tests/controlplane/build.sh)" INRUN_CHAOS_CRS=$(CHAOS_CRS) $(CARGO) test -p inrun --test chaos -- --include-ignored --test-threads 1 --nocapture
 
 ## Benchmarks; numbers go to BENCHMARKS.md.
 # Property tests over every parser a tenant or CR author reaches (Blueprints, templates,
@@ -59,6 +59,7 @@ chaos: controlplane
 FUZZ_CASES ?= 20000
 fuzz:
 	PROPTEST_CASES=$(FUZZ_CASES) $(CARGO) test --release -p inrun-template -p inrun-blueprint -p inrun-contract --test fuzz
+	PROPTEST_CASES=$(FUZZ_CASES) $(CARGO) test -p inrun-wasm --lib fuzz
 
 bench: plugins controlplane
 	$(CARGO) bench -p inrun --bench wasm

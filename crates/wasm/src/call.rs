@@ -306,6 +306,62 @@ fn truncate_owned(mut s: String, max: usize) -> String {
     s
 }
 
+/// Property tests over what a guest hands back: any strings in the WIT outcome decode to an
+/// outcome within the limits, or to a reason, never a panic. `PROPTEST_CASES` sets how
+/// many (256 by default; `make fuzz` runs many more).
+#[cfg(test)]
+mod fuzz {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn text() -> impl Strategy<Value = String> {
+        prop_oneof![
+            prop::sample::select(vec![
+                "{}".to_string(),
+                "null".into(),
+                "[]".into(),
+                r#"{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}}"#.into(),
+                "[".repeat(200),
+                "{\"a\": ".repeat(50),
+                "\u{0}".into(),
+                "1e999999".into(),
+                r#""\ud800""#.into(),
+            ]),
+            ".{0,64}",
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(
+            std::env::var("PROPTEST_CASES").ok().and_then(|c| c.parse().ok()).unwrap_or(256)
+        ))]
+        #[test]
+        fn any_guest_outcome_decodes_within_limits_or_is_refused(
+            status in proptest::option::of(text()),
+            resources in prop::collection::vec(text(), 0..8),
+            labels in prop::collection::vec((".{0,16}", ".{0,16}"), 0..4),
+            requeue_after_ms in proptest::option::of(any::<u64>()),
+            after_seconds in proptest::option::of(any::<u32>()),
+            max_resources in 0usize..6,
+        ) {
+            let limits = Limits { max_resources, output_bytes: 512, ..Limits::default() };
+            let o = bindings::Outcome {
+                status,
+                resources,
+                labels: labels.clone(),
+                annotations: labels,
+                requeue: false,
+                requeue_after_ms,
+                cleanup: after_seconds.map(|after_seconds| bindings::Cleanup { after_seconds }),
+            };
+            if let Ok(outcome) = from_wit_outcome(o, &limits) {
+                prop_assert!(outcome.resources.len() <= max_resources);
+                prop_assert!(outcome.resources.iter().all(Value::is_object));
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
