@@ -106,6 +106,14 @@ fn blueprint(group: &str, port: u16) -> String {
         ),
         crd(
             group,
+            "Sleeper",
+            &format!(
+                "        default: false\n        constructor: {{location: {}, limits: {{deadline: 1s}}}}\n",
+                plugin("inrun_test_sleepy")
+            ),
+        ),
+        crd(
+            group,
             "Remote",
             &format!(
                 "        default: false\n        remote: {{endpoint: \"http://127.0.0.1:{port}/reconcile\", timeout: 20s}}\n"
@@ -151,6 +159,7 @@ async fn every_hostile_input_fails_only_its_own_cr_with_a_clear_error() -> TestR
         "BadName",
         "Elsewhere",
         "Guest",
+        "Sleeper",
         "Remote",
         "Fetch",
     ] {
@@ -178,6 +187,7 @@ async fn every_hostile_input_fails_only_its_own_cr_with_a_clear_error() -> TestR
         ("Guest", "huge", "huge", "memory cap of 64 MiB"),
         ("Guest", "deep", "deep", "recursion limit exceeded"),
         ("Guest", "utf8", "utf8", "invalid utf-8"),
+        ("Sleeper", "sleeper", "", "exceeded its 1s deadline"),
         ("Remote", "gig", "gig", "more than 16777216 bytes"),
         ("Remote", "deep", "deep", "recursion limit exceeded"),
         ("Remote", "utf8", "utf8", "not JSON"),
