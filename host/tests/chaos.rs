@@ -290,58 +290,78 @@ async fn until_part_converged(api: &Api<DynamicObject>, count: usize, part: usiz
     }
 }
 
-// Also in `make test` (600 CRs, more than one list page): it caught CRs of a relist being
-// dropped.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_api_server_restarted_mid_burst_every_cr_converges_and_the_host_stays_up() -> TestResult
-{
-    // A control plane of its own: restarting it must not disturb other tests.
-    let cp = tokio::task::spawn_blocking(ControlPlane::start).await??;
-    let client = cp.client();
-    let count = burst_size(600);
-    let group = unique_group("chaos-restart");
-    let ns = cp.namespace("chaos").await?;
-    let dir = tempfile::tempdir()?;
-    let path = dir.path().join("blueprint.yaml");
-    std::fs::write(&path, blueprint(&group, ""))?;
-    let mut host = HostProcess::spawn(cp.kubeconfig(), &path, dir.path(), "host");
-    let ar = resource(&group, "Burst");
-    served(&client, &ar).await;
-    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &ar);
-    let created = Arc::new(AtomicUsize::new(0));
-    let started = Instant::now();
-    let creating = tokio::spawn(burst(
-        api.clone(),
-        group.clone(),
-        names(count),
-        "v1",
-        created.clone(),
-    ));
-    // A third of the burst is in; the API server goes away for 5 s and comes back.
-    while created.load(Ordering::SeqCst) < count / 3 {
-        tokio::time::sleep(Duration::from_millis(20)).await;
+/// A namespace, a Blueprint file in a directory of its own, and a first host serving it
+/// with the CRD served.
+struct Scene {
+    client: Client,
+    ns: String,
+    group: String,
+    kubeconfig: PathBuf,
+    dir: tempfile::TempDir,
+    path: PathBuf,
+    api: Api<DynamicObject>,
+    count: usize,
+}
+
+impl Scene {
+    async fn start(
+        cp: &ControlPlane,
+        prefix: &str,
+        count: usize,
+        leader: bool,
+        first: &str,
+    ) -> Result<(Scene, HostProcess), inrun_testenv::Failure> {
+        let client = cp.client();
+        let group = unique_group(prefix);
+        let ns = cp.namespace(prefix).await?;
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("blueprint.yaml");
+        let leader = if leader {
+            leader_section(&ns)
+        } else {
+            String::new()
+        };
+        std::fs::write(&path, blueprint(&group, &leader))?;
+        let host = HostProcess::spawn(cp.kubeconfig(), &path, dir.path(), first);
+        let ar = resource(&group, "Burst");
+        served(&client, &ar).await;
+        let api = Api::namespaced_with(client.clone(), &ns, &ar);
+        let scene = Scene {
+            client,
+            ns,
+            group,
+            kubeconfig: cp.kubeconfig().to_path_buf(),
+            dir,
+            path,
+            api,
+            count,
+        };
+        Ok((scene, host))
     }
-    let at = created.load(Ordering::SeqCst);
-    let cp = Arc::new(cp);
-    let restarted = tokio::task::spawn_blocking({
-        let cp = cp.clone();
-        move || cp.restart_apiserver(Duration::from_secs(5))
-    })
-    .await??;
-    let back = Instant::now();
-    creating.await?;
-    until_converged(&api, count, "v1").await;
-    let took = back.elapsed();
-    host.assert_running();
-    assert_children(&client, &ns, &names(count), "v1").await;
-    eprintln!(
-        "chaos restart: {count} CRs; API server down at {at} created, back after {:.1}s; all converged {:.1}s after the burst started, {:.1}s after the API server was back",
-        restarted.as_secs_f64(),
-        (started.elapsed()).as_secs_f64(),
-        took.as_secs_f64()
-    );
-    host.kill().await;
-    Ok(())
+
+    /// Another host on the same Blueprint.
+    fn host(&self, identity: &str) -> HostProcess {
+        HostProcess::spawn(&self.kubeconfig, &self.path, self.dir.path(), identity)
+    }
+
+    /// Creates every CR with `value`.
+    fn burst(
+        &self,
+        value: &'static str,
+        created: Arc<AtomicUsize>,
+    ) -> impl std::future::Future<Output = ()> + use<> {
+        burst(
+            self.api.clone(),
+            self.group.clone(),
+            names(self.count),
+            value,
+            created,
+        )
+    }
+
+    async fn assert_children(&self, value: &str) {
+        assert_children(&self.client, &self.ns, &names(self.count), value).await;
+    }
 }
 
 fn leader_section(ns: &str) -> String {
@@ -350,41 +370,66 @@ fn leader_section(ns: &str) -> String {
     )
 }
 
+// Also in `make test` (600 CRs, more than one list page): it caught CRs of a relist being
+// dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_server_restarted_mid_burst_every_cr_converges_and_the_host_stays_up() -> TestResult
+{
+    // A control plane of its own: restarting it must not disturb other tests.
+    let cp = Arc::new(tokio::task::spawn_blocking(ControlPlane::start).await??);
+    let (scene, mut host) =
+        Scene::start(&cp, "chaos-restart", burst_size(600), false, "host").await?;
+    let count = scene.count;
+    let created = Arc::new(AtomicUsize::new(0));
+    let started = Instant::now();
+    let creating = tokio::spawn(scene.burst("v1", created.clone()));
+    // A third of the burst is in; the API server goes away for 5 s and comes back.
+    while created.load(Ordering::SeqCst) < count / 3 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let at = created.load(Ordering::SeqCst);
+    let restarted = tokio::task::spawn_blocking({
+        let cp = cp.clone();
+        move || cp.restart_apiserver(Duration::from_secs(5))
+    })
+    .await??;
+    let back = Instant::now();
+    creating.await?;
+    until_converged(&scene.api, count, "v1").await;
+    let took = back.elapsed();
+    host.assert_running();
+    scene.assert_children("v1").await;
+    eprintln!(
+        "chaos restart: {count} CRs; API server down at {at} created, back after {:.1}s; all converged {:.1}s after the burst started, {:.1}s after the API server was back",
+        restarted.as_secs_f64(),
+        started.elapsed().as_secs_f64(),
+        took.as_secs_f64()
+    );
+    host.kill().await;
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "chaos: run by `make chaos`"]
 async fn the_leader_sigkilled_mid_burst_the_standby_converges_everything_and_prunes_nothing()
 -> TestResult {
     let cp = ControlPlane::shared();
-    let client = cp.client();
-    let count = burst_size(200);
-    let group = unique_group("chaos-leader");
-    let ns = cp.namespace("chaos-leader").await?;
-    let dir = tempfile::tempdir()?;
-    let path = dir.path().join("blueprint.yaml");
-    std::fs::write(&path, blueprint(&group, &leader_section(&ns)))?;
-    let (deleted, watching) = count_deletions(&client, &ns);
-    let mut leader = HostProcess::spawn(cp.kubeconfig(), &path, dir.path(), "leader");
-    let ar = resource(&group, "Burst");
-    served(&client, &ar).await;
-    let mut standby = HostProcess::spawn(cp.kubeconfig(), &path, dir.path(), "standby");
-    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &ar);
+    let (scene, mut leader) =
+        Scene::start(cp, "chaos-leader", burst_size(200), true, "leader").await?;
+    let count = scene.count;
+    let (deleted, watching) = count_deletions(&scene.client, &scene.ns);
+    let mut standby = scene.host("standby");
     let started = Instant::now();
-    let creating = tokio::spawn(burst(
-        api.clone(),
-        group.clone(),
-        names(count),
-        "v1",
-        Arc::default(),
-    ));
-    until_part_converged(&api, count, count / 4).await;
-    let killed_at = converged(&api, count, "v1").await.unwrap_or_default();
+    let creating = tokio::spawn(scene.burst("v1", Arc::default()));
+    until_part_converged(&scene.api, count, count / 4).await;
+    let killed_at = converged(&scene.api, count, "v1").await.unwrap_or_default();
     leader.kill().await;
     let killed = Instant::now();
     creating.await?;
-    until_converged(&api, count, "v1").await;
+    until_converged(&scene.api, count, "v1").await;
     let took = killed.elapsed();
     standby.assert_running();
-    assert_children(&client, &ns, &names(count), "v1").await;
+    scene.assert_children("v1").await;
     assert_eq!(deleted.load(Ordering::SeqCst), 0, "children were deleted");
     eprintln!(
         "chaos leader: {count} CRs; leader SIGKILLed with {killed_at} converged; the standby converged the rest {:.1}s later ({:.1}s after the burst started); 0 children deleted",
@@ -400,25 +445,10 @@ async fn the_leader_sigkilled_mid_burst_the_standby_converges_everything_and_pru
 #[ignore = "chaos: run by `make chaos`"]
 async fn a_writer_changing_specs_during_reconciles_every_cr_ends_on_its_last_spec() -> TestResult {
     let cp = ControlPlane::shared();
-    let client = cp.client();
-    let count = burst_size(200);
-    let group = unique_group("chaos-writer");
-    let ns = cp.namespace("chaos-writer").await?;
-    let dir = tempfile::tempdir()?;
-    let path = dir.path().join("blueprint.yaml");
-    std::fs::write(&path, blueprint(&group, ""))?;
-    let mut host = HostProcess::spawn(cp.kubeconfig(), &path, dir.path(), "host");
-    let ar = resource(&group, "Burst");
-    served(&client, &ar).await;
-    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &ar);
-    burst(
-        api.clone(),
-        group.clone(),
-        names(count),
-        "v1",
-        Arc::default(),
-    )
-    .await;
+    let (scene, mut host) =
+        Scene::start(cp, "chaos-writer", burst_size(200), false, "host").await?;
+    let count = scene.count;
+    scene.burst("v1", Arc::default()).await;
     // Five rounds of edits to every CR, each round in another order, with no pause: the
     // host reconciles while specs keep changing under it.
     let started = Instant::now();
@@ -432,14 +462,14 @@ async fn a_writer_changing_specs_during_reconciles_every_cr_ends_on_its_last_spe
         let value = format!("v{round}");
         futures::stream::iter(order)
             .for_each_concurrent(16, |name| {
-                let (api, group, value) = (api.clone(), group.clone(), value.clone());
+                let (api, group, value) = (scene.api.clone(), scene.group.clone(), value.clone());
                 async move { apply_until_taken(&api, &name, &cr(&group, &name, &value)).await }
             })
             .await;
     }
-    let took = until_converged(&api, count, "v6").await;
+    let took = until_converged(&scene.api, count, "v6").await;
     host.assert_running();
-    assert_children(&client, &ns, &names(count), "v6").await;
+    scene.assert_children("v6").await;
     eprintln!(
         "chaos writer: {count} CRs edited 5 times each during reconciles; all on their last spec {:.1}s after the last edit ({:.1}s after the first)",
         took.as_secs_f64(),
@@ -453,32 +483,16 @@ async fn a_writer_changing_specs_during_reconciles_every_cr_ends_on_its_last_spe
 #[ignore = "chaos: run by `make chaos`"]
 async fn the_host_sigkilled_mid_pass_and_started_again_completes_the_work() -> TestResult {
     let cp = ControlPlane::shared();
-    let client = cp.client();
-    let count = burst_size(200);
-    let group = unique_group("chaos-kill");
-    let ns = cp.namespace("chaos-kill").await?;
-    let dir = tempfile::tempdir()?;
-    let path = dir.path().join("blueprint.yaml");
-    std::fs::write(&path, blueprint(&group, ""))?;
-    let mut host = HostProcess::spawn(cp.kubeconfig(), &path, dir.path(), "first");
-    let ar = resource(&group, "Burst");
-    served(&client, &ar).await;
-    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &ar);
-    burst(
-        api.clone(),
-        group.clone(),
-        names(count),
-        "v1",
-        Arc::default(),
-    )
-    .await;
-    until_part_converged(&api, count, count / 4).await;
-    let killed_at = converged(&api, count, "v1").await.unwrap_or_default();
+    let (scene, mut host) = Scene::start(cp, "chaos-kill", burst_size(200), false, "first").await?;
+    let count = scene.count;
+    scene.burst("v1", Arc::default()).await;
+    until_part_converged(&scene.api, count, count / 4).await;
+    let killed_at = converged(&scene.api, count, "v1").await.unwrap_or_default();
     host.kill().await;
-    let mut again = HostProcess::spawn(cp.kubeconfig(), &path, dir.path(), "second");
-    let took = until_converged(&api, count, "v1").await;
+    let mut again = scene.host("second");
+    let took = until_converged(&scene.api, count, "v1").await;
     again.assert_running();
-    assert_children(&client, &ns, &names(count), "v1").await;
+    scene.assert_children("v1").await;
     eprintln!(
         "chaos kill: {count} CRs; host SIGKILLed with {killed_at} converged; started again, all converged {:.1}s later",
         took.as_secs_f64()

@@ -34,14 +34,7 @@ async fn hostile_server() -> u16 {
             }),
         )
         .route("/gig", axum::routing::get(|| async { gigabyte() }));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let port = listener.local_addr().expect("addr").port();
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
-    port
+    support::serve(app).await
 }
 
 fn crd(group: &str, kind: &str, reconcile: &str) -> String {

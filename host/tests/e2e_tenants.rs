@@ -293,14 +293,7 @@ async fn remote_reconciler() -> u16 {
             }))
         }),
     );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let port = listener.local_addr().expect("addr").port();
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
-    port
+    support::serve(app).await
 }
 
 fn remote_tenant(group: &str, kind: &str, endpoint: &str) -> String {

@@ -474,8 +474,10 @@ mod tests {
 
     #[test]
     fn an_outcome_with_more_resources_than_a_result_holds_is_refused() {
-        let mut o = Outcome::default();
-        o.resources = vec![json!({}); MAX_RESOURCES];
+        let mut o = Outcome {
+            resources: vec![json!({}); MAX_RESOURCES],
+            ..Outcome::default()
+        };
         assert!(o.check().is_ok());
         o.resources.push(json!({}));
         let err = o.check().expect_err("one too many");

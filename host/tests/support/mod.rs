@@ -568,3 +568,15 @@ pub async fn apply_all(docs: &[Value]) {
         .unwrap_or_else(|e| panic!("applying {} {name}: {e}", gvk.kind));
     }
 }
+
+/// Serves `app` on a free port of 127.0.0.1 for the rest of the test; returns the port.
+pub async fn serve(app: axum::Router) -> u16 {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    port
+}

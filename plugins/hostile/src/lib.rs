@@ -16,20 +16,29 @@ use inrun_sdk::{Value, serde_json};
 pub struct Hostile;
 
 fn config_map(name: &str, data: &str) -> String {
-    format!(r#"{{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {{"name": "{name}"}}, "data": {{"v": "{data}"}}}}"#)
+    format!(
+        r#"{{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {{"name": "{name}"}}, "data": {{"v": "{data}"}}}}"#
+    )
 }
 
 impl Guest for Hostile {
     fn reconcile(req: Request) -> Result<Outcome, String> {
         let args: Value = serde_json::from_str(&req.args).map_err(|e| e.to_string())?;
         let resources = match args["mode"].as_str().unwrap_or_default() {
-            "many" => (0..100_000).map(|i| config_map(&format!("m{i}"), "x")).collect(),
+            "many" => (0..100_000)
+                .map(|i| config_map(&format!("m{i}"), "x"))
+                .collect(),
             "huge" => vec![config_map("huge", &"x".repeat(32 << 20))],
             "deep" => vec!["[".repeat(100_000) + &"]".repeat(100_000)],
             "utf8" => {
-                let bytes = config_map("bad", "\u{1}").replace('\u{1}', "\u{fffd}").into_bytes();
+                let bytes = config_map("bad", "\u{1}")
+                    .replace('\u{1}', "\u{fffd}")
+                    .into_bytes();
                 // Replace the three bytes of U+FFFD with a lone continuation byte.
-                let at = bytes.windows(3).position(|w| w == [0xef, 0xbf, 0xbd]).unwrap_or(0);
+                let at = bytes
+                    .windows(3)
+                    .position(|w| w == [0xef, 0xbf, 0xbd])
+                    .unwrap_or(0);
                 let mut bad = bytes[..at].to_vec();
                 bad.push(0x80);
                 bad.extend_from_slice(&bytes[at + 3..]);
