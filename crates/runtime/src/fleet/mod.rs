@@ -533,9 +533,29 @@ impl Fleet {
         F: FnOnce(Arc<Self>) -> Fut + Send + 'static,
         Fut: std::future::Future<Output = ()> + Send + 'static,
     {
+        self.queue(source, job, true);
+    }
+
+    /// [`Fleet::enqueue`], unless the lane has a job running or waiting.
+    fn enqueue_if_idle<F, Fut>(self: &Arc<Self>, source: TenantSource, job: F)
+    where
+        F: FnOnce(Arc<Self>) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = ()> + Send + 'static,
+    {
+        self.queue(source, job, false);
+    }
+
+    fn queue<F, Fut>(self: &Arc<Self>, source: TenantSource, job: F, when_busy: bool)
+    where
+        F: FnOnce(Arc<Self>) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = ()> + Send + 'static,
+    {
         let mut lanes = self.lanes.lock().unwrap_or_else(|p| p.into_inner());
         let lane = lanes.entry(source).or_default().clone();
         let mut state = lane.lock().unwrap_or_else(|p| p.into_inner());
+        if !when_busy && (state.draining || state.pending.is_some()) {
+            return;
+        }
         state.pending = Some(Box::new(move |fleet| Box::pin(job(fleet))));
         if state.draining {
             return;
@@ -918,7 +938,12 @@ impl Fleet {
             .filter_map(|t| t.object.clone())
             .collect();
         for object in retry {
-            self.resource_event(resources::Event::Apply(object));
+            let source = TenantSource::Resource(object.name.clone());
+            // Only into an idle lane: a job there (a watch event, perhaps with a newer
+            // document than this one) goes first and reports; the next check retries.
+            self.enqueue_if_idle(source.clone(), move |fleet| async move {
+                fleet.apply_resource(source, object).await;
+            });
         }
     }
 
