@@ -3,6 +3,7 @@
 //! endpoints) live what they are built from: plugin sources and slots, secrets,
 //! `reconcile.external` calls, and the [`assemble`]d Blueprint that ties them to CRDs.
 
+pub mod api;
 pub mod assemble;
 pub mod declarative;
 pub mod egress;

@@ -57,7 +57,7 @@ pub enum SecretError {
         name: String,
         /// The API error.
         #[source]
-        source: kube::Error,
+        source: crate::api::ApiFailure,
     },
     /// No value was given for this key (offline use).
     #[error(
@@ -197,7 +197,7 @@ impl KubeSecrets {
         let secret = api.get_opt(name).await.map_err(|source| SecretError::Api {
             namespace: namespace.into(),
             name: name.into(),
-            source,
+            source: source.into(),
         })?;
         let data = secret.map(|s| {
             let mut data: BTreeMap<String, Vec<u8>> = s

@@ -36,7 +36,7 @@ pub enum AccessError {
         hint: &'static str,
         /// Why.
         #[source]
-        source: kube::Error,
+        source: inrun_reconcilers::api::ApiFailure,
     },
 }
 
@@ -58,14 +58,14 @@ pub async fn check(
         ),
         None => ("the host's identity".to_owned(), "inrun generate rbac"),
     };
-    let review_failed = |source| AccessError::Review {
+    let review_failed = |source: kube::Error| AccessError::Review {
         who: who.trim_end_matches(',').to_owned(),
         hint: if tenant.is_some() {
             "; the host must be allowed to impersonate it (`inrun generate rbac --impersonate`)"
         } else {
             ""
         },
-        source,
+        source: source.into(),
     };
     let mut missing = Vec::new();
     for p in perms {

@@ -69,36 +69,7 @@ pub enum ChildError {
     },
 }
 
-/// A failed API call, told the way a status message should: the API server's own message,
-/// reason and code, not the client's debug dump of its reply.
-#[derive(Debug)]
-pub(crate) struct ApiFailure(pub(crate) kube::Error);
-
-impl ApiFailure {
-    /// The text of `e`: `<message> (<reason>, HTTP <code>)` for a refusal of the API
-    /// server, the client's error chain for anything else.
-    pub(crate) fn text(e: &kube::Error) -> String {
-        match e {
-            kube::Error::Api(status) => {
-                let reason = if status.reason.is_empty() {
-                    String::new()
-                } else {
-                    format!("{}, ", status.reason)
-                };
-                format!("{} ({reason}HTTP {})", status.message, status.code)
-            }
-            other => inrun_contract::errors::chain(other),
-        }
-    }
-}
-
-impl std::fmt::Display for ApiFailure {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&Self::text(&self.0))
-    }
-}
-
-impl std::error::Error for ApiFailure {}
+pub(crate) use inrun_reconcilers::api::ApiFailure;
 
 impl ChildError {
     /// The `Ready` reason it deserves, when more telling than `ReconcileError`.

@@ -30,7 +30,7 @@ pub enum CrdError {
         name: String,
         /// The API error.
         #[source]
-        source: kube::Error,
+        source: inrun_reconcilers::api::ApiFailure,
     },
     /// The generated manifest is not a valid CRD object.
     #[error("CRD {name}: generated manifest is invalid")]
@@ -76,9 +76,9 @@ pub async fn ensure_manifest(
 ) -> Result<(), CrdError> {
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
     let name = name.to_string();
-    let api_err = |source| CrdError::Api {
+    let api_err = |source: kube::Error| CrdError::Api {
         name: name.clone(),
-        source,
+        source: source.into(),
     };
     if install {
         let manifest: CustomResourceDefinition =
@@ -108,7 +108,7 @@ async fn wait_established(
     loop {
         let crd = api.get(name).await.map_err(|source| CrdError::Api {
             name: name.into(),
-            source,
+            source: source.into(),
         })?;
         let established = crd
             .status

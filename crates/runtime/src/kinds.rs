@@ -18,7 +18,7 @@ pub struct UnknownKind {
     pub kind: String,
     /// The discovery error.
     #[source]
-    pub source: kube::Error,
+    pub source: inrun_reconcilers::api::ApiFailure,
 }
 
 /// A resolved kind.
@@ -59,7 +59,7 @@ impl Kinds {
                 .map_err(|source| UnknownKind {
                     api_version: api_version.to_string(),
                     kind: kind.to_string(),
-                    source,
+                    source: source.into(),
                 })?;
         let resolved = Kind {
             resource,
