@@ -44,8 +44,8 @@ pub use model::{API_VERSION, Blueprint, BlueprintSpec, KIND, Metadata, ServiceAc
 pub use plugins::{PluginRef, PluginRole};
 pub use quantity::{Quantity, QuantityError};
 pub use reconcile::{
-    HookSpec, ManagedResource, ObjectFilter, PluginLimits, PluginSpec, PruneSpec, ReconcileSpec,
-    ReconcilerKind, RemoteAuth, RemoteSpec, RequestSpec, RequeueSpec,
+    HookSpec, ManagedResource, ManagedType, ObjectFilter, PluginLimits, PluginSpec, PruneSpec,
+    ReconcileSpec, ReconcilerKind, RemoteAuth, RemoteSpec, RequestSpec, RequeueSpec,
 };
 pub use refs::{PullSecretRef, SecretRef};
 pub use runtime::{BackoffSpec, FinalizersSpec, LeaderElectionSpec, RuntimeSpec};

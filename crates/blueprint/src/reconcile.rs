@@ -77,6 +77,10 @@ pub struct ReconcileSpec {
     /// The only kinds the reconciler may write, and where.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub managed_resources: Vec<ManagedResource>,
+    /// Types whose instances a workload creates at run time (its CRDs are not in the
+    /// Result): their foreign instances hold the CR's deletion like those of a CRD child.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub managed_types: Vec<ManagedType>,
     /// Deleting children that are no longer returned.
     #[serde(default)]
     pub prune: PruneSpec,
@@ -105,6 +109,7 @@ impl Default for ReconcileSpec {
             remote: None,
             request: RequestSpec::default(),
             managed_resources: Vec::new(),
+            managed_types: Vec::new(),
             prune: PruneSpec::default(),
             requeue: None,
             external: Vec::new(),
@@ -141,6 +146,41 @@ impl ReconcileSpec {
         self.managed_resources
             .iter()
             .any(|m| m.allows(api_version, kind, namespace, cr_namespace))
+    }
+}
+
+/// A `managedTypes` entry: an API group and kind, either of which may be a wildcard.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ManagedType {
+    /// A group (`""` for core), `*` for any, or `*.example.com` for one or more DNS labels
+    /// before `example.com` (not `example.com` itself).
+    pub group: String,
+    /// A kind, or `*` for any.
+    pub kind: String,
+}
+
+impl ManagedType {
+    /// Whether the type `group`/`kind` is one this entry names.
+    pub fn matches(&self, group: &str, kind: &str) -> bool {
+        let kind_ok = self.kind == "*" || self.kind == kind;
+        let group_ok = match self.group.as_str() {
+            "*" => true,
+            pattern => match pattern.strip_prefix("*.") {
+                // One or more labels before the suffix: `x.example.com`, `a.b.example.com`.
+                Some(suffix) => group
+                    .strip_suffix(suffix)
+                    .and_then(|head| head.strip_suffix('.'))
+                    .is_some_and(|head| !head.is_empty()),
+                None => pattern == group,
+            },
+        };
+        kind_ok && group_ok
+    }
+
+    /// Whether the group is a pattern rather than one group.
+    pub fn is_pattern(&self) -> bool {
+        self.group.starts_with('*')
     }
 }
 
@@ -358,6 +398,34 @@ impl RequeueSpec {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn managed_type_wildcards_match_any_kind_any_group_or_labels_before_a_suffix() {
+        let t = |group: &str, kind: &str| super::ManagedType {
+            group: group.into(),
+            kind: kind.into(),
+        };
+        assert!(t("*", "*").matches("", "ConfigMap"));
+        assert!(t("*", "Widget").matches("any.example.org", "Widget"));
+        assert!(!t("*", "Widget").matches("any.example.org", "Gadget"));
+        let suffix = t("*.example.com", "*");
+        assert!(suffix.matches("a.example.com", "Widget"));
+        assert!(suffix.matches("a.b.example.com", "Gadget"));
+        assert!(
+            !suffix.matches("example.com", "Widget"),
+            "not the suffix itself"
+        );
+        assert!(
+            !suffix.matches("aexample.com", "Widget"),
+            "whole labels only"
+        );
+        assert!(!suffix.matches("example.com.evil", "Widget"));
+        let exact = t("example.com", "Widget");
+        assert!(exact.matches("example.com", "Widget"));
+        assert!(!exact.matches("a.example.com", "Widget"));
+        assert!(!exact.matches("example.com", "Gadget"));
+        assert!(suffix.is_pattern() && !exact.is_pattern());
+    }
+
     use super::*;
 
     fn managed(yaml: &str) -> ManagedResource {

@@ -9,6 +9,7 @@ pub mod meta;
 pub mod record;
 pub mod render;
 pub mod status;
+pub mod waves;
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -30,6 +31,9 @@ use status::Ready;
 pub const GATE_RECHECK: Duration = Duration::from_secs(10);
 /// How often a deletion blocked by foreign instances of a managed type is checked again.
 pub const SAFEGUARD_RECHECK: Duration = Duration::from_secs(3);
+/// How soon a pass waiting for a wave (a CRD to be Established, the objects of a delete
+/// wave to be gone) looks again when no watch event wakes it first.
+pub const WAVE_RECHECK: Duration = Duration::from_secs(1);
 /// When a pass whose status write found the CR changed under it runs again.
 const STALE_RETRY: Duration = Duration::from_millis(200);
 
@@ -111,10 +115,49 @@ impl std::fmt::Display for ChildKey {
 /// already as desired).
 #[derive(Debug, Clone, Default)]
 pub struct Applied {
-    /// Every child of the Result.
+    /// Every child of the Result (when `waiting`, those applied so far).
     pub keys: HashSet<ChildKey>,
     /// How many writes that took.
     pub written: usize,
+    /// The apply stopped before a later wave: what it waits for (a CRD not `Established`
+    /// yet, a type not served yet). The rest is applied by a later pass.
+    pub waiting: Option<String>,
+}
+
+/// What a prune did.
+#[derive(Debug, Clone, Default)]
+pub struct Pruned {
+    /// Children deleted.
+    pub deleted: Vec<ChildKey>,
+    /// Children left in place (`inrun.dev/delete-policy: orphan`), no longer owned.
+    pub orphaned: Vec<ChildKey>,
+    /// Why a CRD or APIService no longer returned was kept: foreign instances of its type.
+    pub blocked: Option<String>,
+}
+
+/// How far deleting a released CR's children got.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Teardown {
+    /// Foreign instances of managed types exist; nothing was deleted.
+    Blocked(String),
+    /// A delete wave is not gone yet; a later pass goes on.
+    Waiting {
+        /// What this pass deleted.
+        deleted: Vec<ChildKey>,
+        /// What it waits for.
+        on: String,
+    },
+    /// No child is left (deleted or orphaned).
+    Done {
+        /// What this pass deleted.
+        deleted: Vec<ChildKey>,
+        /// Children left in place: their delete policy, or (forced) managed types with
+        /// foreign instances.
+        orphaned: Vec<ChildKey>,
+        /// Forced only: the CRDs and APIServices orphaned because foreign instances of
+        /// their types exist, and which.
+        spared: Option<String>,
+    },
 }
 
 /// How a status write ended.
@@ -204,12 +247,13 @@ pub trait Effects: Send {
         owned: bool,
     ) -> Result<Applied, EffectError>;
     /// Deletes the CR's children of `spec`'s kinds (not `prune.keep`) that are not in
-    /// `keep` and that the host applied; returns what it deleted.
+    /// `keep` and that the host applied (orphans those whose delete policy says so, keeps a
+    /// CRD or APIService with foreign instances); returns what it did.
     async fn prune(
         &mut self,
         spec: &ReconcileSpec,
         keep: &HashSet<ChildKey>,
-    ) -> Result<Vec<ChildKey>, EffectError>;
+    ) -> Result<Pruned, EffectError>;
     /// Writes `metadata` on the CR under `manager`.
     async fn metadata(
         &mut self,
@@ -222,16 +266,16 @@ pub trait Effects: Send {
     async fn record(&mut self, reason: Reason, note: String);
     /// Deletes the CR (its cleanup grace period passed).
     async fn delete(&mut self) -> Result<(), EffectError>;
-    /// Why the CR's deletion must wait for foreign instances of its managed types, if it
-    /// must.
-    async fn foreign_instances(
+    /// Deletes the children of the deleting CR — every child of any of its CRD's reconcile
+    /// blocks, in any namespace (not `prune.keep`) — in delete waves ([`waves`]), unless
+    /// foreign instances of managed types exist. `forced` (the finalizer timeout passed):
+    /// all at once, without waiting, and CRDs and APIServices whose types have foreign
+    /// instances are orphaned instead.
+    async fn tear_down(
         &mut self,
         spec: &ReconcileSpec,
-    ) -> Result<Option<String>, EffectError>;
-    /// Deletes every child of the released CR (not `prune.keep`), instances of managed types
-    /// first; returns what it deleted.
-    async fn delete_children(&mut self, spec: &ReconcileSpec)
-    -> Result<Vec<ChildKey>, EffectError>;
+        forced: bool,
+    ) -> Result<Teardown, EffectError>;
     /// Removes the host's finalizers from the CR.
     async fn release(&mut self) -> Result<(), EffectError>;
 }
@@ -370,7 +414,7 @@ async fn reconcile(p: Pass<'_>, fx: &mut dyn Effects) -> Result<Done, Failure> {
         Ok(done) => done,
         Err(f) => return Err(failed(p, fx, &args_ctx, f).await),
     };
-    let (outcome, written) = outcome;
+    let (outcome, written, waiting) = outcome;
 
     // 6. Status and events.
     let fields = match crd.status(&args_ctx, Some(&outcome)) {
@@ -386,6 +430,15 @@ async fn reconcile(p: Pass<'_>, fx: &mut dyn Effects) -> Result<Done, Failure> {
         Ok(n) => n,
         Err(e) => return Err(failed(p, fx, &args_ctx, e.into()).await),
     };
+    if let Some(on) = waiting {
+        // A later wave waits (a CRD to be Established): the CR is not ready yet, and the
+        // pass runs again when the CRD changes, or soon.
+        let ready = Ready::not("Progressing", on);
+        if write_status(p, fx, fields, &ready).await? == StatusWrite::Stale {
+            return Ok(Done::after(STALE_RETRY));
+        }
+        return Ok(Done::after(WAVE_RECHECK));
+    }
     let summary = format!("applied {} resource(s)", outcome.resources.len());
     let ready = Ready {
         ok: true,
@@ -432,35 +485,50 @@ async fn prepare(
 }
 
 /// The steps that must all succeed for a pass to count: the reconciler, the fence, the
-/// children, pruning, and the CR's own labels and annotations. Returns the Result and how
-/// many writes it took.
+/// children, pruning, and the CR's own labels and annotations. Returns the Result, how
+/// many writes it took, and what a later wave waits for (then nothing is pruned: the
+/// children of later waves are not applied yet).
 async fn reconcile_and_apply(
     p: Pass<'_>,
     fx: &mut dyn Effects,
     rplan: &ReconcilePlan,
     req: &Request,
-) -> Result<(Outcome, usize), Failure> {
+) -> Result<(Outcome, usize, Option<String>), Failure> {
     let outcome = rplan.reconciler.reconcile(req).await?;
     rplan.fence(&outcome, namespace(p.object))?;
     let applied = fx.apply(&rplan.spec, &outcome.resources, true).await?;
     let mut written = applied.written;
     let prune = &rplan.spec.prune;
-    if prune.enabled && (!outcome.resources.is_empty() || prune.allow_empty) {
-        for child in fx.prune(&rplan.spec, &applied.keys).await? {
+    if applied.waiting.is_none()
+        && prune.enabled
+        && (!outcome.resources.is_empty() || prune.allow_empty)
+    {
+        let pruned = fx.prune(&rplan.spec, &applied.keys).await?;
+        for child in &pruned.deleted {
             fx.record(
                 Reason::Pruned,
                 format!("deleted {child}: no longer returned"),
             )
             .await;
-            written += 1;
         }
+        for child in &pruned.orphaned {
+            fx.record(
+                Reason::Pruned,
+                format!("left {child} in place (delete policy orphan): no longer returned"),
+            )
+            .await;
+        }
+        if let Some(message) = pruned.blocked {
+            fx.record(Reason::DeletionBlocked, message).await;
+        }
+        written += pruned.deleted.len() + pruned.orphaned.len();
     }
     let decorations = meta::decorations(p.object, &outcome, p.now);
     if meta::differs(p.object, meta::RECONCILER_MANAGER, &decorations) {
         fx.metadata(meta::RECONCILER_MANAGER, &decorations).await?;
         written += 1;
     }
-    Ok((outcome, written))
+    Ok((outcome, written, applied.waiting))
 }
 
 /// What a status step did.
@@ -574,37 +642,49 @@ async fn finalize(p: Pass<'_>, fx: &mut dyn Effects) -> Result<Done, Failure> {
                 cleanup: None,
             });
         }
-    } else {
-        let timeout = p
-            .runtime
-            .finalizers
-            .timeout
-            .map(inrun_contract::duration::format)
-            .unwrap_or_default();
-        fx.record(
-            Reason::FinalizeTimeout,
-            format!("finalizer timeout of {timeout} passed; releasing the CR"),
-        )
-        .await;
     }
 
-    // The safeguard outlasts the finalizer timeout: releasing would strand the foreign
-    // instances, which is what it exists to prevent.
-    if let Some(message) = fx.foreign_instances(&rplan.spec).await? {
-        blocked(p, fx, "DeletionBlocked", message).await?;
-        return Ok(Done::after(SAFEGUARD_RECHECK));
+    let forced = left == Some(Duration::ZERO);
+    match fx.tear_down(&rplan.spec, forced).await? {
+        Teardown::Blocked(message) => {
+            blocked(p, fx, "DeletionBlocked", message).await?;
+            Ok(Done::after(
+                SAFEGUARD_RECHECK.min(left.unwrap_or(Duration::MAX)),
+            ))
+        }
+        Teardown::Waiting { on, .. } => {
+            progress(p, fx, format!("deleting children in waves: {on}")).await?;
+            Ok(Done::after(WAVE_RECHECK.min(left.unwrap_or(Duration::MAX))))
+        }
+        Teardown::Done {
+            deleted,
+            orphaned,
+            spared,
+        } => {
+            if forced {
+                let timeout = p
+                    .runtime
+                    .finalizers
+                    .timeout
+                    .map(inrun_contract::duration::format)
+                    .unwrap_or_default();
+                let mut note = format!("finalizer timeout of {timeout} passed; releasing the CR");
+                if let Some(spared) = spared {
+                    note.push_str("; left in place instead of deleted: ");
+                    note.push_str(&spared);
+                }
+                fx.record(Reason::FinalizeTimeout, note).await;
+            }
+            fx.release().await?;
+            let mut note = format!("deleted {} child object(s)", deleted.len());
+            if !orphaned.is_empty() {
+                note.push_str(&format!(", left {} in place", orphaned.len()));
+            }
+            note.push_str("; finalizer removed");
+            fx.record(Reason::Finalized, note).await;
+            Ok(Done::default())
+        }
     }
-    let deleted = fx.delete_children(&rplan.spec).await?;
-    fx.release().await?;
-    fx.record(
-        Reason::Finalized,
-        format!(
-            "deleted {} child object(s); finalizer removed",
-            deleted.len()
-        ),
-    )
-    .await;
-    Ok(Done::default())
 }
 
 /// The reconciler's answer for a deleting CR, with the writes a reconcile block's
@@ -645,6 +725,21 @@ async fn blocked(
     if write_status(p, fx, fields, &ready).await? != StatusWrite::Unchanged {
         fx.record(Reason::DeletionBlocked, message).await;
     }
+    Ok(())
+}
+
+/// Says what a deletion in waves waits for, in status (`Ready` false, reason
+/// `Finalizing`); no event: the waves are progress, not a problem.
+async fn progress(p: Pass<'_>, fx: &mut dyn Effects, message: String) -> Result<(), Failure> {
+    let mut fields = p
+        .object
+        .get("status")
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default();
+    fields.remove("conditions");
+    fields.remove("observedGeneration");
+    write_status(p, fx, fields, &Ready::not("Finalizing", message)).await?;
     Ok(())
 }
 

@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use serde_json::{Map, Value};
 
 use super::meta::Metadata;
-use super::{Applied, ChildKey, EffectError, Effects, Reason, Written};
+use super::{Applied, ChildKey, EffectError, Effects, Pruned, Reason, Teardown, Written};
 use inrun_blueprint::ReconcileSpec;
 
 /// Every effect of a pass, in order, without a cluster.
@@ -92,6 +92,7 @@ impl Effects for Recorder {
         Ok(Applied {
             keys: resources.iter().map(|r| self.key(r)).collect(),
             written: if self.up_to_date { 0 } else { resources.len() },
+            waiting: None,
         })
     }
 
@@ -99,15 +100,18 @@ impl Effects for Recorder {
         &mut self,
         _spec: &ReconcileSpec,
         keep: &HashSet<ChildKey>,
-    ) -> Result<Vec<ChildKey>, EffectError> {
-        let pruned: Vec<ChildKey> = self
+    ) -> Result<Pruned, EffectError> {
+        let deleted: Vec<ChildKey> = self
             .existing
             .iter()
             .filter(|k| !keep.contains(*k))
             .cloned()
             .collect();
-        self.steps.push(format!("prune {}", pruned.len()));
-        Ok(pruned)
+        self.steps.push(format!("prune {}", deleted.len()));
+        Ok(Pruned {
+            deleted,
+            ..Pruned::default()
+        })
     }
 
     async fn metadata(
@@ -136,20 +140,18 @@ impl Effects for Recorder {
         Ok(())
     }
 
-    async fn foreign_instances(
+    async fn tear_down(
         &mut self,
         _spec: &ReconcileSpec,
-    ) -> Result<Option<String>, EffectError> {
-        Ok(None)
-    }
-
-    async fn delete_children(
-        &mut self,
-        _spec: &ReconcileSpec,
-    ) -> Result<Vec<ChildKey>, EffectError> {
+        _forced: bool,
+    ) -> Result<Teardown, EffectError> {
         self.steps
             .push(format!("delete children {}", self.existing.len()));
-        Ok(std::mem::take(&mut self.existing))
+        Ok(Teardown::Done {
+            deleted: std::mem::take(&mut self.existing),
+            orphaned: Vec::new(),
+            spared: None,
+        })
     }
 
     async fn release(&mut self) -> Result<(), EffectError> {

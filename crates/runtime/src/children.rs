@@ -19,7 +19,7 @@ use super::kinds::{Kind, UnknownKind};
 use super::stores::child_id;
 use inrun_contract::CREATE_ONLY_ANNOTATION;
 use inrun_pass::meta::{OWNER_UID, RECONCILER_MANAGER};
-use inrun_pass::{Applied, ChildKey};
+use inrun_pass::{Applied, ChildKey, Pruned, waves};
 
 /// Annotation on every child the host applies: a hash of the object it sent, so a later
 /// pass (or another replica, or the host after a restart) knows the child is as desired
@@ -57,6 +57,12 @@ pub enum ChildError {
         /// Who holds it, as far as its labels tell.
         held: String,
     },
+    /// Discovery of the API server's types failed.
+    #[error("discovering the API server's types: {error}")]
+    Discovery {
+        /// Why.
+        error: String,
+    },
     /// The API call failed.
     #[error("{action} {child}: {}", ApiFailure::text(error))]
     Api {
@@ -89,27 +95,75 @@ fn group_of(api_version: &str) -> &str {
     api_version.rsplit_once('/').map_or("", |(g, _)| g)
 }
 
-/// Apply order: CRDs and namespaces first, instances of CRDs from the same Result last.
-fn wave(r: &Value, crd_groups: &HashSet<(String, String)>) -> u8 {
-    let kind = r["kind"].as_str().unwrap_or_default();
-    let group = group_of(r["apiVersion"].as_str().unwrap_or_default());
-    match kind {
-        "CustomResourceDefinition" | "Namespace" => 0,
-        _ if crd_groups.contains(&(group.to_string(), kind.to_string())) => 2,
-        _ => 1,
-    }
-}
-
-fn api_for(ctx: &Ctx, kind: &Kind, namespace: Option<&str>) -> Api<DynamicObject> {
+pub(super) fn api_for(ctx: &Ctx, kind: &Kind, namespace: Option<&str>) -> Api<DynamicObject> {
     match namespace {
         Some(ns) if kind.namespaced => Api::namespaced_with(ctx.client.clone(), ns, &kind.resource),
         _ => Api::all_with(ctx.client.clone(), &kind.resource),
     }
 }
 
-/// Applies every resource for `cr`; `owned` adds the owner label and, in the CR's
-/// namespace, a controller owner reference. A child already as desired is not written.
-/// Returns what the resources are and how many were written.
+/// A CRD or APIService applied in an earlier stage, which later stages wait for.
+struct Gate {
+    key: ChildKey,
+    kind: Kind,
+    /// The object as the apply returned it; `None` when nothing was written.
+    written: Option<DynamicObject>,
+}
+
+/// The condition that opens a gate of `kind`: an APIService's `Available`, a CRD's
+/// `Established`.
+fn gate_condition(kind: &str) -> &'static str {
+    if kind == waves::API_SERVICE.1 {
+        "Available"
+    } else {
+        "Established"
+    }
+}
+
+/// Whether a CRD is `Established` or an APIService `Available`.
+fn gate_open(obj: &DynamicObject, kind: &str) -> bool {
+    let condition = gate_condition(kind);
+    obj.data
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .any(|c| c["type"] == condition && c["status"] == "True")
+}
+
+/// What the first closed gate waits for, if any gate is closed.
+async fn closed(ctx: &Ctx, gates: &[Gate]) -> Result<Option<String>, ChildError> {
+    for gate in gates {
+        let obj = match &gate.written {
+            Some(obj) => Some(obj.clone()),
+            None => api_for(ctx, &gate.kind, None)
+                .get_opt(&gate.key.name)
+                .await
+                .map_err(|error| ChildError::Api {
+                    action: "reading",
+                    child: gate.key.to_string(),
+                    error,
+                })?,
+        };
+        let Some(obj) = obj else {
+            return Ok(Some(format!("waiting for {} to exist", gate.key)));
+        };
+        if !gate_open(&obj, &gate.key.kind) {
+            return Ok(Some(format!(
+                "waiting for {} to be {} before the next wave",
+                gate.key,
+                gate_condition(&gate.key.kind)
+            )));
+        }
+    }
+    Ok(None)
+}
+
+/// Applies every resource for `cr` in apply waves ([`waves`]); `owned` adds the owner
+/// label and, in the CR's namespace, a controller owner reference. A child already as
+/// desired is not written. A stage whose CRDs are not `Established` (APIServices not
+/// `Available`) yet ends the apply: [`Applied::waiting`] says what for, and a later pass
+/// goes on — nothing here waits.
 ///
 /// # Errors
 /// [`ChildError`] for the first resource that could not be applied.
@@ -120,28 +174,66 @@ pub async fn apply(
     resources: &[Value],
     owned: bool,
 ) -> Result<Applied, ChildError> {
-    let crd_groups: HashSet<(String, String)> = resources
-        .iter()
-        .filter(|r| r["kind"] == "CustomResourceDefinition")
-        .filter_map(|r| {
-            let spec = &r["spec"];
-            Some((
-                spec["group"].as_str()?.to_string(),
-                spec["names"]["kind"].as_str()?.to_string(),
-            ))
-        })
-        .collect();
-    let mut order: Vec<(usize, &Value)> = resources.iter().enumerate().collect();
-    order.sort_by_key(|(i, r)| (wave(r, &crd_groups), *i));
+    let types = waves::ManagedTypes::of(resources, &spec.managed_types);
+    let mut order = Vec::with_capacity(resources.len());
+    for (index, r) in resources.iter().enumerate() {
+        let shape = |problem| ChildError::Shape { index, problem };
+        let wave = waves::wave(waves::annotation(r, waves::APPLY_ORDER), waves::APPLY_ORDER)
+            .map_err(shape)?;
+        waves::wave(
+            waves::annotation(r, waves::DELETE_ORDER),
+            waves::DELETE_ORDER,
+        )
+        .map_err(shape)?;
+        waves::orphans(waves::annotation(r, waves::DELETE_POLICY)).map_err(shape)?;
+        let (api_version, kind) = (
+            r["apiVersion"].as_str().unwrap_or_default(),
+            r["kind"].as_str().unwrap_or_default(),
+        );
+        let stage = waves::apply_stage(wave, waves::class(api_version, kind, &types));
+        order.push((stage, index, r));
+    }
+    order.sort_by_key(|(stage, index, _)| (*stage, *index));
     ctx.children.ready().await;
     let mut applied = Applied::default();
-    for (index, resource) in order {
-        let adopt = spec.managed_resources.iter().any(|m| {
-            m.adopt && resource["apiVersion"] == m.api_version && resource["kind"] == m.kind
-        });
-        let (key, written) = apply_one(ctx, cr, index, resource, owned, adopt).await?;
-        applied.keys.insert(key);
-        applied.written += usize::from(written);
+    let mut gates: Vec<Gate> = Vec::new();
+    let mut stage = None;
+    for (this, index, resource) in order {
+        if stage != Some(this) {
+            if let Some(on) = closed(ctx, &gates).await? {
+                applied.waiting = Some(on);
+                return Ok(applied);
+            }
+            if !gates.is_empty() {
+                // A type a CRD just defined is served now: its children's watch may start.
+                ctx.kinds_changed.notify_one();
+            }
+            gates.clear();
+            stage = Some(this);
+        }
+        let api_version = resource["apiVersion"].as_str().unwrap_or_default();
+        let kind_name = resource["kind"].as_str().unwrap_or_default();
+        let adopt = spec
+            .managed_resources
+            .iter()
+            .any(|m| m.adopt && m.api_version == api_version && m.kind == kind_name);
+        let one = match apply_one(ctx, cr, index, resource, owned, adopt).await {
+            // Established, but discovery does not show the new type yet: a moment later it does.
+            Err(ChildError::Kind(e)) if types.brought(api_version, kind_name) => {
+                applied.waiting = Some(format!("waiting for the API server to serve {e}"));
+                return Ok(applied);
+            }
+            result => result?,
+        };
+        applied.written += usize::from(one.written.is_some());
+        applied.keys.insert(one.key.clone());
+        if waves::defines_types(api_version, kind_name) {
+            gates.push(Gate {
+                key: one.key,
+                kind: one.kind,
+                written: one.written,
+            });
+        }
     }
     Ok(applied)
 }
@@ -177,9 +269,16 @@ fn untouched(child: &PartialObjectMeta<DynamicObject>) -> bool {
     })
 }
 
-/// Applies one child unless it is already as desired; returns it and whether it was
-/// written. An owned child that exists without the CR's owner label is refused
-/// ([`ChildError::Conflict`]) unless `adopt`.
+/// One child an apply covered.
+struct One {
+    key: ChildKey,
+    kind: Kind,
+    /// The object as written; `None` when it was already as desired.
+    written: Option<DynamicObject>,
+}
+
+/// Applies one child unless it is already as desired. An owned child that exists without
+/// the CR's owner label is refused ([`ChildError::Conflict`]) unless `adopt`.
 async fn apply_one(
     ctx: &Ctx,
     cr: &DynamicObject,
@@ -187,7 +286,7 @@ async fn apply_one(
     resource: &Value,
     owned: bool,
     adopt: bool,
-) -> Result<(ChildKey, bool), ChildError> {
+) -> Result<One, ChildError> {
     let api_version = resource["apiVersion"].as_str().unwrap_or_default();
     let kind_name = resource["kind"].as_str().unwrap_or_default();
     let kind = ctx
@@ -268,7 +367,11 @@ async fn apply_one(
         _ => None,
     };
     if create_only && holder.is_some() {
-        return Ok((key, false));
+        return Ok(One {
+            key,
+            kind,
+            written: None,
+        });
     }
     if owned
         && !adopt
@@ -298,7 +401,11 @@ async fn apply_one(
             && (same_version || untouched(child))
             && child.metadata.deletion_timestamp.is_none()
         {
-            return Ok((key, false));
+            return Ok(One {
+                key,
+                kind,
+                written: None,
+            });
         }
     }
     obj["metadata"]["annotations"][APPLIED_HASH] = json!(format!("{hash:016x}"));
@@ -313,7 +420,11 @@ async fn apply_one(
     if let Some(rv) = &written.metadata.resource_version {
         ctx.triggers.applied(&cr_key, &id, hash, rv);
     }
-    Ok((key, true))
+    Ok(One {
+        key,
+        kind,
+        written: Some(written),
+    })
 }
 
 /// The host edits `metadata`, `metadata.labels`, `metadata.annotations` and
@@ -336,7 +447,8 @@ fn check_shape(resource: &Value) -> Result<(), String> {
     }
 }
 
-/// Children of `cr` of one kind, across namespaces, by the owner label.
+/// Children of `cr` of one kind, across namespaces, by the owner label (whoever applied
+/// them).
 pub(super) async fn list_owned(
     ctx: &Ctx,
     cr: &DynamicObject,
@@ -424,17 +536,93 @@ fn key_of(obj: &DynamicObject, kind: &Kind) -> ChildKey {
     }
 }
 
-async fn delete(
+/// A child of the CR as listed on the server.
+pub(super) struct Listed {
+    /// Its kind.
+    pub kind: Kind,
+    /// The object.
+    pub obj: DynamicObject,
+    /// Its key.
+    pub key: ChildKey,
+}
+
+impl Listed {
+    fn annotation(&self, name: &str) -> Option<&str> {
+        self.obj
+            .metadata
+            .annotations
+            .as_ref()?
+            .get(name)
+            .map(String::as_str)
+    }
+
+    /// Whether its delete policy leaves it in place (a value the host would not have
+    /// applied counts as `delete`).
+    pub fn orphans(&self) -> bool {
+        waves::orphans(self.annotation(waves::DELETE_POLICY)).unwrap_or(false)
+    }
+
+    /// Whether it is being deleted already.
+    pub fn deleting(&self) -> bool {
+        self.obj.metadata.deletion_timestamp.is_some()
+    }
+
+    /// Its delete stage among objects with managed types `types`.
+    pub fn delete_stage(&self, types: &waves::ManagedTypes) -> (i32, u8) {
+        let wave =
+            waves::wave(self.annotation(waves::DELETE_ORDER), waves::DELETE_ORDER).unwrap_or(0);
+        let r = &self.kind.resource;
+        waves::delete_stage(wave, waves::class(&r.api_version, &r.kind, types))
+    }
+
+    /// The whole object as JSON, apiVersion and kind included (list items may lack them).
+    pub fn value(&self) -> Value {
+        let mut v = serde_json::to_value(&self.obj).unwrap_or(Value::Null);
+        v["apiVersion"] = json!(self.kind.resource.api_version);
+        v["kind"] = json!(self.kind.resource.kind);
+        v
+    }
+}
+
+/// The CR's children of `kinds` that the host applied, across namespaces.
+pub(super) async fn listed(
+    ctx: &Ctx,
+    cr: &DynamicObject,
+    kinds: Vec<Kind>,
+) -> Result<Vec<Listed>, ChildError> {
+    let mut all = Vec::new();
+    for kind in kinds {
+        for obj in list_owned(ctx, cr, &kind).await? {
+            // Labelled by someone else, never applied by the host: not the host's to delete.
+            if !applied_by_host(&obj) {
+                continue;
+            }
+            all.push(Listed {
+                key: key_of(&obj, &kind),
+                kind: kind.clone(),
+                obj,
+            });
+        }
+    }
+    Ok(all)
+}
+
+/// Deletes a child; returns whether it is gone (not held by finalizers).
+pub(super) async fn delete(
     ctx: &Ctx,
     cr: &DynamicObject,
     kind: &Kind,
     key: &ChildKey,
-) -> Result<(), ChildError> {
+) -> Result<bool, ChildError> {
     ctx.triggers.deleting(&Ctx::key(cr), &id_of(key));
     let api = api_for(ctx, kind, key.namespace.as_deref());
     match api.delete(&key.name, &DeleteParams::background()).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        // The object as it was, or as it is while finalizers hold it; or a status.
+        Ok(answer) => Ok(answer.left().is_none_or(|obj| {
+            obj.metadata.deletion_timestamp.is_none()
+                || obj.metadata.finalizers.as_ref().is_none_or(Vec::is_empty)
+        })),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(true),
         Err(error) => Err(ChildError::Api {
             action: "deleting",
             child: key.to_string(),
@@ -443,30 +631,72 @@ async fn delete(
     }
 }
 
-/// The managed kinds of a reconcile block that are not in `prune.keep`.
-async fn candidate_kinds(
+/// Leaves a child in place, no longer the CR's: its owner label, the host's hash stamp and
+/// the CR's owner reference are removed.
+pub(super) async fn orphan(
     ctx: &Ctx,
-    spec: &inrun_blueprint::ReconcileSpec,
+    cr: &DynamicObject,
+    child: &Listed,
+) -> Result<(), ChildError> {
+    let uid = cr.metadata.uid.as_deref().unwrap_or_default();
+    let refs: Vec<_> = child
+        .obj
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .filter(|r| r.uid != uid)
+        .collect();
+    let patch = json!({"metadata": {
+        "labels": {OWNER_UID: null},
+        "annotations": {APPLIED_HASH: null},
+        "ownerReferences": if refs.is_empty() { Value::Null } else { json!(refs) },
+    }});
+    ctx.triggers.deleting(&Ctx::key(cr), &id_of(&child.key));
+    let api = api_for(ctx, &child.kind, child.key.namespace.as_deref());
+    match api
+        .patch(
+            &child.key.name,
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(error) => Err(ChildError::Api {
+            action: "orphaning",
+            child: child.key.to_string(),
+            error,
+        }),
+    }
+}
+
+/// Resolves the kinds of `entries` (apiVersion, kind); a kind the API server does not
+/// serve has no objects and is left out.
+pub(super) async fn served_kinds(
+    ctx: &Ctx,
+    entries: impl IntoIterator<Item = (String, String)>,
 ) -> Result<Vec<Kind>, ChildError> {
     let mut kinds = Vec::new();
     let mut seen = HashSet::new();
-    for m in &spec.managed_resources {
-        if spec.prune.keeps(&m.api_version, &m.kind)
-            || !seen.insert((m.api_version.clone(), m.kind.clone()))
-        {
+    for (api_version, kind) in entries {
+        if !seen.insert((api_version.clone(), kind.clone())) {
             continue;
         }
-        kinds.push(
-            ctx.kinds
-                .resolve(&ctx.client, &m.api_version, &m.kind)
-                .await?,
-        );
+        match ctx.kinds.resolve(&ctx.client, &api_version, &kind).await {
+            Ok(k) => kinds.push(k),
+            Err(e) if e.not_served() => {}
+            Err(e) => return Err(e.into()),
+        }
     }
     Ok(kinds)
 }
 
 /// Deletes children that `applied` no longer contains: only ones with the CR's owner label
-/// that the host applied, never kinds in `prune.keep`. Returns what was deleted.
+/// that the host applied, never kinds in `prune.keep`; instances of managed types first.
+/// A child whose delete policy says `orphan` is left in place instead, and a CRD or
+/// APIService whose types have foreign instances is kept (said in [`Pruned::blocked`]).
 ///
 /// # Errors
 /// [`ChildError`] for the first failed list or delete.
@@ -475,53 +705,52 @@ pub async fn prune(
     cr: &DynamicObject,
     spec: &inrun_blueprint::ReconcileSpec,
     applied: &HashSet<ChildKey>,
-) -> Result<Vec<ChildKey>, ChildError> {
-    let mut pruned = Vec::new();
-    for kind in candidate_kinds(ctx, spec).await? {
-        for obj in list_owned(ctx, cr, &kind).await? {
-            let key = key_of(&obj, &kind);
-            if applied.contains(&key)
-                || !applied_by_host(&obj)
-                || obj.metadata.deletion_timestamp.is_some()
-            {
+) -> Result<Pruned, ChildError> {
+    let entries: Vec<(String, String)> = spec
+        .managed_resources
+        .iter()
+        .filter(|m| !spec.prune.keeps(&m.api_version, &m.kind))
+        .map(|m| (m.api_version.clone(), m.kind.clone()))
+        .collect();
+    let kinds = served_kinds(ctx, entries).await?;
+    let mut stale: Vec<Listed> = listed(ctx, cr, kinds)
+        .await?
+        .into_iter()
+        .filter(|c| !applied.contains(&c.key) && !c.deleting())
+        .collect();
+    let values: Vec<Value> = stale.iter().map(Listed::value).collect();
+    let types = waves::ManagedTypes::of(&values, &spec.managed_types);
+    stale.sort_by_key(|c| c.delete_stage(&types));
+    let mut pruned = Pruned::default();
+    let mut blocked = Vec::new();
+    for child in &stale {
+        if child.orphans() {
+            orphan(ctx, cr, child).await?;
+            pruned.orphaned.push(child.key.clone());
+            continue;
+        }
+        let r = &child.kind.resource;
+        if waves::defines_types(&r.api_version, &r.kind) {
+            let found = super::safeguard::foreign(ctx, cr, &[child], &[]).await?;
+            if !found.is_empty() {
+                blocked.push(format!(
+                    "{} ({})",
+                    child.key,
+                    super::safeguard::describe(&found)
+                ));
                 continue;
             }
-            delete(ctx, cr, &kind, &key).await?;
-            pruned.push(key);
         }
+        delete(ctx, cr, &child.kind, &child.key).await?;
+        pruned.deleted.push(child.key.clone());
+    }
+    if !blocked.is_empty() {
+        pruned.blocked = Some(format!(
+            "not pruning {}: foreign instances of its types exist; delete them first",
+            blocked.join("; ")
+        ));
     }
     Ok(pruned)
-}
-
-/// Deletes every child of a released CR, in every namespace and cluster-scoped ones too,
-/// except kinds in `prune.keep`. Instances of managed types go first, CRDs and namespaces
-/// last (the reverse of the apply waves).
-///
-/// # Errors
-/// [`ChildError`] for the first failed list or delete.
-pub async fn delete_all(
-    ctx: &Ctx,
-    cr: &DynamicObject,
-    spec: &inrun_blueprint::ReconcileSpec,
-) -> Result<Vec<ChildKey>, ChildError> {
-    let mut kinds = candidate_kinds(ctx, spec).await?;
-    kinds.sort_by_key(|k| match k.resource.kind.as_str() {
-        "CustomResourceDefinition" | "Namespace" => 1,
-        _ => 0,
-    });
-    let mut deleted = Vec::new();
-    for kind in kinds {
-        for obj in list_owned(ctx, cr, &kind).await? {
-            // Labelled by someone else, never applied by the host: not the host's to delete.
-            if !applied_by_host(&obj) {
-                continue;
-            }
-            let key = key_of(&obj, &kind);
-            delete(ctx, cr, &kind, &key).await?;
-            deleted.push(key);
-        }
-    }
-    Ok(deleted)
 }
 
 #[cfg(test)]

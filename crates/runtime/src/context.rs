@@ -43,6 +43,9 @@ pub struct Ctx {
     pub triggers: Arc<Triggers>,
     /// Where reconciles are recorded.
     pub metrics: Arc<crate::metrics::Metrics>,
+    /// Told when a pass saw a CRD of a CR's become `Established`: a kind that was not
+    /// served may be now, and its children's watch may start.
+    pub kinds_changed: Arc<tokio::sync::Notify>,
 }
 
 /// CR keys waiting for a reconcile, with when the first change queued them.

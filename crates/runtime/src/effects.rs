@@ -11,10 +11,10 @@ use serde_json::{Map, Value, json};
 
 use super::children::{self, ChildError};
 use super::context::Ctx;
-use super::safeguard;
+use super::teardown;
 use inrun_blueprint::ReconcileSpec;
 use inrun_pass::meta::{self, Metadata};
-use inrun_pass::{Applied, ChildKey, EffectError, Effects, Reason, Written};
+use inrun_pass::{Applied, ChildKey, EffectError, Effects, Pruned, Reason, Teardown, Written};
 
 /// One CR's effects.
 pub struct ApiEffects<'a> {
@@ -114,7 +114,7 @@ impl Effects for ApiEffects<'_> {
         &mut self,
         spec: &ReconcileSpec,
         keep: &HashSet<ChildKey>,
-    ) -> Result<Vec<ChildKey>, EffectError> {
+    ) -> Result<Pruned, EffectError> {
         children::prune(self.ctx, &self.cr, spec, keep)
             .await
             .map_err(child_error("pruning children"))
@@ -208,22 +208,12 @@ impl Effects for ApiEffects<'_> {
             })
     }
 
-    async fn foreign_instances(
+    async fn tear_down(
         &mut self,
         spec: &ReconcileSpec,
-    ) -> Result<Option<String>, EffectError> {
-        safeguard::foreign_instances(self.ctx, &self.cr, spec)
-            .await
-            .map_err(child_error(
-                "looking for foreign instances of managed types",
-            ))
-    }
-
-    async fn delete_children(
-        &mut self,
-        spec: &ReconcileSpec,
-    ) -> Result<Vec<ChildKey>, EffectError> {
-        children::delete_all(self.ctx, &self.cr, spec)
+        forced: bool,
+    ) -> Result<Teardown, EffectError> {
+        teardown::tear_down(self.ctx, &self.cr, spec, forced)
             .await
             .map_err(child_error("deleting the CR's children"))
     }

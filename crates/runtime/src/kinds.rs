@@ -21,6 +21,18 @@ pub struct UnknownKind {
     pub source: inrun_reconcilers::api::ApiFailure,
 }
 
+impl UnknownKind {
+    /// Whether the API server answered that it does not serve the kind (rather than
+    /// failing to answer).
+    pub fn not_served(&self) -> bool {
+        match &self.source.0 {
+            kube::Error::Api(status) => status.code == 404,
+            kube::Error::Discovery(_) => true,
+            _ => false,
+        }
+    }
+}
+
 /// A resolved kind.
 #[derive(Debug, Clone)]
 pub struct Kind {

@@ -25,6 +25,7 @@ mod pass;
 mod safeguard;
 pub mod settings;
 mod stores;
+mod teardown;
 mod triggers;
 
 pub use cache::WatchCache;
@@ -47,6 +48,7 @@ use tokio::sync::watch;
 
 use context::Ctx;
 use inrun_blueprint::Scope;
+use inrun_pass::waves;
 use inrun_reconcilers::assemble::Assembly;
 pub use kinds::{Kind, Kinds};
 
@@ -163,12 +165,23 @@ impl Shared {
     }
 }
 
+/// The kinds one CRD's CRs may own.
+#[derive(Debug, Clone, Default)]
+pub struct CrdKinds {
+    /// Kinds the API server serves: their children are watched from the start.
+    pub served: Vec<kinds::Kind>,
+    /// Kinds (apiVersion, kind) it does not serve yet — typically defined by a CRD a
+    /// Result creates: their children are watched once it does.
+    pub pending: Vec<(String, String)>,
+}
+
 /// The kinds each CRD's CRs may own, in `assembly.crds()` order.
-pub type ChildKinds = Vec<Vec<kinds::Kind>>;
+pub type ChildKinds = Vec<CrdKinds>;
 
 /// Checks what `assembly` needs before a controller starts: the host's permissions, its
-/// CRDs (installed when `install_crds`), and that every managed kind is served. Returns
-/// the kinds each CRD's CRs may own.
+/// CRDs (installed when `install_crds`), and every managed kind. A kind the API server
+/// does not serve yet is accepted with a warning (a CRD among the CR's children may define
+/// it): its watch starts when it is served. Returns the kinds each CRD's CRs may own.
 ///
 /// # Errors
 /// [`RunError`] naming what is missing.
@@ -208,7 +221,7 @@ pub async fn prepare(
     let mut all = Vec::new();
     for plan in assembly.crds() {
         // Every kind this CRD's CRs may own, from every reconcile block.
-        let mut child_kinds = Vec::new();
+        let mut child_kinds = CrdKinds::default();
         let mut seen = HashSet::new();
         let blocks = std::iter::once((plan.spec.source.field() + ".reconcile", &plan.default))
             .chain(plan.targets.iter().map(|(t, p)| {
@@ -222,19 +235,38 @@ pub async fn prepare(
                 if !seen.insert((m.api_version.clone(), m.kind.clone())) {
                     continue;
                 }
-                let kind = shared
-                    .kinds
-                    .resolve(client, &m.api_version, &m.kind)
-                    .await
-                    .map_err(|source| RunError::ManagedKind {
-                        field: format!(
-                            "{}: crd {}: {field}.managedResources[{i}]",
-                            plan.spec.source.file.display(),
-                            plan.spec.kind
-                        ),
-                        source,
-                    })?;
-                child_kinds.push(kind);
+                let at = || {
+                    format!(
+                        "{}: crd {}: {field}.managedResources[{i}]",
+                        plan.spec.source.file.display(),
+                        plan.spec.kind
+                    )
+                };
+                match shared.kinds.resolve(client, &m.api_version, &m.kind).await {
+                    Ok(kind) => child_kinds.served.push(kind),
+                    Err(e) if e.not_served() => {
+                        let defined_here = block
+                            .spec
+                            .managed_resources
+                            .iter()
+                            .any(|c| waves::defines_types(&c.api_version, &c.kind));
+                        tracing::warn!(
+                            at = %at(),
+                            kind = %format!("{} {}", m.api_version, m.kind),
+                            defined_here,
+                            "the API server does not serve this kind yet; its children are watched once it does"
+                        );
+                        child_kinds
+                            .pending
+                            .push((m.api_version.clone(), m.kind.clone()));
+                    }
+                    Err(source) => {
+                        return Err(RunError::ManagedKind {
+                            field: at(),
+                            source,
+                        });
+                    }
+                }
             }
         }
         all.push(child_kinds);
@@ -253,7 +285,7 @@ pub fn controller(
     shared: &Shared,
     assembly: Arc<Assembly>,
     index: usize,
-    child_kinds: Vec<kinds::Kind>,
+    child_kinds: CrdKinds,
     stop: watch::Receiver<bool>,
     requeue: impl futures::Stream<Item = ()> + Send + 'static,
 ) -> impl std::future::Future<Output = ()> + Send + 'static {
@@ -266,34 +298,13 @@ pub fn controller(
 
     // Children: a metadata-only watch per kind, by the owner label; each change that is
     // not the host's own wakes its CR.
-    let mut stores = stores::ChildStores::default();
-    let mut child_triggers = Vec::new();
-    for kind in child_kinds {
-        // `Api<PartialObjectMeta<_>>` asks for metadata only.
-        let api: Api<PartialObjectMeta<DynamicObject>> =
-            Api::all_with(client.clone(), &kind.resource);
-        let writer: Writer<PartialObjectMeta<DynamicObject>> = Writer::new(kind.resource.clone());
-        stores.insert(&kind, writer.as_reader());
-        let triggers = triggers.clone();
-        let (group, kind_name) = (kind.resource.group.clone(), kind.resource.kind.clone());
-        let stream = reflector(
-            writer,
-            watcher(api, watcher::Config::default().labels(OWNER_UID))
-                .default_backoff()
-                .modify(stores::trim),
-        )
-        .filter_map(move |event| {
-            let kind = (group.as_str(), kind_name.as_str());
-            let woken = match &event {
-                Ok(watcher::Event::Apply(c)) => child_event(&triggers, kind, c, false, false),
-                Ok(watcher::Event::InitApply(c)) => child_event(&triggers, kind, c, false, true),
-                Ok(watcher::Event::Delete(c)) => child_event(&triggers, kind, c, true, false),
-                _ => None,
-            };
-            futures::future::ready(woken)
-        });
-        child_triggers.push(stream.boxed());
-    }
+    let stores = stores::ChildStores::default();
+    let child_triggers: Vec<_> = child_kinds
+        .served
+        .iter()
+        .map(|kind| child_watch(&client, kind, &triggers, &stores))
+        .collect();
+    let pending = child_kinds.pending;
 
     let ctx = Arc::new(Ctx {
         client: client.clone(),
@@ -313,6 +324,7 @@ pub fn controller(
         children: stores,
         triggers: triggers.clone(),
         metrics: shared.metrics.clone(),
+        kinds_changed: Arc::default(),
     });
     // The CRs' cache holds them compacted ([`cached::CachedCr`]); a pass reads one whole.
     let api: Api<cached::CachedCr> = Api::all_with(client.clone(), &ar);
@@ -389,6 +401,7 @@ pub fn controller(
         .reconcile_on(children_woken);
     let mut stop_on = stop;
     let metrics = shared.metrics.clone();
+    let lazy_ctx = ctx.clone();
     let name = plan.spec.crd_name();
     async move {
         let health = metrics.health();
@@ -401,6 +414,10 @@ pub fn controller(
                     futures::future::ready(())
                 }))
             })
+            .chain(
+                (!pending.is_empty())
+                    .then(|| tokio::spawn(lazy_watches(lazy_ctx, pending, woken_tx.clone()))),
+            )
             .collect();
         drop(woken_tx);
         health.controller_running(true);
@@ -425,6 +442,91 @@ pub fn controller(
             health.cache_synced(false);
         }
         tracing::debug!(crd = %name, "controller stopped");
+    }
+}
+
+/// The metadata-only watch of `kind`'s children (by the owner label), its cache added to
+/// `stores`; yields the CRs that changes other than the host's own wake.
+fn child_watch(
+    client: &Client,
+    kind: &kinds::Kind,
+    triggers: &Arc<triggers::Triggers>,
+    stores: &stores::ChildStores,
+) -> futures::stream::BoxStream<'static, ObjectRef<cached::CachedCr>> {
+    // `Api<PartialObjectMeta<_>>` asks for metadata only.
+    let api: Api<PartialObjectMeta<DynamicObject>> = Api::all_with(client.clone(), &kind.resource);
+    let writer: Writer<PartialObjectMeta<DynamicObject>> = Writer::new(kind.resource.clone());
+    stores.insert(kind, writer.as_reader());
+    let triggers = triggers.clone();
+    let (group, kind_name) = (kind.resource.group.clone(), kind.resource.kind.clone());
+    reflector(
+        writer,
+        watcher(api, watcher::Config::default().labels(OWNER_UID))
+            .default_backoff()
+            .modify(stores::trim),
+    )
+    .filter_map(move |event| {
+        let kind = (group.as_str(), kind_name.as_str());
+        let woken = match &event {
+            Ok(watcher::Event::Apply(c)) => child_event(&triggers, kind, c, false, false),
+            Ok(watcher::Event::InitApply(c)) => child_event(&triggers, kind, c, false, true),
+            Ok(watcher::Event::Delete(c)) => child_event(&triggers, kind, c, true, false),
+            _ => None,
+        };
+        futures::future::ready(woken)
+    })
+    .boxed()
+}
+
+/// Watches the children of kinds the API server did not serve at start-up, each from when
+/// it does: tried again when a pass saw a CRD of the CR's become `Established`, and on a
+/// timer (1 s, doubling to 30 s) for types created any other way.
+async fn lazy_watches(
+    ctx: Arc<Ctx>,
+    mut pending: Vec<(String, String)>,
+    woken: tokio::sync::mpsc::UnboundedSender<ObjectRef<cached::CachedCr>>,
+) {
+    const FIRST: std::time::Duration = std::time::Duration::from_secs(1);
+    const MOST: std::time::Duration = std::time::Duration::from_secs(30);
+    let mut watches = futures::stream::SelectAll::new();
+    let mut wait = FIRST;
+    let mut next_try = tokio::time::Instant::now();
+    loop {
+        if !pending.is_empty() && tokio::time::Instant::now() >= next_try {
+            let mut still = Vec::new();
+            for (api_version, kind) in pending {
+                match ctx.kinds.resolve(&ctx.client, &api_version, &kind).await {
+                    Ok(resolved) => {
+                        tracing::info!(kind = %format!("{api_version} {kind}"), "the API server serves this kind now; watching its children");
+                        watches.push(child_watch(
+                            &ctx.client,
+                            &resolved,
+                            &ctx.triggers,
+                            &ctx.children,
+                        ));
+                    }
+                    Err(_) => still.push((api_version, kind)),
+                }
+            }
+            pending = still;
+            next_try = tokio::time::Instant::now() + wait;
+            wait = (wait * 2).min(MOST);
+        }
+        tokio::select! {
+            Some(r) = watches.next(), if !watches.is_empty() => {
+                let _ = woken.send(r);
+            }
+            () = ctx.kinds_changed.notified(), if !pending.is_empty() => {
+                next_try = tokio::time::Instant::now();
+                wait = FIRST;
+            }
+            () = tokio::time::sleep_until(next_try), if !pending.is_empty() => {}
+            else => {
+                if pending.is_empty() && watches.is_empty() {
+                    return;
+                }
+            }
+        }
     }
 }
 

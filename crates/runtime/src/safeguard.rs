@@ -1,63 +1,113 @@
-//! The deletion safeguard for managed types: a CR whose children include
-//! CustomResourceDefinitions is not released while *foreign* instances of those types
-//! exist (ones without the CR's owner label). Deleting the CRD would leave them behind,
-//! often with finalizers no controller remains to process.
+//! The deletion safeguard for managed types: a CR whose children define types (CRDs, and
+//! APIServices) or whose reconcile block names `managedTypes` is not released while
+//! *foreign* instances of those types exist (ones without the CR's owner label). Deleting
+//! the CRD, or the operator that serves the instances' finalizers, would leave them behind
+//! with finalizers no controller remains to process.
 
 use std::collections::HashSet;
 
 use kube::api::{Api, DynamicObject, ListParams};
-use kube::discovery::ApiResource;
+use kube::discovery::{ApiResource, Discovery, verbs};
 use serde_json::Value;
 
-use super::children::{self, ChildError};
+use super::children::{ChildError, Listed};
 use super::context::Ctx;
-use inrun_blueprint::ReconcileSpec;
+use inrun_blueprint::ManagedType;
+use inrun_pass::ChildKey;
 use inrun_pass::meta::OWNER_UID;
+use inrun_pass::waves;
 
 /// How many foreign instances a message names.
 const NAMED: u32 = 3;
 
-const CRD_API_VERSION: &str = "apiextensions.k8s.io/v1";
-const CRD_KIND: &str = "CustomResourceDefinition";
+/// Foreign instances of one managed type.
+#[derive(Debug, Clone)]
+pub struct Foreign {
+    /// The type's kind.
+    pub kind: String,
+    /// The child that defines the type (a CRD or an APIService); `None` for a type named
+    /// in `managedTypes`.
+    pub source: Option<ChildKey>,
+    /// How many there are, as far as the API server tells (at least the names).
+    pub count: String,
+    /// The first few, as `namespace/name` or `name`.
+    pub names: Vec<String>,
+}
 
-/// Why the CR's deletion must wait, if it must: the foreign instances of its CRD children,
-/// named in a message for status and events. CRDs in `prune.keep` are not deleted, so
-/// they guard nothing.
-///
-/// Only CRDs are managed types here; APIServices, and extra types declared in the
-/// Blueprint, are not covered yet.
+impl std::fmt::Display for Foreign {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} ({}: {})",
+            self.kind,
+            self.count,
+            self.names.join(", ")
+        )
+    }
+}
+
+/// The foreign instances, described for status and events.
+pub fn describe(found: &[Foreign]) -> String {
+    found
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// Why the CR's deletion must wait, as a status message.
+pub fn message(found: &[Foreign]) -> String {
+    format!(
+        "deletion blocked: foreign instances of managed types exist ({}); delete them first",
+        describe(found)
+    )
+}
+
+/// The types `children` define and `declared` names, with foreign instances of each (none
+/// listed for a type that has none).
 ///
 /// # Errors
-/// [`ChildError`] when listing the CRDs or their instances fails (other than a type that
-/// is not served, which has no instances to protect).
-pub async fn foreign_instances(
+/// [`ChildError`] when listing instances fails (other than a type that is not served,
+/// which has no instances to protect).
+pub async fn foreign(
     ctx: &Ctx,
     cr: &DynamicObject,
-    spec: &ReconcileSpec,
-) -> Result<Option<String>, ChildError> {
-    let guarded = spec.managed_resources.iter().any(|m| {
-        m.api_version == CRD_API_VERSION
-            && m.kind == CRD_KIND
-            && !spec.prune.keeps(&m.api_version, &m.kind)
-    });
-    if !guarded {
-        return Ok(None);
+    children: &[&Listed],
+    declared: &[ManagedType],
+) -> Result<Vec<Foreign>, ChildError> {
+    let mut types: Vec<(ApiResource, Option<ChildKey>)> = Vec::new();
+    for child in children {
+        let (api_version, kind) = (
+            child.kind.resource.api_version.as_str(),
+            child.kind.resource.kind.as_str(),
+        );
+        if !waves::defines_types(api_version, kind) {
+            continue;
+        }
+        if kind == waves::CRD.1 {
+            types.extend(served_type(&child.obj.data).map(|t| (t, Some(child.key.clone()))));
+        } else {
+            for t in api_service_types(ctx, &child.obj.data).await {
+                types.push((t, Some(child.key.clone())));
+            }
+        }
     }
-    let kind = ctx
-        .kinds
-        .resolve(&ctx.client, CRD_API_VERSION, CRD_KIND)
-        .await?;
+    if !declared.is_empty() {
+        types.extend(
+            declared_types(ctx, declared)
+                .await?
+                .into_iter()
+                .map(|t| (t, None)),
+        );
+    }
     let uid = cr.metadata.uid.clone().unwrap_or_default();
     let mut seen = HashSet::new();
     let mut found = Vec::new();
-    for crd in children::list_owned(ctx, cr, &kind).await? {
-        let Some(instances) = served_type(&crd) else {
-            continue;
-        };
-        if !seen.insert(instances.api_version.clone() + "/" + &instances.kind) {
+    for (ty, source) in types {
+        if !seen.insert((ty.api_version.clone(), ty.kind.clone())) {
             continue;
         }
-        let api: Api<DynamicObject> = Api::all_with(ctx.client.clone(), &instances);
+        let api: Api<DynamicObject> = Api::all_with(ctx.client.clone(), &ty);
         // `!=` also matches objects without the label at all.
         let params = ListParams::default()
             .labels(&format!("{OWNER_UID}!={uid}"))
@@ -68,17 +118,20 @@ pub async fn foreign_instances(
             Err(error) => {
                 return Err(ChildError::Api {
                     action: "listing",
-                    child: format!("instances of {}", instances.kind),
+                    child: format!("instances of {}", ty.kind),
                     error,
                 });
             }
         };
+        if list.items.is_empty() {
+            continue;
+        }
         let more = list
             .metadata
             .continue_
             .as_deref()
             .is_some_and(|c| !c.is_empty());
-        let mut names: Vec<String> = list
+        let names: Vec<String> = list
             .items
             .iter()
             .map(|o| {
@@ -89,26 +142,83 @@ pub async fn foreign_instances(
                 }
             })
             .collect();
-        if names.is_empty() {
-            continue;
-        }
+        let count = match list.metadata.remaining_item_count {
+            Some(rest) => (names.len() as i64 + rest).to_string(),
+            None if more => format!("{} or more", names.len()),
+            None => names.len().to_string(),
+        };
+        let mut names = names;
         if more {
             names.push("and more".into());
         }
-        found.push(format!("{} {}", instances.kind, names.join(", ")));
+        found.push(Foreign {
+            kind: ty.kind.clone(),
+            source,
+            count,
+            names,
+        });
     }
-    Ok((!found.is_empty()).then(|| {
-        format!(
-            "deletion blocked: foreign instances of managed types exist ({}); delete them first",
-            found.join("; ")
-        )
-    }))
+    Ok(found)
+}
+
+/// The kinds an APIService's group/version serves that can be listed; none when the
+/// aggregated API cannot be asked (it is not available, so neither are its instances).
+async fn api_service_types(ctx: &Ctx, api_service: &Value) -> Vec<ApiResource> {
+    let text = |p: &str| api_service.pointer(p).and_then(Value::as_str);
+    let (Some(group), Some(version)) = (text("/spec/group"), text("/spec/version")) else {
+        return Vec::new();
+    };
+    let gv = format!("{group}/{version}");
+    match ctx.client.list_api_group_resources(&gv).await {
+        Ok(list) => list
+            .resources
+            .iter()
+            .filter(|r| !r.name.contains('/') && r.verbs.iter().any(|v| v == verbs::LIST))
+            .map(|r| ApiResource {
+                group: group.to_string(),
+                version: version.to_string(),
+                api_version: gv.clone(),
+                kind: r.kind.clone(),
+                plural: r.name.clone(),
+            })
+            .collect(),
+        Err(e) => {
+            tracing::debug!(api = %gv, error = %inrun_contract::errors::chain(&e), "an APIService's types cannot be listed");
+            Vec::new()
+        }
+    }
+}
+
+/// The served types `declared` names (wildcards resolved against discovery).
+async fn declared_types(
+    ctx: &Ctx,
+    declared: &[ManagedType],
+) -> Result<Vec<ApiResource>, ChildError> {
+    let mut discovery = Discovery::new(ctx.client.clone());
+    if declared.iter().all(|t| !t.is_pattern()) {
+        let groups: Vec<&str> = declared.iter().map(|t| t.group.as_str()).collect();
+        discovery = discovery.filter(&groups);
+    }
+    let discovery = discovery.run().await.map_err(|e| ChildError::Discovery {
+        error: inrun_contract::errors::chain(&e),
+    })?;
+    let mut types = Vec::new();
+    for group in discovery.groups() {
+        for (ar, caps) in group.recommended_resources() {
+            if caps.supports_operation(verbs::LIST)
+                && declared.iter().any(|t| t.matches(&ar.group, &ar.kind))
+            {
+                types.push(ar);
+            }
+        }
+    }
+    Ok(types)
 }
 
 /// The type a CRD defines, at a version the API server serves (the storage version when
 /// it is served).
-fn served_type(crd: &DynamicObject) -> Option<ApiResource> {
-    let spec = crd.data.get("spec")?;
+pub fn served_type(crd: &Value) -> Option<ApiResource> {
+    let spec = crd.get("spec")?;
     let text = |v: &Value, key: &str| v.get(key).and_then(Value::as_str).map(str::to_string);
     let group = text(spec, "group")?;
     let names = spec.get("names")?;
@@ -134,14 +244,13 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn crd(versions: Value) -> DynamicObject {
-        serde_json::from_value(json!({
-            "apiVersion": CRD_API_VERSION, "kind": CRD_KIND,
+    fn crd(versions: Value) -> Value {
+        json!({
+            "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
             "metadata": {"name": "gadgets.example.com"},
             "spec": {"group": "example.com", "names": {"kind": "Gadget", "plural": "gadgets"},
                      "scope": "Namespaced", "versions": versions},
-        }))
-        .expect("crd")
+        })
     }
 
     #[test]
@@ -174,6 +283,28 @@ mod tests {
                 json!([{"name": "v1", "served": false, "storage": true}])
             ))
             .is_none()
+        );
+    }
+
+    #[test]
+    fn a_message_names_each_type_with_its_count_and_first_instances() {
+        let found = [
+            Foreign {
+                kind: "Gadget".into(),
+                source: None,
+                count: "1".into(),
+                names: vec!["team-a/theirs".into()],
+            },
+            Foreign {
+                kind: "Widget".into(),
+                source: None,
+                count: "7".into(),
+                names: vec!["a".into(), "b".into(), "c".into(), "and more".into()],
+            },
+        ];
+        assert_eq!(
+            message(&found),
+            "deletion blocked: foreign instances of managed types exist (Gadget (1: team-a/theirs); Widget (7: a, b, c, and more)); delete them first"
         );
     }
 }

@@ -2,7 +2,7 @@
 //! the trigger state knows children by.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
 use kube::api::DynamicObject;
 use kube::core::PartialObjectMeta;
@@ -13,29 +13,41 @@ use super::kinds::Kind;
 /// How long a pass waits for the children's caches to list once.
 const READY_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// Watch caches (metadata only) of the CR's children, one per managed kind.
+type Stores = HashMap<(String, String), Store<PartialObjectMeta<DynamicObject>>>;
+
+/// Watch caches (metadata only) of the CR's children, one per managed kind. A kind the API
+/// server did not serve when the controller started gets its cache later, when it is.
 #[derive(Clone, Default)]
 pub struct ChildStores {
-    stores: HashMap<(String, String), Store<PartialObjectMeta<DynamicObject>>>,
+    stores: Arc<RwLock<Stores>>,
 }
 
 impl ChildStores {
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Stores> {
+        // Only inserted into; a panic elsewhere leaves the map valid.
+        self.stores.read().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// Adds the cache of `kind`.
-    pub fn insert(&mut self, kind: &Kind, store: Store<PartialObjectMeta<DynamicObject>>) {
-        self.stores.insert(
-            (
-                kind.resource.api_version.clone(),
-                kind.resource.kind.clone(),
-            ),
-            store,
-        );
+    pub fn insert(&self, kind: &Kind, store: Store<PartialObjectMeta<DynamicObject>>) {
+        self.stores
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(
+                (
+                    kind.resource.api_version.clone(),
+                    kind.resource.kind.clone(),
+                ),
+                store,
+            );
     }
 
     /// Waits (a little) until every cache has listed once, so a pass started with the
     /// controller does not mistake "not listed yet" for "missing". A cache that cannot
     /// list (its watch keeps failing) is not waited for long: its children are applied.
     pub async fn ready(&self) {
-        for store in self.stores.values() {
+        let stores: Vec<_> = self.read().values().cloned().collect();
+        for store in stores {
             let _ = tokio::time::timeout(READY_WAIT, store.wait_until_ready()).await;
         }
     }
@@ -48,10 +60,13 @@ impl ChildStores {
         namespace: Option<&str>,
         name: &str,
     ) -> Option<Option<Arc<PartialObjectMeta<DynamicObject>>>> {
-        let store = self.stores.get(&(
-            kind.resource.api_version.clone(),
-            kind.resource.kind.clone(),
-        ))?;
+        let store = self
+            .read()
+            .get(&(
+                kind.resource.api_version.clone(),
+                kind.resource.kind.clone(),
+            ))?
+            .clone();
         futures::FutureExt::now_or_never(store.wait_until_ready())?.ok()?;
         let mut r = ObjectRef::new_with(name, kind.resource.clone());
         if let Some(ns) = namespace.filter(|_| kind.namespaced) {

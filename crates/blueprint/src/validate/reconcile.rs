@@ -39,6 +39,7 @@ pub(super) fn check(r: &mut Report<'_>, spec: &ReconcileSpec, at: &str) {
         );
     }
     managed_resources(r, spec, at);
+    managed_types(r, spec, at);
     for (i, entry) in spec.prune.keep.iter().enumerate() {
         let ok = match entry.split_once('/') {
             Some((group, kind)) => names::is_dns_subdomain(group) && names::is_kind(kind),
@@ -305,6 +306,30 @@ fn resource_template(r: &mut Report<'_>, spec: &ReconcileSpec, template: &Value,
     }
 }
 
+fn managed_types(r: &mut Report<'_>, spec: &ReconcileSpec, at: &str) {
+    for (i, t) in spec.managed_types.iter().enumerate() {
+        let f = format!("{at}.managedTypes[{i}]");
+        let group_ok = match t.group.strip_prefix("*.") {
+            _ if t.group == "*" || t.group.is_empty() => true,
+            Some(suffix) => names::is_dns_subdomain(suffix),
+            None => names::is_dns_subdomain(&t.group),
+        };
+        r.check(
+            group_ok,
+            format!("{f}.group"),
+            format!(
+                "{:?} must be an API group, \"*\", or \"*.\" and a group suffix",
+                t.group
+            ),
+        );
+        r.check(
+            t.kind == "*" || names::is_kind(&t.kind),
+            format!("{f}.kind"),
+            format!("{:?} must be an UpperCamelCase kind or \"*\"", t.kind),
+        );
+    }
+}
+
 fn managed_resources(r: &mut Report<'_>, spec: &ReconcileSpec, at: &str) {
     let mut seen = HashMap::new();
     for (i, m) in spec.managed_resources.iter().enumerate() {
@@ -445,6 +470,26 @@ mod tests {
                 format!("{AT}.constructor.limits.memory: must be between 1Mi and 4Gi"),
                 format!("{AT}.constructor.limits.outputSize: must be between 1Ki and 64Mi"),
                 format!("{AT}.constructor.limits.resources: must be between 1 and 10000"),
+            ]
+        );
+    }
+
+    #[test]
+    fn managed_types_name_a_group_or_pattern_and_a_kind_or_star() {
+        assert_eq!(
+            reconcile(
+                "{ managedTypes: [ { group: '*', kind: '*' }, { group: '*.example.com', kind: Widget }, { group: apps, kind: Deployment }, { group: '', kind: ConfigMap }, { group: 'a.*.com', kind: widget }, { group: '*.', kind: X } ] }"
+            ),
+            [
+                format!(
+                    "{AT}.managedTypes[4].group: \"a.*.com\" must be an API group, \"*\", or \"*.\" and a group suffix"
+                ),
+                format!(
+                    "{AT}.managedTypes[4].kind: \"widget\" must be an UpperCamelCase kind or \"*\""
+                ),
+                format!(
+                    "{AT}.managedTypes[5].group: \"*.\" must be an API group, \"*\", or \"*.\" and a group suffix"
+                ),
             ]
         );
     }

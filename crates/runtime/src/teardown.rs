@@ -1,0 +1,156 @@
+//! Deleting a released CR's children: every child of any reconcile block of its CRD, in
+//! delete waves, behind the safeguard for managed types, honouring delete policies.
+
+use std::collections::{BTreeMap, HashSet};
+
+use kube::api::DynamicObject;
+use serde_json::Value;
+
+use super::children::{self, ChildError, Listed};
+use super::context::Ctx;
+use super::safeguard;
+use inrun_blueprint::ReconcileSpec;
+use inrun_pass::{ChildKey, Teardown, waves};
+
+/// How many objects a waiting message names.
+const NAMED: usize = 3;
+
+/// Every child the host applied for `cr`, of every kind any reconcile block of its CRD
+/// manages (so children applied under an earlier serve target are found too), in every
+/// namespace and cluster-scoped; kinds in `prune.keep` are left out.
+async fn every_child(
+    ctx: &Ctx,
+    cr: &DynamicObject,
+    spec: &ReconcileSpec,
+) -> Result<Vec<Listed>, ChildError> {
+    let plan = ctx.plan();
+    let blocks: Vec<&ReconcileSpec> = std::iter::once(&plan.default.spec)
+        .chain(plan.targets.iter().map(|(_, p)| &p.spec))
+        .collect();
+    // Kept when the current block keeps the kind, or (for a kind it does not manage) a
+    // block that manages it does.
+    let kept = |m: &inrun_blueprint::ManagedResource| {
+        spec.prune.keeps(&m.api_version, &m.kind)
+            || (!spec
+                .managed_resources
+                .iter()
+                .any(|c| c.api_version == m.api_version && c.kind == m.kind)
+                && blocks.iter().any(|b| {
+                    b.managed_resources
+                        .iter()
+                        .any(|c| c.api_version == m.api_version && c.kind == m.kind)
+                        && b.prune.keeps(&m.api_version, &m.kind)
+                }))
+    };
+    let entries: Vec<(String, String)> = blocks
+        .iter()
+        .flat_map(|b| b.managed_resources.iter())
+        .filter(|m| !kept(m))
+        .map(|m| (m.api_version.clone(), m.kind.clone()))
+        .collect();
+    let kinds = children::served_kinds(ctx, entries).await?;
+    children::listed(ctx, cr, kinds).await
+}
+
+/// Tears down `cr`'s children (see [`inrun_pass::Effects::tear_down`]).
+///
+/// # Errors
+/// [`ChildError`] for the first failed list, delete or orphaning.
+pub async fn tear_down(
+    ctx: &Ctx,
+    cr: &DynamicObject,
+    spec: &ReconcileSpec,
+    forced: bool,
+) -> Result<Teardown, ChildError> {
+    let all = every_child(ctx, cr, spec).await?;
+    // Nothing is deleted when every child stays: nothing to guard.
+    let guarded = all.iter().any(|c| !c.orphans());
+    let found = if guarded {
+        let refs: Vec<&Listed> = all.iter().collect();
+        safeguard::foreign(ctx, cr, &refs, &spec.managed_types).await?
+    } else {
+        Vec::new()
+    };
+    if !forced && !found.is_empty() {
+        return Ok(Teardown::Blocked(safeguard::message(&found)));
+    }
+    let mut deleted = Vec::new();
+    let mut orphaned = Vec::new();
+    if forced {
+        // Released anyway, but never a CRD or APIService under users' instances.
+        let spare: HashSet<&ChildKey> = found.iter().filter_map(|f| f.source.as_ref()).collect();
+        for child in &all {
+            if child.orphans() || spare.contains(&child.key) {
+                children::orphan(ctx, cr, child).await?;
+                orphaned.push(child.key.clone());
+            } else if !child.deleting() {
+                children::delete(ctx, cr, &child.kind, &child.key).await?;
+                deleted.push(child.key.clone());
+            }
+        }
+        let spared: Vec<String> = found
+            .iter()
+            .filter_map(|f| {
+                f.source
+                    .as_ref()
+                    .map(|s| format!("{s}, with foreign instances of {f}"))
+            })
+            .collect();
+        return Ok(Teardown::Done {
+            deleted,
+            orphaned,
+            spared: (!spared.is_empty()).then(|| spared.join("; ")),
+        });
+    }
+    let values: Vec<Value> = all.iter().map(Listed::value).collect();
+    let types = waves::ManagedTypes::of(&values, &spec.managed_types);
+    let mut stages: BTreeMap<(i32, u8), Vec<&Listed>> = BTreeMap::new();
+    for child in &all {
+        stages
+            .entry(child.delete_stage(&types))
+            .or_default()
+            .push(child);
+    }
+    let last = stages.keys().next_back().copied();
+    for (stage, group) in stages {
+        let mut left = Vec::new();
+        for child in group {
+            if child.orphans() {
+                children::orphan(ctx, cr, child).await?;
+                orphaned.push(child.key.clone());
+            } else if child.deleting() {
+                left.push(&child.key);
+            } else {
+                if !children::delete(ctx, cr, &child.kind, &child.key).await? {
+                    left.push(&child.key);
+                }
+                deleted.push(child.key.clone());
+            }
+        }
+        // The last wave is not waited for: nothing comes after it.
+        if !left.is_empty() && Some(stage) != last {
+            let mut names: Vec<String> = left.iter().take(NAMED).map(ToString::to_string).collect();
+            if left.len() > NAMED {
+                names.push(format!("{} more", left.len() - NAMED));
+            }
+            return Ok(Teardown::Waiting {
+                deleted,
+                on: format!(
+                    "waiting for {} to be gone before the next wave (delete wave {}, {})",
+                    names.join(", "),
+                    stage.0,
+                    [
+                        "instances of managed types",
+                        "ordinary objects",
+                        "CRDs, APIServices and Namespaces"
+                    ][usize::from(stage.1)]
+                ),
+            });
+        }
+    }
+    Ok(Teardown::Done {
+        deleted,
+        orphaned,
+        spared: None,
+    })
+}
