@@ -93,13 +93,10 @@ impl Deletions {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_component_ships_its_crd_operator_and_instance_in_waves_and_tears_down_in_reverse()
--> TestResult {
-    let group = unique_group("component");
-    let parts = format!("parts.{group}");
-    // Gizmo is not served when the host starts: its CRD is one of the Result's children.
-    let blueprint = format!(
+/// A Blueprint whose Components get the `component` guest's CRD (of Gizmos in `parts`),
+/// operator and instance; `extra` is more of the reconcile block (indented eight).
+fn component_blueprint(group: &str, parts: &str, extra: &str) -> String {
+    format!(
         r#"apiVersion: inrun.dev/v1alpha1
 kind: Blueprint
 metadata: {{name: e2e}}
@@ -116,9 +113,18 @@ spec:
           - {{apiVersion: apiextensions.k8s.io/v1, kind: CustomResourceDefinition, clusterScoped: true}}
           - {{apiVersion: apps/v1, kind: Deployment}}
           - {{apiVersion: {parts}/v1, kind: Gizmo}}
-"#,
+{extra}"#,
         plugin = plugin("inrun_test_component")
-    );
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_component_ships_its_crd_operator_and_instance_in_waves_and_tears_down_in_reverse()
+-> TestResult {
+    let group = unique_group("component");
+    let parts = format!("parts.{group}");
+    // Gizmo is not served when the host starts: its CRD is one of the Result's children.
+    let blueprint = component_blueprint(&group, &parts, "");
     let host = Host::start(&blueprint).await;
     let ns = ControlPlane::shared().namespace("component").await?;
     let ar = resource(&group, "Component");
@@ -282,6 +288,64 @@ spec:
     })
     .await;
     assert_eq!(order, ["Gizmo", "Deployment", "CRD"]);
+    host.stop().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crd_the_result_stops_returning_is_not_pruned_under_foreign_instances() -> TestResult {
+    let group = unique_group("shrink");
+    let parts = format!("parts.{group}");
+    let blueprint = component_blueprint(&group, &parts, "        prune: {enabled: true}\n");
+    let host = Host::start(&blueprint).await;
+    let ns = ControlPlane::shared().namespace("shrink").await?;
+    let ar = resource(&group, "Component");
+    served(&ar).await;
+    let component = |ship: bool| {
+        format!(
+            "apiVersion: {group}/v1alpha1\nkind: Component\nmetadata: {{name: shrink}}\nspec: {{ship: {ship}}}\n"
+        )
+    };
+    apply_cr(&ar, &ns, &component(true)).await;
+    let gizmo = gizmos(&parts);
+    served(&gizmo).await;
+    eventually("the instance", || get(&gizmo, Some(&ns), "shrink-own")).await;
+    let elsewhere = ControlPlane::shared().namespace("shrink-user").await?;
+    let theirs_api: Api<DynamicObject> = Api::namespaced_with(client(), &elsewhere, &gizmo);
+    let theirs: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": format!("{parts}/v1"), "kind": "Gizmo",
+        "metadata": {"name": "theirs"}, "spec": {},
+    }))?;
+    theirs_api.create(&PostParams::default(), &theirs).await?;
+
+    apply_cr(&ar, &ns, &component(false)).await;
+    let note = event(&ns, "shrink", "DeletionBlocked").await;
+    let crd_name = format!("gizmos.{parts}");
+    assert!(
+        note.contains(&format!("not pruning CustomResourceDefinition {crd_name}"))
+            && note.contains(&format!("{elsewhere}/theirs")),
+        "{note}"
+    );
+    eventually("the own instance to be pruned", || async {
+        get(&gizmo, Some(&ns), "shrink-own")
+            .await
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    assert!(
+        get(&crds(), None, &crd_name)
+            .await
+            .is_some_and(|c| c.metadata.deletion_timestamp.is_none()),
+        "the CRD stays under a foreign instance"
+    );
+    theirs_api
+        .delete("theirs", &DeleteParams::default())
+        .await?;
+    eventually("the CRD to be pruned once the instance is gone", || async {
+        get(&crds(), None, &crd_name).await.is_none().then_some(())
+    })
+    .await;
     host.stop().await;
     Ok(())
 }

@@ -66,6 +66,31 @@ impl Default for RbacOptions {
     }
 }
 
+/// Listing the instances of a block's `managedTypes` (the deletion safeguard looks for
+/// foreign ones): every resource of the named group, or of every group for a pattern.
+fn managed_type_permissions(crd: &CrdSpec, block: &ReconcileSpec) -> Vec<Permission> {
+    block
+        .managed_types
+        .iter()
+        .map(|t| {
+            let group = if t.is_pattern() {
+                "*"
+            } else {
+                t.group.as_str()
+            };
+            perm(
+                group,
+                "*",
+                &["list"],
+                format!(
+                    "foreign instances of managed types {}/{} of {} CRs",
+                    t.group, t.kind, crd.kind
+                ),
+            )
+        })
+        .collect()
+}
+
 fn perm(group: &str, resource: &str, verbs: &[&str], why: String) -> Permission {
     Permission {
         group: group.into(),
@@ -265,6 +290,7 @@ pub fn required(blueprint: &Blueprint, options: &RbacOptions) -> Vec<Permission>
                 ));
             }
             perms.extend(plugin_read_permissions(blueprint, crd, block));
+            perms.extend(managed_type_permissions(crd, block));
         }
     }
     perms.push(perm(
@@ -437,6 +463,7 @@ pub fn tenant_required(
                 );
             }
             perms.extend(plugin_read_permissions(blueprint, crd, block));
+            perms.extend(managed_type_permissions(crd, block));
         }
     }
     let events = perm(
@@ -748,6 +775,21 @@ spec:
         );
         assert_eq!(docs[2]["metadata"]["namespace"], "team-a");
         assert_eq!(docs[3]["subjects"][0]["name"], "tenant");
+    }
+
+    #[test]
+    fn managed_types_may_be_listed_in_their_group_or_every_group_for_a_pattern() {
+        let bp = blueprint(
+            "        managedTypes:\n          - {group: '*.widgets.io', kind: '*'}\n          - {group: tools.example.com, kind: Tool}\n",
+        );
+        let perms = required(&bp, &RbacOptions::default());
+        for group in ["*", "tools.example.com"] {
+            let p = perms
+                .iter()
+                .find(|p| p.group == group && p.resource == "*")
+                .unwrap_or_else(|| panic!("listing in {group}: {perms:?}"));
+            assert_eq!(p.verbs, ["list"]);
+        }
     }
 
     #[test]

@@ -414,7 +414,12 @@ async fn reconcile(p: Pass<'_>, fx: &mut dyn Effects) -> Result<Done, Failure> {
         Ok(done) => done,
         Err(f) => return Err(failed(p, fx, &args_ctx, f).await),
     };
-    let (outcome, written, waiting) = outcome;
+    let Settled {
+        outcome,
+        written,
+        waiting,
+        prune_blocked,
+    } = outcome;
 
     // 6. Status and events.
     let fields = match crd.status(&args_ctx, Some(&outcome)) {
@@ -457,7 +462,9 @@ async fn reconcile(p: Pass<'_>, fx: &mut dyn Effects) -> Result<Done, Failure> {
     let cleanup = outcome
         .cleanup
         .map(|c| meta::cleanup_wait(object, c.after, p.now));
-    let after = [next.after, cleanup, p.runtime.resync]
+    // A CRD kept from pruning for its foreign instances is looked at again.
+    let recheck = prune_blocked.then_some(SAFEGUARD_RECHECK);
+    let after = [next.after, cleanup, p.runtime.resync, recheck]
         .into_iter()
         .flatten()
         .min();
@@ -484,20 +491,32 @@ async fn prepare(
     Ok(req)
 }
 
+/// What the reconcile and apply steps came to.
+struct Settled {
+    /// The Result.
+    outcome: Outcome,
+    /// How many writes it took.
+    written: usize,
+    /// What a later wave waits for (then nothing was pruned: the children of later waves
+    /// are not applied yet).
+    waiting: Option<String>,
+    /// A CRD or APIService no longer returned was kept for its foreign instances.
+    prune_blocked: bool,
+}
+
 /// The steps that must all succeed for a pass to count: the reconciler, the fence, the
-/// children, pruning, and the CR's own labels and annotations. Returns the Result, how
-/// many writes it took, and what a later wave waits for (then nothing is pruned: the
-/// children of later waves are not applied yet).
+/// children, pruning, and the CR's own labels and annotations.
 async fn reconcile_and_apply(
     p: Pass<'_>,
     fx: &mut dyn Effects,
     rplan: &ReconcilePlan,
     req: &Request,
-) -> Result<(Outcome, usize, Option<String>), Failure> {
+) -> Result<Settled, Failure> {
     let outcome = rplan.reconciler.reconcile(req).await?;
     rplan.fence(&outcome, namespace(p.object))?;
     let applied = fx.apply(&rplan.spec, &outcome.resources, true).await?;
     let mut written = applied.written;
+    let mut prune_blocked = false;
     let prune = &rplan.spec.prune;
     if applied.waiting.is_none()
         && prune.enabled
@@ -520,6 +539,7 @@ async fn reconcile_and_apply(
         }
         if let Some(message) = pruned.blocked {
             fx.record(Reason::DeletionBlocked, message).await;
+            prune_blocked = true;
         }
         written += pruned.deleted.len() + pruned.orphaned.len();
     }
@@ -528,7 +548,12 @@ async fn reconcile_and_apply(
         fx.metadata(meta::RECONCILER_MANAGER, &decorations).await?;
         written += 1;
     }
-    Ok((outcome, written, applied.waiting))
+    Ok(Settled {
+        outcome,
+        written,
+        waiting: applied.waiting,
+        prune_blocked,
+    })
 }
 
 /// What a status step did.

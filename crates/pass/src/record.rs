@@ -21,6 +21,10 @@ pub struct Recorder {
     pub existing: Vec<ChildKey>,
     /// Whether applied children are already as desired (then an apply writes nothing).
     pub up_to_date: bool,
+    /// What an apply says a later wave waits for (offline: nothing).
+    pub waiting: Option<String>,
+    /// What a teardown answers; `None`: every existing child deleted.
+    pub teardown: Option<Teardown>,
     /// One line per effect, in order: `apply 2 owned`, `metadata inrun-finalizer`, ...
     pub steps: Vec<String>,
     /// Every resource applied, in the Result's order.
@@ -92,7 +96,7 @@ impl Effects for Recorder {
         Ok(Applied {
             keys: resources.iter().map(|r| self.key(r)).collect(),
             written: if self.up_to_date { 0 } else { resources.len() },
-            waiting: None,
+            waiting: self.waiting.clone(),
         })
     }
 
@@ -143,10 +147,14 @@ impl Effects for Recorder {
     async fn tear_down(
         &mut self,
         _spec: &ReconcileSpec,
-        _forced: bool,
+        forced: bool,
     ) -> Result<Teardown, EffectError> {
+        let how = if forced { " forced" } else { "" };
         self.steps
-            .push(format!("delete children {}", self.existing.len()));
+            .push(format!("delete children {}{how}", self.existing.len()));
+        if let Some(answer) = self.teardown.clone() {
+            return Ok(answer);
+        }
         Ok(Teardown::Done {
             deleted: std::mem::take(&mut self.existing),
             orphaned: Vec::new(),

@@ -222,6 +222,102 @@ fn requeue_after_alone_never_holds_a_deleting_cr() {
 }
 
 #[test]
+fn a_wave_that_waits_shows_progressing_prunes_nothing_and_runs_again_soon() {
+    let a = assembly("", "        prune: {enabled: true}\n");
+    let mut fx = Recorder::new(Some("ns".into()));
+    fx.waiting = Some("waiting for CustomResourceDefinition gizmos.x to be Established".into());
+    fx.existing = vec![ChildKey {
+        group: String::new(),
+        kind: "ConfigMap".into(),
+        namespace: Some("ns".into()),
+        name: "of-a-later-wave".into(),
+    }];
+    let done = run_pass(&a, &cr(json!({"phase": "on"})), &mut fx).expect("pass");
+    assert_eq!(done.after, Some(WAVE_RECHECK));
+    assert_eq!(
+        fx.steps,
+        ["metadata inrun-finalizer", "apply 1 owned", "status"],
+        "no prune, no event"
+    );
+    let status = fx.status.as_ref().expect("status");
+    assert_eq!(status["conditions"][0]["status"], "False");
+    assert_eq!(status["conditions"][0]["reason"], "Progressing");
+    assert!(
+        status["conditions"][0]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("gizmos.x"))
+    );
+}
+
+#[test]
+fn a_deletion_blocked_or_mid_wave_keeps_the_finalizer_and_says_why() {
+    let a = assembly("", "");
+    let mut object = cr(json!({"phase": "on"}));
+    deleting(&mut object);
+    let mut blocked = Recorder::new(Some("ns".into()));
+    blocked.teardown = Some(Teardown::Blocked(
+        "deletion blocked: Gizmo (1: b/theirs)".into(),
+    ));
+    let done = run_pass(&a, &object, &mut blocked).expect("pass");
+    assert_eq!(done.after, Some(SAFEGUARD_RECHECK));
+    assert_eq!(
+        blocked.steps,
+        ["delete children 0", "status", "event DeletionBlocked"]
+    );
+    let mut waiting = Recorder::new(Some("ns".into()));
+    waiting.teardown = Some(Teardown::Waiting {
+        deleted: Vec::new(),
+        on: "waiting for Gizmo ns/own to be gone".into(),
+    });
+    let done = run_pass(&a, &object, &mut waiting).expect("pass");
+    assert_eq!(done.after, Some(WAVE_RECHECK));
+    assert_eq!(waiting.steps, ["delete children 0", "status"], "no event");
+    let status = waiting.status.as_ref().expect("status");
+    assert_eq!(status["conditions"][0]["reason"], "Finalizing");
+}
+
+#[test]
+fn after_the_finalizer_timeout_the_teardown_is_forced_and_what_it_spared_is_told() {
+    let a = assembly("", "");
+    let mut object = cr(json!({"phase": "on"}));
+    deleting(&mut object);
+    let mut runtime_spec = a.blueprint.spec.runtime.clone();
+    runtime_spec.finalizers.timeout = Some(Duration::from_secs(1));
+    let mut fx = Recorder::new(Some("ns".into()));
+    fx.teardown = Some(Teardown::Done {
+        deleted: Vec::new(),
+        orphaned: Vec::new(),
+        spared: Some(
+            "CustomResourceDefinition gizmos.x, with foreign instances of Gizmo (1: b/theirs)"
+                .into(),
+        ),
+    });
+    let p = Pass {
+        crd: &a.crds()[0],
+        runtime: &runtime_spec,
+        object: &object,
+        target: None,
+        now: "2026-01-01T00:00:05Z".parse().expect("time"),
+    };
+    futures::executor::block_on(run(p, &mut fx)).expect("pass");
+    assert_eq!(
+        fx.steps,
+        [
+            "delete children 0 forced",
+            "event FinalizeTimeout",
+            "release",
+            "event Finalized"
+        ],
+        "the reconciler is not asked again after the timeout"
+    );
+    assert!(
+        fx.events[0]
+            .1
+            .contains("left in place instead of deleted: CustomResourceDefinition gizmos.x")
+    );
+}
+
+#[test]
 fn a_true_requeue_condition_holds_a_deleting_cr_and_says_why_once() {
     let a = assembly(
         "",

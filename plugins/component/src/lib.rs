@@ -4,7 +4,8 @@
 //! them in waves: the instance only once the CRD is Established; and delete them in
 //! reverse.
 //!
-//! A finalizing CR gets an empty outcome.
+//! With `spec.ship: false` only the operator is returned (the CRD and the instance are to be
+//! pruned). A finalizing CR gets an empty outcome.
 
 use inrun_sdk::{Outcome, Reconciler, Request, json};
 
@@ -19,6 +20,22 @@ impl Reconciler for Component {
         let group: String = req.arg("group")?;
         let name = req.name().to_string();
         let labels = json!({"app": format!("{name}-operator")});
+        let operator = json!({
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": format!("{name}-operator")},
+            "spec": {
+                "replicas": 1,
+                "selector": {"matchLabels": labels},
+                "template": {
+                    "metadata": {"labels": labels},
+                    "spec": {"containers": [{"name": "operator", "image": "gizmo-operator:1"}]},
+                },
+            },
+        });
+        if req.spec()["ship"] == json!(false) {
+            return Ok(Outcome::new().resource(operator));
+        }
         Ok(Outcome::new()
             .resource(json!({
                 "apiVersion": format!("{group}/v1"),
@@ -26,19 +43,7 @@ impl Reconciler for Component {
                 "metadata": {"name": format!("{name}-own")},
                 "spec": {"size": 1},
             }))
-            .resource(json!({
-                "apiVersion": "apps/v1",
-                "kind": "Deployment",
-                "metadata": {"name": format!("{name}-operator")},
-                "spec": {
-                    "replicas": 1,
-                    "selector": {"matchLabels": labels},
-                    "template": {
-                        "metadata": {"labels": labels},
-                        "spec": {"containers": [{"name": "operator", "image": "gizmo-operator:1"}]},
-                    },
-                },
-            }))
+            .resource(operator)
             .resource(json!({
                 "apiVersion": "apiextensions.k8s.io/v1",
                 "kind": "CustomResourceDefinition",
