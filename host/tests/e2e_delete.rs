@@ -86,16 +86,6 @@ fn cluster_roles() -> ApiResource {
     }
 }
 
-fn secrets() -> ApiResource {
-    ApiResource {
-        group: "".into(),
-        version: "v1".into(),
-        api_version: "v1".into(),
-        kind: "Secret".into(),
-        plural: "secrets".into(),
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deletion_is_held_while_a_conditional_requeue_holds_then_released() -> TestResult {
     let group = unique_group("hold");

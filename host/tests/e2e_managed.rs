@@ -16,16 +16,6 @@ use kube::runtime::watcher;
 use serde_json::json;
 use support::*;
 
-fn crds() -> ApiResource {
-    ApiResource {
-        group: "apiextensions.k8s.io".into(),
-        version: "v1".into(),
-        api_version: "apiextensions.k8s.io/v1".into(),
-        kind: "CustomResourceDefinition".into(),
-        plural: "customresourcedefinitions".into(),
-    }
-}
-
 fn gizmos(group: &str) -> ApiResource {
     ApiResource {
         group: group.into(),
@@ -41,6 +31,37 @@ fn gizmo_crd(group: &str, annotations: &str) -> String {
     format!(
         r#"{{apiVersion: apiextensions.k8s.io/v1, kind: CustomResourceDefinition, metadata: {{name: "gizmos.{group}", annotations: {{{annotations}}}}}, spec: {{group: "{group}", scope: Namespaced, names: {{kind: Gizmo, plural: gizmos, singular: gizmo, listKind: GizmoList}}, versions: [{{name: v1, served: true, storage: true, schema: {{openAPIV3Schema: {{type: object, x-kubernetes-preserve-unknown-fields: true}}}}}}]}}}}"#
     )
+}
+
+/// Creates a user's Gizmo `name` through `api` (namespaced), held by `finalizers`.
+async fn foreign_gizmo(
+    api: &Api<DynamicObject>,
+    parts: &str,
+    name: &str,
+    finalizers: &[&str],
+) -> anyhow::Result<()> {
+    let gizmo: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": format!("{parts}/v1"), "kind": "Gizmo",
+        "metadata": {"name": name, "finalizers": finalizers},
+        "spec": {},
+    }))?;
+    api.create(&PostParams::default(), &gizmo).await?;
+    Ok(())
+}
+
+/// Sets the finalizers of `name` (what an operator does; `null` lets it go).
+async fn set_finalizers(
+    api: &Api<DynamicObject>,
+    name: &str,
+    finalizers: serde_json::Value,
+) -> anyhow::Result<()> {
+    api.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": finalizers}})),
+    )
+    .await?;
+    Ok(())
 }
 
 fn owner(obj: &DynamicObject) -> Option<String> {
@@ -180,20 +201,9 @@ async fn a_component_ships_its_crd_operator_and_instance_in_waves_and_tears_down
     // A user's instance, held by a finalizer, in another namespace.
     let elsewhere = ControlPlane::shared().namespace("component-user").await?;
     let theirs_api: Api<DynamicObject> = Api::namespaced_with(client(), &elsewhere, &gizmo);
-    let theirs: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": format!("{parts}/v1"), "kind": "Gizmo",
-        "metadata": {"name": "theirs", "finalizers": ["example.com/operator"]},
-        "spec": {"size": 2},
-    }))?;
-    theirs_api.create(&PostParams::default(), &theirs).await?;
+    foreign_gizmo(&theirs_api, &parts, "theirs", &["example.com/operator"]).await?;
     // The operator would hold our own instance the same way.
-    gizmos_here
-        .patch(
-            "base-own",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"finalizers": ["example.com/operator"]}})),
-        )
-        .await?;
+    set_finalizers(&gizmos_here, "base-own", json!(["example.com/operator"])).await?;
 
     let order = Deletions::default();
     order.watch(&gizmo, Some(&ns), "base-own", "Gizmo").await;
@@ -236,13 +246,7 @@ async fn a_component_ships_its_crd_operator_and_instance_in_waves_and_tears_down
 
     // The user lets go of theirs: the first wave (instances) starts, and waits for the
     // operator's finalizer on the own instance before the operator goes.
-    theirs_api
-        .patch(
-            "theirs",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
-        )
-        .await?;
+    set_finalizers(&theirs_api, "theirs", json!(null)).await?;
     theirs_api
         .delete("theirs", &DeleteParams::default())
         .await?;
@@ -265,13 +269,7 @@ async fn a_component_ships_its_crd_operator_and_instance_in_waves_and_tears_down
             .is_some(),
         "the operator stays while the instance it serves is there"
     );
-    gizmos_here
-        .patch(
-            "base-own",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
-        )
-        .await?;
+    set_finalizers(&gizmos_here, "base-own", json!(null)).await?;
 
     eventually("the Component to be gone", || async {
         get(&ar, Some(&ns), "base").await.is_none().then_some(())
@@ -312,11 +310,7 @@ async fn a_crd_the_result_stops_returning_is_not_pruned_under_foreign_instances(
     eventually("the instance", || get(&gizmo, Some(&ns), "shrink-own")).await;
     let elsewhere = ControlPlane::shared().namespace("shrink-user").await?;
     let theirs_api: Api<DynamicObject> = Api::namespaced_with(client(), &elsewhere, &gizmo);
-    let theirs: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": format!("{parts}/v1"), "kind": "Gizmo",
-        "metadata": {"name": "theirs"}, "spec": {},
-    }))?;
-    theirs_api.create(&PostParams::default(), &theirs).await?;
+    foreign_gizmo(&theirs_api, &parts, "theirs", &[]).await?;
 
     apply_cr(&ar, &ns, &component(false)).await;
     let note = event(&ns, "shrink", "DeletionBlocked").await;
@@ -408,11 +402,7 @@ async fn kit_with_a_foreign_gizmo(
     served(&gizmo).await;
     let elsewhere = ControlPlane::shared().namespace("kit-user").await?;
     let api: Api<DynamicObject> = Api::namespaced_with(client(), &elsewhere, &gizmo);
-    let theirs: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": format!("{parts}/v1"), "kind": "Gizmo",
-        "metadata": {"name": "theirs"}, "spec": {},
-    }))?;
-    api.create(&PostParams::default(), &theirs).await?;
+    foreign_gizmo(&api, parts, "theirs", &[]).await?;
     Ok((host, ns, cr.metadata.uid.unwrap_or_default(), elsewhere))
 }
 
@@ -554,13 +544,7 @@ spec:
     })
     .await;
     apply_cr(&ar, &ns, &cr("second")).await;
-    let secrets = ApiResource {
-        group: "".into(),
-        version: "v1".into(),
-        api_version: "v1".into(),
-        kind: "Secret".into(),
-        plural: "secrets".into(),
-    };
+    let secrets = secrets();
     eventually("the second target's Secret", || {
         get(&secrets, Some(&ns), "mover-second")
     })

@@ -79,16 +79,6 @@ fn annotation<'o>(obj: &'o DynamicObject, key: &str) -> Option<&'o str> {
         .map(String::as_str)
 }
 
-fn secrets() -> ApiResource {
-    ApiResource {
-        group: "".into(),
-        version: "v1".into(),
-        api_version: "v1".into(),
-        kind: "Secret".into(),
-        plural: "secrets".into(),
-    }
-}
-
 /// Asserts that `child` is owned by `cr`: the owner label and a controller reference.
 fn assert_owned(child: &DynamicObject, cr: &DynamicObject) {
     let uid = cr.metadata.uid.as_deref().expect("cr uid");

@@ -738,16 +738,8 @@ async fn blocked(
     reason: &'static str,
     message: String,
 ) -> Result<(), Failure> {
-    let mut fields = p
-        .object
-        .get("status")
-        .and_then(Value::as_object)
-        .cloned()
-        .unwrap_or_default();
-    fields.remove("conditions");
-    fields.remove("observedGeneration");
     let ready = Ready::not(reason, message.clone());
-    if write_status(p, fx, fields, &ready).await? != StatusWrite::Unchanged {
+    if write_status(p, fx, kept_status(p.object), &ready).await? != StatusWrite::Unchanged {
         fx.record(Reason::DeletionBlocked, message).await;
     }
     Ok(())
@@ -756,16 +748,21 @@ async fn blocked(
 /// Says what a deletion in waves waits for, in status (`Ready` false, reason
 /// `Finalizing`); no event: the waves are progress, not a problem.
 async fn progress(p: Pass<'_>, fx: &mut dyn Effects, message: String) -> Result<(), Failure> {
-    let mut fields = p
-        .object
+    let ready = Ready::not("Finalizing", message);
+    write_status(p, fx, kept_status(p.object), &ready).await?;
+    Ok(())
+}
+
+/// A deleting CR's status as the last pass wrote it, but the fields the host sets anew.
+fn kept_status(object: &Value) -> Map<String, Value> {
+    let mut fields = object
         .get("status")
         .and_then(Value::as_object)
         .cloned()
         .unwrap_or_default();
     fields.remove("conditions");
     fields.remove("observedGeneration");
-    write_status(p, fx, fields, &Ready::not("Finalizing", message)).await?;
-    Ok(())
+    fields
 }
 
 /// Time left before `timeout` (counted from the deletion timestamp) runs out; `None` when

@@ -316,6 +316,28 @@ pub fn configmaps() -> ApiResource {
     }
 }
 
+/// v1 Secret.
+pub fn secrets() -> ApiResource {
+    ApiResource {
+        group: "".into(),
+        version: "v1".into(),
+        api_version: "v1".into(),
+        kind: "Secret".into(),
+        plural: "secrets".into(),
+    }
+}
+
+/// apiextensions.k8s.io/v1 CustomResourceDefinition.
+pub fn crds() -> ApiResource {
+    ApiResource {
+        group: "apiextensions.k8s.io".into(),
+        version: "v1".into(),
+        api_version: "apiextensions.k8s.io/v1".into(),
+        kind: "CustomResourceDefinition".into(),
+        plural: "customresourcedefinitions".into(),
+    }
+}
+
 /// v1 Service.
 pub fn services() -> ApiResource {
     ApiResource {
