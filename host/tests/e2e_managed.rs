@@ -114,31 +114,6 @@ impl Deletions {
     }
 }
 
-/// A Blueprint whose Components get the `component` guest's CRD (of Gizmos in `parts`),
-/// operator and instance; `extra` is more of the reconcile block (indented eight).
-fn component_blueprint(group: &str, parts: &str, extra: &str) -> String {
-    format!(
-        r#"apiVersion: inrun.dev/v1alpha1
-kind: Blueprint
-metadata: {{name: e2e}}
-spec:
-  crds:
-    - group: {group}
-      version: v1alpha1
-      kind: Component
-      reconcile:
-        default: false
-        constructor: {{location: "{plugin}"}}
-        args: {{group: "{parts}"}}
-        managedResources:
-          - {{apiVersion: apiextensions.k8s.io/v1, kind: CustomResourceDefinition, clusterScoped: true}}
-          - {{apiVersion: apps/v1, kind: Deployment}}
-          - {{apiVersion: {parts}/v1, kind: Gizmo}}
-{extra}"#,
-        plugin = plugin("inrun_test_component")
-    )
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_component_ships_its_crd_operator_and_instance_in_waves_and_tears_down_in_reverse()
 -> TestResult {
@@ -341,6 +316,33 @@ async fn a_crd_the_result_stops_returning_is_not_pruned_under_foreign_instances(
     })
     .await;
     host.stop().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_built_in_kind_that_is_not_served_is_still_refused_at_start_up() -> TestResult {
+    let group = unique_group("typo");
+    let blueprint = format!(
+        r#"apiVersion: inrun.dev/v1alpha1
+kind: Blueprint
+metadata: {{name: e2e}}
+spec:
+  crds:
+    - group: {group}
+      version: v1alpha1
+      kind: Typo
+      reconcile:
+        managedResources:
+          - {{apiVersion: apps/v1, kind: Deploymnet}}
+"#
+    );
+    let error = Host::start(&blueprint).await.refused().await;
+    let text = inrun::errors::chain(&error);
+    assert!(
+        text.contains("crd Typo: spec.crds[0].reconcile.managedResources[0]")
+            && text.contains("does not serve kind Deploymnet in apiVersion apps/v1"),
+        "{text}"
+    );
     Ok(())
 }
 

@@ -152,6 +152,66 @@ async fn a_new_cr_costs_one_write_per_change_and_the_hosts_writes_never_wake_it(
 }
 
 #[tokio::test]
+async fn a_component_costs_one_apply_per_child_and_a_status_per_wave_it_waits_for() -> TestResult {
+    let _turn = TURN.lock().await;
+    let group = unique_group("component-writes");
+    let parts = format!("parts.{group}");
+    let crd = format!("components.{group}");
+    let ar = resource(&group, "Component");
+    let host = Host::start(&component_blueprint(&group, &parts, "")).await;
+    let ns = ControlPlane::shared().namespace("component-writes").await?;
+    served(&ar).await;
+    let before = apiserver_writes().await;
+    apply_cr(
+        &ar,
+        &ns,
+        &format!(
+            "apiVersion: {group}/v1alpha1\nkind: Component\nmetadata: {{name: kit}}\nspec: {{}}\n"
+        ),
+    )
+    .await;
+    eventually("the Component to be Ready", || async {
+        let cr = get(&ar, Some(&ns), "kit").await?;
+        (ready(&cr)?.0 == "True").then_some(())
+    })
+    .await;
+    let passes = reconciles(&host.metrics, &crd);
+    barrier(&host, &ar, &ns, "kit", &crd, passes + 1, "a").await;
+    let after = apiserver_writes().await;
+    let writes = writes_between(
+        &before,
+        &after,
+        &[
+            (group.as_str(), "components"),
+            ("apiextensions.k8s.io", "customresourcedefinitions"),
+            ("apps", "deployments"),
+            (parts.as_str(), "gizmos"),
+            ("events.k8s.io", "events"),
+            ("", "events"),
+        ],
+    );
+    eprintln!("a component's writes: {writes:?}");
+    let count = |key: &str| writes.get(key).copied().unwrap_or_default();
+    // Each child once; the CR's create (the test's) and the finalizer; the barrier's label.
+    for (key, n) in [
+        ("APPLY customresourcedefinitions", 1),
+        ("APPLY deployments", 1),
+        ("APPLY gizmos", 1),
+        ("APPLY components", 2),
+        ("PATCH components", 1),
+        ("POST events", 1),
+    ] {
+        assert_eq!(count(key), n, "{key}: {writes:?}");
+    }
+    // Ready once, and Progressing for each wait (the CRD to be Established, the new type to
+    // be discovered): one to three status writes.
+    let status = count("APPLY components/status");
+    assert!((1..=3).contains(&status), "{writes:?}");
+    host.stop().await;
+    Ok(())
+}
+
+#[tokio::test]
 async fn a_resync_that_finds_everything_as_desired_writes_nothing() -> TestResult {
     let _turn = TURN.lock().await;
     let group = unique_group("noop-resync");

@@ -244,7 +244,10 @@ pub async fn prepare(
                 };
                 match shared.kinds.resolve(client, &m.api_version, &m.kind).await {
                     Ok(kind) => child_kinds.served.push(kind),
-                    Err(e) if e.not_served() => {
+                    // A kind of a group with a dot may be a CRD's, created later (by a
+                    // Result, or by anyone); a built-in group's kind never appears, so a
+                    // typo there is still refused.
+                    Err(e) if e.not_served() && may_be_defined_later(&m.api_version) => {
                         let defined_here = block
                             .spec
                             .managed_resources
@@ -272,6 +275,14 @@ pub async fn prepare(
         all.push(child_kinds);
     }
     Ok(all)
+}
+
+/// Whether a kind of `api_version` may be served later: its group could be a CRD's (it
+/// has a dot; the built-in groups without one, core included, never gain kinds).
+fn may_be_defined_later(api_version: &str) -> bool {
+    api_version
+        .rsplit_once('/')
+        .is_some_and(|(group, _)| group.contains('.'))
 }
 
 /// One CRD's controller: watches its CRs and the children they own and runs the pass,
@@ -588,4 +599,15 @@ pub async fn run(
     futures::future::join_all(controllers).await;
     tracing::info!("controllers stopped");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn only_kinds_of_groups_a_crd_could_define_are_waited_for() {
+        assert!(super::may_be_defined_later("parts.example.com/v1"));
+        assert!(super::may_be_defined_later("gateway.networking.k8s.io/v1"));
+        assert!(!super::may_be_defined_later("v1"), "core");
+        assert!(!super::may_be_defined_later("apps/v1"));
+    }
 }

@@ -72,6 +72,15 @@ impl Host {
     }
 
     /// Asks the host to stop and waits until reconciles in flight have finished.
+    /// Waits for the host to give up starting; returns why.
+    pub async fn refused(mut self) -> RunError {
+        let task = self.task.take().expect("a running host");
+        match tokio::time::timeout(WAIT, task).await {
+            Ok(Ok(Err(e))) => e,
+            other => panic!("the host was not refused: {other:?}"),
+        }
+    }
+
     pub async fn stop(mut self) {
         let _ = self.shutdown.send(true);
         if let Some(task) = self.task.take() {
@@ -314,6 +323,31 @@ pub fn configmaps() -> ApiResource {
         kind: "ConfigMap".into(),
         plural: "configmaps".into(),
     }
+}
+
+/// A Blueprint whose Components get the `component` guest's CRD (of Gizmos in `parts`),
+/// operator and instance; `extra` is more of the reconcile block (indented eight).
+pub fn component_blueprint(group: &str, parts: &str, extra: &str) -> String {
+    format!(
+        r#"apiVersion: inrun.dev/v1alpha1
+kind: Blueprint
+metadata: {{name: e2e}}
+spec:
+  crds:
+    - group: {group}
+      version: v1alpha1
+      kind: Component
+      reconcile:
+        default: false
+        constructor: {{location: "{plugin}"}}
+        args: {{group: "{parts}"}}
+        managedResources:
+          - {{apiVersion: apiextensions.k8s.io/v1, kind: CustomResourceDefinition, clusterScoped: true}}
+          - {{apiVersion: apps/v1, kind: Deployment}}
+          - {{apiVersion: {parts}/v1, kind: Gizmo}}
+{extra}"#,
+        plugin = plugin("inrun_test_component")
+    )
 }
 
 /// v1 Secret.
