@@ -1,7 +1,7 @@
 //! The CR's children: applied by server-side apply (field manager `inrun-reconciler`,
 //! forced) in waves, owned and labelled — and only when the desired object differs from
-//! what the host last applied or the child drifted; pruned when a Result no longer
-//! returns them; deleted everywhere when the CR is released.
+//! what the host last applied or the child drifted. Pruning and deleting them go through
+//! the helpers here from [`super::teardown`].
 //!
 //! Adoption is explicit: an existing object the CR does not own (no `inrun.dev/owner-uid`
 //! of its uid) is never taken over unless its `managedResources` entry says `adopt: true`,
@@ -19,7 +19,7 @@ use super::kinds::{Kind, UnknownKind};
 use super::stores::child_id;
 use inrun_contract::CREATE_ONLY_ANNOTATION;
 use inrun_pass::meta::{OWNER_UID, RECONCILER_MANAGER};
-use inrun_pass::{Applied, ChildKey, Pruned, waves};
+use inrun_pass::{Applied, ChildKey, waves};
 
 /// Annotation on every child the host applies: a hash of the object it sent, so a later
 /// pass (or another replica, or the host after a restart) knows the child is as desired
@@ -691,66 +691,6 @@ pub(super) async fn served_kinds(
         }
     }
     Ok(kinds)
-}
-
-/// Deletes children that `applied` no longer contains: only ones with the CR's owner label
-/// that the host applied, never kinds in `prune.keep`; instances of managed types first.
-/// A child whose delete policy says `orphan` is left in place instead, and a CRD or
-/// APIService whose types have foreign instances is kept (said in [`Pruned::blocked`]).
-///
-/// # Errors
-/// [`ChildError`] for the first failed list or delete.
-pub async fn prune(
-    ctx: &Ctx,
-    cr: &DynamicObject,
-    spec: &inrun_blueprint::ReconcileSpec,
-    applied: &HashSet<ChildKey>,
-) -> Result<Pruned, ChildError> {
-    let entries: Vec<(String, String)> = spec
-        .managed_resources
-        .iter()
-        .filter(|m| !spec.prune.keeps(&m.api_version, &m.kind))
-        .map(|m| (m.api_version.clone(), m.kind.clone()))
-        .collect();
-    let kinds = served_kinds(ctx, entries).await?;
-    let mut stale: Vec<Listed> = listed(ctx, cr, kinds)
-        .await?
-        .into_iter()
-        .filter(|c| !applied.contains(&c.key) && !c.deleting())
-        .collect();
-    let values: Vec<Value> = stale.iter().map(Listed::value).collect();
-    let types = waves::ManagedTypes::of(&values, &spec.managed_types);
-    stale.sort_by_key(|c| c.delete_stage(&types));
-    let mut pruned = Pruned::default();
-    let mut blocked = Vec::new();
-    for child in &stale {
-        if child.orphans() {
-            orphan(ctx, cr, child).await?;
-            pruned.orphaned.push(child.key.clone());
-            continue;
-        }
-        let r = &child.kind.resource;
-        if waves::defines_types(&r.api_version, &r.kind) {
-            let found = super::safeguard::foreign(ctx, cr, &[child], &[]).await?;
-            if !found.is_empty() {
-                blocked.push(format!(
-                    "{} ({})",
-                    child.key,
-                    super::safeguard::describe(&found)
-                ));
-                continue;
-            }
-        }
-        delete(ctx, cr, &child.kind, &child.key).await?;
-        pruned.deleted.push(child.key.clone());
-    }
-    if !blocked.is_empty() {
-        pruned.blocked = Some(format!(
-            "not pruning {}: foreign instances of its types exist; delete them first",
-            blocked.join("; ")
-        ));
-    }
-    Ok(pruned)
 }
 
 #[cfg(test)]

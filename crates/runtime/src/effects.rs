@@ -115,7 +115,7 @@ impl Effects for ApiEffects<'_> {
         spec: &ReconcileSpec,
         keep: &HashSet<ChildKey>,
     ) -> Result<Pruned, EffectError> {
-        children::prune(self.ctx, &self.cr, spec, keep)
+        teardown::prune(self.ctx, &self.cr, spec, keep)
             .await
             .map_err(child_error("pruning children"))
     }

@@ -1,5 +1,6 @@
-//! Deleting a released CR's children: every child of any reconcile block of its CRD, in
-//! delete waves, behind the safeguard for managed types, honouring delete policies.
+//! Removing children: pruning what a Result no longer returns, and deleting a released CR's
+//! children — every child of any reconcile block of its CRD, in delete waves — both behind
+//! the safeguard for managed types and honouring delete policies.
 
 use std::collections::{BTreeMap, HashSet};
 
@@ -10,10 +11,66 @@ use super::children::{self, ChildError, Listed};
 use super::context::Ctx;
 use super::safeguard;
 use inrun_blueprint::ReconcileSpec;
-use inrun_pass::{ChildKey, Teardown, waves};
+use inrun_pass::{ChildKey, Pruned, Teardown, waves};
 
 /// How many objects a waiting message names.
 const NAMED: usize = 3;
+
+/// Deletes children that `applied` no longer contains: only ones with the CR's owner label
+/// that the host applied, never kinds in `prune.keep`; instances of managed types first.
+/// A child whose delete policy says `orphan` is left in place instead, and a CRD or
+/// APIService whose types have foreign instances is kept (said in [`Pruned::blocked`]).
+///
+/// # Errors
+/// [`ChildError`] for the first failed list or delete.
+pub async fn prune(
+    ctx: &Ctx,
+    cr: &DynamicObject,
+    spec: &inrun_blueprint::ReconcileSpec,
+    applied: &HashSet<ChildKey>,
+) -> Result<Pruned, ChildError> {
+    let entries: Vec<(String, String)> = spec
+        .managed_resources
+        .iter()
+        .filter(|m| !spec.prune.keeps(&m.api_version, &m.kind))
+        .map(|m| (m.api_version.clone(), m.kind.clone()))
+        .collect();
+    let kinds = children::served_kinds(ctx, entries).await?;
+    let mut stale: Vec<Listed> = children::listed(ctx, cr, kinds)
+        .await?
+        .into_iter()
+        .filter(|c| !applied.contains(&c.key) && !c.deleting())
+        .collect();
+    let values: Vec<Value> = stale.iter().map(Listed::value).collect();
+    let types = waves::ManagedTypes::of(&values, &spec.managed_types);
+    stale.sort_by_key(|c| c.delete_stage(&types));
+    let mut pruned = Pruned::default();
+    let mut blocked = Vec::new();
+    for child in &stale {
+        if child.orphans() {
+            children::orphan(ctx, cr, child).await?;
+            pruned.orphaned.push(child.key.clone());
+            continue;
+        }
+        let r = &child.kind.resource;
+        if waves::defines_types(&r.api_version, &r.kind) {
+            let found = safeguard::foreign(ctx, cr, &[child], &[]).await?;
+            if !found.is_empty() {
+                blocked.push(format!("{} ({})", child.key, safeguard::describe(&found)));
+                continue;
+            }
+        }
+        children::delete(ctx, cr, &child.kind, &child.key).await?;
+        pruned.deleted.push(child.key.clone());
+    }
+    if !blocked.is_empty() {
+        pruned.blocked = Some(format!(
+            "not pruning {}: foreign instances of its types exist; delete them first",
+            blocked.join("; ")
+        ));
+    }
+    Ok(pruned)
+}
 
 /// Every child the host applied for `cr`, of every kind any reconcile block of its CRD
 /// manages (so children applied under an earlier serve target are found too), in every
