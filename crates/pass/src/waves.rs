@@ -96,14 +96,11 @@ impl ManagedTypes {
 
     /// Whether `api_version`/`kind` is a managed type.
     pub fn contains(&self, api_version: &str, kind: &str) -> bool {
-        let group = group_of(api_version);
-        let version = api_version.rsplit_once('/').map_or(api_version, |(_, v)| v);
-        self.defined
-            .contains(&(group.to_string(), kind.to_string()))
+        self.brought(api_version, kind)
             || self
-                .served
-                .contains(&(group.to_string(), version.to_string()))
-            || self.declared.iter().any(|t| t.matches(group, kind))
+                .declared
+                .iter()
+                .any(|t| t.matches(group_of(api_version), kind))
     }
 
     /// Whether `api_version`/`kind` is defined by a CRD or served by an APIService among

@@ -313,7 +313,7 @@ pub fn controller(
     let child_triggers: Vec<_> = child_kinds
         .served
         .iter()
-        .map(|kind| child_watch(&client, kind, &triggers, &stores))
+        .map(|kind| child_watch(&client, kind, &triggers, &stores).0)
         .collect();
     let pending = child_kinds.pending;
 
@@ -341,6 +341,7 @@ pub fn controller(
     let api: Api<cached::CachedCr> = Api::all_with(client.clone(), &ar);
     let writer = Writer::new(ar.clone());
     let reader = writer.as_reader();
+    let lazy_crs = reader.clone();
     let queued = ctx.queued.clone();
     let health = shared.metrics.health().clone();
     let counted = Arc::new(AtomicBool::new(false));
@@ -416,20 +417,20 @@ pub fn controller(
     let name = plan.spec.crd_name();
     async move {
         let health = metrics.health();
-        let watches: Vec<_> = child_triggers
-            .into_iter()
-            .map(|stream| {
-                let tx = woken_tx.clone();
-                tokio::spawn(stream.for_each(move |r| {
-                    let _ = tx.send(r);
-                    futures::future::ready(())
+        let watches: Vec<_> =
+            child_triggers
+                .into_iter()
+                .map(|stream| {
+                    let tx = woken_tx.clone();
+                    tokio::spawn(stream.for_each(move |r| {
+                        let _ = tx.send(r);
+                        futures::future::ready(())
+                    }))
+                })
+                .chain((!pending.is_empty()).then(|| {
+                    tokio::spawn(lazy_watches(lazy_ctx, lazy_crs, pending, woken_tx.clone()))
                 }))
-            })
-            .chain(
-                (!pending.is_empty())
-                    .then(|| tokio::spawn(lazy_watches(lazy_ctx, pending, woken_tx.clone()))),
-            )
-            .collect();
+                .collect();
         drop(woken_tx);
         health.controller_running(true);
         metrics.controller_started(&name);
@@ -463,14 +464,18 @@ fn child_watch(
     kind: &kinds::Kind,
     triggers: &Arc<triggers::Triggers>,
     stores: &stores::ChildStores,
-) -> futures::stream::BoxStream<'static, ObjectRef<cached::CachedCr>> {
+) -> (
+    futures::stream::BoxStream<'static, ObjectRef<cached::CachedCr>>,
+    kube::runtime::reflector::Store<PartialObjectMeta<DynamicObject>>,
+) {
     // `Api<PartialObjectMeta<_>>` asks for metadata only.
     let api: Api<PartialObjectMeta<DynamicObject>> = Api::all_with(client.clone(), &kind.resource);
     let writer: Writer<PartialObjectMeta<DynamicObject>> = Writer::new(kind.resource.clone());
-    stores.insert(kind, writer.as_reader());
+    let store = writer.as_reader();
+    stores.insert(kind, store.clone());
     let triggers = triggers.clone();
     let (group, kind_name) = (kind.resource.group.clone(), kind.resource.kind.clone());
-    reflector(
+    let stream = reflector(
         writer,
         watcher(api, watcher::Config::default().labels(OWNER_UID))
             .default_backoff()
@@ -486,14 +491,18 @@ fn child_watch(
         };
         futures::future::ready(woken)
     })
-    .boxed()
+    .boxed();
+    (stream, store)
 }
 
 /// Watches the children of kinds the API server did not serve at start-up, each from when
 /// it does: tried again when a pass saw a CRD of the CR's become `Established`, and on a
-/// timer (1 s, doubling to 30 s) for types created any other way.
+/// timer (1 s, doubling to 30 s) for types created any other way. Once a new watch has
+/// listed, every CR of `crs` is reconciled once: a child changed before the watch began
+/// (deleted behind the host's back, say) has no event to wake its CR.
 async fn lazy_watches(
     ctx: Arc<Ctx>,
+    crs: kube::runtime::reflector::Store<cached::CachedCr>,
     mut pending: Vec<(String, String)>,
     woken: tokio::sync::mpsc::UnboundedSender<ObjectRef<cached::CachedCr>>,
 ) {
@@ -509,12 +518,29 @@ async fn lazy_watches(
                 match ctx.kinds.resolve(&ctx.client, &api_version, &kind).await {
                     Ok(resolved) => {
                         tracing::info!(kind = %format!("{api_version} {kind}"), "the API server serves this kind now; watching its children");
-                        watches.push(child_watch(
-                            &ctx.client,
-                            &resolved,
-                            &ctx.triggers,
-                            &ctx.children,
-                        ));
+                        let (watch, store) =
+                            child_watch(&ctx.client, &resolved, &ctx.triggers, &ctx.children);
+                        watches.push(watch);
+                        let crs = crs.clone();
+                        let resource = ctx.cr_resource.clone();
+                        let every_cr = futures::stream::once(async move {
+                            let _ = store.wait_until_ready().await;
+                            crs.state()
+                                .iter()
+                                .map(|cr| {
+                                    let r = ObjectRef::new_with(
+                                        cr.metadata.name.as_deref().unwrap_or_default(),
+                                        resource.clone(),
+                                    );
+                                    match cr.metadata.namespace.as_deref() {
+                                        Some(ns) => r.within(ns),
+                                        None => r,
+                                    }
+                                })
+                                .collect::<Vec<_>>()
+                        })
+                        .flat_map(futures::stream::iter);
+                        watches.push(every_cr.boxed());
                     }
                     Err(_) => still.push((api_version, kind)),
                 }
