@@ -160,18 +160,7 @@ async fn a_component_ships_its_crd_operator_and_instance_in_waves_and_tears_down
         .collect();
     assert!(errors.is_empty(), "no failed first apply: {errors:?}");
 
-    // The kind was watched lazily, once served: an instance deleted behind the host's back
-    // wakes the CR and comes back.
     let gizmos_here: Api<DynamicObject> = Api::namespaced_with(client(), &ns, &gizmo);
-    gizmos_here
-        .delete("base-own", &DeleteParams::default())
-        .await?;
-    eventually("the instance to be restored", || async {
-        get(&gizmo, Some(&ns), "base-own")
-            .await
-            .filter(|g| g.metadata.uid != own.metadata.uid)
-    })
-    .await;
 
     // A user's instance, held by a finalizer, in another namespace.
     let elsewhere = ControlPlane::shared().namespace("component-user").await?;
