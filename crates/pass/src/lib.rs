@@ -140,13 +140,8 @@ pub struct Pruned {
 pub enum Teardown {
     /// Foreign instances of managed types exist; nothing was deleted.
     Blocked(String),
-    /// A delete wave is not gone yet; a later pass goes on.
-    Waiting {
-        /// What this pass deleted.
-        deleted: Vec<ChildKey>,
-        /// What it waits for.
-        on: String,
-    },
+    /// A delete wave is not gone yet; a later pass goes on. Says what it waits for.
+    Waiting(String),
     /// No child is left (deleted or orphaned).
     Done {
         /// What this pass deleted.
@@ -677,7 +672,7 @@ async fn finalize(p: Pass<'_>, fx: &mut dyn Effects) -> Result<Done, Failure> {
                 SAFEGUARD_RECHECK.min(left.unwrap_or(Duration::MAX)),
             ))
         }
-        Teardown::Waiting { on, .. } => {
+        Teardown::Waiting(on) => {
             progress(p, fx, format!("deleting children in waves: {on}")).await?;
             Ok(Done::after(WAVE_RECHECK.min(left.unwrap_or(Duration::MAX))))
         }

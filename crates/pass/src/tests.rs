@@ -265,10 +265,9 @@ fn a_deletion_blocked_or_mid_wave_keeps_the_finalizer_and_says_why() {
         ["delete children 0", "status", "event DeletionBlocked"]
     );
     let mut waiting = Recorder::new(Some("ns".into()));
-    waiting.teardown = Some(Teardown::Waiting {
-        deleted: Vec::new(),
-        on: "waiting for Gizmo ns/own to be gone".into(),
-    });
+    waiting.teardown = Some(Teardown::Waiting(
+        "waiting for Gizmo ns/own to be gone".into(),
+    ));
     let done = run_pass(&a, &object, &mut waiting).expect("pass");
     assert_eq!(done.after, Some(WAVE_RECHECK));
     assert_eq!(waiting.steps, ["delete children 0", "status"], "no event");

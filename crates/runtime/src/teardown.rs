@@ -190,19 +190,16 @@ pub async fn tear_down(
             if left.len() > NAMED {
                 names.push(format!("{} more", left.len() - NAMED));
             }
-            return Ok(Teardown::Waiting {
-                deleted,
-                on: format!(
-                    "waiting for {} to be gone before the next wave (delete wave {}, {})",
-                    names.join(", "),
-                    stage.0,
-                    [
-                        "instances of managed types",
-                        "ordinary objects",
-                        "CRDs, APIServices and Namespaces"
-                    ][usize::from(stage.1)]
-                ),
-            });
+            return Ok(Teardown::Waiting(format!(
+                "waiting for {} to be gone before the next wave (delete wave {}, {})",
+                names.join(", "),
+                stage.0,
+                [
+                    "instances of managed types",
+                    "ordinary objects",
+                    "CRDs, APIServices and Namespaces"
+                ][usize::from(stage.1)]
+            )));
         }
     }
     Ok(Teardown::Done {
