@@ -262,6 +262,38 @@ impl CrdSpec {
         let mut schema = crd.schema.clone().unwrap_or_else(
             || json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}),
         );
+        // A package CR's common fields, typed where the schema types the spec (the host
+        // checks their values, so a bad one is a condition on the CR, not a refused write).
+        if crd.reconcile.package.is_some()
+            && let Some(spec) = schema
+                .pointer_mut("/properties/spec/properties")
+                .and_then(Value::as_object_mut)
+        {
+            for (field, def) in [
+                (
+                    "state",
+                    json!({"type": "string", "description": "What the infrastructure should be; the package interprets it (default running)."}),
+                ),
+                (
+                    "suspend",
+                    json!({"type": "boolean", "description": "Stop converging (deletion still runs)."}),
+                ),
+                (
+                    "reconcileInterval",
+                    json!({"type": "string", "description": "How often the infrastructure is checked: a positive whole number with ms, s, m or h (default 60s)."}),
+                ),
+                (
+                    "deletionPolicy",
+                    json!({"type": "string", "enum": ["Retain", "Delete"], "description": "Retain (default) leaves the infrastructure when the CR is deleted; Delete deletes it first."}),
+                ),
+                (
+                    "config",
+                    json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true, "description": "The package's options; config.profile names the credentials profile (default <namespace>--<name>)."}),
+                ),
+            ] {
+                spec.entry(field).or_insert(def);
+            }
+        }
         // The host writes status whatever the schema says about it.
         if let Some(props) = schema.get_mut("properties").and_then(Value::as_object_mut) {
             props.entry("status").or_insert_with(

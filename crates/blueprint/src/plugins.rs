@@ -10,6 +10,8 @@ use super::refs::PullSecretRef;
 pub enum PluginRole<'a> {
     /// A full reconciler (`reconcile.constructor`).
     Constructor,
+    /// An infrastructure package (`reconcile.package`).
+    Package,
     /// A hooks component, called for `function` (`reconcile.hooks[i]`).
     Hook {
         /// The function name.
@@ -95,6 +97,18 @@ fn block_plugins<'a>(
             pull_secret: constructor.pull_secret.as_ref(),
             limits: &constructor.limits,
             field: format!("{at}.constructor"),
+        });
+    }
+    if let Some(package) = &spec.package {
+        out.push(PluginRef {
+            crd,
+            target,
+            role: PluginRole::Package,
+            location: &package.location,
+            digest: package.digest.as_deref(),
+            pull_secret: package.pull_secret.as_ref(),
+            limits: &package.limits,
+            field: format!("{at}.package"),
         });
     }
 }

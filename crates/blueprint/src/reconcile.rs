@@ -11,7 +11,7 @@ use super::external::ExternalCall;
 use super::quantity::Quantity;
 use super::refs::{PullSecretRef, SecretRef};
 
-/// The four ways a CR can be reconciled.
+/// The five ways a CR can be reconciled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ReconcilerKind {
@@ -23,6 +23,9 @@ pub enum ReconcilerKind {
     Constructor,
     /// An HTTP endpoint.
     Remote,
+    /// An infrastructure package: a component that observes and converges something
+    /// outside Kubernetes (`inrun:reconciler@0.2.0`, world `package`).
+    Package,
 }
 
 impl ReconcilerKind {
@@ -33,6 +36,7 @@ impl ReconcilerKind {
             ReconcilerKind::Hooks => "hooks",
             ReconcilerKind::Constructor => "constructor",
             ReconcilerKind::Remote => "remote",
+            ReconcilerKind::Package => "package",
         }
     }
 }
@@ -71,6 +75,10 @@ pub struct ReconcileSpec {
     /// An HTTP reconciler (with `default: false`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub remote: Option<RemoteSpec>,
+    /// An infrastructure package (with `default: false`): observes and converges
+    /// something outside Kubernetes; it writes no Kubernetes objects.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub package: Option<PluginSpec>,
     /// What the Request carries beyond the defaults.
     #[serde(default)]
     pub request: RequestSpec,
@@ -107,6 +115,7 @@ impl Default for ReconcileSpec {
             hooks: Vec::new(),
             constructor: None,
             remote: None,
+            package: None,
             request: RequestSpec::default(),
             managed_resources: Vec::new(),
             managed_types: Vec::new(),
@@ -119,7 +128,7 @@ impl Default for ReconcileSpec {
 
 impl ReconcileSpec {
     /// Which reconciler runs. Meaningful on a validated Blueprint, where `default: false`
-    /// has exactly one of `constructor` and `remote`.
+    /// has exactly one of `constructor`, `remote` and `package`.
     pub fn kind(&self) -> ReconcilerKind {
         if self.default {
             if self.hooks.is_empty() {
@@ -127,6 +136,8 @@ impl ReconcileSpec {
             } else {
                 ReconcilerKind::Hooks
             }
+        } else if self.package.is_some() {
+            ReconcilerKind::Package
         } else if self.remote.is_some() && self.constructor.is_none() {
             ReconcilerKind::Remote
         } else {

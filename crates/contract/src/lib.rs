@@ -6,5 +6,6 @@ mod contract;
 pub mod duration;
 pub mod errors;
 pub mod intent;
+pub mod package;
 
 pub use contract::*;

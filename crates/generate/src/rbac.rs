@@ -171,6 +171,7 @@ fn named_secrets(block: &ReconcileSpec) -> Vec<(String, String)> {
             block
                 .constructor
                 .iter()
+                .chain(&block.package)
                 .filter_map(|c| c.pull_secret.as_ref()),
         );
     out.extend(pulls.map(|p| (p.namespace.clone(), p.name.clone())));
@@ -196,8 +197,9 @@ fn reads_secrets(block: &ReconcileSpec) -> bool {
     let pull = block.hooks.iter().any(|h| h.pull_secret.is_some())
         || block
             .constructor
-            .as_ref()
-            .is_some_and(|c| c.pull_secret.is_some());
+            .iter()
+            .chain(&block.package)
+            .any(|c| c.pull_secret.is_some());
     let external = block.external.iter().any(|e| {
         e.http.as_ref().is_some_and(|h| h.secret_ref.is_some())
             || e.postgres.as_ref().is_some_and(|p| p.secret_ref.is_some())

@@ -6,6 +6,7 @@
 
 pub mod fields;
 pub mod meta;
+pub mod package;
 pub mod record;
 pub mod render;
 pub mod status;
@@ -207,6 +208,7 @@ impl Failure {
             Failure::Effect(EffectError {
                 condition: Some(c), ..
             }) => c,
+            Failure::Package { reason, .. } => reason,
             _ => "ReconcileError",
         }
     }
@@ -224,6 +226,15 @@ pub enum Failure {
     /// A read or write failed.
     #[error(transparent)]
     Effect(#[from] EffectError),
+    /// An infrastructure package's call failed or reported failure. `detail` is the
+    /// package's text: for the log, never for status or events.
+    #[error("{reason}: {detail}")]
+    Package {
+        /// The generic reason on the CR (`ConvergeFailed`, `ObserveFailed`, ...).
+        reason: &'static str,
+        /// What the package said.
+        detail: String,
+    },
 }
 
 /// What the pass reads from and writes to the world, for one CR. The pass calls a write
@@ -255,6 +266,14 @@ pub trait Effects: Send {
         manager: &'static str,
         metadata: &Metadata,
     ) -> Result<(), EffectError>;
+    /// Writes `metadata` on the CR under `manager`, like [`Effects::metadata`], but only on
+    /// the CR as the pass read it (or its own last write left it): its resourceVersion
+    /// goes with the write, and a CR changed since answers [`Written::Stale`].
+    async fn versioned_metadata(
+        &mut self,
+        manager: &'static str,
+        metadata: &Metadata,
+    ) -> Result<Written, EffectError>;
     /// Writes the CR's status.
     async fn status(&mut self, status: &Map<String, Value>) -> Result<Written, EffectError>;
     /// Records an event on the CR. Never fails the pass.
@@ -299,6 +318,9 @@ pub struct Done {
     pub holds: bool,
     /// A pending cleanup, counted from when it was first asked for.
     pub cleanup: Option<Duration>,
+    /// Run again after the CR's retry delay (doubling per retry, reset by an edit of its
+    /// spec): a package's infrastructure that is not there yet.
+    pub retry: bool,
 }
 
 impl Done {
@@ -467,6 +489,7 @@ async fn reconcile(p: Pass<'_>, fx: &mut dyn Effects) -> Result<Done, Failure> {
         after,
         holds: next.holds,
         cleanup: outcome.cleanup.map(|c| c.after),
+        retry: false,
     })
 }
 
@@ -659,7 +682,7 @@ async fn finalize(p: Pass<'_>, fx: &mut dyn Effects) -> Result<Done, Failure> {
             return Ok(Done {
                 after: Some(wait),
                 holds: true,
-                cleanup: None,
+                ..Done::default()
             });
         }
     }

@@ -35,6 +35,9 @@ pub struct Recorder {
     pub status: Option<Map<String, Value>>,
     /// Events recorded.
     pub events: Vec<(Reason, String)>,
+    /// Whether the CR "changed on the server" since it was read: status and versioned
+    /// metadata writes answer [`Written::Stale`].
+    pub stale: bool,
 }
 
 impl Recorder {
@@ -128,7 +131,24 @@ impl Effects for Recorder {
         Ok(())
     }
 
+    async fn versioned_metadata(
+        &mut self,
+        manager: &'static str,
+        metadata: &Metadata,
+    ) -> Result<Written, EffectError> {
+        if self.stale {
+            self.steps.push(format!("stale metadata {manager}"));
+            return Ok(Written::Stale);
+        }
+        self.metadata(manager, metadata).await?;
+        Ok(Written::Done)
+    }
+
     async fn status(&mut self, status: &Map<String, Value>) -> Result<Written, EffectError> {
+        if self.stale {
+            self.steps.push("stale status".into());
+            return Ok(Written::Stale);
+        }
         self.steps.push("status".into());
         self.status = Some(status.clone());
         Ok(Written::Done)

@@ -66,6 +66,14 @@ pub enum RenderError {
     /// Writing failed (never offline; kept so every failure of the pass has a place).
     #[error(transparent)]
     Effect(#[from] EffectError),
+    /// An infrastructure package's call failed.
+    #[error("{reason}: {detail}")]
+    Package {
+        /// The generic reason.
+        reason: &'static str,
+        /// What the package said.
+        detail: String,
+    },
 }
 
 impl From<Failure> for RenderError {
@@ -74,6 +82,7 @@ impl From<Failure> for RenderError {
             Failure::Reconcile(e) => RenderError::Reconcile(e),
             Failure::Pass(e) => RenderError::Pass(e),
             Failure::Effect(e) => RenderError::Effect(e),
+            Failure::Package { reason, detail } => RenderError::Package { reason, detail },
         }
     }
 }

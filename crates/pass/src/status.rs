@@ -49,27 +49,7 @@ pub fn desired(
     let previous = object
         .pointer("/status/conditions")
         .and_then(Value::as_array);
-    let was = previous
-        .and_then(|c| c.iter().find(|c| c["type"] == "Ready"))
-        .cloned()
-        .unwrap_or(Value::Null);
-    let status_text = if ready.ok { "True" } else { "False" };
-    let mut message: String = ready.message.chars().take(MESSAGE_MAX).collect();
-    if message.is_empty() {
-        message = ready.reason.to_string();
-    }
-    let transition = match &was["lastTransitionTime"] {
-        Value::String(t) if was["status"] == status_text => t.clone(),
-        _ => now.to_string(),
-    };
-    let condition = json!({
-        "type": "Ready",
-        "status": status_text,
-        "reason": ready.reason,
-        "message": message,
-        "observedGeneration": generation,
-        "lastTransitionTime": transition,
-    });
+    let condition = condition(object, "Ready", ready.ok, ready.reason, &ready.message, now);
     let mut conditions: Vec<Value> = previous
         .map(|c| c.iter().filter(|c| c["type"] != "Ready").cloned().collect())
         .unwrap_or_default();
@@ -77,6 +57,39 @@ pub fn desired(
     fields.insert("observedGeneration".into(), json!(generation));
     fields.insert("conditions".into(), Value::Array(conditions));
     fields
+}
+
+/// A condition of `type` as the Kubernetes API conventions shape it, its transition time
+/// kept from the one on `object` while its status holds.
+pub fn condition(
+    object: &Value,
+    kind: &str,
+    ok: bool,
+    reason: &str,
+    message: &str,
+    now: &str,
+) -> Value {
+    let was = object
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .and_then(|c| c.iter().find(|c| c["type"] == kind));
+    let status_text = if ok { "True" } else { "False" };
+    let transition = match was.map(|w| (&w["lastTransitionTime"], &w["status"])) {
+        Some((Value::String(t), s)) if s == status_text => t.clone(),
+        _ => now.to_string(),
+    };
+    let mut message: String = message.chars().take(MESSAGE_MAX).collect();
+    if message.is_empty() {
+        message = reason.to_string();
+    }
+    json!({
+        "type": kind,
+        "status": status_text,
+        "reason": reason,
+        "message": message,
+        "observedGeneration": object.pointer("/metadata/generation").and_then(Value::as_i64).unwrap_or_default(),
+        "lastTransitionTime": transition,
+    })
 }
 
 /// Whether writing `desired` would change the CR's status: a field differs, or the host

@@ -1,6 +1,6 @@
 //! Reconcilers turn a Request into an Outcome; none of them writes to the API server.
-//! Beside the four kinds (declarative templates, Wasm hooks and constructors, remote
-//! endpoints) live what they are built from: plugin sources and slots, secrets,
+//! Beside the five kinds (declarative templates, Wasm hooks and constructors, remote
+//! endpoints, infrastructure packages) live what they are built from: plugin sources and slots, secrets,
 //! `reconcile.external` calls, and the [`assemble`]d Blueprint that ties them to CRDs.
 
 pub mod api;
@@ -8,6 +8,7 @@ pub mod assemble;
 pub mod declarative;
 pub mod egress;
 pub mod external;
+pub mod package;
 pub mod plugins;
 pub mod remote;
 pub mod secrets;

@@ -148,6 +148,28 @@ impl Effects for ApiEffects<'_> {
             .map_err(|e| EffectError::new(what, ApiFailure(e)))
     }
 
+    async fn versioned_metadata(
+        &mut self,
+        manager: &'static str,
+        metadata: &Metadata,
+    ) -> Result<Written, EffectError> {
+        let mut patch = self.skeleton();
+        patch["metadata"]["resourceVersion"] = json!(self.cr.metadata.resource_version);
+        patch["metadata"]["finalizers"] = json!(metadata.finalizers);
+        if !metadata.labels.is_empty() {
+            patch["metadata"]["labels"] = json!(metadata.labels);
+        }
+        match self.apply_cr(manager, patch).await {
+            Ok(()) => Ok(Written::Done),
+            // Changed since it was read (409), or gone (404).
+            Err(kube::Error::Api(e)) if e.code == 409 || e.code == 404 => Ok(Written::Stale),
+            Err(e) => Err(EffectError::new(
+                "writing the CR's finalizer",
+                ApiFailure(e),
+            )),
+        }
+    }
+
     async fn status(&mut self, status: &Map<String, Value>) -> Result<Written, EffectError> {
         // The spec changed while this pass ran: its status would acknowledge a generation
         // it never saw. Leave the status to the pass that change starts.

@@ -325,11 +325,22 @@ pub fn controller(
         namespaced: plan.spec.scope == Scope::Namespaced,
         kinds: shared.kinds.clone(),
         events: events::Events::new(client.clone(), shared.instance.clone()),
-        // The backoff starts no lower than the requeue floor.
-        backoff: backoff::Backoff::new(
-            runtime.backoff.base.max(runtime.min_requeue),
-            runtime.backoff.max.max(runtime.min_requeue),
-        ),
+        // The backoff starts no lower than the requeue floor. A package's retries (its
+        // failures, and re-observing infrastructure not ready yet) go from 1 s to 1 min
+        // unless the Blueprint sets its own.
+        backoff: {
+            let (base, max) = if plan.default.package.is_some()
+                && runtime.backoff == inrun_blueprint::BackoffSpec::default()
+            {
+                (
+                    inrun_pass::package::RETRY_BASE,
+                    inrun_pass::package::RETRY_MAX,
+                )
+            } else {
+                (runtime.backoff.base, runtime.backoff.max)
+            };
+            backoff::Backoff::new(base.max(runtime.min_requeue), max.max(runtime.min_requeue))
+        },
         runtime,
         queued: context::Queued::default(),
         children: stores,

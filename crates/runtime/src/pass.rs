@@ -46,7 +46,10 @@ pub async fn reconcile(cached: Arc<CachedCr>, ctx: Arc<Ctx>) -> Result<Action, F
             target: None,
             now: k8s_openapi::jiff::Timestamp::now(),
         };
-        let result = pass::run(p, &mut fx).await;
+        let result = match &plan.package {
+            Some(package) => pass::package::run(p, &mut fx, package.as_ref()).await,
+            None => pass::run(p, &mut fx).await,
+        };
         let changed_meanwhile = ctx.triggers.end(&key);
         let error = result
             .as_ref()
@@ -55,11 +58,21 @@ pub async fn reconcile(cached: Arc<CachedCr>, ctx: Arc<Ctx>) -> Result<Action, F
         metrics.reconcile_finished(started, &key, &plugins, error);
         match result {
             Ok(done) => {
-                ctx.backoff.succeeded(&key);
                 tracing::debug!(?done, "reconciled");
+                // Not there yet (a package's infrastructure): the retry delay, which an
+                // edit of the spec resets.
+                let retry = done.retry.then(|| {
+                    ctx.backoff
+                        .failed(&key, cached.metadata.generation.unwrap_or_default())
+                });
+                if retry.is_none() {
+                    ctx.backoff.succeeded(&key);
+                }
                 // A change by someone else arrived while the pass ran: run again now.
                 let after = if changed_meanwhile {
                     Some(Duration::ZERO)
+                } else if retry.is_some() {
+                    retry
                 } else {
                     // A reconciler may not ask for less than the floor.
                     done.after

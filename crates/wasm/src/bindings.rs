@@ -31,4 +31,18 @@ pub mod hooks {
     });
 }
 
+/// The `package` world of `inrun:reconciler@0.2.0` (an infrastructure package). Its
+/// `host` and `http` imports are the 0.1.0 interfaces, served by the same implementation.
+pub mod package {
+    wasmtime::component::bindgen!({
+        path: "../../wit/0.2.0",
+        world: "%package",
+        exports: { default: async },
+        with: {
+            "inrun:reconciler/host@0.1.0": super::reconciler::inrun::reconciler::host,
+            "inrun:reconciler/http@0.1.0": super::reconciler::inrun::reconciler::http,
+        },
+    });
+}
+
 pub use reconciler::inrun::reconciler::types::{Cleanup, Level, Outcome, Request};

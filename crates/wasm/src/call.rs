@@ -35,8 +35,9 @@ impl Plugin {
                     Ok(guest) => guest.call_reconcile(&mut store, &wit_req).await,
                     Err(e) => Err(e),
                 },
-                Pre::Hooks(_) => Err(wasmtime::format_err!(
-                    "a hooks component has no `reconcile`"
+                Pre::Hooks(_) | Pre::Package(_) => Err(wasmtime::format_err!(
+                    "a {} component has no `reconcile`",
+                    self.world().name()
                 )),
             }
         })
@@ -70,9 +71,10 @@ impl Plugin {
                     }
                     Err(e) => Err(e),
                 },
-                Pre::Reconciler(_) => {
-                    Err(wasmtime::format_err!("a reconciler component has no hooks"))
-                }
+                Pre::Reconciler(_) | Pre::Package(_) => Err(wasmtime::format_err!(
+                    "a {} component has no hooks",
+                    self.world().name()
+                )),
             }
         })
         .await;
@@ -89,7 +91,7 @@ impl Plugin {
                     Ok(guest) => guest.call_functions(&mut store).await,
                     Err(e) => Err(e),
                 },
-                Pre::Reconciler(_) => Ok(Vec::new()),
+                Pre::Reconciler(_) | Pre::Package(_) => Ok(Vec::new()),
             }
         })
         .await;
@@ -99,7 +101,7 @@ impl Plugin {
     /// A fresh store armed with the plugin's limits and grants. The guest yields to the
     /// async runtime at every epoch tick, and is interrupted at the first tick past its
     /// deadline; host imports it awaits stop waiting at the same deadline.
-    fn store(
+    pub(super) fn store(
         &self,
         limits: &Limits,
         grants: &Grants,
@@ -132,7 +134,7 @@ impl Plugin {
     }
 
     /// Logs what the guest printed and turns a failed call into a [`CallError`].
-    fn settle<R>(
+    pub(super) fn settle<R>(
         &self,
         result: wasmtime::Result<R>,
         store: &Store<State>,
@@ -167,7 +169,7 @@ const OUTER_GRACE: Duration = Duration::from_millis(100);
 /// Runs `call` to its end, or drops it (and the store with it) once the deadline and
 /// [`OUTER_GRACE`] have passed: then it is an interrupt, reported as the deadline. Outside
 /// a Tokio runtime (a test polling by hand) only the epoch deadline applies.
-async fn bounded<R>(
+pub(super) async fn bounded<R>(
     limits: &Limits,
     call: impl std::future::Future<Output = wasmtime::Result<R>>,
 ) -> wasmtime::Result<R> {
@@ -297,7 +299,7 @@ fn from_wit_outcome(o: bindings::Outcome, limits: &Limits) -> Result<Outcome, St
     })
 }
 
-fn truncate_owned(mut s: String, max: usize) -> String {
+pub(super) fn truncate_owned(mut s: String, max: usize) -> String {
     if s.len() > max {
         let cut = super::state::truncate(&s, max).len();
         s.truncate(cut);

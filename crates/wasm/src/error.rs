@@ -28,7 +28,7 @@ pub enum LoadError {
     },
     /// The component exports neither world's functions.
     #[error(
-        "plugin {plugin} exports neither the `reconciler` world (`reconcile`) nor the `hooks` world (`functions`, `call`); it exports: {exports}"
+        "plugin {plugin} exports no Inrun world: not `reconciler` (`reconcile`), `hooks` (`functions`, `call`) nor `package` (`validate`, `identity`, `observe`, `converge`, `delete`); it exports: {exports}"
     )]
     UnknownWorld {
         /// The plugin.

@@ -10,6 +10,7 @@ mod engine;
 mod error;
 mod grants;
 mod imports;
+mod package;
 mod plugin;
 mod state;
 

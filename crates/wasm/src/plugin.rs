@@ -8,7 +8,7 @@ use serde::Serialize;
 use wasmtime::component::Component;
 use wasmtime::component::types::ComponentItem;
 
-use super::bindings::{hooks::HooksPre, reconciler::ReconcilerPre};
+use super::bindings::{hooks::HooksPre, package::PackagePre, reconciler::ReconcilerPre};
 use super::cache;
 use super::engine::Engine;
 use super::state::State;
@@ -22,6 +22,9 @@ pub enum World {
     Reconciler,
     /// `hooks`: named functions that adjust an outcome.
     Hooks,
+    /// `package` (`inrun:reconciler@0.2.0`): an observe/converge reconciler for
+    /// infrastructure outside Kubernetes.
+    Package,
 }
 
 impl World {
@@ -30,6 +33,7 @@ impl World {
         match self {
             World::Reconciler => "reconciler",
             World::Hooks => "hooks",
+            World::Package => "package",
         }
     }
 }
@@ -57,6 +61,7 @@ pub struct PluginInfo {
 pub(super) enum Pre {
     Reconciler(ReconcilerPre<State>),
     Hooks(HooksPre<State>),
+    Package(PackagePre<State>),
 }
 
 /// A component ready to be called. Cheap to clone; calls may run concurrently.
@@ -98,6 +103,11 @@ impl Plugin {
             World::Reconciler
         } else if has("functions") && has("call") {
             World::Hooks
+        } else if ["validate", "identity", "observe", "converge", "delete"]
+            .iter()
+            .all(|f| has(f))
+        {
+            World::Package
         } else {
             return Err(LoadError::UnknownWorld {
                 plugin: (*id).clone(),
@@ -116,6 +126,7 @@ impl Plugin {
         let pre = match world {
             World::Reconciler => Pre::Reconciler(ReconcilerPre::new(instance_pre).map_err(link)?),
             World::Hooks => Pre::Hooks(HooksPre::new(instance_pre).map_err(link)?),
+            World::Package => Pre::Package(PackagePre::new(instance_pre).map_err(link)?),
         };
         let info = PluginInfo {
             name: id.name.clone(),

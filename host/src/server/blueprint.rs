@@ -20,7 +20,7 @@ fn limits_json(l: &inrun_blueprint::PluginLimits) -> Value {
 fn plugins(spec: &ReconcileSpec, plan: &ReconcilePlan) -> Vec<Value> {
     // (location, function, limits) in Blueprint order, one per distinct location.
     let mut declared: Vec<(String, Vec<String>, Value)> = Vec::new();
-    if let Some(c) = &spec.constructor {
+    if let Some(c) = spec.constructor.as_ref().or(spec.package.as_ref()) {
         declared.push((c.location.clone(), Vec::new(), limits_json(&c.limits)));
     }
     for h in &spec.hooks {

@@ -39,5 +39,23 @@ pub mod hooks {
     });
 }
 
+/// Bindings for the `package` world of `inrun:reconciler@0.2.0` (an infrastructure
+/// package). Its `host` and `http` imports are the 0.1.0 interfaces, shared with the
+/// other worlds' bindings.
+pub mod package {
+    wit_bindgen::generate!({
+        path: "../../wit/0.2.0",
+        world: "%package",
+        pub_export_macro: true,
+        export_macro_name: "__export_package_world",
+        default_bindings_module: "$crate::bindings::package",
+        with: {
+            "inrun:reconciler/types@0.1.0": crate::bindings::reconciler::inrun::reconciler::types,
+            "inrun:reconciler/host@0.1.0": crate::bindings::reconciler::inrun::reconciler::host,
+            "inrun:reconciler/http@0.1.0": crate::bindings::reconciler::inrun::reconciler::http,
+        },
+    });
+}
+
 /// The WIT types shared by both worlds.
 pub use reconciler::inrun::reconciler::types;

@@ -6,6 +6,9 @@
 //!   kind), the `reconciler` world of `inrun:reconciler@0.1.0`.
 //! - [`Hooks`] + [`export_hooks!`]: named functions that adjust the outcome a Blueprint's
 //!   templates rendered, the `hooks` world.
+//! - [`package::Package`] + [`export_package!`]: an infrastructure package that observes
+//!   and converges something outside Kubernetes, the `package` world of
+//!   `inrun:reconciler@0.2.0`.
 //!
 //! Both receive a typed [`Request`] and return an [`Outcome`]; the SDK turns the JSON
 //! text of the WIT contract into `serde_json` values and back. [`log`] writes to the
@@ -47,6 +50,7 @@ pub mod cluster;
 pub mod http;
 pub mod log;
 mod outcome;
+pub mod package;
 mod request;
 
 pub use outcome::{Cleanup, Outcome};

@@ -216,7 +216,7 @@ mod tests {
             lines(&text),
             [
                 "web.yaml: crd WebApp: spec.crds[0].serve.selector: set exactly one of annotation and field",
-                "web.yaml: crd WebApp: spec.crds[0].serve.targets[0].reconcile: default: false needs a constructor or a remote",
+                "web.yaml: crd WebApp: spec.crds[0].serve.targets[0].reconcile: default: false needs a constructor, a remote or a package",
             ]
         );
     }

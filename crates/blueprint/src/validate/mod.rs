@@ -302,7 +302,7 @@ mod tests {
             got,
             [
                 format!(
-                    "{file}: crd WebApp: spec.crds[0].reconcile: default: false needs a constructor or a remote"
+                    "{file}: crd WebApp: spec.crds[0].reconcile: default: false needs a constructor, a remote or a package"
                 ),
                 format!(
                     "{file}: crd WebApp: spec.crds[0].reconcile.hooks: hooks adjust what templates render, so they need default: true"

@@ -10,7 +10,7 @@ use super::refs::secret_ref;
 use super::{MAX_CALL_TIME, Report, first_seen};
 use crate::location::{Location, LocationError};
 use crate::quantity::Quantity;
-use crate::reconcile::{PluginLimits, ReconcileSpec, RemoteSpec};
+use crate::reconcile::{PluginLimits, PruneSpec, ReconcileSpec, RemoteSpec, RequestSpec};
 use crate::refs::PullSecretRef;
 
 /// Checks `spec`, whose field path is `at` (e.g. `spec.crds[0].reconcile`).
@@ -101,11 +101,25 @@ fn reconciler(r: &mut Report<'_>, spec: &ReconcileSpec, at: &str) {
                 "a remote reconciler needs default: false",
             );
         }
+        if spec.package.is_some() {
+            r.add(format!("{at}.package"), "a package needs default: false");
+        }
     } else {
-        match (&spec.constructor, &spec.remote) {
-            (None, None) => r.add(at, "default: false needs a constructor or a remote"),
-            (Some(_), Some(_)) => r.add(at, "set only one of constructor and remote"),
-            _ => {}
+        let chosen = [
+            spec.constructor.is_some(),
+            spec.remote.is_some(),
+            spec.package.is_some(),
+        ];
+        match chosen.iter().filter(|c| **c).count() {
+            0 => r.add(
+                at,
+                "default: false needs a constructor, a remote or a package",
+            ),
+            1 => {}
+            _ if spec.package.is_none() => {
+                r.add(at, "set only one of constructor and remote");
+            }
+            _ => r.add(at, "set only one of constructor, remote and package"),
         }
         if !spec.hooks.is_empty() {
             r.add(
@@ -157,6 +171,47 @@ fn reconciler(r: &mut Report<'_>, spec: &ReconcileSpec, at: &str) {
     }
     if let Some(remote) = &spec.remote {
         self::remote(r, remote, &format!("{at}.remote"));
+    }
+    if let Some(package) = &spec.package {
+        let f = format!("{at}.package");
+        location(
+            r,
+            &package.location,
+            package.digest.as_deref(),
+            package.pull_secret.as_ref(),
+            &f,
+        );
+        limits(r, &package.limits, &format!("{f}.limits"));
+        super::capabilities::check(r, &package.capabilities, &format!("{f}.capabilities"));
+        if package.capabilities.cluster.is_some() {
+            r.add(
+                format!("{f}.capabilities.cluster"),
+                "a package manages infrastructure outside Kubernetes and reads no cluster objects; grant http instead",
+            );
+        }
+        package_only(r, spec, at);
+    }
+}
+
+/// A package writes no Kubernetes objects and takes its inputs from `spec.config`, so the
+/// fields that shape children or a Request mean nothing for it.
+fn package_only(r: &mut Report<'_>, spec: &ReconcileSpec, at: &str) {
+    let unused = [
+        ("args", !spec.args.is_empty()),
+        ("managedResources", !spec.managed_resources.is_empty()),
+        ("managedTypes", !spec.managed_types.is_empty()),
+        ("external", !spec.external.is_empty()),
+        ("requeue", spec.requeue.is_some()),
+        ("request", spec.request != RequestSpec::default()),
+        ("prune", spec.prune != PruneSpec::default()),
+    ];
+    for (field, set) in unused {
+        if set {
+            r.add(
+                format!("{at}.{field}"),
+                "a package writes no Kubernetes objects and reads its inputs from spec.config; leave this out (spec.reconcileInterval on the CR sets how often it is checked)",
+            );
+        }
     }
 }
 
@@ -378,7 +433,7 @@ mod tests {
         assert_eq!(
             reconcile("{ default: false, onReconcile: [ 'kind: ConfigMap' ] }"),
             [
-                format!("{AT}: default: false needs a constructor or a remote"),
+                format!("{AT}: default: false needs a constructor, a remote or a package"),
                 format!(
                     "{AT}.onReconcile: templates need default: true; with default: false the reconciler returns the resources"
                 ),

@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use crate::declarative::Declarative;
 use crate::external::ExternalCalls;
+use crate::package::Package;
 use crate::plugins::{PluginSet, PluginSlot};
 use crate::remote::Remote;
 use crate::sources::{Location, PullSecret};
@@ -55,6 +56,9 @@ pub struct ReconcilePlan {
     pub reconciler: Arc<dyn Reconciler>,
     /// Slots of the plugins it calls, in Blueprint order.
     pub slots: Vec<Arc<PluginSlot>>,
+    /// The infrastructure package, for a `package` block: the pass drives it instead of
+    /// asking `reconciler` for a Result.
+    pub package: Option<Arc<Package>>,
     args: CompiledValue,
     requeue: Option<RequeuePlan>,
     external: ExternalCalls,
@@ -586,6 +590,7 @@ impl Builder<'_> {
             }
         };
         let mut plugins = Vec::new();
+        let mut package = None;
         let reconciler: Option<Arc<dyn Reconciler>> = match r.kind() {
             ReconcilerKind::Declarative | ReconcilerKind::Hooks => {
                 let declarative = Declarative::compile(
@@ -651,6 +656,32 @@ impl Builder<'_> {
                     }
                 }
             }
+            ReconcilerKind::Package => {
+                let spec = r.package.as_ref()?;
+                let at_package = format!("{at}.package");
+                let mut limits = self.plugin_limits(&at_package, &spec.limits);
+                if spec.limits.deadline.is_none() {
+                    limits.deadline =
+                        crate::package::DEFAULT_DEADLINE.min(self.policy.ceilings.deadline);
+                }
+                let grants = self.plugin_grants(&at_package, &spec.capabilities);
+                let slot = self.slot(&at_package)?;
+                plugins.push(slot.clone());
+                match Package::new(slot, limits, grants) {
+                    Ok(p) => {
+                        let p = Arc::new(p);
+                        package = Some(p.clone());
+                        Some(p as Arc<dyn Reconciler>)
+                    }
+                    Err(e) => {
+                        self.problem(
+                            format!("{at_package}.location"),
+                            inrun_contract::errors::chain(&e),
+                        );
+                        None
+                    }
+                }
+            }
             ReconcilerKind::Remote => r.remote.as_ref().and_then(|spec| {
                 let http = match &self.policy.egress {
                     Some(egress) => match egress.check_url(&spec.endpoint).and(egress.http()) {
@@ -691,6 +722,7 @@ impl Builder<'_> {
             spec: r.clone(),
             reconciler: reconciler?,
             slots: plugins,
+            package,
             args: args?,
             requeue: requeue?,
             external: external?,

@@ -1,0 +1,399 @@
+//! The package pass's decisions with a scripted package and the recording effects: the
+//! order of writes and calls, what each observation leads to, and what never reaches
+//! status.
+
+use std::collections::VecDeque;
+use std::sync::Mutex;
+
+use super::*;
+use crate::record::Recorder;
+use inrun_reconcilers::assemble::Assembly;
+
+/// A package that answers from a script and notes every call.
+struct Script {
+    observations: Mutex<VecDeque<Observation>>,
+    converge: Result<Workflow, String>,
+    validation: Vec<String>,
+    zone: Option<String>,
+    calls: Mutex<Vec<String>>,
+}
+
+impl Script {
+    fn new(observations: &[Observation]) -> Self {
+        Script {
+            observations: Mutex::new(observations.iter().copied().collect()),
+            converge: Ok(Workflow::completed()),
+            validation: Vec::new(),
+            zone: None,
+            calls: Mutex::default(),
+        }
+    }
+
+    fn calls(&self) -> Vec<String> {
+        self.calls.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    fn note(&self, call: &str, opts: &Options) {
+        self.calls
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(format!("{call} {}", opts.event.as_str()));
+    }
+}
+
+#[async_trait]
+impl Infrastructure for Script {
+    async fn validate(&self, opts: &Options) -> Result<Vec<String>, String> {
+        self.note("validate", opts);
+        Ok(self.validation.clone())
+    }
+    async fn identity(&self, opts: &Options) -> Result<Identity, String> {
+        self.note("identity", opts);
+        Ok(Identity {
+            boundary: "acct".into(),
+            profile: opts.profile.clone(),
+            state: vec![Some(opts.name.clone()), self.zone.clone()],
+        })
+    }
+    async fn observe(&self, opts: &Options) -> Result<Observation, String> {
+        self.note("observe", opts);
+        Ok(self
+            .observations
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .pop_front()
+            .unwrap_or_default())
+    }
+    async fn workflow(&self, delete: bool, opts: &Options) -> Result<Workflow, String> {
+        self.note(if delete { "delete" } else { "converge" }, opts);
+        self.converge.clone()
+    }
+}
+
+const ABSENT: Observation = Observation {
+    exists: false,
+    matches: false,
+    ready: false,
+};
+const READY: Observation = Observation {
+    exists: true,
+    matches: true,
+    ready: true,
+};
+const UNREADY: Observation = Observation {
+    exists: true,
+    matches: true,
+    ready: false,
+};
+const DRIFTED: Observation = Observation {
+    exists: true,
+    matches: false,
+    ready: true,
+};
+
+fn assembly() -> Assembly {
+    // The package pass reads only the CRD's names from the plan.
+    let text = "apiVersion: inrun.dev/v1alpha1\nkind: Blueprint\nmetadata: {name: t}\nspec:\n  crds:\n    - {group: t.inrun.dev, version: v1, kind: Db}\n";
+    let bp = inrun_blueprint::from_str(text, "t.yaml").expect("blueprint");
+    let engine = inrun_wasm::Engine::new(inrun_wasm::EngineSettings {
+        pooling: false,
+        ..Default::default()
+    })
+    .expect("engine");
+    futures::executor::block_on(Assembly::from_blueprint(bp, &engine)).expect("assembly")
+}
+
+fn cr(spec: Value) -> Value {
+    json!({"apiVersion": "t.inrun.dev/v1", "kind": "Db",
+           "metadata": {"name": "a", "namespace": "ns", "uid": "u", "generation": 1},
+           "spec": spec})
+}
+
+fn pass(object: &Value, pkg: &Script, fx: &mut Recorder) -> Result<Done, Failure> {
+    let a = assembly();
+    let runtime = a.blueprint.spec.runtime.clone();
+    let p = Pass {
+        crd: &a.crds()[0],
+        runtime: &runtime,
+        object,
+        target: None,
+        now: "2026-01-01T00:00:00Z".parse().expect("time"),
+    };
+    futures::executor::block_on(run(p, fx, pkg))
+}
+
+/// `object` after the recorded writes: the last status and the finalizers.
+fn after(object: &Value, fx: &Recorder) -> Value {
+    let mut o = object.clone();
+    if let Some(s) = &fx.status {
+        o["status"] = Value::Object(s.clone());
+    }
+    if let Some(m) = fx.metadata_of(meta::FINALIZER_MANAGER) {
+        o["metadata"]["finalizers"] = json!(m.finalizers);
+    }
+    o
+}
+
+fn ready(object: &Value) -> (String, String, String) {
+    status::ready_now(object).expect("a Ready condition")
+}
+
+#[test]
+fn common_fields_have_the_seeds_defaults_and_refuse_bad_values_by_field() {
+    let c = Common::of(&cr(json!({}))).expect("defaults");
+    assert_eq!(
+        (c.state.as_str(), c.suspend, c.interval, c.deletion),
+        (
+            "running",
+            false,
+            Duration::from_secs(60),
+            DeletionPolicy::Retain
+        )
+    );
+    let c = Common::of(&cr(json!({"reconcileInterval": "250ms", "deletionPolicy": "Delete", "suspend": true, "state": "stopped"})))
+        .expect("set");
+    assert_eq!(c.interval, Duration::from_millis(250));
+    assert_eq!(c.deletion, DeletionPolicy::Delete);
+    for (spec, field) in [
+        (json!({"reconcileInterval": "5x"}), "spec.reconcileInterval"),
+        (json!({"reconcileInterval": "0s"}), "spec.reconcileInterval"),
+        (
+            json!({"reconcileInterval": "1.5s"}),
+            "spec.reconcileInterval",
+        ),
+        (json!({"reconcileInterval": 60}), "spec.reconcileInterval"),
+        (json!({"deletionPolicy": "delete"}), "spec.deletionPolicy"),
+        (json!({"suspend": "yes"}), "spec.suspend"),
+        (json!({"config": []}), "spec.config"),
+        (json!({"config": {"profile": 3}}), "spec.config.profile"),
+    ] {
+        let err = Common::of(&cr(spec.clone())).expect_err("refused");
+        assert!(err.starts_with(field), "{spec}: {err}");
+    }
+}
+
+#[test]
+fn the_identity_hash_is_stable_and_unambiguous() {
+    let h = identity_hash(&[Some("ns".into()), None, Some("db".into())]);
+    assert_eq!(
+        h,
+        identity_hash(&[Some("ns".into()), None, Some("db".into())])
+    );
+    assert_eq!(h.len(), 64);
+    assert_ne!(
+        identity_hash(&[Some("a".into()), Some("b".into())]),
+        identity_hash(&[Some("ab".into())])
+    );
+    assert_ne!(
+        identity_hash(&[None]),
+        identity_hash(&[Some(String::new())])
+    );
+    assert_ne!(identity_hash(&[]), identity_hash(&[None]));
+    // The encoding is part of the stored state: it must never change.
+    assert_eq!(
+        identity_hash(&[Some("a".into()), None]),
+        "79932a6254534fdde88c5defbff68bc94a3eced37acd60966de17b6619ddade2"
+    );
+}
+
+#[test]
+fn a_new_cr_stores_its_identity_and_finalizer_before_converging_once() {
+    let object = cr(json!({"config": {"size": 1}}));
+    let pkg = Script::new(&[ABSENT, READY]);
+    let mut fx = Recorder::new(Some("ns".into()));
+    let done = pass(&object, &pkg, &mut fx).expect("pass");
+    assert_eq!(
+        pkg.calls(),
+        [
+            "validate changed",
+            "identity changed",
+            "observe changed",
+            "converge changed",
+            "observe changed"
+        ]
+    );
+    // Finalizer and Reconciling (with the identity) before the converge, Ready after.
+    assert_eq!(
+        fx.steps,
+        [
+            "metadata inrun-finalizer",
+            "status",
+            "status",
+            "event Reconciled"
+        ]
+    );
+    assert_eq!(done.after, Some(DEFAULT_INTERVAL));
+    assert!(!done.retry);
+    let o = after(&object, &fx);
+    assert_eq!(o["metadata"]["finalizers"], json!([FINALIZER]));
+    assert_eq!(o["status"]["profile"], "ns--a");
+    assert_eq!(o["status"]["boundary"], "acct");
+    assert_eq!(
+        o["status"]["identity"],
+        json!(identity_hash(&[Some("a".into()), None]))
+    );
+    assert_eq!(ready(&o).0, "True");
+
+    // The next check finds it as it is: it writes nothing and converges nothing.
+    let pkg = Script::new(&[READY]);
+    let mut fx = Recorder::new(Some("ns".into()));
+    let done = pass(&o, &pkg, &mut fx).expect("pass");
+    assert_eq!(
+        pkg.calls(),
+        ["validate interval", "identity interval", "observe interval"]
+    );
+    assert!(fx.steps.is_empty(), "{:?}", fx.steps);
+    assert_eq!(done.after, Some(DEFAULT_INTERVAL));
+}
+
+fn settled_cr() -> Value {
+    let object = cr(json!({"config": {"size": 1}}));
+    let pkg = Script::new(&[ABSENT, READY]);
+    let mut fx = Recorder::new(Some("ns".into()));
+    pass(&object, &pkg, &mut fx).expect("pass");
+    after(&object, &fx)
+}
+
+#[test]
+fn matching_but_unready_infrastructure_is_observed_again_without_converging() {
+    let pkg = Script::new(&[UNREADY]);
+    let mut fx = Recorder::new(Some("ns".into()));
+    let done = pass(&settled_cr(), &pkg, &mut fx).expect("pass");
+    assert!(!pkg.calls().iter().any(|c| c.starts_with("converge")));
+    assert!(done.retry);
+    let o = after(&settled_cr(), &fx);
+    assert_eq!(ready(&o).1, "Progressing");
+    // Retried: the event says so.
+    let pkg = Script::new(&[UNREADY]);
+    pass(&o, &pkg, &mut Recorder::new(Some("ns".into()))).expect("pass");
+    assert_eq!(pkg.calls()[2], "observe retry");
+}
+
+#[test]
+fn drift_is_converged_and_a_suspended_cr_only_observes_it() {
+    let pkg = Script::new(&[DRIFTED, READY]);
+    let mut fx = Recorder::new(Some("ns".into()));
+    pass(&settled_cr(), &pkg, &mut fx).expect("pass");
+    assert!(pkg.calls().contains(&"converge interval".to_string()));
+
+    let mut object = settled_cr();
+    object["spec"]["suspend"] = json!(true);
+    let pkg = Script::new(&[DRIFTED]);
+    let mut fx = Recorder::new(Some("ns".into()));
+    let done = pass(&object, &pkg, &mut fx).expect("pass");
+    assert!(!pkg.calls().iter().any(|c| c.starts_with("converge")));
+    assert_eq!(ready(&after(&object, &fx)).1, "Suspended");
+    assert_eq!(done.after, Some(DEFAULT_INTERVAL));
+}
+
+#[test]
+fn a_cr_changed_under_the_first_write_converges_nothing() {
+    let object = cr(json!({"config": {"size": 1}}));
+    let pkg = Script::new(&[ABSENT]);
+    let mut fx = Recorder::new(Some("ns".into()));
+    fx.stale = true;
+    let done = pass(&object, &pkg, &mut fx).expect("pass");
+    assert!(!pkg.calls().iter().any(|c| c.starts_with("converge")));
+    assert_eq!(done.after, Some(crate::STALE_RETRY));
+    assert!(fx.status.is_none());
+}
+
+#[test]
+fn a_failed_converge_shows_a_generic_reason_and_never_the_packages_text() {
+    let mut pkg = Script::new(&[ABSENT]);
+    pkg.converge = Err("token=hunter2 refused".into());
+    let object = cr(json!({"config": {"size": 1}}));
+    let mut fx = Recorder::new(Some("ns".into()));
+    let err = pass(&object, &pkg, &mut fx).expect_err("failed");
+    assert!(matches!(
+        err,
+        Failure::Package {
+            reason: "ConvergeFailed",
+            ..
+        }
+    ));
+    assert_eq!(err.condition(), "ConvergeFailed");
+    let o = after(&object, &fx);
+    assert_eq!(ready(&o).1, "ConvergeFailed");
+    let text = serde_json::to_string(&o["status"]).expect("json");
+    assert!(!text.contains("hunter2"), "{text}");
+    assert!(fx.events.iter().all(|(_, n)| !n.contains("hunter2")));
+
+    // Validation details stay out of status too.
+    let mut pkg = Script::new(&[]);
+    pkg.validation = vec!["size: hunter2 is not a number".into()];
+    let mut fx = Recorder::new(Some("ns".into()));
+    pass(&object, &pkg, &mut fx).expect("pass");
+    let o = after(&object, &fx);
+    assert_eq!(ready(&o).1, "ValidationFailed");
+    assert!(
+        !serde_json::to_string(&o["status"])
+            .expect("json")
+            .contains("hunter2")
+    );
+    assert_eq!(pkg.calls(), ["validate changed"]);
+}
+
+#[test]
+fn an_identity_that_changes_is_refused_before_any_effect() {
+    let mut object = settled_cr();
+    object["metadata"]["generation"] = json!(2);
+    let mut pkg = Script::new(&[ABSENT]);
+    pkg.zone = Some("elsewhere".into());
+    let mut fx = Recorder::new(Some("ns".into()));
+    pass(&object, &pkg, &mut fx).expect("pass");
+    assert_eq!(pkg.calls(), ["validate changed", "identity changed"]);
+    assert_eq!(ready(&after(&object, &fx)).1, "IdentityChanged");
+}
+
+fn deleting(policy: &str) -> Value {
+    let mut object = settled_cr();
+    object["spec"]["deletionPolicy"] = json!(policy);
+    object["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+    object
+}
+
+#[test]
+fn retain_removes_only_the_finalizer_and_calls_nothing() {
+    let pkg = Script::new(&[]);
+    let mut fx = Recorder::new(Some("ns".into()));
+    pass(&deleting("Retain"), &pkg, &mut fx).expect("pass");
+    assert!(pkg.calls().is_empty());
+    assert_eq!(fx.steps, ["metadata inrun-finalizer", "event Finalized"]);
+    assert!(
+        fx.metadata_of(meta::FINALIZER_MANAGER)
+            .is_some_and(|m| m.finalizers.is_empty())
+    );
+}
+
+#[test]
+fn delete_runs_suspended_observes_absence_and_honours_prevent_destroy() {
+    let mut object = deleting("Delete");
+    object["spec"]["suspend"] = json!(true);
+    let pkg = Script::new(&[READY, ABSENT]);
+    let mut fx = Recorder::new(Some("ns".into()));
+    pass(&object, &pkg, &mut fx).expect("pass");
+    assert_eq!(
+        pkg.calls(),
+        ["observe deleting", "delete deleting", "observe deleting"]
+    );
+    assert!(
+        fx.steps
+            .ends_with(&["metadata inrun-finalizer".into(), "event Finalized".into()])
+    );
+
+    // Still there after the delete: the finalizer stays; observed again later.
+    let pkg = Script::new(&[READY, READY]);
+    let mut fx = Recorder::new(Some("ns".into()));
+    let done = pass(&object, &pkg, &mut fx).expect("pass");
+    assert!(done.retry);
+    assert!(fx.metadata_of(meta::FINALIZER_MANAGER).is_none());
+
+    object["metadata"]["annotations"] = json!({PREVENT_DESTROY: "true"});
+    let pkg = Script::new(&[READY]);
+    let mut fx = Recorder::new(Some("ns".into()));
+    pass(&object, &pkg, &mut fx).expect("pass");
+    assert!(pkg.calls().is_empty());
+    assert_eq!(ready(&after(&object, &fx)).1, "DestroyPrevented");
+    assert!(fx.events.iter().any(|(r, _)| *r == Reason::DeletionBlocked));
+}

@@ -1,0 +1,227 @@
+//! Calls into a `package` component (`inrun:reconciler@0.2.0`): each one a fresh store
+//! with the plugin's limits and grants, like a reconcile, and each answer checked against
+//! the output cap before the host reads it.
+
+use inrun_contract::package::{Event, Identity, Observation, Options, Progress, Workflow};
+use serde_json::Value;
+
+use super::bindings::package::inrun::reconciler0_2_0::infrastructure as wit;
+use super::bindings::package::{Package, PackagePre};
+use super::call::{bounded, truncate_owned};
+use super::grants::Grants;
+use super::plugin::{Plugin, Pre};
+use super::state::State;
+use super::{CallError, CallFailure, Limits};
+
+/// Which export a call runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Export {
+    Validate,
+    Identity,
+    Observe,
+    Converge,
+    Delete,
+}
+
+enum Answer {
+    Errors(Vec<String>),
+    Identity(Result<wit::Identity, String>),
+    Observation(Result<wit::Observation, String>),
+    Workflow(Result<wit::Workflow, String>),
+}
+
+impl Plugin {
+    /// `validate`: the problems with `opts`, empty when they are valid.
+    ///
+    /// # Errors
+    /// [`CallError`] when the call itself failed (deadline, memory, trap, oversized answer).
+    pub async fn package_validate(
+        &self,
+        opts: &Options,
+        limits: &Limits,
+        grants: &Grants,
+    ) -> Result<Vec<String>, CallError> {
+        match self
+            .package_call(Export::Validate, opts, limits, grants)
+            .await?
+        {
+            Answer::Errors(errors) => {
+                let size: usize = errors.iter().map(String::len).sum();
+                self.within(size, limits)?;
+                Ok(errors)
+            }
+            _ => unreachable!("validate answers errors"),
+        }
+    }
+
+    /// `identity`: which thing the CR stands for.
+    ///
+    /// # Errors
+    /// [`CallError`], also for an `err` the package returned.
+    pub async fn package_identity(
+        &self,
+        opts: &Options,
+        limits: &Limits,
+        grants: &Grants,
+    ) -> Result<Identity, CallError> {
+        let Answer::Identity(answer) = self
+            .package_call(Export::Identity, opts, limits, grants)
+            .await?
+        else {
+            unreachable!("identity answers an identity")
+        };
+        let id = answer.map_err(|e| self.returned(e))?;
+        let size = id.boundary.len()
+            + id.profile.len()
+            + id.state.iter().flatten().map(String::len).sum::<usize>();
+        self.within(size, limits)?;
+        Ok(Identity {
+            boundary: id.boundary,
+            profile: id.profile,
+            state: id.state,
+        })
+    }
+
+    /// `observe`: what the thing looks like now.
+    ///
+    /// # Errors
+    /// [`CallError`], also for an `err` the package returned.
+    pub async fn package_observe(
+        &self,
+        opts: &Options,
+        limits: &Limits,
+        grants: &Grants,
+    ) -> Result<Observation, CallError> {
+        let Answer::Observation(answer) = self
+            .package_call(Export::Observe, opts, limits, grants)
+            .await?
+        else {
+            unreachable!("observe answers an observation")
+        };
+        let o = answer.map_err(|e| self.returned(e))?;
+        Ok(Observation {
+            exists: o.exists,
+            matches: o.matches,
+            ready: o.ready,
+        })
+    }
+
+    /// `converge` (or, with `delete` true, `delete`): a workflow outcome.
+    ///
+    /// # Errors
+    /// [`CallError`], also for an `err` the package returned.
+    pub async fn package_workflow(
+        &self,
+        delete: bool,
+        opts: &Options,
+        limits: &Limits,
+        grants: &Grants,
+    ) -> Result<Workflow, CallError> {
+        let export = if delete {
+            Export::Delete
+        } else {
+            Export::Converge
+        };
+        let Answer::Workflow(answer) = self.package_call(export, opts, limits, grants).await?
+        else {
+            unreachable!("converge and delete answer a workflow")
+        };
+        let w = answer.map_err(|e| self.returned(e))?;
+        self.within(w.detail.as_ref().map_or(0, String::len), limits)?;
+        Ok(Workflow {
+            progress: match w.progress {
+                wit::Progress::Completed => Progress::Completed,
+                wit::Progress::Pending => Progress::Pending,
+                wit::Progress::Failed => Progress::Failed,
+            },
+            detail: w.detail.map(|d| truncate_owned(d, 500)),
+        })
+    }
+
+    async fn package_call(
+        &self,
+        export: Export,
+        opts: &Options,
+        limits: &Limits,
+        grants: &Grants,
+    ) -> Result<Answer, CallError> {
+        let wit_opts = to_wit(opts);
+        let (mut store, pre, _busy) = self.store(limits, grants, opts.namespace.clone());
+        let result = bounded(limits, async {
+            let Pre::Package(pre) = pre else {
+                return Err(wasmtime::format_err!(
+                    "a {} component is not a package",
+                    self.world().name()
+                ));
+            };
+            let guest = instantiate(pre, &mut store).await?;
+            Ok(match export {
+                Export::Validate => {
+                    Answer::Errors(guest.call_validate(&mut store, &wit_opts).await?)
+                }
+                Export::Identity => {
+                    Answer::Identity(guest.call_identity(&mut store, &wit_opts).await?)
+                }
+                Export::Observe => {
+                    Answer::Observation(guest.call_observe(&mut store, &wit_opts).await?)
+                }
+                Export::Converge => {
+                    Answer::Workflow(guest.call_converge(&mut store, &wit_opts).await?)
+                }
+                Export::Delete => Answer::Workflow(guest.call_delete(&mut store, &wit_opts).await?),
+            })
+        })
+        .await;
+        self.settle(result, &store, limits)
+    }
+
+    fn returned(&self, message: String) -> CallError {
+        CallError {
+            plugin: self.id().clone(),
+            failure: CallFailure::Returned(truncate_owned(message, 500)),
+        }
+    }
+
+    fn within(&self, size: usize, limits: &Limits) -> Result<(), CallError> {
+        if size <= limits.output_bytes {
+            return Ok(());
+        }
+        Err(CallError {
+            plugin: self.id().clone(),
+            failure: CallFailure::BadOutput(format!(
+                "{size} bytes of output, more than its limit of {} bytes",
+                limits.output_bytes
+            )),
+        })
+    }
+}
+
+async fn instantiate(
+    pre: &PackagePre<State>,
+    store: &mut wasmtime::Store<State>,
+) -> wasmtime::Result<Package> {
+    pre.instantiate_async(store).await
+}
+
+fn to_wit(opts: &Options) -> wit::Options {
+    wit::Options {
+        config: Value::Object(opts.config.clone()).to_string(),
+        profile: opts.profile.clone(),
+        state: opts.state.clone(),
+        event: match opts.event {
+            Event::Changed => wit::Event::Changed,
+            Event::Interval => wit::Event::Interval,
+            Event::Requested => wit::Event::Requested,
+            Event::Retry => wit::Event::Retry,
+            Event::Deleting => wit::Event::Deleting,
+        },
+        resource: wit::Descriptor {
+            group: opts.resource.group.clone(),
+            version: opts.resource.version.clone(),
+            plural: opts.resource.plural.clone(),
+            kind: opts.resource.kind.clone(),
+        },
+        namespace: opts.namespace.clone(),
+        name: opts.name.clone(),
+    }
+}

@@ -1,0 +1,644 @@
+//! Infrastructure packages end to end (seed 002) on a real kube-apiserver: the Rust test
+//! package `inrun_test_infra` manages "things" held by a small HTTP service in this test,
+//! reached through the `http` capability. Converge once, drift, matching-but-unready,
+//! interval and reconcile-request checks, suspend, a spec edit during a converge, Retain
+//! and Delete, prevent-destroy, retry delays from recorded call times, and no package
+//! text in status.
+
+mod support;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::routing::get as route_get;
+use axum::{Json, Router};
+use futures::StreamExt;
+use inrun_testenv::{ControlPlane, TestResult};
+use kube::Api;
+use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams};
+use kube::discovery::ApiResource;
+use kube::runtime::watcher;
+use serde_json::{Value, json};
+use support::*;
+
+/// One thing on the backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Thing {
+    size: i64,
+    ready: bool,
+}
+
+/// A call the backend answered: when, the method, and the host's event header.
+#[derive(Debug, Clone)]
+struct Call {
+    at: Instant,
+    method: &'static str,
+    event: String,
+}
+
+#[derive(Default)]
+struct Inner {
+    things: HashMap<String, Thing>,
+    calls: Vec<Call>,
+    /// Whether a thing is ready once converged.
+    unready_after_put: bool,
+    /// Answer every PUT with a 500 and this body.
+    fail_put: Option<String>,
+    /// Hold every PUT until the test releases it.
+    hold_put: bool,
+}
+
+/// The fake infrastructure service.
+#[derive(Clone, Default)]
+struct Backend {
+    inner: Arc<Mutex<Inner>>,
+    put_started: Arc<tokio::sync::Notify>,
+    put_release: Arc<tokio::sync::Notify>,
+}
+
+impl Backend {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn note(&self, method: &'static str, headers: &HeaderMap) {
+        let event = headers
+            .get("x-inrun-event")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_string();
+        self.lock().calls.push(Call {
+            at: Instant::now(),
+            method,
+            event,
+        });
+    }
+
+    fn calls(&self, method: &str) -> Vec<Call> {
+        self.lock()
+            .calls
+            .iter()
+            .filter(|c| c.method == method)
+            .cloned()
+            .collect()
+    }
+
+    fn thing(&self, id: &str) -> Option<Thing> {
+        self.lock().things.get(id).copied()
+    }
+
+    fn set(&self, id: &str, thing: Thing) {
+        self.lock().things.insert(id.to_string(), thing);
+    }
+
+    async fn start(&self) -> u16 {
+        let app = Router::new()
+            .route(
+                "/things/{id}",
+                route_get(observe).put(converge).delete(remove),
+            )
+            .with_state(self.clone());
+        serve(app).await
+    }
+}
+
+async fn observe(
+    State(b): State<Backend>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> (StatusCode, Json<Value>) {
+    b.note("GET", &headers);
+    match b.thing(&id) {
+        Some(t) => (
+            StatusCode::OK,
+            Json(json!({"size": t.size, "ready": t.ready})),
+        ),
+        None => (StatusCode::NOT_FOUND, Json(json!({}))),
+    }
+}
+
+async fn converge(
+    State(b): State<Backend>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    Json(body): Json<Value>,
+) -> (StatusCode, String) {
+    b.note("PUT", &headers);
+    let hold = b.lock().hold_put;
+    if hold {
+        b.put_started.notify_one();
+        b.put_release.notified().await;
+    }
+    let mut inner = b.lock();
+    if let Some(text) = inner.fail_put.clone() {
+        return (StatusCode::INTERNAL_SERVER_ERROR, text);
+    }
+    let ready = !inner.unready_after_put;
+    inner.things.insert(
+        id,
+        Thing {
+            size: body["size"].as_i64().unwrap_or_default(),
+            ready,
+        },
+    );
+    (StatusCode::OK, String::new())
+}
+
+async fn remove(
+    State(b): State<Backend>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> StatusCode {
+    b.note("DELETE", &headers);
+    match b.lock().things.remove(&id) {
+        Some(_) => StatusCode::OK,
+        None => StatusCode::NOT_FOUND,
+    }
+}
+
+fn blueprint(group: &str, port: u16) -> String {
+    format!(
+        r#"apiVersion: inrun.dev/v1alpha1
+kind: Blueprint
+metadata: {{name: e2e}}
+spec:
+  crds:
+    - group: {group}
+      version: v1alpha1
+      kind: Thing
+      reconcile:
+        default: false
+        package:
+          location: "{plugin}"
+          capabilities:
+            http: {{hosts: ["127.0.0.1:{port}"]}}
+"#,
+        plugin = plugin("inrun_test_infra")
+    )
+}
+
+/// A Thing CR named `name` with `spec` (a YAML flow mapping's inside) and `config`.
+fn thing_cr(group: &str, name: &str, spec: &str, port: u16, config: &str) -> String {
+    format!(
+        "apiVersion: {group}/v1alpha1\nkind: Thing\nmetadata: {{name: {name}}}\nspec: {{{spec}, config: {{endpoint: \"http://127.0.0.1:{port}\", {config}}}}}\n"
+    )
+}
+
+/// The CR's condition `kind` as (status, reason, message, observedGeneration).
+fn condition(cr: &DynamicObject, kind: &str) -> Option<(String, String, String, i64)> {
+    let c = cr.data["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == kind)?
+        .clone();
+    let text = |k: &str| c[k].as_str().unwrap_or_default().to_string();
+    Some((
+        text("status"),
+        text("reason"),
+        text("message"),
+        c["observedGeneration"].as_i64().unwrap_or_default(),
+    ))
+}
+
+async fn wait_reason(ar: &ApiResource, ns: &str, name: &str, reason: &str) -> DynamicObject {
+    eventually(&format!("{ns}/{name} to show {reason}"), || async {
+        let cr = get(ar, Some(ns), name).await?;
+        (condition(&cr, "Ready")?.1 == reason).then_some(cr)
+    })
+    .await
+}
+
+async fn wait_ready(ar: &ApiResource, ns: &str, name: &str) -> DynamicObject {
+    eventually(&format!("{ns}/{name} to be Ready"), || async {
+        let cr = get(ar, Some(ns), name).await?;
+        let ready = condition(&cr, "Ready")?;
+        (ready.0 == "True" && Some(ready.3) == cr.metadata.generation).then_some(cr)
+    })
+    .await
+}
+
+async fn patch_cr(ar: &ApiResource, ns: &str, name: &str, patch: Value) {
+    let api: Api<DynamicObject> = Api::namespaced_with(client(), ns, ar);
+    api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .expect("patch cr");
+}
+
+fn finalizers(cr: &DynamicObject) -> Vec<String> {
+    cr.metadata.finalizers.clone().unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_package_converges_once_then_follows_drift_and_readiness_without_converging_again()
+-> TestResult {
+    let backend = Backend::default();
+    let port = backend.start().await;
+    let group = unique_group("pkg-drift");
+    let host = Host::start(&blueprint(&group, port)).await;
+    let ns = ControlPlane::shared().namespace("pkg-drift").await?;
+    let ar = resource(&group, "Thing");
+    let plural = ("things".to_string(), group.clone());
+    served(&ar).await;
+
+    let before = apiserver_writes().await;
+    apply_cr(
+        &ar,
+        &ns,
+        &thing_cr(&group, "one", "reconcileInterval: 1h", port, "size: 2"),
+    )
+    .await;
+    let cr = wait_ready(&ar, &ns, "one").await;
+    let after = apiserver_writes().await;
+    let id = format!("{ns}--one");
+    assert_eq!(
+        backend.thing(&id),
+        Some(Thing {
+            size: 2,
+            ready: true
+        })
+    );
+    assert_eq!(backend.calls("PUT").len(), 1, "converged once");
+    assert_eq!(finalizers(&cr), ["inrun.dev/infrastructure"]);
+    let status = &cr.data["status"];
+    assert_eq!(status["profile"], json!(id));
+    assert_eq!(
+        status["boundary"],
+        json!(format!("http://127.0.0.1:{port}"))
+    );
+    assert_eq!(status["identity"].as_str().map(str::len), Some(64));
+    assert_eq!(
+        condition(&cr, "Reconciling").map(|c| c.0),
+        Some("False".into())
+    );
+    // The host's writes for a new CR, as the API server counted them: the finalizer, the
+    // identity with Reconciling, and Ready (the test's own apply is the other APPLY).
+    let writes = writes_between(&before, &after, &[(&plural.1, &plural.0)]);
+    assert_eq!(
+        writes,
+        [
+            ("APPLY things".to_string(), 2),
+            ("APPLY things/status".to_string(), 2)
+        ]
+        .into(),
+        "writes per new CR"
+    );
+    println!("package CR: {writes:?} (one of the APPLY things is the test's own create)");
+
+    // Drift behind its back: a changed annotation asks for an early check, which converges.
+    backend.set(
+        &id,
+        Thing {
+            size: 7,
+            ready: true,
+        },
+    );
+    patch_cr(
+        &ar,
+        &ns,
+        "one",
+        json!({"metadata": {"annotations": {"inrun.dev/reconcile-request": "1"}}}),
+    )
+    .await;
+    eventually("the drift to be converged", || async {
+        (backend.thing(&id)?.size == 2).then_some(())
+    })
+    .await;
+    let puts = backend.calls("PUT");
+    assert_eq!(puts.len(), 2);
+    assert_eq!(puts[1].event, "requested");
+    let cr = eventually("the request to be acknowledged", || async {
+        let cr = get(&ar, Some(&ns), "one").await?;
+        (cr.data["status"]["lastHandledReconcileAt"] == "1").then_some(cr)
+    })
+    .await;
+    assert_eq!(condition(&cr, "Ready").map(|c| c.0), Some("True".into()));
+
+    // Matching but not ready: observed again with the retry delay, never converged again.
+    backend.set(
+        &id,
+        Thing {
+            size: 2,
+            ready: false,
+        },
+    );
+    patch_cr(
+        &ar,
+        &ns,
+        "one",
+        json!({"metadata": {"annotations": {"inrun.dev/reconcile-request": "2"}}}),
+    )
+    .await;
+    let cr = wait_reason(&ar, &ns, "one", "Progressing").await;
+    assert_eq!(
+        condition(&cr, "Ready").map(|c| c.2),
+        Some("the infrastructure matches the spec but is not ready yet".into())
+    );
+    let retries = eventually("three re-observations", || async {
+        let gets: Vec<_> = backend
+            .calls("GET")
+            .into_iter()
+            .filter(|c| c.event == "retry")
+            .collect();
+        (gets.len() >= 3).then_some(gets)
+    })
+    .await;
+    assert_eq!(
+        backend.calls("PUT").len(),
+        2,
+        "no converge while it matches"
+    );
+    // 1 s, then 2 s (the floor is 1 s; each retry doubles it).
+    let gaps: Vec<f64> = retries
+        .windows(2)
+        .map(|w| (w[1].at - w[0].at).as_secs_f64())
+        .collect();
+    assert!(
+        (1.5..4.0).contains(&gaps[0]) && gaps[1] >= gaps[0] * 1.6,
+        "retry gaps {gaps:?}"
+    );
+    backend.set(
+        &id,
+        Thing {
+            size: 2,
+            ready: true,
+        },
+    );
+    wait_reason(&ar, &ns, "one", "Ready").await;
+    assert_eq!(backend.calls("PUT").len(), 2);
+
+    // Retain (the default): deleting the CR removes the finalizer and calls nothing.
+    let api: Api<DynamicObject> = Api::namespaced_with(client(), &ns, &ar);
+    api.delete("one", &DeleteParams::default()).await?;
+    eventually("the CR to be gone", || async {
+        get(&ar, Some(&ns), "one").await.is_none().then_some(())
+    })
+    .await;
+    assert!(backend.calls("DELETE").is_empty());
+    assert!(backend.thing(&id).is_some(), "retained");
+    host.stop().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_interval_checks_again_and_suspend_stops_converging_but_not_deletion() -> TestResult {
+    let backend = Backend::default();
+    let port = backend.start().await;
+    let group = unique_group("pkg-suspend");
+    let host = Host::start(&blueprint(&group, port)).await;
+    let ns = ControlPlane::shared().namespace("pkg-suspend").await?;
+    let ar = resource(&group, "Thing");
+    let spec = |suspend: bool| {
+        thing_cr(
+            &group,
+            "two",
+            &format!("reconcileInterval: 1500ms, deletionPolicy: Delete, suspend: {suspend}"),
+            port,
+            "size: 3",
+        )
+    };
+    apply_cr(&ar, &ns, &spec(false)).await;
+    wait_ready(&ar, &ns, "two").await;
+    let id = format!("{ns}--two");
+
+    // The interval: checked again without any change.
+    let checks = eventually("two interval checks", || async {
+        let gets: Vec<_> = backend
+            .calls("GET")
+            .into_iter()
+            .filter(|c| c.event == "interval")
+            .collect();
+        (gets.len() >= 2).then_some(gets)
+    })
+    .await;
+    let gap = (checks[1].at - checks[0].at).as_secs_f64();
+    assert!((1.3..4.0).contains(&gap), "interval gap {gap}");
+
+    // Suspended: drift is seen and not converged.
+    apply_cr(&ar, &ns, &spec(true)).await;
+    backend.set(
+        &id,
+        Thing {
+            size: 9,
+            ready: true,
+        },
+    );
+    let cr = wait_reason(&ar, &ns, "two", "Suspended").await;
+    assert_eq!(condition(&cr, "Ready").map(|c| c.0), Some("False".into()));
+    let puts = backend.calls("PUT").len();
+    let seen = backend.calls("GET").len();
+    eventually("another check while suspended", || async {
+        (backend.calls("GET").len() > seen + 1).then_some(())
+    })
+    .await;
+    assert_eq!(backend.calls("PUT").len(), puts, "suspended: no converge");
+
+    // prevent-destroy refuses the deletion with a condition; nothing is deleted.
+    patch_cr(
+        &ar,
+        &ns,
+        "two",
+        json!({"metadata": {"annotations": {"inrun.dev/prevent-destroy": "true"}}}),
+    )
+    .await;
+    let api: Api<DynamicObject> = Api::namespaced_with(client(), &ns, &ar);
+    api.delete("two", &DeleteParams::default()).await?;
+    let cr = wait_reason(&ar, &ns, "two", "DestroyPrevented").await;
+    assert!(cr.metadata.deletion_timestamp.is_some());
+    event(&ns, "two", "DeletionBlocked").await;
+    assert!(backend.calls("DELETE").is_empty());
+    assert!(backend.thing(&id).is_some());
+
+    // Without it, Delete runs the package's delete although the CR is suspended, and the
+    // finalizer goes once the thing is observed gone.
+    patch_cr(
+        &ar,
+        &ns,
+        "two",
+        json!({"metadata": {"annotations": {"inrun.dev/prevent-destroy": null}}}),
+    )
+    .await;
+    eventually("the CR to be gone", || async {
+        get(&ar, Some(&ns), "two").await.is_none().then_some(())
+    })
+    .await;
+    assert_eq!(backend.calls("DELETE").len(), 1);
+    assert_eq!(backend.calls("DELETE")[0].event, "deleting");
+    assert!(backend.thing(&id).is_none());
+    host.stop().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failures_retry_with_doubling_delays_reset_by_an_edit_and_status_never_holds_package_text()
+-> TestResult {
+    let backend = Backend::default();
+    backend.lock().fail_put = Some("backend-secret-error-text".into());
+    let port = backend.start().await;
+    let group = unique_group("pkg-retry");
+    let host = Host::start(&blueprint(&group, port)).await;
+    let ns = ControlPlane::shared().namespace("pkg-retry").await?;
+    let ar = resource(&group, "Thing");
+    apply_cr(
+        &ar,
+        &ns,
+        &thing_cr(&group, "three", "reconcileInterval: 1h", port, "size: 1"),
+    )
+    .await;
+    let cr = wait_reason(&ar, &ns, "three", "ConvergeFailed").await;
+    let puts = eventually("four failed converges", || async {
+        let puts = backend.calls("PUT");
+        (puts.len() >= 4).then_some(puts)
+    })
+    .await;
+    let gaps: Vec<f64> = puts
+        .windows(2)
+        .map(|w| (w[1].at - w[0].at).as_secs_f64())
+        .collect();
+    // 1 s, 2 s, 4 s, with room for the pass itself.
+    assert!((0.8..2.5).contains(&gaps[0]), "retry gaps {gaps:?}");
+    assert!(
+        gaps[1] >= gaps[0] * 1.6 && gaps[2] >= gaps[1] * 1.6,
+        "retry gaps {gaps:?}"
+    );
+    let text = serde_json::to_string(&cr.data["status"])?;
+    assert!(!text.contains("backend-secret"), "status: {text}");
+    for (_, note) in events(&ns, "three").await {
+        assert!(!note.contains("backend-secret"), "event: {note}");
+    }
+
+    // An edit of the desired state resets the delay: the next converge comes at once.
+    backend.lock().fail_put = None;
+    let edited = Instant::now();
+    apply_cr(
+        &ar,
+        &ns,
+        &thing_cr(&group, "three", "reconcileInterval: 1h", port, "size: 4"),
+    )
+    .await;
+    wait_ready(&ar, &ns, "three").await;
+    let last = backend.calls("PUT").last().cloned().expect("a put");
+    assert!(
+        last.at - edited < Duration::from_secs(3),
+        "converged {:?} after the edit",
+        last.at - edited
+    );
+
+    // Bad values get a generic condition; the package's validation details stay in the log.
+    apply_cr(
+        &ar,
+        &ns,
+        &thing_cr(&group, "three", "reconcileInterval: 1h", port, "size: -3"),
+    )
+    .await;
+    let cr = wait_reason(&ar, &ns, "three", "ValidationFailed").await;
+    let text = serde_json::to_string(&cr.data["status"])?;
+    assert!(!text.contains("secret-validation-detail"), "status: {text}");
+    apply_cr(
+        &ar,
+        &ns,
+        &thing_cr(&group, "three", "reconcileInterval: 5x", port, "size: 4"),
+    )
+    .await;
+    let cr = eventually("the bad interval to be refused", || async {
+        let cr = get(&ar, Some(&ns), "three").await?;
+        let ready = condition(&cr, "Ready")?;
+        (ready.1 == "ValidationFailed" && Some(ready.3) == cr.metadata.generation).then_some(cr)
+    })
+    .await;
+    let note = event(&ns, "three", "Invalid").await;
+    assert!(note.contains("ValidationFailed"), "{note}");
+    assert!(
+        events(&ns, "three")
+            .await
+            .iter()
+            .any(|(_, n)| n.contains("spec.reconcileInterval")),
+        "the host's own check names the field"
+    );
+    assert_eq!(condition(&cr, "Ready").map(|c| c.0), Some("False".into()));
+    host.stop().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spec_edit_during_a_converge_never_lets_the_stale_result_mark_the_new_generation_ready()
+-> TestResult {
+    let backend = Backend::default();
+    backend.lock().hold_put = true;
+    let port = backend.start().await;
+    let group = unique_group("pkg-stale");
+    let host = Host::start(&blueprint(&group, port)).await;
+    let ns = ControlPlane::shared().namespace("pkg-stale").await?;
+    let ar = resource(&group, "Thing");
+    served(&ar).await;
+
+    // Every version of the CR the API server serves, as (generation, Ready status,
+    // Ready's observedGeneration, status.observedGeneration).
+    let seen: Arc<Mutex<Vec<(i64, String, i64, i64)>>> = Arc::default();
+    let api: Api<DynamicObject> = Api::namespaced_with(client(), &ns, &ar);
+    let watch = {
+        let seen = seen.clone();
+        let api = api.clone();
+        tokio::spawn(async move {
+            let mut stream = watcher(api, watcher::Config::default()).boxed();
+            while let Some(Ok(event)) = stream.next().await {
+                if let watcher::Event::Apply(cr) | watcher::Event::InitApply(cr) = event
+                    && let Some(ready) = condition(&cr, "Ready")
+                {
+                    seen.lock().unwrap_or_else(|p| p.into_inner()).push((
+                        cr.metadata.generation.unwrap_or_default(),
+                        ready.0,
+                        ready.3,
+                        cr.data["status"]["observedGeneration"]
+                            .as_i64()
+                            .unwrap_or_default(),
+                    ));
+                }
+            }
+        })
+    };
+
+    let started = backend.put_started.notified();
+    apply_cr(
+        &ar,
+        &ns,
+        &thing_cr(&group, "four", "reconcileInterval: 1h", port, "size: 1"),
+    )
+    .await;
+    tokio::time::timeout(Duration::from_secs(60), started).await?;
+    // The converge of generation 1 is under way: the spec changes.
+    backend.lock().hold_put = false;
+    apply_cr(
+        &ar,
+        &ns,
+        &thing_cr(&group, "four", "reconcileInterval: 1h", port, "size: 5"),
+    )
+    .await;
+    backend.put_release.notify_one();
+    let cr = wait_ready(&ar, &ns, "four").await;
+    assert_eq!(cr.metadata.generation, Some(2));
+    assert_eq!(
+        backend.thing(&format!("{ns}--four")).map(|t| t.size),
+        Some(5)
+    );
+    assert_eq!(backend.calls("PUT").len(), 2);
+    watch.abort();
+    let seen = seen.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    for (generation, ready, ready_gen, status_gen) in &seen {
+        if ready == "True" {
+            assert_eq!(
+                (ready_gen, status_gen),
+                (generation, generation),
+                "a Ready status that acknowledges another generation: {seen:?}"
+            );
+        }
+    }
+    assert!(
+        seen.iter().all(|(g, r, ..)| !(*g == 1 && r == "True")),
+        "the stale converge of generation 1 was never shown as ready: {seen:?}"
+    );
+    host.stop().await;
+    Ok(())
+}

@@ -1,0 +1,117 @@
+//! Test guest: an infrastructure package. Its "things" live in an HTTP service at
+//! `config.endpoint` (the test runs it), one per CR, named `<profile>`:
+//!
+//! - `GET /things/<profile>`: 404 when absent, else `{"size": n, "ready": bool}`;
+//! - `PUT /things/<profile>` with `{"size": n}`: 200 done, 202 still working;
+//! - `DELETE /things/<profile>`: 200 or 404 done, 202 still working.
+//!
+//! `config.size` (a whole number from 1) is the desired size; `config.zone` joins the
+//! state identity. Anything but a 2xx/404 answer fails the step with the service's body,
+//! so tests can check that such text never reaches the CR's status.
+
+use inrun_sdk::http::Request as HttpRequest;
+use inrun_sdk::package::{Identity, Observation, Options, Package, Workflow};
+use inrun_sdk::{Value, json};
+
+/// The package.
+pub struct Infra;
+
+fn endpoint(opts: &Options) -> Result<&str, String> {
+    opts.config
+        .get("endpoint")
+        .and_then(Value::as_str)
+        .ok_or_else(|| "config.endpoint is required".to_string())
+}
+
+fn url(opts: &Options) -> Result<String, String> {
+    Ok(format!(
+        "{}/things/{}",
+        endpoint(opts)?.trim_end_matches('/'),
+        opts.profile
+    ))
+}
+
+fn size(opts: &Options) -> Option<i64> {
+    opts.config.get("size").and_then(Value::as_i64)
+}
+
+fn failed(what: &str, status: u16, body: String) -> String {
+    format!("{what}: the service answered {status}: {body}")
+}
+
+impl Package for Infra {
+    fn validate(opts: &Options) -> Vec<String> {
+        let mut errors = Vec::new();
+        match endpoint(opts) {
+            Ok(e) if e.starts_with("http://") || e.starts_with("https://") => {}
+            Ok(e) => errors.push(format!("config.endpoint {e:?} is not an http(s) URL")),
+            Err(e) => errors.push(e),
+        }
+        match size(opts) {
+            Some(n) if n >= 1 => {}
+            Some(n) => errors.push(format!(
+                "secret-validation-detail: config.size must be at least 1, got {n}"
+            )),
+            None => errors.push("config.size must be a whole number".into()),
+        }
+        errors
+    }
+
+    fn identity(opts: &Options) -> Result<Identity, String> {
+        Ok(Identity {
+            boundary: endpoint(opts)?.to_string(),
+            profile: opts.profile.clone(),
+            state: vec![
+                opts.namespace.clone(),
+                Some(opts.name.clone()),
+                opts.config
+                    .get("zone")
+                    .and_then(Value::as_str)
+                    .map(str::to_string),
+            ],
+        })
+    }
+
+    fn observe(opts: &Options) -> Result<Observation, String> {
+        let answer = HttpRequest::get(&url(opts)?)
+            .header("x-inrun-event", opts.event.as_str())
+            .send()?;
+        match answer.status {
+            404 => Ok(Observation::default()),
+            200 => {
+                let thing: Value = answer.json()?;
+                Ok(Observation {
+                    exists: true,
+                    matches: thing["size"].as_i64() == size(opts),
+                    ready: thing["ready"].as_bool().unwrap_or(false),
+                })
+            }
+            s => Err(failed("observe", s, answer.text())),
+        }
+    }
+
+    fn converge(opts: &Options) -> Result<Workflow, String> {
+        let answer = HttpRequest::new("PUT", &url(opts)?)
+            .header("x-inrun-event", opts.event.as_str())
+            .json(&json!({"size": size(opts)}))
+            .send()?;
+        match answer.status {
+            200 | 201 | 204 => Ok(Workflow::completed()),
+            202 => Ok(Workflow::pending()),
+            s => Err(failed("converge", s, answer.text())),
+        }
+    }
+
+    fn delete(opts: &Options) -> Result<Workflow, String> {
+        let answer = HttpRequest::new("DELETE", &url(opts)?)
+            .header("x-inrun-event", opts.event.as_str())
+            .send()?;
+        match answer.status {
+            200 | 204 | 404 => Ok(Workflow::completed()),
+            202 => Ok(Workflow::pending()),
+            s => Err(failed("delete", s, answer.text())),
+        }
+    }
+}
+
+inrun_sdk::export_package!(Infra);
