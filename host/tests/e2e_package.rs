@@ -159,6 +159,10 @@ async fn remove(
     }
 }
 
+/// CR versions seen: (generation, Ready status, Ready's observedGeneration,
+/// status.observedGeneration).
+type Seen = Arc<Mutex<Vec<(i64, String, i64, i64)>>>;
+
 fn blueprint(group: &str, port: u16) -> String {
     format!(
         r#"apiVersion: inrun.dev/v1alpha1
@@ -576,7 +580,7 @@ async fn a_spec_edit_during_a_converge_never_lets_the_stale_result_mark_the_new_
 
     // Every version of the CR the API server serves, as (generation, Ready status,
     // Ready's observedGeneration, status.observedGeneration).
-    let seen: Arc<Mutex<Vec<(i64, String, i64, i64)>>> = Arc::default();
+    let seen: Seen = Arc::default();
     let api: Api<DynamicObject> = Api::namespaced_with(client(), &ns, &ar);
     let watch = {
         let seen = seen.clone();

@@ -650,10 +650,8 @@ impl Run<'_, '_> {
         self.stored = now;
 
         // Before anything may exist: the finalizer, the identity and Reconciling.
-        if first {
-            if self.hold().await?.is_err() || self.write(&RECONCILING).await?.is_err() {
-                return Ok(again());
-            }
+        if first && (self.hold().await?.is_err() || self.write(&RECONCILING).await?.is_err()) {
+            return Ok(again());
         }
 
         // 3. Observe.

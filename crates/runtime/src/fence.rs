@@ -6,6 +6,10 @@
 //! Reads stay open (watches feed caches a standby may keep warm), and so do access
 //! reviews (`authorization.k8s.io`, `authentication.k8s.io`), which change nothing.
 //! The Lease is renewed with a client built without the fence.
+//!
+//! The same layer bounds every request but a watch by the fence's request timeout
+//! (`inrun run --request-timeout`): a watch is held open by the API server for minutes on
+//! purpose and ends by its own `timeoutSeconds`.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -21,17 +25,26 @@ use tokio::sync::watch;
 #[derive(Clone, Debug)]
 pub struct Fence {
     open: Arc<watch::Sender<bool>>,
+    request_timeout: Option<std::time::Duration>,
 }
 
 impl Default for Fence {
     fn default() -> Self {
         Fence {
             open: Arc::new(watch::channel(true).0),
+            request_timeout: None,
         }
     }
 }
 
 impl Fence {
+    /// The same fence, bounding each request but a watch by `timeout`.
+    #[must_use]
+    pub fn with_request_timeout(mut self, timeout: Option<std::time::Duration>) -> Self {
+        self.request_timeout = timeout;
+        self
+    }
+
     /// Lets writes through.
     pub fn open(&self) {
         self.open.send_replace(true);
@@ -50,6 +63,48 @@ impl Fence {
 
     fn watch(&self) -> watch::Receiver<bool> {
         self.open.subscribe()
+    }
+}
+
+/// What a request that ran past the request timeout fails with.
+#[derive(Debug, thiserror::Error)]
+#[error("{method} {path} timed out after {}", inrun_contract::duration::format(*.after))]
+pub struct TimedOut {
+    method: http::Method,
+    path: String,
+    after: std::time::Duration,
+}
+
+/// Whether a request is a watch (`?watch=true`, or `=1`).
+fn is_watch(uri: &http::Uri) -> bool {
+    uri.query().is_some_and(|q| {
+        q.split('&')
+            .any(|kv| kv == "watch=true" || kv == "watch=1" || kv == "watch")
+    })
+}
+
+/// `call` bounded by `timeout`, when there is one.
+fn bounded<R>(
+    call: impl Future<Output = Result<R, BoxError>> + Send + 'static,
+    timeout: Option<std::time::Duration>,
+    method: http::Method,
+    path: String,
+) -> Pin<Box<dyn Future<Output = Result<R, BoxError>> + Send>>
+where
+    R: 'static,
+{
+    match timeout {
+        None => Box::pin(call),
+        Some(after) => Box::pin(async move {
+            match tokio::time::timeout(after, call).await {
+                Ok(done) => done,
+                Err(_) => Err(Box::new(TimedOut {
+                    method,
+                    path,
+                    after,
+                }) as BoxError),
+            }
+        }),
     }
 }
 
@@ -126,21 +181,32 @@ where
     fn call(&mut self, request: http::Request<Body>) -> Self::Future {
         let method = request.method().clone();
         let path = request.uri().path().to_string();
+        let timeout = self
+            .fence
+            .request_timeout
+            .filter(|_| !is_watch(request.uri()));
         if !writes(&method, &path) {
             let call = self.inner.call(request);
-            return Box::pin(async move { call.await.map_err(Into::into) });
+            return bounded(
+                async move { call.await.map_err(Into::into) },
+                timeout,
+                method,
+                path,
+            );
         }
         let mut open = self.fence.watch();
         if !*open.borrow_and_update() {
             return Box::pin(async move { Err(Box::new(Fenced { method, path }) as BoxError) });
         }
         let call = self.inner.call(request);
+        let (m, p) = (method.clone(), path.clone());
+        let call = bounded(async move { call.await.map_err(Into::into) }, timeout, m, p);
         Box::pin(async move {
             tokio::select! {
                 biased;
                 // Dropping the call abandons the request, whatever it had sent.
                 _ = open.wait_for(|o| !*o) => Err(Box::new(Fenced { method, path }) as BoxError),
-                done = call => done.map_err(Into::into),
+                done = call => done,
             }
         })
     }
@@ -174,6 +240,33 @@ mod tests {
             &Method::PATCH,
             "/api/v1/namespaces/authorization.k8s.io/configmaps/x"
         ));
+    }
+
+    #[test]
+    fn only_watches_escape_the_request_timeout() {
+        let uri = |s: &str| s.parse::<http::Uri>().expect("uri");
+        assert!(is_watch(&uri("/api/v1/pods?watch=true&resourceVersion=1")));
+        assert!(is_watch(&uri("/api/v1/pods?resourceVersion=1&watch=1")));
+        assert!(!is_watch(&uri("/api/v1/pods?limit=500")));
+        assert!(!is_watch(&uri("/api/v1/namespaces/watch/pods")));
+        assert!(!is_watch(&uri("/api/v1/pods?watchful=true")));
+    }
+
+    #[tokio::test]
+    async fn a_request_past_the_timeout_fails_naming_it() {
+        let slow = async {
+            tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+            Ok::<(), BoxError>(())
+        };
+        let err = bounded(
+            slow,
+            Some(std::time::Duration::from_millis(20)),
+            http::Method::GET,
+            "/api/v1/pods".into(),
+        )
+        .await
+        .expect_err("timed out");
+        assert_eq!(err.to_string(), "GET /api/v1/pods timed out after 20ms");
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! Connecting to the API server and waiting for a shutdown signal: the edges `inrun run`
 //! needs before the runtime starts.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
@@ -21,6 +22,15 @@ pub enum ConnectError {
     /// The kubeconfig is not usable.
     #[error("loading kubeconfig")]
     Load(#[source] kube::config::KubeconfigError),
+    /// The kubeconfig has no usable context of that name.
+    #[error("kubeconfig context {name:?}")]
+    Context {
+        /// The context asked for.
+        name: String,
+        /// Why it cannot be used.
+        #[source]
+        source: kube::config::KubeconfigError,
+    },
     /// Neither a kubeconfig nor in-cluster configuration was found.
     #[error("no kubeconfig given and none found (KUBECONFIG, ~/.kube/config, in-cluster)")]
     Infer(#[source] kube::config::InferConfigError),
@@ -29,13 +39,36 @@ pub enum ConnectError {
     Client(#[source] kube::Error),
 }
 
+/// How to reach the API server.
+#[derive(Debug, Clone, Default)]
+pub struct ConnectOptions {
+    /// A kubeconfig file; else `$KUBECONFIG`, `~/.kube/config`, or in-cluster.
+    pub kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context to use instead of its current one.
+    pub context: Option<String>,
+    /// How long a request may take (every request but a watch); `None`: no bound beyond
+    /// the client's own read timeout.
+    pub request_timeout: Option<Duration>,
+}
+
+impl ConnectOptions {
+    /// Options reading `path` (or the environment), nothing else set.
+    pub fn file(path: Option<&Path>) -> Self {
+        ConnectOptions {
+            kubeconfig: path.map(Path::to_path_buf),
+            ..ConnectOptions::default()
+        }
+    }
+}
+
 /// A client from `path`, or from the environment (`KUBECONFIG`, `~/.kube/config`, in-cluster
-/// service account, whose token file is re-read as it rotates).
+/// service account). A token file (`tokenFile` in the kubeconfig, or the in-cluster
+/// service-account token) is read again as it rotates.
 ///
 /// # Errors
 /// [`ConnectError`].
 pub async fn client(path: Option<&Path>) -> Result<Client, ConnectError> {
-    connect(path).await.map(|c| c.client)
+    connect(&ConnectOptions::file(path)).await.map(|c| c.client)
 }
 
 /// A connection to the API server: the client, the configuration it was built from (for
@@ -60,16 +93,35 @@ pub struct Connection {
 ///
 /// # Errors
 /// [`ConnectError`].
-pub async fn connect(path: Option<&Path>) -> Result<Connection, ConnectError> {
-    let config = match path {
-        Some(path) => {
-            let kc = Kubeconfig::read_from(path).map_err(|source| ConnectError::Read {
-                path: path.to_path_buf(),
-                source,
-            })?;
-            Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+pub async fn connect(options: &ConnectOptions) -> Result<Connection, ConnectError> {
+    let kubeconfig = match (&options.kubeconfig, &options.context) {
+        (Some(path), _) => {
+            Some(
+                Kubeconfig::read_from(path).map_err(|source| ConnectError::Read {
+                    path: path.clone(),
+                    source,
+                })?,
+            )
+        }
+        // A context names an entry of the environment's kubeconfig.
+        (None, Some(_)) => Some(Kubeconfig::read().map_err(ConnectError::Load)?),
+        (None, None) => None,
+    };
+    let config = match kubeconfig {
+        Some(kc) => {
+            let chosen = KubeConfigOptions {
+                context: options.context.clone(),
+                ..KubeConfigOptions::default()
+            };
+            Config::from_custom_kubeconfig(kc, &chosen)
                 .await
-                .map_err(ConnectError::Load)?
+                .map_err(|source| match &options.context {
+                    Some(name) => ConnectError::Context {
+                        name: name.clone(),
+                        source,
+                    },
+                    None => ConnectError::Load(source),
+                })?
         }
         None => Config::infer().await.map_err(ConnectError::Infer)?,
     };
@@ -92,7 +144,7 @@ pub async fn connect(path: Option<&Path>) -> Result<Connection, ConnectError> {
             }
         }
     }
-    let fence = crate::fence::Fence::default();
+    let fence = crate::fence::Fence::default().with_request_timeout(options.request_timeout);
     let client = crate::fence::client(config.clone(), &fence).map_err(ConnectError::Client)?;
     let lease_client = Client::try_from(config.clone()).map_err(ConnectError::Client)?;
     Ok(Connection {

@@ -252,6 +252,12 @@ pub struct RunArgs {
     /// Kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or in-cluster).
     #[arg(long, env = "INRUN_KUBECONFIG")]
     pub kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context to use (default: its current context).
+    #[arg(long, env = "INRUN_CONTEXT")]
+    pub context: Option<String>,
+    /// How long one API request may take; watches are exempt (the API server ends them).
+    #[arg(long, env = "INRUN_REQUEST_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
+    pub request_timeout: std::time::Duration,
     /// Install the Blueprint's CRDs (server-side apply) instead of requiring them.
     #[arg(long, env = "INRUN_INSTALL_CRDS")]
     pub install_crds: bool,

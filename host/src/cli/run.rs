@@ -35,7 +35,13 @@ pub(super) fn run(
     let metrics = Arc::new(Metrics::default());
     let engine = engine(cache_dir, metrics.clone())?;
     // Secrets are read from the cluster, so the client comes before the assembly.
-    let connection = runtime.block_on(inrun::kubeconfig::connect(args.kubeconfig.as_deref()))?;
+    let connection = runtime.block_on(inrun::kubeconfig::connect(
+        &inrun::kubeconfig::ConnectOptions {
+            kubeconfig: args.kubeconfig.clone(),
+            context: args.context.clone(),
+            request_timeout: Some(args.request_timeout),
+        },
+    ))?;
     let client = connection.client.clone();
     let tenant_egress = Some(inrun::egress::Egress::new(
         &args.tenant_egress,
