@@ -164,6 +164,11 @@ async fn remove(
 type Seen = Arc<Mutex<Vec<(i64, String, i64, i64)>>>;
 
 fn blueprint(group: &str, port: u16) -> String {
+    blueprint_for("inrun_test_infra", group, port)
+}
+
+/// The Blueprint serving Things with the package component `component`.
+fn blueprint_for(component: &str, group: &str, port: u16) -> String {
     format!(
         r#"apiVersion: inrun.dev/v1alpha1
 kind: Blueprint
@@ -180,7 +185,7 @@ spec:
           capabilities:
             http: {{hosts: ["127.0.0.1:{port}"]}}
 "#,
-        plugin = plugin("inrun_test_infra")
+        plugin = plugin(component)
     )
 }
 
@@ -643,6 +648,68 @@ async fn a_spec_edit_during_a_converge_never_lets_the_stale_result_mark_the_new_
         seen.iter().all(|(g, r, ..)| !(*g == 1 && r == "True")),
         "the stale converge of generation 1 was never shown as ready: {seen:?}"
     );
+    host.stop().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_python_package_converges_and_deletes_through_the_same_contract() -> TestResult {
+    let backend = Backend::default();
+    let port = backend.start().await;
+    let group = unique_group("pkg-python");
+    let host = Host::start(&blueprint_for("inrun_plugin_bucket_python", &group, port)).await;
+    let ns = ControlPlane::shared().namespace("pkg-python").await?;
+    let ar = resource(&group, "Thing");
+    apply_cr(
+        &ar,
+        &ns,
+        &thing_cr(
+            &group,
+            "py",
+            "reconcileInterval: 1h, deletionPolicy: Delete",
+            port,
+            "size: 3",
+        ),
+    )
+    .await;
+    let cr = wait_ready(&ar, &ns, "py").await;
+    let id = format!("{ns}--py");
+    assert_eq!(
+        backend.thing(&id),
+        Some(Thing {
+            size: 3,
+            ready: true
+        })
+    );
+    assert_eq!(backend.calls("PUT").len(), 1);
+    assert_eq!(backend.calls("PUT")[0].event, "changed");
+    assert_eq!(cr.data["status"]["profile"], json!(id));
+
+    // The package's own validation: a generic reason, no detail.
+    apply_cr(
+        &ar,
+        &ns,
+        &thing_cr(
+            &group,
+            "py",
+            "reconcileInterval: 1h, deletionPolicy: Delete",
+            port,
+            "size: 0",
+        ),
+    )
+    .await;
+    let cr = wait_reason(&ar, &ns, "py", "ValidationFailed").await;
+    let text = serde_json::to_string(&cr.data["status"])?;
+    assert!(!text.contains("config.size"), "status: {text}");
+
+    let api: Api<DynamicObject> = Api::namespaced_with(client(), &ns, &ar);
+    api.delete("py", &DeleteParams::default()).await?;
+    eventually("the CR to be gone", || async {
+        get(&ar, Some(&ns), "py").await.is_none().then_some(())
+    })
+    .await;
+    assert_eq!(backend.calls("DELETE").len(), 1);
+    assert!(backend.thing(&id).is_none());
     host.stop().await;
     Ok(())
 }

@@ -20,12 +20,13 @@ venv="$cache/componentize-py-$COMPONENTIZE_PY_VERSION"
 force=false
 [[ "${1:-}" == "--force" ]] && force=true
 
-# name of the output | source folder | module | WIT world
+# name of the output | source folder | module | WIT world | WIT folder (default: wit)
 plugins=(
   "inrun_plugin_webapp_python|webapp|webapp|reconciler"
   "inrun_plugin_hooks_python|hooks|labels_hooks|hooks"
   "inrun_test_raise_python|raise|failing|reconciler"
   "inrun_test_spin_python|spin|spin|reconciler"
+  "inrun_plugin_bucket_python|bucket|bucket|%package|wit/0.2.0"
 )
 
 install_toolchain() {
@@ -58,13 +59,14 @@ install_toolchain() {
 up_to_date() {
   local output="$1" dir="$2"
   [[ -f "$output" ]] || return 1
-  [[ -z "$(find "$here/$dir" "$root/sdk/python/inrun_sdk.py" "$root/wit" "$here/build.sh" \
+  [[ -z "$(find "$here/$dir" "$root/sdk/python" "$root/wit" "$here/build.sh" \
       -newer "$output" -print -quit)" ]]
 }
 
 mkdir -p "$out"
 for entry in "${plugins[@]}"; do
-  IFS='|' read -r name dir module world <<<"$entry"
+  IFS='|' read -r name dir module world witdir <<<"$entry"
+  witdir="$root/${witdir:-wit}"
   wasm="$out/$name.wasm"
   if ! $force && up_to_date "$wasm" "$dir"; then
     continue
@@ -75,7 +77,7 @@ for entry in "${plugins[@]}"; do
   # temporary file so an interrupted build never leaves a truncated component behind.
   tmp="$wasm.tmp"
   (cd "$here/$dir" && env -u VIRTUAL_ENV "$venv/bin/componentize-py" -q \
-      -d "$root/wit" -w "$world" componentize "$module" \
+      -d "$witdir" -w "$world" componentize "$module" \
       -p "$here/$dir" -p "$root/sdk/python" -o "$tmp" </dev/null)
   mv "$tmp" "$wasm"
 done
