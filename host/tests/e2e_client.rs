@@ -196,7 +196,11 @@ async fn a_rotated_service_account_token_file_is_followed_by_a_running_client() 
     .await?;
     let configmaps: Api<ConfigMap> = Api::namespaced(connection.client.clone(), &ns);
     eventually("the first token to be allowed (RBAC settles)", || async {
-        configmaps.list(&ListParams::default()).await.ok().map(|_| ())
+        configmaps
+            .list(&ListParams::default())
+            .await
+            .ok()
+            .map(|_| ())
     })
     .await;
 
@@ -219,7 +223,13 @@ async fn a_rotated_service_account_token_file_is_followed_by_a_running_client() 
     let recovered = inrun_testenv::wait_for(
         "the client to follow the rotated token",
         Duration::from_secs(120),
-        || async { configmaps.list(&ListParams::default()).await.ok().map(|_| ()) },
+        || async {
+            configmaps
+                .list(&ListParams::default())
+                .await
+                .ok()
+                .map(|_| ())
+        },
     )
     .await;
     assert!(recovered.is_ok(), "{recovered:?}");

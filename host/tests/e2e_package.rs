@@ -713,3 +713,39 @@ async fn a_python_package_converges_and_deletes_through_the_same_contract() -> T
     host.stop().await;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_waits_for_a_package_call_in_flight_and_does_not_cancel_it() -> TestResult {
+    let backend = Backend::default();
+    backend.lock().hold_put = true;
+    let port = backend.start().await;
+    let group = unique_group("pkg-shutdown");
+    let host = Host::start(&blueprint(&group, port)).await;
+    let ns = ControlPlane::shared().namespace("pkg-shutdown").await?;
+    let ar = resource(&group, "Thing");
+    served(&ar).await;
+    let started = backend.put_started.notified();
+    apply_cr(
+        &ar,
+        &ns,
+        &thing_cr(&group, "five", "reconcileInterval: 1h", port, "size: 2"),
+    )
+    .await;
+    tokio::time::timeout(Duration::from_secs(60), started).await?;
+
+    // Asked to stop while the converge runs: the host waits for it.
+    let mut stopping = tokio::spawn(host.stop());
+    let early = tokio::time::timeout(Duration::from_secs(2), &mut stopping).await;
+    assert!(
+        early.is_err(),
+        "the host stopped with a package call in flight"
+    );
+    backend.put_release.notify_one();
+    tokio::time::timeout(Duration::from_secs(60), stopping).await??;
+    assert_eq!(
+        backend.thing(&format!("{ns}--five")).map(|t| t.size),
+        Some(2),
+        "the converge ran to its end"
+    );
+    Ok(())
+}

@@ -268,3 +268,93 @@ fn each_tenant_example_validates_on_its_own_and_the_blueprint_crd_is_printed() {
     assert_eq!(crd["metadata"]["name"], "blueprints.inrun.dev");
     assert_eq!(crd["spec"]["scope"], "Cluster");
 }
+
+/// A backend with no things: every request gets a 404; the methods are noted.
+fn empty_backend() -> (u16, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    use std::io::{BufRead, BufReader, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let noted = seen.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let mut reader = BufReader::new(&stream);
+            let mut line = String::new();
+            if reader.read_line(&mut line).is_err() {
+                continue;
+            }
+            // The rest of the head; these requests carry no body worth reading.
+            let mut header = String::new();
+            while reader.read_line(&mut header).is_ok_and(|n| n > 2) {
+                header.clear();
+            }
+            if let Some(method) = line.split_whitespace().next() {
+                noted
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push(method.to_string());
+            }
+            let _ = (&stream).write_all(
+                b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+            );
+        }
+    });
+    (port, seen)
+}
+
+#[test]
+fn a_package_renders_its_reads_and_the_converge_it_would_run_without_running_it() {
+    let (port, seen) = empty_backend();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bp = dir.path().join("blueprint.yaml");
+    std::fs::write(
+        &bp,
+        format!(
+            "apiVersion: inrun.dev/v1alpha1\nkind: Blueprint\nmetadata: {{name: p}}\nspec:\n  crds:\n    - group: infra.example.com\n      version: v1\n      kind: Db\n      reconcile:\n        default: false\n        package:\n          location: \"{}\"\n          capabilities: {{http: {{hosts: [\"127.0.0.1:{port}\"]}}}}\n",
+            plugin("inrun_test_infra")
+        ),
+    )
+    .expect("write blueprint");
+    let cr = dir.path().join("db.yaml");
+    std::fs::write(
+        &cr,
+        format!("apiVersion: infra.example.com/v1\nkind: Db\nmetadata: {{name: db, namespace: team}}\nspec: {{config: {{endpoint: \"http://127.0.0.1:{port}\", size: 2}}}}\n"),
+    )
+    .expect("write cr");
+    let args = [
+        "render",
+        "-b",
+        &bp.display().to_string(),
+        "-f",
+        &cr.display().to_string(),
+        "-o",
+        "json",
+    ];
+    let (ok, stdout, stderr) = inrun(&args);
+    assert!(ok, "render failed: {stderr}");
+    let out: Value = serde_json::from_str(&stdout).expect("json");
+    assert_eq!(out["reconciler"], "package");
+    let calls: Vec<&str> = out["infrastructure"]
+        .as_array()
+        .expect("infrastructure")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert_eq!(calls.len(), 4, "{calls:?}");
+    assert_eq!(calls[0], "validate: valid");
+    assert!(
+        calls[1].starts_with(&format!(
+            "identity: boundary http://127.0.0.1:{port}, profile team--db, hash "
+        )),
+        "{calls:?}"
+    );
+    assert_eq!(
+        calls[2],
+        "observe: exists false, matches false, ready false"
+    );
+    assert_eq!(calls[3], "converge: would run (not offline)");
+    assert_eq!(out["status"]["profile"], "team--db");
+    assert_eq!(out["ready"]["reason"], "Progressing");
+    // Only the read reached the backend: render never converges.
+    assert_eq!(*seen.lock().unwrap_or_else(|p| p.into_inner()), ["GET"]);
+}

@@ -146,6 +146,82 @@ pub struct RenderOutput {
     /// Delete the CR after this long.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cleanup_after: Option<String>,
+    /// For a package: its calls in order (`observe: exists, not matching`), and the
+    /// `converge` or `delete` the host would run, which render never runs.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub infrastructure: Vec<String>,
+}
+
+/// A package as `inrun render` calls it: reads (`validate`, `identity`, `observe`) go
+/// through; `converge` and `delete` change the infrastructure, so they are only noted, and
+/// answer `pending` (the host would observe again later).
+struct DryRun<'a> {
+    package: &'a dyn crate::package::Infrastructure,
+    calls: std::sync::Mutex<Vec<String>>,
+}
+
+impl DryRun<'_> {
+    fn note(&self, call: String) {
+        self.calls
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(call);
+    }
+}
+
+#[async_trait::async_trait]
+impl crate::package::Infrastructure for DryRun<'_> {
+    async fn validate(
+        &self,
+        opts: &inrun_contract::package::Options,
+    ) -> Result<Vec<String>, String> {
+        let answer = self.package.validate(opts).await;
+        match &answer {
+            Ok(problems) if problems.is_empty() => self.note("validate: valid".into()),
+            Ok(problems) => self.note(format!("validate: {}", problems.join("; "))),
+            Err(e) => self.note(format!("validate failed: {e}")),
+        }
+        answer
+    }
+    async fn identity(
+        &self,
+        opts: &inrun_contract::package::Options,
+    ) -> Result<inrun_contract::package::Identity, String> {
+        let answer = self.package.identity(opts).await;
+        match &answer {
+            Ok(id) => self.note(format!(
+                "identity: boundary {}, profile {}, hash {}",
+                id.boundary,
+                id.profile,
+                crate::package::identity_hash(&id.state)
+            )),
+            Err(e) => self.note(format!("identity failed: {e}")),
+        }
+        answer
+    }
+    async fn observe(
+        &self,
+        opts: &inrun_contract::package::Options,
+    ) -> Result<inrun_contract::package::Observation, String> {
+        let answer = self.package.observe(opts).await;
+        match &answer {
+            Ok(o) => self.note(format!(
+                "observe: exists {}, matches {}, ready {}",
+                o.exists, o.matches, o.ready
+            )),
+            Err(e) => self.note(format!("observe failed: {e}")),
+        }
+        answer
+    }
+    async fn workflow(
+        &self,
+        delete: bool,
+        _opts: &inrun_contract::package::Options,
+    ) -> Result<inrun_contract::package::Workflow, String> {
+        let what = if delete { "delete" } else { "converge" };
+        self.note(format!("{what}: would run (not offline)"));
+        Ok(inrun_contract::package::Workflow::pending())
+    }
 }
 
 /// The `Ready` condition, as `inrun render` prints it.
@@ -197,7 +273,12 @@ pub async fn render(
         // As the API server shows a CR being deleted: a deletion timestamp, and the
         // finalizer that holds it.
         object["metadata"]["deletionTimestamp"] = Value::String(meta::format_time(now));
-        object["metadata"]["finalizers"] = serde_json::json!([meta::FINALIZER]);
+        let finalizer = if crd.default.package.is_some() {
+            crate::package::FINALIZER
+        } else {
+            meta::FINALIZER
+        };
+        object["metadata"]["finalizers"] = serde_json::json!([finalizer]);
     }
     // Offline there is no later pass to resync.
     let runtime = RuntimeSpec {
@@ -218,8 +299,29 @@ pub async fn render(
         target: target.as_deref(),
         now,
     };
-    let done = run(p, &mut fx).await?;
-    if let Some((_, message)) = fx.events.iter().find(|(r, _)| *r == Reason::Invalid) {
+    let dry = plan.package.as_deref().map(|package| DryRun {
+        package,
+        calls: std::sync::Mutex::default(),
+    });
+    let done = match &dry {
+        Some(dry) => crate::package::run(p, &mut fx, dry).await?,
+        None => run(p, &mut fx).await?,
+    };
+    let infrastructure = dry
+        .map(|d| {
+            d.calls
+                .into_inner()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+        })
+        .unwrap_or_default();
+    // A package's own validation is shown with its problems (in `infrastructure`): offline
+    // they are the developer's to read.
+    if let Some((_, message)) = fx
+        .events
+        .iter()
+        .find(|(r, _)| *r == Reason::Invalid)
+        .filter(|_| infrastructure.is_empty())
+    {
         return Err(RenderError::Invalid(message.clone()));
     }
     let gated = fx
@@ -243,8 +345,11 @@ pub async fn render(
         .unwrap_or_default();
     let mut annotations = decorated.annotations;
     annotations.remove(meta::CLEANUP_AT);
-    let requeue_after = done
+    // A retry starts at the package's first retry delay.
+    let after = done
         .after
+        .or(done.retry.then_some(crate::package::RETRY_BASE));
+    let requeue_after = after
         .filter(|_| gated.is_none())
         .map(inrun_contract::duration::format);
     Ok(RenderOutput {
@@ -265,5 +370,6 @@ pub async fn render(
         requeue_after,
         requeue_holds: done.holds,
         cleanup_after: done.cleanup.map(inrun_contract::duration::format),
+        infrastructure,
     })
 }
