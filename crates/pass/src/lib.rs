@@ -7,6 +7,7 @@
 pub mod fields;
 pub mod meta;
 pub mod package;
+pub mod readiness;
 pub mod record;
 pub mod render;
 pub mod status;

@@ -442,6 +442,37 @@ mod tests {
     }
 
     #[test]
+    fn a_package_needs_default_false_stands_alone_and_writes_no_kubernetes_objects() {
+        assert_eq!(
+            reconcile("{ package: { location: ./p.wasm } }"),
+            [format!("{AT}.package: a package needs default: false")]
+        );
+        assert_eq!(
+            reconcile(
+                "{ default: false, package: { location: ./p.wasm }, constructor: { location: ./c.wasm } }"
+            ),
+            [format!(
+                "{AT}: set only one of constructor, remote and package"
+            )]
+        );
+        let unused = "a package writes no Kubernetes objects and reads its inputs from spec.config; leave this out (spec.reconcileInterval on the CR sets how often it is checked)";
+        let mut got = reconcile(
+            "{ default: false, package: { location: ./p.wasm, capabilities: { cluster: { read: [ { apiVersion: v1, kind: ConfigMap } ] } } }, args: { a: b }, managedResources: [ { apiVersion: v1, kind: ConfigMap } ], requeue: { after: 1m } }",
+        );
+        got.sort();
+        let mut want = vec![
+            format!(
+                "{AT}.package.capabilities.cluster: a package manages infrastructure outside Kubernetes and reads no cluster objects; grant http instead"
+            ),
+            format!("{AT}.args: {unused}"),
+            format!("{AT}.managedResources: {unused}"),
+            format!("{AT}.requeue: {unused}"),
+        ];
+        want.sort();
+        assert_eq!(got, want);
+    }
+
+    #[test]
     fn constructor_and_remote_are_exclusive() {
         assert_eq!(
             reconcile(

@@ -1,0 +1,366 @@
+//! Whether an applied child is ready, by the rules kstatus gives built-in kinds (the rules
+//! Flux and Argo CD read) and, for anything else, its own `observedGeneration` and
+//! `Ready` / `Reconciling` / `Stalled` conditions. Pure: the object in, its state out.
+
+use serde_json::Value;
+
+/// How far a child is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum State {
+    /// Ready: rolled out, available, bound, complete, established.
+    Current,
+    /// Not yet; says what it waits for (`0/2 replicas available`).
+    InProgress(String),
+    /// It will not get there without a change (a failed Job, a rollout past its deadline).
+    Failed(String),
+}
+
+impl State {
+    /// `Current`, `InProgress` or `Failed`, as status shows it.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            State::Current => "Current",
+            State::InProgress(_) => "InProgress",
+            State::Failed(_) => "Failed",
+        }
+    }
+
+    /// What it waits for or why it failed; `None` when current.
+    pub fn message(&self) -> Option<&str> {
+        match self {
+            State::Current => None,
+            State::InProgress(m) | State::Failed(m) => Some(m),
+        }
+    }
+}
+
+fn int(v: &Value, pointer: &str) -> Option<i64> {
+    v.pointer(pointer).and_then(Value::as_i64)
+}
+
+fn text<'a>(v: &'a Value, pointer: &str) -> Option<&'a str> {
+    v.pointer(pointer).and_then(Value::as_str)
+}
+
+/// The condition `kind` as (status, reason, message).
+fn condition<'a>(v: &'a Value, kind: &str) -> Option<(&'a str, &'a str, &'a str)> {
+    let c = v
+        .pointer("/status/conditions")?
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == kind)?;
+    let t = |k: &str| c[k].as_str().unwrap_or_default();
+    Some((t("status"), t("reason"), t("message")))
+}
+
+fn is_true(v: &Value, kind: &str) -> bool {
+    condition(v, kind).is_some_and(|c| c.0 == "True")
+}
+
+/// The state of `child`, a whole object as the API server returns it.
+pub fn state(child: &Value) -> State {
+    let kind = text(child, "/kind").unwrap_or_default();
+    let group = text(child, "/apiVersion")
+        .and_then(|a| a.rsplit_once('/'))
+        .map_or("", |(g, _)| g);
+    // A controller that has not seen the latest spec says nothing about it yet.
+    if let (Some(generation), Some(seen)) = (
+        int(child, "/metadata/generation"),
+        int(child, "/status/observedGeneration"),
+    ) && seen < generation
+    {
+        return State::InProgress(format!(
+            "waiting for its controller to observe generation {generation} (it has seen {seen})"
+        ));
+    }
+    match (group, kind) {
+        ("apps", "Deployment") => deployment(child),
+        ("apps", "StatefulSet") => stateful_set(child),
+        ("apps", "DaemonSet") => daemon_set(child),
+        ("batch", "Job") => job(child),
+        ("", "Pod") => pod(child),
+        ("", "PersistentVolumeClaim") => phase(child, "Bound"),
+        ("", "Namespace") => match text(child, "/status/phase") {
+            Some("Terminating") => State::InProgress("terminating".into()),
+            _ => State::Current,
+        },
+        ("", "Service") => service(child),
+        ("apiextensions.k8s.io", "CustomResourceDefinition") => crd(child),
+        ("policy", "PodDisruptionBudget") => pdb(child),
+        _ => generic(child),
+    }
+}
+
+fn replicas(child: &Value) -> i64 {
+    int(child, "/spec/replicas").unwrap_or(1)
+}
+
+fn deployment(d: &Value) -> State {
+    if condition(d, "Progressing").is_some_and(|c| c.1 == "ProgressDeadlineExceeded") {
+        return State::Failed("the rollout exceeded its progress deadline".into());
+    }
+    let want = replicas(d);
+    let n = |f: &str| int(d, &format!("/status/{f}")).unwrap_or(0);
+    if n("updatedReplicas") < want {
+        return State::InProgress(format!("{}/{want} replicas updated", n("updatedReplicas")));
+    }
+    if n("replicas") > n("updatedReplicas") {
+        return State::InProgress(format!(
+            "{} old replicas pending termination",
+            n("replicas") - n("updatedReplicas")
+        ));
+    }
+    if n("availableReplicas") < want {
+        return State::InProgress(format!(
+            "{}/{want} replicas available",
+            n("availableReplicas")
+        ));
+    }
+    if n("readyReplicas") < want {
+        return State::InProgress(format!("{}/{want} replicas ready", n("readyReplicas")));
+    }
+    State::Current
+}
+
+fn stateful_set(s: &Value) -> State {
+    if text(s, "/spec/updateStrategy/type") == Some("OnDelete") {
+        return State::Current;
+    }
+    let want = replicas(s);
+    let n = |f: &str| int(s, &format!("/status/{f}")).unwrap_or(0);
+    if n("readyReplicas") < want {
+        return State::InProgress(format!("{}/{want} replicas ready", n("readyReplicas")));
+    }
+    let partition = int(s, "/spec/updateStrategy/rollingUpdate/partition").unwrap_or(0);
+    if partition == 0
+        && text(s, "/status/updateRevision").is_some()
+        && text(s, "/status/updateRevision") != text(s, "/status/currentRevision")
+    {
+        return State::InProgress(format!(
+            "rolling update: {}/{want} replicas updated",
+            n("updatedReplicas")
+        ));
+    }
+    State::Current
+}
+
+fn daemon_set(d: &Value) -> State {
+    let n = |f: &str| int(d, &format!("/status/{f}")).unwrap_or(0);
+    let want = n("desiredNumberScheduled");
+    for (field, what) in [
+        ("updatedNumberScheduled", "updated"),
+        ("numberAvailable", "available"),
+        ("numberReady", "ready"),
+    ] {
+        if n(field) < want {
+            return State::InProgress(format!("{}/{want} pods {what}", n(field)));
+        }
+    }
+    State::Current
+}
+
+fn job(j: &Value) -> State {
+    if is_true(j, "Complete") {
+        return State::Current;
+    }
+    if let Some((_, reason, _)) = condition(j, "Failed").filter(|c| c.0 == "True") {
+        return State::Failed(format!("failed ({reason})"));
+    }
+    State::InProgress(format!(
+        "not complete: {} succeeded, {} active",
+        int(j, "/status/succeeded").unwrap_or(0),
+        int(j, "/status/active").unwrap_or(0)
+    ))
+}
+
+fn pod(p: &Value) -> State {
+    match text(p, "/status/phase") {
+        Some("Succeeded") => State::Current,
+        Some("Running") if is_true(p, "Ready") => State::Current,
+        Some("Failed") => State::Failed("the pod failed".into()),
+        Some(phase) => State::InProgress(format!("phase {phase}, not ready")),
+        None => State::InProgress("not scheduled yet".into()),
+    }
+}
+
+fn phase(o: &Value, wanted: &str) -> State {
+    match text(o, "/status/phase") {
+        Some(p) if p == wanted => State::Current,
+        Some(p) => State::InProgress(format!("phase {p}, not {wanted}")),
+        None => State::InProgress(format!("not {wanted} yet")),
+    }
+}
+
+fn service(s: &Value) -> State {
+    let load_balancer = text(s, "/spec/type") == Some("LoadBalancer");
+    let ingress = s
+        .pointer("/status/loadBalancer/ingress")
+        .and_then(Value::as_array)
+        .is_some_and(|i| !i.is_empty());
+    if load_balancer && !ingress {
+        return State::InProgress("waiting for a load balancer address".into());
+    }
+    State::Current
+}
+
+fn crd(c: &Value) -> State {
+    if let Some((_, reason, message)) = condition(c, "NamesAccepted").filter(|c| c.0 == "False") {
+        return State::Failed(format!("names not accepted ({reason}): {message}"));
+    }
+    if is_true(c, "Established") {
+        State::Current
+    } else {
+        State::InProgress("not Established yet".into())
+    }
+}
+
+fn pdb(p: &Value) -> State {
+    let n = |f: &str| int(p, &format!("/status/{f}")).unwrap_or(0);
+    if n("currentHealthy") < n("desiredHealthy") {
+        return State::InProgress(format!(
+            "{}/{} pods healthy",
+            n("currentHealthy"),
+            n("desiredHealthy")
+        ));
+    }
+    State::Current
+}
+
+/// Any other kind: its own `Stalled`, `Reconciling` and `Ready` conditions; without
+/// them (or without a status at all), current once applied.
+fn generic(o: &Value) -> State {
+    if let Some((_, reason, message)) = condition(o, "Stalled").filter(|c| c.0 == "True") {
+        return State::Failed(describe(reason, message));
+    }
+    if let Some((_, reason, message)) = condition(o, "Reconciling").filter(|c| c.0 == "True") {
+        return State::InProgress(describe(reason, message));
+    }
+    match condition(o, "Ready") {
+        Some(("False", reason, message)) | Some(("Unknown", reason, message)) => {
+            State::InProgress(describe(reason, message))
+        }
+        _ => State::Current,
+    }
+}
+
+fn describe(reason: &str, message: &str) -> String {
+    match (reason.is_empty(), message.is_empty()) {
+        (_, false) if !reason.is_empty() => format!("{reason}: {message}"),
+        (true, false) => message.to_string(),
+        (false, true) => reason.to_string(),
+        _ => "not ready".to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn deploy(spec_replicas: i64, status: Value) -> Value {
+        json!({"apiVersion": "apps/v1", "kind": "Deployment",
+               "metadata": {"name": "shop", "generation": 2},
+               "spec": {"replicas": spec_replicas}, "status": status})
+    }
+
+    #[test]
+    fn a_deployment_is_current_only_when_rolled_out_and_available() {
+        let rolled = json!({"observedGeneration": 2, "replicas": 2, "updatedReplicas": 2,
+                            "availableReplicas": 2, "readyReplicas": 2});
+        assert_eq!(state(&deploy(2, rolled)), State::Current);
+        let unavailable = json!({"observedGeneration": 2, "replicas": 2, "updatedReplicas": 2,
+                                 "availableReplicas": 0});
+        assert_eq!(
+            state(&deploy(2, unavailable)),
+            State::InProgress("0/2 replicas available".into())
+        );
+        let stale = json!({"observedGeneration": 1, "replicas": 2, "updatedReplicas": 2,
+                           "availableReplicas": 2, "readyReplicas": 2});
+        assert!(
+            matches!(state(&deploy(2, stale)), State::InProgress(m) if m.contains("generation 2"))
+        );
+        let stuck = json!({"observedGeneration": 2,
+                           "conditions": [{"type": "Progressing", "status": "False", "reason": "ProgressDeadlineExceeded"}]});
+        assert!(matches!(state(&deploy(2, stuck)), State::Failed(_)));
+        // No status at all: nothing runs yet.
+        let none = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "shop"}, "spec": {}});
+        assert_eq!(
+            state(&none),
+            State::InProgress("0/1 replicas updated".into())
+        );
+    }
+
+    #[test]
+    fn jobs_pods_claims_and_crds_follow_their_own_signals() {
+        let job = |conditions: Value| json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j"}, "status": {"conditions": conditions, "succeeded": 0, "active": 1}});
+        assert_eq!(
+            state(&job(json!([{"type": "Complete", "status": "True"}]))),
+            State::Current
+        );
+        assert!(
+            matches!(state(&job(json!([{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}]))), State::Failed(m) if m.contains("BackoffLimitExceeded"))
+        );
+        assert_eq!(
+            state(&job(json!([]))),
+            State::InProgress("not complete: 0 succeeded, 1 active".into())
+        );
+        let pvc = |phase: &str| json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "p"}, "status": {"phase": phase}});
+        assert_eq!(state(&pvc("Bound")), State::Current);
+        assert_eq!(
+            state(&pvc("Pending")),
+            State::InProgress("phase Pending, not Bound".into())
+        );
+        let crd = |conditions: Value| json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition", "metadata": {"name": "a.b"}, "status": {"conditions": conditions}});
+        assert_eq!(
+            state(&crd(json!([{"type": "Established", "status": "True"}]))),
+            State::Current
+        );
+        assert!(matches!(
+            state(&crd(
+                json!([{"type": "NamesAccepted", "status": "False", "reason": "Conflict", "message": "taken"}])
+            )),
+            State::Failed(_)
+        ));
+        let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "False"}]}});
+        assert!(matches!(state(&pod), State::InProgress(_)));
+    }
+
+    #[test]
+    fn services_wait_only_for_a_load_balancer_and_kinds_without_status_are_current() {
+        let svc = |t: &str, status: Value| json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"}, "spec": {"type": t}, "status": status});
+        assert_eq!(state(&svc("ClusterIP", json!({}))), State::Current);
+        assert!(matches!(
+            state(&svc("LoadBalancer", json!({"loadBalancer": {}}))),
+            State::InProgress(_)
+        ));
+        assert_eq!(
+            state(&svc(
+                "LoadBalancer",
+                json!({"loadBalancer": {"ingress": [{"ip": "10.0.0.1"}]}})
+            )),
+            State::Current
+        );
+        let cm =
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {}});
+        assert_eq!(state(&cm), State::Current);
+    }
+
+    #[test]
+    fn a_custom_resource_is_read_by_its_own_conditions() {
+        let cr = |conditions: Value| json!({"apiVersion": "x.example.com/v1", "kind": "Db", "metadata": {"name": "d", "generation": 3}, "status": {"observedGeneration": 3, "conditions": conditions}});
+        assert_eq!(
+            state(&cr(json!([{"type": "Ready", "status": "True"}]))),
+            State::Current
+        );
+        assert_eq!(
+            state(&cr(
+                json!([{"type": "Ready", "status": "False", "reason": "Provisioning", "message": "creating the volume"}])
+            )),
+            State::InProgress("Provisioning: creating the volume".into())
+        );
+        assert!(
+            matches!(state(&cr(json!([{"type": "Stalled", "status": "True", "reason": "Quota"}]))), State::Failed(m) if m == "Quota")
+        );
+        assert_eq!(state(&cr(json!([]))), State::Current);
+    }
+}
