@@ -319,6 +319,20 @@ async fn a_package_converges_once_then_follows_drift_and_readiness_without_conve
     assert_eq!(reconciles(&host.metrics, &crd), 1, "reconciles per new CR");
     println!("package CR: 1 reconcile, {writes:?} (one APPLY things is the test's create)");
 
+    // `kubectl get` (a client no one here wrote) shows the generated columns.
+    let out = std::process::Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(ControlPlane::shared().kubeconfig())
+        .args(["get", &format!("things.{group}"), "-n", &ns, "--no-headers"])
+        .output()?;
+    let row = String::from_utf8_lossy(&out.stdout);
+    let fields: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(
+        fields.get(..3),
+        Some(&["one", "True", "Ready"][..]),
+        "{row}"
+    );
+
     // Drift behind its back: a changed annotation asks for an early check, which converges.
     backend.set(
         &id,

@@ -300,7 +300,7 @@ impl CrdSpec {
                 || json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}),
             );
         }
-        let columns: Vec<Value> = crd
+        let mut columns: Vec<Value> = crd
             .printer_columns
             .iter()
             .map(|c| {
@@ -314,6 +314,36 @@ impl CrdSpec {
                 col
             })
             .collect();
+        // `kubectl get` shows whether each CR is ready, why not, and its age (which it
+        // drops once a CRD has columns of its own) unless the Blueprint names them itself.
+        for (name, type_, path, description) in [
+            (
+                "Ready",
+                "string",
+                ".status.conditions[?(@.type==\"Ready\")].status",
+                "Whether the CR is ready",
+            ),
+            (
+                "Reason",
+                "string",
+                ".status.conditions[?(@.type==\"Ready\")].reason",
+                "Why it is or is not ready",
+            ),
+            (
+                "Age",
+                "date",
+                ".metadata.creationTimestamp",
+                "Since when the CR exists",
+            ),
+        ] {
+            if !crd
+                .printer_columns
+                .iter()
+                .any(|c| c.name.eq_ignore_ascii_case(name))
+            {
+                columns.push(json!({"name": name, "type": type_, "jsonPath": path, "description": description}));
+            }
+        }
         let kind_lower = crd.kind.to_lowercase();
         let mut version = json!({
             "name": crd.version,
@@ -359,6 +389,28 @@ mod tests {
         let c = crd("{ group: demo.inrun.dev, version: v1, kind: Proxy, plural: proxies }");
         assert_eq!(c.plural(), "proxies");
         assert_eq!(c.api_version(), "demo.inrun.dev/v1");
+    }
+
+    #[test]
+    fn generated_crds_show_ready_reason_and_age_unless_the_blueprint_names_them() {
+        let names = |c: &CrdSpec| -> Vec<String> {
+            c.manifest()["spec"]["versions"][0]["additionalPrinterColumns"]
+                .as_array()
+                .expect("columns")
+                .iter()
+                .map(|c| c["name"].as_str().unwrap_or_default().to_string())
+                .collect()
+        };
+        let plain = crd("{ group: a.b, version: v1, kind: A }");
+        assert_eq!(names(&plain), ["Ready", "Reason", "Age"]);
+        let own = crd(
+            "{ group: a.b, version: v1, kind: A, printerColumns: [ { name: Phase, type: string, jsonPath: .status.phase }, { name: age, type: date, jsonPath: .metadata.creationTimestamp } ] }",
+        );
+        assert_eq!(names(&own), ["Phase", "age", "Ready", "Reason"]);
+        assert_eq!(
+            plain.manifest()["spec"]["versions"][0]["additionalPrinterColumns"][0]["jsonPath"],
+            ".status.conditions[?(@.type==\"Ready\")].status"
+        );
     }
 
     #[test]

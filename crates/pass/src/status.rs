@@ -50,13 +50,75 @@ pub fn desired(
         .pointer("/status/conditions")
         .and_then(Value::as_array);
     let condition = condition(object, "Ready", ready.ok, ready.reason, &ready.message, now);
+    // Conditions of the reconciler's own (`status.conditions` from `emit.status` or the
+    // Result), merged by type over those on the CR; `Ready` stays the host's.
+    let theirs = reconciler_conditions(object, fields.remove("conditions"), generation, now);
     let mut conditions: Vec<Value> = previous
-        .map(|c| c.iter().filter(|c| c["type"] != "Ready").cloned().collect())
+        .map(|c| {
+            c.iter()
+                .filter(|c| c["type"] != "Ready" && !theirs.iter().any(|t| t["type"] == c["type"]))
+                .cloned()
+                .collect()
+        })
         .unwrap_or_default();
+    conditions.extend(theirs);
     conditions.push(condition);
     fields.insert("observedGeneration".into(), json!(generation));
     fields.insert("conditions".into(), Value::Array(conditions));
     fields
+}
+
+/// The well-formed conditions in a reconciler's `status.conditions` (objects with a
+/// `type` other than `Ready` and a `status` of `True`, `False` or `Unknown`), shaped as the
+/// API conventions want them: `observedGeneration` defaulted to the CR's generation and
+/// `lastTransitionTime` kept from the CR while the status holds. Anything else is dropped.
+fn reconciler_conditions(
+    object: &Value,
+    given: Option<Value>,
+    generation: i64,
+    now: &str,
+) -> Vec<Value> {
+    let Some(Value::Array(given)) = given else {
+        return Vec::new();
+    };
+    let mut out: Vec<Value> = Vec::new();
+    for c in given {
+        let Value::Object(mut c) = c else { continue };
+        let kind = c
+            .get("type")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
+        let status = c.get("status").and_then(Value::as_str).unwrap_or_default();
+        if kind.is_empty()
+            || kind == "Ready"
+            || !["True", "False", "Unknown"].contains(&status)
+            || out.iter().any(|o| o["type"] == kind.as_str())
+        {
+            continue;
+        }
+        if !c.contains_key("lastTransitionTime") {
+            let kept =
+                condition(object, &kind, status == "True", "", "", now)["lastTransitionTime"]
+                    .clone();
+            // `condition` compares True/False only; an Unknown always moves.
+            let moved = status == "Unknown"
+                && object
+                    .pointer("/status/conditions")
+                    .and_then(Value::as_array)
+                    .and_then(|p| p.iter().find(|p| p["type"] == kind.as_str()))
+                    .is_none_or(|p| p["status"] != "Unknown");
+            c.insert(
+                "lastTransitionTime".into(),
+                if moved { json!(now) } else { kept },
+            );
+        }
+        c.entry("observedGeneration").or_insert(json!(generation));
+        c.entry("reason").or_insert(json!(kind));
+        c.entry("message").or_insert(json!(""));
+        out.push(Value::Object(c));
+    }
+    out
 }
 
 /// A condition of `type` as the Kubernetes API conventions shape it, its transition time
@@ -165,6 +227,44 @@ mod tests {
             .expect("map")
             .remove("f:old");
         assert!(!differs(&written, &want));
+    }
+
+    #[test]
+    fn a_reconcilers_conditions_are_merged_by_type_and_ready_stays_the_hosts() {
+        let object = json!({"metadata": {"generation": 4}, "status": {"conditions": [
+            {"type": "Degraded", "status": "True", "reason": "Old", "message": "", "lastTransitionTime": "2020-01-01T00:00:00Z", "observedGeneration": 3},
+            {"type": "BackedUp", "status": "False", "reason": "Never", "message": "", "lastTransitionTime": "2020-01-01T00:00:00Z", "observedGeneration": 3},
+            {"type": "External", "status": "True", "reason": "Theirs"}
+        ]}});
+        let mut fields = Map::new();
+        fields.insert(
+            "conditions".into(),
+            json!([
+                {"type": "Degraded", "status": "True", "reason": "StillDegraded", "message": "one replica down"},
+                {"type": "BackedUp", "status": "True", "reason": "Done"},
+                {"type": "Ready", "status": "False", "reason": "Spoofed"},
+                {"type": "Bad", "status": "Maybe"},
+                "not an object"
+            ]),
+        );
+        let got = desired(&object, fields, &ok(), "2026-01-01T00:00:00Z");
+        let conditions = got["conditions"].as_array().expect("conditions");
+        let by = |t: &str| conditions.iter().find(|c| c["type"] == t).cloned();
+        let types: Vec<&str> = conditions
+            .iter()
+            .filter_map(|c| c["type"].as_str())
+            .collect();
+        assert_eq!(types, ["External", "Degraded", "BackedUp", "Ready"]);
+        let degraded = by("Degraded").expect("Degraded");
+        assert_eq!(degraded["reason"], "StillDegraded");
+        // Still True: the transition time stays; the generation is the one the pass read.
+        assert_eq!(degraded["lastTransitionTime"], "2020-01-01T00:00:00Z");
+        assert_eq!(degraded["observedGeneration"], 4);
+        assert_eq!(
+            by("BackedUp").expect("BackedUp")["lastTransitionTime"],
+            "2026-01-01T00:00:00Z"
+        );
+        assert_eq!(by("Ready").expect("Ready")["status"], "True");
     }
 
     #[test]
