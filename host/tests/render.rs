@@ -358,3 +358,45 @@ fn a_package_renders_its_reads_and_the_converge_it_would_run_without_running_it(
     // Only the read reached the backend: render never converges.
     assert_eq!(*seen.lock().unwrap_or_else(|p| p.into_inner()), ["GET"]);
 }
+
+#[test]
+fn render_prints_the_reconcilers_conditions_merged_with_ready() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bp = dir.path().join("blueprint.yaml");
+    std::fs::write(
+        &bp,
+        "apiVersion: inrun.dev/v1alpha1\nkind: Blueprint\nmetadata: {name: c}\nspec:\n  crds:\n    - group: c.example.com\n      version: v1\n      kind: Site\n      emit:\n        status:\n          conditions:\n            - {type: Exposed, status: \"True\", reason: HasHost, message: \"at {{ .spec.host }}\"}\n            - {type: Ready, status: \"False\", reason: Spoofed}\n",
+    )
+    .expect("write blueprint");
+    let cr = dir.path().join("site.yaml");
+    std::fs::write(
+        &cr,
+        "apiVersion: c.example.com/v1\nkind: Site\nmetadata: {name: s, namespace: web}\nspec: {host: example.org}\n",
+    )
+    .expect("write cr");
+    let args = [
+        "render",
+        "-b",
+        &bp.display().to_string(),
+        "-f",
+        &cr.display().to_string(),
+        "-o",
+        "json",
+    ];
+    let (ok, stdout, stderr) = inrun(&args);
+    assert!(ok, "render failed: {stderr}");
+    let out: Value = serde_json::from_str(&stdout).expect("json");
+    let conditions = out["conditions"].as_array().expect("conditions");
+    let types: Vec<&str> = conditions
+        .iter()
+        .filter_map(|c| c["type"].as_str())
+        .collect();
+    assert_eq!(types, ["Exposed", "Ready"], "{out}");
+    assert_eq!(conditions[0]["message"], "at example.org");
+    assert_eq!(conditions[1]["status"], "True", "Ready stays the host's");
+    assert!(
+        conditions
+            .iter()
+            .all(|c| c.get("lastTransitionTime").is_none())
+    );
+}

@@ -128,6 +128,10 @@ pub struct RenderOutput {
     /// The `Ready` condition the pass would set.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ready: Option<ReadyOutput>,
+    /// Every condition the pass would write, `Ready` and the reconciler's own (merged by
+    /// type), without their transition times (those are the server's moment).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Value>,
     /// Labels set on the CR.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
@@ -337,7 +341,18 @@ pub async fn render(
             message,
         },
     );
-    status.remove("conditions");
+    let conditions = match status.remove("conditions") {
+        Some(Value::Array(all)) => all
+            .into_iter()
+            .map(|mut c| {
+                if let Some(c) = c.as_object_mut() {
+                    c.remove("lastTransitionTime");
+                }
+                c
+            })
+            .collect(),
+        _ => Vec::new(),
+    };
     status.remove("observedGeneration");
     let decorated = fx
         .metadata_of(meta::RECONCILER_MANAGER)
@@ -360,6 +375,7 @@ pub async fn render(
         resources: std::mem::take(&mut fx.applied),
         status,
         ready,
+        conditions,
         labels: decorated.labels,
         annotations,
         events: fx
