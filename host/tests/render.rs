@@ -269,6 +269,28 @@ fn each_tenant_example_validates_on_its_own_and_the_blueprint_crd_is_printed() {
     assert_eq!(crd["spec"]["scope"], "Cluster");
 }
 
+/// Renders `cr` (YAML text) through `blueprint` (YAML text), both written to a scratch
+/// directory; the JSON output.
+fn render_texts(blueprint: &str, cr: &str) -> Value {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bp = dir.path().join("blueprint.yaml");
+    std::fs::write(&bp, blueprint).expect("write blueprint");
+    let file = dir.path().join("cr.yaml");
+    std::fs::write(&file, cr).expect("write cr");
+    let args = [
+        "render",
+        "-b",
+        &bp.display().to_string(),
+        "-f",
+        &file.display().to_string(),
+        "-o",
+        "json",
+    ];
+    let (ok, stdout, stderr) = inrun(&args);
+    assert!(ok, "render failed: {stderr}");
+    serde_json::from_str(&stdout).expect("render prints JSON")
+}
+
 /// A backend with no things: every request gets a 404; the methods are noted.
 fn empty_backend() -> (u16, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
     use std::io::{BufRead, BufReader, Write};
@@ -305,34 +327,15 @@ fn empty_backend() -> (u16, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
 #[test]
 fn a_package_renders_its_reads_and_the_converge_it_would_run_without_running_it() {
     let (port, seen) = empty_backend();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let bp = dir.path().join("blueprint.yaml");
-    std::fs::write(
-        &bp,
-        format!(
+    let out = render_texts(
+        &format!(
             "apiVersion: inrun.dev/v1alpha1\nkind: Blueprint\nmetadata: {{name: p}}\nspec:\n  crds:\n    - group: infra.example.com\n      version: v1\n      kind: Db\n      reconcile:\n        default: false\n        package:\n          location: \"{}\"\n          capabilities: {{http: {{hosts: [\"127.0.0.1:{port}\"]}}}}\n",
             plugin("inrun_test_infra")
         ),
-    )
-    .expect("write blueprint");
-    let cr = dir.path().join("db.yaml");
-    std::fs::write(
-        &cr,
-        format!("apiVersion: infra.example.com/v1\nkind: Db\nmetadata: {{name: db, namespace: team}}\nspec: {{config: {{endpoint: \"http://127.0.0.1:{port}\", size: 2}}}}\n"),
-    )
-    .expect("write cr");
-    let args = [
-        "render",
-        "-b",
-        &bp.display().to_string(),
-        "-f",
-        &cr.display().to_string(),
-        "-o",
-        "json",
-    ];
-    let (ok, stdout, stderr) = inrun(&args);
-    assert!(ok, "render failed: {stderr}");
-    let out: Value = serde_json::from_str(&stdout).expect("json");
+        &format!(
+            "apiVersion: infra.example.com/v1\nkind: Db\nmetadata: {{name: db, namespace: team}}\nspec: {{config: {{endpoint: \"http://127.0.0.1:{port}\", size: 2}}}}\n"
+        ),
+    );
     assert_eq!(out["reconciler"], "package");
     let calls: Vec<&str> = out["infrastructure"]
         .as_array()
@@ -361,31 +364,10 @@ fn a_package_renders_its_reads_and_the_converge_it_would_run_without_running_it(
 
 #[test]
 fn render_prints_the_reconcilers_conditions_merged_with_ready() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let bp = dir.path().join("blueprint.yaml");
-    std::fs::write(
-        &bp,
+    let out = render_texts(
         "apiVersion: inrun.dev/v1alpha1\nkind: Blueprint\nmetadata: {name: c}\nspec:\n  crds:\n    - group: c.example.com\n      version: v1\n      kind: Site\n      emit:\n        status:\n          conditions:\n            - {type: Exposed, status: \"True\", reason: HasHost, message: \"at {{ .spec.host }}\"}\n            - {type: Ready, status: \"False\", reason: Spoofed}\n",
-    )
-    .expect("write blueprint");
-    let cr = dir.path().join("site.yaml");
-    std::fs::write(
-        &cr,
         "apiVersion: c.example.com/v1\nkind: Site\nmetadata: {name: s, namespace: web}\nspec: {host: example.org}\n",
-    )
-    .expect("write cr");
-    let args = [
-        "render",
-        "-b",
-        &bp.display().to_string(),
-        "-f",
-        &cr.display().to_string(),
-        "-o",
-        "json",
-    ];
-    let (ok, stdout, stderr) = inrun(&args);
-    assert!(ok, "render failed: {stderr}");
-    let out: Value = serde_json::from_str(&stdout).expect("json");
+    );
     let conditions = out["conditions"].as_array().expect("conditions");
     let types: Vec<&str> = conditions
         .iter()
