@@ -650,7 +650,7 @@ async fn hold(
 /// CR until `runtime.finalizers.timeout`; then the safeguard, the children, the finalizer.
 async fn finalize(p: Pass<'_>, fx: &mut dyn Effects) -> Result<Done, Failure> {
     let object = p.object;
-    if !meta::has_finalizer(object) {
+    if !meta::has_finalizer(object, meta::FINALIZER) {
         return Ok(Done::default());
     }
     if p.runtime.finalizers.remove {

@@ -114,12 +114,12 @@ pub fn differs(object: &Value, manager: &str, want: &Metadata) -> bool {
     false
 }
 
-/// Whether the CR carries the host's finalizer.
-pub fn has_finalizer(object: &Value) -> bool {
+/// Whether the CR carries the finalizer `name` (the host's is [`FINALIZER`]).
+pub fn has_finalizer(object: &Value, name: &str) -> bool {
     object
         .pointer("/metadata/finalizers")
         .and_then(Value::as_array)
-        .is_some_and(|f| f.iter().any(|f| f == FINALIZER))
+        .is_some_and(|f| f.iter().any(|f| f == name))
 }
 
 /// When a pending cleanup deletes the CR, if one is recorded.

@@ -254,10 +254,7 @@ fn event(object: &Value) -> Event {
 
 /// Whether the CR carries the package finalizer.
 fn finalized(object: &Value) -> bool {
-    object
-        .pointer("/metadata/finalizers")
-        .and_then(Value::as_array)
-        .is_some_and(|f| f.iter().any(|f| f == FINALIZER))
+    meta::has_finalizer(object, FINALIZER)
 }
 
 /// The `Ready` and `Reconciling` conditions a pass ends with.

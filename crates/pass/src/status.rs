@@ -98,20 +98,8 @@ fn reconciler_conditions(
             continue;
         }
         if !c.contains_key("lastTransitionTime") {
-            let kept =
-                condition(object, &kind, status == "True", "", "", now)["lastTransitionTime"]
-                    .clone();
-            // `condition` compares True/False only; an Unknown always moves.
-            let moved = status == "Unknown"
-                && object
-                    .pointer("/status/conditions")
-                    .and_then(Value::as_array)
-                    .and_then(|p| p.iter().find(|p| p["type"] == kind.as_str()))
-                    .is_none_or(|p| p["status"] != "Unknown");
-            c.insert(
-                "lastTransitionTime".into(),
-                if moved { json!(now) } else { kept },
-            );
+            let at = transition(object, &kind, status, now);
+            c.insert("lastTransitionTime".into(), json!(at));
         }
         c.entry("observedGeneration").or_insert(json!(generation));
         c.entry("reason").or_insert(json!(kind));
@@ -119,6 +107,19 @@ fn reconciler_conditions(
         out.push(Value::Object(c));
     }
     out
+}
+
+/// When the condition `kind` last changed: the time on `object` while its status is still
+/// `status`, else `now`.
+fn transition(object: &Value, kind: &str, status: &str, now: &str) -> String {
+    let was = object
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .and_then(|c| c.iter().find(|c| c["type"] == kind));
+    match was.map(|w| (&w["lastTransitionTime"], &w["status"])) {
+        Some((Value::String(t), s)) if s == status => t.clone(),
+        _ => now.to_string(),
+    }
 }
 
 /// A condition of `type` as the Kubernetes API conventions shape it, its transition time
@@ -131,15 +132,8 @@ pub fn condition(
     message: &str,
     now: &str,
 ) -> Value {
-    let was = object
-        .pointer("/status/conditions")
-        .and_then(Value::as_array)
-        .and_then(|c| c.iter().find(|c| c["type"] == kind));
     let status_text = if ok { "True" } else { "False" };
-    let transition = match was.map(|w| (&w["lastTransitionTime"], &w["status"])) {
-        Some((Value::String(t), s)) if s == status_text => t.clone(),
-        _ => now.to_string(),
-    };
+    let transition = transition(object, kind, status_text, now);
     let mut message: String = message.chars().take(MESSAGE_MAX).collect();
     if message.is_empty() {
         message = reason.to_string();
@@ -265,6 +259,21 @@ mod tests {
             "2026-01-01T00:00:00Z"
         );
         assert_eq!(by("Ready").expect("Ready")["status"], "True");
+        // An Unknown that stays Unknown keeps its time too: a pass that changes nothing
+        // writes nothing.
+        let object = json!({"metadata": {"generation": 1}, "status": {"conditions": [
+            {"type": "Synced", "status": "Unknown", "lastTransitionTime": "2020-01-01T00:00:00Z"}
+        ]}});
+        let mut fields = Map::new();
+        fields.insert(
+            "conditions".into(),
+            json!([{"type": "Synced", "status": "Unknown"}]),
+        );
+        let got = desired(&object, fields, &ok(), "2026-01-01T00:00:00Z");
+        assert_eq!(
+            got["conditions"][0]["lastTransitionTime"],
+            "2020-01-01T00:00:00Z"
+        );
     }
 
     #[test]

@@ -29,7 +29,12 @@ spec:
             data: {{phase: "{{{{ .spec.phase }}}}"}}
 {reconcile_extra}"#
     );
-    let bp = inrun_blueprint::from_str(&text, "t.yaml").expect("blueprint");
+    assemble(&text)
+}
+
+/// The Blueprint `text` assembled, with a small engine.
+pub(crate) fn assemble(text: &str) -> Assembly {
+    let bp = inrun_blueprint::from_str(text, "t.yaml").expect("blueprint");
     let engine = inrun_wasm::Engine::new(inrun_wasm::EngineSettings {
         pooling: false,
         ..Default::default()

@@ -94,13 +94,7 @@ const DRIFTED: Observation = Observation {
 fn assembly() -> Assembly {
     // The package pass reads only the CRD's names from the plan.
     let text = "apiVersion: inrun.dev/v1alpha1\nkind: Blueprint\nmetadata: {name: t}\nspec:\n  crds:\n    - {group: t.inrun.dev, version: v1, kind: Db}\n";
-    let bp = inrun_blueprint::from_str(text, "t.yaml").expect("blueprint");
-    let engine = inrun_wasm::Engine::new(inrun_wasm::EngineSettings {
-        pooling: false,
-        ..Default::default()
-    })
-    .expect("engine");
-    futures::executor::block_on(Assembly::from_blueprint(bp, &engine)).expect("assembly")
+    crate::tests::assemble(text)
 }
 
 fn cr(spec: Value) -> Value {
