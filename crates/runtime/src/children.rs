@@ -8,6 +8,8 @@
 //! and prune, release and `request.children` touch only objects the host applied for the
 //! CR (its owner label and the host's field manager), never a same-named stranger.
 
+use std::sync::Arc;
+
 use std::collections::HashSet;
 
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
@@ -356,16 +358,19 @@ async fn apply_one(
     };
     let uid = cr.metadata.uid.as_deref().unwrap_or_default();
     // The cache holds only objects with an owner label: one whose label names another CR
-    // is someone else's, and one the cache lacks may still exist (unlabelled) — ask.
-    let holder = match &live {
-        Some(Some(child)) => Some(owner_of(&child.metadata)),
+    // is someone else's, and one the cache lacks (or a cache that has not listed yet, such
+    // as a kind watched only since a CRD child defined it) may still exist — ask, and judge
+    // what the server answers as a cached child would be judged.
+    let current: Option<Arc<PartialObjectMeta<DynamicObject>>> = match live {
+        Some(Some(child)) => Some(child),
         _ if owned || create_only => api
             .get_metadata_opt(&name)
             .await
             .map_err(|e| err("reading", e))?
-            .map(|o| owner_of(&o.metadata)),
+            .map(Arc::new),
         _ => None,
     };
+    let holder = current.as_ref().map(|c| owner_of(&c.metadata));
     if create_only && holder.is_some() {
         return Ok(One {
             key,
@@ -385,7 +390,7 @@ async fn apply_one(
             },
         });
     }
-    if let Some(Some(child)) = &live {
+    if let Some(child) = current.as_deref().filter(|_| owned) {
         let stamped = child
             .metadata
             .annotations
