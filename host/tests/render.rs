@@ -373,12 +373,88 @@ fn render_prints_the_reconcilers_conditions_merged_with_ready() {
         .iter()
         .filter_map(|c| c["type"].as_str())
         .collect();
-    assert_eq!(types, ["Exposed", "Ready"], "{out}");
+    assert_eq!(types, ["Exposed", "Reconciled", "Ready"], "{out}");
     assert_eq!(conditions[0]["message"], "at example.org");
-    assert_eq!(conditions[1]["status"], "True", "Ready stays the host's");
+    assert_eq!(conditions[2]["status"], "True", "Ready stays the host's");
     assert!(
         conditions
             .iter()
             .all(|c| c.get("lastTransitionTime").is_none())
     );
+}
+
+const DEPLOYING: &str = "apiVersion: inrun.dev/v1alpha1\nkind: Blueprint\nmetadata: {name: d}\nspec:\n  crds:\n    - group: d.example.com\n      version: v1\n      kind: App\n      reconcile:\n        managedResources:\n          - {apiVersion: v1, kind: ConfigMap}\n          - {apiVersion: apps/v1, kind: Deployment}\n        onReconcile:\n          - {apiVersion: v1, kind: ConfigMap, metadata: {name: \"{{ .metadata.name }}\"}}\n          - apiVersion: apps/v1\n            kind: Deployment\n            metadata: {name: \"{{ .metadata.name }}\"}\n            spec: {replicas: 2}\n";
+
+#[test]
+fn render_judges_children_on_observed_objects_and_reads_the_cr_from_standard_input() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bp = dir.path().join("blueprint.yaml");
+    std::fs::write(&bp, DEPLOYING).expect("write blueprint");
+    let observed = dir.path().join("observed.yaml");
+    let render = |observed: Option<&std::path::Path>| {
+        let cache = tempfile::tempdir().expect("tempdir");
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_inrun"));
+        cmd.args([
+            "render",
+            "-b",
+            &bp.display().to_string(),
+            "-f",
+            "-",
+            "-o",
+            "json",
+        ])
+        .env("INRUN_CACHE_DIR", cache.path())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+        if let Some(o) = observed {
+            cmd.args(["--observed", &o.display().to_string()]);
+        }
+        let mut child = cmd.spawn().expect("run inrun");
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(b"apiVersion: d.example.com/v1\nkind: App\nmetadata: {name: shop, namespace: web}\n")
+            .expect("write the CR");
+        let out = child.wait_with_output().expect("inrun ends");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice::<Value>(&out.stdout).expect("render prints JSON")
+    };
+    // Nothing observed: the Deployment's state is not known.
+    let out = render(None);
+    assert_eq!(
+        out["ready"],
+        serde_json::json!({"status": "Unknown", "reason": "Progressing", "message": "Deployment shop: not observed"})
+    );
+    // Observed as a controller left it (a List, as `kubectl get -o yaml` prints one).
+    let deployment = |available: i64| {
+        format!(
+            "{{apiVersion: apps/v1, kind: Deployment, metadata: {{name: shop, namespace: web, generation: 1}}, spec: {{replicas: 2}}, status: {{observedGeneration: 1, replicas: 2, updatedReplicas: 2, readyReplicas: {available}, availableReplicas: {available}}}}}"
+        )
+    };
+    std::fs::write(
+        &observed,
+        format!(
+            "apiVersion: v1\nkind: List\nitems:\n  - {}\n",
+            deployment(0)
+        ),
+    )
+    .expect("write observed");
+    let out = render(Some(&observed));
+    assert_eq!(out["ready"]["status"], "False");
+    assert_eq!(
+        out["ready"]["message"],
+        "Deployment shop: 0/2 replicas available"
+    );
+    assert_eq!(out["status"]["resources"][1]["state"], "InProgress");
+    std::fs::write(&observed, format!("---\n{}\n", deployment(2))).expect("write observed");
+    let out = render(Some(&observed));
+    assert_eq!(out["ready"]["status"], "True", "{out}");
+    assert_eq!(out["ready"]["reason"], "Ready");
 }

@@ -328,6 +328,10 @@ pub struct ManagedResource {
     /// with reason `Conflict`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub adopt: bool,
+    /// When a child of this kind is ready, as a condition rendered against the child
+    /// (`"{{ .status.phase == 'Running' }}"`); replaces the host's rules for the kind.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_when: Option<String>,
 }
 
 impl ManagedResource {

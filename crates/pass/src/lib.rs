@@ -61,6 +61,12 @@ pub enum Reason {
     /// Deletion is held: the reconciler asked to requeue, or foreign instances of a managed
     /// type exist.
     DeletionBlocked,
+    /// Every child became ready (nothing else changed).
+    Ready,
+    /// A child is no longer ready, or not yet (nothing else changed).
+    Progressing,
+    /// A child failed and will not become ready without a change.
+    ResourceFailed,
 }
 
 impl Reason {
@@ -76,6 +82,9 @@ impl Reason {
             Reason::Gated => "Gated",
             Reason::CleanedUp => "CleanedUp",
             Reason::DeletionBlocked => "DeletionBlocked",
+            Reason::Ready => "Ready",
+            Reason::Progressing => "Progressing",
+            Reason::ResourceFailed => "ResourceFailed",
         }
     }
 
@@ -85,7 +94,8 @@ impl Reason {
             Reason::ReconcileError
             | Reason::FinalizeTimeout
             | Reason::Invalid
-            | Reason::DeletionBlocked => "Warning",
+            | Reason::DeletionBlocked
+            | Reason::ResourceFailed => "Warning",
             _ => "Normal",
         }
     }
@@ -119,11 +129,38 @@ impl std::fmt::Display for ChildKey {
 pub struct Applied {
     /// Every child of the Result (when `waiting`, those applied so far).
     pub keys: HashSet<ChildKey>,
+    /// The same children in the order they were applied, with what the apply returned.
+    pub children: Vec<AppliedChild>,
     /// How many writes that took.
     pub written: usize,
     /// The apply stopped before a later wave: what it waits for (a CRD not `Established`
     /// yet, a type not served yet). The rest is applied by a later pass.
     pub waiting: Option<String>,
+}
+
+/// One child an apply covered.
+#[derive(Debug, Clone)]
+pub struct AppliedChild {
+    /// Its position in the Result's resources.
+    pub index: usize,
+    /// Its `apiVersion`.
+    pub api_version: String,
+    /// Which object it is.
+    pub key: ChildKey,
+    /// The whole object as the write returned it (status too); `None` when nothing was
+    /// written (it was already as desired).
+    pub object: Option<Value>,
+}
+
+/// A child as the server has it, for its readiness.
+#[derive(Debug, Clone)]
+pub enum Observed {
+    /// The whole object.
+    Object(Value),
+    /// It does not exist (deleted since it was applied).
+    Missing,
+    /// Not known: nothing observes the server (`inrun render` without `--observed`).
+    Unknown,
 }
 
 /// What a prune did.
@@ -246,6 +283,9 @@ pub trait Effects: Send {
     /// The CR's children of `spec`'s managed kinds, for `request.children`:
     /// `{Kind: {name: object}}`.
     async fn children(&mut self, spec: &ReconcileSpec) -> Result<Value, EffectError>;
+    /// The child `key` of `api_version`, whole (status too), as the server has it now.
+    async fn observe(&mut self, api_version: &str, key: &ChildKey)
+    -> Result<Observed, EffectError>;
     /// Applies `resources`; `owned` ties them to the CR (owner label and reference).
     async fn apply(
         &mut self,
@@ -437,6 +477,7 @@ async fn reconcile(p: Pass<'_>, fx: &mut dyn Effects) -> Result<Done, Failure> {
         written,
         waiting,
         prune_blocked,
+        children,
     } = outcome;
 
     // 6. Status and events.
@@ -456,24 +497,37 @@ async fn reconcile(p: Pass<'_>, fx: &mut dyn Effects) -> Result<Done, Failure> {
     if let Some(on) = waiting {
         // A later wave waits (a CRD to be Established): the CR is not ready yet, and the
         // pass runs again when the CRD changes, or soon.
-        let ready = Ready::not("Progressing", on);
-        if write_status(p, fx, fields, &ready).await? == StatusWrite::Stale {
+        let verdict = held(object, Ready::not("Progressing", on));
+        if write_status(p, fx, fields, &verdict).await? == StatusWrite::Stale {
             return Ok(Done::after(STALE_RETRY));
         }
         return Ok(Done::after(WAVE_RECHECK));
     }
-    let summary = format!("applied {} resource(s)", outcome.resources.len());
-    let ready = Ready {
-        ok: true,
-        reason: "Reconciled",
-        message: summary.clone(),
+    // 6a. Readiness: every child's state, by the kind's rules or its `readyWhen`.
+    let states = match assess(fx, rplan, &outcome.resources, children).await {
+        Ok(states) => states,
+        Err(f) => return Err(failed(p, fx, &args_ctx, f).await),
     };
-    let status = write_status(p, fx, fields, &ready).await?;
-    if status == StatusWrite::Stale {
-        return Ok(Done::after(STALE_RETRY));
-    }
-    if written > 0 || status == StatusWrite::ReadyChanged {
-        fx.record(Reason::Reconciled, summary).await;
+    let summary = format!("applied {} resource(s)", outcome.resources.len());
+    let verdict = readiness::verdict(&states, summary.clone(), namespace(object));
+    let status = write_status(p, fx, fields, &verdict).await?;
+    match status {
+        StatusWrite::Stale => return Ok(Done::after(STALE_RETRY)),
+        StatusWrite::Written { reconciled, .. } if written > 0 || reconciled => {
+            fx.record(Reason::Reconciled, summary).await;
+        }
+        StatusWrite::Unchanged if written > 0 => {
+            fx.record(Reason::Reconciled, summary).await;
+        }
+        StatusWrite::Written { ready: true, .. } => {
+            let reason = match verdict.ready.reason {
+                "Ready" => Reason::Ready,
+                "ResourceFailed" => Reason::ResourceFailed,
+                _ => Reason::Progressing,
+            };
+            fx.record(reason, verdict.ready.message.clone()).await;
+        }
+        _ => {}
     }
 
     // 7. Next.
@@ -492,6 +546,58 @@ async fn reconcile(p: Pass<'_>, fx: &mut dyn Effects) -> Result<Done, Failure> {
         cleanup: outcome.cleanup.map(|c| c.after),
         retry: false,
     })
+}
+
+/// Each applied child with its state: current at once for a kind whose readiness reads
+/// nothing the server writes; otherwise judged on the object the apply returned, or, when
+/// nothing was written, on the object read back. A `readyWhen` of the child's
+/// `managedResources` entry replaces the kind's rules.
+async fn assess(
+    fx: &mut dyn Effects,
+    rplan: &ReconcilePlan,
+    resources: &[Value],
+    children: Vec<AppliedChild>,
+) -> Result<Vec<(AppliedChild, readiness::State)>, Failure> {
+    use readiness::State;
+    let mut states = Vec::with_capacity(children.len());
+    for mut child in children {
+        let rule = rplan.ready_when(&child.api_version, &child.key.kind);
+        let desired = resources.get(child.index).unwrap_or(&Value::Null);
+        if rule.is_none() && !readiness::reads_status(desired) {
+            child.object = None;
+            states.push((child, State::Current));
+            continue;
+        }
+        let observed = match child.object.take() {
+            Some(object) => Observed::Object(object),
+            None => fx.observe(&child.api_version, &child.key).await?,
+        };
+        let state = match observed {
+            Observed::Object(object) => match rule {
+                Some((when, text)) => match when.eval(&Context::new(&object)) {
+                    Ok(true) => State::Current,
+                    Ok(false) => State::InProgress(format!("readyWhen {text} is not true yet")),
+                    Err(e) => {
+                        State::Failed(format!("readyWhen: {}", inrun_contract::errors::chain(&e)))
+                    }
+                },
+                None => readiness::state(&object),
+            },
+            Observed::Missing => State::InProgress("not found on the server".into()),
+            Observed::Unknown => State::Unknown("not observed".into()),
+        };
+        states.push((child, state));
+    }
+    Ok(states)
+}
+
+/// `Reconciled` and `Ready` both saying `condition` (a failed, held or waiting pass), the
+/// children's states as the last pass that judged them wrote them.
+fn held(object: &Value, condition: Ready) -> status::Verdict {
+    status::Verdict {
+        resources: object.pointer("/status/resources").cloned(),
+        ..status::Verdict::both(condition)
+    }
 }
 
 /// The Request: `reconcile.external` calls run, args rendered, and the CR's children
@@ -521,6 +627,8 @@ struct Settled {
     waiting: Option<String>,
     /// A CRD or APIService no longer returned was kept for its foreign instances.
     prune_blocked: bool,
+    /// The children applied, in order.
+    children: Vec<AppliedChild>,
 }
 
 /// The steps that must all succeed for a pass to count: the reconciler, the fence, the
@@ -572,6 +680,7 @@ async fn reconcile_and_apply(
         written,
         waiting: applied.waiting,
         prune_blocked,
+        children: applied.children,
     })
 }
 
@@ -580,31 +689,34 @@ async fn reconcile_and_apply(
 enum StatusWrite {
     /// The CR already showed it.
     Unchanged,
-    /// Written; the `Ready` condition says the same as before.
-    Written,
-    /// Written, and the `Ready` condition changed.
-    ReadyChanged,
+    /// Written; whether the `Reconciled` and the `Ready` condition changed.
+    Written {
+        /// `Reconciled` says something new.
+        reconciled: bool,
+        /// `Ready` says something new.
+        ready: bool,
+    },
     /// The CR changed under the pass; nothing written.
     Stale,
 }
 
-/// Writes `fields` and `ready` to the CR's status if that changes it.
+/// Writes `fields` and `verdict` to the CR's status if that changes it.
 async fn write_status(
     p: Pass<'_>,
     fx: &mut dyn Effects,
     fields: Map<String, Value>,
-    ready: &Ready,
+    verdict: &status::Verdict,
 ) -> Result<StatusWrite, Failure> {
     let now = meta::format_time(p.now);
-    let desired = status::desired(p.object, fields, ready, &now);
+    let desired = status::desired(p.object, fields, verdict, &now);
     if !status::differs(p.object, &desired) {
         return Ok(StatusWrite::Unchanged);
     }
-    let ready_changed = status::ready_changes(p.object, &desired);
+    let reconciled = status::changes(p.object, &desired, "Reconciled");
+    let ready = status::ready_changes(p.object, &desired);
     Ok(match fx.status(&desired).await? {
         Written::Stale => StatusWrite::Stale,
-        Written::Done if ready_changed => StatusWrite::ReadyChanged,
-        Written::Done => StatusWrite::Written,
+        Written::Done => StatusWrite::Written { reconciled, ready },
     })
 }
 
@@ -613,8 +725,8 @@ async fn write_status(
 async fn failed(p: Pass<'_>, fx: &mut dyn Effects, ctx: &Context, failure: Failure) -> Failure {
     let message = inrun_contract::errors::chain(&failure);
     let fields = p.crd.status(ctx, None).unwrap_or_default();
-    let ready = Ready::not(failure.condition(), message.clone());
-    if let Err(e) = write_status(p, fx, fields, &ready).await {
+    let verdict = held(p.object, Ready::not(failure.condition(), message.clone()));
+    if let Err(e) = write_status(p, fx, fields, &verdict).await {
         tracing::warn!(error = %inrun_contract::errors::chain(&e), "could not write the failure to status");
     }
     fx.record(Reason::ReconcileError, message).await;
@@ -635,10 +747,10 @@ async fn hold(
         Reason::Gated => "Gated",
         _ => "Invalid",
     };
-    let ready = Ready::not(condition, message.clone());
+    let verdict = held(p.object, Ready::not(condition, message.clone()));
     if matches!(
-        write_status(p, fx, fields, &ready).await?,
-        StatusWrite::Written | StatusWrite::ReadyChanged
+        write_status(p, fx, fields, &verdict).await?,
+        StatusWrite::Written { .. }
     ) {
         fx.record(reason, message).await;
     }
@@ -757,8 +869,8 @@ async fn blocked(
     reason: &'static str,
     message: String,
 ) -> Result<(), Failure> {
-    let ready = Ready::not(reason, message.clone());
-    if write_status(p, fx, kept_status(p.object), &ready).await? != StatusWrite::Unchanged {
+    let verdict = held(p.object, Ready::not(reason, message.clone()));
+    if write_status(p, fx, kept_status(p.object), &verdict).await? != StatusWrite::Unchanged {
         fx.record(Reason::DeletionBlocked, message).await;
     }
     Ok(())
@@ -767,8 +879,8 @@ async fn blocked(
 /// Says what a deletion in waves waits for, in status (`Ready` false, reason
 /// `Finalizing`); no event: the waves are progress, not a problem.
 async fn progress(p: Pass<'_>, fx: &mut dyn Effects, message: String) -> Result<(), Failure> {
-    let ready = Ready::not("Finalizing", message);
-    write_status(p, fx, kept_status(p.object), &ready).await?;
+    let verdict = held(p.object, Ready::not("Finalizing", message));
+    write_status(p, fx, kept_status(p.object), &verdict).await?;
     Ok(())
 }
 
@@ -781,6 +893,7 @@ fn kept_status(object: &Value) -> Map<String, Value> {
         .unwrap_or_default();
     fields.remove("conditions");
     fields.remove("observedGeneration");
+    fields.remove("resources");
     fields
 }
 

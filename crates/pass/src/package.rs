@@ -331,16 +331,17 @@ fn desired(p: &Pass<'_>, view: &Value, stored: &Stored, c: &Conditions) -> Map<S
     if let Some(request) = annotation(view, RECONCILE_REQUEST) {
         fields.insert("lastHandledReconcileAt".into(), json!(request));
     }
+    let truth = |b: bool| if b { "True" } else { "False" };
     let ready = status::Ready {
-        ok: c.ready,
+        status: truth(c.ready),
         reason: c.reason,
         message: c.message.to_string(),
     };
-    let mut fields = status::desired(view, fields, &ready, &now);
+    let mut fields = status::desired(view, fields, &status::Verdict::ready(ready), &now);
     let reconciling = status::condition(
         view,
         "Reconciling",
-        c.reconciling,
+        truth(c.reconciling),
         c.reason,
         c.message,
         &now,

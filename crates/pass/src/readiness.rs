@@ -2,7 +2,10 @@
 //! Flux and Argo CD read) and, for anything else, its own `observedGeneration` and
 //! `Ready` / `Reconciling` / `Stalled` conditions. Pure: the object in, its state out.
 
-use serde_json::Value;
+use serde_json::{Value, json};
+
+use super::AppliedChild;
+use super::status::{Ready, Verdict};
 
 /// How far a child is.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -13,6 +16,9 @@ pub enum State {
     InProgress(String),
     /// It will not get there without a change (a failed Job, a rollout past its deadline).
     Failed(String),
+    /// Not known: the child's status was not observed (`inrun render` without
+    /// `--observed`).
+    Unknown(String),
 }
 
 impl State {
@@ -22,6 +28,7 @@ impl State {
             State::Current => "Current",
             State::InProgress(_) => "InProgress",
             State::Failed(_) => "Failed",
+            State::Unknown(_) => "Unknown",
         }
     }
 
@@ -29,8 +36,120 @@ impl State {
     pub fn message(&self) -> Option<&str> {
         match self {
             State::Current => None,
-            State::InProgress(m) | State::Failed(m) => Some(m),
+            State::InProgress(m) | State::Failed(m) | State::Unknown(m) => Some(m),
         }
+    }
+}
+
+/// API groups of Kubernetes' own types. Their kinds without a rule in [`state`] are
+/// current once applied; a kind of any other group is judged by its own status
+/// ([`generic`]).
+const BUILT_IN_GROUPS: [&str; 19] = [
+    "",
+    "apps",
+    "batch",
+    "autoscaling",
+    "policy",
+    "rbac.authorization.k8s.io",
+    "networking.k8s.io",
+    "storage.k8s.io",
+    "scheduling.k8s.io",
+    "coordination.k8s.io",
+    "discovery.k8s.io",
+    "node.k8s.io",
+    "admissionregistration.k8s.io",
+    "certificates.k8s.io",
+    "flowcontrol.apiserver.k8s.io",
+    "events.k8s.io",
+    "apiextensions.k8s.io",
+    "apiregistration.k8s.io",
+    "resource.k8s.io",
+];
+
+/// Whether the state of a child `desired` (as the Result wants it) depends on what the
+/// server and its controllers wrote: its status. A kind whose answer does not — a
+/// ConfigMap, a Role, a ClusterIP Service — is current once applied, and the host reads
+/// nothing back for it.
+pub fn reads_status(desired: &Value) -> bool {
+    let kind = text(desired, "/kind").unwrap_or_default();
+    let group = text(desired, "/apiVersion")
+        .and_then(|a| a.rsplit_once('/'))
+        .map_or("", |(g, _)| g);
+    match (group, kind) {
+        ("apps", "Deployment" | "StatefulSet" | "DaemonSet" | "ReplicaSet")
+        | ("batch", "Job")
+        | ("", "Pod" | "PersistentVolumeClaim")
+        | ("apiextensions.k8s.io", "CustomResourceDefinition")
+        | ("apiregistration.k8s.io", "APIService")
+        | ("policy", "PodDisruptionBudget") => true,
+        ("", "Service") => text(desired, "/spec/type") == Some("LoadBalancer"),
+        _ => !BUILT_IN_GROUPS.contains(&group),
+    }
+}
+
+/// Longest child message in `status.resources`, in characters.
+const CHILD_MESSAGE_MAX: usize = 200;
+/// Most children listed in `status.resources` (a CR with more lists the first ones; the
+/// `Ready` condition still weighs them all).
+pub const RESOURCES_MAX: usize = 100;
+
+/// The host's verdict on a pass that applied every child: `Reconciled` True with
+/// `summary`; `Ready` True when every child is current, else False naming the first failed
+/// child (`ResourceFailed`) or, failing that, the first one not ready yet (`Progressing`:
+/// `Deployment shop: 0/2 replicas available`), or Unknown when a child's state is not known;
+/// and `status.resources`, one entry per child (`apiVersion`, `kind`, `name`, `namespace`
+/// when not the CR's, `state`, and `message` when not current).
+pub fn verdict(children: &[(AppliedChild, State)], summary: String, cr_namespace: &str) -> Verdict {
+    let name = |c: &AppliedChild| match c.key.namespace.as_deref() {
+        Some(ns) if ns != cr_namespace => format!("{} {ns}/{}", c.key.kind, c.key.name),
+        _ => format!("{} {}", c.key.kind, c.key.name),
+    };
+    let first = |f: fn(&State) -> bool| children.iter().find(|(_, s)| f(s));
+    let ready = if let Some((c, s)) = first(|s| matches!(s, State::Failed(_))) {
+        Ready::not(
+            "ResourceFailed",
+            format!("{}: {}", name(c), s.message().unwrap_or_default()),
+        )
+    } else if let Some((c, s)) = first(|s| matches!(s, State::InProgress(_))) {
+        Ready::not(
+            "Progressing",
+            format!("{}: {}", name(c), s.message().unwrap_or_default()),
+        )
+    } else if let Some((c, s)) = first(|s| matches!(s, State::Unknown(_))) {
+        Ready::unknown(
+            "Progressing",
+            format!("{}: {}", name(c), s.message().unwrap_or_default()),
+        )
+    } else {
+        let message = match children.len() {
+            0 => "no resources to wait for".to_string(),
+            n => format!("all {n} resource(s) ready"),
+        };
+        Ready::yes("Ready", message)
+    };
+    let resources = children
+        .iter()
+        .take(RESOURCES_MAX)
+        .map(|(c, s)| {
+            let mut entry = serde_json::Map::new();
+            entry.insert("apiVersion".into(), json!(c.api_version));
+            entry.insert("kind".into(), json!(c.key.kind));
+            entry.insert("name".into(), json!(c.key.name));
+            if let Some(ns) = c.key.namespace.as_deref().filter(|ns| *ns != cr_namespace) {
+                entry.insert("namespace".into(), json!(ns));
+            }
+            entry.insert("state".into(), json!(s.as_str()));
+            if let Some(m) = s.message() {
+                let m: String = m.chars().take(CHILD_MESSAGE_MAX).collect();
+                entry.insert("message".into(), json!(m));
+            }
+            Value::Object(entry)
+        })
+        .collect();
+    Verdict {
+        reconciled: Some(Ready::yes("Reconciled", summary)),
+        ready,
+        resources: Some(Value::Array(resources)),
     }
 }
 
@@ -87,6 +206,15 @@ pub fn state(child: &Value) -> State {
         ("", "Service") => service(child),
         ("apiextensions.k8s.io", "CustomResourceDefinition") => crd(child),
         ("policy", "PodDisruptionBudget") => pdb(child),
+        ("apps", "ReplicaSet") => replica_set(child),
+        ("apiregistration.k8s.io", "APIService") => {
+            if is_true(child, "Available") {
+                State::Current
+            } else {
+                State::InProgress("not Available yet".into())
+            }
+        }
+        _ if BUILT_IN_GROUPS.contains(&group) => State::Current,
         _ => generic(child),
     }
 }
@@ -118,6 +246,18 @@ fn deployment(d: &Value) -> State {
     }
     if n("readyReplicas") < want {
         return State::InProgress(format!("{}/{want} replicas ready", n("readyReplicas")));
+    }
+    State::Current
+}
+
+fn replica_set(r: &Value) -> State {
+    let want = replicas(r);
+    let n = |f: &str| int(r, &format!("/status/{f}")).unwrap_or(0);
+    if n("availableReplicas") < want {
+        return State::InProgress(format!(
+            "{}/{want} replicas available",
+            n("availableReplicas")
+        ));
     }
     State::Current
 }

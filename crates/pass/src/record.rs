@@ -7,7 +7,10 @@ use async_trait::async_trait;
 use serde_json::{Map, Value};
 
 use super::meta::Metadata;
-use super::{Applied, ChildKey, EffectError, Effects, Pruned, Reason, Teardown, Written};
+use super::{
+    Applied, AppliedChild, ChildKey, EffectError, Effects, Observed, Pruned, Reason, Teardown,
+    Written,
+};
 use inrun_blueprint::ReconcileSpec;
 
 /// Every effect of a pass, in order, without a cluster.
@@ -21,6 +24,10 @@ pub struct Recorder {
     pub existing: Vec<ChildKey>,
     /// Whether applied children are already as desired (then an apply writes nothing).
     pub up_to_date: bool,
+    /// Objects "on the server" whose state decides readiness (`inrun render --observed`);
+    /// `None`: nothing is observed, and a child whose readiness reads its status is
+    /// `Unknown`.
+    pub observed: Option<Vec<Value>>,
     /// What an apply says a later wave waits for (offline: nothing).
     pub waiting: Option<String>,
     /// What a teardown answers; `None`: every existing child deleted.
@@ -96,11 +103,37 @@ impl Effects for Recorder {
         let how = if owned { "owned" } else { "unowned" };
         self.steps.push(format!("apply {} {how}", resources.len()));
         self.applied.extend(resources.iter().cloned());
+        let children = resources
+            .iter()
+            .enumerate()
+            .map(|(index, r)| AppliedChild {
+                index,
+                api_version: r["apiVersion"].as_str().unwrap_or_default().to_string(),
+                key: self.key(r),
+                object: None,
+            })
+            .collect();
         Ok(Applied {
+            children,
             keys: resources.iter().map(|r| self.key(r)).collect(),
             written: if self.up_to_date { 0 } else { resources.len() },
             waiting: self.waiting.clone(),
         })
+    }
+
+    async fn observe(
+        &mut self,
+        api_version: &str,
+        key: &ChildKey,
+    ) -> Result<Observed, EffectError> {
+        self.steps.push(format!("observe {key}"));
+        let Some(observed) = &self.observed else {
+            return Ok(Observed::Unknown);
+        };
+        let found = observed
+            .iter()
+            .find(|o| o["apiVersion"] == api_version && self.key(o) == *key);
+        Ok(found.map_or(Observed::Missing, |o| Observed::Object(o.clone())))
     }
 
     async fn prune(

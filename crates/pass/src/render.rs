@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::{EffectError, Failure, Pass, Reason, meta, record::Recorder, route, run};
@@ -13,11 +13,14 @@ use inrun_blueprint::RuntimeSpec;
 use inrun_reconcilers::assemble::{Assembly, PassError};
 use inrun_reconcilers::{ReconcileError, ReconcilerKind};
 
-/// A CR read from a file.
+/// A CR read from a file, and what the cluster is taken to hold.
 #[derive(Debug, Clone)]
 pub struct RenderInput {
     /// The CR.
     pub object: Value,
+    /// Objects as the cluster has them (`--observed`): children are judged on these;
+    /// `None`: a child whose readiness reads its status is Unknown.
+    pub observed: Option<Vec<Value>>,
 }
 
 /// Why a render failed.
@@ -93,16 +96,58 @@ impl RenderInput {
     /// # Errors
     /// [`RenderError::Read`] or [`RenderError::Parse`].
     pub fn from_file(path: &Path) -> Result<Self, RenderError> {
-        let text = std::fs::read_to_string(path).map_err(|source| RenderError::Read {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let text = read(path)?;
         let object: Value =
             serde_yaml_ng::from_str(&text).map_err(|source| RenderError::Parse {
                 path: path.to_path_buf(),
                 source,
             })?;
-        Ok(RenderInput { object })
+        Ok(RenderInput {
+            object,
+            observed: None,
+        })
+    }
+
+    /// The same input with the objects in `path` observed: YAML documents (or JSON), each
+    /// an object or a `List` of them.
+    ///
+    /// # Errors
+    /// [`RenderError::Read`] or [`RenderError::Parse`].
+    pub fn observing(mut self, path: &Path) -> Result<Self, RenderError> {
+        let text = read(path)?;
+        let mut objects = Vec::new();
+        for doc in serde_yaml_ng::Deserializer::from_str(&text) {
+            let value = Value::deserialize(doc).map_err(|source| RenderError::Parse {
+                path: path.to_path_buf(),
+                source,
+            })?;
+            match value {
+                Value::Null => {}
+                Value::Object(mut o) if o.get("kind").and_then(Value::as_str) == Some("List") => {
+                    if let Some(Value::Array(items)) = o.remove("items") {
+                        objects.extend(items);
+                    }
+                }
+                other => objects.push(other),
+            }
+        }
+        self.observed = Some(objects);
+        Ok(self)
+    }
+}
+
+/// A file's text; `-` is standard input.
+fn read(path: &Path) -> Result<String, RenderError> {
+    let failed = |source| RenderError::Read {
+        path: path.to_path_buf(),
+        source,
+    };
+    if path == Path::new("-") {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut text).map_err(failed)?;
+        Ok(text)
+    } else {
+        std::fs::read_to_string(path).map_err(failed)
     }
 }
 
@@ -231,7 +276,7 @@ impl crate::package::Infrastructure for DryRun<'_> {
 /// The `Ready` condition, as `inrun render` prints it.
 #[derive(Debug, Serialize)]
 pub struct ReadyOutput {
-    /// `True` or `False`.
+    /// `True`, `False` or `Unknown`.
     pub status: String,
     /// CamelCase reason.
     pub reason: String,
@@ -296,6 +341,7 @@ pub async fn render(
             .and_then(Value::as_str)
             .map(str::to_string),
     );
+    fx.observed = input.observed;
     let p = Pass {
         crd,
         runtime: &runtime,

@@ -10,36 +10,95 @@ use super::meta::STATUS_MANAGER;
 /// Longest condition message, in characters.
 const MESSAGE_MAX: usize = 1000;
 
-/// The `Ready` condition's state.
+/// A condition the host sets (`Reconciled`, `Ready`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Ready {
-    /// True when the pass succeeded.
-    pub ok: bool,
-    /// CamelCase reason: `Reconciled`, `ReconcileError`, `Invalid`, `Gated`, `Finalizing`,
-    /// `DeletionBlocked`.
+    /// `True`, `False` or `Unknown`.
+    pub status: &'static str,
+    /// CamelCase reason: `Ready`, `Reconciled`, `Progressing`, `ResourceFailed`,
+    /// `ReconcileError`, `Invalid`, `Gated`, `Finalizing`, `DeletionBlocked`.
     pub reason: &'static str,
     /// For people; bounded and free of secrets.
     pub message: String,
 }
 
 impl Ready {
-    /// A failed `Ready` with `reason`.
-    pub fn not(reason: &'static str, message: String) -> Self {
+    /// A true condition with `reason`.
+    pub fn yes(reason: &'static str, message: String) -> Self {
         Ready {
-            ok: false,
+            status: "True",
             reason,
             message,
         }
     }
+
+    /// A false condition with `reason`.
+    pub fn not(reason: &'static str, message: String) -> Self {
+        Ready {
+            status: "False",
+            reason,
+            message,
+        }
+    }
+
+    /// A condition whose truth is not known (offline, children not observed).
+    pub fn unknown(reason: &'static str, message: String) -> Self {
+        Ready {
+            status: "Unknown",
+            reason,
+            message,
+        }
+    }
+
+    /// Whether the condition is `True`.
+    pub fn ok(&self) -> bool {
+        self.status == "True"
+    }
 }
 
-/// The status to write: `fields`, `observedGeneration` and the conditions, `Ready` set to
-/// `ready`. Other conditions already on the CR are kept; `Ready`'s transition time moves
-/// only when its status flips.
+/// The host's verdict on a pass: `Reconciled` (the pass's own outcome; `None` for kinds
+/// that do not carry it, such as packages), `Ready` (the pass succeeded and every child is
+/// ready), and the children's states for `status.resources` (`None`: not written).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verdict {
+    /// The `Reconciled` condition.
+    pub reconciled: Option<Ready>,
+    /// The `Ready` condition.
+    pub ready: Ready,
+    /// `status.resources`: one compact entry per child.
+    pub resources: Option<Value>,
+}
+
+impl Verdict {
+    /// `Reconciled` and `Ready` both saying `condition` (a failed or held pass).
+    pub fn both(condition: Ready) -> Self {
+        Verdict {
+            reconciled: Some(condition.clone()),
+            ready: condition,
+            resources: None,
+        }
+    }
+
+    /// Only `Ready` (packages).
+    pub fn ready(ready: Ready) -> Self {
+        Verdict {
+            reconciled: None,
+            ready,
+            resources: None,
+        }
+    }
+}
+
+/// Conditions only the host sets; a reconciler's condition of one of these types is dropped.
+pub const HOST_CONDITIONS: [&str; 2] = ["Reconciled", "Ready"];
+
+/// The status to write: `fields`, `observedGeneration`, `resources` and the conditions of
+/// `verdict`. Other conditions already on the CR are kept; a condition's transition time
+/// moves only when its status flips.
 pub fn desired(
     object: &Value,
     mut fields: Map<String, Value>,
-    ready: &Ready,
+    verdict: &Verdict,
     now: &str,
 ) -> Map<String, Value> {
     let generation = object
@@ -49,27 +108,46 @@ pub fn desired(
     let previous = object
         .pointer("/status/conditions")
         .and_then(Value::as_array);
-    let condition = condition(object, "Ready", ready.ok, ready.reason, &ready.message, now);
     // Conditions of the reconciler's own (`status.conditions` from `emit.status` or the
-    // Result), merged by type over those on the CR; `Ready` stays the host's.
+    // Result), merged by type over those on the CR; `Ready` and `Reconciled` stay the
+    // host's.
     let theirs = reconciler_conditions(object, fields.remove("conditions"), generation, now);
     let mut conditions: Vec<Value> = previous
         .map(|c| {
             c.iter()
-                .filter(|c| c["type"] != "Ready" && !theirs.iter().any(|t| t["type"] == c["type"]))
+                .filter(|c| {
+                    !HOST_CONDITIONS.iter().any(|h| c["type"] == *h)
+                        && !theirs.iter().any(|t| t["type"] == c["type"])
+                })
                 .cloned()
                 .collect()
         })
         .unwrap_or_default();
     conditions.extend(theirs);
-    conditions.push(condition);
+    if let Some(r) = &verdict.reconciled {
+        conditions.push(condition(
+            object,
+            "Reconciled",
+            r.status,
+            r.reason,
+            &r.message,
+            now,
+        ));
+    }
+    let r = &verdict.ready;
+    conditions.push(condition(
+        object, "Ready", r.status, r.reason, &r.message, now,
+    ));
     fields.insert("observedGeneration".into(), json!(generation));
     fields.insert("conditions".into(), Value::Array(conditions));
+    if let Some(resources) = &verdict.resources {
+        fields.insert("resources".into(), resources.clone());
+    }
     fields
 }
 
 /// The well-formed conditions in a reconciler's `status.conditions` (objects with a
-/// `type` other than `Ready` and a `status` of `True`, `False` or `Unknown`), shaped as the
+/// `type` other than the host's (`Ready`, `Reconciled`) and a `status` of `True`, `False` or `Unknown`), shaped as the
 /// API conventions want them: `observedGeneration` defaulted to the CR's generation and
 /// `lastTransitionTime` kept from the CR while the status holds. Anything else is dropped.
 fn reconciler_conditions(
@@ -91,7 +169,7 @@ fn reconciler_conditions(
             .to_string();
         let status = c.get("status").and_then(Value::as_str).unwrap_or_default();
         if kind.is_empty()
-            || kind == "Ready"
+            || HOST_CONDITIONS.contains(&kind.as_str())
             || !["True", "False", "Unknown"].contains(&status)
             || out.iter().any(|o| o["type"] == kind.as_str())
         {
@@ -127,12 +205,11 @@ fn transition(object: &Value, kind: &str, status: &str, now: &str) -> String {
 pub fn condition(
     object: &Value,
     kind: &str,
-    ok: bool,
+    status_text: &str,
     reason: &str,
     message: &str,
     now: &str,
 ) -> Value {
-    let status_text = if ok { "True" } else { "False" };
     let transition = transition(object, kind, status_text, now);
     let mut message: String = message.chars().take(MESSAGE_MAX).collect();
     if message.is_empty() {
@@ -161,31 +238,36 @@ pub fn differs(object: &Value, desired: &Map<String, Value>) -> bool {
 
 /// The `Ready` condition on the CR now, as (status, reason, message).
 pub fn ready_now(object: &Value) -> Option<(String, String, String)> {
+    condition_now(object, "Ready")
+}
+
+/// The condition `kind` on the CR now, as (status, reason, message).
+pub fn condition_now(object: &Value, kind: &str) -> Option<(String, String, String)> {
     let c = object
         .pointer("/status/conditions")?
         .as_array()?
         .iter()
-        .find(|c| c["type"] == "Ready")?;
+        .find(|c| c["type"] == kind)?;
     let text = |k: &str| c[k].as_str().unwrap_or_default().to_string();
     Some((text("status"), text("reason"), text("message")))
 }
 
 /// Whether `desired`'s `Ready` condition says something other than the CR's does now.
 pub fn ready_changes(object: &Value, desired: &Map<String, Value>) -> bool {
-    let wanted = ready_now(&json!({"status": desired}));
-    wanted != ready_now(object)
+    changes(object, desired, "Ready")
+}
+
+/// Whether `desired`'s condition `kind` says something other than the CR's does now.
+pub fn changes(object: &Value, desired: &Map<String, Value>, kind: &str) -> bool {
+    condition_now(&json!({"status": desired}), kind) != condition_now(object, kind)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn ok() -> Ready {
-        Ready {
-            ok: true,
-            reason: "Reconciled",
-            message: "applied 2 resource(s)".into(),
-        }
+    fn ok() -> Verdict {
+        Verdict::both(Ready::yes("Reconciled", "applied 2 resource(s)".into()))
     }
 
     #[test]
@@ -237,6 +319,7 @@ mod tests {
                 {"type": "Degraded", "status": "True", "reason": "StillDegraded", "message": "one replica down"},
                 {"type": "BackedUp", "status": "True", "reason": "Done"},
                 {"type": "Ready", "status": "False", "reason": "Spoofed"},
+                {"type": "Reconciled", "status": "False", "reason": "Spoofed"},
                 {"type": "Bad", "status": "Maybe"},
                 "not an object"
             ]),
@@ -248,7 +331,10 @@ mod tests {
             .iter()
             .filter_map(|c| c["type"].as_str())
             .collect();
-        assert_eq!(types, ["External", "Degraded", "BackedUp", "Ready"]);
+        assert_eq!(
+            types,
+            ["External", "Degraded", "BackedUp", "Reconciled", "Ready"]
+        );
         let degraded = by("Degraded").expect("Degraded");
         assert_eq!(degraded["reason"], "StillDegraded");
         // Still True: the transition time stays; the generation is the one the pass read.
@@ -282,7 +368,7 @@ mod tests {
         let failed = desired(
             &object,
             Map::new(),
-            &Ready::not("ReconcileError", "boom".into()),
+            &Verdict::both(Ready::not("ReconcileError", "boom".into())),
             "t1",
         );
         let written = json!({"metadata": {"generation": 1}, "status": failed});

@@ -377,3 +377,176 @@ fn a_result_requeue_asks_again_and_a_resync_is_the_longest_wait() {
     let done = futures::executor::block_on(run(p, &mut Recorder::default())).expect("pass");
     assert_eq!(done.after, Some(Duration::from_secs(600)));
 }
+
+fn deployment_assembly(ready_when: &str) -> Assembly {
+    assemble(&format!(
+        r#"apiVersion: inrun.dev/v1alpha1
+kind: Blueprint
+metadata: {{name: t}}
+spec:
+  crds:
+    - group: t.inrun.dev
+      version: v1
+      kind: Thing
+      reconcile:
+        managedResources:
+          - {{apiVersion: v1, kind: ConfigMap{ready_when}}}
+          - {{apiVersion: apps/v1, kind: Deployment}}
+        onReconcile:
+          - apiVersion: v1
+            kind: ConfigMap
+            metadata: {{name: "{{{{ .metadata.name }}}}"}}
+          - apiVersion: apps/v1
+            kind: Deployment
+            metadata: {{name: "{{{{ .metadata.name }}}}"}}
+            spec: {{replicas: 2}}
+"#
+    ))
+}
+
+fn deployment(available: i64) -> Value {
+    json!({"apiVersion": "apps/v1", "kind": "Deployment",
+           "metadata": {"name": "a", "namespace": "ns", "generation": 1},
+           "spec": {"replicas": 2},
+           "status": {"observedGeneration": 1, "replicas": 2, "updatedReplicas": 2,
+                      "readyReplicas": available, "availableReplicas": available}})
+}
+
+fn condition_of(fx: &Recorder, kind: &str) -> (String, String, String) {
+    status::condition_now(&json!({"status": fx.status.clone().expect("status")}), kind)
+        .unwrap_or_else(|| panic!("a {kind} condition"))
+}
+
+#[test]
+fn ready_waits_for_every_child_and_names_the_first_one_not_ready() {
+    let a = deployment_assembly("");
+    let object = cr(json!({}));
+    // Not observed (offline): the Deployment's state is not known; the ConfigMap, whose
+    // readiness reads nothing back, is not even looked at.
+    let mut fx = Recorder::new(Some("ns".into()));
+    run_pass(&a, &object, &mut fx).expect("pass");
+    assert_eq!(
+        condition_of(&fx, "Reconciled"),
+        (
+            "True".into(),
+            "Reconciled".into(),
+            "applied 2 resource(s)".into()
+        )
+    );
+    assert_eq!(
+        condition_of(&fx, "Ready"),
+        (
+            "Unknown".into(),
+            "Progressing".into(),
+            "Deployment a: not observed".into()
+        )
+    );
+    assert_eq!(
+        fx.steps
+            .iter()
+            .filter(|s| s.starts_with("observe"))
+            .collect::<Vec<_>>(),
+        ["observe Deployment ns/a"]
+    );
+    // Observed, unavailable: Progressing, and status.resources says which and why.
+    let mut fx = Recorder::new(Some("ns".into()));
+    fx.observed = Some(vec![deployment(0)]);
+    run_pass(&a, &object, &mut fx).expect("pass");
+    assert_eq!(
+        condition_of(&fx, "Ready"),
+        (
+            "False".into(),
+            "Progressing".into(),
+            "Deployment a: 0/2 replicas available".into()
+        )
+    );
+    let resources = &fx.status.as_ref().expect("status")["resources"];
+    assert_eq!(
+        resources,
+        &json!([
+            {"apiVersion": "v1", "kind": "ConfigMap", "name": "a", "state": "Current"},
+            {"apiVersion": "apps/v1", "kind": "Deployment", "name": "a", "state": "InProgress",
+             "message": "0/2 replicas available"}
+        ])
+    );
+    // The child becomes available; nothing else changes: one status write and one
+    // `Ready` event, no apply counted as a change.
+    let before = written(&object, &fx);
+    let mut fx = Recorder::new(Some("ns".into()));
+    fx.observed = Some(vec![deployment(2)]);
+    fx.up_to_date = true;
+    run_pass(&a, &before, &mut fx).expect("pass");
+    assert_eq!(
+        condition_of(&fx, "Ready"),
+        (
+            "True".into(),
+            "Ready".into(),
+            "all 2 resource(s) ready".into()
+        )
+    );
+    assert_eq!(
+        fx.events,
+        [(Reason::Ready, "all 2 resource(s) ready".to_string())]
+    );
+    // A deleted child is not ready either.
+    let mut fx = Recorder::new(Some("ns".into()));
+    fx.observed = Some(Vec::new());
+    run_pass(&a, &object, &mut fx).expect("pass");
+    assert_eq!(
+        condition_of(&fx, "Ready").2,
+        "Deployment a: not found on the server"
+    );
+}
+
+#[test]
+fn a_ready_when_rule_replaces_the_kinds_rules_and_a_failed_child_is_named_first() {
+    let a = deployment_assembly(", readyWhen: \"{{ .data.phase == 'Running' }}\"");
+    let object = cr(json!({}));
+    let config = |phase: &str| {
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+               "metadata": {"name": "a", "namespace": "ns"}, "data": {"phase": phase}})
+    };
+    let mut fx = Recorder::new(Some("ns".into()));
+    fx.observed = Some(vec![config("Pending"), deployment(2)]);
+    run_pass(&a, &object, &mut fx).expect("pass");
+    let (status, reason, message) = condition_of(&fx, "Ready");
+    assert_eq!((status.as_str(), reason.as_str()), ("False", "Progressing"));
+    assert!(message.starts_with("ConfigMap a: readyWhen"), "{message}");
+    let mut fx = Recorder::new(Some("ns".into()));
+    fx.observed = Some(vec![config("Running"), deployment(2)]);
+    run_pass(&a, &object, &mut fx).expect("pass");
+    assert_eq!(condition_of(&fx, "Ready").0, "True");
+    // A rollout past its deadline fails; it is named although the ConfigMap comes first.
+    let mut stuck = deployment(0);
+    stuck["status"]["conditions"] =
+        json!([{"type": "Progressing", "status": "False", "reason": "ProgressDeadlineExceeded"}]);
+    let mut fx = Recorder::new(Some("ns".into()));
+    fx.observed = Some(vec![config("Pending"), stuck]);
+    run_pass(&a, &object, &mut fx).expect("pass");
+    let (status, reason, message) = condition_of(&fx, "Ready");
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", "ResourceFailed")
+    );
+    assert!(message.starts_with("Deployment a:"), "{message}");
+    assert_eq!(condition_of(&fx, "Reconciled").0, "True");
+}
+
+#[test]
+fn a_failed_pass_says_so_in_both_conditions_and_keeps_the_childrens_states() {
+    // The Result writes a kind `managedResources` does not allow: the fence fails the pass.
+    let a = assembly(
+        "",
+        "          - {apiVersion: v1, kind: \"{{ .spec.kind }}\", metadata: {name: x}}\n",
+    );
+    let mut object = cr(json!({"phase": "on", "kind": "Secret"}));
+    let states =
+        json!([{"apiVersion": "v1", "kind": "ConfigMap", "name": "a", "state": "Current"}]);
+    object["status"] = json!({"resources": states});
+    let mut fx = Recorder::new(Some("ns".into()));
+    run_pass(&a, &object, &mut fx).expect_err("the fence refuses the Secret");
+    let reconciled = condition_of(&fx, "Reconciled");
+    assert_eq!(reconciled.0, "False");
+    assert_eq!(reconciled, condition_of(&fx, "Ready"));
+    assert_eq!(fx.status.as_ref().expect("status")["resources"], states);
+}

@@ -21,7 +21,7 @@ use super::kinds::{Kind, UnknownKind};
 use super::stores::child_id;
 use inrun_contract::CREATE_ONLY_ANNOTATION;
 use inrun_pass::meta::{OWNER_UID, RECONCILER_MANAGER};
-use inrun_pass::{Applied, ChildKey, waves};
+use inrun_pass::{Applied, AppliedChild, ChildKey, Observed, waves};
 
 /// Annotation on every child the host applies: a hash of the object it sent, so a later
 /// pass (or another replica, or the host after a restart) knows the child is as desired
@@ -229,6 +229,15 @@ pub async fn apply(
         };
         applied.written += usize::from(one.written.is_some());
         applied.keys.insert(one.key.clone());
+        applied.children.push(AppliedChild {
+            index,
+            api_version: api_version.to_string(),
+            key: one.key.clone(),
+            object: one
+                .written
+                .as_ref()
+                .and_then(|o| serde_json::to_value(o).ok()),
+        });
         if waves::defines_types(api_version, kind_name) {
             gates.push(Gate {
                 key: one.key,
@@ -238,6 +247,32 @@ pub async fn apply(
         }
     }
     Ok(applied)
+}
+
+/// The child `key` of `api_version`, whole, as the server has it now.
+///
+/// # Errors
+/// [`ChildError`] when its kind is not served or the read fails.
+pub async fn observe(ctx: &Ctx, api_version: &str, key: &ChildKey) -> Result<Observed, ChildError> {
+    let kind = ctx
+        .kinds
+        .resolve(&ctx.client, api_version, &key.kind)
+        .await?;
+    let api = api_for(ctx, &kind, key.namespace.as_deref());
+    let got = api
+        .get_opt(&key.name)
+        .await
+        .map_err(|error| ChildError::Api {
+            action: "reading",
+            child: key.to_string(),
+            error,
+        })?;
+    Ok(match got {
+        Some(object) => serde_json::to_value(object)
+            .map(Observed::Object)
+            .unwrap_or(Observed::Missing),
+        None => Observed::Missing,
+    })
 }
 
 /// A hash of the object as the host sends it: the first 8 bytes of its sha256, so every

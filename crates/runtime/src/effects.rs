@@ -14,7 +14,9 @@ use super::context::Ctx;
 use super::teardown;
 use inrun_blueprint::ReconcileSpec;
 use inrun_pass::meta::{self, Metadata};
-use inrun_pass::{Applied, ChildKey, EffectError, Effects, Pruned, Reason, Teardown, Written};
+use inrun_pass::{
+    Applied, ChildKey, EffectError, Effects, Observed, Pruned, Reason, Teardown, Written,
+};
 
 /// One CR's effects.
 pub struct ApiEffects<'a> {
@@ -97,6 +99,16 @@ impl Effects for ApiEffects<'_> {
         children::observed(self.ctx, &self.cr, spec)
             .await
             .map_err(child_error("reading the CR's children"))
+    }
+
+    async fn observe(
+        &mut self,
+        api_version: &str,
+        key: &ChildKey,
+    ) -> Result<Observed, EffectError> {
+        children::observe(self.ctx, api_version, key)
+            .await
+            .map_err(child_error("reading a child's status"))
     }
 
     async fn apply(

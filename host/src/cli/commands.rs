@@ -33,6 +33,7 @@ pub fn execute(cli: Cli) -> anyhow::Result<()> {
         Command::Render {
             blueprint,
             object,
+            observed,
             target,
             finalizing,
             output,
@@ -45,7 +46,10 @@ pub fn execute(cli: Cli) -> anyhow::Result<()> {
             }
             let services = Services::new(Arc::new(given));
             let assembly = runtime.block_on(Assembly::load_with(&blueprint, &engine, &services))?;
-            let input = RenderInput::from_file(&object)?;
+            let mut input = RenderInput::from_file(&object)?;
+            if let Some(observed) = &observed {
+                input = input.observing(observed)?;
+            }
             let out = runtime.block_on(render::render(
                 &assembly,
                 input,

@@ -48,9 +48,14 @@ pub enum Command {
         /// The Blueprint: a YAML file or a directory of them.
         #[arg(long, short = 'b', env = "INRUN_BLUEPRINT")]
         blueprint: PathBuf,
-        /// The CR, as YAML or JSON.
+        /// The CR, as YAML or JSON (`-` reads standard input).
         #[arg(long, short = 'f', env = "INRUN_OBJECT")]
         object: PathBuf,
+        /// Objects as the cluster has them (YAML documents, or a `List`): children whose
+        /// readiness reads their status are judged on these; without it their state is
+        /// Unknown.
+        #[arg(long, value_name = "FILE", env = "INRUN_OBSERVED")]
+        observed: Option<PathBuf>,
         /// The serve target to render through (default: the one the CR selects).
         #[arg(long, env = "INRUN_TARGET")]
         target: Option<String>,

@@ -62,6 +62,15 @@ pub struct ReconcilePlan {
     args: CompiledValue,
     requeue: Option<RequeuePlan>,
     external: ExternalCalls,
+    ready_when: Vec<ReadyWhen>,
+}
+
+/// A `managedResources[].readyWhen`: when a child of that kind counts as ready.
+struct ReadyWhen {
+    api_version: String,
+    kind: String,
+    when: CompiledCondition,
+    text: String,
 }
 
 struct Gate {
@@ -280,6 +289,16 @@ impl Assembly {
 }
 
 impl ReconcilePlan {
+    /// The `readyWhen` condition (and its text) of the `managedResources` entry for
+    /// `api_version` / `kind`, if it has one: it decides whether such a child is ready,
+    /// rendered against the child.
+    pub fn ready_when(&self, api_version: &str, kind: &str) -> Option<(&CompiledCondition, &str)> {
+        self.ready_when
+            .iter()
+            .find(|r| r.api_version == api_version && r.kind == kind)
+            .map(|r| (&r.when, r.text.as_str()))
+    }
+
     /// The plugins it calls, as they serve now (for `/blueprint` and `validate`).
     pub fn plugins(&self) -> Vec<PluginInfo> {
         self.slots
@@ -718,7 +737,23 @@ impl Builder<'_> {
                 }
             })
             .ok();
+        let ready_when: Vec<ReadyWhen> = r
+            .managed_resources
+            .iter()
+            .enumerate()
+            .filter_map(|(i, m)| {
+                let text = m.ready_when.as_deref()?;
+                let when = self.condition(format!("{at}.managedResources[{i}].readyWhen"), text)?;
+                Some(ReadyWhen {
+                    api_version: m.api_version.clone(),
+                    kind: m.kind.clone(),
+                    when,
+                    text: text.to_string(),
+                })
+            })
+            .collect();
         Some(ReconcilePlan {
+            ready_when,
             spec: r.clone(),
             reconciler: reconciler?,
             slots: plugins,
