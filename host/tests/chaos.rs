@@ -21,7 +21,7 @@ use kube::Client;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::discovery::ApiResource;
 use serde_json::{Value, json};
-use support::{ready, resource, unique_group};
+use support::{reconciled, resource, unique_group};
 
 /// How long a burst may take to converge, faults included.
 const CONVERGE: Duration = Duration::from_secs(600);
@@ -181,7 +181,7 @@ async fn converged(api: &Api<DynamicObject>, count: usize, value: &str) -> Optio
             o.data["spec"]["value"] == value
                 && generation.is_some()
                 && observed == generation
-                && ready(o).is_some_and(|r| r.0 == "True")
+                && reconciled(o).is_some_and(|r| r.0 == "True")
         })
         .count();
     Some(done.min(count))

@@ -60,7 +60,7 @@ async fn constructor_children_are_created_owned_and_the_cr_becomes_ready() -> Te
 
     let ready_cr = eventually("the CR to be Ready", || async {
         let cr = get(&ar, Some(&ns), "shop").await?;
-        (ready(&cr)?.0 == "True").then_some(cr)
+        (reconciled(&cr)?.0 == "True").then_some(cr)
     })
     .await;
     // Reported, not asserted: speed is for benchmarks, not tests.

@@ -41,7 +41,7 @@ async fn put_config_map(ns: &str, name: &str, data: serde_json::Value, labels: s
 /// The CR's Ready condition once it is False, with its message.
 async fn failed_with(ar: &kube::discovery::ApiResource, ns: &str, name: &str) -> String {
     eventually(&format!("{name} to fail"), || async {
-        let (status, reason, message) = ready(&get(ar, Some(ns), name).await?)?;
+        let (status, reason, message) = reconciled(&get(ar, Some(ns), name).await?)?;
         (status == "False" && reason == "ReconcileError").then_some(message)
     })
     .await

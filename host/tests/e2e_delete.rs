@@ -54,7 +54,7 @@ fn finalizers(obj: &DynamicObject) -> Vec<String> {
 async fn reconciled(ar: &ApiResource, ns: &str, name: &str) -> DynamicObject {
     eventually(&format!("{ns}/{name} to be Ready"), || async {
         let cr = get(ar, Some(ns), name).await?;
-        (ready(&cr)?.0 == "True").then_some(cr)
+        (reconciled(&cr)?.0 == "True").then_some(cr)
     })
     .await
 }
@@ -117,7 +117,7 @@ async fn deletion_is_held_while_a_conditional_requeue_holds_then_released() -> T
     event(&ns, "kept", "DeletionBlocked").await;
     let held = eventually("the Ready condition to say Finalizing", || async {
         let cr = get(&ar, Some(&ns), "kept").await?;
-        (ready(&cr)?.1 == "Finalizing").then_some(cr)
+        (reconciled(&cr)?.1 == "Finalizing").then_some(cr)
     })
     .await;
     assert!(held.metadata.deletion_timestamp.is_some());
@@ -662,7 +662,7 @@ async fn deletion_waits_while_foreign_instances_of_a_managed_crd_exist() -> Test
     assert!(note.contains("theirs"), "{note}");
     let blocked = eventually("the Ready condition to say DeletionBlocked", || async {
         let cr = get(&ar, Some(&ns), "base").await?;
-        let (status, reason, message) = ready(&cr)?;
+        let (status, reason, message) = reconciled(&cr)?;
         (reason == "DeletionBlocked").then_some((status, message))
     })
     .await;

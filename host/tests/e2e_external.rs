@@ -181,7 +181,7 @@ async fn external_values_from_postgres_redis_and_prometheus_reach_args_children_
         (cr.data["status"]["tier"] == "gold").then_some(cr)
     })
     .await;
-    assert_eq!(ready(&cr).map(|r| r.0).as_deref(), Some("True"));
+    assert_eq!(reconciled(&cr).map(|r| r.0).as_deref(), Some("True"));
 
     // A failing call with the default policy fails the reconcile, naming the call.
     apply_cr(

@@ -9,7 +9,9 @@ use std::time::Instant;
 
 use inrun_testenv::{ControlPlane, TestResult};
 use serde_json::{Value, json};
-use support::{Host, apply_cr, eventually, get, plugin, ready, resource, served, unique_group};
+use support::{
+    Host, apply_cr, eventually, get, plugin, reconciled, resource, served, unique_group,
+};
 
 /// A server that answers like a hostile remote reconciler (by the CR's `spec.mode`), and
 /// serves `/gig`, a 1 GiB reply, to external calls.
@@ -132,7 +134,7 @@ async fn refused(group: &str, ns: &str, kind: &str, name: &str) -> String {
     let ar = resource(group, kind);
     eventually(&format!("{kind}/{name} refused"), || async {
         let cr = get(&ar, Some(ns), name).await?;
-        let (status, _, message) = ready(&cr)?;
+        let (status, _, message) = reconciled(&cr)?;
         (status == "False").then_some(message)
     })
     .await
@@ -195,7 +197,7 @@ async fn every_hostile_input_fails_only_its_own_cr_with_a_clear_error() -> TestR
     apply_cr(&fine, &ns, &cr("Fine", "fine", "")).await;
     eventually("the healthy CR Ready", || async {
         let cr = get(&fine, Some(&ns), "fine").await?;
-        (ready(&cr)?.0 == "True").then_some(())
+        (reconciled(&cr)?.0 == "True").then_some(())
     })
     .await;
     let healthy = started.elapsed();

@@ -136,7 +136,7 @@ async fn a_component_ships_its_crd_operator_and_instance_in_waves_and_tears_down
 
     let cr = eventually("the Component to be Ready", || async {
         let cr = get(&ar, Some(&ns), "base").await?;
-        (ready(&cr)?.0 == "True").then_some(cr)
+        (reconciled(&cr)?.0 == "True").then_some(cr)
     })
     .await;
     let uid = cr.metadata.uid.clone().unwrap_or_default();
@@ -185,7 +185,7 @@ async fn a_component_ships_its_crd_operator_and_instance_in_waves_and_tears_down
     );
     let (status, message) = eventually("Ready to say DeletionBlocked", || async {
         let cr = get(&ar, Some(&ns), "base").await?;
-        let (status, reason, message) = ready(&cr)?;
+        let (status, reason, message) = reconciled(&cr)?;
         (reason == "DeletionBlocked").then_some((status, message))
     })
     .await;
@@ -216,7 +216,7 @@ async fn a_component_ships_its_crd_operator_and_instance_in_waves_and_tears_down
         .await?;
     let message = eventually("the CR to wait for the instance wave", || async {
         let cr = get(&ar, Some(&ns), "base").await?;
-        let (_, reason, message) = ready(&cr)?;
+        let (_, reason, message) = reconciled(&cr)?;
         (reason == "Finalizing" && message.contains("base-own")).then_some(message)
     })
     .await;
@@ -386,7 +386,7 @@ async fn kit_with_a_foreign_gizmo(
     .await;
     let cr = eventually("the Kit to be Ready", || async {
         let cr = get(&ar, Some(&ns), name).await?;
-        (ready(&cr)?.0 == "True").then_some(cr)
+        (reconciled(&cr)?.0 == "True").then_some(cr)
     })
     .await;
     let gizmo = gizmos(parts);

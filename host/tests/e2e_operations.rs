@@ -165,7 +165,7 @@ async fn the_host_runs_on_exactly_the_generated_rbac_and_refuses_a_blueprint_nee
     eventually("the Service", || get(services(), Some(&ns), "shop")).await;
     eventually("the CR to be Ready", || async {
         let cr = get(&ar, Some(&ns), "shop").await?;
-        (ready(&cr)?.0 == "True").then_some(())
+        (reconciled(&cr)?.0 == "True").then_some(())
     })
     .await;
     event(&ns, "shop", "Reconciled").await;
@@ -254,7 +254,7 @@ async fn metrics_move_with_reconciles_and_blueprint_matches_the_loaded_file() ->
     for name in ["one", "two"] {
         eventually("the CR to be Ready", || async {
             let cr = get(&ar, Some(&ns), name).await?;
-            (ready(&cr)?.0 == "True").then_some(())
+            (reconciled(&cr)?.0 == "True").then_some(())
         })
         .await;
     }
@@ -604,7 +604,7 @@ async fn one_replica_leads_and_a_standby_takes_over_on_sigterm_and_on_sigkill() 
     for name in ["first", "second", "third"] {
         eventually(&format!("{name} Ready"), || async {
             let cr = get(&ar, Some(&ns), name).await?;
-            (ready(&cr)?.0 == "True").then_some(())
+            (reconciled(&cr)?.0 == "True").then_some(())
         })
         .await;
     }

@@ -167,7 +167,7 @@ async fn render_and_run_agree_for_every_reconciler_kind_and_serve_target() -> Te
         apply_cr(&ar, &ns, &cr.to_string()).await;
         let live = eventually(&format!("{name} Ready"), || async {
             let live = get(&ar, Some(&ns), &name).await?;
-            (ready(&live)?.0 == "True").then_some(live)
+            (reconciled(&live)?.0 == "True").then_some(live)
         })
         .await;
         let live = serde_json::to_value(&live)?;

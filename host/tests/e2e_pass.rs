@@ -59,7 +59,7 @@ async fn until_ready(
         &format!("{ns}/{name} to be Ready={status} ({reason}) at generation {generation}"),
         || async {
             let cr = get(ar, Some(ns), name).await?;
-            let (s, r, _) = ready(&cr)?;
+            let (s, r, _) = reconciled(&cr)?;
             let seen = cr.data.pointer("/status/observedGeneration")?.as_i64()?;
             (s == status && r == reason && seen == generation).then_some(cr)
         },
@@ -389,7 +389,7 @@ async fn a_failed_reconcile_prunes_nothing_and_still_writes_status() -> TestResu
     .await;
     let cr = until_ready(&ar, &ns, "blog", "False", "ReconcileError", 2).await;
     assert_eq!(cr.data["status"]["note"], "second");
-    let (_, _, message) = ready(&cr).expect("Ready");
+    let (_, _, message) = reconciled(&cr).expect("Ready");
     assert!(message.contains("spec.must is required"), "{message}");
     let note = event(&ns, "blog", "ReconcileError").await;
     assert!(note.contains("spec.must is required"), "{note}");
@@ -444,7 +444,10 @@ async fn a_gated_cr_waits_then_runs_when_its_gate_opens() -> TestResult {
     .await;
 
     let cr = until_ready(&ar, &ns, "api", "False", "Gated", 1).await;
-    assert_eq!(ready(&cr).expect("Ready").2, "waiting for the database");
+    assert_eq!(
+        reconciled(&cr).expect("Ready").2,
+        "waiting for the database"
+    );
     assert_eq!(event(&ns, "api", "Gated").await, "waiting for the database");
     assert!(get(configmaps(), Some(&ns), "api").await.is_none());
     assert!(
@@ -498,7 +501,12 @@ async fn a_kind_outside_managed_resources_is_refused_and_nothing_is_written() ->
     assert!(note.contains("ClusterRoleBinding"), "{note}");
     assert!(note.contains("managedResources"), "{note}");
     let cr = until_ready(&ar, &ns, &name, "False", "ReconcileError", 1).await;
-    assert!(ready(&cr).expect("Ready").2.contains("ClusterRoleBinding"));
+    assert!(
+        reconciled(&cr)
+            .expect("Ready")
+            .2
+            .contains("ClusterRoleBinding")
+    );
     let bindings: Api<ClusterRoleBinding> = Api::all(client());
     assert!(
         bindings
@@ -676,7 +684,7 @@ async fn a_cr_breaking_a_validation_rule_is_invalid_until_fixed() -> TestResult 
 
     let cr = until_ready(&ar, &ns, "big", "False", "Invalid", 1).await;
     assert!(
-        ready(&cr)
+        reconciled(&cr)
             .expect("Ready")
             .2
             .contains("spec.replicas must be at most 10")
@@ -866,7 +874,7 @@ async fn an_object_the_cr_does_not_own_is_not_taken_over_unless_its_kind_says_ad
     )
     .await;
     let cr = until_ready(&taker, &ns, "theirs", "False", "Conflict", 1).await;
-    let (_, _, message) = ready(&cr).expect("Ready");
+    let (_, _, message) = reconciled(&cr).expect("Ready");
     assert!(
         message.contains("already exists and is not this CR's") && message.contains("adopt"),
         "{message}"

@@ -80,7 +80,7 @@ async fn a_replaced_plugin_takes_over_without_a_restart_and_a_broken_one_is_refu
         (obj.data["status"]["version"] == "v2").then_some(obj)
     })
     .await;
-    assert_eq!(ready(&cr_status).map(|r| r.0), Some("True".into()));
+    assert_eq!(reconciled(&cr_status).map(|r| r.0), Some("True".into()));
     let after = host.tenant(&source).expect("tenant").plugins[0].clone();
     assert_eq!(after.reloads, 1);
     assert_ne!(after.digest, before.digest);

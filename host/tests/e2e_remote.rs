@@ -357,7 +357,7 @@ async fn each_remote_failure_is_a_reconcile_error_and_the_host_keeps_going() -> 
 
     // The status says why, without the token; and a good CR is still served.
     let failed = get(&ar, Some(&ns), "error").await.expect("cr");
-    let (status, reason, message) = ready(&failed).expect("Ready condition");
+    let (status, reason, message) = reconciled(&failed).expect("Ready condition");
     assert_eq!(
         (status.as_str(), reason.as_str()),
         ("False", "ReconcileError")

@@ -218,10 +218,10 @@ async fn crs_on_two_targets_get_their_own_reconciler_children_and_pruning() -> T
     assert!(note.contains("unknown serve target \"nope\""), "{note}");
     let c = eventually("c's Invalid condition", || async {
         let c = get(&ar, Some(&ns), "c").await?;
-        (ready(&c)?.1 == "Invalid").then_some(c)
+        (reconciled(&c)?.1 == "Invalid").then_some(c)
     })
     .await;
-    assert!(ready(&c).is_some_and(|r| r.2.contains("templates, remote")));
+    assert!(reconciled(&c).is_some_and(|r| r.2.contains("templates, remote")));
     host.stop().await;
     Ok(())
 }

@@ -12,8 +12,8 @@ use inrun::fleet::{FleetOptions, TenantSource, blueprint_resource};
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::discovery::ApiResource;
 use support::{
-    FleetHost, apply_all, apply_cr, client, configmaps, eventually, get, plugin, ready, resource,
-    unique_group,
+    FleetHost, apply_all, apply_cr, client, configmaps, eventually, get, plugin, reconciled,
+    resource, unique_group,
 };
 
 /// Held by each test that serves `Blueprint` resources: a fleet serves every such resource
@@ -42,7 +42,7 @@ async fn median_ready(ar: &ApiResource, group: &str, prefix: &str, count: usize)
         apply_cr(ar, "default", &cr(group, &ar.kind, &name)).await;
         eventually(&format!("{name} Ready"), || async {
             let obj = get(ar, Some("default"), &name).await?;
-            (ready(&obj)?.0 == "True").then_some(())
+            (reconciled(&obj)?.0 == "True").then_some(())
         })
         .await;
         times.push(started.elapsed());
@@ -90,7 +90,7 @@ async fn a_tenant_whose_plugin_always_times_out_does_not_hold_up_another() {
     }
     eventually("tenant A's CRs to fail on the deadline", || async {
         let obj = get(&spinner, Some("default"), "spin-0").await?;
-        let (status, _, message) = ready(&obj)?;
+        let (status, _, message) = reconciled(&obj)?;
         (status == "False" && message.contains("deadline")).then_some(())
     })
     .await;
@@ -317,7 +317,7 @@ async fn egress_host(list: &[String]) -> FleetHost {
 async fn not_ready(ar: &ApiResource, name: &str) -> String {
     eventually(&format!("{name} to be Ready=False"), || async {
         let obj = get(ar, Some("default"), name).await?;
-        let (status, _, message) = ready(&obj)?;
+        let (status, _, message) = reconciled(&obj)?;
         (status == "False").then_some(message)
     })
     .await
@@ -459,7 +459,7 @@ fn target_cr(group: &str, kind: &str, name: &str, target: &str) -> String {
 async fn refused(ar: &ApiResource, namespace: &str, name: &str) -> (String, String) {
     eventually(&format!("{name} to be Ready=False"), || async {
         let obj = get(ar, Some(namespace), name).await?;
-        let (status, reason, message) = ready(&obj)?;
+        let (status, reason, message) = reconciled(&obj)?;
         (status == "False").then_some((reason, message))
     })
     .await
@@ -625,7 +625,7 @@ async fn a_blueprint_resource_acts_as_its_service_account_and_rbac_fences_what_i
     })
     .await;
     let obj = get(&fenced, Some(&team_a), "home").await.expect("home");
-    assert_eq!(ready(&obj).expect("Ready").0, "True");
+    assert_eq!(reconciled(&obj).expect("Ready").0, "True");
 
     // A ServiceAccount without the reads its watches need: refused before it starts,
     // naming the identity and what it lacks.

@@ -75,7 +75,7 @@ async fn create(ar: &ApiResource, ns: &str, name: &str, color: &str) -> DynamicO
 async fn until_ready(ar: &ApiResource, ns: &str, name: &str, color: &str) -> DynamicObject {
     eventually(&format!("{ns}/{name} Ready with color {color}"), || async {
         let cr = get(ar, Some(ns), name).await?;
-        let done = ready(&cr)?.0 == "True"
+        let done = reconciled(&cr)?.0 == "True"
             && cr.data["status"]["color"] == color
             && cr.data["status"]["observedGeneration"] == json!(cr.metadata.generation);
         done.then_some(cr)
@@ -172,7 +172,7 @@ async fn a_component_costs_one_apply_per_child_and_a_status_per_wave_it_waits_fo
     .await;
     eventually("the Component to be Ready", || async {
         let cr = get(&ar, Some(&ns), "kit").await?;
-        (ready(&cr)?.0 == "True").then_some(())
+        (reconciled(&cr)?.0 == "True").then_some(())
     })
     .await;
     let passes = reconciles(&host.metrics, &crd);

@@ -379,7 +379,12 @@ pub async fn render(
         .iter()
         .find(|(r, _)| *r == Reason::Gated)
         .map(|(_, m)| m.clone());
-    let mut status = fx.status.clone().unwrap_or_default();
+    // No status written: the CR already shows what the pass wants.
+    let mut status = fx
+        .status
+        .clone()
+        .or_else(|| object.get("status").and_then(Value::as_object).cloned())
+        .unwrap_or_default();
     let ready = crate::status::ready_now(&serde_json::json!({"status": status})).map(
         |(status, reason, message)| ReadyOutput {
             status,

@@ -383,14 +383,25 @@ pub fn services() -> ApiResource {
     }
 }
 
-/// The CR's Ready condition, if any: (status, reason, message).
+/// The CR's `Reconciled` condition (the last pass's outcome), if any:
+/// (status, reason, message).
+pub fn reconciled(obj: &DynamicObject) -> Option<(String, String, String)> {
+    condition(obj, "Reconciled")
+}
+
+/// The CR's `Ready` condition (the pass succeeded and every child is ready), if any.
 pub fn ready(obj: &DynamicObject) -> Option<(String, String, String)> {
+    condition(obj, "Ready")
+}
+
+/// The CR's condition `kind`, if any: (status, reason, message).
+pub fn condition(obj: &DynamicObject, kind: &str) -> Option<(String, String, String)> {
     let c = obj
         .data
         .pointer("/status/conditions")?
         .as_array()?
         .iter()
-        .find(|c| c["type"] == "Ready")?;
+        .find(|c| c["type"] == kind)?;
     Some((
         c["status"].as_str()?.to_string(),
         c["reason"].as_str()?.to_string(),
@@ -432,7 +443,8 @@ pub async fn event_count(ns: &str, name: &str, reason: &str) -> i32 {
 }
 
 /// Waits until the WebApp `shop` in `ns` is reconciled the way the webapp example does it
-/// in every language: its Service (port 80 → 8080), `Ready=True`, the status (image,
+/// in every language: its Service (port 80 → 8080), `Reconciled=True` with `Ready=False`
+/// naming the Deployment (no controller rolls it out on the test API server), the status (image,
 /// `replicas` when given, url), the tier label on the CR, and a `Reconciled` event.
 /// Returns the CR.
 pub async fn webapp_reconciled(
@@ -443,11 +455,14 @@ pub async fn webapp_reconciled(
 ) -> DynamicObject {
     let service = eventually("the Service", || get(services(), Some(ns), "shop")).await;
     assert_eq!(service.data["spec"]["ports"][0]["targetPort"], 8080);
-    let cr = eventually("the CR to be Ready", || async {
+    let cr = eventually("the CR to be reconciled", || async {
         let cr = get(ar, Some(ns), "shop").await?;
-        (ready(&cr)?.0 == "True").then_some(cr)
+        (reconciled(&cr)?.0 == "True").then_some(cr)
     })
     .await;
+    let (status, reason, message) = ready(&cr).expect("a Ready condition");
+    assert_eq!((status.as_str(), reason.as_str()), ("False", "Progressing"));
+    assert!(message.starts_with("Deployment shop: "), "{message}");
     assert_eq!(cr.data["status"]["image"], image);
     if let Some(n) = replicas {
         assert_eq!(cr.data["status"]["replicas"], n);

@@ -1,0 +1,344 @@
+//! End to end on a real kube-apiserver: `Ready` means ready. No controller-manager runs
+//! here, so the tests write a child's status through the status subresource, exactly as
+//! its controller would, and the CR follows: `Progressing` naming the child until it is
+//! rolled out, then `Ready=True` without any spec change — what `kubectl wait` sees too.
+//! A `readyWhen` rule replaces a kind's rules; `inrun render --observed` says the same as
+//! the running host for the same inputs.
+//!
+//! The tests here take turns: the API server's write counters are process-wide.
+
+mod support;
+
+use std::process::{Command, Stdio};
+
+use inrun_testenv::{ControlPlane, TestResult};
+use k8s_openapi::api::apps::v1::Deployment;
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::discovery::ApiResource;
+use serde_json::{Value, json};
+use support::*;
+
+static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// A Blueprint whose `Shop` gets a Deployment of `spec.replicas` and a ConfigMap whose
+/// readiness is `ready_when` (if any).
+fn blueprint(group: &str, ready_when: Option<&str>) -> String {
+    let rule = ready_when
+        .map(|r| format!(", readyWhen: {}", json!(r)))
+        .unwrap_or_default();
+    format!(
+        r#"apiVersion: inrun.dev/v1alpha1
+kind: Blueprint
+metadata: {{name: ready}}
+spec:
+  crds:
+    - group: {group}
+      version: v1alpha1
+      kind: Shop
+      reconcile:
+        managedResources:
+          - {{apiVersion: v1, kind: ConfigMap{rule}}}
+          - {{apiVersion: apps/v1, kind: Deployment}}
+        onReconcile:
+          - apiVersion: v1
+            kind: ConfigMap
+            metadata: {{name: "{{{{ .metadata.name }}}}-config"}}
+            data: {{owner: "{{{{ .metadata.name }}}}"}}
+          - apiVersion: apps/v1
+            kind: Deployment
+            metadata: {{name: "{{{{ .metadata.name }}}}"}}
+            spec:
+              replicas: "{{{{ .spec.replicas }}}}"
+              selector: {{matchLabels: {{app: "{{{{ .metadata.name }}}}"}}}}
+              template:
+                metadata: {{labels: {{app: "{{{{ .metadata.name }}}}"}}}}
+                spec:
+                  containers: [{{name: app, image: "registry.invalid/shop:1"}}]
+"#
+    )
+}
+
+async fn create(ar: &ApiResource, ns: &str, name: &str) -> DynamicObject {
+    apply_cr(
+        ar,
+        ns,
+        &json!({"apiVersion": ar.api_version, "kind": ar.kind,
+                "metadata": {"name": name}, "spec": {"replicas": 2}})
+        .to_string(),
+    )
+    .await
+}
+
+/// Writes the Deployment's status as its controller would: `available` of 2 replicas up.
+async fn roll_out(ns: &str, name: &str, available: i64) {
+    let api: Api<Deployment> = Api::namespaced(client(), ns);
+    let generation = api
+        .get(name)
+        .await
+        .expect("the Deployment")
+        .metadata
+        .generation;
+    api.patch_status(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {
+            "observedGeneration": generation, "replicas": 2, "updatedReplicas": 2,
+            "readyReplicas": available, "availableReplicas": available}})),
+    )
+    .await
+    .expect("write the Deployment's status");
+}
+
+/// Waits until the CR's `Ready` condition is `status` with `reason`; returns the CR.
+async fn until(
+    ar: &ApiResource,
+    ns: &str,
+    name: &str,
+    status: &str,
+    reason: &str,
+) -> DynamicObject {
+    eventually(
+        &format!("{ns}/{name} Ready={status} ({reason})"),
+        || async {
+            let cr = get(ar, Some(ns), name).await?;
+            let (s, r, _) = ready(&cr)?;
+            (s == status && r == reason).then_some(cr)
+        },
+    )
+    .await
+}
+
+fn counted(group: &str) -> Vec<(&str, &'static str)> {
+    vec![
+        (group, "shops"),
+        ("", "configmaps"),
+        ("apps", "deployments"),
+        ("events.k8s.io", "events"),
+        ("", "events"),
+    ]
+}
+
+#[tokio::test]
+async fn a_cr_is_ready_only_once_its_deployment_is_available_and_kubectl_wait_agrees() -> TestResult
+{
+    let _turn = TURN.lock().await;
+    let group = unique_group("deployment-ready");
+    let crd = format!("shops.{group}");
+    let ar = resource(&group, "Shop");
+    let host = Host::start(&blueprint(&group, None)).await;
+    let cp = ControlPlane::shared();
+    let ns = cp.namespace("ready").await?;
+    served(&ar).await;
+    create(&ar, &ns, "shop").await;
+
+    // Applied, but nothing runs yet: reconciled, not ready, and why.
+    let cr = until(&ar, &ns, "shop", "False", "Progressing").await;
+    assert_eq!(
+        reconciled(&cr).map(|r| (r.0, r.1)),
+        Some(("True".into(), "Reconciled".into()))
+    );
+    assert_eq!(
+        ready(&cr).expect("Ready").2,
+        "Deployment shop: 0/2 replicas updated"
+    );
+    assert_eq!(
+        cr.data["status"]["resources"],
+        json!([
+            {"apiVersion": "v1", "kind": "ConfigMap", "name": "shop-config", "state": "Current"},
+            {"apiVersion": "apps/v1", "kind": "Deployment", "name": "shop", "state": "InProgress",
+             "message": "0/2 replicas updated"}
+        ])
+    );
+    for c in cr.data["status"]["conditions"]
+        .as_array()
+        .expect("conditions")
+    {
+        assert_eq!(c["observedGeneration"], 1, "{c}");
+    }
+
+    // `kubectl wait` started now must not return before the Deployment is available.
+    let mut wait = Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(cp.kubeconfig())
+        .args(["wait", "--for=condition=Ready", "--timeout=120s", "-n", &ns])
+        .arg(format!("{crd}/shop"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+
+    // Rolled out, none available: still Progressing, with the new reason in the message.
+    roll_out(&ns, "shop", 0).await;
+    eventually("the message to follow the Deployment", || async {
+        let cr = get(&ar, Some(&ns), "shop").await?;
+        (ready(&cr)?.2 == "Deployment shop: 0/2 replicas available").then_some(())
+    })
+    .await;
+    assert!(
+        wait.try_wait()?.is_none(),
+        "kubectl wait returned while the Deployment was unavailable"
+    );
+
+    // Available: Ready without any spec change, for one status write and one event.
+    let reconciles_before = reconciles(&host.metrics, &crd);
+    let before = apiserver_writes().await;
+    roll_out(&ns, "shop", 2).await;
+    let cr = until(&ar, &ns, "shop", "True", "Ready").await;
+    assert_eq!(ready(&cr).expect("Ready").2, "all 2 resource(s) ready");
+    assert_eq!(cr.metadata.generation, Some(1), "no spec change");
+    assert_eq!(cr.data["status"]["resources"][1]["state"], "Current");
+    let note = event(&ns, "shop", "Ready").await;
+    assert_eq!(note, "all 2 resource(s) ready");
+    let out = wait.wait_with_output()?;
+    assert!(
+        out.status.success(),
+        "kubectl wait: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eventually("the pass the rollout woke to end", || async {
+        (reconciles(&host.metrics, &crd) > reconciles_before).then_some(())
+    })
+    .await;
+    let after = apiserver_writes().await;
+    let writes = writes_between(&before, &after, &counted(&group));
+    let expected: std::collections::BTreeMap<String, u64> = [
+        // The test's, as the Deployment's controller.
+        ("PATCH deployments/status", 1),
+        // The host's: the status, and the event saying so. No child is written again.
+        ("APPLY shops/status", 1),
+        ("POST events", 1),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    assert_eq!(writes, expected);
+    assert_eq!(
+        reconciles(&host.metrics, &crd) - reconciles_before,
+        1,
+        "one pass for the child's change"
+    );
+
+    // A pod lost: the CR follows back to Progressing.
+    roll_out(&ns, "shop", 1).await;
+    let cr = until(&ar, &ns, "shop", "False", "Progressing").await;
+    assert_eq!(
+        ready(&cr).expect("Ready").2,
+        "Deployment shop: 1/2 replicas available"
+    );
+    host.stop().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_ready_when_rule_decides_for_its_kind_and_render_agrees_with_the_host() -> TestResult {
+    let _turn = TURN.lock().await;
+    let group = unique_group("ready-when");
+    let ar = resource(&group, "Shop");
+    let text = blueprint(&group, Some("{{ .data.phase == 'Running' }}"));
+    let host = Host::start(&text).await;
+    let ns = ControlPlane::shared().namespace("ready-when").await?;
+    served(&ar).await;
+    create(&ar, &ns, "shop").await;
+    roll_out_when_there(&ns, "shop").await;
+
+    // The Deployment is available; the ConfigMap's rule is what holds the CR back.
+    let cr = eventually("the ConfigMap to be named", || async {
+        let cr = get(&ar, Some(&ns), "shop").await?;
+        ready(&cr)?
+            .2
+            .starts_with("ConfigMap shop-config: readyWhen")
+            .then_some(cr)
+    })
+    .await;
+    assert_eq!(ready(&cr).expect("Ready").0, "False");
+    agree(&text, &cr, &ns).await;
+
+    // Someone (here the test, as another field manager) sets the phase the rule reads.
+    let configs: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client(), &ns);
+    configs
+        .patch(
+            "shop-config",
+            &PatchParams::apply("e2e-phase"),
+            &Patch::Apply(json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "shop-config"}, "data": {"phase": "Running"}})),
+        )
+        .await?;
+    let cr = until(&ar, &ns, "shop", "True", "Ready").await;
+    agree(&text, &cr, &ns).await;
+    host.stop().await;
+    Ok(())
+}
+
+/// Rolls the Deployment `name` out once the host has created it.
+async fn roll_out_when_there(ns: &str, name: &str) {
+    let api: Api<Deployment> = Api::namespaced(client(), ns);
+    eventually("the Deployment", || async { api.get_opt(name).await.ok()? }).await;
+    roll_out(ns, name, 2).await;
+}
+
+/// `inrun render` of the CR `cr` as the server has it, with its children as the server has
+/// them (`--observed`), prints the conditions and child states the running host wrote.
+async fn agree(blueprint: &str, cr: &DynamicObject, ns: &str) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bp = dir.path().join("blueprint.yaml");
+    std::fs::write(&bp, blueprint).expect("write blueprint");
+    let cr_file = dir.path().join("cr.json");
+    // Without the status the host wrote: render must come to it on its own.
+    let mut given = serde_json::to_value(cr).expect("cr");
+    given.as_object_mut().expect("object").remove("status");
+    std::fs::write(&cr_file, given.to_string()).expect("write cr");
+    // Typed objects serialize with their apiVersion and kind, as `kubectl get -o json`.
+    let mut observed: Vec<Value> = Vec::new();
+    let deployments: Api<Deployment> = Api::namespaced(client(), ns);
+    for d in deployments
+        .list(&Default::default())
+        .await
+        .expect("list")
+        .items
+    {
+        observed.push(serde_json::to_value(d).expect("object"));
+    }
+    let configs: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client(), ns);
+    for c in configs.list(&Default::default()).await.expect("list").items {
+        observed.push(serde_json::to_value(c).expect("object"));
+    }
+    let observed_file = dir.path().join("observed.json");
+    std::fs::write(
+        &observed_file,
+        json!({"apiVersion": "v1", "kind": "List", "items": observed}).to_string(),
+    )
+    .expect("write observed");
+    let cache = tempfile::tempdir().expect("tempdir");
+    let out = Command::new(env!("CARGO_BIN_EXE_inrun"))
+        .args(["render", "-o", "json", "-b"])
+        .arg(&bp)
+        .arg("-f")
+        .arg(&cr_file)
+        .arg("--observed")
+        .arg(&observed_file)
+        .env("INRUN_CACHE_DIR", cache.path())
+        .output()
+        .expect("run inrun render");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rendered: Value = serde_json::from_slice(&out.stdout).expect("render prints JSON");
+    let strip = |conditions: &Value| -> Vec<Value> {
+        conditions
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|c| json!({"type": c["type"], "status": c["status"], "reason": c["reason"], "message": c["message"]}))
+            .collect()
+    };
+    assert_eq!(
+        strip(&rendered["conditions"]),
+        strip(&cr.data["status"]["conditions"]),
+        "render and run disagree on the conditions"
+    );
+    assert_eq!(
+        rendered["status"]["resources"], cr.data["status"]["resources"],
+        "render and run disagree on the children's states"
+    );
+}
