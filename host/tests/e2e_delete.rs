@@ -51,7 +51,7 @@ fn finalizers(obj: &DynamicObject) -> Vec<String> {
 }
 
 /// Waits for the CR to be reconciled once (Ready True), so the finalizer is on it.
-async fn reconciled(ar: &ApiResource, ns: &str, name: &str) -> DynamicObject {
+async fn until_reconciled(ar: &ApiResource, ns: &str, name: &str) -> DynamicObject {
     eventually(&format!("{ns}/{name} to be Ready"), || async {
         let cr = get(ar, Some(ns), name).await?;
         (reconciled(&cr)?.0 == "True").then_some(cr)
@@ -107,7 +107,7 @@ async fn deletion_is_held_while_a_conditional_requeue_holds_then_released() -> T
     let ar = resource(&group, "Holder");
     served(&ar).await;
     apply_cr(&ar, &ns, &cr(&group, "Holder", "kept", "{hold: true}")).await;
-    reconciled(&ar, &ns, "kept").await;
+    until_reconciled(&ar, &ns, "kept").await;
     eventually("the child ConfigMap", || {
         get(configmaps(), Some(&ns), "kept-data")
     })
@@ -163,7 +163,7 @@ async fn on_delete_failure_keeps_the_finalizer_and_retries_until_it_renders() ->
     let ar = resource(&group, "Leaver");
     served(&ar).await;
     apply_cr(&ar, &ns, &cr(&group, "Leaver", "bye", "{size: 1}")).await;
-    reconciled(&ar, &ns, "bye").await;
+    until_reconciled(&ar, &ns, "bye").await;
 
     delete_cr(&ar, &ns, "bye").await;
     let note = event(&ns, "bye", "ReconcileError").await;
@@ -223,7 +223,7 @@ async fn on_delete_objects_must_pass_the_managed_resources_fence() -> TestResult
     served(&ar).await;
     let spec = format!("{{where: {elsewhere}}}");
     apply_cr(&ar, &ns, &cr(&group, "Fenced", "out", &spec)).await;
-    reconciled(&ar, &ns, "out").await;
+    until_reconciled(&ar, &ns, "out").await;
 
     delete_cr(&ar, &ns, "out").await;
     let note = event(&ns, "out", "ReconcileError").await;
@@ -262,7 +262,7 @@ async fn finalizer_timeout_releases_a_cr_held_forever() -> TestResult {
     let ar = resource(&group, "Sticky");
     served(&ar).await;
     apply_cr(&ar, &ns, &cr(&group, "Sticky", "forever", "{}")).await;
-    reconciled(&ar, &ns, "forever").await;
+    until_reconciled(&ar, &ns, "forever").await;
 
     delete_cr(&ar, &ns, "forever").await;
     event(&ns, "forever", "DeletionBlocked").await;
@@ -312,7 +312,7 @@ async fn release_deletes_children_in_other_namespaces_and_cluster_scoped_but_not
     let ar = resource(&group, "Spread");
     served(&ar).await;
     apply_cr(&ar, &ns, &cr(&group, "Spread", "wide", "{}")).await;
-    reconciled(&ar, &ns, "wide").await;
+    until_reconciled(&ar, &ns, "wide").await;
     let role = format!("{ns}-wide");
     for (what, ar, at, name) in [
         (
@@ -370,7 +370,7 @@ async fn finalizers_remove_puts_no_finalizer_so_deletion_is_immediate() -> TestR
     let ar = resource(&group, "Loose");
     served(&ar).await;
     apply_cr(&ar, &ns, &cr(&group, "Loose", "free", "{}")).await;
-    let cr = reconciled(&ar, &ns, "free").await;
+    let cr = until_reconciled(&ar, &ns, "free").await;
     assert_eq!(finalizers(&cr), Vec::<String>::new());
     assert_eq!(
         cr.metadata
@@ -502,7 +502,7 @@ async fn a_result_requeue_after_runs_the_cr_again_after_success() -> TestResult 
         &cr(&group, "Temp", "again", "{requeueAfterMs: 500}"),
     )
     .await;
-    let first = reconciled(&ar, &ns, "again").await;
+    let first = until_reconciled(&ar, &ns, "again").await;
     // A pass that changes nothing records no event: count the host's passes instead.
     let crd = format!("temps.{group}");
     let start = reconciles(&host.metrics, &crd);
@@ -539,7 +539,7 @@ async fn a_requeue_after_zero_waits_for_the_requeue_floor() -> TestResult {
         &cr(&group, "Temp", "storm", "{requeueAfterMs: 0}"),
     )
     .await;
-    reconciled(&ar, &ns, "storm").await;
+    until_reconciled(&ar, &ns, "storm").await;
     let crd = format!("temps.{group}");
     let pass_after = |n: u64| {
         let metrics = host.metrics.clone();
@@ -628,7 +628,7 @@ async fn deletion_waits_while_foreign_instances_of_a_managed_crd_exist() -> Test
         plural: "customresourcedefinitions".into(),
     };
     apply_cr(&ar, &ns, &cr(&group, "Platform", "base", "{}")).await;
-    let platform = reconciled(&ar, &ns, "base").await;
+    let platform = until_reconciled(&ar, &ns, "base").await;
     let uid = platform.metadata.uid.clone().unwrap_or_default();
     let owned_crd = get(&crds, None, &format!("gadgets.{gadgets_group}"))
         .await

@@ -9,7 +9,7 @@ use std::path::Path;
 use inrun::fleet::{FleetOptions, TenantSource};
 use serde_json::Value;
 use support::{
-    FleetHost, apply_cr, configmaps, eventually, get, plugin, ready, replace_file, resource,
+    FleetHost, apply_cr, configmaps, eventually, get, plugin, reconciled, replace_file, resource,
     unique_group,
 };
 
