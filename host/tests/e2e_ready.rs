@@ -342,3 +342,193 @@ async fn agree(blueprint: &str, cr: &DynamicObject, ns: &str) {
         "render and run disagree on the children's states"
     );
 }
+
+/// A constructor Blueprint whose `Report` CRs are reconciled by the plugin `wasm`.
+fn reporter_blueprint(group: &str, wasm: &str) -> String {
+    format!(
+        r#"apiVersion: inrun.dev/v1alpha1
+kind: Blueprint
+metadata: {{name: reporter}}
+spec:
+  crds:
+    - group: {group}
+      version: v1alpha1
+      kind: Report
+      reconcile:
+        default: false
+        constructor: {{location: "{wasm}"}}
+        managedResources:
+          - {{apiVersion: v1, kind: ConfigMap}}
+"#
+    )
+}
+
+/// A plugin's own condition and event reach the CR, as `kubectl get` and `kubectl describe`
+/// show them; the host's `Ready` cannot be spoofed; an unchanged pass records no event again.
+async fn a_plugin_reports_a_condition_and_an_event(plugin_name: &str) -> TestResult {
+    let group = unique_group(&format!("reporter-{}", plugin_name.replace('_', "-")));
+    let ar = resource(&group, "Report");
+    let host = Host::start(&reporter_blueprint(&group, &plugin(plugin_name))).await;
+    let cp = ControlPlane::shared();
+    let ns = cp.namespace("reporter").await?;
+    served(&ar).await;
+    let body = |size: i64| {
+        json!({"apiVersion": ar.api_version, "kind": "Report",
+               "metadata": {"name": "r"}, "spec": {"size": size, "spoof": true}})
+        .to_string()
+    };
+    apply_cr(&ar, &ns, &body(3)).await;
+    let cr = eventually("the Sized condition", || async {
+        let cr = get(&ar, Some(&ns), "r").await?;
+        condition(&cr, "Sized").filter(|c| c.0 == "True").map(|_| cr)
+    })
+    .await;
+    assert_eq!(
+        condition(&cr, "Sized"),
+        Some(("True".into(), "SizeSet".into(), "size is 3".into()))
+    );
+    let sized = cr.data["status"]["conditions"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["type"] == "Sized").cloned())
+        .expect("Sized");
+    assert_eq!(sized["observedGeneration"], 1);
+    assert!(sized["lastTransitionTime"].is_string());
+    // Ready stays the host's: the ConfigMap is current, the pass succeeded.
+    assert_eq!(
+        ready(&cr).map(|r| (r.0, r.1)),
+        Some(("True".into(), "Ready".into()))
+    );
+    assert_eq!(event(&ns, "r", "Resized").await, "size 3");
+
+    let kubectl = |args: &[&str]| {
+        let out = Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(cp.kubeconfig())
+            .args(["-n", &ns])
+            .args(args)
+            .output()
+            .expect("kubectl");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let crd = format!("reports.{group}");
+    let shown = kubectl(&[
+        "get",
+        &format!("{crd}/r"),
+        "-o",
+        "jsonpath={.status.conditions[?(@.type==\"Sized\")].reason}",
+    ]);
+    assert_eq!(shown, "SizeSet");
+    let described = kubectl(&["describe", &format!("{crd}/r")]);
+    assert!(
+        described.contains("Resized") && described.contains("size 3"),
+        "{described}"
+    );
+
+    // A pass that comes to the same outcome (a label woke it) records no event again.
+    let crd_name = format!("reports.{group}");
+    let passes = reconciles(&host.metrics, &crd_name);
+    let api: Api<DynamicObject> = Api::namespaced_with(client(), &ns, &ar);
+    api.patch(
+        "r",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": {"e2e.inrun.dev/poke": "1"}}})),
+    )
+    .await?;
+    eventually("the label's pass", || async {
+        (reconciles(&host.metrics, &crd_name) > passes).then_some(())
+    })
+    .await;
+    assert_eq!(event_count(&ns, "r", "Resized").await, 1);
+
+    // An edit: the condition follows, and the new event is recorded.
+    apply_cr(&ar, &ns, &body(5)).await;
+    eventually("the condition to follow the edit", || async {
+        let cr = get(&ar, Some(&ns), "r").await?;
+        (condition(&cr, "Sized")?.2 == "size is 5").then_some(())
+    })
+    .await;
+    eventually("the second event", || async {
+        events(&ns, "r")
+            .await
+            .iter()
+            .any(|(r, n)| r == "Resized" && n == "size 5")
+            .then_some(())
+    })
+    .await;
+    assert_eq!(event_count(&ns, "r", "Resized").await, 2);
+    host.stop().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_rust_plugin_reports_a_condition_and_an_event() -> TestResult {
+    a_plugin_reports_a_condition_and_an_event("inrun_test_reporter").await
+}
+
+#[tokio::test]
+async fn a_python_plugin_reports_a_condition_and_an_event() -> TestResult {
+    a_plugin_reports_a_condition_and_an_event("inrun_test_reporter_python").await
+}
+
+#[tokio::test]
+async fn a_remote_reconciler_reports_conditions_and_events_in_its_result() -> TestResult {
+    let group = unique_group("remote-report");
+    let ar = resource(&group, "Report");
+    let app = axum::Router::new().route(
+        "/reconcile",
+        axum::routing::post(|| async {
+            axum::Json(json!({
+                "result": "ok",
+                "resources": [],
+                "conditions": [{"type": "Linked", "status": "False", "reason": "NotFound",
+                                "message": "no upstream yet"}],
+                "events": [{"type": "Warning", "reason": "UpstreamMissing", "message": "no upstream"}],
+            }))
+        }),
+    );
+    let port = serve(app).await;
+    let text = format!(
+        r#"apiVersion: inrun.dev/v1alpha1
+kind: Blueprint
+metadata: {{name: remote-report}}
+spec:
+  crds:
+    - group: {group}
+      version: v1alpha1
+      kind: Report
+      reconcile:
+        default: false
+        remote: {{endpoint: "http://127.0.0.1:{port}/reconcile", timeout: 2s}}
+        managedResources:
+          - {{apiVersion: v1, kind: ConfigMap}}
+"#
+    );
+    let host = Host::start(&text).await;
+    let ns = ControlPlane::shared().namespace("remote-report").await?;
+    served(&ar).await;
+    apply_cr(
+        &ar,
+        &ns,
+        &json!({"apiVersion": ar.api_version, "kind": "Report", "metadata": {"name": "r"}})
+            .to_string(),
+    )
+    .await;
+    let cr = eventually("the Linked condition", || async {
+        let cr = get(&ar, Some(&ns), "r").await?;
+        condition(&cr, "Linked").map(|_| cr)
+    })
+    .await;
+    assert_eq!(
+        condition(&cr, "Linked"),
+        Some(("False".into(), "NotFound".into(), "no upstream yet".into()))
+    );
+    let warning = eventually("the Warning event", || async {
+        event_objects(&ns, "r", "UpstreamMissing").await.pop()
+    })
+    .await;
+    assert_eq!(warning.type_.as_deref(), Some("Warning"));
+    assert_eq!(warning.note.as_deref(), Some("no upstream"));
+    host.stop().await;
+    Ok(())
+}

@@ -1,7 +1,8 @@
 // Inrun SDK for JavaScript: write reconcilers and hooks as WebAssembly components with
 // componentize-js.
 //
-// The WIT contract (`wit/reconciler.wit`, package `inrun:reconciler@0.1.0`) passes
+// The WIT contract (`wit/reconciler.wit`, package `inrun:reconciler@0.1.0`, or the
+// `reconciler` and `hooks` worlds of `wit/0.2.0`, whose outcome adds conditions and events) passes
 // Kubernetes objects as JSON text. This module parses them into plain JavaScript values
 // (`Request`), gives an `Outcome` builder that turns back into the WIT record, wraps the
 // `host.log` import (`log.info(...)`), and turns a thrown exception into the call's error
@@ -324,6 +325,33 @@ export class Outcome {
     this.requeueAfterMs = null;
     /** Milliseconds, or null; crosses as whole seconds rounded up. */
     this.cleanupAfterMs = null;
+    /** Conditions for the CR: `{type, status: true|false|null, reason, message}`. */
+    this.conditions = [];
+    /** Events for the CR: `{type: 'normal'|'warning', reason, message}`. */
+    this.events = [];
+  }
+
+  /**
+   * Sets a condition on the CR: `status` true, false or null (Unknown). Merged by type with
+   * those already there; `Ready` and `Reconciled` are the host's. Reaches the CR from a
+   * component built against `wit/0.2.0` (a 0.1.0 world has no place for it).
+   */
+  condition(type, status, reason = '', message = '') {
+    if (status !== true && status !== false && status !== null) {
+      throw new InrunError(`condition ${type}: status must be true, false or null, got ${safeJson(status)}`);
+    }
+    this.conditions = this.conditions.filter((c) => c.type !== type);
+    this.conditions.push({ type: String(type), status, reason: String(reason), message: String(message) });
+    return this;
+  }
+
+  /**
+   * Asks for an event on the CR (`{ warning: true }` for a Warning). The host rate-limits a
+   * CR's events. Reaches the CR from a component built against `wit/0.2.0`.
+   */
+  event(reason, message = '', { warning = false } = {}) {
+    this.events.push({ type: warning ? 'warning' : 'normal', reason: String(reason), message: String(message) });
+    return this;
   }
 
   /** Adds a full Kubernetes object to apply. */
@@ -408,6 +436,9 @@ export class Outcome {
       requeue: this.requeueNow,
       requeueAfterMs: this.requeueAfterMs === null ? undefined : BigInt(this.requeueAfterMs),
       cleanup: this.cleanupAfterMs === null ? undefined : { afterSeconds: ceilSeconds(this.cleanupAfterMs) },
+      // The 0.2.0 outcome's fields; a 0.1.0 world's record has none and ignores them.
+      conditions: this.conditions.map((c) => ({ ...c, status: c.status === null ? undefined : c.status })),
+      events: this.events.map((e) => ({ ...e })),
     };
   }
 
@@ -425,6 +456,8 @@ export class Outcome {
     out.requeueNow = Boolean(wit.requeue);
     out.requeueAfterMs = wit.requeueAfterMs == null ? null : Number(wit.requeueAfterMs);
     out.cleanupAfterMs = wit.cleanup == null ? null : wit.cleanup.afterSeconds * 1000;
+    for (const c of wit.conditions ?? []) out.condition(c.type, c.status ?? null, c.reason, c.message);
+    for (const e of wit.events ?? []) out.event(e.reason, e.message, { warning: e.type === 'warning' });
     return out;
   }
 }

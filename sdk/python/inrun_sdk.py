@@ -43,7 +43,12 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 try:  # Inside a component: the bindings componentize-py generates for the world.
     from componentize_py_types import Err
     from wit_world.imports import host as _host
-    from wit_world.imports import types as _wit
+    try:  # A world of inrun:reconciler@0.2.0: its outcome carries conditions and events.
+        from wit_world.imports import inrun_reconciler_types_0_1_0 as _wit
+        from wit_world.imports import inrun_reconciler_types_0_2_0 as _wit2
+    except ImportError:  # A 0.1.0 world.
+        from wit_world.imports import types as _wit
+        _wit2 = None
 except ImportError:  # Natively (unit tests): stand-ins with the same shape.
     import dataclasses as _dc
     import enum as _enum
@@ -86,6 +91,30 @@ except ImportError:  # Natively (unit tests): stand-ins with the same shape.
     _wit = _types.SimpleNamespace(
         Request=_Request, Outcome=_Outcome, Cleanup=_Cleanup,
         Level=_enum.Enum("Level", "TRACE DEBUG INFO WARN ERROR"),
+    )
+
+    @_dc.dataclass
+    class _Condition:
+        type: str
+        status: Optional[bool]
+        reason: str
+        message: str
+
+    _EventType = _enum.Enum("EventType", "NORMAL WARNING")
+
+    @_dc.dataclass
+    class _Event:
+        type: Any
+        reason: str
+        message: str
+
+    @_dc.dataclass
+    class _Outcome2(_Outcome):
+        conditions: List[_Condition]
+        events: List[_Event]
+
+    _wit2 = _types.SimpleNamespace(
+        Outcome=_Outcome2, Condition=_Condition, Event=_Event, EventType=_EventType,
     )
 
 
@@ -334,7 +363,7 @@ class Outcome:
     """
 
     __slots__ = ("status_fields", "resources", "labels", "annotations", "requeue_now",
-                 "requeue_after_ms", "cleanup_after_s")
+                 "requeue_after_ms", "cleanup_after_s", "conditions", "events")
 
     def __init__(self) -> None:
         self.status_fields: Optional[Dict[str, Any]] = None
@@ -344,6 +373,25 @@ class Outcome:
         self.requeue_now = False
         self.requeue_after_ms: Optional[int] = None
         self.cleanup_after_s: Optional[int] = None
+        self.conditions: List[Dict[str, Any]] = []
+        self.events: List[Dict[str, str]] = []
+
+    def condition(self, type: str, status: Optional[bool], reason: str = "",
+                  message: str = "") -> "Outcome":
+        """Sets a condition on the CR: ``status`` True, False or None (Unknown). Merged by
+        type with those already there; ``Ready`` and ``Reconciled`` are the host's. Needs
+        a component of ``inrun:reconciler@0.2.0``."""
+        self.conditions = [c for c in self.conditions if c["type"] != type]
+        self.conditions.append({"type": type, "status": status, "reason": reason,
+                                "message": message})
+        return self
+
+    def event(self, reason: str, message: str = "", warning: bool = False) -> "Outcome":
+        """Asks for an event on the CR (``Warning`` when ``warning``). The host rate-limits
+        a CR's events. Needs a component of ``inrun:reconciler@0.2.0``."""
+        self.events.append({"type": "Warning" if warning else "Normal", "reason": reason,
+                            "message": message})
+        return self
 
     def resource(self, obj: Dict[str, Any]) -> "Outcome":
         """Adds a full Kubernetes object to apply."""
@@ -408,6 +456,7 @@ class Outcome:
             "annotations": dict(sorted(self.annotations.items())),
             "requeue": self.requeue_now, "requeueAfterMs": self.requeue_after_ms,
             "cleanupAfterSeconds": self.cleanup_after_s,
+            "conditions": self.conditions, "events": self.events,
         }
 
     def __eq__(self, other: object) -> bool:
@@ -432,6 +481,10 @@ class Outcome:
         out.requeue_now = outcome.requeue
         out.requeue_after_ms = outcome.requeue_after_ms
         out.cleanup_after_s = None if outcome.cleanup is None else outcome.cleanup.after_seconds
+        for c in getattr(outcome, "conditions", []):
+            out.condition(c.type, c.status, c.reason, c.message)
+        for e in getattr(outcome, "events", []):
+            out.event(e.reason, e.message, warning=e.type == _wit2.EventType.WARNING)
         return out
 
     def to_wit(self) -> Any:
@@ -442,7 +495,7 @@ class Outcome:
                     raise Err(f"{what} {k!r}: keys and values must be strings, got {v!r}")
             return sorted(fields.items())
 
-        return _wit.Outcome(
+        fields = dict(
             status=None if self.status_fields is None else _dump(self.status_fields),
             resources=[_dump(r) for r in self.resources],
             labels=pairs(self.labels, "label"),
@@ -450,6 +503,21 @@ class Outcome:
             requeue=self.requeue_now,
             requeue_after_ms=self.requeue_after_ms,
             cleanup=None if self.cleanup_after_s is None else _wit.Cleanup(self.cleanup_after_s),
+        )
+        if _wit2 is None:
+            if self.conditions or self.events:
+                raise Err("conditions and events need a component built for "
+                          "inrun:reconciler@0.2.0 (wit/0.2.0)")
+            return _wit.Outcome(**fields)
+        return _wit2.Outcome(
+            **fields,
+            conditions=[_wit2.Condition(type=c["type"], status=c["status"],
+                                        reason=c["reason"], message=c["message"])
+                        for c in self.conditions],
+            events=[_wit2.Event(type=_wit2.EventType.WARNING if e["type"] == "Warning"
+                                else _wit2.EventType.NORMAL,
+                                reason=e["reason"], message=e["message"])
+                    for e in self.events],
         )
 
 

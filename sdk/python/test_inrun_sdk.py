@@ -69,6 +69,16 @@ class OutcomeTest(unittest.TestCase):
         self.assertEqual(wit.requeue_after_ms, 1500)
         self.assertEqual(wit.cleanup.after_seconds, 1)
 
+    def test_conditions_and_events_cross_as_the_0_2_0_record_and_round_trip(self):
+        out = (Outcome().condition("Sized", True, "SizeSet", "size is 3")
+               .condition("Synced", None, "Waiting").condition("Sized", False, "NoSize")
+               .event("Resized", "size 3").event("QuotaLow", "near", warning=True))
+        wit = out.to_wit()
+        self.assertEqual([(c.type, c.status) for c in wit.conditions],
+                         [("Synced", None), ("Sized", False)])
+        self.assertEqual([e.type.name for e in wit.events], ["NORMAL", "WARNING"])
+        self.assertEqual(Outcome.from_wit(wit), out)
+
     def test_an_outcome_round_trips_and_a_bad_status_is_refused(self):
         out = Outcome().resource({"a": 1}).status("s", "x").label("l", "v").cleanup_after(600)
         self.assertEqual(Outcome.from_wit(out.to_wit()), out)

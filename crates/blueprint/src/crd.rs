@@ -201,6 +201,11 @@ pub struct EmitSpec {
     /// Status field → template (any JSON value; strings are rendered).
     #[serde(default, skip_serializing_if = "Map::is_empty")]
     pub status: Map<String, Value>,
+    /// Conditions to set on the CR, each `{type, status, reason, message}` (strings are
+    /// rendered; a rendered `status` of `true`/`false` reads as True/False). Merged by
+    /// type with the reconciler's; `Ready` and `Reconciled` are the host's.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Value>,
 }
 
 /// `serve`: CRs pick one of several reconcile blocks.

@@ -319,6 +319,9 @@ pub trait Effects: Send {
     async fn status(&mut self, status: &Map<String, Value>) -> Result<Written, EffectError>;
     /// Records an event on the CR. Never fails the pass.
     async fn record(&mut self, reason: Reason, note: String);
+    /// Records an event the reconciler asked for on the CR (rate-limited per CR; one
+    /// identical to a recent one is not recorded again). Never fails the pass.
+    async fn emit(&mut self, event: &inrun_contract::Event);
     /// Deletes the CR (its cleanup grace period passed).
     async fn delete(&mut self) -> Result<(), EffectError>;
     /// Deletes the children of the deleting CR — every child of any of its CRD's reconcile
@@ -528,6 +531,9 @@ async fn reconcile(p: Pass<'_>, fx: &mut dyn Effects) -> Result<Done, Failure> {
             fx.record(reason, verdict.ready.message.clone()).await;
         }
         _ => {}
+    }
+    for event in &outcome.events {
+        fx.emit(event).await;
     }
 
     // 7. Next.
@@ -785,6 +791,9 @@ async fn finalize(p: Pass<'_>, fx: &mut dyn Effects) -> Result<Done, Failure> {
                 return Err(failure);
             }
         };
+        for event in &outcome.events {
+            fx.emit(event).await;
+        }
         // A deleting CR's status is not rewritten, so the rule sees the CR as it is.
         let next = rplan.next(&outcome, &Context::new(object).with_args(req.args.clone()))?;
         if next.holds {

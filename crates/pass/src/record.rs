@@ -42,6 +42,8 @@ pub struct Recorder {
     pub status: Option<Map<String, Value>>,
     /// Events recorded.
     pub events: Vec<(Reason, String)>,
+    /// Events the reconciler asked for.
+    pub emitted: Vec<inrun_contract::Event>,
     /// Whether the CR "changed on the server" since it was read: status and versioned
     /// metadata writes answer [`Written::Stale`].
     pub stale: bool,
@@ -190,6 +192,11 @@ impl Effects for Recorder {
     async fn record(&mut self, reason: Reason, note: String) {
         self.steps.push(format!("event {}", reason.as_str()));
         self.events.push((reason, note));
+    }
+
+    async fn emit(&mut self, event: &inrun_contract::Event) {
+        self.steps.push(format!("emit {}", event.reason));
+        self.emitted.push(event.clone());
     }
 
     async fn delete(&mut self) -> Result<(), EffectError> {

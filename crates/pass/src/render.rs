@@ -433,6 +433,10 @@ pub async fn render(
             .events
             .iter()
             .map(|(r, n)| format!("{}: {n}", r.as_str()))
+            .chain(fx.emitted.iter().map(|e| match e.kind.as_str() {
+                "Warning" => format!("{} (Warning): {}", e.reason, e.message),
+                _ => format!("{}: {}", e.reason, e.message),
+            }))
             .collect(),
         requeue_after,
         requeue_holds: done.holds,

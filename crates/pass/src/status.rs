@@ -167,6 +167,10 @@ fn reconciler_conditions(
             .and_then(Value::as_str)
             .unwrap_or_default()
             .to_string();
+        // A rendered `true`/`false` (a template's typed answer) reads as True/False.
+        if let Some(b) = c.get("status").and_then(Value::as_bool) {
+            c.insert("status".into(), json!(if b { "True" } else { "False" }));
+        }
         let status = c.get("status").and_then(Value::as_str).unwrap_or_default();
         if kind.is_empty()
             || HOST_CONDITIONS.contains(&kind.as_str())

@@ -550,3 +550,34 @@ fn a_failed_pass_says_so_in_both_conditions_and_keeps_the_childrens_states() {
     assert_eq!(reconciled, condition_of(&fx, "Ready"));
     assert_eq!(fx.status.as_ref().expect("status")["resources"], states);
 }
+
+#[test]
+fn emit_conditions_render_beside_the_hosts_and_a_typed_answer_reads_as_true_or_false() {
+    let a = assemble(
+        r#"apiVersion: inrun.dev/v1alpha1
+kind: Blueprint
+metadata: {name: t}
+spec:
+  crds:
+    - group: t.inrun.dev
+      version: v1
+      kind: Thing
+      emit:
+        conditions:
+          - {type: Phased, status: "{{ .spec.phase == 'on' }}", reason: Phase, message: "phase {{ .spec.phase }}"}
+      reconcile:
+        managedResources:
+          - {apiVersion: v1, kind: ConfigMap}
+        onReconcile: []
+"#,
+    );
+    let mut fx = Recorder::new(Some("ns".into()));
+    run_pass(&a, &cr(json!({"phase": "on"})), &mut fx).expect("pass");
+    assert_eq!(
+        condition_of(&fx, "Phased"),
+        ("True".into(), "Phase".into(), "phase on".into())
+    );
+    let mut fx = Recorder::new(Some("ns".into()));
+    run_pass(&a, &cr(json!({"phase": "off"})), &mut fx).expect("pass");
+    assert_eq!(condition_of(&fx, "Phased").0, "False");
+}

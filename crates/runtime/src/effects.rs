@@ -227,6 +227,11 @@ impl Effects for ApiEffects<'_> {
         self.ctx.events.record(&on, reason, note).await;
     }
 
+    async fn emit(&mut self, event: &inrun_contract::Event) {
+        let on = self.ctx.reference(&self.cr);
+        self.ctx.events.emit(&on, event).await;
+    }
+
     async fn delete(&mut self) -> Result<(), EffectError> {
         let name = self.cr.metadata.name.clone().unwrap_or_default();
         self.ctx

@@ -22,12 +22,32 @@ const SERIES_WINDOW: SignedDuration = SignedDuration::from_mins(6);
 /// The reporting controller.
 const CONTROLLER: &str = "inrun";
 
-/// What makes two events the same: the object, the reason and the note.
+/// Most events a reconciler may have recorded on one CR per [`EMIT_WINDOW`]; more are
+/// dropped (and logged), so a plugin cannot flood the API server through its Results.
+const EMIT_BURST: u32 = 5;
+/// The window [`EMIT_BURST`] counts in.
+const EMIT_WINDOW: SignedDuration = SignedDuration::from_mins(1);
+
+/// What makes two events the same: the object, the type, the reason and the note.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct Key {
     regarding: (Option<String>, Option<String>, Option<String>),
-    reason: Reason,
+    warning: bool,
+    reason: String,
     note: String,
+}
+
+/// The key of an event on `on`, its note cut to [`NOTE_MAX`].
+fn key(on: &ObjectReference, warning: bool, reason: &str, mut note: String) -> Key {
+    if note.chars().count() > NOTE_MAX {
+        note = note.chars().take(NOTE_MAX - 1).collect::<String>() + "…";
+    }
+    Key {
+        regarding: (on.uid.clone(), on.namespace.clone(), on.name.clone()),
+        warning,
+        reason: reason.to_string(),
+        note,
+    }
 }
 
 /// An event object already written, and its series so far.
@@ -57,6 +77,8 @@ struct Recent {
     /// Expired series are dropped when the map reaches this size (then twice what is left),
     /// so recording stays O(1) amortised however many CRs there are.
     prune_at: usize,
+    /// Reconciler events per CR (by uid): when its window started, how many so far.
+    emitted: HashMap<String, (Timestamp, u32)>,
 }
 
 /// Records events for one controller.
@@ -84,35 +106,71 @@ impl Events {
     /// Records `reason` with `note` on the object. A failure to record is logged, never
     /// fatal: events are for people, and the pass must go on.
     pub async fn record(&self, on: &ObjectReference, reason: Reason, note: impl Into<String>) {
-        let mut note: String = note.into();
-        if note.chars().count() > NOTE_MAX {
-            note = note.chars().take(NOTE_MAX - 1).collect::<String>() + "…";
-        }
-        let key = Key {
-            regarding: (on.uid.clone(), on.namespace.clone(), on.name.clone()),
-            reason,
-            note,
-        };
+        let key = key(
+            on,
+            reason.event_type() == "Warning",
+            reason.as_str(),
+            note.into(),
+        );
         let now = Timestamp::now();
-        let hashed = key.hashed();
-        let earlier = {
+        let earlier = self.earlier(&key, now);
+        self.write(on, key, earlier, now).await;
+    }
+
+    /// Records an event a reconciler asked for: at most [`EMIT_BURST`] per CR per
+    /// [`EMIT_WINDOW`], and one identical to an event still in its series window is not
+    /// recorded again (a reconciler saying the same thing every pass writes nothing).
+    /// Returns whether it was recorded.
+    pub async fn emit(&self, on: &ObjectReference, event: &inrun_contract::Event) -> bool {
+        let key = key(on, event.kind == "Warning", &event.reason, event.message.clone());
+        let now = Timestamp::now();
+        if self.earlier(&key, now).is_some() {
+            return false;
+        }
+        {
             let mut recent = self.recent();
-            if recent.series.len() >= recent.prune_at {
-                recent.series.retain(|_, r| r.last + SERIES_WINDOW > now);
-                recent.prune_at = (recent.series.len() * 2).max(64);
+            let uid = on.uid.clone().unwrap_or_default();
+            let (start, count) = recent.emitted.entry(uid).or_insert((now, 0));
+            if *start + EMIT_WINDOW <= now {
+                (*start, *count) = (now, 0);
             }
-            recent
-                .series
-                .get(&hashed)
-                .filter(|r| r.last + SERIES_WINDOW > now)
-                .cloned()
-        };
+            if *count >= EMIT_BURST {
+                tracing::warn!(
+                    reason = %event.reason,
+                    object = on.name.as_deref().unwrap_or_default(),
+                    "a reconciler's event dropped: more than {EMIT_BURST} for this CR within a minute"
+                );
+                return false;
+            }
+            *count += 1;
+        }
+        self.write(on, key, None, now).await;
+        true
+    }
+
+    /// The series `key` extends, if one is still within its window.
+    fn earlier(&self, key: &Key, now: Timestamp) -> Option<Recorded> {
+        let mut recent = self.recent();
+        if recent.series.len() >= recent.prune_at {
+            recent.series.retain(|_, r| r.last + SERIES_WINDOW > now);
+            recent.emitted.retain(|_, (start, _)| *start + EMIT_WINDOW > now);
+            recent.prune_at = (recent.series.len() * 2).max(64);
+        }
+        recent
+            .series
+            .get(&key.hashed())
+            .filter(|r| r.last + SERIES_WINDOW > now)
+            .cloned()
+    }
+
+    /// Writes `key` (extending `earlier`) and remembers its series; a failure is logged.
+    async fn write(&self, on: &ObjectReference, key: Key, earlier: Option<Recorded>, now: Timestamp) {
         match self.publish(on, &key, earlier, now).await {
             Ok(recorded) => {
-                self.recent().series.insert(hashed, recorded);
+                self.recent().series.insert(key.hashed(), recorded);
             }
             Err(e) => {
-                tracing::warn!(error = %e, reason = reason.as_str(), "could not record event");
+                tracing::warn!(error = %e, reason = %key.reason, "could not record event");
             }
         }
     }
@@ -164,9 +222,9 @@ impl Events {
             },
             event_time: Some(MicroTime(now)),
             action: Some("Reconcile".into()),
-            reason: Some(key.reason.as_str().into()),
+            reason: Some(key.reason.clone()),
             note: Some(key.note.clone()),
-            type_: Some(key.reason.event_type().into()),
+            type_: Some(if key.warning { "Warning" } else { "Normal" }.into()),
             regarding: Some(on.clone()),
             reporting_controller: Some(CONTROLLER.into()),
             reporting_instance: Some(self.instance.clone()),

@@ -1,4 +1,5 @@
-//! Host-side bindings generated from `wit/reconciler.wit`, one module per world. The
+//! Host-side bindings generated from `wit/reconciler.wit` (0.1.0) and `wit/0.2.0`, one
+//! module per world. The
 //! `hooks` world reuses the `reconciler` world's interfaces so one host implementation of
 //! `host`, `cluster` and `http` serves both. The `cluster` and `http` imports are async:
 //! they wait on the network while the guest is suspended.
@@ -45,4 +46,45 @@ pub mod package {
     });
 }
 
+/// The `reconciler` world of `inrun:reconciler@0.2.0`: the 0.1.0 request, an outcome
+/// that carries conditions and events. Its imports are the 0.1.0 interfaces.
+pub mod reconciler2 {
+    wasmtime::component::bindgen!({
+        path: "../../wit/0.2.0",
+        world: "reconciler",
+        imports: {
+            "inrun:reconciler/cluster@0.1.0": async,
+            "inrun:reconciler/http@0.1.0": async,
+        },
+        exports: { default: async },
+        with: {
+            "inrun:reconciler/types@0.1.0": super::reconciler::inrun::reconciler::types,
+            "inrun:reconciler/host@0.1.0": super::reconciler::inrun::reconciler::host,
+            "inrun:reconciler/cluster@0.1.0": super::reconciler::inrun::reconciler::cluster,
+            "inrun:reconciler/http@0.1.0": super::reconciler::inrun::reconciler::http,
+        },
+    });
+}
+
+/// The `hooks` world of `inrun:reconciler@0.2.0`, sharing the 0.2.0 outcome with
+/// [`reconciler2`].
+pub mod hooks2 {
+    wasmtime::component::bindgen!({
+        path: "../../wit/0.2.0",
+        world: "hooks",
+        exports: { default: async },
+        with: {
+            "inrun:reconciler/types@0.1.0": super::reconciler::inrun::reconciler::types,
+            "inrun:reconciler/host@0.1.0": super::reconciler::inrun::reconciler::host,
+            "inrun:reconciler/cluster@0.1.0": super::reconciler::inrun::reconciler::cluster,
+            "inrun:reconciler/http@0.1.0": super::reconciler::inrun::reconciler::http,
+            "inrun:reconciler/types@0.2.0": super::reconciler2::inrun::reconciler0_2_0::types,
+        },
+    });
+}
+
 pub use reconciler::inrun::reconciler::types::{Cleanup, Level, Outcome, Request};
+/// The 0.2.0 outcome and what it adds.
+pub use reconciler2::inrun::reconciler0_2_0::types::{
+    Condition as Condition2, Event as Event2, EventType, Outcome as Outcome2,
+};

@@ -32,10 +32,20 @@ impl Plugin {
         let result = bounded(limits, async {
             match pre {
                 Pre::Reconciler(pre) => match pre.instantiate_async(&mut store).await {
-                    Ok(guest) => guest.call_reconcile(&mut store, &wit_req).await,
+                    Ok(guest) => guest
+                        .call_reconcile(&mut store, &wit_req)
+                        .await
+                        .map(|r| r.map(Answer::V1)),
                     Err(e) => Err(e),
                 },
-                Pre::Hooks(_) | Pre::Package(_) => Err(wasmtime::format_err!(
+                Pre::Reconciler2(pre) => match pre.instantiate_async(&mut store).await {
+                    Ok(guest) => guest
+                        .call_reconcile(&mut store, &wit_req)
+                        .await
+                        .map(|r| r.map(Answer::V2)),
+                    Err(e) => Err(e),
+                },
+                Pre::Hooks(_) | Pre::Hooks2(_) | Pre::Package(_) => Err(wasmtime::format_err!(
                     "a {} component has no `reconcile`",
                     self.world().name()
                 )),
@@ -43,7 +53,7 @@ impl Plugin {
         })
         .await;
         let raw = self.settle(result, &store, limits)?;
-        self.finish(raw, limits)
+        self.finish(raw, limits, None)
     }
 
     /// Calls hook `function` of a `hooks` component with the outcome so far.
@@ -59,27 +69,34 @@ impl Plugin {
         grants: &Grants,
     ) -> Result<Outcome, CallError> {
         let wit_req = to_wit_request(req);
-        let wit_current = to_wit_outcome(current);
         let (mut store, pre, _busy) = self.store(limits, grants, cr_namespace(req));
         let result = bounded(limits, async {
             match pre {
                 Pre::Hooks(pre) => match pre.instantiate_async(&mut store).await {
-                    Ok(guest) => {
-                        guest
-                            .call_call(&mut store, function, &wit_req, &wit_current)
-                            .await
-                    }
+                    Ok(guest) => guest
+                        .call_call(&mut store, function, &wit_req, &to_wit_outcome(current))
+                        .await
+                        .map(|r| r.map(Answer::V1)),
                     Err(e) => Err(e),
                 },
-                Pre::Reconciler(_) | Pre::Package(_) => Err(wasmtime::format_err!(
-                    "a {} component has no hooks",
-                    self.world().name()
-                )),
+                Pre::Hooks2(pre) => match pre.instantiate_async(&mut store).await {
+                    Ok(guest) => guest
+                        .call_call(&mut store, function, &wit_req, &to_wit_outcome2(current))
+                        .await
+                        .map(|r| r.map(Answer::V2)),
+                    Err(e) => Err(e),
+                },
+                Pre::Reconciler(_) | Pre::Reconciler2(_) | Pre::Package(_) => {
+                    Err(wasmtime::format_err!(
+                        "a {} component has no hooks",
+                        self.world().name()
+                    ))
+                }
             }
         })
         .await;
         let raw = self.settle(result, &store, limits)?;
-        self.finish(raw, limits)
+        self.finish(raw, limits, Some(current))
     }
 
     /// Asks a hooks component which functions it serves.
@@ -91,7 +108,11 @@ impl Plugin {
                     Ok(guest) => guest.call_functions(&mut store).await,
                     Err(e) => Err(e),
                 },
-                Pre::Reconciler(_) | Pre::Package(_) => Ok(Vec::new()),
+                Pre::Hooks2(pre) => match pre.instantiate_async(&mut store).await {
+                    Ok(guest) => guest.call_functions(&mut store).await,
+                    Err(e) => Err(e),
+                },
+                Pre::Reconciler(_) | Pre::Reconciler2(_) | Pre::Package(_) => Ok(Vec::new()),
             }
         })
         .await;
@@ -147,18 +168,37 @@ impl Plugin {
         })
     }
 
+    /// The outcome a call returned, checked. A 0.1.0 hook cannot see or return
+    /// conditions and events: those of `current` (the outcome it was given) go on.
     fn finish(
         &self,
-        raw: Result<bindings::Outcome, String>,
+        raw: Result<Answer, String>,
         limits: &Limits,
+        current: Option<&Outcome>,
     ) -> Result<Outcome, CallError> {
         let fail = |failure| CallError {
             plugin: self.id().clone(),
             failure,
         };
-        let wit = raw.map_err(|msg| fail(CallFailure::Returned(truncate_owned(msg, 500))))?;
-        from_wit_outcome(wit, limits).map_err(|why| fail(CallFailure::BadOutput(why)))
+        let answer = raw.map_err(|msg| fail(CallFailure::Returned(truncate_owned(msg, 500))))?;
+        let outcome = match answer {
+            Answer::V1(wit) => from_wit_outcome(wit, limits).map(|mut o| {
+                if let Some(current) = current {
+                    o.conditions = current.conditions.clone();
+                    o.events = current.events.clone();
+                }
+                o
+            }),
+            Answer::V2(wit) => from_wit_outcome2(wit, limits),
+        };
+        outcome.map_err(|why| fail(CallFailure::BadOutput(why)))
     }
+}
+
+/// An outcome as a 0.1.0 or a 0.2.0 component returned it.
+enum Answer {
+    V1(bindings::Outcome),
+    V2(bindings::Outcome2),
 }
 
 /// How long past its deadline a call may take in all before it is dropped: the epoch
@@ -244,6 +284,100 @@ fn to_wit_outcome(o: &Outcome) -> bindings::Outcome {
     }
 }
 
+fn to_wit_outcome2(o: &Outcome) -> bindings::Outcome2 {
+    let v1 = to_wit_outcome(o);
+    bindings::Outcome2 {
+        status: v1.status,
+        resources: v1.resources,
+        labels: v1.labels,
+        annotations: v1.annotations,
+        requeue: v1.requeue,
+        requeue_after_ms: v1.requeue_after_ms,
+        cleanup: v1.cleanup,
+        conditions: o
+            .conditions
+            .iter()
+            .map(|c| bindings::Condition2 {
+                type_: c.kind.clone(),
+                status: match c.status.as_str() {
+                    "True" => Some(true),
+                    "False" => Some(false),
+                    _ => None,
+                },
+                reason: c.reason.clone(),
+                message: c.message.clone(),
+            })
+            .collect(),
+        events: o
+            .events
+            .iter()
+            .map(|e| bindings::Event2 {
+                type_: if e.kind == "Warning" {
+                    bindings::EventType::Warning
+                } else {
+                    bindings::EventType::Normal
+                },
+                reason: e.reason.clone(),
+                message: e.message.clone(),
+            })
+            .collect(),
+    }
+}
+
+/// A 0.2.0 outcome: the 0.1.0 checks, then its conditions and events (their text counted
+/// in the output size).
+fn from_wit_outcome2(o: bindings::Outcome2, limits: &Limits) -> Result<Outcome, String> {
+    let reports: usize = o
+        .conditions
+        .iter()
+        .map(|c| c.type_.len() + c.reason.len() + c.message.len())
+        .chain(o.events.iter().map(|e| e.reason.len() + e.message.len()))
+        .sum();
+    let v1 = bindings::Outcome {
+        status: o.status,
+        resources: o.resources,
+        labels: o.labels,
+        annotations: o.annotations,
+        requeue: o.requeue,
+        requeue_after_ms: o.requeue_after_ms,
+        cleanup: o.cleanup,
+    };
+    let budget = Limits {
+        output_bytes: limits.output_bytes.saturating_sub(reports),
+        ..*limits
+    };
+    let mut outcome = from_wit_outcome(v1, &budget)?;
+    outcome.conditions = o
+        .conditions
+        .into_iter()
+        .map(|c| inrun_contract::Condition {
+            kind: c.type_,
+            status: match c.status {
+                Some(true) => "True",
+                Some(false) => "False",
+                None => "Unknown",
+            }
+            .to_string(),
+            reason: c.reason,
+            message: c.message,
+        })
+        .collect();
+    outcome.events = o
+        .events
+        .into_iter()
+        .map(|e| inrun_contract::Event {
+            kind: match e.type_ {
+                bindings::EventType::Normal => "Normal",
+                bindings::EventType::Warning => "Warning",
+            }
+            .to_string(),
+            reason: e.reason,
+            message: e.message,
+        })
+        .collect();
+    Ok(outcome)
+}
+
 /// Checks sizes and parses the JSON a plugin returned. The reason names the first problem.
 fn from_wit_outcome(o: bindings::Outcome, limits: &Limits) -> Result<Outcome, String> {
     let size: usize = o.status.as_ref().map_or(0, String::len)
@@ -296,6 +430,7 @@ fn from_wit_outcome(o: bindings::Outcome, limits: &Limits) -> Result<Outcome, St
         cleanup: o.cleanup.map(|c| Cleanup {
             after: Duration::from_secs(u64::from(c.after_seconds)),
         }),
+        ..Outcome::default()
     })
 }
 

@@ -8,7 +8,10 @@ use serde::Serialize;
 use wasmtime::component::Component;
 use wasmtime::component::types::ComponentItem;
 
-use super::bindings::{hooks::HooksPre, package::PackagePre, reconciler::ReconcilerPre};
+use super::bindings::{
+    hooks::HooksPre, hooks2::HooksPre as Hooks2Pre, package::PackagePre,
+    reconciler::ReconcilerPre, reconciler2::ReconcilerPre as Reconciler2Pre,
+};
 use super::cache;
 use super::engine::Engine;
 use super::state::State;
@@ -49,6 +52,8 @@ pub struct PluginInfo {
     pub size: usize,
     /// The world it implements.
     pub world: World,
+    /// The version of `inrun:reconciler` its world is from: `0.1.0` or `0.2.0`.
+    pub contract: &'static str,
     /// Exported functions (for hooks, also the function names it serves).
     pub exports: Vec<String>,
     /// Hook functions, for a hooks component.
@@ -60,7 +65,11 @@ pub struct PluginInfo {
 
 pub(super) enum Pre {
     Reconciler(ReconcilerPre<State>),
+    /// A 0.2.0 `reconciler`: its outcome carries conditions and events.
+    Reconciler2(Reconciler2Pre<State>),
     Hooks(HooksPre<State>),
+    /// 0.2.0 `hooks`.
+    Hooks2(Hooks2Pre<State>),
     Package(PackagePre<State>),
 }
 
@@ -123,16 +132,29 @@ impl Plugin {
             source,
         };
         let instance_pre = engine.linker().instantiate_pre(&component).map_err(link)?;
+        // A `reconciler` or `hooks` export typed as 0.1.0 has it; else it may be 0.2.0's
+        // (its outcome has more fields). The error told is the 0.2.0 one: the newest.
         let pre = match world {
-            World::Reconciler => Pre::Reconciler(ReconcilerPre::new(instance_pre).map_err(link)?),
-            World::Hooks => Pre::Hooks(HooksPre::new(instance_pre).map_err(link)?),
+            World::Reconciler => match ReconcilerPre::new(instance_pre.clone()) {
+                Ok(pre) => Pre::Reconciler(pre),
+                Err(_) => Pre::Reconciler2(Reconciler2Pre::new(instance_pre).map_err(link)?),
+            },
+            World::Hooks => match HooksPre::new(instance_pre.clone()) {
+                Ok(pre) => Pre::Hooks(pre),
+                Err(_) => Pre::Hooks2(Hooks2Pre::new(instance_pre).map_err(link)?),
+            },
             World::Package => Pre::Package(PackagePre::new(instance_pre).map_err(link)?),
+        };
+        let contract = match pre {
+            Pre::Reconciler(_) | Pre::Hooks(_) => "0.1.0",
+            Pre::Reconciler2(_) | Pre::Hooks2(_) | Pre::Package(_) => "0.2.0",
         };
         let info = PluginInfo {
             name: id.name.clone(),
             sha256: id.digest_ref(),
             size,
             world,
+            contract,
             exports,
             functions: Vec::new(),
             imports,

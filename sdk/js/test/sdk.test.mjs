@@ -46,6 +46,23 @@ test('an outcome round-trips through the WIT record', () => {
   assert.equal(new Outcome().requeue().isEmpty(), true);
 });
 
+test('conditions and events cross as the 0.2.0 record and round-trip', () => {
+  const out = new Outcome()
+    .condition('Sized', true, 'SizeSet', 'size is 3')
+    .condition('Synced', null, 'Waiting')
+    .condition('Sized', false, 'NoSize')
+    .event('Resized', 'size 3')
+    .event('QuotaLow', 'near quota', { warning: true });
+  const wit = out.toWit();
+  assert.deepEqual(wit.conditions, [
+    { type: 'Synced', status: undefined, reason: 'Waiting', message: '' },
+    { type: 'Sized', status: false, reason: 'NoSize', message: '' },
+  ]);
+  assert.deepEqual(wit.events.map((e) => e.type), ['normal', 'warning']);
+  assert.deepEqual(Outcome.fromWit(wit).toWit(), wit);
+  assert.throws(() => new Outcome().condition('A', 'yes'), /status must be true, false or null/);
+});
+
 test('request fields are parsed and named like the Rust SDK', () => {
   const req = Request.fromWit({ key: 'ns/a', apiVersion: 'v1', kind: 'K', object: '{"metadata":{"name":"a"}}', args: '{"n":7}', finalizing: false });
   assert.equal(req.name, 'a');

@@ -57,5 +57,45 @@ pub mod package {
     });
 }
 
-/// The WIT types shared by both worlds.
+/// Bindings for the `reconciler` world of `inrun:reconciler@0.2.0`: the 0.1.0 request, an
+/// outcome that carries conditions and events. What [`export_reconciler!`](crate::export_reconciler)
+/// exports.
+pub mod reconciler2 {
+    wit_bindgen::generate!({
+        path: "../../wit/0.2.0",
+        world: "reconciler",
+        pub_export_macro: true,
+        export_macro_name: "__export_reconciler2_world",
+        default_bindings_module: "$crate::bindings::reconciler2",
+        with: {
+            "inrun:reconciler/types@0.1.0": crate::bindings::reconciler::inrun::reconciler::types,
+            "inrun:reconciler/host@0.1.0": crate::bindings::reconciler::inrun::reconciler::host,
+            "inrun:reconciler/cluster@0.1.0": crate::bindings::reconciler::inrun::reconciler::cluster,
+            "inrun:reconciler/http@0.1.0": crate::bindings::reconciler::inrun::reconciler::http,
+        },
+    });
+}
+
+/// Bindings for the `hooks` world of `inrun:reconciler@0.2.0`, sharing the 0.2.0 outcome
+/// with [`reconciler2`]. What [`export_hooks!`](crate::export_hooks) exports.
+pub mod hooks2 {
+    wit_bindgen::generate!({
+        path: "../../wit/0.2.0",
+        world: "hooks",
+        pub_export_macro: true,
+        export_macro_name: "__export_hooks2_world",
+        default_bindings_module: "$crate::bindings::hooks2",
+        with: {
+            "inrun:reconciler/types@0.1.0": crate::bindings::reconciler::inrun::reconciler::types,
+            "inrun:reconciler/host@0.1.0": crate::bindings::reconciler::inrun::reconciler::host,
+            "inrun:reconciler/cluster@0.1.0": crate::bindings::reconciler::inrun::reconciler::cluster,
+            "inrun:reconciler/http@0.1.0": crate::bindings::reconciler::inrun::reconciler::http,
+            "inrun:reconciler/types@0.2.0": crate::bindings::reconciler2::inrun::reconciler0_2_0::types,
+        },
+    });
+}
+
+/// The WIT types shared by the 0.1.0 worlds (the request is the same in 0.2.0).
 pub use reconciler::inrun::reconciler::types;
+/// The 0.2.0 outcome, with conditions and events.
+pub use reconciler2::inrun::reconciler0_2_0::types as types2;

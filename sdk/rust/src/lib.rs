@@ -53,7 +53,7 @@ mod outcome;
 pub mod package;
 mod request;
 
-pub use outcome::{Cleanup, Outcome};
+pub use outcome::{Cleanup, Condition, Event, Outcome};
 pub use request::Request;
 pub use serde_json::{self, Map, Value, json};
 
@@ -97,17 +97,17 @@ macro_rules! export_reconciler {
         const _: () = {
             struct InrunReconcilerExport;
 
-            impl $crate::bindings::reconciler::Guest for InrunReconcilerExport {
+            impl $crate::bindings::reconciler2::Guest for InrunReconcilerExport {
                 fn reconcile(
                     req: $crate::bindings::types::Request,
-                ) -> ::core::result::Result<$crate::bindings::types::Outcome, ::std::string::String>
+                ) -> ::core::result::Result<$crate::bindings::types2::Outcome, ::std::string::String>
                 {
                     $crate::__private::reconcile::<$ty>(req)
                 }
             }
 
-            $crate::bindings::reconciler::__export_reconciler_world!(
-                InrunReconcilerExport with_types_in $crate::bindings::reconciler
+            $crate::bindings::reconciler2::__export_reconciler2_world!(
+                InrunReconcilerExport with_types_in $crate::bindings::reconciler2
             );
         };
     };
@@ -126,7 +126,7 @@ macro_rules! export_hooks {
         const _: () = {
             struct InrunHooksExport;
 
-            impl $crate::bindings::hooks::Guest for InrunHooksExport {
+            impl $crate::bindings::hooks2::Guest for InrunHooksExport {
                 fn functions() -> ::std::vec::Vec<::std::string::String> {
                     <$ty as $crate::Hooks>::functions()
                 }
@@ -134,22 +134,22 @@ macro_rules! export_hooks {
                 fn call(
                     function: ::std::string::String,
                     req: $crate::bindings::types::Request,
-                    current: $crate::bindings::types::Outcome,
-                ) -> ::core::result::Result<$crate::bindings::types::Outcome, ::std::string::String>
+                    current: $crate::bindings::types2::Outcome,
+                ) -> ::core::result::Result<$crate::bindings::types2::Outcome, ::std::string::String>
                 {
                     $crate::__private::call_hook::<$ty>(&function, req, current)
                 }
             }
 
-            $crate::bindings::hooks::__export_hooks_world!(
-                InrunHooksExport with_types_in $crate::bindings::hooks
+            $crate::bindings::hooks2::__export_hooks2_world!(
+                InrunHooksExport with_types_in $crate::bindings::hooks2
             );
         };
     };
 }
 
 /// Exports a type implementing the raw generated
-/// [`bindings::reconciler::Guest`] trait, skipping the typed layer.
+/// [`bindings::reconciler::Guest`] trait (the 0.1.0 world), skipping the typed layer.
 ///
 /// Only for guests that must return what [`Outcome`] cannot express, such as a test
 /// guest whose resources are not JSON.
@@ -166,12 +166,13 @@ macro_rules! export_raw_reconciler {
 #[doc(hidden)]
 pub mod __private {
     use crate::bindings::types as wit;
+    use crate::bindings::types2 as wit2;
     use crate::{Hooks, Outcome, Reconciler, Request};
 
     /// Runs a typed reconciler on a WIT request.
-    pub fn reconcile<R: Reconciler>(req: wit::Request) -> Result<wit::Outcome, String> {
+    pub fn reconcile<R: Reconciler>(req: wit::Request) -> Result<wit2::Outcome, String> {
         let req = Request::try_from(req)?;
-        R::reconcile(req).map(wit::Outcome::from)
+        R::reconcile(req).map(wit2::Outcome::from)
     }
 
     /// Runs one typed hook function on a WIT request and outcome, refusing names the
@@ -179,8 +180,8 @@ pub mod __private {
     pub fn call_hook<H: Hooks>(
         function: &str,
         req: wit::Request,
-        current: wit::Outcome,
-    ) -> Result<wit::Outcome, String> {
+        current: wit2::Outcome,
+    ) -> Result<wit2::Outcome, String> {
         let known = H::functions();
         if !known.iter().any(|f| f == function) {
             return Err(format!(
@@ -190,7 +191,7 @@ pub mod __private {
         }
         let req = Request::try_from(req)?;
         let current = Outcome::try_from(current)?;
-        H::call(function, req, current).map(wit::Outcome::from)
+        H::call(function, req, current).map(wit2::Outcome::from)
     }
 }
 
@@ -255,7 +256,7 @@ mod tests {
 
     #[test]
     fn the_hook_glue_runs_a_listed_function_on_the_current_outcome() {
-        let current = wit::Outcome::from(Outcome::new().label("kept", "1"));
+        let current = crate::bindings::types2::Outcome::from(Outcome::new().label("kept", "1"));
         let out = __private::call_hook::<Tag>("tag", wit_request("{}"), current);
         let labels = out.map(|o| o.labels).unwrap_or_default();
         assert_eq!(

@@ -7,7 +7,8 @@ use serde_json::Value;
 
 use crate::bindings::types as wit;
 use crate::request::parse_json;
-pub use inrun_contract::{Cleanup, Outcome};
+use crate::bindings::types2 as wit2;
+pub use inrun_contract::{Cleanup, Condition, Event, Outcome};
 
 /// Whole seconds in `d`, rounded up so a short grace period never becomes zero.
 fn ceil_secs(d: Duration) -> u32 {
@@ -74,6 +75,98 @@ impl TryFrom<wit::Outcome> for Outcome {
     }
 }
 
+impl From<Outcome> for wit2::Outcome {
+    /// Writes the outcome as the 0.2.0 WIT record: the 0.1.0 fields, conditions and events.
+    fn from(mut outcome: Outcome) -> Self {
+        let conditions = std::mem::take(&mut outcome.conditions);
+        let events = std::mem::take(&mut outcome.events);
+        let v1 = wit::Outcome::from(outcome);
+        wit2::Outcome {
+            status: v1.status,
+            resources: v1.resources,
+            labels: v1.labels,
+            annotations: v1.annotations,
+            requeue: v1.requeue,
+            requeue_after_ms: v1.requeue_after_ms,
+            cleanup: v1.cleanup,
+            conditions: conditions
+                .into_iter()
+                .map(|c| wit2::Condition {
+                    status: match c.status.as_str() {
+                        "True" => Some(true),
+                        "False" => Some(false),
+                        _ => None,
+                    },
+                    type_: c.kind,
+                    reason: c.reason,
+                    message: c.message,
+                })
+                .collect(),
+            events: events
+                .into_iter()
+                .map(|e| wit2::Event {
+                    type_: if e.kind == "Warning" {
+                        wit2::EventType::Warning
+                    } else {
+                        wit2::EventType::Normal
+                    },
+                    reason: e.reason,
+                    message: e.message,
+                })
+                .collect(),
+        }
+    }
+}
+
+impl TryFrom<wit2::Outcome> for Outcome {
+    type Error = String;
+
+    /// Parses a 0.2.0 outcome the host sent (a hook's `current` outcome).
+    ///
+    /// # Errors
+    /// As for the 0.1.0 record.
+    fn try_from(o: wit2::Outcome) -> Result<Self, String> {
+        let mut outcome = Outcome::try_from(wit::Outcome {
+            status: o.status,
+            resources: o.resources,
+            labels: o.labels,
+            annotations: o.annotations,
+            requeue: o.requeue,
+            requeue_after_ms: o.requeue_after_ms,
+            cleanup: o.cleanup,
+        })?;
+        outcome.conditions = o
+            .conditions
+            .into_iter()
+            .map(|c| Condition {
+                kind: c.type_,
+                status: match c.status {
+                    Some(true) => "True",
+                    Some(false) => "False",
+                    None => "Unknown",
+                }
+                .to_owned(),
+                reason: c.reason,
+                message: c.message,
+            })
+            .collect();
+        outcome.events = o
+            .events
+            .into_iter()
+            .map(|e| Event {
+                kind: match e.type_ {
+                    wit2::EventType::Normal => "Normal",
+                    wit2::EventType::Warning => "Warning",
+                }
+                .to_owned(),
+                reason: e.reason,
+                message: e.message,
+            })
+            .collect();
+        Ok(outcome)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -128,6 +221,13 @@ mod tests {
             .requeue_after(Duration::from_secs(30))
             .cleanup_after(Duration::from_secs(600));
         let back = Outcome::try_from(wit::Outcome::from(outcome.clone())).expect("round trip");
+        assert_eq!(back, outcome);
+        // And through the 0.2.0 record, with conditions and events.
+        let outcome = outcome
+            .condition(Condition::new("Degraded", true, "ReplicaDown", "1 of 3 down"))
+            .condition(Condition::unknown("Synced", "Waiting", ""))
+            .event(Event::warning("BackupFailed", "disk full"));
+        let back = Outcome::try_from(wit2::Outcome::from(outcome.clone())).expect("round trip");
         assert_eq!(back, outcome);
     }
 

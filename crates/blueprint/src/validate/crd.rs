@@ -80,6 +80,28 @@ pub(super) fn check(c: &CrdSpec) -> Vec<Problem> {
             format!("{key:?}: field names must not be empty"),
         );
     }
+    for (i, condition) in c.emit.conditions.iter().enumerate() {
+        let f = format!("{at}.emit.conditions[{i}]");
+        let text = |k: &str| condition.get(k).and_then(serde_json::Value::as_str);
+        match (text("type"), condition.get("status")) {
+            (Some(kind), Some(_)) => {
+                // A literal type must be one Kubernetes takes; the host's are refused.
+                if !kind.contains("{{") {
+                    r.check(
+                        inrun_contract::is_condition_type(kind),
+                        format!("{f}.type"),
+                        "must be a CamelCase condition type, e.g. Exposed",
+                    );
+                    r.check(
+                        !["Ready", "Reconciled"].contains(&kind),
+                        format!("{f}.type"),
+                        "Ready and Reconciled are the host's conditions",
+                    );
+                }
+            }
+            _ => r.add(f, "needs a `type` (text) and a `status`"),
+        }
+    }
     reconcile::check(&mut r, &c.reconcile, &format!("{at}.reconcile"));
     if let Some(serve) = &c.serve {
         serve_targets(&mut r, serve, &format!("{at}.serve"));

@@ -46,6 +46,7 @@ pub struct CrdPlan {
     gates: Vec<Gate>,
     rules: Vec<Rule>,
     emit_status: CompiledValue,
+    emit_conditions: CompiledValue,
 }
 
 /// One reconcile block made ready: its reconciler, args and requeue rule.
@@ -470,6 +471,10 @@ impl Builder<'_> {
             self.field("emit.status"),
             &serde_json::Value::Object(spec.emit.status.clone()),
         );
+        let emit_conditions = self.value(
+            self.field("emit.conditions"),
+            &serde_json::Value::Array(spec.emit.conditions.clone()),
+        );
         let default = self.reconcile(&spec.reconcile, &self.field("reconcile"));
         let mut targets = Vec::new();
         for (i, t) in spec.serve.iter().flat_map(|s| s.targets.iter()).enumerate() {
@@ -487,6 +492,7 @@ impl Builder<'_> {
             gates,
             rules,
             emit_status: emit_status?,
+            emit_conditions: emit_conditions?,
         })
     }
 

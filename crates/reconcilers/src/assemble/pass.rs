@@ -190,6 +190,26 @@ impl CrdPlan {
         if let Some(extra) = outcome.and_then(|o| o.status.as_ref()) {
             merge(&mut status, extra);
         }
+        // The reconciler's conditions, first come first kept by type: the Result's own,
+        // then its status's (over `emit.status`'s), then `emit.conditions`.
+        let mut conditions: Vec<Value> = outcome
+            .into_iter()
+            .flat_map(|o| &o.conditions)
+            .filter_map(|c| serde_json::to_value(c).ok())
+            .collect();
+        if let Some(Value::Array(given)) = status.remove("conditions") {
+            conditions.extend(given);
+        }
+        if let Value::Array(emitted) = self
+            .emit_conditions
+            .render(ctx)
+            .map_err(template("emit.conditions"))?
+        {
+            conditions.extend(emitted);
+        }
+        if !conditions.is_empty() {
+            status.insert("conditions".into(), Value::Array(conditions));
+        }
         Ok(status)
     }
 }
