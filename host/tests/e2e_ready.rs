@@ -380,7 +380,9 @@ async fn a_plugin_reports_a_condition_and_an_event(plugin_name: &str) -> TestRes
     apply_cr(&ar, &ns, &body(3)).await;
     let cr = eventually("the Sized condition", || async {
         let cr = get(&ar, Some(&ns), "r").await?;
-        condition(&cr, "Sized").filter(|c| c.0 == "True").map(|_| cr)
+        condition(&cr, "Sized")
+            .filter(|c| c.0 == "True")
+            .map(|_| cr)
     })
     .await;
     assert_eq!(
@@ -408,7 +410,11 @@ async fn a_plugin_reports_a_condition_and_an_event(plugin_name: &str) -> TestRes
             .args(args)
             .output()
             .expect("kubectl");
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
     let crd = format!("reports.{group}");

@@ -340,6 +340,7 @@ fn rendered_outcome() -> Outcome {
         cleanup: Some(inrun::contract::Cleanup {
             after: Duration::from_secs(30),
         }),
+        ..Outcome::default()
     }
 }
 

@@ -449,3 +449,48 @@ async fn an_endless_loop_yields_to_other_tasks_on_the_same_thread() {
         "the other task ran only {n} times while the plugin looped for 300 ms"
     );
 }
+
+#[test]
+fn both_contract_versions_load_and_a_0_1_0_hook_passes_on_what_it_cannot_see() {
+    let engine = engine();
+    // The Rust SDK exports 0.2.0; the Python SDK builds the webapp against 0.1.0.
+    let reporter = load(&engine, "inrun_test_reporter");
+    assert_eq!(
+        (reporter.world(), reporter.info().contract),
+        (World::Reconciler, "0.2.0")
+    );
+    let old = load(&engine, "inrun_plugin_hooks_python");
+    assert_eq!((old.world(), old.info().contract), (World::Hooks, "0.1.0"));
+    let new = load(&engine, "inrun_plugin_labels_hooks");
+    assert_eq!((new.world(), new.info().contract), (World::Hooks, "0.2.0"));
+
+    let mut req = webapp_request();
+    req.object["spec"]["size"] = json!(2);
+    let out = reporter
+        .reconcile_now(&req, &Limits::default())
+        .expect("reconcile");
+    assert_eq!(
+        out.conditions,
+        [inrun::contract::Condition::new(
+            "Sized",
+            true,
+            "SizeSet",
+            "size is 2"
+        )]
+    );
+    assert_eq!(
+        out.events,
+        [inrun::contract::Event::normal("Resized", "size 2")]
+    );
+    // Through a 0.1.0 hook and a 0.2.0 one, the conditions and events go on.
+    let after_old = old
+        .hook_now("add-labels", &req, &out, &Limits::default())
+        .expect("0.1.0 hook");
+    assert_eq!(after_old.conditions, out.conditions);
+    assert_eq!(after_old.events, out.events);
+    let after_new = new
+        .hook_now("add-labels", &req, &after_old, &Limits::default())
+        .expect("0.2.0 hook");
+    assert_eq!(after_new.conditions, out.conditions);
+    assert_eq!(after_new.events, out.events);
+}

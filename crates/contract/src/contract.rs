@@ -305,8 +305,14 @@ pub fn is_condition_type(text: &str) -> bool {
     text.len() <= 316
         && !name.is_empty()
         && name.len() <= 63
-        && name.chars().next().is_some_and(|c| c.is_ascii_alphanumeric())
-        && name.chars().last().is_some_and(|c| c.is_ascii_alphanumeric())
+        && name
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphanumeric())
+        && name
+            .chars()
+            .last()
+            .is_some_and(|c| c.is_ascii_alphanumeric())
         && name
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
@@ -501,7 +507,10 @@ impl Outcome {
             if !is_condition_type(&c.kind) {
                 return report(
                     format!("conditions[{i}].type"),
-                    format!("{:?} is not a condition type (CamelCase, optionally under a DNS prefix)", c.kind),
+                    format!(
+                        "{:?} is not a condition type (CamelCase, optionally under a DNS prefix)",
+                        c.kind
+                    ),
                 );
             }
             if !["True", "False", "Unknown"].contains(&c.status.as_str()) {
@@ -714,10 +723,12 @@ mod tests {
             Err(OutcomeError::Report { field, .. }) => field,
             other => panic!("{other:?}"),
         };
-        let bad = |status: &str| Outcome::new().condition(Condition {
-            status: status.into(),
-            ..Condition::new("Linked", true, "", "")
-        });
+        let bad = |status: &str| {
+            Outcome::new().condition(Condition {
+                status: status.into(),
+                ..Condition::new("Linked", true, "", "")
+            })
+        };
         assert_eq!(refused(bad("Maybe")), "conditions[0].status");
         assert_eq!(bad("Unknown").check(), Ok(()));
         assert_eq!(
@@ -737,7 +748,10 @@ mod tests {
             })),
             "events[0].type"
         );
-        assert_eq!(refused(Outcome::new().event(Event::normal("", ""))), "events[0].reason");
+        assert_eq!(
+            refused(Outcome::new().event(Event::normal("", ""))),
+            "events[0].reason"
+        );
         let many = (0..=MAX_EVENTS).fold(Outcome::new(), |o, _| o.event(Event::normal("A", "")));
         assert_eq!(refused(many), "events");
         // A later condition of the same type replaces the earlier one.

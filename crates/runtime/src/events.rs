@@ -122,7 +122,12 @@ impl Events {
     /// recorded again (a reconciler saying the same thing every pass writes nothing).
     /// Returns whether it was recorded.
     pub async fn emit(&self, on: &ObjectReference, event: &inrun_contract::Event) -> bool {
-        let key = key(on, event.kind == "Warning", &event.reason, event.message.clone());
+        let key = key(
+            on,
+            event.kind == "Warning",
+            &event.reason,
+            event.message.clone(),
+        );
         let now = Timestamp::now();
         if self.earlier(&key, now).is_some() {
             return false;
@@ -153,7 +158,9 @@ impl Events {
         let mut recent = self.recent();
         if recent.series.len() >= recent.prune_at {
             recent.series.retain(|_, r| r.last + SERIES_WINDOW > now);
-            recent.emitted.retain(|_, (start, _)| *start + EMIT_WINDOW > now);
+            recent
+                .emitted
+                .retain(|_, (start, _)| *start + EMIT_WINDOW > now);
             recent.prune_at = (recent.series.len() * 2).max(64);
         }
         recent
@@ -164,7 +171,13 @@ impl Events {
     }
 
     /// Writes `key` (extending `earlier`) and remembers its series; a failure is logged.
-    async fn write(&self, on: &ObjectReference, key: Key, earlier: Option<Recorded>, now: Timestamp) {
+    async fn write(
+        &self,
+        on: &ObjectReference,
+        key: Key,
+        earlier: Option<Recorded>,
+        now: Timestamp,
+    ) {
         match self.publish(on, &key, earlier, now).await {
             Ok(recorded) => {
                 self.recent().series.insert(key.hashed(), recorded);

@@ -52,10 +52,6 @@ pub mod reconciler2 {
     wasmtime::component::bindgen!({
         path: "../../wit/0.2.0",
         world: "reconciler",
-        imports: {
-            "inrun:reconciler/cluster@0.1.0": async,
-            "inrun:reconciler/http@0.1.0": async,
-        },
         exports: { default: async },
         with: {
             "inrun:reconciler/types@0.1.0": super::reconciler::inrun::reconciler::types,

@@ -86,12 +86,9 @@ impl Plugin {
                         .map(|r| r.map(Answer::V2)),
                     Err(e) => Err(e),
                 },
-                Pre::Reconciler(_) | Pre::Reconciler2(_) | Pre::Package(_) => {
-                    Err(wasmtime::format_err!(
-                        "a {} component has no hooks",
-                        self.world().name()
-                    ))
-                }
+                Pre::Reconciler(_) | Pre::Reconciler2(_) | Pre::Package(_) => Err(
+                    wasmtime::format_err!("a {} component has no hooks", self.world().name()),
+                ),
             }
         })
         .await;

@@ -9,8 +9,8 @@ use wasmtime::component::Component;
 use wasmtime::component::types::ComponentItem;
 
 use super::bindings::{
-    hooks::HooksPre, hooks2::HooksPre as Hooks2Pre, package::PackagePre,
-    reconciler::ReconcilerPre, reconciler2::ReconcilerPre as Reconciler2Pre,
+    hooks::HooksPre, hooks2::HooksPre as Hooks2Pre, package::PackagePre, reconciler::ReconcilerPre,
+    reconciler2::ReconcilerPre as Reconciler2Pre,
 };
 use super::cache;
 use super::engine::Engine;

@@ -1,8 +1,9 @@
 //! Test guest: a reconciler whose outcome breaks the contract, a resource that is not
 //! JSON. It speaks the raw WIT types, since the SDK's typed outcome cannot express that.
 
-use inrun_sdk::bindings::reconciler::Guest;
-use inrun_sdk::bindings::types::{Outcome, Request};
+use inrun_sdk::bindings::reconciler2::Guest;
+use inrun_sdk::bindings::types::Request;
+use inrun_sdk::bindings::types2::Outcome;
 
 /// Returns one valid resource and one that is not JSON.
 pub struct Garbage;
@@ -20,6 +21,8 @@ impl Guest for Garbage {
             requeue: false,
             requeue_after_ms: None,
             cleanup: None,
+            conditions: vec![],
+            events: vec![],
         })
     }
 }

@@ -8,8 +8,9 @@
 //!
 //! It speaks the raw WIT types: the SDK's typed outcome cannot express most of these.
 
-use inrun_sdk::bindings::reconciler::Guest;
-use inrun_sdk::bindings::types::{Outcome, Request};
+use inrun_sdk::bindings::reconciler2::Guest;
+use inrun_sdk::bindings::types::Request;
+use inrun_sdk::bindings::types2::Outcome;
 use inrun_sdk::{Value, serde_json};
 
 /// Answers as its args say.
@@ -56,6 +57,8 @@ impl Guest for Hostile {
             requeue: false,
             requeue_after_ms: None,
             cleanup: None,
+            conditions: vec![],
+            events: vec![],
         })
     }
 }

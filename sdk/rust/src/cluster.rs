@@ -80,7 +80,7 @@ fn parse(text: &str) -> Result<Value, String> {
 
 #[cfg(target_arch = "wasm32")]
 mod imp {
-    use crate::bindings::reconciler::inrun::reconciler::cluster;
+    use crate::bindings::reconciler::inrun::reconciler0_1_0::cluster;
 
     pub fn get(
         api_version: &str,

@@ -168,7 +168,7 @@ pub fn get(url: &str) -> Result<Response, String> {
 #[cfg(target_arch = "wasm32")]
 mod imp {
     use super::{Request, Response};
-    use crate::bindings::reconciler::inrun::reconciler::http as wit;
+    use crate::bindings::reconciler::inrun::reconciler0_1_0::http as wit;
 
     pub fn fetch(req: &Request) -> Result<Response, String> {
         let out = wit::fetch(&wit::Request {

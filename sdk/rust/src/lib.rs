@@ -149,15 +149,15 @@ macro_rules! export_hooks {
 }
 
 /// Exports a type implementing the raw generated
-/// [`bindings::reconciler::Guest`] trait (the 0.1.0 world), skipping the typed layer.
+/// [`bindings::reconciler2::Guest`] trait (the 0.2.0 world), skipping the typed layer.
 ///
 /// Only for guests that must return what [`Outcome`] cannot express, such as a test
 /// guest whose resources are not JSON.
 #[macro_export]
 macro_rules! export_raw_reconciler {
     ($ty:ident) => {
-        $crate::bindings::reconciler::__export_reconciler_world!(
-            $ty with_types_in $crate::bindings::reconciler
+        $crate::bindings::reconciler2::__export_reconciler2_world!(
+            $ty with_types_in $crate::bindings::reconciler2
         );
     };
 }

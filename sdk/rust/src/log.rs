@@ -64,7 +64,7 @@ impl From<Level> for crate::bindings::types::Level {
 /// Writes `message` to the host's log at `level`. The host truncates long messages.
 pub fn log(level: Level, message: &str) {
     #[cfg(target_arch = "wasm32")]
-    crate::bindings::reconciler::inrun::reconciler::host::log(level.into(), message);
+    crate::bindings::reconciler::inrun::reconciler0_1_0::host::log(level.into(), message);
     #[cfg(not(target_arch = "wasm32"))]
     eprintln!("[{level}] {message}");
 }

@@ -6,8 +6,8 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::bindings::types as wit;
-use crate::request::parse_json;
 use crate::bindings::types2 as wit2;
+use crate::request::parse_json;
 pub use inrun_contract::{Cleanup, Condition, Event, Outcome};
 
 /// Whole seconds in `d`, rounded up so a short grace period never becomes zero.
@@ -71,6 +71,7 @@ impl TryFrom<wit::Outcome> for Outcome {
             cleanup: outcome.cleanup.map(|c| Cleanup {
                 after: Duration::from_secs(c.after_seconds.into()),
             }),
+            ..Outcome::default()
         })
     }
 }
@@ -224,7 +225,12 @@ mod tests {
         assert_eq!(back, outcome);
         // And through the 0.2.0 record, with conditions and events.
         let outcome = outcome
-            .condition(Condition::new("Degraded", true, "ReplicaDown", "1 of 3 down"))
+            .condition(Condition::new(
+                "Degraded",
+                true,
+                "ReplicaDown",
+                "1 of 3 down",
+            ))
             .condition(Condition::unknown("Synced", "Waiting", ""))
             .event(Event::warning("BackupFailed", "disk full"));
         let back = Outcome::try_from(wit2::Outcome::from(outcome.clone())).expect("round trip");
