@@ -299,11 +299,23 @@ impl CrdSpec {
                 spec.entry(field).or_insert(def);
             }
         }
-        // The host writes status whatever the schema says about it.
+        // The host writes status whatever the schema says about it: an open status, or,
+        // in a typed one, the fields the host writes (else the API server would prune
+        // them and every pass would write them again).
         if let Some(props) = schema.get_mut("properties").and_then(Value::as_object_mut) {
-            props.entry("status").or_insert_with(
+            let status = props.entry("status").or_insert_with(
                 || json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}),
             );
+            if let Some(fields) = status.get_mut("properties").and_then(Value::as_object_mut) {
+                let open_list = || {
+                    json!({"type": "array", "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}})
+                };
+                fields.entry("conditions").or_insert_with(open_list);
+                fields.entry("resources").or_insert_with(open_list);
+                fields
+                    .entry("observedGeneration")
+                    .or_insert_with(|| json!({"type": "integer", "format": "int64"}));
+            }
         }
         let mut columns: Vec<Value> = crd
             .printer_columns

@@ -194,6 +194,27 @@ pub struct Outcome {
     pub events: Vec<Event>,
 }
 
+/// Conditions only the host sets: a reconciler's condition of one of these types is
+/// dropped.
+pub const HOST_CONDITIONS: [&str; 2] = ["Reconciled", "Ready"];
+
+/// The reasons of the host's own events; a reconciler's event may not take one, so what
+/// the host says cannot be forged.
+pub const HOST_EVENT_REASONS: [&str; 12] = [
+    "Reconciled",
+    "ReconcileError",
+    "Pruned",
+    "Finalized",
+    "FinalizeTimeout",
+    "Invalid",
+    "Gated",
+    "CleanedUp",
+    "DeletionBlocked",
+    "Ready",
+    "Progressing",
+    "ResourceFailed",
+];
+
 /// Most conditions one Result may set.
 pub const MAX_CONDITIONS: usize = 16;
 /// Most events one Result may ask for.
@@ -235,6 +256,31 @@ impl Condition {
             ..Condition::new(kind, false, reason, message)
         }
     }
+
+    /// A condition whose status is `truth`, as WIT carries it: `Some(true)` True,
+    /// `Some(false)` False, `None` Unknown.
+    pub fn of(kind: String, truth: Option<bool>, reason: String, message: String) -> Self {
+        let status = match truth {
+            Some(true) => "True",
+            Some(false) => "False",
+            None => "Unknown",
+        };
+        Condition {
+            kind,
+            status: status.to_owned(),
+            reason,
+            message,
+        }
+    }
+
+    /// The status as WIT carries it (see [`Condition::of`]).
+    pub fn truth(&self) -> Option<bool> {
+        match self.status.as_str() {
+            "True" => Some(true),
+            "False" => Some(false),
+            _ => None,
+        }
+    }
 }
 
 /// An event to record on the CR.
@@ -271,6 +317,20 @@ impl Event {
             kind: "Warning".to_owned(),
             ..Event::normal(reason, message)
         }
+    }
+
+    /// A `Warning` event when `warning`, else a `Normal` one.
+    pub fn of(warning: bool, reason: String, message: String) -> Self {
+        Event {
+            kind: if warning { "Warning" } else { "Normal" }.to_owned(),
+            reason,
+            message,
+        }
+    }
+
+    /// Whether it is a `Warning`.
+    pub fn is_warning(&self) -> bool {
+        self.kind == "Warning"
     }
 }
 
@@ -539,6 +599,12 @@ impl Outcome {
                     format!("{:?} is not a CamelCase reason", e.reason),
                 );
             }
+            if HOST_EVENT_REASONS.contains(&e.reason.as_str()) {
+                return report(
+                    format!("events[{i}].reason"),
+                    format!("{:?} is a reason of the host's own events", e.reason),
+                );
+            }
         }
         Ok(())
     }
@@ -750,6 +816,10 @@ mod tests {
         );
         assert_eq!(
             refused(Outcome::new().event(Event::normal("", ""))),
+            "events[0].reason"
+        );
+        assert_eq!(
+            refused(Outcome::new().event(Event::normal("ReconcileError", "forged"))),
             "events[0].reason"
         );
         let many = (0..=MAX_EVENTS).fold(Outcome::new(), |o, _| o.event(Event::normal("A", "")));

@@ -699,7 +699,7 @@ enum StatusWrite {
     Written {
         /// `Reconciled` says something new.
         reconciled: bool,
-        /// `Ready` says something new.
+        /// `Ready` has a new status or reason (a new message alone is progress).
         ready: bool,
     },
     /// The CR changed under the pass; nothing written.
@@ -719,7 +719,7 @@ async fn write_status(
         return Ok(StatusWrite::Unchanged);
     }
     let reconciled = status::changes(p.object, &desired, "Reconciled");
-    let ready = status::ready_changes(p.object, &desired);
+    let ready = status::turns(p.object, &desired, "Ready");
     Ok(match fx.status(&desired).await? {
         Written::Stale => StatusWrite::Stale,
         Written::Done => StatusWrite::Written { reconciled, ready },

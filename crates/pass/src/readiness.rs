@@ -285,6 +285,9 @@ fn stateful_set(s: &Value) -> State {
 }
 
 fn daemon_set(d: &Value) -> State {
+    if int(d, "/status/desiredNumberScheduled").is_none() {
+        return State::InProgress("not scheduled yet".into());
+    }
     let n = |f: &str| int(d, &format!("/status/{f}")).unwrap_or(0);
     let want = n("desiredNumberScheduled");
     for (field, what) in [
@@ -355,6 +358,9 @@ fn crd(c: &Value) -> State {
 }
 
 fn pdb(p: &Value) -> State {
+    if int(p, "/status/desiredHealthy").is_none() {
+        return State::InProgress("not observed by its controller yet".into());
+    }
     let n = |f: &str| int(p, &format!("/status/{f}")).unwrap_or(0);
     if n("currentHealthy") < n("desiredHealthy") {
         return State::InProgress(format!(

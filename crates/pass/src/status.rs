@@ -89,8 +89,7 @@ impl Verdict {
     }
 }
 
-/// Conditions only the host sets; a reconciler's condition of one of these types is dropped.
-pub const HOST_CONDITIONS: [&str; 2] = ["Reconciled", "Ready"];
+pub use inrun_contract::HOST_CONDITIONS;
 
 /// The status to write: `fields`, `observedGeneration`, `resources` and the conditions of
 /// `verdict`. Other conditions already on the CR are kept; a condition's transition time
@@ -185,7 +184,11 @@ fn reconciler_conditions(
         }
         c.entry("observedGeneration").or_insert(json!(generation));
         c.entry("reason").or_insert(json!(kind));
-        c.entry("message").or_insert(json!(""));
+        let message = match c.get("message") {
+            Some(Value::String(m)) => m.chars().take(MESSAGE_MAX).collect(),
+            _ => String::new(),
+        };
+        c.insert("message".into(), json!(message));
         out.push(Value::Object(c));
     }
     out
@@ -259,6 +262,13 @@ pub fn condition_now(object: &Value, kind: &str) -> Option<(String, String, Stri
 /// Whether `desired`'s `Ready` condition says something other than the CR's does now.
 pub fn ready_changes(object: &Value, desired: &Map<String, Value>) -> bool {
     changes(object, desired, "Ready")
+}
+
+/// Whether `desired`'s condition `kind` has another status or reason than the CR's now
+/// (a new message alone is progress, not a turn).
+pub fn turns(object: &Value, desired: &Map<String, Value>, kind: &str) -> bool {
+    let two = |c: Option<(String, String, String)>| c.map(|(s, r, _)| (s, r));
+    two(condition_now(&json!({"status": desired}), kind)) != two(condition_now(object, kind))
 }
 
 /// Whether `desired`'s condition `kind` says something other than the CR's does now.

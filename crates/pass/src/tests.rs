@@ -581,3 +581,28 @@ spec:
     run_pass(&a, &cr(json!({"phase": "off"})), &mut fx).expect("pass");
     assert_eq!(condition_of(&fx, "Phased").0, "False");
 }
+
+#[test]
+fn every_reason_of_the_hosts_events_is_one_a_reconciler_may_not_take() {
+    use Reason::*;
+    for r in [
+        Reconciled,
+        ReconcileError,
+        Pruned,
+        Finalized,
+        FinalizeTimeout,
+        Invalid,
+        Gated,
+        CleanedUp,
+        DeletionBlocked,
+        Ready,
+        Progressing,
+        ResourceFailed,
+    ] {
+        assert!(
+            inrun_contract::HOST_EVENT_REASONS.contains(&r.as_str()),
+            "{}",
+            r.as_str()
+        );
+    }
+}

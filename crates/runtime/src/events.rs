@@ -124,7 +124,7 @@ impl Events {
     pub async fn emit(&self, on: &ObjectReference, event: &inrun_contract::Event) -> bool {
         let key = key(
             on,
-            event.kind == "Warning",
+            event.is_warning(),
             &event.reason,
             event.message.clone(),
         );

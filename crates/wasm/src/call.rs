@@ -296,11 +296,7 @@ fn to_wit_outcome2(o: &Outcome) -> bindings::Outcome2 {
             .iter()
             .map(|c| bindings::Condition2 {
                 type_: c.kind.clone(),
-                status: match c.status.as_str() {
-                    "True" => Some(true),
-                    "False" => Some(false),
-                    _ => None,
-                },
+                status: c.truth(),
                 reason: c.reason.clone(),
                 message: c.message.clone(),
             })
@@ -309,7 +305,7 @@ fn to_wit_outcome2(o: &Outcome) -> bindings::Outcome2 {
             .events
             .iter()
             .map(|e| bindings::Event2 {
-                type_: if e.kind == "Warning" {
+                type_: if e.is_warning() {
                     bindings::EventType::Warning
                 } else {
                     bindings::EventType::Normal
@@ -339,37 +335,28 @@ fn from_wit_outcome2(o: bindings::Outcome2, limits: &Limits) -> Result<Outcome, 
         requeue_after_ms: o.requeue_after_ms,
         cleanup: o.cleanup,
     };
+    if reports > limits.output_bytes {
+        return Err(format!(
+            "{reports} bytes of conditions and events, more than its output limit of {} bytes",
+            limits.output_bytes
+        ));
+    }
     let budget = Limits {
-        output_bytes: limits.output_bytes.saturating_sub(reports),
+        output_bytes: limits.output_bytes - reports,
         ..*limits
     };
     let mut outcome = from_wit_outcome(v1, &budget)?;
     outcome.conditions = o
         .conditions
         .into_iter()
-        .map(|c| inrun_contract::Condition {
-            kind: c.type_,
-            status: match c.status {
-                Some(true) => "True",
-                Some(false) => "False",
-                None => "Unknown",
-            }
-            .to_string(),
-            reason: c.reason,
-            message: c.message,
-        })
+        .map(|c| inrun_contract::Condition::of(c.type_, c.status, c.reason, c.message))
         .collect();
     outcome.events = o
         .events
         .into_iter()
-        .map(|e| inrun_contract::Event {
-            kind: match e.type_ {
-                bindings::EventType::Normal => "Normal",
-                bindings::EventType::Warning => "Warning",
-            }
-            .to_string(),
-            reason: e.reason,
-            message: e.message,
+        .map(|e| {
+            let warning = matches!(e.type_, bindings::EventType::Warning);
+            inrun_contract::Event::of(warning, e.reason, e.message)
         })
         .collect();
     Ok(outcome)

@@ -46,6 +46,10 @@ pub fn execute(cli: Cli) -> anyhow::Result<()> {
             }
             let services = Services::new(Arc::new(given));
             let assembly = runtime.block_on(Assembly::load_with(&blueprint, &engine, &services))?;
+            if object.as_os_str() == "-" && observed.as_deref().is_some_and(|o| o.as_os_str() == "-")
+            {
+                anyhow::bail!("-f - and --observed - cannot both read standard input");
+            }
             let mut input = RenderInput::from_file(&object)?;
             if let Some(observed) = &observed {
                 input = input.observing(observed)?;

@@ -93,11 +93,7 @@ impl From<Outcome> for wit2::Outcome {
             conditions: conditions
                 .into_iter()
                 .map(|c| wit2::Condition {
-                    status: match c.status.as_str() {
-                        "True" => Some(true),
-                        "False" => Some(false),
-                        _ => None,
-                    },
+                    status: c.truth(),
                     type_: c.kind,
                     reason: c.reason,
                     message: c.message,
@@ -106,7 +102,7 @@ impl From<Outcome> for wit2::Outcome {
             events: events
                 .into_iter()
                 .map(|e| wit2::Event {
-                    type_: if e.kind == "Warning" {
+                    type_: if e.is_warning() {
                         wit2::EventType::Warning
                     } else {
                         wit2::EventType::Normal
@@ -139,29 +135,14 @@ impl TryFrom<wit2::Outcome> for Outcome {
         outcome.conditions = o
             .conditions
             .into_iter()
-            .map(|c| Condition {
-                kind: c.type_,
-                status: match c.status {
-                    Some(true) => "True",
-                    Some(false) => "False",
-                    None => "Unknown",
-                }
-                .to_owned(),
-                reason: c.reason,
-                message: c.message,
-            })
+            .map(|c| Condition::of(c.type_, c.status, c.reason, c.message))
             .collect();
         outcome.events = o
             .events
             .into_iter()
-            .map(|e| Event {
-                kind: match e.type_ {
-                    wit2::EventType::Normal => "Normal",
-                    wit2::EventType::Warning => "Warning",
-                }
-                .to_owned(),
-                reason: e.reason,
-                message: e.message,
+            .map(|e| {
+                let warning = matches!(e.type_, wit2::EventType::Warning);
+                Event::of(warning, e.reason, e.message)
             })
             .collect();
         Ok(outcome)

@@ -80,6 +80,12 @@ pub(super) fn check(c: &CrdSpec) -> Vec<Problem> {
             format!("{key:?}: field names must not be empty"),
         );
     }
+    if c.emit.status.contains_key("resources") {
+        r.add(
+            format!("{at}.emit.status.resources"),
+            "status.resources is the host's: it lists the children and their states",
+        );
+    }
     for (i, condition) in c.emit.conditions.iter().enumerate() {
         let f = format!("{at}.emit.conditions[{i}]");
         let text = |k: &str| condition.get(k).and_then(serde_json::Value::as_str);
@@ -93,7 +99,7 @@ pub(super) fn check(c: &CrdSpec) -> Vec<Problem> {
                         "must be a CamelCase condition type, e.g. Exposed",
                     );
                     r.check(
-                        !["Ready", "Reconciled"].contains(&kind),
+                        !inrun_contract::HOST_CONDITIONS.contains(&kind),
                         format!("{f}.type"),
                         "Ready and Reconciled are the host's conditions",
                     );
