@@ -538,3 +538,8 @@ spec:
     host.stop().await;
     Ok(())
 }
+
+#[tokio::test]
+async fn a_c_plugin_reports_a_condition_and_an_event() -> TestResult {
+    a_plugin_reports_a_condition_and_an_event("inrun_test_reporter_c").await
+}

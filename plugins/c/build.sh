@@ -23,19 +23,24 @@ work="$root/plugins/target/c"
 sdk="$root/sdk/c"
 wit="$root/wit"
 
-# name:world:source-dir
+# name:world:source-dir[:contract] (contract 0.2.0: the worlds of wit/0.2.0, whose outcome
+# carries conditions and events; default 0.1.0, wit/)
 PLUGINS=(
   "inrun_plugin_webapp_c:reconciler:webapp"
   "inrun_plugin_hooks_c:hooks:hooks"
   "inrun_test_abort_c:reconciler:abort"
   "inrun_test_spin_c:reconciler:spin"
+  "inrun_test_reporter_c:reconciler:reporter:0.2.0"
 )
 
 log() { echo "plugins/c: $*" >&2; }
 
 # --- Up to date? --------------------------------------------------------------------
-sources=("$here/build.sh" "$sdk"/*.c "$sdk"/*.h "$wit"/*.wit)
-for p in "${PLUGINS[@]}"; do sources+=("$here/${p##*:}"/*.c); done
+sources=("$here/build.sh" "$sdk"/*.c "$sdk"/*.h "$wit"/*.wit "$wit"/0.2.0/*.wit)
+for p in "${PLUGINS[@]}"; do
+  IFS=: read -r _ _ dir _ <<<"$p"
+  sources+=("$here/$dir"/*.c)
+done
 up_to_date=1
 for p in "${PLUGINS[@]}"; do
   target="$out/${p%%:*}.wasm"
@@ -87,22 +92,29 @@ LDFLAGS=(-Wl,--gc-sections -Wl,--strip-all -Wl,-z,stack-size=1048576)
 
 mkdir -p "$out" "$work"
 for world in reconciler hooks; do
-  rm -rf "$work/gen-$world"
-  if ! msg=$("$WIT_BINDGEN" c "$wit" --world "$world" --out-dir "$work/gen-$world" 2>&1); then
-    echo "$msg" >&2
-    exit 1
-  fi
+  for contract in 0.1.0 0.2.0; do
+    dir="$wit"
+    [[ $contract == 0.2.0 ]] && dir="$wit/0.2.0"
+    rm -rf "$work/gen-$world-$contract"
+    if ! msg=$("$WIT_BINDGEN" c "$dir" --world "$world" --out-dir "$work/gen-$world-$contract" 2>&1); then
+      echo "$msg" >&2
+      exit 1
+    fi
+  done
 done
 
 for p in "${PLUGINS[@]}"; do
-  IFS=: read -r name world dir <<<"$p"
-  gen="$work/gen-$world"
+  IFS=: read -r name world dir contract <<<"$p"
+  contract="${contract:-0.1.0}"
+  gen="$work/gen-$world-$contract"
   world_flag=INRUN_WORLD_RECONCILER
   [[ $world == hooks ]] && world_flag=INRUN_WORLD_HOOKS
+  contract_flag=()
+  [[ $contract == 0.2.0 ]] && contract_flag=(-DINRUN_CONTRACT_0_2_0)
   core="$work/$name.core.wasm"
   # $world_component_type.o carries the world's type: linking it embeds the WIT (what
   # `wasm-tools component embed` would do), so `component new` needs nothing else.
-  clang "${CFLAGS[@]}" -D"$world_flag" -I"$sdk" -I"$gen" \
+  clang "${CFLAGS[@]}" -D"$world_flag" "${contract_flag[@]}" -I"$sdk" -I"$gen" \
     "$here/$dir"/*.c "$sdk/inrun.c" "$sdk/inrun_json.c" "$gen/$world.c" \
     "$gen/${world}_component_type.o" "${LDFLAGS[@]}" -o "$core"
   # No --adapt: the SDK and these plugins import nothing from WASI (no stdio).

@@ -1,7 +1,9 @@
 /*
  * Inrun C SDK: the glue between the `wit-bindgen c` bindings of one world and the typed
  * API in inrun.h. Compile it with -DINRUN_WORLD_RECONCILER (bindings from
- * `wit-bindgen c wit --world reconciler`) or -DINRUN_WORLD_HOOKS (`--world hooks`).
+ * `wit-bindgen c wit --world reconciler`) or -DINRUN_WORLD_HOOKS (`--world hooks`); add
+ * -DINRUN_CONTRACT_0_2_0 for bindings of the same worlds from `wit/0.2.0`, whose outcome
+ * carries conditions and events.
  */
 #include <stdarg.h>
 #include <stdlib.h>
@@ -20,6 +22,13 @@
 #error "define INRUN_WORLD_RECONCILER or INRUN_WORLD_HOOKS"
 #endif
 
+#if defined(INRUN_CONTRACT_0_2_0)
+#define HOST(x) inrun_reconciler_0_1_0_host_##x
+#define V2(x) inrun_reconciler_0_2_0_types_##x
+#else
+#define HOST(x) inrun_reconciler_host_##x
+#endif
+
 typedef W(string_t) wit_string;
 typedef W(request_t) wit_request;
 typedef W(outcome_t) wit_outcome;
@@ -28,7 +37,7 @@ typedef W(outcome_t) wit_outcome;
 
 void inrun_log(inrun_log_level level, const char *message) {
     wit_string s = {(uint8_t *)message, strlen(message)};
-    inrun_reconciler_host_log((inrun_reconciler_host_level_t)level, &s);
+    HOST(log)((HOST(level_t))level, &s);
 }
 
 void inrun_logf(inrun_log_level level, const char *fmt, ...) {
@@ -140,6 +149,25 @@ void inrun_outcome_cleanup_after(inrun_outcome *o, uint32_t seconds) {
     o->cleanup_after_seconds = seconds;
 }
 
+bool inrun_outcome_condition(inrun_outcome *o, const char *type, inrun_truth status,
+                             const char *reason, const char *message) {
+    size_t i = 0;
+    while (i < o->conditions_len && strcmp(o->conditions[i].type, type) != 0) i++;
+    if (i == INRUN_MAX_CONDITIONS) return false;
+    if (i == o->conditions_len) o->conditions_len++;
+    o->conditions[i] = (inrun_condition){inrun_strdup(type), status,
+                                         inrun_strdup(reason ? reason : ""),
+                                         inrun_strdup(message ? message : "")};
+    return true;
+}
+
+bool inrun_outcome_event(inrun_outcome *o, bool warning, const char *reason, const char *message) {
+    if (o->events_len == INRUN_MAX_EVENTS) return false;
+    o->events[o->events_len++] =
+        (inrun_event){warning, inrun_strdup(reason), inrun_strdup(message ? message : "")};
+    return true;
+}
+
 /* A malloc'd copy for the host (the bindings' post-return frees it). */
 static void host_string(wit_string *out, const char *s, size_t len) {
     out->ptr = malloc(len ? len : 1);
@@ -180,10 +208,38 @@ static void write_outcome(const inrun_outcome *o, wit_outcome *w) {
     w->requeue_after_ms.val = o->requeue_after_ms;
     w->cleanup.is_some = o->has_cleanup;
     w->cleanup.val.after_seconds = o->cleanup_after_seconds;
+#if defined(INRUN_CONTRACT_0_2_0)
+    size_t nc = o->conditions_len;
+    w->conditions.len = nc;
+    w->conditions.ptr = nc ? malloc(nc * sizeof *w->conditions.ptr) : NULL;
+    for (size_t i = 0; i < nc; i++) {
+        const inrun_condition *c = &o->conditions[i];
+        host_string(&w->conditions.ptr[i].type, c->type, strlen(c->type));
+        w->conditions.ptr[i].status.is_some = c->status != INRUN_UNKNOWN;
+        w->conditions.ptr[i].status.val = c->status == INRUN_TRUE;
+        host_string(&w->conditions.ptr[i].reason, c->reason, strlen(c->reason));
+        host_string(&w->conditions.ptr[i].message, c->message, strlen(c->message));
+    }
+    size_t ne = o->events_len;
+    w->events.len = ne;
+    w->events.ptr = ne ? malloc(ne * sizeof *w->events.ptr) : NULL;
+    for (size_t i = 0; i < ne; i++) {
+        const inrun_event *e = &o->events[i];
+        w->events.ptr[i].type = e->warning ? INRUN_RECONCILER_0_2_0_TYPES_EVENT_TYPE_WARNING
+                                           : INRUN_RECONCILER_0_2_0_TYPES_EVENT_TYPE_NORMAL;
+        host_string(&w->events.ptr[i].reason, e->reason, strlen(e->reason));
+        host_string(&w->events.ptr[i].message, e->message, strlen(e->message));
+    }
+#endif
 }
 
 /* Ends a call: the outcome or the error goes to the host, the arena is freed. */
 static bool finish(const char *error, const inrun_outcome *o, wit_outcome *ret, wit_string *err) {
+#if !defined(INRUN_CONTRACT_0_2_0)
+    if (!error && (o->conditions_len || o->events_len))
+        error = "conditions and events need a component built against wit/0.2.0 "
+                "(-DINRUN_CONTRACT_0_2_0)";
+#endif
     bool ok = error == NULL;
     if (ok) write_outcome(o, ret);
     else host_string(err, error, strlen(error));
@@ -230,6 +286,18 @@ static const char *read_outcome(const wit_outcome *w, inrun_outcome *o) {
     o->requeue_after_ms = w->requeue_after_ms.val;
     o->has_cleanup = w->cleanup.is_some;
     o->cleanup_after_seconds = w->cleanup.val.after_seconds;
+#if defined(INRUN_CONTRACT_0_2_0)
+    for (size_t i = 0; i < w->conditions.len; i++) {
+        const V2(condition_t) *c = &w->conditions.ptr[i];
+        inrun_truth t = !c->status.is_some ? INRUN_UNKNOWN : c->status.val ? INRUN_TRUE : INRUN_FALSE;
+        inrun_outcome_condition(o, text(&c->type), t, text(&c->reason), text(&c->message));
+    }
+    for (size_t i = 0; i < w->events.len; i++) {
+        const V2(event_t) *e = &w->events.ptr[i];
+        inrun_outcome_event(o, e->type == INRUN_RECONCILER_0_2_0_TYPES_EVENT_TYPE_WARNING,
+                            text(&e->reason), text(&e->message));
+    }
+#endif
     return NULL;
 }
 

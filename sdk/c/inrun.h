@@ -141,6 +141,29 @@ typedef struct {
     size_t len, cap;
 } inrun_string_map;
 
+/* A condition's status. */
+typedef enum { INRUN_FALSE = 0, INRUN_TRUE = 1, INRUN_UNKNOWN = 2 } inrun_truth;
+
+/* A condition of the reconciler's on the CR (merged by type; Ready and Reconciled are the
+ * host's). Strings live in the call's arena. */
+typedef struct {
+    const char *type;    /* CamelCase, e.g. "Degraded" */
+    inrun_truth status;
+    const char *reason;  /* CamelCase, e.g. "ReplicaDown" */
+    const char *message; /* for people */
+} inrun_condition;
+
+/* An event to record on the CR (rate-limited by the host). */
+typedef struct {
+    bool warning;        /* Warning, else Normal */
+    const char *reason;  /* CamelCase, e.g. "BackupStarted" */
+    const char *message;
+} inrun_event;
+
+/* The most conditions and events one outcome may carry (as the host accepts). */
+#define INRUN_MAX_CONDITIONS 16
+#define INRUN_MAX_EVENTS 8
+
 /* What the CR should become. Fields are public: a hook edits the outcome it is given. */
 typedef struct {
     inrun_json *status;            /* an object merged into the CR's status, or NULL */
@@ -152,6 +175,12 @@ typedef struct {
     uint64_t requeue_after_ms;     /* reconcile again after this long */
     bool has_cleanup;
     uint32_t cleanup_after_seconds; /* delete the CR after this grace period */
+    /* Conditions and events: only a component built against wit/0.2.0
+     * (-DINRUN_CONTRACT_0_2_0) carries them; a 0.1.0 one fails the call if any are set. */
+    inrun_condition conditions[INRUN_MAX_CONDITIONS];
+    size_t conditions_len;
+    inrun_event events[INRUN_MAX_EVENTS];
+    size_t events_len;
 } inrun_outcome;
 
 /* Adds a resource to apply (usually a full Kubernetes object). */
@@ -171,6 +200,12 @@ void inrun_outcome_requeue(inrun_outcome *o);
 void inrun_outcome_requeue_after_ms(inrun_outcome *o, uint64_t ms);
 /* Delete the CR after `seconds`. */
 void inrun_outcome_cleanup_after(inrun_outcome *o, uint32_t seconds);
+/* Sets a condition (replacing one of the same type); false when INRUN_MAX_CONDITIONS are
+ * set already. The strings are copied. */
+bool inrun_outcome_condition(inrun_outcome *o, const char *type, inrun_truth status,
+                             const char *reason, const char *message);
+/* Asks for an event; false when INRUN_MAX_EVENTS are set already. The strings are copied. */
+bool inrun_outcome_event(inrun_outcome *o, bool warning, const char *reason, const char *message);
 
 /* A string map lookup: the value, or NULL. */
 const char *inrun_string_map_get(const inrun_string_map *m, const char *key);
