@@ -307,9 +307,7 @@ impl CrdSpec {
                 || json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}),
             );
             if let Some(fields) = status.get_mut("properties").and_then(Value::as_object_mut) {
-                let open_list = || {
-                    json!({"type": "array", "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}})
-                };
+                let open_list = || json!({"type": "array", "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}});
                 fields.entry("conditions").or_insert_with(open_list);
                 fields.entry("resources").or_insert_with(open_list);
                 fields
@@ -428,6 +426,25 @@ mod tests {
             plain.manifest()["spec"]["versions"][0]["additionalPrinterColumns"][0]["jsonPath"],
             ".status.conditions[?(@.type==\"Ready\")].status"
         );
+    }
+
+    #[test]
+    fn a_typed_status_schema_gets_the_fields_the_host_writes() {
+        let c = crd(
+            "{ group: a.b, version: v1, kind: A, schema: { type: object, properties: { status: { type: object, properties: { phase: { type: string } } } } } }",
+        );
+        let m = c.manifest();
+        let status = &m["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]
+            ["properties"];
+        assert_eq!(status["phase"]["type"], "string");
+        for field in ["conditions", "resources"] {
+            assert_eq!(status[field]["type"], "array", "{field}");
+            assert_eq!(
+                status[field]["items"]["x-kubernetes-preserve-unknown-fields"],
+                true
+            );
+        }
+        assert_eq!(status["observedGeneration"]["type"], "integer");
     }
 
     #[test]

@@ -122,12 +122,7 @@ impl Events {
     /// recorded again (a reconciler saying the same thing every pass writes nothing).
     /// Returns whether it was recorded.
     pub async fn emit(&self, on: &ObjectReference, event: &inrun_contract::Event) -> bool {
-        let key = key(
-            on,
-            event.is_warning(),
-            &event.reason,
-            event.message.clone(),
-        );
+        let key = key(on, event.is_warning(), &event.reason, event.message.clone());
         let now = Timestamp::now();
         if self.earlier(&key, now).is_some() {
             return false;

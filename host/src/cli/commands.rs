@@ -46,7 +46,8 @@ pub fn execute(cli: Cli) -> anyhow::Result<()> {
             }
             let services = Services::new(Arc::new(given));
             let assembly = runtime.block_on(Assembly::load_with(&blueprint, &engine, &services))?;
-            if object.as_os_str() == "-" && observed.as_deref().is_some_and(|o| o.as_os_str() == "-")
+            if object.as_os_str() == "-"
+                && observed.as_deref().is_some_and(|o| o.as_os_str() == "-")
             {
                 anyhow::bail!("-f - and --observed - cannot both read standard input");
             }
