@@ -39,6 +39,25 @@ pub const WAVE_RECHECK: Duration = Duration::from_secs(1);
 /// When a pass whose status write found the CR changed under it runs again.
 const STALE_RETRY: Duration = Duration::from_millis(200);
 
+impl Reason {
+    /// Every reason, for what must know them all (the reasons a reconciler's event may not
+    /// take: [`inrun_contract::HOST_EVENT_REASONS`]).
+    pub const ALL: [Reason; 12] = [
+        Reason::Reconciled,
+        Reason::ReconcileError,
+        Reason::Pruned,
+        Reason::Finalized,
+        Reason::FinalizeTimeout,
+        Reason::Invalid,
+        Reason::Gated,
+        Reason::CleanedUp,
+        Reason::DeletionBlocked,
+        Reason::Ready,
+        Reason::Progressing,
+        Reason::ResourceFailed,
+    ];
+}
+
 /// Why an event is recorded; the reason strings are part of Inrun's interface.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Reason {
@@ -567,13 +586,13 @@ async fn assess(
     use readiness::State;
     let mut states = Vec::with_capacity(children.len());
     for mut child in children {
-        let rule = rplan.ready_when(&child.api_version, &child.key.kind);
         let desired = resources.get(child.index).unwrap_or(&Value::Null);
-        if rule.is_none() && !readiness::reads_status(desired) {
+        if !readiness::judged_on_object(&rplan.spec, desired) {
             child.object = None;
             states.push((child, State::Current));
             continue;
         }
+        let rule = rplan.ready_when(&child.api_version, &child.key.kind);
         let observed = match child.object.take() {
             Some(object) => Observed::Object(object),
             None => fx.observe(&child.api_version, &child.key).await?,

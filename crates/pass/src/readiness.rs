@@ -153,6 +153,21 @@ pub fn verdict(children: &[(AppliedChild, State)], summary: String, cr_namespace
     }
 }
 
+/// Whether a child `desired` is judged on the object the server holds: its kind's rules
+/// read its status ([`reads_status`]), or its `managedResources` entry in `spec` has a
+/// `readyWhen`. Otherwise it is current once applied and nothing is read back or kept.
+pub fn judged_on_object(spec: &inrun_blueprint::ReconcileSpec, desired: &Value) -> bool {
+    let (api_version, kind) = (
+        text(desired, "/apiVersion").unwrap_or_default(),
+        text(desired, "/kind").unwrap_or_default(),
+    );
+    reads_status(desired)
+        || spec
+            .managed_resources
+            .iter()
+            .any(|m| m.ready_when.is_some() && m.api_version == api_version && m.kind == kind)
+}
+
 fn int(v: &Value, pointer: &str) -> Option<i64> {
     v.pointer(pointer).and_then(Value::as_i64)
 }
@@ -199,10 +214,6 @@ pub fn state(child: &Value) -> State {
         ("batch", "Job") => job(child),
         ("", "Pod") => pod(child),
         ("", "PersistentVolumeClaim") => phase(child, "Bound"),
-        ("", "Namespace") => match text(child, "/status/phase") {
-            Some("Terminating") => State::InProgress("terminating".into()),
-            _ => State::Current,
-        },
         ("", "Service") => service(child),
         ("apiextensions.k8s.io", "CustomResourceDefinition") => crd(child),
         ("policy", "PodDisruptionBudget") => pdb(child),

@@ -21,7 +21,7 @@ use super::kinds::{Kind, UnknownKind};
 use super::stores::child_id;
 use inrun_contract::CREATE_ONLY_ANNOTATION;
 use inrun_pass::meta::{OWNER_UID, RECONCILER_MANAGER};
-use inrun_pass::{Applied, AppliedChild, ChildKey, Observed, waves};
+use inrun_pass::{Applied, AppliedChild, ChildKey, Observed, readiness, waves};
 
 /// Annotation on every child the host applies: a hash of the object it sent, so a later
 /// pass (or another replica, or the host after a restart) knows the child is as desired
@@ -233,9 +233,12 @@ pub async fn apply(
             index,
             api_version: api_version.to_string(),
             key: one.key.clone(),
+            // Kept only for a child whose readiness is judged on it: the rest are current
+            // once applied, and converting every written object would cost each pass.
             object: one
                 .written
                 .as_ref()
+                .filter(|_| readiness::judged_on_object(spec, resource))
                 .and_then(|o| serde_json::to_value(o).ok()),
         });
         if waves::defines_types(api_version, kind_name) {
