@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use super::quantity::Quantity;
 
 /// Grants to one plugin reference. Empty (the default) grants nothing.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Capabilities {
     /// Reading Kubernetes objects.
@@ -32,7 +32,7 @@ impl Capabilities {
 }
 
 /// `capabilities.cluster`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ClusterCapability {
     /// Kinds the plugin may get and list (served from the host's watch cache).
@@ -41,7 +41,7 @@ pub struct ClusterCapability {
 }
 
 /// One kind a plugin may read, and where.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ReadKind {
     /// `v1` or `group/version`.
@@ -57,7 +57,7 @@ pub struct ReadKind {
 }
 
 /// `capabilities.http`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct HttpCapability {
     /// `host` or `host:port`, matched exactly; a host alone allows the scheme's default port.
@@ -68,6 +68,7 @@ pub struct HttpCapability {
         with = "inrun_contract::duration::serde_opt",
         skip_serializing_if = "Option::is_none"
     )]
+    #[schemars(with = "Option<String>")]
     pub timeout: Option<Duration>,
     /// Largest response body accepted (default 1Mi, at most 16Mi).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -5,14 +5,19 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
+use super::fieldpath::FieldPath;
 use super::reconcile::ReconcileSpec;
 use super::runtime::RuntimeSpec;
+
+/// The category of every CRD a Blueprint declares: `kubectl get inrun` lists every CR
+/// the host reconciles.
+pub const CATEGORY: &str = "inrun";
 
 /// The annotation that picks a serve target when `serve.selector` is not given.
 pub const DEFAULT_TARGET_ANNOTATION: &str = "inrun.dev/target";
 
 /// A custom resource type and how it is reconciled.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CrdSpec {
     /// API group, a DNS subdomain with at least one dot (`demo.inrun.dev`).
@@ -24,11 +29,19 @@ pub struct CrdSpec {
     /// Plural resource name; see [`CrdSpec::plural`] for the default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub plural: Option<String>,
+    /// Short names `kubectl get` accepts (`wa` for `webapps`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub short_names: Vec<String>,
+    /// Categories besides `inrun`, which every generated CRD is in (`all` puts the
+    /// type in `kubectl get all`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub categories: Vec<String>,
     /// Whether CRs live in a namespace.
     #[serde(default)]
     pub scope: Scope,
     /// The `openAPIV3Schema`, free-form; the CRD accepts any spec when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "crate::schema::any")]
     pub schema: Option<Value>,
     /// Extra `kubectl get` columns.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -99,6 +112,17 @@ impl CrdSpec {
         format!("{}.{}", self.plural(), self.group)
     }
 
+    /// The CRD's categories: [`CATEGORY`], then the Blueprint's, each once.
+    pub fn categories(&self) -> Vec<&str> {
+        let mut all = vec![CATEGORY];
+        for c in &self.categories {
+            if !all.contains(&c.as_str()) {
+                all.push(c);
+            }
+        }
+        all
+    }
+
     /// Worker count: this CRD's own, else the runtime default.
     pub fn workers(&self, runtime: &RuntimeSpec) -> u32 {
         self.workers.unwrap_or(runtime.workers)
@@ -122,7 +146,9 @@ impl CrdSpec {
 }
 
 /// Whether CRs of a type are namespaced.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema,
+)]
 pub enum Scope {
     /// CRs live in a namespace (the default).
     #[default]
@@ -132,7 +158,7 @@ pub enum Scope {
 }
 
 /// One `additionalPrinterColumns` entry.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PrinterColumn {
     /// Column header.
@@ -151,7 +177,7 @@ pub struct PrinterColumn {
 }
 
 /// `namespaces`: which namespaces' CRs are reconciled (all when both lists are empty).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct NamespaceFilter {
     /// Only these namespaces, when not empty.
@@ -171,7 +197,7 @@ impl NamespaceFilter {
 }
 
 /// One `preReconcile` condition.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct GateCondition {
     /// Names the condition in status and events.
@@ -184,7 +210,7 @@ pub struct GateCondition {
 }
 
 /// One `validation` rule.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ValidationRule {
     /// Template that must render true for the CR to be valid.
@@ -195,21 +221,23 @@ pub struct ValidationRule {
 }
 
 /// `emit`: what the host writes on the CR itself.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct EmitSpec {
     /// Status field → template (any JSON value; strings are rendered).
     #[serde(default, skip_serializing_if = "Map::is_empty")]
+    #[schemars(schema_with = "crate::schema::any_object")]
     pub status: Map<String, Value>,
     /// Conditions to set on the CR, each `{type, status, reason, message}` (strings are
     /// rendered; a rendered `status` of `true`/`false` reads as True/False). Merged by
     /// type with the reconciler's; `Ready` and `Reconciled` are the host's.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "crate::schema::any_list")]
     pub conditions: Vec<Value>,
 }
 
 /// `serve`: CRs pick one of several reconcile blocks.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ServeSpec {
     /// Where a CR names its target.
@@ -228,7 +256,7 @@ impl ServeSpec {
 }
 
 /// `serve.selector`: exactly one of `annotation` and `field`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct TargetSelector {
     /// The CR annotation holding the target name.
@@ -236,7 +264,7 @@ pub struct TargetSelector {
     pub annotation: Option<String>,
     /// A path into the CR holding the target name, e.g. `.spec.target`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub field: Option<String>,
+    pub field: Option<FieldPath>,
 }
 
 impl Default for TargetSelector {
@@ -249,7 +277,7 @@ impl Default for TargetSelector {
 }
 
 /// One `serve.targets` entry.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ServeTarget {
     /// Unique within the CRD; a DNS label.
@@ -360,6 +388,16 @@ impl CrdSpec {
             }
         }
         let kind_lower = crd.kind.to_lowercase();
+        let mut names = json!({
+            "kind": crd.kind,
+            "listKind": format!("{}List", crd.kind),
+            "plural": crd.plural(),
+            "singular": kind_lower,
+            "categories": crd.categories(),
+        });
+        if !crd.short_names.is_empty() {
+            names["shortNames"] = json!(crd.short_names);
+        }
         let mut version = json!({
             "name": crd.version,
             "served": true,
@@ -376,12 +414,7 @@ impl CrdSpec {
             "metadata": {"name": crd.crd_name(), "labels": {"app.kubernetes.io/managed-by": "inrun"}},
             "spec": {
                 "group": crd.group,
-                "names": {
-                    "kind": crd.kind,
-                    "listKind": format!("{}List", crd.kind),
-                    "plural": crd.plural(),
-                    "singular": kind_lower,
-                },
+                "names": names,
                 "scope": match crd.scope { Scope::Cluster => "Cluster", Scope::Namespaced => "Namespaced" },
                 "versions": [version],
             },
@@ -404,6 +437,20 @@ mod tests {
         let c = crd("{ group: demo.inrun.dev, version: v1, kind: Proxy, plural: proxies }");
         assert_eq!(c.plural(), "proxies");
         assert_eq!(c.api_version(), "demo.inrun.dev/v1");
+    }
+
+    #[test]
+    fn generated_crds_are_in_the_inrun_category_and_carry_their_short_names() {
+        let plain = crd("{ group: a.b, version: v1, kind: A }");
+        let names = &plain.manifest()["spec"]["names"];
+        assert_eq!(names["categories"], json!(["inrun"]));
+        assert!(names.get("shortNames").is_none(), "{names}");
+        let named = crd(
+            "{ group: a.b, version: v1, kind: WebApp, shortNames: [wa], categories: [all, inrun, apps] }",
+        );
+        let names = &named.manifest()["spec"]["names"];
+        assert_eq!(names["categories"], json!(["inrun", "all", "apps"]));
+        assert_eq!(names["shortNames"], json!(["wa"]));
     }
 
     #[test]

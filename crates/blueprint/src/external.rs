@@ -9,7 +9,7 @@ use serde_json::Value;
 use super::refs::SecretRef;
 
 /// One `external` entry. Exactly one of `http`, `prometheus`, `postgres`, `redis` is set.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ExternalCall {
     /// The result appears as `.external.<name>`; an identifier.
@@ -31,12 +31,14 @@ pub struct ExternalCall {
         default = "default_external_timeout",
         with = "inrun_contract::duration::serde_str"
     )]
+    #[schemars(with = "String")]
     pub timeout: Duration,
     /// What a failed call does to the reconcile.
     #[serde(default)]
     pub on_error: OnError,
     /// The result used when the call fails; required iff `onError: default`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "crate::schema::any")]
     pub default: Option<Value>,
 }
 
@@ -84,7 +86,9 @@ pub enum ExternalKind<'a> {
 }
 
 /// What a failed external call does.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum OnError {
     /// The reconcile fails (the default).
@@ -95,7 +99,7 @@ pub enum OnError {
 }
 
 /// `external[].http`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct HttpCall {
     /// Template of the URL, `http://` or `https://`.
@@ -108,6 +112,7 @@ pub struct HttpCall {
     pub headers: BTreeMap<String, String>,
     /// JSON body (strings rendered as templates); only with `POST`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "crate::schema::any")]
     pub body: Option<Value>,
     /// A bearer token read from a Secret.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -115,7 +120,9 @@ pub struct HttpCall {
 }
 
 /// HTTP methods an external call may use.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "UPPERCASE")]
 pub enum HttpMethod {
     /// `GET`.
@@ -126,7 +133,7 @@ pub enum HttpMethod {
 }
 
 /// `external[].prometheus`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PrometheusCall {
     /// Base URL of the Prometheus server.
@@ -136,7 +143,7 @@ pub struct PrometheusCall {
 }
 
 /// `external[].postgres`: exactly one of `url` and `secretRef` names the database.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PostgresCall {
     /// A `postgres://` connection URL.
@@ -153,7 +160,7 @@ pub struct PostgresCall {
 }
 
 /// `external[].redis`: exactly one of `url` and `secretRef` names the server.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RedisCall {
     /// A `redis://` URL.

@@ -12,6 +12,7 @@ mod capabilities;
 mod crd;
 mod error;
 mod external;
+pub mod fieldpath;
 mod load;
 pub mod location;
 mod model;
@@ -21,6 +22,7 @@ mod quantity;
 mod reconcile;
 mod refs;
 mod runtime;
+mod schema;
 mod validate;
 
 #[cfg(test)]
@@ -31,14 +33,15 @@ pub const BLUEPRINT_CRD: &str = "blueprints.inrun.dev";
 
 pub use capabilities::{Capabilities, ClusterCapability, HttpCapability, ReadKind};
 pub use crd::{
-    CrdSource, CrdSpec, DEFAULT_TARGET_ANNOTATION, EmitSpec, GateCondition, NamespaceFilter,
-    PrinterColumn, Scope, ServeSpec, ServeTarget, TargetSelector, ValidationRule,
+    CATEGORY, CrdSource, CrdSpec, DEFAULT_TARGET_ANNOTATION, EmitSpec, GateCondition,
+    NamespaceFilter, PrinterColumn, Scope, ServeSpec, ServeTarget, TargetSelector, ValidationRule,
 };
 pub use error::{BlueprintError, Problem};
 pub use external::{
     ExternalCall, ExternalKind, HttpCall, HttpMethod, OnError, PostgresCall, PrometheusCall,
     RedisCall,
 };
+pub use fieldpath::{FieldPath, FieldPathError};
 pub use load::{from_str, load, load_all};
 pub use model::{API_VERSION, Blueprint, BlueprintSpec, KIND, Metadata, ServiceAccountRef};
 pub use plugins::{PluginRef, PluginRole};

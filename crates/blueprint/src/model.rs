@@ -17,7 +17,7 @@ pub const KIND: &str = "Blueprint";
 ///
 /// Written like a Kubernetes object so the same document can later be applied as a
 /// cluster-scoped custom resource.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Blueprint {
     /// Must be [`API_VERSION`].
@@ -45,7 +45,7 @@ impl Blueprint {
 }
 
 /// The Kubernetes-style metadata of a Blueprint.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Metadata {
     /// The Blueprint's name.
@@ -59,7 +59,7 @@ pub struct Metadata {
 }
 
 /// `spec`: host settings and the custom resource types.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct BlueprintSpec {
     /// Host settings; defaults when absent.
@@ -77,7 +77,9 @@ pub struct BlueprintSpec {
 }
 
 /// A ServiceAccount by namespace and name.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ServiceAccountRef {
     /// Its namespace.

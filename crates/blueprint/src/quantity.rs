@@ -118,6 +118,19 @@ impl<'de> Deserialize<'de> for Quantity {
     }
 }
 
+impl schemars::JsonSchema for Quantity {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Quantity".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "x-kubernetes-int-or-string": true,
+            "description": "A size in bytes: a number, or a quantity such as 64Mi or 1.5Gi."
+        })
+    }
+}
+
 struct QuantityVisitor;
 
 impl Visitor<'_> for QuantityVisitor {

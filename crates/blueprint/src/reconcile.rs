@@ -8,11 +8,12 @@ use serde_json::{Map, Value};
 
 use super::capabilities::Capabilities;
 use super::external::ExternalCall;
+use super::fieldpath::FieldPath;
 use super::quantity::Quantity;
 use super::refs::{PullSecretRef, SecretRef};
 
 /// The five ways a CR can be reconciled.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum ReconcilerKind {
     /// Templates only, rendered by the host.
@@ -48,7 +49,7 @@ impl fmt::Display for ReconcilerKind {
 }
 
 /// `reconcile`: the same shape for a CRD and for each serve target.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ReconcileSpec {
     /// `true` (default): templates, plus optional hooks; `false`: constructor or remote.
@@ -56,15 +57,19 @@ pub struct ReconcileSpec {
     pub default: bool,
     /// Reconciler input name → template (any JSON value; strings are rendered).
     #[serde(default, skip_serializing_if = "Map::is_empty")]
+    #[schemars(schema_with = "crate::schema::any_object")]
     pub args: Map<String, Value>,
     /// Resources rendered when the CR is first seen.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "crate::schema::any_list")]
     pub on_create: Vec<Value>,
     /// Resources rendered on every reconcile.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "crate::schema::any_list")]
     pub on_reconcile: Vec<Value>,
     /// Resources rendered while the CR is being deleted.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "crate::schema::any_list")]
     pub on_delete: Vec<Value>,
     /// Functions that adjust the rendered outcome, called in order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -161,7 +166,7 @@ impl ReconcileSpec {
 }
 
 /// A `managedTypes` entry: an API group and kind, either of which may be a wildcard.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ManagedType {
     /// A group (`""` for core), `*` for any, or `*.example.com` for one or more DNS labels
@@ -196,7 +201,7 @@ impl ManagedType {
 }
 
 /// One `hooks` entry: a function exported by a hooks component.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct HookSpec {
     /// The component: a path (relative to the Blueprint file), an HTTPS URL or an OCI reference.
@@ -218,7 +223,7 @@ pub struct HookSpec {
 }
 
 /// `constructor`: a component exporting a full reconciler.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PluginSpec {
     /// The component: a path (relative to the Blueprint file), an HTTPS URL or an OCI reference.
@@ -238,7 +243,9 @@ pub struct PluginSpec {
 }
 
 /// Limits of one plugin call. Each field overrides the host default only when set.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PluginLimits {
     /// Wall-clock time for one call (at most 5m).
@@ -247,6 +254,7 @@ pub struct PluginLimits {
         with = "inrun_contract::duration::serde_opt",
         skip_serializing_if = "Option::is_none"
     )]
+    #[schemars(with = "Option<String>")]
     pub deadline: Option<Duration>,
     /// Linear memory the plugin may grow to (1Mi to 4Gi).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -260,7 +268,7 @@ pub struct PluginLimits {
 }
 
 /// `remote`: an HTTP endpoint that answers the Request with a Result.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RemoteSpec {
     /// `http://` or `https://` URL the Request is POSTed to.
@@ -273,6 +281,7 @@ pub struct RemoteSpec {
         default = "default_remote_timeout",
         with = "inrun_contract::duration::serde_str"
     )]
+    #[schemars(with = "String")]
     pub timeout: Duration,
 }
 
@@ -281,7 +290,7 @@ fn default_remote_timeout() -> Duration {
 }
 
 /// `remote.auth`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RemoteAuth {
     /// The Secret key holding the bearer token.
@@ -289,7 +298,7 @@ pub struct RemoteAuth {
 }
 
 /// `request`: optional parts of the Request.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RequestSpec {
     /// How the CR is trimmed.
@@ -301,16 +310,17 @@ pub struct RequestSpec {
 }
 
 /// `request.object`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ObjectFilter {
-    /// Paths removed from the CR, e.g. `.metadata.managedFields`.
+    /// Paths removed from the CR, e.g. `.metadata.managedFields` or
+    /// `.metadata.annotations['kubectl.kubernetes.io/last-applied-configuration']`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub exclude: Vec<String>,
+    pub exclude: Vec<FieldPath>,
 }
 
 /// One `managedResources` entry: a kind the reconciler may write.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ManagedResource {
     /// `v1` or `group/version`.
@@ -360,7 +370,7 @@ impl ManagedResource {
 }
 
 /// `prune`: deleting children a reconcile no longer returns.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PruneSpec {
     /// Off by default.
@@ -386,7 +396,7 @@ impl PruneSpec {
 }
 
 /// `requeue`: `after` alone is a periodic refresh; `when` (and `or`) make it conditional.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RequeueSpec {
     /// The delay.
@@ -395,6 +405,7 @@ pub struct RequeueSpec {
         with = "inrun_contract::duration::serde_opt",
         skip_serializing_if = "Option::is_none"
     )]
+    #[schemars(with = "Option<String>")]
     pub after: Option<Duration>,
     /// Template: requeue only when it renders true.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 /// A key of a Secret.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SecretRef {
     /// The Secret's name.
@@ -18,7 +18,7 @@ pub struct SecretRef {
 
 /// `pullSecret`: a Secret of type `kubernetes.io/dockerconfigjson` (key `.dockerconfigjson`).
 /// Plugins load once for the whole host, so the namespace is always written out.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PullSecretRef {
     /// The Secret's namespace.

@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 /// `spec.runtime`: settings of the host rather than of one CRD.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RuntimeSpec {
     /// Extra finalizers and how deletion waits.
@@ -28,6 +28,7 @@ pub struct RuntimeSpec {
     /// shows (`10m`); off when left out. A pass that finds everything as desired writes
     /// nothing.
     #[serde(default, with = "inrun_contract::duration::serde_opt")]
+    #[schemars(with = "Option<String>")]
     pub resync: Option<Duration>,
     /// The shortest delay before a CR is reconciled again on a reconciler's request
     /// (`requeue`, `requeueAfter`) or after a failure (the backoff's first step): a
@@ -36,6 +37,7 @@ pub struct RuntimeSpec {
         default = "default_min_requeue",
         with = "inrun_contract::duration::serde_str"
     )]
+    #[schemars(with = "String")]
     pub min_requeue: Duration,
 }
 
@@ -66,7 +68,7 @@ impl Default for RuntimeSpec {
 }
 
 /// `spec.runtime.finalizers`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct FinalizersSpec {
     /// Finalizers put on every CR beside `inrun.dev/cleanup`.
@@ -81,11 +83,12 @@ pub struct FinalizersSpec {
         with = "inrun_contract::duration::serde_opt",
         skip_serializing_if = "Option::is_none"
     )]
+    #[schemars(with = "Option<String>")]
     pub timeout: Option<Duration>,
 }
 
 /// `spec.runtime.backoff`: failures retry after `base`, doubling up to `max`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct BackoffSpec {
     /// First retry delay (default 1s).
@@ -93,12 +96,14 @@ pub struct BackoffSpec {
         default = "default_backoff_base",
         with = "inrun_contract::duration::serde_str"
     )]
+    #[schemars(with = "String")]
     pub base: Duration,
     /// Longest retry delay (default 5m).
     #[serde(
         default = "default_backoff_max",
         with = "inrun_contract::duration::serde_str"
     )]
+    #[schemars(with = "String")]
     pub max: Duration,
 }
 
@@ -120,7 +125,7 @@ impl Default for BackoffSpec {
 }
 
 /// `spec.runtime.leaderElection`: a coordination.k8s.io Lease decides which replica works.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct LeaderElectionSpec {
     /// Off by default, so a single `inrun run` needs no Lease.
@@ -137,18 +142,21 @@ pub struct LeaderElectionSpec {
         default = "default_lease_duration",
         with = "inrun_contract::duration::serde_str"
     )]
+    #[schemars(with = "String")]
     pub lease_duration: Duration,
     /// How long the leader keeps trying to renew before it steps down (default 10s).
     #[serde(
         default = "default_renew_deadline",
         with = "inrun_contract::duration::serde_str"
     )]
+    #[schemars(with = "String")]
     pub renew_deadline: Duration,
     /// How often candidates try to acquire, and the leader to renew (default 2s).
     #[serde(
         default = "default_retry_period",
         with = "inrun_contract::duration::serde_str"
     )]
+    #[schemars(with = "String")]
     pub retry_period: Duration,
 }
 

@@ -1,10 +1,14 @@
-//! Manifests an operator applies before running the host: the Blueprint's CRDs and the
-//! minimal RBAC the host needs for it. Pure functions of the Blueprint; nothing here talks
+//! Manifests an operator applies before running the host: the Blueprint's CRDs, the
+//! minimal RBAC the host needs for it, and the roles of the people who create its CRs. Pure functions of the Blueprint; nothing here talks
 //! to a cluster.
 
+mod blueprint_crd;
 pub mod rbac;
+pub mod roles;
 
 use serde_json::Value;
+
+pub use blueprint_crd::{blueprint_crd, spec_schema};
 
 use inrun_blueprint::Blueprint;
 

@@ -555,7 +555,8 @@ fn rules<'a>(perms: impl Iterator<Item = &'a Permission>) -> Vec<Value> {
 }
 
 /// The manifests: ClusterRole and ClusterRoleBinding, and when leader election is on, a
-/// Role and RoleBinding for the Lease in its namespace.
+/// Role and RoleBinding for the Lease in its namespace; then the users' aggregated roles
+/// ([`crate::roles::user_roles`]).
 pub fn manifests(blueprint: &Blueprint, options: &RbacOptions) -> Vec<Value> {
     let perms = required(blueprint, options);
     let subject = json!([{
@@ -563,7 +564,9 @@ pub fn manifests(blueprint: &Blueprint, options: &RbacOptions) -> Vec<Value> {
         "name": options.service_account,
         "namespace": options.namespace,
     }]);
-    documents(&perms, &options.name, &subject)
+    let mut docs = documents(&perms, &options.name, &subject);
+    docs.extend(crate::roles::user_roles(blueprint, &options.name));
+    docs
 }
 
 /// The manifests a tenant's ServiceAccount `sa` needs ([`tenant_required`]): a
@@ -586,7 +589,9 @@ pub fn tenant_manifests(
         "name": sa.name,
         "namespace": sa.namespace,
     }]);
-    documents(&perms, &options.name, &subject)
+    let mut docs = documents(&perms, &options.name, &subject);
+    docs.extend(crate::roles::user_roles(blueprint, &options.name));
+    docs
 }
 
 /// ClusterRole and binding for the cluster-wide `perms`, Role and binding per namespace
@@ -773,7 +778,14 @@ spec:
             .collect();
         assert_eq!(
             kinds,
-            ["ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"]
+            [
+                "ClusterRole",
+                "ClusterRoleBinding",
+                "Role",
+                "RoleBinding",
+                "ClusterRole",
+                "ClusterRole"
+            ]
         );
         assert_eq!(docs[2]["metadata"]["namespace"], "team-a");
         assert_eq!(docs[3]["subjects"][0]["name"], "tenant");

@@ -36,6 +36,18 @@ pub(super) fn check(c: &CrdSpec) -> Vec<Problem> {
             format!("{plural:?} must be a lowercase DNS label, e.g. webapps"),
         );
     }
+    for (list, names) in [
+        ("shortNames", &c.short_names),
+        ("categories", &c.categories),
+    ] {
+        for (i, name) in names.iter().enumerate() {
+            r.check(
+                is_dns_label(name),
+                format!("{at}.{list}[{i}]"),
+                format!("{name:?} must be a lowercase DNS label, e.g. wa"),
+            );
+        }
+    }
     r.check(
         c.crd_name().len() <= 253,
         format!("{at}.plural"),
@@ -172,9 +184,9 @@ fn serve_targets(r: &mut Report<'_>, serve: &ServeSpec, at: &str) {
             format!("{a:?} must be an annotation key such as inrun.dev/target"),
         ),
         (None, Some(f)) => r.check(
-            names::is_field_path(f),
+            f.is_single(),
             format!("{at}.selector.field"),
-            format!("{f:?} must be a path starting with a dot, e.g. .spec.target"),
+            format!("{:?} must name one field, without [*]", f.as_str()),
         ),
         _ => r.add(
             format!("{at}.selector"),
@@ -220,6 +232,22 @@ mod tests {
         assert!(got[1].starts_with("web.yaml: crd webApp: spec.crds[0].version: "));
         assert!(got[2].starts_with("web.yaml: crd webApp: spec.crds[0].kind: "));
         assert!(got[3].starts_with("web.yaml: crd webApp: spec.crds[0].plural: "));
+    }
+
+    #[test]
+    fn short_names_and_categories_are_dns_labels_and_a_short_name_names_one_type() {
+        let text = with_crds(&[
+            "{ group: demo.inrun.dev, version: v1, kind: WebApp, shortNames: [wa, W_A], categories: [Apps] }",
+            "{ group: other.inrun.dev, version: v1, kind: Widget, shortNames: [wa] }",
+        ]);
+        assert_eq!(
+            lines(&text),
+            [
+                "web.yaml: crd WebApp: spec.crds[0].shortNames[1]: \"W_A\" must be a lowercase DNS label, e.g. wa",
+                "web.yaml: crd WebApp: spec.crds[0].categories[0]: \"Apps\" must be a lowercase DNS label, e.g. wa",
+                "web.yaml: crd Widget: spec.crds[1].shortNames[0]: the short name \"wa\" is already taken by crd WebApp (web.yaml spec.crds[0])",
+            ]
+        );
     }
 
     #[test]

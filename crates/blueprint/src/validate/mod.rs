@@ -173,6 +173,8 @@ pub(super) fn crds(crds: &[CrdSpec]) -> Vec<Problem> {
     let mut problems = Vec::new();
     let mut by_kind: HashMap<(&str, &str), &CrdSpec> = HashMap::new();
     let mut by_name: HashMap<String, &CrdSpec> = HashMap::new();
+    // kubectl resolves a short name across every group: one name, one type.
+    let mut by_short_name: HashMap<&str, &CrdSpec> = HashMap::new();
     for c in crds {
         problems.extend(crd::check(c));
         let mut r = Report::new(&c.source.file, Some(&c.kind));
@@ -198,6 +200,19 @@ pub(super) fn crds(crds: &[CrdSpec]) -> Vec<Problem> {
                     first.source.field()
                 ),
             );
+        }
+        for (i, short) in c.short_names.iter().enumerate() {
+            if let Some(first) = first_seen(&mut by_short_name, short.as_str(), c) {
+                r.add(
+                    format!("{}.shortNames[{i}]", c.source.field()),
+                    format!(
+                        "the short name {short:?} is already taken by crd {} ({} {})",
+                        first.kind,
+                        first.source.file.display(),
+                        first.source.field()
+                    ),
+                );
+            }
         }
         problems.extend(r.problems);
     }

@@ -31,13 +31,6 @@ pub(super) fn check(r: &mut Report<'_>, spec: &ReconcileSpec, at: &str) {
             format!("{key:?}: argument names must not be empty"),
         );
     }
-    for (i, path) in spec.request.object.exclude.iter().enumerate() {
-        r.check(
-            names::is_field_path(path),
-            format!("{at}.request.object.exclude[{i}]"),
-            format!("{path:?} must be a path starting with a dot, e.g. .metadata.managedFields"),
-        );
-    }
     managed_resources(r, spec, at);
     managed_types(r, spec, at);
     for (i, entry) in spec.prune.keep.iter().enumerate() {

@@ -83,7 +83,7 @@ impl CrdPlan {
         }
         let serve = self.spec.serve.as_ref()?;
         let picked = match (&serve.selector.field, &serve.selector.annotation) {
-            (Some(field), _) => lookup(object, field),
+            (Some(field), _) => field.get(object),
             (None, annotation) => {
                 let key = annotation.as_deref().unwrap_or(TARGET_ANNOTATION);
                 object
@@ -266,7 +266,7 @@ impl ReconcilePlan {
         let args = self.args.render(&ctx).map_err(template("reconcile.args"))?;
         let mut visible = object.clone();
         for path in &self.spec.request.object.exclude {
-            strip(&mut visible, path);
+            path.remove(&mut visible);
         }
         let mut req = Request::for_object(visible, args);
         req.finalizing = finalizing;
@@ -362,25 +362,6 @@ fn merge(base: &mut Map<String, Value>, extra: &Map<String, Value>) {
                 base.insert(k.clone(), v.clone());
             }
         }
-    }
-}
-
-/// The value at a `.a.b.c` path.
-fn lookup<'v>(object: &'v Value, path: &str) -> Option<&'v Value> {
-    path.trim_start_matches('.')
-        .split('.')
-        .try_fold(object, |v, key| v.get(key))
-}
-
-/// Removes the value at a `.a.b.c` path, if present.
-fn strip(object: &mut Value, path: &str) {
-    let mut parts: Vec<&str> = path.trim_start_matches('.').split('.').collect();
-    let Some(last) = parts.pop() else { return };
-    let parent = parts
-        .iter()
-        .try_fold(&mut *object, |v, key| v.get_mut(*key));
-    if let Some(Value::Object(map)) = parent {
-        map.remove(last);
     }
 }
 
@@ -484,12 +465,29 @@ mod tests {
     }
 
     #[test]
-    fn strip_removes_nested_paths_and_ignores_missing_ones() {
-        let mut v = json!({"metadata": {"name": "a", "managedFields": [1]}, "status": {"x": 1}});
-        strip(&mut v, ".metadata.managedFields");
-        strip(&mut v, ".status");
-        strip(&mut v, ".spec.nothing");
-        assert_eq!(v, json!({"metadata": {"name": "a"}}));
+    fn the_request_leaves_out_excluded_paths_even_keys_with_dots() {
+        let a = plan(
+            "        request:\n          object:\n            exclude:\n              - .metadata.managedFields\n              - .status\n              - .spec.nothing\n              - .metadata.annotations.\"kubectl.kubernetes.io/last-applied-configuration\"\n",
+        );
+        let cr = json!({
+            "apiVersion": "t.inrun.dev/v1", "kind": "Thing",
+            "metadata": {"name": "a", "namespace": "n", "managedFields": [1], "annotations": {
+                "kubectl.kubernetes.io/last-applied-configuration": "{}", "team": "x"}},
+            "spec": {"size": 1},
+            "status": {"x": 1},
+        });
+        let req = a.crds()[0]
+            .default
+            .request(&cr, None, false, None)
+            .expect("request");
+        assert_eq!(
+            req.object,
+            json!({
+                "apiVersion": "t.inrun.dev/v1", "kind": "Thing",
+                "metadata": {"name": "a", "namespace": "n", "annotations": {"team": "x"}},
+                "spec": {"size": 1},
+            })
+        );
     }
 
     #[test]

@@ -6,7 +6,7 @@ use futures::StreamExt;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::discovery::ApiResource;
 use kube::runtime::{WatchStreamExt, watcher};
-use serde_json::{Value, json};
+use serde_json::json;
 use tokio::sync::mpsc;
 
 /// The CRD's name.
@@ -15,43 +15,8 @@ pub use inrun_blueprint::BLUEPRINT_CRD;
 /// Field manager of the status the host writes on a Blueprint resource.
 const MANAGER: &str = "inrun-fleet";
 
-/// The `Blueprint` custom resource definition: cluster-scoped, the spec kept as written
-/// (the host validates it with the same rules as a file), a status subresource.
-pub fn blueprint_crd() -> Value {
-    let open = json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true});
-    json!({
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": BLUEPRINT_CRD},
-        "spec": {
-            "group": "inrun.dev",
-            "scope": "Cluster",
-            "names": {
-                "kind": "Blueprint",
-                "listKind": "BlueprintList",
-                "plural": "blueprints",
-                "singular": "blueprint",
-            },
-            "versions": [{
-                "name": "v1alpha1",
-                "served": true,
-                "storage": true,
-                "subresources": {"status": {}},
-                "additionalPrinterColumns": [
-                    {"name": "Accepted", "type": "string",
-                     "jsonPath": ".status.conditions[?(@.type==\"Accepted\")].status"},
-                    {"name": "Reason", "type": "string",
-                     "jsonPath": ".status.conditions[?(@.type==\"Accepted\")].reason"},
-                    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
-                ],
-                "schema": {"openAPIV3Schema": {
-                    "type": "object",
-                    "properties": {"spec": open.clone(), "status": open},
-                }},
-            }],
-        },
-    })
-}
+/// The `Blueprint` custom resource definition ([`inrun_generate::blueprint_crd`]).
+pub use inrun_generate::blueprint_crd;
 
 /// How to address `Blueprint` resources.
 pub fn blueprint_resource() -> ApiResource {
