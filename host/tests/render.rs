@@ -256,8 +256,18 @@ fn plugin_inspect_shows_world_functions_and_digest() {
 
 #[test]
 fn each_tenant_example_validates_on_its_own_and_the_blueprint_crd_is_printed() {
-    for file in ["team-a.yaml", "team-b.yaml"] {
-        let path = root().join("deploy/examples/tenants").join(file);
+    // `inrun run --tenants deploy/examples/tenants` serves every YAML file there: each one
+    // must be a tenant that loads.
+    let dir = root().join("deploy/examples/tenants");
+    let mut files: Vec<String> = std::fs::read_dir(&dir)
+        .expect("tenants example")
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|f| f.ends_with(".yaml") || f.ends_with(".yml"))
+        .collect();
+    files.sort();
+    assert_eq!(files, ["team-a.yaml", "team-b.yaml"]);
+    for file in files {
+        let path = dir.join(&file);
         let (ok, stdout, stderr) = inrun(&["validate", "-b", &path.display().to_string()]);
         assert!(ok, "{file}: {stderr}");
         assert!(stdout.contains("valid"), "{stdout}");
@@ -457,4 +467,248 @@ fn render_judges_children_on_observed_objects_and_reads_the_cr_from_standard_inp
     let out = render(Some(&observed));
     assert_eq!(out["ready"]["status"], "True", "{out}");
     assert_eq!(out["ready"]["reason"], "Ready");
+}
+
+/// Writes `files` (name, text) into a fresh directory and runs `inrun` there with `args`.
+fn inrun_in(files: &[(&str, &str)], args: &[&str]) -> (tempfile::TempDir, bool, String, String) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for (name, text) in files {
+        let path = dir.path().join(name);
+        std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+        std::fs::write(&path, text).expect("write");
+    }
+    let cache = tempfile::tempdir().expect("tempdir");
+    let out = Command::new(env!("CARGO_BIN_EXE_inrun"))
+        .args(args)
+        .current_dir(dir.path())
+        .env("INRUN_CACHE_DIR", cache.path())
+        .output()
+        .expect("run inrun");
+    (
+        dir,
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A Blueprint whose `Probe` CRs are reconciled by `plugin` with `capabilities`.
+fn capable_blueprint(plugin_name: &str, capabilities: &str) -> String {
+    format!(
+        "apiVersion: inrun.dev/v1alpha1\nkind: Blueprint\nmetadata: {{name: c}}\nspec:\n  crds:\n    - group: c.example.com\n      version: v1\n      kind: Probe\n      reconcile:\n        default: false\n        constructor:\n          location: \"{}\"\n          capabilities: {capabilities}\n        managedResources:\n          - {{apiVersion: v1, kind: ConfigMap}}\n",
+        plugin(plugin_name)
+    )
+}
+
+fn probe(spec: &str) -> String {
+    format!("apiVersion: c.example.com/v1\nkind: Probe\nmetadata: {{name: p, namespace: team}}\nspec: {spec}\n")
+}
+
+const RENDER_JSON: [&str; 8] = [
+    "render", "-b", "bp.yaml", "-f", "cr.yaml", "-o", "json", "--observed",
+];
+
+#[test]
+fn observed_objects_answer_a_plugins_cluster_reads_within_its_grant() {
+    let bp = capable_blueprint(
+        "inrun_test_reader",
+        "{cluster: {read: [{apiVersion: v1, kind: ConfigMap}]}}",
+    );
+    let observed = "apiVersion: v1\nkind: List\nitems:\n  - {apiVersion: v1, kind: ConfigMap, metadata: {name: settings, namespace: team, labels: {app: web}}, data: {color: teal}}\n  - {apiVersion: v1, kind: ConfigMap, metadata: {name: other, namespace: team, labels: {app: web}}}\n  - {apiVersion: v1, kind: ConfigMap, metadata: {name: elsewhere, namespace: other, labels: {app: web}}}\n";
+    let cr = probe("{configMap: settings, key: color, selector: app=web}");
+    let files = [
+        ("bp.yaml", bp.as_str()),
+        ("cr.yaml", cr.as_str()),
+        ("observed.yaml", observed),
+    ];
+    let mut args = RENDER_JSON.to_vec();
+    args.push("observed.yaml");
+    let (_dir, ok, stdout, stderr) = inrun_in(&files, &args);
+    assert!(ok, "{stderr}");
+    let out: Value = serde_json::from_str(&stdout).expect("json");
+    assert_eq!(out["status"]["value"], "teal");
+    assert_eq!(out["status"]["found"], true);
+    assert_eq!(out["status"]["matched"], 2, "the CR's namespace only");
+    assert_eq!(out["resources"][0]["data"]["value"], "teal");
+    // Not in the file: not found.
+    let cr = probe("{configMap: missing}");
+    let (_dir, ok, stdout, stderr) = inrun_in(
+        &[("bp.yaml", bp.as_str()), ("cr.yaml", &cr), ("observed.yaml", observed)],
+        &args,
+    );
+    assert!(ok, "{stderr}");
+    let out: Value = serde_json::from_str(&stdout).expect("json");
+    assert_eq!(out["status"]["found"], false);
+    // A kind the grant does not list is refused though the file holds it.
+    let cr = probe("{read: {apiVersion: v1, kind: Namespace, name: team}}");
+    let with_ns = format!("{observed}---\n{{apiVersion: v1, kind: Namespace, metadata: {{name: team}}}}\n");
+    let (_dir, ok, _, stderr) = inrun_in(
+        &[("bp.yaml", bp.as_str()), ("cr.yaml", &cr), ("observed.yaml", &with_ns)],
+        &args,
+    );
+    assert!(!ok);
+    assert!(
+        stderr.contains("reading Namespace (v1) is not granted to plugin inrun_test_reader"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn an_http_fixture_answers_a_plugins_requests_within_its_grant_and_nothing_else() {
+    let bp = capable_blueprint("inrun_test_fetcher", "{http: {hosts: [api.test]}}");
+    let fixture = "- request: {url: 'http://api.test/v1/things'}\n  response:\n    status: 201\n    headers: {content-type: application/json}\n    body: {things: 2}\n- request: {url: 'http://elsewhere.test/'}\n  response: {body: nope}\n";
+    let run = |url: &str| {
+        let cr = probe(&format!("{{url: '{url}'}}"));
+        inrun_in(
+            &[("bp.yaml", bp.as_str()), ("cr.yaml", &cr), ("http.yaml", fixture)],
+            &["render", "-b", "bp.yaml", "-f", "cr.yaml", "-o", "json", "--http-fixture", "http.yaml"],
+        )
+    };
+    let (_dir, ok, stdout, stderr) = run("http://api.test/v1/things");
+    assert!(ok, "{stderr}");
+    let out: Value = serde_json::from_str(&stdout).expect("json");
+    assert_eq!(out["status"]["code"], 201);
+    assert_eq!(out["status"]["body"], r#"{"things":2}"#);
+    assert_eq!(out["status"]["contentType"], "application/json");
+    let (_dir, ok, _, stderr) = run("http://api.test/v1/other");
+    assert!(!ok);
+    assert!(
+        stderr.contains("GET http://api.test/v1/other: http.yaml has no answer for it"),
+        "{stderr}"
+    );
+    // Listed in the fixture, but not granted: refused before the fixture is asked.
+    let (_dir, ok, _, stderr) = run("http://elsewhere.test/");
+    assert!(!ok);
+    assert!(
+        stderr.contains("HTTP to elsewhere.test:80 is not granted to plugin inrun_test_fetcher"),
+        "{stderr}"
+    );
+}
+
+/// A declarative Blueprint with one external call of each kind, whose results land in
+/// status; `flaky` falls back to its default.
+const EXTERNAL: &str = r#"apiVersion: inrun.dev/v1alpha1
+kind: Blueprint
+metadata: {name: x}
+spec:
+  crds:
+    - group: x.example.com
+      version: v1
+      kind: Shop
+      emit:
+        status:
+          replicas: "{{ .external.plan[0].replicas }}"
+          image: "{{ .external.image }}"
+          up: "{{ .external.up.value }}"
+          owner: "{{ .external.owner.name }}"
+          flaky: "{{ .external.flaky.note }}"
+      reconcile:
+        external:
+          - name: plan
+            postgres:
+              url: "postgres://db.invalid:5432/shop"
+              query: "SELECT replicas FROM plans WHERE name = $1"
+              params: ["{{ .metadata.name }}"]
+          - name: image
+            redis: {url: "redis://cache.invalid:6379/", command: [GET, "image:{{ .metadata.name }}"]}
+          - name: up
+            prometheus: {url: "http://prometheus.invalid:9090", query: 'up{job="shop"}'}
+          - name: owner
+            http: {url: "http://owners.invalid/shops/{{ .metadata.name }}"}
+          - name: flaky
+            http: {url: "http://flaky.invalid/"}
+            onError: default
+            default: {note: fallback}
+"#;
+
+#[test]
+fn an_external_fixture_answers_each_kind_of_call_by_name_without_calling_it() {
+    let fixture = "plan: {result: [{replicas: 3}]}\nimage: {result: 'nginx:1.27'}\nup: {result: {value: 1, labels: {job: shop}}}\nowner: {result: {name: payments}}\nflaky: {error: connection refused}\n";
+    let cr = "apiVersion: x.example.com/v1\nkind: Shop\nmetadata: {name: shop, namespace: web}\n";
+    let args = ["render", "-b", "bp.yaml", "-f", "cr.yaml", "-o", "json", "--external-fixture", "external.yaml"];
+    let (_dir, ok, stdout, stderr) = inrun_in(
+        &[("bp.yaml", EXTERNAL), ("cr.yaml", cr), ("external.yaml", fixture)],
+        &args,
+    );
+    assert!(ok, "{stderr}");
+    let out: Value = serde_json::from_str(&stdout).expect("json");
+    assert_eq!(out["status"]["replicas"], "3");
+    assert_eq!(out["status"]["image"], "nginx:1.27");
+    assert_eq!(out["status"]["up"], "1");
+    assert_eq!(out["status"]["owner"], "payments");
+    assert_eq!(out["status"]["flaky"], "fallback");
+    // A call the fixture does not name fails the render, even one with a default.
+    let partial = "plan: {result: []}\nimage: {result: x}\nup: {result: {value: 1}}\nowner: {result: {}}\n";
+    let (_dir, ok, _, stderr) = inrun_in(
+        &[("bp.yaml", EXTERNAL), ("cr.yaml", cr), ("external.yaml", partial)],
+        &args,
+    );
+    assert!(!ok);
+    assert!(
+        stderr.contains("external call \"flaky\" (http) failed: external.yaml has no result for this call"),
+        "{stderr}"
+    );
+}
+
+/// A project with a Blueprint (external calls answered by each case's fixture) and two
+/// cases under tests/.
+fn golden_project(expected_replicas: &str) -> Vec<(String, String)> {
+    let cr = "apiVersion: x.example.com/v1\nkind: Shop\nmetadata: {name: shop, namespace: web}\n";
+    let fixture = |replicas: u32| {
+        format!("plan: {{result: [{{replicas: {replicas}}}]}}\nimage: {{result: 'nginx'}}\nup: {{result: {{value: 1}}}}\nowner: {{result: {{name: a}}}}\nflaky: {{result: {{note: live}}}}\n")
+    };
+    let expected = |replicas: &str| {
+        // Keys in another order than render prints them: compared as data.
+        format!("status:\n  up: '1'\n  replicas: '{replicas}'\n  owner: a\n  image: nginx\n  flaky: live\nreconciler: declarative\nresources: []\ncrd: shops.x.example.com\nready: {{status: 'True', reason: Ready, message: ''}}\nconditions:\n  - {{type: Reconciled, status: 'True', reason: Reconciled, message: '', observedGeneration: 0}}\n  - {{type: Ready, status: 'True', reason: Ready, message: '', observedGeneration: 0}}\n")
+    };
+    vec![
+        ("blueprint.yaml".into(), EXTERNAL.into()),
+        ("tests/one/cr.yaml".into(), cr.into()),
+        ("tests/one/external.yaml".into(), fixture(3)),
+        ("tests/one/expected.yaml".into(), expected("3")),
+        ("tests/two/cr.yaml".into(), cr.into()),
+        ("tests/two/external.yaml".into(), fixture(5)),
+        ("tests/two/expected.yaml".into(), expected(expected_replicas)),
+    ]
+}
+
+fn inrun_test(files: &[(String, String)], args: &[&str]) -> (tempfile::TempDir, bool, String) {
+    let files: Vec<(&str, &str)> = files.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
+    let (dir, ok, stdout, stderr) = inrun_in(&files, args);
+    (dir, ok, format!("{stdout}{stderr}"))
+}
+
+#[test]
+fn inrun_test_passes_cases_whose_output_matches_as_data() {
+    let (_dir, ok, out) = inrun_test(&golden_project("5"), &["test"]);
+    assert!(ok, "{out}");
+    assert!(out.contains("ok one\nok two\n2 passed, 0 failed\n"), "{out}");
+}
+
+#[test]
+fn inrun_test_fails_a_differing_case_with_a_unified_diff_and_update_rewrites_it() {
+    let (dir, ok, out) = inrun_test(&golden_project("4"), &["test"]);
+    assert!(!ok, "{out}");
+    assert!(out.contains("ok one\nFAIL two\n"), "{out}");
+    assert!(out.contains("--- expected.yaml\n+++ got\n"), "{out}");
+    assert!(out.contains("-  replicas: '4'\n+  replicas: '5'\n"), "{out}");
+    assert!(out.contains("1 passed, 1 failed\n"), "{out}");
+    // --update writes what render prints; the cases pass again.
+    let run = |args: &[&str]| {
+        let cache = tempfile::tempdir().expect("tempdir");
+        let o = Command::new(env!("CARGO_BIN_EXE_inrun"))
+            .args(args)
+            .current_dir(dir.path())
+            .env("INRUN_CACHE_DIR", cache.path())
+            .output()
+            .expect("run inrun");
+        (o.status.success(), String::from_utf8_lossy(&o.stdout).into_owned())
+    };
+    let (ok, out) = run(&["test", "--update"]);
+    assert!(ok && out.contains("updated one\nupdated two\n"), "{out}");
+    let written = std::fs::read_to_string(dir.path().join("tests/two/expected.yaml")).expect("read");
+    assert!(written.starts_with("crd: shops.x.example.com\n"), "{written}");
+    assert!(written.contains("replicas: '5'"), "{written}");
+    let (ok, out) = run(&["test", "tests"]);
+    assert!(ok && out.ends_with("2 passed, 0 failed\n"), "{out}");
 }
