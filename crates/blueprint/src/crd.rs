@@ -313,7 +313,7 @@ impl CrdSpec {
                 ),
                 (
                     "reconcileInterval",
-                    json!({"type": "string", "description": "How often the infrastructure is checked: a positive whole number with ms, s, m or h (default 60s)."}),
+                    json!({"type": "string", "description": "How often the infrastructure is checked, as Kubernetes writes durations: 30s, 1m30s, 1.5h (default 60s)."}),
                 ),
                 (
                     "deletionPolicy",

@@ -1,38 +1,59 @@
-//! Byte sizes as Blueprints write them: `64Mi`, `1Gi`, `512Ki`, `1M`, or plain bytes.
+//! Byte sizes written as Kubernetes resource quantities: `64Mi`, `1.5Gi`, `500M`, `1e6`,
+//! or plain bytes. The grammar is `resource.Quantity`'s: binary suffixes `Ki Mi Gi Ti Pi
+//! Ei`, decimal `n u m k M G T P E`, or an exponent `e3`/`E-3`; `K`, `KB` or `Gb` are not
+//! Kubernetes and are refused. A size is whole bytes: a fraction of a byte rounds up, as
+//! `Quantity.Value()` does.
 
 use std::fmt;
 
 use serde::de::{self, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-/// A size in bytes, written like a Kubernetes quantity without fractions.
-///
-/// Binary suffixes (`Ki`, `Mi`, `Gi`, `Ti`) are powers of 1024, decimal ones (`k`/`K`, `M`,
-/// `G`, `T`) powers of 1000; a bare number (string or YAML integer) is bytes.
+/// A size in bytes, read from a Kubernetes quantity.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Quantity(u64);
 
-/// A size that is not a whole number with an optional known suffix.
+/// A size Kubernetes would not read, or one that is negative or too large.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-#[error(
-    "invalid size {input:?}: expected a whole number of bytes, optionally followed by Ki, Mi, Gi, Ti, k, M, G or T (e.g. 64Mi)"
-)]
+#[error("invalid size {input:?}: {why} (write e.g. 64Mi, 1.5Gi, 500M or 4096)")]
 pub struct QuantityError {
     /// The text that was given.
     pub input: String,
+    /// What is wrong with it.
+    pub why: &'static str,
 }
 
-const SUFFIXES: [(&str, u64); 9] = [
-    ("Ki", 1 << 10),
-    ("Mi", 1 << 20),
-    ("Gi", 1 << 30),
-    ("Ti", 1 << 40),
-    ("k", 1_000),
-    ("K", 1_000),
-    ("M", 1_000_000),
-    ("G", 1_000_000_000),
-    ("T", 1_000_000_000_000),
+/// Binary suffixes: powers of 1024.
+const BINARY: [(&str, u32); 6] = [
+    ("Ki", 1),
+    ("Mi", 2),
+    ("Gi", 3),
+    ("Ti", 4),
+    ("Pi", 5),
+    ("Ei", 6),
 ];
+/// Decimal suffixes: powers of ten.
+const DECIMAL: [(&str, i32); 8] = [
+    ("n", -9),
+    ("u", -6),
+    ("m", -3),
+    ("k", 3),
+    ("M", 6),
+    ("G", 9),
+    ("T", 12),
+    ("P", 15),
+];
+/// More significant digits than any size needs; bounds the arithmetic.
+const MAX_DIGITS: usize = 30;
+
+/// `⌈n / 10^k⌉` for `n` below 10^30.
+fn div_pow10_ceil(n: u128, k: u32) -> u128 {
+    match 10u128.checked_pow(k) {
+        Some(d) => n.div_ceil(d),
+        // 10^k > n: a positive fraction below one byte.
+        None => u128::from(n > 0),
+    }
+}
 
 impl Quantity {
     /// One kibibyte.
@@ -52,33 +73,82 @@ impl Quantity {
         self.0
     }
 
-    /// Parses `64Mi`, `1G`, `4096`.
+    /// Parses a Kubernetes quantity as a size in bytes.
     ///
     /// # Errors
-    /// [`QuantityError`] for fractions, signs, unknown suffixes and values above `u64::MAX`.
+    /// [`QuantityError`] for text `resource.Quantity` would not read, negative sizes and
+    /// sizes above `u64::MAX` bytes.
     pub fn parse(input: &str) -> Result<Self, QuantityError> {
-        let err = || QuantityError {
+        let err = |why| QuantityError {
             input: input.to_string(),
+            why,
         };
-        let text = input.trim();
-        let split = text
-            .find(|c: char| !c.is_ascii_digit())
-            .unwrap_or(text.len());
-        let (digits, suffix) = text.split_at(split);
-        if digits.is_empty() {
-            return Err(err());
+        let text = input.strip_prefix('+').unwrap_or(input);
+        if text.starts_with('-') {
+            return Err(err("a size cannot be negative"));
         }
-        let n: u64 = digits.parse().map_err(|_| err())?;
-        let factor = if suffix.is_empty() {
-            1
+        let end = text
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(text.len());
+        let (number, suffix) = text.split_at(end);
+        let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
+        if (whole.is_empty() && fraction.is_empty()) || fraction.contains('.') {
+            return Err(err("expected a number"));
+        }
+        let digits = format!("{whole}{fraction}");
+        let digits = digits.trim_start_matches('0');
+        if digits.len() > MAX_DIGITS {
+            return Err(err("too many digits"));
+        }
+        let mantissa: u128 = if digits.is_empty() {
+            0
         } else {
-            SUFFIXES
-                .iter()
-                .find(|(s, _)| *s == suffix)
-                .map(|(_, f)| *f)
-                .ok_or_else(err)?
+            digits.parse().map_err(|_| err("expected a number"))?
         };
-        n.checked_mul(factor).map(Quantity).ok_or_else(err)
+        // The number is mantissa / 10^scale.
+        let scale = u32::try_from(fraction.len()).map_err(|_| err("too many digits"))?;
+        let bytes = if let Some((_, power)) = BINARY.iter().find(|(s, _)| *s == suffix) {
+            let factor = 1024u128.pow(*power);
+            div_pow10_ceil(
+                mantissa
+                    .checked_mul(factor)
+                    .ok_or_else(|| err("too large"))?,
+                scale,
+            )
+        } else {
+            let exponent: i32 = match suffix {
+                "" => 0,
+                "E" => 18,
+                s => match DECIMAL.iter().find(|(d, _)| *d == s) {
+                    Some((_, e)) => *e,
+                    None => match s.strip_prefix(['e', 'E']) {
+                        Some(e) if !e.is_empty() => e.parse().map_err(|_| err("a bad exponent"))?,
+                        _ => {
+                            return Err(err(if s == "K" || s == "KB" || s == "Gb" || s == "MB" {
+                                "Kubernetes writes k for 1000 and Ki for 1024"
+                            } else {
+                                "the suffix must be one of Ki Mi Gi Ti Pi Ei, n u m k M G T P E, or an exponent like e3"
+                            }));
+                        }
+                    },
+                },
+            };
+            let shift = i64::from(exponent) - i64::from(scale);
+            if shift >= 0 {
+                let k = u32::try_from(shift).map_err(|_| err("too large"))?;
+                match 10u128.checked_pow(k) {
+                    Some(f) => mantissa.checked_mul(f).ok_or_else(|| err("too large"))?,
+                    None if mantissa == 0 => 0,
+                    None => return Err(err("too large")),
+                }
+            } else {
+                let k = u32::try_from(-shift).unwrap_or(u32::MAX);
+                div_pow10_ceil(mantissa, k)
+            }
+        };
+        u64::try_from(bytes)
+            .map(Quantity)
+            .map_err(|_| err("too large"))
     }
 }
 
@@ -148,6 +218,7 @@ impl Visitor<'_> for QuantityVisitor {
         u64::try_from(v).map(Quantity).map_err(|_| {
             E::custom(QuantityError {
                 input: v.to_string(),
+                why: "a size cannot be negative",
             })
         })
     }
@@ -161,28 +232,92 @@ impl Visitor<'_> for QuantityVisitor {
 mod tests {
     use super::*;
 
-    #[test]
-    fn parses_binary_decimal_and_plain_sizes() {
-        assert_eq!(Quantity::parse("64Mi"), Ok(Quantity(64 << 20)));
-        assert_eq!(Quantity::parse("1Gi"), Ok(Quantity(1 << 30)));
-        assert_eq!(Quantity::parse("512Ki"), Ok(Quantity(512 << 10)));
-        assert_eq!(Quantity::parse("1M"), Ok(Quantity(1_000_000)));
-        assert_eq!(Quantity::parse("2k"), Ok(Quantity(2_000)));
-        assert_eq!(Quantity::parse("4096"), Ok(Quantity(4096)));
+    fn bytes(text: &str) -> Result<u64, &'static str> {
+        Quantity::parse(text)
+            .map(Quantity::bytes)
+            .map_err(|e| e.why)
     }
 
     #[test]
-    fn refuses_fractions_signs_unknown_suffixes_and_overflow() {
-        for bad in ["1.5Gi", "-1Mi", "12MB", "Mi", "", "64 Mi", "99999999999Ti"] {
-            assert!(Quantity::parse(bad).is_err(), "{bad} should be refused");
+    fn reads_sizes_as_kubernetes_does() {
+        // What resource.Quantity's Value() answers for each (k8s.io/apimachinery v0.36).
+        for (text, value) in [
+            ("64Mi", 64u64 << 20),
+            ("1.5Gi", 1_610_612_736),
+            ("500M", 500_000_000),
+            ("100m", 1),
+            ("1e3", 1000),
+            ("1E3", 1000),
+            ("1e-3", 1),
+            ("1.5e3", 1500),
+            ("128Mi", 134_217_728),
+            ("1Ki", 1024),
+            ("1k", 1000),
+            ("0.1m", 1),
+            ("1.5", 2),
+            ("+1Gi", 1 << 30),
+            ("1Ei", 1 << 60),
+            ("1E", 1_000_000_000_000_000_000),
+            ("1m", 1),
+            ("0.5", 1),
+            ("1u", 1),
+            ("1n", 1),
+            (".5Gi", 536_870_912),
+            ("5.Gi", 5_368_709_120),
+            ("1.5Mi", 1_572_864),
+            ("1.0000000001Gi", 1_073_741_825),
+            ("4096", 4096),
+            ("0", 0),
+            ("18446744073709551615", u64::MAX),
+        ] {
+            assert_eq!(bytes(text), Ok(value), "{text}");
         }
     }
 
     #[test]
-    fn displays_in_the_largest_exact_unit() {
+    fn refuses_what_kubernetes_refuses_negatives_and_overflow() {
+        for (bad, why) in [
+            ("1K", "Kubernetes writes k for 1000 and Ki for 1024"),
+            ("1KB", "Kubernetes writes k for 1000 and Ki for 1024"),
+            ("1Gb", "Kubernetes writes k for 1000 and Ki for 1024"),
+            (
+                "1ki",
+                "the suffix must be one of Ki Mi Gi Ti Pi Ei, n u m k M G T P E, or an exponent like e3",
+            ),
+            (
+                "1 Gi",
+                "the suffix must be one of Ki Mi Gi Ti Pi Ei, n u m k M G T P E, or an exponent like e3",
+            ),
+            ("1e3Ki", "a bad exponent"),
+            (
+                "1e",
+                "the suffix must be one of Ki Mi Gi Ti Pi Ei, n u m k M G T P E, or an exponent like e3",
+            ),
+            ("", "expected a number"),
+            ("Gi", "expected a number"),
+            ("1.2.3", "expected a number"),
+            ("nan", "expected a number"),
+            ("-1Gi", "a size cannot be negative"),
+            ("18446744073709551616", "too large"),
+            ("16Ei", "too large"),
+            ("1e400", "too large"),
+            ("1234567890123456789012345678901", "too many digits"),
+        ] {
+            assert_eq!(bytes(bad), Err(why), "{bad:?}");
+        }
+        assert_eq!(bytes("1e-400"), Ok(1));
+        assert_eq!(bytes("0e400"), Ok(0));
+    }
+
+    #[test]
+    fn displays_in_the_largest_exact_unit_and_reads_back() {
         assert_eq!(Quantity(64 << 20).to_string(), "64Mi");
         assert_eq!(Quantity(1_000_000).to_string(), "1M");
         assert_eq!(Quantity(1500).to_string(), "1500");
+        for q in [0, 1, 1500, 64 << 20, 1_000_000, u64::MAX] {
+            let text = Quantity(q).to_string();
+            assert_eq!(Quantity::parse(&text), Ok(Quantity(q)), "{text}");
+        }
     }
 
     #[test]
@@ -191,6 +326,8 @@ mod tests {
         assert_eq!(q.bytes(), 1 << 20);
         let q: Quantity = serde_yaml_ng::from_str("2048").expect("integer size");
         assert_eq!(q.bytes(), 2048);
+        let q: Quantity = serde_yaml_ng::from_str("1.5Gi").expect("fractional size");
+        assert_eq!(q.bytes(), 1_610_612_736);
         assert!(serde_yaml_ng::from_str::<Quantity>("-5").is_err());
     }
 }

@@ -79,6 +79,32 @@ proptest! {
     }
 
     #[test]
+    fn field_paths_parse_or_say_where(text in "[.\\[\\]'\"*a-z0-9/\\\\$ -]{0,24}") {
+        match inrun_blueprint::FieldPath::parse(&text) {
+            Ok(path) => {
+                prop_assert!(!path.steps().is_empty());
+                let mut v = serde_json::json!({"a": {"b": [1, {"c": 2}]}});
+                path.remove(&mut v);
+                let _ = path.get(&v);
+            }
+            Err(e) => prop_assert!(e.at <= text.chars().count(), "{}", e),
+        }
+    }
+
+    #[test]
+    fn any_key_reads_back_from_a_quoted_path(key in "[ -~]{1,20}") {
+        let escaped = key.replace('\\', "\\\\").replace('\'', "\\'");
+        let path = inrun_blueprint::FieldPath::parse(&format!(".metadata.annotations['{escaped}']"))
+            .map_err(|e| TestCaseError::fail(e.to_string()))?;
+        let want = [
+            inrun_blueprint::fieldpath::Step::Key("metadata".into()),
+            inrun_blueprint::fieldpath::Step::Key("annotations".into()),
+            inrun_blueprint::fieldpath::Step::Key(key.clone()),
+        ];
+        prop_assert_eq!(path.steps(), &want[..]);
+    }
+
+    #[test]
     fn any_field_value_loads_or_names_file_and_field(text in document()) {
         if let Err(err) = inrun_blueprint::from_str(&text, "fuzz.yaml") {
             let message = err.to_string();
@@ -87,9 +113,11 @@ proptest! {
     }
 
     #[test]
-    fn quantities_and_durations_parse_or_fail(text in "[-+.0-9eEkKMGTPimnuµsh ]{0,16}") {
+    fn quantities_and_durations_parse_or_fail(text in "[-+.0-9eEkKMGTPimnuµμsh ]{0,16}") {
         if let Ok(q) = inrun_blueprint::Quantity::parse(&text) {
-            let _ = q.bytes();
+            // What it prints reads back as the same size.
+            let printed = q.to_string();
+            prop_assert_eq!(inrun_blueprint::Quantity::parse(&printed).ok(), Some(q), "{}", printed);
         }
         if let Ok(d) = inrun_contract::duration::parse(&text) {
             let printed = inrun_contract::duration::format(d);

@@ -651,3 +651,25 @@ pub async fn serve(app: axum::Router) -> u16 {
     });
     port
 }
+
+/// Runs `kubectl` against the harness's API server as the admin, with `input` on its
+/// standard input.
+pub fn kubectl(args: &[&str], input: &str) -> std::process::Output {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let mut child = Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(ControlPlane::shared().kubeconfig())
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("running kubectl");
+    let mut stdin = child.stdin.take().expect("kubectl stdin");
+    stdin
+        .write_all(input.as_bytes())
+        .expect("writing to kubectl");
+    drop(stdin);
+    child.wait_with_output().expect("kubectl")
+}
