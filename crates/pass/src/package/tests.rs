@@ -148,13 +148,12 @@ fn common_fields_have_the_seeds_defaults_and_refuse_bad_values_by_field() {
         .expect("set");
     assert_eq!(c.interval, Duration::from_millis(250));
     assert_eq!(c.deletion, DeletionPolicy::Delete);
+    let c = Common::of(&cr(json!({"reconcileInterval": "1m30s"}))).expect("Kubernetes syntax");
+    assert_eq!(c.interval, Duration::from_secs(90));
     for (spec, field) in [
         (json!({"reconcileInterval": "5x"}), "spec.reconcileInterval"),
         (json!({"reconcileInterval": "0s"}), "spec.reconcileInterval"),
-        (
-            json!({"reconcileInterval": "1.5s"}),
-            "spec.reconcileInterval",
-        ),
+        (json!({"reconcileInterval": "5d"}), "spec.reconcileInterval"),
         (json!({"reconcileInterval": 60}), "spec.reconcileInterval"),
         (json!({"deletionPolicy": "delete"}), "spec.deletionPolicy"),
         (json!({"suspend": "yes"}), "spec.suspend"),
