@@ -79,7 +79,8 @@ cargo_tool() { # binary crate version [cargo install args...]
   flock /tmp/inrun-cargo.lock cargo install "$crate" --version "$version" --locked \
     --root "$tools" "$@" </dev/null
 }
-cargo_tool wit-bindgen wit-bindgen-cli "$WIT_BINDGEN_VERSION"
+# Only the C generator: the others (Rust, Go, C#, C++, MoonBit, D) are compile time for nothing.
+cargo_tool wit-bindgen wit-bindgen-cli "$WIT_BINDGEN_VERSION" --no-default-features --features c
 cargo_tool wasm-tools wasm-tools "$WASM_TOOLS_VERSION" \
   --no-default-features --features component,validate,print,strip
 WIT_BINDGEN="$tools/bin/wit-bindgen"
