@@ -3,6 +3,7 @@
 //! A Blueprint declares custom resource types and how each is reconciled; the host runs
 //! the reconcile pass and asks a [`reconcilers::Reconciler`] only what a CR should become.
 
+pub mod golden;
 pub mod scaffold;
 pub mod server;
 pub mod telemetry;

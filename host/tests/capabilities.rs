@@ -239,6 +239,7 @@ async fn fetch_reaches_a_granted_host_within_its_size_cap_and_no_other() {
             timeout: Duration::from_secs(2),
             max_response_bytes: 1024,
             client: http_client().expect("client"),
+            canned: None,
         }),
     };
     let call = |url: String| {

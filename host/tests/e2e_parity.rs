@@ -165,6 +165,7 @@ async fn render_and_run_agree_for_every_reconciler_kind_and_serve_target() -> Te
         let input = RenderInput {
             object: cr.clone(),
             observed: None,
+            now: None,
         };
         let mut offline = render(&assembly, input, None, false).await?;
         // Offline the Deployment is not observed (its state Unknown); children's states as

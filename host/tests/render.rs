@@ -501,11 +501,20 @@ fn capable_blueprint(plugin_name: &str, capabilities: &str) -> String {
 }
 
 fn probe(spec: &str) -> String {
-    format!("apiVersion: c.example.com/v1\nkind: Probe\nmetadata: {{name: p, namespace: team}}\nspec: {spec}\n")
+    format!(
+        "apiVersion: c.example.com/v1\nkind: Probe\nmetadata: {{name: p, namespace: team}}\nspec: {spec}\n"
+    )
 }
 
 const RENDER_JSON: [&str; 8] = [
-    "render", "-b", "bp.yaml", "-f", "cr.yaml", "-o", "json", "--observed",
+    "render",
+    "-b",
+    "bp.yaml",
+    "-f",
+    "cr.yaml",
+    "-o",
+    "json",
+    "--observed",
 ];
 
 #[test]
@@ -533,7 +542,11 @@ fn observed_objects_answer_a_plugins_cluster_reads_within_its_grant() {
     // Not in the file: not found.
     let cr = probe("{configMap: missing}");
     let (_dir, ok, stdout, stderr) = inrun_in(
-        &[("bp.yaml", bp.as_str()), ("cr.yaml", &cr), ("observed.yaml", observed)],
+        &[
+            ("bp.yaml", bp.as_str()),
+            ("cr.yaml", &cr),
+            ("observed.yaml", observed),
+        ],
         &args,
     );
     assert!(ok, "{stderr}");
@@ -541,9 +554,14 @@ fn observed_objects_answer_a_plugins_cluster_reads_within_its_grant() {
     assert_eq!(out["status"]["found"], false);
     // A kind the grant does not list is refused though the file holds it.
     let cr = probe("{read: {apiVersion: v1, kind: Namespace, name: team}}");
-    let with_ns = format!("{observed}---\n{{apiVersion: v1, kind: Namespace, metadata: {{name: team}}}}\n");
+    let with_ns =
+        format!("{observed}---\n{{apiVersion: v1, kind: Namespace, metadata: {{name: team}}}}\n");
     let (_dir, ok, _, stderr) = inrun_in(
-        &[("bp.yaml", bp.as_str()), ("cr.yaml", &cr), ("observed.yaml", &with_ns)],
+        &[
+            ("bp.yaml", bp.as_str()),
+            ("cr.yaml", &cr),
+            ("observed.yaml", &with_ns),
+        ],
         &args,
     );
     assert!(!ok);
@@ -560,8 +578,22 @@ fn an_http_fixture_answers_a_plugins_requests_within_its_grant_and_nothing_else(
     let run = |url: &str| {
         let cr = probe(&format!("{{url: '{url}'}}"));
         inrun_in(
-            &[("bp.yaml", bp.as_str()), ("cr.yaml", &cr), ("http.yaml", fixture)],
-            &["render", "-b", "bp.yaml", "-f", "cr.yaml", "-o", "json", "--http-fixture", "http.yaml"],
+            &[
+                ("bp.yaml", bp.as_str()),
+                ("cr.yaml", &cr),
+                ("http.yaml", fixture),
+            ],
+            &[
+                "render",
+                "-b",
+                "bp.yaml",
+                "-f",
+                "cr.yaml",
+                "-o",
+                "json",
+                "--http-fixture",
+                "http.yaml",
+            ],
         )
     };
     let (_dir, ok, stdout, stderr) = run("http://api.test/v1/things");
@@ -625,27 +657,48 @@ spec:
 fn an_external_fixture_answers_each_kind_of_call_by_name_without_calling_it() {
     let fixture = "plan: {result: [{replicas: 3}]}\nimage: {result: 'nginx:1.27'}\nup: {result: {value: 1, labels: {job: shop}}}\nowner: {result: {name: payments}}\nflaky: {error: connection refused}\n";
     let cr = "apiVersion: x.example.com/v1\nkind: Shop\nmetadata: {name: shop, namespace: web}\n";
-    let args = ["render", "-b", "bp.yaml", "-f", "cr.yaml", "-o", "json", "--external-fixture", "external.yaml"];
+    let args = [
+        "render",
+        "-b",
+        "bp.yaml",
+        "-f",
+        "cr.yaml",
+        "-o",
+        "json",
+        "--external-fixture",
+        "external.yaml",
+    ];
     let (_dir, ok, stdout, stderr) = inrun_in(
-        &[("bp.yaml", EXTERNAL), ("cr.yaml", cr), ("external.yaml", fixture)],
+        &[
+            ("bp.yaml", EXTERNAL),
+            ("cr.yaml", cr),
+            ("external.yaml", fixture),
+        ],
         &args,
     );
     assert!(ok, "{stderr}");
     let out: Value = serde_json::from_str(&stdout).expect("json");
-    assert_eq!(out["status"]["replicas"], "3");
+    assert_eq!(out["status"]["replicas"], 3);
     assert_eq!(out["status"]["image"], "nginx:1.27");
-    assert_eq!(out["status"]["up"], "1");
+    assert_eq!(out["status"]["up"], 1);
     assert_eq!(out["status"]["owner"], "payments");
     assert_eq!(out["status"]["flaky"], "fallback");
     // A call the fixture does not name fails the render, even one with a default.
-    let partial = "plan: {result: []}\nimage: {result: x}\nup: {result: {value: 1}}\nowner: {result: {}}\n";
+    let partial =
+        "plan: {result: []}\nimage: {result: x}\nup: {result: {value: 1}}\nowner: {result: {}}\n";
     let (_dir, ok, _, stderr) = inrun_in(
-        &[("bp.yaml", EXTERNAL), ("cr.yaml", cr), ("external.yaml", partial)],
+        &[
+            ("bp.yaml", EXTERNAL),
+            ("cr.yaml", cr),
+            ("external.yaml", partial),
+        ],
         &args,
     );
     assert!(!ok);
     assert!(
-        stderr.contains("external call \"flaky\" (http) failed: external.yaml has no result for this call"),
+        stderr.contains(
+            "external call \"flaky\" (http) failed: external.yaml has no result for this call"
+        ),
         "{stderr}"
     );
 }
@@ -655,11 +708,15 @@ fn an_external_fixture_answers_each_kind_of_call_by_name_without_calling_it() {
 fn golden_project(expected_replicas: &str) -> Vec<(String, String)> {
     let cr = "apiVersion: x.example.com/v1\nkind: Shop\nmetadata: {name: shop, namespace: web}\n";
     let fixture = |replicas: u32| {
-        format!("plan: {{result: [{{replicas: {replicas}}}]}}\nimage: {{result: 'nginx'}}\nup: {{result: {{value: 1}}}}\nowner: {{result: {{name: a}}}}\nflaky: {{result: {{note: live}}}}\n")
+        format!(
+            "plan: {{result: [{{replicas: {replicas}}}]}}\nimage: {{result: 'nginx'}}\nup: {{result: {{value: 1}}}}\nowner: {{result: {{name: a}}}}\nflaky: {{result: {{note: live}}}}\n"
+        )
     };
     let expected = |replicas: &str| {
         // Keys in another order than render prints them: compared as data.
-        format!("status:\n  up: '1'\n  replicas: '{replicas}'\n  owner: a\n  image: nginx\n  flaky: live\nreconciler: declarative\nresources: []\ncrd: shops.x.example.com\nready: {{status: 'True', reason: Ready, message: ''}}\nconditions:\n  - {{type: Reconciled, status: 'True', reason: Reconciled, message: '', observedGeneration: 0}}\n  - {{type: Ready, status: 'True', reason: Ready, message: '', observedGeneration: 0}}\n")
+        format!(
+            "status:\n  up: 1\n  replicas: {replicas}\n  owner: a\n  image: nginx\n  flaky: live\n  resources: []\nreconciler: declarative\nresources: []\ncrd: shops.x.example.com\nready: {{status: 'True', reason: Ready, message: no resources to wait for}}\nconditions:\n  - {{type: Reconciled, status: 'True', reason: Reconciled, message: applied 0 resource(s), observedGeneration: 0}}\n  - {{type: Ready, status: 'True', reason: Ready, message: no resources to wait for, observedGeneration: 0}}\nevents: ['Reconciled: applied 0 resource(s)']\n"
+        )
     };
     vec![
         ("blueprint.yaml".into(), EXTERNAL.into()),
@@ -668,12 +725,18 @@ fn golden_project(expected_replicas: &str) -> Vec<(String, String)> {
         ("tests/one/expected.yaml".into(), expected("3")),
         ("tests/two/cr.yaml".into(), cr.into()),
         ("tests/two/external.yaml".into(), fixture(5)),
-        ("tests/two/expected.yaml".into(), expected(expected_replicas)),
+        (
+            "tests/two/expected.yaml".into(),
+            expected(expected_replicas),
+        ),
     ]
 }
 
 fn inrun_test(files: &[(String, String)], args: &[&str]) -> (tempfile::TempDir, bool, String) {
-    let files: Vec<(&str, &str)> = files.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
+    let files: Vec<(&str, &str)> = files
+        .iter()
+        .map(|(a, b)| (a.as_str(), b.as_str()))
+        .collect();
     let (dir, ok, stdout, stderr) = inrun_in(&files, args);
     (dir, ok, format!("{stdout}{stderr}"))
 }
@@ -682,7 +745,10 @@ fn inrun_test(files: &[(String, String)], args: &[&str]) -> (tempfile::TempDir, 
 fn inrun_test_passes_cases_whose_output_matches_as_data() {
     let (_dir, ok, out) = inrun_test(&golden_project("5"), &["test"]);
     assert!(ok, "{out}");
-    assert!(out.contains("ok one\nok two\n2 passed, 0 failed\n"), "{out}");
+    assert!(
+        out.contains("ok one\nok two\n2 passed, 0 failed\n"),
+        "{out}"
+    );
 }
 
 #[test]
@@ -691,7 +757,7 @@ fn inrun_test_fails_a_differing_case_with_a_unified_diff_and_update_rewrites_it(
     assert!(!ok, "{out}");
     assert!(out.contains("ok one\nFAIL two\n"), "{out}");
     assert!(out.contains("--- expected.yaml\n+++ got\n"), "{out}");
-    assert!(out.contains("-  replicas: '4'\n+  replicas: '5'\n"), "{out}");
+    assert!(out.contains("-  replicas: 4\n+  replicas: 5\n"), "{out}");
     assert!(out.contains("1 passed, 1 failed\n"), "{out}");
     // --update writes what render prints; the cases pass again.
     let run = |args: &[&str]| {
@@ -702,13 +768,20 @@ fn inrun_test_fails_a_differing_case_with_a_unified_diff_and_update_rewrites_it(
             .env("INRUN_CACHE_DIR", cache.path())
             .output()
             .expect("run inrun");
-        (o.status.success(), String::from_utf8_lossy(&o.stdout).into_owned())
+        (
+            o.status.success(),
+            String::from_utf8_lossy(&o.stdout).into_owned(),
+        )
     };
     let (ok, out) = run(&["test", "--update"]);
     assert!(ok && out.contains("updated one\nupdated two\n"), "{out}");
-    let written = std::fs::read_to_string(dir.path().join("tests/two/expected.yaml")).expect("read");
-    assert!(written.starts_with("crd: shops.x.example.com\n"), "{written}");
-    assert!(written.contains("replicas: '5'"), "{written}");
+    let written =
+        std::fs::read_to_string(dir.path().join("tests/two/expected.yaml")).expect("read");
+    assert!(
+        written.starts_with("crd: shops.x.example.com\n"),
+        "{written}"
+    );
+    assert!(written.contains("replicas: 5"), "{written}");
     let (ok, out) = run(&["test", "tests"]);
     assert!(ok && out.ends_with("2 passed, 0 failed\n"), "{out}");
 }

@@ -5,6 +5,7 @@
 //! [`run`], so they cannot disagree; nothing here asks which kind of reconciler it calls.
 
 pub mod fields;
+pub mod fixtures;
 pub mod meta;
 pub mod package;
 pub mod readiness;

@@ -13,6 +13,9 @@ use inrun_blueprint::RuntimeSpec;
 use inrun_reconcilers::assemble::{Assembly, PassError};
 use inrun_reconcilers::{ReconcileError, ReconcilerKind};
 
+/// The type of [`RenderInput::now`].
+pub use k8s_openapi::jiff::Timestamp;
+
 /// A CR read from a file, and what the cluster is taken to hold.
 #[derive(Debug, Clone)]
 pub struct RenderInput {
@@ -21,6 +24,9 @@ pub struct RenderInput {
     /// Objects as the cluster has them (`--observed`): children are judged on these;
     /// `None`: a child whose readiness reads its status is Unknown.
     pub observed: Option<Vec<Value>>,
+    /// The moment the pass runs at (a deletion timestamp, times left, cleanup); `None`:
+    /// now, to the whole second, as the API server writes times.
+    pub now: Option<Timestamp>,
 }
 
 /// Why a render failed.
@@ -105,6 +111,7 @@ impl RenderInput {
         Ok(RenderInput {
             object,
             observed: None,
+            now: None,
         })
     }
 
@@ -317,7 +324,12 @@ pub async fn render(
                 .collect::<Vec<_>>()
                 .join(", "),
         })?;
-    let now = k8s_openapi::jiff::Timestamp::now();
+    // Whole seconds: the deletion timestamp below is written to the second, and the time
+    // left before a finalizer timeout must not depend on the sub-second the render ran.
+    let now = input.now.unwrap_or_else(|| {
+        let now = Timestamp::now();
+        Timestamp::from_second(now.as_second()).unwrap_or(now)
+    });
     if finalizing {
         // As the API server shows a CR being deleted: a deletion timestamp, and the
         // finalizer that holds it.

@@ -134,6 +134,31 @@ pub struct HttpGrant {
     pub max_response_bytes: usize,
     /// The client: it must not follow redirects (see [`http_client`]).
     pub client: reqwest::Client,
+    /// Canned answers (`inrun render --http-fixture`, `inrun test`): when set, a request
+    /// the grant allows is answered from here and never sent.
+    pub canned: Option<Arc<dyn CannedHttp>>,
+}
+
+/// Answers plugin HTTP requests without a network, for testing plugins offline. It is
+/// asked only for requests the plugin's grant allows.
+pub trait CannedHttp: Send + Sync {
+    /// The answer to `method` (upper case) `url`, given as the guest wrote it and as the
+    /// host parsed it (`normalized`, e.g. with a `/` path added).
+    ///
+    /// # Errors
+    /// A message for the guest, e.g. that no answer is canned for this request.
+    fn respond(&self, method: &str, url: &str, normalized: &str) -> Result<CannedReply, String>;
+}
+
+/// A canned HTTP response.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct CannedReply {
+    /// The status code.
+    pub status: u16,
+    /// Response headers, in order.
+    pub headers: Vec<(String, String)>,
+    /// The body.
+    pub body: Vec<u8>,
 }
 
 /// Everything one plugin reference may use beyond its sandbox. Cheap to clone.
@@ -372,6 +397,7 @@ mod tests {
             timeout: Duration::from_secs(5),
             max_response_bytes: 1 << 20,
             client: reqwest::Client::new(),
+            canned: None,
         }
     }
 

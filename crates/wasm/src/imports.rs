@@ -210,6 +210,20 @@ async fn fetch(
         .ok_or_else(|| format!("HTTP method {:?} is not allowed", req.method))?;
     let headers = request_headers(&req.headers)?;
     let what = format!("{method} {}", redacted(&url));
+    let cap = grant.max_response_bytes;
+    if let Some(canned) = &grant.canned {
+        let reply = canned
+            .respond(method.as_str(), &req.url, url.as_str())
+            .map_err(Failure::Failed)?;
+        if reply.body.len() > cap {
+            return Err(Failure::Failed(format!("{what}: {}", too_large(cap))));
+        }
+        return Ok(http::Response {
+            status: reply.status,
+            headers: reply.headers,
+            body: reply.body,
+        });
+    }
     runtime(&what)?;
     let left = remaining(deadline, &what)?;
     let limit = grant.timeout.min(left);
@@ -217,7 +231,6 @@ async fn fetch(
     if let Some(body) = req.body {
         builder = builder.body(body);
     }
-    let cap = grant.max_response_bytes;
     let exchange = async {
         let mut response = builder.send().await.map_err(|e| describe(&e))?;
         if response.content_length().is_some_and(|n| n > cap as u64) {

@@ -18,8 +18,8 @@ pub use cache::CompileCache;
 pub use engine::{Engine, EngineSettings};
 pub use error::{CallError, CallFailure, LoadError};
 pub use grants::{
-    ClusterGrant, ClusterReader, Grants, HttpGrant, Namespaces, NoCluster, ReadGrant, Scope,
-    http_client, parse_label_selector,
+    CannedHttp, CannedReply, ClusterGrant, ClusterReader, Grants, HttpGrant, Namespaces, NoCluster,
+    ReadGrant, Scope, http_client, parse_label_selector,
 };
 pub use plugin::{Plugin, PluginInfo, World};
 

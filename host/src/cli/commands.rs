@@ -4,6 +4,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use inrun::assemble::{Assembly, Services};
+use inrun::pass::fixtures::{ExternalFixture, Fixtures, HttpFixture};
 use inrun::render::{self, RenderInput};
 use inrun::sources::{Location, Sources};
 use inrun::wasm::Unobserved;
@@ -34,6 +35,8 @@ pub fn execute(cli: Cli) -> anyhow::Result<()> {
             blueprint,
             object,
             observed,
+            http_fixture,
+            external_fixture,
             target,
             finalizing,
             output,
@@ -44,8 +47,6 @@ pub fn execute(cli: Cli) -> anyhow::Result<()> {
             for arg in &secrets {
                 given = given.parse(arg)?;
             }
-            let services = Services::new(Arc::new(given));
-            let assembly = runtime.block_on(Assembly::load_with(&blueprint, &engine, &services))?;
             if object.as_os_str() == "-"
                 && observed.as_deref().is_some_and(|o| o.as_os_str() == "-")
             {
@@ -55,6 +56,19 @@ pub fn execute(cli: Cli) -> anyhow::Result<()> {
             if let Some(observed) = &observed {
                 input = input.observing(observed)?;
             }
+            let fixtures = Fixtures {
+                observed: input.observed.clone(),
+                http: http_fixture
+                    .as_deref()
+                    .map(HttpFixture::from_file)
+                    .transpose()?,
+                external: external_fixture
+                    .as_deref()
+                    .map(ExternalFixture::from_file)
+                    .transpose()?,
+            };
+            let services = fixtures.serve(Services::new(Arc::new(given)));
+            let assembly = runtime.block_on(Assembly::load_with(&blueprint, &engine, &services))?;
             let out = runtime.block_on(render::render(
                 &assembly,
                 input,
@@ -62,6 +76,10 @@ pub fn execute(cli: Cli) -> anyhow::Result<()> {
                 finalizing,
             ))?;
             print(&out, output)
+        }
+        Command::Test { dir, update } => {
+            let engine = quiet()?;
+            runtime.block_on(super::test::run(&engine, &dir, update))
         }
         Command::Run(args) => super::run::run(&runtime, *args, cache_dir),
         Command::Generate { command } => {
@@ -183,13 +201,7 @@ pub fn execute(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Plugin {
-            command:
-                PluginCommand::New {
-                    lang,
-                    name,
-                    dir,
-                    sdk_root,
-                },
+            command: PluginCommand::New { lang, name, dir },
         } => {
             use inrun::scaffold::{self, Lang as L};
             let lang = match lang {
@@ -198,11 +210,10 @@ pub fn execute(cli: Cli) -> anyhow::Result<()> {
                 Lang::Js => L::Js,
                 Lang::C => L::C,
             };
-            let root = sdk_root.unwrap_or_else(scaffold::default_sdk_root);
-            let project = scaffold::new_plugin(lang, &name, &dir, &root)?;
+            let project = scaffold::new_plugin(lang, &name, &dir)?;
             println!("created {}", project.display());
             println!(
-                "  cd {} && ./build.sh && inrun render -b blueprint.yaml -f cr.yaml",
+                "  cd {} && ./build.sh && inrun test && inrun render -b blueprint.yaml -f cr.yaml",
                 project.display()
             );
             Ok(())

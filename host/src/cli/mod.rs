@@ -3,6 +3,7 @@
 mod commands;
 mod run;
 mod setup;
+mod test;
 
 use std::path::PathBuf;
 
@@ -52,8 +53,9 @@ pub enum Command {
         #[arg(long, short = 'f', env = "INRUN_OBJECT")]
         object: PathBuf,
         /// Objects as the cluster has them (YAML documents, or a `List`): children whose
-        /// readiness reads their status are judged on these; without it their state is
-        /// Unknown.
+        /// readiness reads their status are judged on these, and plugins' cluster reads
+        /// are served from them (what is not there is not found); without it children are
+        /// Unknown and cluster reads fail.
         #[arg(long, value_name = "FILE", env = "INRUN_OBSERVED")]
         observed: Option<PathBuf>,
         /// The serve target to render through (default: the one the CR selects).
@@ -67,6 +69,16 @@ pub enum Command {
         output: Format,
         /// A secret value for remote reconcilers and external calls, as
         /// `namespace/name/key=value` (repeatable; the variable gives one); render reads no cluster.
+        /// Canned answers for plugins' `http.fetch`: a YAML list of `{request: {method,
+        /// url}, response: {status, headers, body}}`; a request not listed fails. The
+        /// Blueprint's grants still decide what a plugin may request.
+        #[arg(long, value_name = "FILE", env = "INRUN_HTTP_FIXTURE")]
+        http_fixture: Option<PathBuf>,
+        /// Canned results for `reconcile.external` calls, by name: a YAML mapping from
+        /// call name to `{result: <value>}` or `{error: <message>}`; nothing is called,
+        /// and a call not listed fails.
+        #[arg(long, value_name = "FILE", env = "INRUN_EXTERNAL_FIXTURE")]
+        external_fixture: Option<PathBuf>,
         #[arg(
             long = "secret",
             value_name = "NS/NAME/KEY=VALUE",
@@ -85,6 +97,17 @@ pub enum Command {
     Validate {
         /// The Blueprint: a YAML file or a directory of them.
         #[arg(long, short = 'b', env = "INRUN_BLUEPRINT")]
+    /// Run golden cases: each directory under DIR with a `cr.yaml` is rendered with its
+    /// fixtures (`observed.yaml`, `http.yaml`, `external.yaml`, `case.yaml`) and compared
+    /// with its `expected.yaml`; nothing live is called.
+    Test {
+        /// Where the cases are.
+        #[arg(default_value = "tests", env = "INRUN_TEST_DIR")]
+        dir: PathBuf,
+        /// Write each case's output to its `expected.yaml` instead of comparing.
+        #[arg(long, env = "INRUN_TEST_UPDATE")]
+        update: bool,
+    },
         blueprint: PathBuf,
     },
     /// Work with plugin components.
@@ -182,7 +205,9 @@ pub enum PluginCommand {
         #[command(flatten)]
         registry: RegistryArgs,
     },
-    /// Make a plugin project that builds with ./build.sh and renders its sample CR.
+    /// Make a self-contained plugin project: it builds with ./build.sh against the
+    /// `inrun-sdk` package of its language, and has a unit test and a golden case for
+    /// `inrun test`.
     New {
         /// The guest language.
         #[arg(long, value_enum, env = "INRUN_PLUGIN_LANG", default_value_t = Lang::Rust)]
@@ -193,10 +218,6 @@ pub enum PluginCommand {
         /// Where to create the project directory.
         #[arg(long, env = "INRUN_PLUGIN_DIR_PARENT", default_value = ".")]
         dir: PathBuf,
-        /// The Inrun checkout whose SDK, WIT and toolchain scripts the project uses
-        /// (default: the one this binary was built from).
-        #[arg(long, env = "INRUN_SDK_ROOT")]
-        sdk_root: Option<PathBuf>,
     },
 }
 

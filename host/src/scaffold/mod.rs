@@ -1,8 +1,10 @@
 //! `inrun plugin new`: a plugin project in Rust, Python, JavaScript or C that builds with
-//! one script and passes `inrun render` against its sample CR out of the box.
+//! one script, has a unit test and a golden case (`inrun test`), and renders its sample CR
+//! out of the box.
 //!
-//! The project builds against this checkout's SDK and WIT (its path is written into the
-//! project), with the toolchains the checkout's `plugins/<language>/build.sh` install.
+//! The project is self-contained: it depends on the published-style SDK packages (the
+//! `inrun-sdk` crate, the `inrun-sdk` wheel, the `inrun-sdk` npm package; C gets the SDK
+//! and WIT copied in, from this binary), never on the checkout `inrun` was built from.
 
 mod templates;
 
@@ -43,16 +45,6 @@ pub enum ScaffoldError {
     },
 }
 
-/// The checkout whose `sdk/`, `wit/` and `plugins/` new projects build against: the one
-/// this binary was built from, unless `INRUN_SDK_ROOT` says otherwise.
-pub fn default_sdk_root() -> PathBuf {
-    if let Some(dir) = std::env::var_os("INRUN_SDK_ROOT") {
-        return PathBuf::from(dir);
-    }
-    let built = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    built.canonicalize().unwrap_or(built)
-}
-
 fn check_name(name: &str) -> Result<(), ScaffoldError> {
     let ok = (1..=40).contains(&name.len())
         && name.starts_with(|c: char| c.is_ascii_lowercase())
@@ -80,17 +72,11 @@ fn kind_of(name: &str) -> String {
         .collect()
 }
 
-/// Writes a new project `parent/name` for `lang`, building against `sdk_root`. Returns its
-/// directory.
+/// Writes a new project `parent/name` for `lang`. Returns its directory.
 ///
 /// # Errors
 /// [`ScaffoldError`]: a bad name, an existing directory, or a failed write.
-pub fn new_plugin(
-    lang: Lang,
-    name: &str,
-    parent: &Path,
-    sdk_root: &Path,
-) -> Result<PathBuf, ScaffoldError> {
+pub fn new_plugin(lang: Lang, name: &str, parent: &Path) -> Result<PathBuf, ScaffoldError> {
     check_name(name)?;
     let dir = parent.join(name);
     if dir.exists() {
@@ -100,7 +86,6 @@ pub fn new_plugin(
         name: name.to_string(),
         kind: kind_of(name),
         crate_name: name.replace('-', "_"),
-        root: sdk_root.display().to_string(),
     };
     for (file, text, executable) in templates::files(lang, &vars) {
         let path = dir.join(file);
@@ -151,15 +136,22 @@ mod tests {
             (Lang::Js, "j"),
             (Lang::C, "c"),
         ] {
-            let project = new_plugin(lang, name, dir.path(), Path::new("/repo")).unwrap();
-            for f in ["blueprint.yaml", "cr.yaml", "build.sh", "README.md"] {
+            let project = new_plugin(lang, name, dir.path()).unwrap();
+            for f in [
+                "blueprint.yaml",
+                "cr.yaml",
+                "build.sh",
+                "README.md",
+                "tests/sample/cr.yaml",
+                "tests/sample/expected.yaml",
+            ] {
                 assert!(project.join(f).exists(), "{lang:?}: {f}");
             }
             let bp = std::fs::read_to_string(project.join("blueprint.yaml")).unwrap();
             inrun_blueprint::from_str(&bp, "blueprint.yaml").unwrap();
         }
         assert!(matches!(
-            new_plugin(Lang::C, "c", dir.path(), Path::new("/repo")),
+            new_plugin(Lang::C, "c", dir.path()),
             Err(ScaffoldError::Exists(_))
         ));
     }

@@ -35,6 +35,7 @@ pub fn grants(caps: &Capabilities, services: &Services) -> Grants {
             max_response_bytes: usize::try_from(h.max_response_size().bytes())
                 .unwrap_or(usize::MAX),
             client: services.plugin_http.clone(),
+            canned: services.canned_http.clone(),
         }),
     }
 }

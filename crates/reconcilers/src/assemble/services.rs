@@ -3,10 +3,10 @@
 
 use std::sync::Arc;
 
-use crate::external::Clients;
+use crate::external::{CannedExternal, Clients};
 use crate::secrets::{Secrets, StaticSecrets};
 use crate::sources::{SourceOptions, Sources};
-use inrun_wasm::{ClusterReader, NoCluster};
+use inrun_wasm::{CannedHttp, ClusterReader, NoCluster};
 
 /// Shared clients for remote reconcilers and `reconcile.external` calls.
 #[derive(Clone)]
@@ -22,6 +22,12 @@ pub struct Services {
     pub cluster: Arc<dyn ClusterReader>,
     /// The client for plugins granted `capabilities.http`: it follows no redirects.
     pub plugin_http: reqwest::Client,
+    /// Canned answers for plugins' HTTP requests (offline testing): when set, no plugin
+    /// request is sent; the grants still decide which are allowed.
+    pub canned_http: Option<Arc<dyn CannedHttp>>,
+    /// Canned results for `reconcile.external` calls (offline testing): when set, no call
+    /// reaches anything.
+    pub canned_external: Option<Arc<dyn CannedExternal>>,
 }
 
 impl std::fmt::Debug for Services {
@@ -65,6 +71,8 @@ impl Services {
             sources,
             cluster: Arc::new(NoCluster),
             plugin_http,
+            canned_http: None,
+            canned_external: None,
         }
     }
 
@@ -72,6 +80,22 @@ impl Services {
     #[must_use]
     pub fn with_cluster(mut self, reader: Arc<dyn ClusterReader>) -> Self {
         self.cluster = reader;
+        self
+    }
+
+    /// The same services, with plugins' HTTP requests answered by `canned` instead of
+    /// sent.
+    #[must_use]
+    pub fn with_canned_http(mut self, canned: Arc<dyn CannedHttp>) -> Self {
+        self.canned_http = Some(canned);
+        self
+    }
+
+    /// The same services, with `reconcile.external` calls answered by `canned` instead of
+    /// made.
+    #[must_use]
+    pub fn with_canned_external(mut self, canned: Arc<dyn CannedExternal>) -> Self {
+        self.canned_external = Some(canned);
         self
     }
 
@@ -86,6 +110,7 @@ impl Services {
             http: self.http.clone(),
             secrets: self.secrets.clone(),
             egress: None,
+            canned: self.canned_external.clone(),
         }
     }
 }

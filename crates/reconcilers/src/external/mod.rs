@@ -110,6 +110,27 @@ pub enum CallError {
     /// The Redis command may write; only read commands are allowed.
     #[error("redis command {0:?} is not a read command")]
     NotReadOnly(String),
+    /// The canned answers (`inrun render --external-fixture`) make this call fail.
+    #[error("{0}")]
+    Canned(String),
+    /// Canned answers are given, but none for this call: it fails whatever its `onError`
+    /// says, since nothing is called instead.
+    #[error("{source_name} has no result for this call; add an entry named after it")]
+    NotCanned {
+        /// Where the canned answers come from (a file name).
+        source_name: String,
+    },
+}
+
+/// Answers `reconcile.external` calls by name instead of reaching anything, for testing
+/// Blueprints offline (`inrun render --external-fixture`, `inrun test`). The call's
+/// templates are still rendered, so their errors show.
+pub trait CannedExternal: Send + Sync {
+    /// The canned result of the call named `name`: `None` when there is none, `Some(Err)`
+    /// for a canned failure (which `onError: default` turns into the call's default).
+    fn answer(&self, name: &str) -> Option<Result<Value, String>>;
+    /// Where the answers come from, for error messages (e.g. a file name).
+    fn source_name(&self) -> String;
 }
 
 /// The shared pieces calls need: the HTTP client and where credentials come from.
@@ -121,6 +142,8 @@ pub struct Clients {
     pub secrets: Arc<dyn Secrets>,
     /// Where calls may go, for a Blueprint resource; `None`: anywhere.
     pub egress: Option<crate::egress::Egress>,
+    /// Canned results: when set, no call reaches anything and each is answered from here.
+    pub canned: Option<Arc<dyn CannedExternal>>,
 }
 
 /// Where a database is: a URL template or a Secret key holding the URL.
@@ -321,12 +344,14 @@ impl ExternalCalls {
             let value = match outcome {
                 Ok(v) => v,
                 Err(source) => {
+                    let fatal = matches!(source, CallError::NotCanned { .. });
                     let error = ExternalError {
                         name: c.name.clone(),
                         kind: c.call.kind(),
                         source,
                     };
                     match c.on_error {
+                        _ if fatal => return Err(error),
                         OnError::Fail => return Err(error),
                         OnError::Default => {
                             tracing::info!(
@@ -345,6 +370,9 @@ impl ExternalCalls {
     }
 
     async fn call(&self, c: &Compiled, ctx: &Context, ns: &str) -> Result<Value, CallError> {
+        if let Some(canned) = &self.clients.canned {
+            return self.canned(canned.as_ref(), c, ctx);
+        }
         match &c.call {
             Call::Http {
                 url,
@@ -401,6 +429,55 @@ impl ExternalCalls {
                 }
                 redis::command(&url, &args).await
             }
+        }
+    }
+
+    /// A call answered from `canned`: its templates rendered and its URL fenced as for a
+    /// real call, then the canned result; no credentials are read and nothing is reached.
+    fn canned(
+        &self,
+        canned: &dyn CannedExternal,
+        c: &Compiled,
+        ctx: &Context,
+    ) -> Result<Value, CallError> {
+        match &c.call {
+            Call::Http {
+                url, headers, body, ..
+            } => {
+                self.fence(&render_text(url, ctx, "url")?)?;
+                for (k, v) in headers {
+                    render_text(v, ctx, &format!("headers.{k}"))?;
+                }
+                if let Some(b) = body {
+                    render(b, ctx, "body")?;
+                }
+            }
+            Call::Prometheus { url, query } => {
+                self.fence(&render_text(url, ctx, "url")?)?;
+                render_text(query, ctx, "query")?;
+            }
+            Call::Postgres { conn, params, .. } => {
+                if let Conn::Url(t) = conn {
+                    render_text(t, ctx, "url")?;
+                }
+                for (i, p) in params.iter().enumerate() {
+                    render(p, ctx, &format!("params[{i}]"))?;
+                }
+            }
+            Call::Redis { conn, command } => {
+                if let Conn::Url(t) = conn {
+                    render_text(t, ctx, "url")?;
+                }
+                for (i, a) in command.iter().enumerate() {
+                    render_text(a, ctx, &format!("command[{i}]"))?;
+                }
+            }
+        }
+        match canned.answer(&c.name) {
+            Some(answer) => answer.map_err(CallError::Canned),
+            None => Err(CallError::NotCanned {
+                source_name: canned.source_name(),
+            }),
         }
     }
 

@@ -1,0 +1,64 @@
+//! `inrun test`: runs every golden case under a directory and prints `ok`/`FAIL` per case,
+//! a diff for each that differs, and a summary line.
+
+use std::path::Path;
+
+use inrun::golden::{self, Verdict};
+use inrun::wasm::Engine;
+
+/// Runs the cases under `dir` (relative to the current directory, which bounds the search
+/// for each case's Blueprint).
+///
+/// # Errors
+/// `dir` cannot be listed, or a case failed (after every case has run and been reported).
+pub(super) async fn run(engine: &Engine, dir: &Path, update: bool) -> anyhow::Result<()> {
+    let top = std::env::current_dir()?;
+    let root = top.join(dir);
+    let cases = golden::discover(&root)
+        .map_err(|e| anyhow::anyhow!("listing the cases in {}: {e}", dir.display()))?;
+    if cases.is_empty() {
+        anyhow::bail!(
+            "no cases in {}: a case is a directory holding a {}",
+            dir.display(),
+            golden::CR_FILE
+        );
+    }
+    let (mut passed, mut failed) = (0usize, 0usize);
+    for case in &cases {
+        let name = case
+            .strip_prefix(&root)
+            .unwrap_or(case)
+            .display()
+            .to_string();
+        let name = if name.is_empty() {
+            ".".to_string()
+        } else {
+            name
+        };
+        match golden::run_case(engine, case, &top, update).await {
+            Verdict::Passed => {
+                passed += 1;
+                println!("ok {name}");
+            }
+            Verdict::Updated => {
+                passed += 1;
+                println!("updated {name}");
+            }
+            Verdict::Differs(diff) => {
+                failed += 1;
+                println!("FAIL {name}");
+                print!("{diff}");
+            }
+            Verdict::Broken(e) => {
+                failed += 1;
+                println!("FAIL {name}");
+                println!("  {}", inrun::errors::chain(&e));
+            }
+        }
+    }
+    println!("{passed} passed, {failed} failed");
+    if failed > 0 {
+        anyhow::bail!("{failed} of {} cases failed", cases.len());
+    }
+    Ok(())
+}

@@ -1,0 +1,20 @@
+// The @KIND@ reconciler: a ConfigMap with `spec.message`, and the message in status.
+// componentize-js resolves relative paths only, so the SDK is imported from node_modules.
+import { reconciler, Outcome, InrunError } from './node_modules/inrun-sdk/inrun-sdk.js';
+
+export function decide(req) {
+  if (req.finalizing) return new Outcome();
+  const spec = req.spec ?? {};
+  const message = spec.message ?? 'hello';
+  if (typeof message !== 'string') throw new InrunError('spec.message must be a string');
+  return new Outcome()
+    .resource({
+      apiVersion: 'v1',
+      kind: 'ConfigMap',
+      metadata: { name: req.name, namespace: req.namespace },
+      data: { message },
+    })
+    .status('message', message);
+}
+
+export const reconcile = reconciler(decide);
