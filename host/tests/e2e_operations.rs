@@ -1,7 +1,7 @@
 //! Operating the host, end to end on a real kube-apiserver: the generated RBAC is enough
 //! (and checked), the health port's metrics move with reconciles, `/blueprint` matches
 //! the file, the console renders in Chromium, leader election hands over between two
-//! `inrun run` processes, and the deploy manifests are accepted by the API server.
+//! `inrun run` processes. The Helm chart's tests are in `e2e_chart.rs`.
 
 mod support;
 
@@ -632,133 +632,6 @@ async fn one_replica_leads_and_a_standby_takes_over_on_sigterm_and_on_sigkill() 
         "the lease is released on shutdown"
     );
     let _ = c.identity;
-    Ok(())
-}
-
-/// A YAML stream as JSON values, without empty documents.
-fn documents(text: &str) -> Vec<Value> {
-    use serde::Deserialize;
-    serde_yaml_ng::Deserializer::from_str(text)
-        .map(|d| Value::deserialize(d).expect("yaml document"))
-        .filter(|v| !v.is_null())
-        .collect()
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_deploy_manifests_apply_and_their_generated_rbac_is_enough() -> TestResult {
-    let cp = ControlPlane::shared();
-    let chart = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/chart");
-    let blueprint = inrun::blueprint::load(&chart.join("blueprint.yaml"))?;
-    let options = RbacOptions {
-        namespace: "inrun-system".into(),
-        ..RbacOptions::default()
-    };
-    // The checked-in manifests are what `inrun generate` makes today (`make chart`).
-    assert_eq!(
-        documents(&std::fs::read_to_string(chart.join("rbac.yaml"))?),
-        rbac::manifests(&blueprint, &options),
-        "deploy/chart/rbac.yaml is stale: run `make chart`"
-    );
-    assert_eq!(
-        documents(&std::fs::read_to_string(chart.join("crds.yaml"))?),
-        inrun::generate::crds(&blueprint),
-        "deploy/chart/crds.yaml is stale: run `make chart`"
-    );
-
-    // kubectl (a client no one here wrote) renders the base and the API server takes it:
-    // first checked by a server-side dry run after the namespace exists, then applied.
-    let kubectl = |args: &[&str]| {
-        let mut cmd = std::process::Command::new("kubectl");
-        cmd.arg("--kubeconfig").arg(cp.kubeconfig()).args(args);
-        cmd.output().expect("kubectl")
-    };
-    let rendered = kubectl(&["kustomize", chart.to_str().expect("utf-8 path")]);
-    assert!(
-        rendered.status.success(),
-        "{}",
-        String::from_utf8_lossy(&rendered.stderr)
-    );
-    let rendered_path = tempfile::NamedTempFile::new()?;
-    std::fs::write(rendered_path.path(), &rendered.stdout)?;
-    let file = rendered_path.path().to_str().expect("utf-8 path");
-    let docs = documents(&String::from_utf8_lossy(&rendered.stdout));
-    let kinds: Vec<&str> = docs.iter().filter_map(|d| d["kind"].as_str()).collect();
-    for kind in [
-        "Namespace",
-        "ServiceAccount",
-        "CustomResourceDefinition",
-        "ClusterRole",
-        "ClusterRoleBinding",
-        "Role",
-        "RoleBinding",
-        "ConfigMap",
-        "Deployment",
-        "PodDisruptionBudget",
-    ] {
-        assert!(
-            kinds.contains(&kind),
-            "no {kind} in the rendered base: {kinds:?}"
-        );
-    }
-    let namespace = kubectl(&[
-        "apply",
-        "--server-side",
-        "-f",
-        &chart.join("namespace.yaml").display().to_string(),
-    ]);
-    assert!(
-        namespace.status.success(),
-        "{}",
-        String::from_utf8_lossy(&namespace.stderr)
-    );
-    for extra in [&["--dry-run=server"][..], &[][..]] {
-        let mut args = vec!["apply", "--server-side", "-f", file];
-        args.extend_from_slice(extra);
-        let out = kubectl(&args);
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(out.status.success(), "kubectl apply {extra:?}: {stderr}");
-        assert!(
-            !stderr.contains("PodSecurity"),
-            "the pod template is not `restricted`: {stderr}"
-        );
-    }
-    let deployment = get(deployments(), Some("inrun-system"), "inrun")
-        .await
-        .expect("the Deployment");
-    let container = &deployment.data["spec"]["template"]["spec"]["containers"][0];
-    assert_eq!(container["readinessProbe"]["httpGet"]["path"], "/readyz");
-    assert_eq!(container["securityContext"]["readOnlyRootFilesystem"], true);
-    assert_eq!(deployment.data["spec"]["replicas"], 2);
-
-    // The ServiceAccount the Deployment runs as holds every permission the host checks
-    // at startup, the Lease included.
-    let api: Api<ServiceAccount> = Api::namespaced(client(), "inrun-system");
-    let request = TokenRequest {
-        spec: Some(TokenRequestSpec::default()),
-        ..TokenRequest::default()
-    };
-    let token = api
-        .create_token_request("inrun", &PostParams::default(), &request)
-        .await?
-        .status
-        .and_then(|s| s.token)
-        .expect("a token");
-    let sa = cp.client_with_token(&token);
-    inrun::runtime::access::check(&sa, None, &rbac::required(&blueprint, &options)).await?;
-    // And nothing more: it cannot read Secrets, which this Blueprint does not need.
-    let secrets = rbac::Permission {
-        group: String::new(),
-        resource: "secrets".into(),
-        names: vec![],
-        verbs: vec!["get".into()],
-        namespace: None,
-        why: "test".into(),
-    };
-    assert!(
-        inrun::runtime::access::check(&sa, None, &[secrets])
-            .await
-            .is_err()
-    );
     Ok(())
 }
 

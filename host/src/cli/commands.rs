@@ -95,11 +95,14 @@ pub fn execute(cli: Cli) -> anyhow::Result<()> {
                     name,
                     install_crds,
                     blueprint_resources,
+                    leader_elect,
                     impersonate,
                     tenant,
                     tenant_namespaces,
                 } => {
-                    let blueprint = inrun::blueprint::load(&blueprint)?;
+                    let mut blueprint = inrun::blueprint::load(&blueprint)?;
+                    // `inrun run --leader-elect` turns leader election on over the Blueprint.
+                    blueprint.spec.runtime.leader_election.enabled |= leader_elect;
                     let sa = match &blueprint.spec.service_account {
                         Some(sa) if tenant => sa.clone(),
                         _ => inrun::blueprint::ServiceAccountRef {

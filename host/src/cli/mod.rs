@@ -153,6 +153,10 @@ pub enum GenerateCommand {
         /// `inrun run --blueprint-resources`).
         #[arg(long, env = "INRUN_BLUEPRINT_RESOURCES")]
         blueprint_resources: bool,
+        /// Also grant the leader-election Lease, as `runtime.leaderElection.enabled` does
+        /// (for `inrun run --leader-elect`).
+        #[arg(long, env = "INRUN_LEADER_ELECT")]
+        leader_elect: bool,
         /// Also grant impersonating these ServiceAccounts (`namespace/name`, comma
         /// separated): tenants' identities, e.g. `inrun run --default-tenant-service-account`.
         #[arg(long, env = "INRUN_IMPERSONATE", value_delimiter = ',', value_parser = parse_service_account)]
