@@ -254,8 +254,8 @@ fn the_values_schema_and_the_chart_refuse_bad_values_naming_the_value() {
 }
 
 #[test]
-fn a_blueprint_of_ones_own_renders_with_its_generated_rbac_and_crds_and_its_checksum_rolls_the_pods()
- {
+fn a_blueprint_of_ones_own_renders_with_its_generated_rbac_and_crds_and_changes_the_pods_checksum()
+{
     let started = Instant::now();
     let own = std::fs::read_to_string(chart().join("files/blueprint.yaml"))
         .expect("blueprint")
@@ -532,6 +532,12 @@ async fn helm_install_creates_the_host_and_binds_its_generated_rbac_and_uninstal
         true,
     );
     assert!(install.contains("STATUS: deployed"), "{install}");
+    // NOTES.txt says what runs and how to watch it.
+    assert!(
+        install.contains("2 replicas, leader election on")
+            && install.contains("rollout status deployment/inrun"),
+        "{install}"
+    );
 
     // The Deployment as the API server stored it: image, args, probes, hardening.
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
