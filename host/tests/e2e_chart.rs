@@ -146,13 +146,13 @@ fn the_chart_lints_strictly_and_its_generated_files_are_what_make_chart_writes()
     let started = Instant::now();
     let chart = chart();
     let chart = chart.to_str().expect("utf-8 path");
-    for values in [&[][..], &["-f", "deploy/chart/ci/full-values.yaml"][..]] {
+    // The defaults, then each values file of ci/.
+    for values in [None, Some("full-values.yaml"), Some("external-values.yaml")] {
+        let file = values.map(|v| format!("{chart}/ci/{v}"));
         let mut args = vec!["lint", "--strict", chart];
-        let values: Vec<String> = values
-            .iter()
-            .map(|v| v.replace("deploy/chart", chart))
-            .collect();
-        args.extend(values.iter().map(String::as_str));
+        if let Some(file) = &file {
+            args.extend(["-f", file.as_str()]);
+        }
         let out = helm_ok(&args, false);
         assert!(
             out.contains("1 chart(s) linted, 0 chart(s) failed"),
@@ -493,6 +493,27 @@ fn helm_template_output_is_accepted_by_the_api_server_in_a_server_side_dry_run()
         }
     }
     dry_run(&text, "ci/full-values.yaml");
+
+    // The other branches: existing ConfigMaps, no RBAC, CRDs or Service of the chart's,
+    // an image by digest, leader election with one replica.
+    let external = format!("{chart}/ci/external-values.yaml");
+    let text = helm_ok(
+        &["template", "inrun", chart, "-n", ns, "-f", &external],
+        false,
+    );
+    let docs = documents(&text);
+    assert_eq!(kinds(&docs), ["PodDisruptionBudget", "Deployment"]);
+    let pod = &find(&docs, "Deployment")["spec"]["template"]["spec"];
+    assert_eq!(pod["volumes"][0]["configMap"]["name"], "my-blueprint");
+    assert_eq!(pod["volumes"][1]["configMap"]["name"], "my-tenants");
+    assert!(
+        pod["containers"][0]["image"]
+            .as_str()
+            .is_some_and(|i| i.starts_with("mirror.internal/inrun@sha256:")),
+        "{}",
+        pod["containers"][0]["image"]
+    );
+    dry_run(&text, "ci/external-values.yaml");
     eprintln!("template and server dry runs: {:?}", started.elapsed());
     Ok(())
 }
