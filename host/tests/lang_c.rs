@@ -116,7 +116,7 @@ spec:
 const WEBAPPS: &[&str] = &[
     "apiVersion: demo.inrun.dev/v1alpha1\nkind: WebApp\nmetadata: {name: shop, namespace: prod}\nspec: {image: 'nginx:1.27'}\n",
     "apiVersion: demo.inrun.dev/v1alpha1\nkind: WebApp\nmetadata: {name: shop, namespace: default, labels: {team: payments}}\nspec: {image: 'nginx:1.27', replicas: 3, port: 9000}\n",
-    "apiVersion: demo.inrun.dev/v1alpha1\nkind: WebApp\nmetadata: {name: api, namespace: team-a}\nspec:\n  image: \"ghcr.io/acme/api:2 \\\"quoted\\\" \\u00e9\\u2603\"\n  replicas: 0\n  port: 65535\n  env: {ZED: last, A: '1', B: \"line\\nbreak\", EMPTY: ''}\n",
+    "apiVersion: demo.inrun.dev/v1alpha1\nkind: WebApp\nmetadata: {name: api, namespace: team-a}\nspec:\n  image: \"registry.example.com/acme/api:2 \\\"quoted\\\" \\u00e9\\u2603\"\n  replicas: 0\n  port: 65535\n  env: {ZED: last, A: '1', B: \"line\\nbreak\", EMPTY: ''}\n",
     "apiVersion: demo.inrun.dev/v1alpha1\nkind: WebApp\nmetadata: {name: empty-env, namespace: default}\nspec: {image: x, env: {}}\n",
 ];
 

@@ -117,7 +117,7 @@ fn hooks_blueprint(location: &str, team: &str) -> String {
 const WEBAPP_CRS: &[&str] = &[
     "metadata: {name: shop, namespace: default}\nspec: {image: 'nginx:1.27'}",
     "metadata: {name: shop, namespace: prod, labels: {team: payments}}\nspec: {image: 'nginx:1.27', replicas: 3, port: 9000}",
-    "metadata: {name: api, namespace: team-a}\nspec: {image: 'ghcr.io/x/api:2', env: {ZED: last, A_FIRST: '1', mid: 'x y'}, extra: ignored}",
+    "metadata: {name: api, namespace: team-a}\nspec: {image: 'registry.example.com/x/api:2', env: {ZED: last, A_FIRST: '1', mid: 'x y'}, extra: ignored}",
     "metadata: {name: zero, namespace: default}\nspec: {image: busybox, replicas: 0, port: 65535, env: {}}",
     // Errors: the same message from both languages.
     "metadata: {name: e1, namespace: default}\nspec: {replicas: 2}",

@@ -141,7 +141,7 @@ fn webapps() -> Vec<String> {
         webapp("{name: shop, namespace: default}", "{image: 'nginx:1.27'}"),
         webapp(
             "{name: api, namespace: team-a, labels: {team: payments}}",
-            "{image: 'ghcr.io/acme/api:2', replicas: 3, port: 9000, env: {B: '2', A: '1', LANG: 'ü'}}",
+            "{image: 'registry.example.com/acme/api:2', replicas: 3, port: 9000, env: {B: '2', A: '1', LANG: 'ü'}}",
         ),
         webapp(
             "{name: zero, namespace: default}",
