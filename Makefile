@@ -27,6 +27,12 @@ $(LANGUAGE_PLUGINS): plugins-%:
 build:
 	$(CARGO) build -p inrun --bin inrun
 
+## The SDKs as packages in dist/sdk/: the inrun-sdk and inrun-contract crates, the Python
+## wheel and the npm tarball (sdk/package.sh); the scaffold tests build against them.
+.PHONY: sdk
+sdk:
+	CARGO="$(CARGO)" sdk/package.sh
+
 ## Build the plugins and render each example CR offline, with no cluster.
 demo: plugins build
 	@for ex in $(EXAMPLES); do \
@@ -43,7 +49,7 @@ helm:
 	@tests/tools/build-helm.sh >/dev/null
 
 ## Every test: unit, Wasm integration, and end-to-end against a real kube-apiserver + etcd.
-test: plugins controlplane helm
+test: plugins sdk controlplane helm
 	INRUN_CONTROLPLANE_BIN="$$(tests/controlplane/build.sh)" INRUN_HELM="$$(tests/tools/build-helm.sh)" $(CARGO) test --workspace --no-fail-fast
 
 ## cargo fmt --check and clippy with warnings as errors.

@@ -1,5 +1,5 @@
-//! The raw bindings wit-bindgen generates from `wit/reconciler.wit` (0.1.0) and `wit/0.2.0`,
-//! one module per world.
+//! The raw bindings wit-bindgen generates from the crate's own copy of the WIT (`wit/`:
+//! `inrun:reconciler@0.2.0` with its 0.1.0 dependency), one module per world.
 //!
 //! Most plugins never touch these: [`Request`](crate::Request), [`Outcome`](crate::Outcome)
 //! and the export macros wrap them. They are public for guests that must speak the raw
@@ -18,7 +18,7 @@
 /// them is asked for no export it does not make.
 pub mod reconciler {
     wit_bindgen::generate!({
-        path: "../../wit/0.2.0",
+        path: "wit",
         world: "interfaces",
         generate_all,
     });
@@ -29,7 +29,7 @@ pub mod reconciler {
 /// other worlds' bindings.
 pub mod package {
     wit_bindgen::generate!({
-        path: "../../wit/0.2.0",
+        path: "wit",
         world: "%package",
         pub_export_macro: true,
         export_macro_name: "__export_package_world",
@@ -47,7 +47,7 @@ pub mod package {
 /// exports.
 pub mod reconciler2 {
     wit_bindgen::generate!({
-        path: "../../wit/0.2.0",
+        path: "wit",
         world: "reconciler",
         pub_export_macro: true,
         export_macro_name: "__export_reconciler2_world",
@@ -65,7 +65,7 @@ pub mod reconciler2 {
 /// with [`reconciler2`]. What [`export_hooks!`](crate::export_hooks) exports.
 pub mod hooks2 {
     wit_bindgen::generate!({
-        path: "../../wit/0.2.0",
+        path: "wit",
         world: "hooks",
         pub_export_macro: true,
         export_macro_name: "__export_hooks2_world",

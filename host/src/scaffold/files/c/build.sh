@@ -27,8 +27,8 @@ tool() { # binary crate version [cargo install args...]
   echo "installing $crate $version into $tools (cargo install, a few minutes)" >&2
   cargo install "$crate" --version "$version" --locked --root "$tools" "$@" </dev/null
 }
-tool wit-bindgen wit-bindgen-cli "$WIT_BINDGEN_VERSION"
-tool wasm-tools wasm-tools "$WASM_TOOLS_VERSION" --no-default-features --features component,validate
+tool wit-bindgen wit-bindgen-cli "$WIT_BINDGEN_VERSION" --no-default-features --features c
+tool wasm-tools wasm-tools "$WASM_TOOLS_VERSION" --no-default-features --features component,validate,print,strip
 
 gen="$here/.build/gen"
 rm -rf "$gen" && mkdir -p "$gen"
