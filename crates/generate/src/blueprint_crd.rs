@@ -24,6 +24,29 @@ impl Transform for NoDefaults {
     }
 }
 
+/// The formats the API server knows for integers; schemars's `uint32`, `uint16`, ... draw
+/// a warning on every apply (`minimum: 0` already says what they mean).
+const INTEGER_FORMATS: [&str; 2] = ["int32", "int64"];
+
+/// Drops integer formats Kubernetes does not know.
+#[derive(Debug, Clone, Copy)]
+struct KubernetesFormats;
+
+impl Transform for KubernetesFormats {
+    fn transform(&mut self, schema: &mut schemars::Schema) {
+        transform_subschemas(self, schema);
+        if let Some(object) = schema.as_object_mut()
+            && object.get("type").and_then(Value::as_str) == Some("integer")
+            && object
+                .get("format")
+                .and_then(Value::as_str)
+                .is_some_and(|f| !INTEGER_FORMATS.contains(&f))
+        {
+            object.remove("format");
+        }
+    }
+}
+
 /// Makes the model's doc comments read as `kubectl explain` text: paragraphs on one line,
 /// rustdoc links (`` [`CrdSpec::plural`] ``) as plain code.
 #[derive(Debug, Clone, Copy)]
@@ -89,6 +112,7 @@ pub fn spec_schema() -> Value {
         .with_transform(OptionalEnum)
         .with_transform(OptionalIntOrString)
         .with_transform(NoDefaults)
+        .with_transform(KubernetesFormats)
         .with_transform(Descriptions)
         .into_generator();
     let mut schema = generator.into_root_schema_for::<BlueprintSpec>().to_value();
@@ -193,6 +217,12 @@ mod tests {
                 "oneOf",
             ] {
                 assert!(node.get(banned).is_none(), "{path} has {banned}: {node}");
+            }
+            if let Some(format) = node.get("format").and_then(Value::as_str) {
+                assert!(
+                    ["int32", "int64", "double", "float", "date-time", "byte"].contains(&format),
+                    "{path} has a format Kubernetes does not know: {node}"
+                );
             }
             assert!(
                 node.get("additionalProperties") != Some(&json!(false)),
