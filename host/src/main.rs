@@ -8,7 +8,7 @@ use clap::Parser;
 
 fn main() -> ExitCode {
     let cli = cli::Cli::parse();
-    inrun::telemetry::init(cli.log_filter(), cli.json_logs());
+    inrun::telemetry::init(&cli.log_filter(), cli.json_logs());
     match cli::execute(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

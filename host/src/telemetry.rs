@@ -11,7 +11,11 @@ pub fn init(filter: &str, json: bool) {
             spec.push_str(&format!(",{noisy}=warn"));
         }
     }
-    let filter = EnvFilter::try_new(&spec).unwrap_or_else(|_| EnvFilter::new("warn"));
+    let filter = EnvFilter::try_new(&spec).unwrap_or_else(|e| {
+        // Logging is not up yet: say it where the user looks.
+        eprintln!("warning: log filter {filter:?} is not valid ({e}); logging warnings only");
+        EnvFilter::new("warn")
+    });
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);

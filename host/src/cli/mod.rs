@@ -15,7 +15,8 @@ pub use commands::execute;
 #[derive(Parser)]
 #[command(name = "inrun", version, about, long_about = None)]
 pub struct Cli {
-    /// Log filter (e.g. `info`, `inrun=debug`; default: `info` for `run`, else `warn`).
+    /// Log filter (e.g. `info`, `inrun=debug`); else `RUST_LOG`; else `info` for `run` and
+    /// `warn` for the other commands.
     #[arg(long, global = true, env = "INRUN_LOG")]
     pub log: Option<String>,
     /// Directory for compiled plugins (default: $XDG_CACHE_HOME/inrun/wasm).
@@ -26,13 +27,23 @@ pub struct Cli {
 }
 
 impl Cli {
-    /// The log filter: `--log`, else what the command defaults to (a long-running host
-    /// says what it does; a one-shot command speaks only of trouble).
-    pub fn log_filter(&self) -> &str {
-        match (&self.log, &self.command) {
-            (Some(filter), _) => filter,
-            (None, Command::Run(_)) => "info",
-            (None, _) => "warn",
+    /// The log filter: `--log` (or `INRUN_LOG`), else `RUST_LOG`, else what the command
+    /// defaults to (a long-running host says what it does; a one-shot command speaks only
+    /// of trouble).
+    pub fn log_filter(&self) -> String {
+        self.filter_with(std::env::var("RUST_LOG").ok())
+    }
+
+    fn filter_with(&self, rust_log: Option<String>) -> String {
+        if let Some(filter) = &self.log {
+            return filter.clone();
+        }
+        if let Some(filter) = rust_log.filter(|f| !f.trim().is_empty()) {
+            return filter;
+        }
+        match &self.command {
+            Command::Run(_) => "info".into(),
+            _ => "warn".into(),
         }
     }
 
@@ -58,6 +69,16 @@ pub enum Command {
         /// Unknown and cluster reads fail.
         #[arg(long, value_name = "FILE", env = "INRUN_OBSERVED")]
         observed: Option<PathBuf>,
+        /// Canned answers for plugins' `http.fetch`: a YAML list of `{request: {method,
+        /// url}, response: {status, headers, body}}`; a request not listed fails. The
+        /// Blueprint's grants still decide what a plugin may request.
+        #[arg(long, value_name = "FILE", env = "INRUN_HTTP_FIXTURE")]
+        http_fixture: Option<PathBuf>,
+        /// Canned results for `reconcile.external` calls, by name: a YAML mapping from
+        /// call name to `{result: <value>}` or `{error: <message>}`; nothing is called,
+        /// and a call not listed fails.
+        #[arg(long, value_name = "FILE", env = "INRUN_EXTERNAL_FIXTURE")]
+        external_fixture: Option<PathBuf>,
         /// The serve target to render through (default: the one the CR selects).
         #[arg(long, env = "INRUN_TARGET")]
         target: Option<String>,
@@ -69,22 +90,23 @@ pub enum Command {
         output: Format,
         /// A secret value for remote reconcilers and external calls, as
         /// `namespace/name/key=value` (repeatable; the variable gives one); render reads no cluster.
-        /// Canned answers for plugins' `http.fetch`: a YAML list of `{request: {method,
-        /// url}, response: {status, headers, body}}`; a request not listed fails. The
-        /// Blueprint's grants still decide what a plugin may request.
-        #[arg(long, value_name = "FILE", env = "INRUN_HTTP_FIXTURE")]
-        http_fixture: Option<PathBuf>,
-        /// Canned results for `reconcile.external` calls, by name: a YAML mapping from
-        /// call name to `{result: <value>}` or `{error: <message>}`; nothing is called,
-        /// and a call not listed fails.
-        #[arg(long, value_name = "FILE", env = "INRUN_EXTERNAL_FIXTURE")]
-        external_fixture: Option<PathBuf>,
         #[arg(
             long = "secret",
             value_name = "NS/NAME/KEY=VALUE",
             env = "INRUN_SECRET"
         )]
         secrets: Vec<String>,
+    },
+    /// Run golden cases: each directory under DIR with a `cr.yaml` is rendered with its
+    /// fixtures (`observed.yaml`, `http.yaml`, `external.yaml`, `case.yaml`) and compared
+    /// with its `expected.yaml`; nothing live is called.
+    Test {
+        /// Where the cases are.
+        #[arg(default_value = "tests", env = "INRUN_TEST_DIR")]
+        dir: PathBuf,
+        /// Write each case's output to its `expected.yaml` instead of comparing.
+        #[arg(long, env = "INRUN_TEST_UPDATE")]
+        update: bool,
     },
     /// Reconcile every CR of every CRD the Blueprint declares, until SIGINT or SIGTERM.
     Run(Box<RunArgs>),
@@ -97,17 +119,6 @@ pub enum Command {
     Validate {
         /// The Blueprint: a YAML file or a directory of them.
         #[arg(long, short = 'b', env = "INRUN_BLUEPRINT")]
-    /// Run golden cases: each directory under DIR with a `cr.yaml` is rendered with its
-    /// fixtures (`observed.yaml`, `http.yaml`, `external.yaml`, `case.yaml`) and compared
-    /// with its `expected.yaml`; nothing live is called.
-    Test {
-        /// Where the cases are.
-        #[arg(default_value = "tests", env = "INRUN_TEST_DIR")]
-        dir: PathBuf,
-        /// Write each case's output to its `expected.yaml` instead of comparing.
-        #[arg(long, env = "INRUN_TEST_UPDATE")]
-        update: bool,
-    },
         blueprint: PathBuf,
     },
     /// Work with plugin components.
@@ -404,4 +415,19 @@ pub(crate) fn parse_service_account(
     text: &str,
 ) -> Result<inrun::blueprint::ServiceAccountRef, String> {
     inrun::blueprint::ServiceAccountRef::parse(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_log_filter_is_the_flag_then_rust_log_then_the_commands_default() {
+        let cli = Cli::parse_from(["inrun", "validate", "-b", "x.yaml"]);
+        assert_eq!(cli.filter_with(None), "warn");
+        assert_eq!(cli.filter_with(Some(" ".into())), "warn");
+        assert_eq!(cli.filter_with(Some("inrun=debug".into())), "inrun=debug");
+        let cli = Cli::parse_from(["inrun", "--log", "error", "validate", "-b", "x.yaml"]);
+        assert_eq!(cli.filter_with(Some("inrun=debug".into())), "error");
+    }
 }
