@@ -729,6 +729,12 @@ fn golden_project(expected_replicas: &str) -> Vec<(String, String)> {
             "tests/two/expected.yaml".into(),
             expected(expected_replicas),
         ),
+        // No external.yaml: nothing is called, and the case expects the failure.
+        ("tests/three/cr.yaml".into(), cr.into()),
+        (
+            "tests/three/expected.yaml".into(),
+            "error: 'external call \"plan\" (postgres) failed: external.yaml (missing from the case) has no result for this call; add an entry named after it'\n".into(),
+        ),
     ]
 }
 
@@ -746,7 +752,7 @@ fn inrun_test_passes_cases_whose_output_matches_as_data() {
     let (_dir, ok, out) = inrun_test(&golden_project("5"), &["test"]);
     assert!(ok, "{out}");
     assert!(
-        out.contains("ok one\nok two\n2 passed, 0 failed\n"),
+        out.contains("ok one\nok three\nok two\n3 passed, 0 failed\n"),
         "{out}"
     );
 }
@@ -755,10 +761,10 @@ fn inrun_test_passes_cases_whose_output_matches_as_data() {
 fn inrun_test_fails_a_differing_case_with_a_unified_diff_and_update_rewrites_it() {
     let (dir, ok, out) = inrun_test(&golden_project("4"), &["test"]);
     assert!(!ok, "{out}");
-    assert!(out.contains("ok one\nFAIL two\n"), "{out}");
+    assert!(out.contains("ok one\nok three\nFAIL two\n"), "{out}");
     assert!(out.contains("--- expected.yaml\n+++ got\n"), "{out}");
     assert!(out.contains("-  replicas: 4\n+  replicas: 5\n"), "{out}");
-    assert!(out.contains("1 passed, 1 failed\n"), "{out}");
+    assert!(out.contains("2 passed, 1 failed\n"), "{out}");
     // --update writes what render prints; the cases pass again.
     let run = |args: &[&str]| {
         let cache = tempfile::tempdir().expect("tempdir");
@@ -774,7 +780,10 @@ fn inrun_test_fails_a_differing_case_with_a_unified_diff_and_update_rewrites_it(
         )
     };
     let (ok, out) = run(&["test", "--update"]);
-    assert!(ok && out.contains("updated one\nupdated two\n"), "{out}");
+    assert!(
+        ok && out.contains("updated one\nupdated three\nupdated two\n"),
+        "{out}"
+    );
     let written =
         std::fs::read_to_string(dir.path().join("tests/two/expected.yaml")).expect("read");
     assert!(
@@ -783,5 +792,5 @@ fn inrun_test_fails_a_differing_case_with_a_unified_diff_and_update_rewrites_it(
     );
     assert!(written.contains("replicas: 5"), "{written}");
     let (ok, out) = run(&["test", "tests"]);
-    assert!(ok && out.ends_with("2 passed, 0 failed\n"), "{out}");
+    assert!(ok && out.ends_with("3 passed, 0 failed\n"), "{out}");
 }

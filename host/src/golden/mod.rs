@@ -241,11 +241,11 @@ async fn render_case(engine: &Engine, case: &Path, top: &Path) -> Result<Value, 
         observed: Some(input.observed.clone().unwrap_or_default()),
         http: Some(match file("http.yaml") {
             Some(p) => HttpFixture::from_file(&p)?,
-            None => HttpFixture::empty("the case (it has no http.yaml)"),
+            None => HttpFixture::empty("http.yaml (missing from the case)"),
         }),
         external: Some(match file("external.yaml") {
             Some(p) => ExternalFixture::from_file(&p)?,
-            None => ExternalFixture::empty("the case (it has no external.yaml)"),
+            None => ExternalFixture::empty("external.yaml (missing from the case)"),
         }),
     };
     let services = fixtures.serve(Services::new(Arc::new(secrets)));
