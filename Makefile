@@ -12,13 +12,22 @@ export INRUN_PLUGIN_DIR := $(PLUGIN_DIR)
 GUEST_LANGUAGES := python js c
 LANGUAGE_PLUGINS := $(addprefix plugins-,$(GUEST_LANGUAGES))
 
-.PHONY: demo test lint bench fuzz chaos plugins plugins-rust $(LANGUAGE_PLUGINS) build controlplane helm cluster run clean-cache chart image
+.PHONY: demo test lint bench fuzz chaos plugins plugins-rust plugins-demo wasm-target $(LANGUAGE_PLUGINS) build controlplane helm cluster run clean-cache chart image
 
 ## Build the example and test plugins: Rust guests, then the other languages.
 plugins: plugins-rust $(LANGUAGE_PLUGINS)
 
-plugins-rust:
+plugins-rust: wasm-target
 	cd plugins && $(CARGO) build --release --target wasm32-wasip2 --target-dir target
+
+## The Rust target guests build for, added once if missing.
+wasm-target:
+	@rustup target list --installed 2>/dev/null | grep -qx wasm32-wasip2 || rustup target add wasm32-wasip2
+
+## Only the Rust plugins the examples use: all `make demo` needs (no Python, Node or clang).
+DEMO_PLUGINS := inrun-plugin-webapp inrun-plugin-labels-hooks
+plugins-demo: wasm-target
+	cd plugins && $(CARGO) build --release --target wasm32-wasip2 --target-dir target $(addprefix -p ,$(DEMO_PLUGINS))
 
 $(LANGUAGE_PLUGINS): plugins-%:
 	@if [ -x plugins/$*/build.sh ]; then plugins/$*/build.sh; fi
@@ -33,8 +42,8 @@ build:
 sdk:
 	CARGO="$(CARGO)" sdk/package.sh
 
-## Build the plugins and render each example CR offline, with no cluster.
-demo: plugins build
+## Build the examples' Rust plugins and render each example CR offline, with no cluster.
+demo: plugins-demo build
 	@for ex in $(EXAMPLES); do \
 	  echo "=== $$ex: inrun render --blueprint deploy/examples/$$ex/blueprint.yaml --object deploy/examples/$$ex/webapp.yaml"; \
 	  (cd deploy/examples/$$ex && $(INRUN) render --blueprint blueprint.yaml --object webapp.yaml) || exit 1; \
