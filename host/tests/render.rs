@@ -703,8 +703,8 @@ fn an_external_fixture_answers_each_kind_of_call_by_name_without_calling_it() {
     );
 }
 
-/// A project with a Blueprint (external calls answered by each case's fixture) and two
-/// cases under tests/.
+/// A project with a Blueprint (external calls answered by each case's fixture), cases
+/// under tests/ that use it, and one that names another Blueprint.
 fn golden_project(expected_replicas: &str) -> Vec<(String, String)> {
     let cr = "apiVersion: x.example.com/v1\nkind: Shop\nmetadata: {name: shop, namespace: web}\n";
     let fixture = |replicas: u32| {
@@ -729,6 +729,21 @@ fn golden_project(expected_replicas: &str) -> Vec<(String, String)> {
             "tests/two/expected.yaml".into(),
             expected(expected_replicas),
         ),
+        // A case naming its Blueprint, whose plugin's request http.yaml answers.
+        (
+            "fetch.yaml".into(),
+            capable_blueprint("inrun_test_fetcher", "{http: {hosts: [api.test]}}"),
+        ),
+        ("tests/fetch/case.yaml".into(), "blueprint: ../../fetch.yaml\n".into()),
+        ("tests/fetch/cr.yaml".into(), probe("{url: 'http://api.test/v1'}")),
+        (
+            "tests/fetch/http.yaml".into(),
+            "- request: {url: 'http://api.test/v1'}\n  response: {body: pong, headers: {content-type: text/plain}}\n".into(),
+        ),
+        (
+            "tests/fetch/expected.yaml".into(),
+            "crd: probes.c.example.com\nreconciler: constructor\nresources: []\nstatus: {body: pong, code: 200, contentType: text/plain, resources: []}\nready: {status: 'True', reason: Ready, message: no resources to wait for}\nconditions:\n  - {type: Reconciled, status: 'True', reason: Reconciled, message: applied 0 resource(s), observedGeneration: 0}\n  - {type: Ready, status: 'True', reason: Ready, message: no resources to wait for, observedGeneration: 0}\nevents: ['Reconciled: applied 0 resource(s)']\n".into(),
+        ),
         // No external.yaml: nothing is called, and the case expects the failure.
         ("tests/three/cr.yaml".into(), cr.into()),
         (
@@ -752,7 +767,7 @@ fn inrun_test_passes_cases_whose_output_matches_as_data() {
     let (_dir, ok, out) = inrun_test(&golden_project("5"), &["test"]);
     assert!(ok, "{out}");
     assert!(
-        out.contains("ok one\nok three\nok two\n3 passed, 0 failed\n"),
+        out.contains("ok fetch\nok one\nok three\nok two\n4 passed, 0 failed\n"),
         "{out}"
     );
 }
@@ -761,10 +776,13 @@ fn inrun_test_passes_cases_whose_output_matches_as_data() {
 fn inrun_test_fails_a_differing_case_with_a_unified_diff_and_update_rewrites_it() {
     let (dir, ok, out) = inrun_test(&golden_project("4"), &["test"]);
     assert!(!ok, "{out}");
-    assert!(out.contains("ok one\nok three\nFAIL two\n"), "{out}");
+    assert!(
+        out.contains("ok fetch\nok one\nok three\nFAIL two\n"),
+        "{out}"
+    );
     assert!(out.contains("--- expected.yaml\n+++ got\n"), "{out}");
     assert!(out.contains("-  replicas: 4\n+  replicas: 5\n"), "{out}");
-    assert!(out.contains("2 passed, 1 failed\n"), "{out}");
+    assert!(out.contains("3 passed, 1 failed\n"), "{out}");
     // --update writes what render prints; the cases pass again.
     let run = |args: &[&str]| {
         let cache = tempfile::tempdir().expect("tempdir");
@@ -781,7 +799,7 @@ fn inrun_test_fails_a_differing_case_with_a_unified_diff_and_update_rewrites_it(
     };
     let (ok, out) = run(&["test", "--update"]);
     assert!(
-        ok && out.contains("updated one\nupdated three\nupdated two\n"),
+        ok && out.contains("updated fetch\nupdated one\nupdated three\nupdated two\n"),
         "{out}"
     );
     let written =
@@ -792,5 +810,5 @@ fn inrun_test_fails_a_differing_case_with_a_unified_diff_and_update_rewrites_it(
     );
     assert!(written.contains("replicas: 5"), "{written}");
     let (ok, out) = run(&["test", "tests"]);
-    assert!(ok && out.ends_with("3 passed, 0 failed\n"), "{out}");
+    assert!(ok && out.ends_with("4 passed, 0 failed\n"), "{out}");
 }
