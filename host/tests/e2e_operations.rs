@@ -1,5 +1,7 @@
 //! Operating the host, end to end on a real kube-apiserver: the generated RBAC is enough
-//! (and checked), the health port's metrics move with reconciles, `/blueprint` matches
+//! (and checked), the health port's metrics move with reconciles and have
+//! controller-runtime's names, labels and buckets, probes answer as controller-runtime's
+//! (a standby is ready), `/blueprint` matches
 //! the file, the console renders in Chromium, leader election hands over between two
 //! `inrun run` processes. The Helm chart's tests are in `e2e_chart.rs`.
 
@@ -239,8 +241,11 @@ async fn metrics_move_with_reconciles_and_blueprint_matches_the_loaded_file() ->
     }
     assert_eq!(call(&console, "/metrics").await.0, 404);
 
-    let (status, body) = call(&router, "/healthz").await;
-    assert_eq!((status, body.as_str()), (200, "ok"));
+    // Probes pass while the host serves them, controllers running or not.
+    for probe in ["/healthz", "/readyz"] {
+        let (status, body) = call(&router, probe).await;
+        assert_eq!((status, body.as_str()), (200, "ok"), "{probe}");
+    }
     let (_, before) = call(&router, "/metrics").await;
     let success = format!(
         "controller_runtime_reconcile_total{{controller=\"{controller}\",result=\"success\"}}"
@@ -258,22 +263,17 @@ async fn metrics_move_with_reconciles_and_blueprint_matches_the_loaded_file() ->
         })
         .await;
     }
-    let (status, why) = call(&router, "/readyz").await;
-    let (_, now) = call(&router, "/metrics").await;
-    assert_eq!(
-        status, 200,
-        "ready once the controllers run and their caches synced: {why}\n{now}"
-    );
     // A CR's status is written inside its pass; the pass is counted when it returns.
     let after = eventually("both passes to be counted as successes", || async {
         let (_, text) = call(&router, "/metrics").await;
         (sample(&text, &success) >= 2.0).then_some(text)
     })
     .await;
-    let adds = format!("workqueue_adds_total{{name=\"{controller}\"}}");
+    let queue = format!("controller=\"{controller}\",name=\"{controller}\"");
+    let adds = format!("workqueue_adds_total{{{queue}}}");
     assert!(sample(&after, &adds) >= 2.0);
-    // Status writes wake the controller again; once they settle nothing is in progress.
-    let depth = format!("workqueue_depth{{name=\"{controller}\"}}");
+    // Once the passes are done nothing is queued.
+    let depth = format!("workqueue_depth{{{queue},priority=\"\"}}");
     eventually("the queue depth to return to 0", || async {
         let (_, text) = call(&router, "/metrics").await;
         (sample(&text, &depth) == 0.0).then_some(())
@@ -287,7 +287,7 @@ async fn metrics_move_with_reconciles_and_blueprint_matches_the_loaded_file() ->
     assert!(sample(&after, &calls) >= 2.0, "{after}");
     assert!(after.contains("# TYPE controller_runtime_reconcile_time_seconds histogram"));
     // Each CR waited in the queue between its change and its reconcile, and that is measured.
-    let waited = format!("workqueue_queue_duration_seconds_count{{name=\"{controller}\"}}");
+    let waited = format!("workqueue_queue_duration_seconds_count{{{queue}}}");
     assert!(sample(&after, &waited) >= 2.0, "{after}");
     // The plugin was compiled (or found loaded) when the Blueprint was assembled.
     let loads: f64 = ["memory", "cache", "compiled"]
@@ -632,6 +632,387 @@ async fn one_replica_leads_and_a_standby_takes_over_on_sigterm_and_on_sigkill() 
         "the lease is released on shutdown"
     );
     let _ = c.identity;
+    Ok(())
+}
+
+/// One sample of a metrics page: its name, labels and value.
+#[derive(Debug)]
+struct Series {
+    name: String,
+    labels: std::collections::BTreeMap<String, String>,
+    value: f64,
+}
+
+/// The samples of an OpenMetrics (or Prometheus) text page.
+fn parse_series(text: &str) -> Vec<Series> {
+    let mut out = Vec::new();
+    for line in text
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+    {
+        let (head, value) = line.rsplit_once(' ').expect("a sample line");
+        let (name, labels) = match head.split_once('{') {
+            Some((name, rest)) => (name, rest.strip_suffix('}').expect("closed labels")),
+            None => (head, ""),
+        };
+        let mut parsed = std::collections::BTreeMap::new();
+        let mut rest = labels;
+        while let Some((key, after)) = rest.split_once("=\"") {
+            // Label values here hold no escaped quotes.
+            let (value, after) = after.split_once('"').expect("a closed value");
+            parsed.insert(key.trim_start_matches(',').to_string(), value.to_string());
+            rest = after;
+        }
+        out.push(Series {
+            name: name.to_string(),
+            labels: parsed,
+            value: value.parse().unwrap_or(f64::NAN),
+        });
+    }
+    out
+}
+
+/// The sum of the samples named `name` whose labels include every pair of `with`.
+fn total(series: &[Series], name: &str, with: &[(&str, &str)]) -> f64 {
+    series
+        .iter()
+        .filter(|s| s.name == name)
+        .filter(|s| {
+            with.iter()
+                .all(|(k, v)| s.labels.get(*k).map(String::as_str) == Some(*v))
+        })
+        .map(|s| s.value)
+        .sum()
+}
+
+/// The port `inrun run` logged for its health port in the log file at `path`.
+async fn health_port(path: &std::path::Path) -> u16 {
+    inrun_testenv::wait_for("the health port to be logged", WAIT, || async {
+        let log = std::fs::read_to_string(path).ok()?;
+        let line = log.lines().find(|l| l.contains("health port listening"))?;
+        let after = line.split("127.0.0.1:").nth(1)?;
+        let digits: String = after.chars().take_while(char::is_ascii_digit).collect();
+        digits.parse().ok()
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// GETs `path` on the health port `port`: (status, body).
+async fn scrape(port: u16, path: &str) -> (u16, String) {
+    let response = reqwest::get(format!("http://127.0.0.1:{port}{path}"))
+        .await
+        .expect("the health port answers");
+    let status = response.status().as_u16();
+    (status, response.text().await.expect("a body"))
+}
+
+/// controller-runtime's and client-go's buckets, as their Go sources define them.
+const RECONCILE_LE: [f64; 40] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6, 0.7, 0.8, 0.9,
+    1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 15.0, 20.0,
+    25.0, 30.0, 40.0, 50.0, 60.0,
+];
+const QUEUE_LE: [f64; 12] = [
+    1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 0.01, 0.1, 1.0, 10.0, 100.0, 1000.0,
+];
+
+fn tick_blueprint(group: &str, ns: &str, lease: &str) -> String {
+    format!(
+        r#"apiVersion: inrun.dev/v1alpha1
+kind: Blueprint
+metadata: {{name: ticks}}
+spec:
+  runtime:
+    workers: 3
+    leaderElection: {{enabled: true, leaseName: {lease}, namespace: {ns}}}
+  crds:
+    - group: {group}
+      version: v1alpha1
+      kind: Tick
+      reconcile:
+        onReconcile:
+          - apiVersion: v1
+            kind: ConfigMap
+            metadata: {{name: "{{{{ .metadata.name }}}}"}}
+            data: {{name: "{{{{ .metadata.name }}}}"}}
+        managedResources:
+          - {{apiVersion: v1, kind: ConfigMap}}
+        requeue: {{after: 1s, when: "{{{{ .spec.hold }}}}"}}
+"#
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_host_exports_controller_runtimes_metrics_and_is_ready_as_leader_and_standby()
+-> TestResult {
+    let started = std::time::Instant::now();
+    let cp = ControlPlane::shared();
+    let group = unique_group("scrape");
+    let ns = cp.namespace("scrape").await?;
+    let lease = "inrun-scrape";
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("blueprint.yaml");
+    std::fs::write(&path, tick_blueprint(&group, &ns, lease))?;
+    let controller = format!("ticks.{group}");
+    let ar = resource(&group, "Tick");
+    let tick = |name: &str, hold: bool| {
+        format!(
+            "apiVersion: {group}/v1alpha1\nkind: Tick\nmetadata: {{name: {name}}}\nspec: {{hold: {hold}}}\n"
+        )
+    };
+
+    let leader = Process::spawn(&path, dir.path(), "scrape-a");
+    until_holder(&ns, lease, "scrape-a", WAIT).await;
+    let port = health_port(&dir.path().join("scrape-a.log")).await;
+    apply_cr(&ar, &ns, &tick("idle", false)).await;
+    apply_cr(&ar, &ns, &tick("busy", true)).await;
+    let c = [("controller", controller.as_str())];
+    // The held CR runs again every second: each of those passes asked for a requeue after
+    // a delay, and each requeue is a retry of the work queue.
+    let text = eventually("requeue_after reconciles of the held CR", || async {
+        let (_, text) = scrape(port, "/metrics").await;
+        let s = parse_series(&text);
+        let requeued = total(
+            &s,
+            "controller_runtime_reconcile_total",
+            &[c[0], ("result", "requeue_after")],
+        );
+        let succeeded = total(
+            &s,
+            "controller_runtime_reconcile_total",
+            &[c[0], ("result", "success")],
+        );
+        (requeued >= 2.0 && succeeded >= 1.0).then_some(text)
+    })
+    .await;
+    let s = parse_series(&text);
+    assert!(total(&s, "workqueue_retries_total", &c) >= 2.0, "{text}");
+    // Each CR's first change, and the held CR's requeues once due.
+    assert!(total(&s, "workqueue_adds_total", &c) >= 3.0, "{text}");
+    assert_eq!(
+        total(&s, "controller_runtime_max_concurrent_reconciles", &c),
+        3.0
+    );
+    assert_eq!(
+        total(&s, "controller_runtime_reconcile_errors_total", &c),
+        0.0
+    );
+
+    // Names, label sets and types exactly as controller-runtime and client-go have them.
+    let families: &[(&str, &str, &[&str])] = &[
+        (
+            "controller_runtime_reconcile",
+            "counter",
+            &["controller", "result"],
+        ),
+        (
+            "controller_runtime_reconcile_errors",
+            "counter",
+            &["controller"],
+        ),
+        (
+            "controller_runtime_terminal_reconcile_errors",
+            "counter",
+            &["controller"],
+        ),
+        (
+            "controller_runtime_reconcile_panics",
+            "counter",
+            &["controller"],
+        ),
+        (
+            "controller_runtime_reconcile_time_seconds",
+            "histogram",
+            &["controller"],
+        ),
+        (
+            "controller_runtime_max_concurrent_reconciles",
+            "gauge",
+            &["controller"],
+        ),
+        (
+            "controller_runtime_active_workers",
+            "gauge",
+            &["controller"],
+        ),
+        (
+            "workqueue_depth",
+            "gauge",
+            &["controller", "name", "priority"],
+        ),
+        ("workqueue_adds", "counter", &["controller", "name"]),
+        ("workqueue_retries", "counter", &["controller", "name"]),
+        (
+            "workqueue_queue_duration_seconds",
+            "histogram",
+            &["controller", "name"],
+        ),
+        (
+            "workqueue_work_duration_seconds",
+            "histogram",
+            &["controller", "name"],
+        ),
+        (
+            "workqueue_unfinished_work_seconds",
+            "gauge",
+            &["controller", "name"],
+        ),
+        (
+            "workqueue_longest_running_processor_seconds",
+            "gauge",
+            &["controller", "name"],
+        ),
+        (
+            "rest_client_requests",
+            "counter",
+            &["code", "host", "method"],
+        ),
+        ("leader_election_master_status", "gauge", &["name"]),
+    ];
+    for (family, kind, labels) in families {
+        assert!(
+            text.contains(&format!("# TYPE {family} {kind}\n")),
+            "{family} is a {kind}: {text}"
+        );
+        let samples: Vec<&Series> = s
+            .iter()
+            .filter(|x| match *kind {
+                "counter" => x.name == format!("{family}_total"),
+                "histogram" => x.name.starts_with(&format!("{family}_")),
+                _ => x.name == *family,
+            })
+            .collect();
+        assert!(!samples.is_empty(), "{family} has samples: {text}");
+        for sample in samples {
+            let mut want: Vec<&str> = labels.to_vec();
+            if sample.name.ends_with("_bucket") {
+                want.push("le");
+            }
+            want.sort_unstable();
+            let got: Vec<&str> = sample.labels.keys().map(String::as_str).collect();
+            assert_eq!(got, want, "labels of {sample:?}");
+            if let Some(name) = sample
+                .labels
+                .get("name")
+                .filter(|_| *family != "leader_election_master_status")
+            {
+                assert_eq!(name, &controller, "the queue is named after its controller");
+            }
+        }
+    }
+    let le = |family: &str| -> Vec<String> {
+        s.iter()
+            .filter(|x| {
+                x.name == format!("{family}_bucket") && x.labels["controller"] == controller
+            })
+            .map(|x| x.labels["le"].clone())
+            .collect()
+    };
+    for (family, bounds) in [
+        (
+            "controller_runtime_reconcile_time_seconds",
+            &RECONCILE_LE[..],
+        ),
+        ("workqueue_queue_duration_seconds", &QUEUE_LE[..]),
+        ("workqueue_work_duration_seconds", &QUEUE_LE[..]),
+    ] {
+        let mut les = le(family);
+        assert_eq!(les.pop().as_deref(), Some("+Inf"), "{family}");
+        let got: Vec<f64> = les.iter().map(|l| l.parse().expect("a bound")).collect();
+        assert_eq!(got, bounds, "{family}'s buckets");
+    }
+
+    // Requests to the API server, by the host:port the kubeconfig names.
+    let apiserver = cp.server().trim_start_matches("https://").to_string();
+    let on = |method: &str| {
+        total(
+            &s,
+            "rest_client_requests_total",
+            &[("host", &apiserver), ("method", method)],
+        )
+    };
+    // Reads, server-side applies, and the Lease's creation or renewal.
+    assert!(on("GET") >= 1.0 && on("PATCH") >= 1.0, "{text}");
+    assert!(on("POST") + on("PUT") >= 1.0, "{text}");
+    assert_eq!(
+        total(&s, "leader_election_master_status", &[("name", lease)]),
+        1.0
+    );
+    for name in [
+        "process_resident_memory_bytes",
+        "process_virtual_memory_bytes",
+        "process_open_fds",
+        "process_max_fds",
+    ] {
+        assert!(total(&s, name, &[]) > 0.0, "{name}: {text}");
+    }
+    assert!(total(&s, "process_cpu_seconds_total", &[]) > 0.0);
+    let since_start = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_secs_f64()
+        - total(&s, "process_start_time_seconds", &[]);
+    assert!(
+        (0.0..120.0).contains(&since_start),
+        "started {since_start}s ago"
+    );
+    assert!(!text.contains("\ngo_"), "no Go runtime series");
+
+    // Once nothing is held, the queue empties and no worker stays busy.
+    apply_cr(&ar, &ns, &tick("busy", false)).await;
+    eventually("the queue to be empty and every worker idle", || async {
+        let (_, text) = scrape(port, "/metrics").await;
+        let s = parse_series(&text);
+        let idle = total(&s, "workqueue_depth", &c) == 0.0
+            && total(&s, "controller_runtime_active_workers", &c) == 0.0
+            && total(&s, "workqueue_unfinished_work_seconds", &c) == 0.0
+            && total(
+                &s,
+                "controller_runtime_reconcile_total",
+                &[c[0], ("result", "success")],
+            ) >= 2.0;
+        idle.then_some(())
+    })
+    .await;
+
+    // Probes as controller-runtime answers them.
+    assert_eq!(scrape(port, "/healthz").await, (200, "ok".to_string()));
+    assert_eq!(scrape(port, "/readyz").await, (200, "ok".to_string()));
+    assert_eq!(
+        scrape(port, "/readyz?verbose").await,
+        (200, "[+]ping ok\nhealthz check passed\n".to_string())
+    );
+    assert_eq!(scrape(port, "/readyz/ping").await, (200, "ok".to_string()));
+    assert_eq!(scrape(port, "/healthz/nope").await.0, 404);
+
+    // A standby is ready although it runs no controller, and exports no controller series.
+    let standby = Process::spawn(&path, dir.path(), "scrape-b");
+    let standby_port = health_port(&dir.path().join("scrape-b.log")).await;
+    let text = eventually("the standby to report it does not lead", || async {
+        let (_, text) = scrape(standby_port, "/metrics").await;
+        let s = parse_series(&text);
+        (s.iter()
+            .any(|x| x.name == "leader_election_master_status" && x.value == 0.0))
+        .then_some(text)
+    })
+    .await;
+    assert_eq!(
+        scrape(standby_port, "/readyz").await,
+        (200, "ok".to_string())
+    );
+    assert_eq!(holder(&ns, lease).await.as_deref(), Some("scrape-a"));
+    assert!(
+        !text.contains("controller=\""),
+        "a standby exports no controller series: {text}"
+    );
+    for process in [&leader, &standby] {
+        process.signal("-TERM");
+    }
+    for mut process in [leader, standby] {
+        let exit = tokio::time::timeout(WAIT, process.child.wait()).await??;
+        assert!(exit.success(), "{} exits cleanly: {exit}", process.identity);
+    }
+    eprintln!("scrape test: {:.1}s", started.elapsed().as_secs_f64());
     Ok(())
 }
 

@@ -35,8 +35,9 @@ pub struct Ctx {
     pub backoff: Backoff,
     /// Host settings from the Blueprint.
     pub runtime: RuntimeSpec,
-    /// When each queued CR (by key) was first queued by a change, for the queue-wait metric.
-    pub queued: Queued,
+    /// What is queued and running, for the work-queue metrics: every trigger of a CR is
+    /// told to it.
+    pub queue: crate::metrics::WorkQueue,
     /// Watch caches of the CRs' children, by kind.
     pub children: ChildStores,
     /// Which changes wake a CR, and what the host itself wrote.
@@ -46,30 +47,6 @@ pub struct Ctx {
     /// Told when a pass saw a CRD of a CR's become `Established`: a kind that was not
     /// served may be now, and its children's watch may start.
     pub kinds_changed: Arc<tokio::sync::Notify>,
-}
-
-/// CR keys waiting for a reconcile, with when the first change queued them.
-#[derive(Debug, Clone, Default)]
-pub struct Queued(Arc<std::sync::Mutex<std::collections::HashMap<String, std::time::Instant>>>);
-
-impl Queued {
-    fn map(
-        &self,
-    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, std::time::Instant>> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Notes that a change queued `key` (the first change counts until it is reconciled).
-    pub fn push(&self, key: String) {
-        self.map()
-            .entry(key)
-            .or_insert_with(std::time::Instant::now);
-    }
-
-    /// How long `key` has waited since a change queued it, forgetting it.
-    pub fn take(&self, key: &str) -> Option<std::time::Duration> {
-        self.map().remove(key).map(|t| t.elapsed())
-    }
 }
 
 impl Ctx {

@@ -26,6 +26,7 @@ use tokio::sync::watch;
 pub struct Fence {
     open: Arc<watch::Sender<bool>>,
     request_timeout: Option<std::time::Duration>,
+    requests: crate::metrics::CountRequests,
 }
 
 impl Default for Fence {
@@ -33,6 +34,7 @@ impl Default for Fence {
         Fence {
             open: Arc::new(watch::channel(true).0),
             request_timeout: None,
+            requests: crate::metrics::CountRequests::none(),
         }
     }
 }
@@ -42,6 +44,14 @@ impl Fence {
     #[must_use]
     pub fn with_request_timeout(mut self, timeout: Option<std::time::Duration>) -> Self {
         self.request_timeout = timeout;
+        self
+    }
+
+    /// The same fence, its clients counting the requests they send with `requests`
+    /// (`rest_client_requests_total`).
+    #[must_use]
+    pub fn counting(mut self, requests: crate::metrics::CountRequests) -> Self {
+        self.requests = requests;
         self
     }
 
@@ -116,12 +126,15 @@ pub struct Fenced {
     path: String,
 }
 
-/// A client from `config` whose writes pass only while `fence` is open.
+/// A client from `config` whose writes pass only while `fence` is open; the requests it
+/// sends are counted as the fence says.
 ///
 /// # Errors
 /// When the client cannot be built from `config`.
 pub fn client(config: Config, fence: &Fence) -> Result<Client, kube::Error> {
+    // Counted inside the fence: a write it refuses is never sent.
     Ok(ClientBuilder::try_from(config)?
+        .with_layer(&fence.requests)
         .with_layer(&FenceLayer {
             fence: fence.clone(),
         })

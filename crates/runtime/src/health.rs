@@ -1,46 +1,86 @@
-//! The runtime's own account of whether it serves: how many controllers run, how many of
-//! their watch caches have synced, and whether this replica leads or waits for the lease.
-//! `/readyz` is computed from it, and [`crate::metrics`] exports the same gauges, so the
-//! two can never disagree.
+//! The runtime's own account of what it runs (controllers, synced caches, leadership),
+//! exported as gauges by [`crate::metrics`], and the checks `/healthz` and `/readyz`
+//! answer from, with controller-runtime's semantics: a probe passes while the process
+//! serves it. Readiness depends neither on leadership (a standby is ready) nor on how many
+//! tenants or controllers run (a host serving none is ready); a reconcile's failures show
+//! in the metrics and the CR's status, never in the probes.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
 
 use prometheus_client::metrics::gauge::Gauge;
 
-/// Controllers, caches and leadership, updated by the runtime as they change.
-#[derive(Debug, Default)]
+/// A named check: `Err` says why it fails (logged, never served).
+pub type Check = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
+
+/// Which endpoint a check belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Probe {
+    /// `/healthz`: whether the process should be restarted.
+    Liveness,
+    /// `/readyz`: whether it should be sent traffic.
+    Readiness,
+}
+
+/// Controllers, caches and leadership, updated by the runtime as they change, and the
+/// probes' checks.
 pub struct Health {
     pub(crate) controllers: Gauge,
     pub(crate) synced: Gauge,
     pub(crate) leader: Gauge,
-    standby: AtomicBool,
+    checks: RwLock<[BTreeMap<String, Check>; 2]>,
 }
 
-/// What `/readyz` answers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Readiness {
-    /// Every controller runs and its cache of CRs has synced.
-    Ready,
-    /// This replica waits for the lease: ready, though no controller runs.
-    Standby,
-    /// Controllers run, but some cache is still listing.
-    CachesNotSynced,
-    /// No controller runs yet.
-    NotStarted,
-}
-
-impl Readiness {
-    /// Whether the replica should receive traffic.
-    pub fn is_ready(self) -> bool {
-        matches!(self, Readiness::Ready | Readiness::Standby)
+impl std::fmt::Debug for Health {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Health")
+            .field("controllers", &self.controllers.get())
+            .field("synced", &self.synced.get())
+            .field("leader", &self.leader.get())
+            .finish_non_exhaustive()
     }
+}
 
-    /// A short word for the health port's body.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Readiness::Ready | Readiness::Standby => "ok",
-            Readiness::CachesNotSynced => "caches not synced",
-            Readiness::NotStarted => "controllers not started",
+/// The check every probe has: it passes whenever the probe is answered.
+fn ping() -> Check {
+    Arc::new(|| Ok(()))
+}
+
+impl Default for Health {
+    /// Both probes with one check, `ping`, as a kubebuilder project wires them.
+    fn default() -> Self {
+        let checks = || BTreeMap::from([("ping".to_string(), ping())]);
+        Health {
+            controllers: Gauge::default(),
+            synced: Gauge::default(),
+            leader: Gauge::default(),
+            checks: RwLock::new([checks(), checks()]),
+        }
+    }
+}
+
+/// One check's state in an answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Status {
+    Passed,
+    Excluded,
+    Failed,
+}
+
+/// What a probe answers: the HTTP status and the body (`text/plain; charset=utf-8`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answer {
+    /// 200, 500 when a check failed, 404 for an unknown check.
+    pub status: u16,
+    /// `ok`, or one line per check (`[+]ping ok`) and a verdict.
+    pub body: String,
+}
+
+impl Answer {
+    fn new(status: u16, body: impl Into<String>) -> Answer {
+        Answer {
+            status,
+            body: body.into(),
         }
     }
 }
@@ -64,14 +104,9 @@ impl Health {
         }
     }
 
-    /// This replica leads (it runs controllers), or not.
+    /// This replica runs controllers (it leads, or runs without election), or not.
     pub fn set_leader(&self, leader: bool) {
         self.leader.set(i64::from(leader));
-    }
-
-    /// This replica waits for the lease, or not.
-    pub fn set_standby(&self, standby: bool) {
-        self.standby.store(standby, Ordering::Relaxed);
     }
 
     /// Whether this replica leads.
@@ -89,19 +124,80 @@ impl Health {
         self.synced.get()
     }
 
-    /// Ready once every controller runs with its cache synced, or while waiting as a
-    /// standby.
-    pub fn readiness(&self) -> Readiness {
-        let running = self.controllers.get();
-        if self.standby.load(Ordering::Relaxed) {
-            Readiness::Standby
-        } else if running == 0 {
-            Readiness::NotStarted
-        } else if self.synced.get() < running {
-            Readiness::CachesNotSynced
-        } else {
-            Readiness::Ready
+    /// Adds (or replaces) the check `name` of `probe`.
+    pub fn add_check(&self, probe: Probe, name: &str, check: Check) {
+        let mut checks = self.checks.write().unwrap_or_else(|p| p.into_inner());
+        checks[probe as usize].insert(name.to_string(), check);
+    }
+
+    /// Runs `probe`'s checks as controller-runtime's handler does. `only`: one check
+    /// (`/readyz/<name>`); otherwise every check but those in `exclude`, each on its own
+    /// line when `verbose` or when one fails.
+    pub fn answer(
+        &self,
+        probe: Probe,
+        only: Option<&str>,
+        verbose: bool,
+        exclude: &[&str],
+    ) -> Answer {
+        let checks = self.checks.read().unwrap_or_else(|p| p.into_inner());
+        let checks = &checks[probe as usize];
+        if let Some(name) = only {
+            return match checks.get(name) {
+                None => Answer::new(404, "404 page not found\n"),
+                Some(check) => match check() {
+                    Ok(()) => Answer::new(200, "ok"),
+                    Err(why) => Answer::new(500, format!("internal server error: {why}\n")),
+                },
+            };
         }
+        let mut unknown: Vec<&str> = exclude.to_vec();
+        let parts: Vec<(&str, Status)> = checks
+            .iter()
+            .map(|(name, check)| {
+                if exclude.contains(&name.as_str()) {
+                    unknown.retain(|e| e != name);
+                    return (name.as_str(), Status::Excluded);
+                }
+                match check() {
+                    Ok(()) => (name.as_str(), Status::Passed),
+                    Err(why) => {
+                        tracing::info!(check = %name, error = %why, "health check failed");
+                        (name.as_str(), Status::Failed)
+                    }
+                }
+            })
+            .collect();
+        let failed = parts.iter().any(|(_, s)| *s == Status::Failed);
+        let status = if failed { 500 } else { 200 };
+        // Failures are always told check by check.
+        if !failed && !verbose {
+            return Answer::new(status, "ok");
+        }
+        let mut body = String::new();
+        for (name, state) in &parts {
+            body.push_str(&match state {
+                Status::Excluded => format!("[+]{name} excluded: ok\n"),
+                Status::Passed => format!("[+]{name} ok\n"),
+                // Probes are public: why is logged, not served.
+                Status::Failed => format!("[-]{name} failed: reason withheld\n"),
+            });
+        }
+        if !unknown.is_empty() {
+            unknown.sort_unstable();
+            unknown.dedup();
+            let quoted: Vec<String> = unknown.iter().map(|u| format!("{u:?}")).collect();
+            body.push_str(&format!(
+                "warn: some health checks cannot be excluded: no matches for {}\n",
+                quoted.join(",")
+            ));
+        }
+        body.push_str(if failed {
+            "healthz check failed\n"
+        } else {
+            "healthz check passed\n"
+        });
+        Answer::new(status, body)
     }
 }
 
@@ -110,22 +206,57 @@ mod tests {
     use super::*;
 
     #[test]
-    fn ready_only_when_every_running_controller_has_synced_or_when_standing_by() {
+    fn both_probes_pass_with_no_controller_running_and_without_leading() {
         let h = Health::default();
-        assert_eq!(h.readiness(), Readiness::NotStarted);
-        h.controller_running(true);
-        h.controller_running(true);
-        h.cache_synced(true);
-        assert_eq!(h.readiness(), Readiness::CachesNotSynced);
-        h.cache_synced(true);
-        assert_eq!(h.readiness(), Readiness::Ready);
-        h.controller_running(false);
-        h.controller_running(false);
-        h.cache_synced(false);
-        h.cache_synced(false);
-        assert_eq!(h.readiness(), Readiness::NotStarted);
-        h.set_standby(true);
-        assert!(h.readiness().is_ready());
-        assert_eq!(h.readiness(), Readiness::Standby);
+        assert_eq!((h.controllers(), h.leader()), (0, false));
+        for probe in [Probe::Liveness, Probe::Readiness] {
+            assert_eq!(h.answer(probe, None, false, &[]), Answer::new(200, "ok"));
+            assert_eq!(
+                h.answer(probe, None, true, &[]),
+                Answer::new(200, "[+]ping ok\nhealthz check passed\n")
+            );
+            assert_eq!(
+                h.answer(probe, Some("ping"), false, &[]),
+                Answer::new(200, "ok")
+            );
+            assert_eq!(h.answer(probe, Some("nope"), false, &[]).status, 404);
+        }
+    }
+
+    #[test]
+    fn a_failing_check_fails_its_probe_verbosely_and_can_be_excluded() {
+        let h = Health::default();
+        h.add_check(
+            Probe::Readiness,
+            "blueprint",
+            Arc::new(|| Err("not loaded".into())),
+        );
+        assert_eq!(
+            h.answer(Probe::Readiness, None, false, &[]),
+            Answer::new(
+                500,
+                "[-]blueprint failed: reason withheld\n[+]ping ok\nhealthz check failed\n"
+            )
+        );
+        assert_eq!(
+            h.answer(Probe::Readiness, Some("blueprint"), false, &[]),
+            Answer::new(500, "internal server error: not loaded\n")
+        );
+        assert_eq!(
+            h.answer(Probe::Readiness, None, true, &["blueprint", "other"]),
+            Answer::new(
+                200,
+                "[+]blueprint excluded: ok\n[+]ping ok\nwarn: some health checks cannot be excluded: no matches for \"other\"\nhealthz check passed\n"
+            )
+        );
+        assert_eq!(
+            h.answer(Probe::Readiness, None, false, &["blueprint"]),
+            Answer::new(200, "ok")
+        );
+        assert_eq!(
+            h.answer(Probe::Liveness, None, false, &[]).status,
+            200,
+            "only readiness has it"
+        );
     }
 }

@@ -94,6 +94,18 @@ pub struct Connection {
 /// # Errors
 /// [`ConnectError`].
 pub async fn connect(options: &ConnectOptions) -> Result<Connection, ConnectError> {
+    connect_recording(options, None).await
+}
+
+/// [`connect`], every client built on the connection (the Lease's, and those acting as
+/// tenants' ServiceAccounts) counting its requests into `metrics`.
+///
+/// # Errors
+/// [`ConnectError`].
+pub async fn connect_recording(
+    options: &ConnectOptions,
+    metrics: Option<&crate::metrics::Metrics>,
+) -> Result<Connection, ConnectError> {
     let kubeconfig = match (&options.kubeconfig, &options.context) {
         (Some(path), _) => {
             Some(
@@ -144,9 +156,18 @@ pub async fn connect(options: &ConnectOptions) -> Result<Connection, ConnectErro
             }
         }
     }
-    let fence = crate::fence::Fence::default().with_request_timeout(options.request_timeout);
+    let requests = match (metrics, config.cluster_url.authority()) {
+        (Some(m), Some(host)) => m.count_requests(host.as_str()),
+        _ => crate::metrics::CountRequests::none(),
+    };
+    let fence = crate::fence::Fence::default()
+        .with_request_timeout(options.request_timeout)
+        .counting(requests.clone());
     let client = crate::fence::client(config.clone(), &fence).map_err(ConnectError::Client)?;
-    let lease_client = Client::try_from(config.clone()).map_err(ConnectError::Client)?;
+    let lease_client = kube::client::ClientBuilder::try_from(config.clone())
+        .map_err(ConnectError::Client)?
+        .with_layer(&requests)
+        .build();
     Ok(Connection {
         client,
         lease_client,

@@ -195,8 +195,9 @@ pub struct Keeper {
 }
 
 /// Waits for the lease, then runs `work` until `shutdown` turns true or the lease is lost;
-/// `work` gets a receiver that turns true when it must stop. While this replica waits,
-/// `metrics`' health says it stands by (ready, not leading). Returns `Ok` after a shutdown (lease released).
+/// `work` gets a receiver that turns true when it must stop. `metrics` tells whether this
+/// replica leads (`leader_election_master_status`). Returns `Ok` after a shutdown (lease
+/// released).
 ///
 /// Writes are fenced: `keeper.fence` is closed while this replica waits, opened when it
 /// holds the lease, and closed again the moment the lease is lost, which is at the latest
@@ -227,9 +228,8 @@ where
         observed: None,
     };
     let attempt_timeout = config.retry_period.max(Duration::from_secs(1));
-    let health = metrics.health().clone();
-    health.set_standby(true);
-    health.set_leader(false);
+    let lease = config.lease_name.clone();
+    metrics.leader_election(&lease, false);
     tracing::info!(lease = %config.lease_name, namespace = %config.namespace, identity = %config.identity, "waiting for the leader-election lease");
     let mut acquired;
     loop {
@@ -262,8 +262,7 @@ where
     // stored it (and others seen it) at any moment after that.
     let mut deadline = acquired + config.renew_deadline;
     fence.open();
-    health.set_standby(false);
-    health.set_leader(true);
+    metrics.leader_election(&lease, true);
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut task = tokio::spawn(work(stop_rx));
     let outcome = loop {
@@ -274,7 +273,7 @@ where
             finished = &mut task => {
                 // The work ended by itself (a startup error): give the lease back.
                 fence.close();
-                health.set_leader(false);
+                metrics.leader_election(&lease, false);
                 if let Err(e) = elector.release().await {
                     tracing::warn!(error = %inrun_contract::errors::chain(&e), "releasing the lease");
                 }
@@ -304,7 +303,7 @@ where
     }
     // Stop reconciling at once: controllers finish what is in flight and start nothing new.
     let _ = stop_tx.send(true);
-    health.set_leader(false);
+    metrics.leader_election(&lease, false);
     // While they finish after a shutdown, the lease is still renewed; writes stay fenced
     // by the same deadline either way.
     let finished = loop {

@@ -342,7 +342,10 @@ pub fn controller(
             backoff::Backoff::new(base.max(runtime.min_requeue), max.max(runtime.min_requeue))
         },
         runtime,
-        queued: context::Queued::default(),
+        queue: shared.metrics.controller(
+            &plan.spec.crd_name(),
+            usize::try_from(workers).unwrap_or(usize::MAX),
+        ),
         children: stores,
         triggers: triggers.clone(),
         metrics: shared.metrics.clone(),
@@ -353,7 +356,7 @@ pub fn controller(
     let writer = Writer::new(ar.clone());
     let reader = writer.as_reader();
     let lazy_crs = reader.clone();
-    let queued = ctx.queued.clone();
+    let queued = ctx.queue.clone();
     let health = shared.metrics.health().clone();
     let counted = Arc::new(AtomicBool::new(false));
     let counted_here = counted.clone();
@@ -381,7 +384,7 @@ pub fn controller(
             let wakes = |cr: &cached::CachedCr| {
                 let wake = triggers.cr_changed(&cr.metadata, &cr_ctx.cr_id(cr));
                 if wake {
-                    queued.push(Ctx::key(cr));
+                    queued.queued(&Ctx::key(cr));
                 }
                 wake
             };
@@ -408,12 +411,19 @@ pub fn controller(
     // The children's watches run as tasks of their own, not inside the controller: their
     // caches then fill while passes wait for them, whatever the controller polls first.
     let (woken_tx, woken_rx) = tokio::sync::mpsc::unbounded_channel();
-    let queued = ctx.queued.clone();
+    let queued = ctx.queue.clone();
     let children_woken = futures::stream::unfold(woken_rx, |mut rx| async move {
         rx.recv().await.map(|r| (r, rx))
     })
     .inspect(move |r: &ObjectRef<cached::CachedCr>| {
-        queued.push(triggers::key_of(r.namespace.as_deref(), &r.name));
+        queued.queued(&triggers::key_of(r.namespace.as_deref(), &r.name));
+    });
+    // A plugin reload queues every CR the cache holds.
+    let (all_queued, all_crs) = (ctx.queue.clone(), reader.clone());
+    let requeue = requeue.inspect(move |()| {
+        for cr in all_crs.state() {
+            all_queued.queued(&Ctx::key(cr.as_ref()));
+        }
     });
     let controller = Controller::for_stream_with(crs, reader, ar.clone())
         .with_config(
@@ -425,6 +435,7 @@ pub fn controller(
     let mut stop_on = stop;
     let metrics = shared.metrics.clone();
     let lazy_ctx = ctx.clone();
+    let queue = ctx.queue.clone();
     let name = plan.spec.crd_name();
     async move {
         let health = metrics.health();
@@ -445,18 +456,26 @@ pub fn controller(
         drop(woken_tx);
         health.controller_running(true);
         metrics.controller_started(&name);
+        let running = queue.run();
         tracing::debug!(crd = %name, "controller started");
         controller
             .graceful_shutdown_on(async move {
                 let _ = stop_on.wait_for(|s| *s).await;
             })
             .run(pass::reconcile, pass::error_policy, ctx)
-            .for_each(|result| async move {
-                if let Err(e) = result {
-                    tracing::debug!(error = %e, "controller event");
+            .for_each(|result| {
+                match result {
+                    // A CR deleted before its turn: what was queued for it will not run.
+                    Err(kube::runtime::controller::Error::ObjectNotFound(obj)) => {
+                        queue.forget(&triggers::key_of(obj.namespace.as_deref(), &obj.name));
+                    }
+                    Err(e) => tracing::debug!(error = %e, "controller event"),
+                    Ok(_) => {}
                 }
+                futures::future::ready(())
             })
             .await;
+        drop(running);
         for watch in watches {
             watch.abort();
         }

@@ -1,22 +1,53 @@
 //! The controller's entry into [`inrun_pass`]: one span and the metrics per reconcile, the
-//! pass run with [`ApiEffects`], and its answer turned into the next action.
+//! pass run with [`ApiEffects`] (a panic inside it caught and made this CR's failure), and
+//! its answer turned into the next action.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::cached::CachedCr;
+use futures::FutureExt;
 use kube::runtime::controller::Action;
 use tracing::Instrument;
 
 use super::context::Ctx;
 use super::effects::ApiEffects;
+use crate::metrics::{Finished, ReconcileResult};
 use inrun_pass::{self as pass, Failure, Pass};
+
+/// Why a reconcile failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    /// The pass failed.
+    #[error(transparent)]
+    Pass(#[from] Failure),
+    /// The pass panicked; the panic was caught, so only this CR's reconcile failed.
+    #[error("the reconcile panicked: {0}")]
+    Panicked(String),
+}
+
+/// Runs `work`, turning a panic inside it into `Err` with the panic's message, so one CR's
+/// bug neither kills the controller (kube-runtime polls reconciles inside its own stream)
+/// nor leaves the CR's trigger state half-way.
+async fn guarded<T>(work: impl std::future::Future<Output = T>) -> Result<T, String> {
+    std::panic::AssertUnwindSafe(work)
+        .catch_unwind()
+        .await
+        .map_err(|panic| {
+            panic
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic without a message".to_string())
+        })
+}
 
 /// Entry point for the controller.
 ///
 /// # Errors
-/// [`Failure`] when the pass failed; [`error_policy`] retries it with backoff.
-pub async fn reconcile(cached: Arc<CachedCr>, ctx: Arc<Ctx>) -> Result<Action, Failure> {
+/// [`ReconcileError`] when the pass failed or panicked; [`error_policy`] retries it with
+/// backoff.
+pub async fn reconcile(cached: Arc<CachedCr>, ctx: Arc<Ctx>) -> Result<Action, ReconcileError> {
     let crd = ctx.plan();
     let key = Ctx::key(cached.as_ref());
     let object = cached.value();
@@ -30,11 +61,7 @@ pub async fn reconcile(cached: Arc<CachedCr>, ctx: Arc<Ctx>) -> Result<Action, F
         reconciler.kind = %plan.reconciler.kind(),
         plugin.digest = %serving.first().map_or("-", |p| p.id().digest.as_str()),
     );
-    let metrics = &ctx.metrics;
-    if let Some(waited) = ctx.queued.take(&key) {
-        metrics.queue_wait(&crd.spec.crd_name(), waited);
-    }
-    let started = metrics.reconcile_started(&crd.spec.crd_name());
+    let in_flight = ctx.queue.started(&key);
     let plugins: Vec<String> = serving.iter().map(|p| p.id().name.clone()).collect();
     async {
         ctx.triggers.begin(&key);
@@ -46,17 +73,19 @@ pub async fn reconcile(cached: Arc<CachedCr>, ctx: Arc<Ctx>) -> Result<Action, F
             target: None,
             now: k8s_openapi::jiff::Timestamp::now(),
         };
-        let result = match &plan.package {
-            Some(package) => pass::package::run(p, &mut fx, package.as_ref()).await,
-            None => pass::run(p, &mut fx).await,
+        let run = async {
+            match &plan.package {
+                Some(package) => pass::package::run(p, &mut fx, package.as_ref()).await,
+                None => pass::run(p, &mut fx).await,
+            }
+        };
+        let (result, panicked) = match guarded(run).await {
+            Ok(result) => (result.map_err(ReconcileError::Pass), false),
+            Err(message) => (Err(ReconcileError::Panicked(message)), true),
         };
         let changed_meanwhile = ctx.triggers.end(&key);
-        let error = result
-            .as_ref()
-            .err()
-            .map(|e| e as &(dyn std::error::Error + 'static));
-        metrics.reconcile_finished(started, &key, &plugins, error);
-        match result {
+        // When the CR runs again: `None` waits for a change.
+        let next = match &result {
             Ok(done) => {
                 tracing::debug!(?done, "reconciled");
                 // Not there yet (a package's infrastructure): the retry delay, which an
@@ -69,7 +98,7 @@ pub async fn reconcile(cached: Arc<CachedCr>, ctx: Arc<Ctx>) -> Result<Action, F
                     ctx.backoff.succeeded(&key);
                 }
                 // A change by someone else arrived while the pass ran: run again now.
-                let after = if changed_meanwhile {
+                if changed_meanwhile {
                     Some(Duration::ZERO)
                 } else if retry.is_some() {
                     retry
@@ -77,8 +106,29 @@ pub async fn reconcile(cached: Arc<CachedCr>, ctx: Arc<Ctx>) -> Result<Action, F
                     // A reconciler may not ask for less than the floor.
                     done.after
                         .map(|a| jitter(a.max(ctx.runtime.min_requeue), &key, ctx.runtime.resync))
-                };
-                Ok(after.map_or_else(Action::await_change, Action::requeue))
+                }
+            }
+            Err(_) => None,
+        };
+        ctx.metrics.reconcile_finished(
+            in_flight,
+            Finished {
+                key: &key,
+                plugins: &plugins,
+                result: ReconcileResult::classify(result.is_err(), next),
+                error: result
+                    .as_ref()
+                    .err()
+                    .map(|e| e as &(dyn std::error::Error + 'static)),
+                panicked,
+            },
+        );
+        match result {
+            Ok(_) => {
+                if let Some(after) = next {
+                    ctx.queue.requeued(&key, after);
+                }
+                Ok(next.map_or_else(Action::await_change, Action::requeue))
             }
             Err(e) => {
                 tracing::warn!(error = %inrun_contract::errors::chain(&e), "reconcile failed");
@@ -105,10 +155,29 @@ fn jitter(after: Duration, key: &str, resync: Option<Duration>) -> Duration {
 }
 
 /// What the controller does with a failure: back off per key.
-pub fn error_policy(obj: Arc<CachedCr>, _err: &Failure, ctx: Arc<Ctx>) -> Action {
-    let delay = ctx.backoff.failed(
-        &Ctx::key(obj.as_ref()),
-        obj.metadata.generation.unwrap_or_default(),
-    );
+pub fn error_policy(obj: Arc<CachedCr>, _err: &ReconcileError, ctx: Arc<Ctx>) -> Action {
+    let key = Ctx::key(obj.as_ref());
+    let delay = ctx
+        .backoff
+        .failed(&key, obj.metadata.generation.unwrap_or_default());
+    ctx.queue.requeued(&key, delay);
     Action::requeue(delay)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_panic_inside_a_pass_becomes_its_error_with_the_message() {
+        let key = "ns/a".to_string();
+        let panicked = guarded(async { panic!("index out of bounds for {key}") }).await;
+        assert_eq!(
+            panicked,
+            Err::<(), _>("index out of bounds for ns/a".to_string())
+        );
+        let literal = guarded(async { std::panic::panic_any("boom") }).await;
+        assert_eq!(literal, Err::<(), _>("boom".to_string()));
+        assert_eq!(guarded(async { 7 }).await, Ok(7));
+    }
 }

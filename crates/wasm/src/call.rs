@@ -27,33 +27,36 @@ impl Plugin {
         limits: &Limits,
         grants: &Grants,
     ) -> Result<Outcome, CallError> {
-        let wit_req = to_wit_request(req);
-        let (mut store, pre, _busy) = self.store(limits, grants, cr_namespace(req));
-        let result = bounded(limits, async {
-            match pre {
-                Pre::Reconciler(pre) => match pre.instantiate_async(&mut store).await {
-                    Ok(guest) => guest
-                        .call_reconcile(&mut store, &wit_req)
-                        .await
-                        .map(|r| r.map(Answer::V1)),
-                    Err(e) => Err(e),
-                },
-                Pre::Reconciler2(pre) => match pre.instantiate_async(&mut store).await {
-                    Ok(guest) => guest
-                        .call_reconcile(&mut store, &wit_req)
-                        .await
-                        .map(|r| r.map(Answer::V2)),
-                    Err(e) => Err(e),
-                },
-                Pre::Hooks(_) | Pre::Hooks2(_) | Pre::Package(_) => Err(wasmtime::format_err!(
-                    "a {} component has no `reconcile`",
-                    self.world().name()
-                )),
-            }
+        self.observed(async {
+            let wit_req = to_wit_request(req);
+            let (mut store, pre, _busy) = self.store(limits, grants, cr_namespace(req));
+            let result = bounded(limits, async {
+                match pre {
+                    Pre::Reconciler(pre) => match pre.instantiate_async(&mut store).await {
+                        Ok(guest) => guest
+                            .call_reconcile(&mut store, &wit_req)
+                            .await
+                            .map(|r| r.map(Answer::V1)),
+                        Err(e) => Err(e),
+                    },
+                    Pre::Reconciler2(pre) => match pre.instantiate_async(&mut store).await {
+                        Ok(guest) => guest
+                            .call_reconcile(&mut store, &wit_req)
+                            .await
+                            .map(|r| r.map(Answer::V2)),
+                        Err(e) => Err(e),
+                    },
+                    Pre::Hooks(_) | Pre::Hooks2(_) | Pre::Package(_) => Err(wasmtime::format_err!(
+                        "a {} component has no `reconcile`",
+                        self.world().name()
+                    )),
+                }
+            })
+            .await;
+            let raw = self.settle(result, &store, limits)?;
+            self.finish(raw, limits, None)
         })
-        .await;
-        let raw = self.settle(result, &store, limits)?;
-        self.finish(raw, limits, None)
+        .await
     }
 
     /// Calls hook `function` of a `hooks` component with the outcome so far.
@@ -68,52 +71,76 @@ impl Plugin {
         limits: &Limits,
         grants: &Grants,
     ) -> Result<Outcome, CallError> {
-        let wit_req = to_wit_request(req);
-        let (mut store, pre, _busy) = self.store(limits, grants, cr_namespace(req));
-        let result = bounded(limits, async {
-            match pre {
-                Pre::Hooks(pre) => match pre.instantiate_async(&mut store).await {
-                    Ok(guest) => guest
-                        .call_call(&mut store, function, &wit_req, &to_wit_outcome(current))
-                        .await
-                        .map(|r| r.map(Answer::V1)),
-                    Err(e) => Err(e),
-                },
-                Pre::Hooks2(pre) => match pre.instantiate_async(&mut store).await {
-                    Ok(guest) => guest
-                        .call_call(&mut store, function, &wit_req, &to_wit_outcome2(current))
-                        .await
-                        .map(|r| r.map(Answer::V2)),
-                    Err(e) => Err(e),
-                },
-                Pre::Reconciler(_) | Pre::Reconciler2(_) | Pre::Package(_) => Err(
-                    wasmtime::format_err!("a {} component has no hooks", self.world().name()),
-                ),
-            }
+        self.observed(async {
+            let wit_req = to_wit_request(req);
+            let (mut store, pre, _busy) = self.store(limits, grants, cr_namespace(req));
+            let result = bounded(limits, async {
+                match pre {
+                    Pre::Hooks(pre) => match pre.instantiate_async(&mut store).await {
+                        Ok(guest) => guest
+                            .call_call(&mut store, function, &wit_req, &to_wit_outcome(current))
+                            .await
+                            .map(|r| r.map(Answer::V1)),
+                        Err(e) => Err(e),
+                    },
+                    Pre::Hooks2(pre) => match pre.instantiate_async(&mut store).await {
+                        Ok(guest) => guest
+                            .call_call(&mut store, function, &wit_req, &to_wit_outcome2(current))
+                            .await
+                            .map(|r| r.map(Answer::V2)),
+                        Err(e) => Err(e),
+                    },
+                    Pre::Reconciler(_) | Pre::Reconciler2(_) | Pre::Package(_) => Err(
+                        wasmtime::format_err!("a {} component has no hooks", self.world().name()),
+                    ),
+                }
+            })
+            .await;
+            let raw = self.settle(result, &store, limits)?;
+            self.finish(raw, limits, Some(current))
         })
-        .await;
-        let raw = self.settle(result, &store, limits)?;
-        self.finish(raw, limits, Some(current))
+        .await
     }
 
     /// Asks a hooks component which functions it serves.
     pub(super) async fn call_functions(&self, limits: &Limits) -> Result<Vec<String>, CallError> {
-        let (mut store, pre, _busy) = self.store(limits, &Grants::default(), None);
-        let result = bounded(limits, async {
-            match pre {
-                Pre::Hooks(pre) => match pre.instantiate_async(&mut store).await {
-                    Ok(guest) => guest.call_functions(&mut store).await,
-                    Err(e) => Err(e),
-                },
-                Pre::Hooks2(pre) => match pre.instantiate_async(&mut store).await {
-                    Ok(guest) => guest.call_functions(&mut store).await,
-                    Err(e) => Err(e),
-                },
-                Pre::Reconciler(_) | Pre::Reconciler2(_) | Pre::Package(_) => Ok(Vec::new()),
-            }
+        self.observed(async {
+            let (mut store, pre, _busy) = self.store(limits, &Grants::default(), None);
+            let result = bounded(limits, async {
+                match pre {
+                    Pre::Hooks(pre) => match pre.instantiate_async(&mut store).await {
+                        Ok(guest) => guest.call_functions(&mut store).await,
+                        Err(e) => Err(e),
+                    },
+                    Pre::Hooks2(pre) => match pre.instantiate_async(&mut store).await {
+                        Ok(guest) => guest.call_functions(&mut store).await,
+                        Err(e) => Err(e),
+                    },
+                    Pre::Reconciler(_) | Pre::Reconciler2(_) | Pre::Package(_) => Ok(Vec::new()),
+                }
+            })
+            .await;
+            self.settle(result, &store, limits)
         })
-        .await;
-        self.settle(result, &store, limits)
+        .await
+    }
+
+    /// Runs one call, telling the engine's observer how it ended and how long it took:
+    /// from the fresh store to the checked output, the rest of a reconcile excluded.
+    pub(super) async fn observed<T>(
+        &self,
+        call: impl std::future::Future<Output = Result<T, CallError>>,
+    ) -> Result<T, CallError> {
+        let started = Instant::now();
+        let result = call.await;
+        let outcome = result
+            .as_ref()
+            .map_or_else(|e| e.failure.outcome(), |_| "ok");
+        self.inner()
+            .engine
+            .observer()
+            .plugin_called(&self.id().name, outcome, started.elapsed());
+        result
     }
 
     /// A fresh store armed with the plugin's limits and grants. The guest yields to the

@@ -118,6 +118,21 @@ pub enum CallFailure {
     Host(#[source] wasmtime::Error),
 }
 
+impl CallFailure {
+    /// One word for what went wrong, as the metrics label it: `deadline`, `memory`,
+    /// `trap`, `returned`, `bad_output` or `host`.
+    pub fn outcome(&self) -> &'static str {
+        match self {
+            CallFailure::Deadline(_) => "deadline",
+            CallFailure::Memory(_) => "memory",
+            CallFailure::Trap { .. } => "trap",
+            CallFailure::Returned(_) => "returned",
+            CallFailure::BadOutput(_) => "bad_output",
+            CallFailure::Host(_) => "host",
+        }
+    }
+}
+
 fn stderr_suffix(stderr: &Option<String>) -> String {
     stderr
         .as_ref()

@@ -36,6 +36,12 @@ pub trait Observer: Send + Sync + fmt::Debug {
     /// A changed plugin source was checked: `ok` when the new version swapped in, false when
     /// the previous version keeps serving.
     fn plugin_reloaded(&self, ok: bool);
+    /// A call into `plugin` ended after `elapsed` (a fresh instance, the call, the check of
+    /// its output): `outcome` is `ok` or [`CallFailure::outcome`]. Records nothing unless
+    /// implemented.
+    fn plugin_called(&self, plugin: &str, outcome: &'static str, elapsed: Duration) {
+        let _ = (plugin, outcome, elapsed);
+    }
 }
 
 /// An [`Observer`] that records nothing.

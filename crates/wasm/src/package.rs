@@ -41,17 +41,20 @@ impl Plugin {
         limits: &Limits,
         grants: &Grants,
     ) -> Result<Vec<String>, CallError> {
-        match self
-            .package_call(Export::Validate, opts, limits, grants)
-            .await?
-        {
-            Answer::Errors(errors) => {
-                let size: usize = errors.iter().map(String::len).sum();
-                self.within(size, limits)?;
-                Ok(errors)
+        self.observed(async {
+            match self
+                .package_call(Export::Validate, opts, limits, grants)
+                .await?
+            {
+                Answer::Errors(errors) => {
+                    let size: usize = errors.iter().map(String::len).sum();
+                    self.within(size, limits)?;
+                    Ok(errors)
+                }
+                _ => unreachable!("validate answers errors"),
             }
-            _ => unreachable!("validate answers errors"),
-        }
+        })
+        .await
     }
 
     /// `identity`: which thing the CR stands for.
@@ -64,22 +67,25 @@ impl Plugin {
         limits: &Limits,
         grants: &Grants,
     ) -> Result<Identity, CallError> {
-        let Answer::Identity(answer) = self
-            .package_call(Export::Identity, opts, limits, grants)
-            .await?
-        else {
-            unreachable!("identity answers an identity")
-        };
-        let id = answer.map_err(|e| self.returned(e))?;
-        let size = id.boundary.len()
-            + id.profile.len()
-            + id.state.iter().flatten().map(String::len).sum::<usize>();
-        self.within(size, limits)?;
-        Ok(Identity {
-            boundary: id.boundary,
-            profile: id.profile,
-            state: id.state,
+        self.observed(async {
+            let Answer::Identity(answer) = self
+                .package_call(Export::Identity, opts, limits, grants)
+                .await?
+            else {
+                unreachable!("identity answers an identity")
+            };
+            let id = answer.map_err(|e| self.returned(e))?;
+            let size = id.boundary.len()
+                + id.profile.len()
+                + id.state.iter().flatten().map(String::len).sum::<usize>();
+            self.within(size, limits)?;
+            Ok(Identity {
+                boundary: id.boundary,
+                profile: id.profile,
+                state: id.state,
+            })
         })
+        .await
     }
 
     /// `observe`: what the thing looks like now.
@@ -92,18 +98,21 @@ impl Plugin {
         limits: &Limits,
         grants: &Grants,
     ) -> Result<Observation, CallError> {
-        let Answer::Observation(answer) = self
-            .package_call(Export::Observe, opts, limits, grants)
-            .await?
-        else {
-            unreachable!("observe answers an observation")
-        };
-        let o = answer.map_err(|e| self.returned(e))?;
-        Ok(Observation {
-            exists: o.exists,
-            matches: o.matches,
-            ready: o.ready,
+        self.observed(async {
+            let Answer::Observation(answer) = self
+                .package_call(Export::Observe, opts, limits, grants)
+                .await?
+            else {
+                unreachable!("observe answers an observation")
+            };
+            let o = answer.map_err(|e| self.returned(e))?;
+            Ok(Observation {
+                exists: o.exists,
+                matches: o.matches,
+                ready: o.ready,
+            })
         })
+        .await
     }
 
     /// `converge` (or, with `delete` true, `delete`): a workflow outcome.
@@ -117,25 +126,28 @@ impl Plugin {
         limits: &Limits,
         grants: &Grants,
     ) -> Result<Workflow, CallError> {
-        let export = if delete {
-            Export::Delete
-        } else {
-            Export::Converge
-        };
-        let Answer::Workflow(answer) = self.package_call(export, opts, limits, grants).await?
-        else {
-            unreachable!("converge and delete answer a workflow")
-        };
-        let w = answer.map_err(|e| self.returned(e))?;
-        self.within(w.detail.as_ref().map_or(0, String::len), limits)?;
-        Ok(Workflow {
-            progress: match w.progress {
-                wit::Progress::Completed => Progress::Completed,
-                wit::Progress::Pending => Progress::Pending,
-                wit::Progress::Failed => Progress::Failed,
-            },
-            detail: w.detail.map(|d| truncate_owned(d, 500)),
+        self.observed(async {
+            let export = if delete {
+                Export::Delete
+            } else {
+                Export::Converge
+            };
+            let Answer::Workflow(answer) = self.package_call(export, opts, limits, grants).await?
+            else {
+                unreachable!("converge and delete answer a workflow")
+            };
+            let w = answer.map_err(|e| self.returned(e))?;
+            self.within(w.detail.as_ref().map_or(0, String::len), limits)?;
+            Ok(Workflow {
+                progress: match w.progress {
+                    wit::Progress::Completed => Progress::Completed,
+                    wit::Progress::Pending => Progress::Pending,
+                    wit::Progress::Failed => Progress::Failed,
+                },
+                detail: w.detail.map(|d| truncate_owned(d, 500)),
+            })
         })
+        .await
     }
 
     async fn package_call(

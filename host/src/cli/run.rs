@@ -35,12 +35,14 @@ pub(super) fn run(
     let metrics = Arc::new(Metrics::default());
     let engine = engine(cache_dir, metrics.clone())?;
     // Secrets are read from the cluster, so the client comes before the assembly.
-    let connection = runtime.block_on(inrun::kubeconfig::connect(
+    // Every client counts its requests (`rest_client_requests_total`).
+    let connection = runtime.block_on(inrun::kubeconfig::connect_recording(
         &inrun::kubeconfig::ConnectOptions {
             kubeconfig: args.kubeconfig.clone(),
             context: args.context.clone(),
             request_timeout: Some(args.request_timeout),
         },
+        Some(&metrics),
     ))?;
     let client = connection.client.clone();
     let tenant_egress = Some(inrun::egress::Egress::new(

@@ -1,6 +1,7 @@
 //! Two listeners, both read-only (they never write to Kubernetes):
 //!
-//! - the health port ([`probes`]): `/healthz`, `/readyz` and `/metrics`, what kubelet and
+//! - the health port ([`probes`]): `/healthz`, `/readyz` (controller-runtime's handler:
+//!   `?verbose`, `?exclude=`, `/readyz/<check>`) and `/metrics`, what kubelet and
 //!   Prometheus scrape, open on every address by default;
 //! - the console port ([`console`]): the console at `/`, `/blueprint`, `/state` and
 //!   `/tenants`, which show every tenant's CRDs, endpoints, plugins and recent errors, on
@@ -14,7 +15,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::State as Extract;
+use axum::extract::{Path, RawQuery, State as Extract};
 use axum::http::{StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
@@ -22,7 +23,7 @@ use tokio::sync::watch;
 
 use inrun_reconcilers::assemble::Assembly;
 use inrun_runtime::fleet::{Fleet, TenantView};
-use inrun_runtime::health::Health;
+use inrun_runtime::health::{Health, Probe};
 use inrun_runtime::metrics::{self, Metrics};
 
 pub use blueprint::document as blueprint_document;
@@ -66,7 +67,7 @@ pub struct State {
     pub serving: Arc<dyn Serving>,
     /// The metrics registry.
     pub metrics: Arc<Metrics>,
-    /// The runtime's controllers, caches and leadership, for `/readyz`.
+    /// The probes' checks.
     pub health: Arc<Health>,
 }
 
@@ -112,8 +113,26 @@ pub enum ServeError {
 /// The health port's routes: probes and metrics, nothing about tenants.
 pub fn probes(state: State) -> Router {
     Router::new()
-        .route("/healthz", get(|| async { "ok" }))
-        .route("/readyz", get(readyz))
+        .route(
+            "/healthz",
+            get(|s: Extract<State>, q: RawQuery| probe(s, Probe::Liveness, None, q)),
+        )
+        .route(
+            "/healthz/{check}",
+            get(|s: Extract<State>, Path(c): Path<String>, q: RawQuery| {
+                probe(s, Probe::Liveness, Some(c), q)
+            }),
+        )
+        .route(
+            "/readyz",
+            get(|s: Extract<State>, q: RawQuery| probe(s, Probe::Readiness, None, q)),
+        )
+        .route(
+            "/readyz/{check}",
+            get(|s: Extract<State>, Path(c): Path<String>, q: RawQuery| {
+                probe(s, Probe::Readiness, Some(c), q)
+            }),
+        )
         .route("/metrics", get(metrics_text))
         .with_state(state)
 }
@@ -132,17 +151,40 @@ async fn console_page() -> Html<&'static str> {
     Html(CONSOLE)
 }
 
-/// Ready once the plugins are loaded (the state exists only after that) and either every
-/// controller runs with its watch cache synced, or this replica is a standby waiting for
-/// the lease.
-async fn readyz(Extract(state): Extract<State>) -> Response {
-    let readiness = state.health.readiness();
-    let status = if readiness.is_ready() {
-        StatusCode::OK
-    } else {
-        StatusCode::SERVICE_UNAVAILABLE
-    };
-    (status, readiness.as_str()).into_response()
+/// A probe's answer: every check of `probe`, or the one named `check`. The query may say
+/// `verbose` and `exclude=<check>` (repeated), as controller-runtime's handler reads them.
+async fn probe(
+    Extract(state): Extract<State>,
+    probe: Probe,
+    check: Option<String>,
+    RawQuery(query): RawQuery,
+) -> Response {
+    let pairs: Vec<(&str, &str)> = query
+        .as_deref()
+        .unwrap_or_default()
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| p.split_once('=').unwrap_or((p, "")))
+        .collect();
+    let verbose = pairs.iter().any(|(k, _)| *k == "verbose");
+    let exclude: Vec<&str> = pairs
+        .iter()
+        .filter(|(k, _)| *k == "exclude")
+        .map(|(_, v)| *v)
+        .collect();
+    let answer = state
+        .health
+        .answer(probe, check.as_deref(), verbose, &exclude);
+    let status = StatusCode::from_u16(answer.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    (
+        status,
+        [
+            (header::CONTENT_TYPE, "text/plain; charset=utf-8"),
+            (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+        ],
+        answer.body,
+    )
+        .into_response()
 }
 
 async fn metrics_text(Extract(state): Extract<State>) -> Response {

@@ -560,7 +560,10 @@ pub fn writes_between(
 /// How many passes of the CRD `crd` (`plural.group`) the host recording into `m` has
 /// finished.
 pub fn reconciles(m: &inrun::metrics::Metrics, crd: &str) -> u64 {
-    m.reconciles(crd, "success") + m.reconciles(crd, "error")
+    inrun::metrics::ReconcileResult::ALL
+        .iter()
+        .map(|r| m.reconciles(crd, r.as_str()))
+        .sum()
 }
 
 /// The ServiceAccount resource tenants act as in tests that are not about identity: bound

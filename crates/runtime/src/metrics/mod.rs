@@ -1,0 +1,801 @@
+//! What the host exports on `/metrics` and shows on its console: controller-runtime's
+//! controller, work-queue, REST-client, leader-election and process metrics (the names,
+//! labels, meanings and buckets kubebuilder's dashboards read), Inrun's own for plugins,
+//! reloads and the runtime's state, and a short log of recent reconciles for the console.
+//!
+//! No global registry: the binary makes one [`Metrics`] and hands it to what records (the
+//! runtime's controllers, the fleet, leader election, the Kubernetes clients, the Wasm
+//! engine as its [`inrun_wasm::Observer`]) and to the health port that reads it.
+
+mod controller;
+#[cfg(test)]
+mod dashboard;
+mod process;
+mod rest;
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+use serde::Serialize;
+
+pub use controller::{
+    InFlight, QUEUE_BUCKETS, RECONCILE_BUCKETS, ReconcileResult, Running, WorkQueue,
+};
+pub use rest::{CountRequests, Counted};
+
+use crate::health::Health;
+
+/// `inrun_plugin_call_duration_seconds`'s buckets: a call on a small compiled guest takes
+/// tens of microseconds, one on an interpreted guest (Python, JavaScript) milliseconds,
+/// and a call is stopped at its deadline (2 s by default, a minute at most).
+pub const PLUGIN_CALL_BUCKETS: &[f64] = &[
+    1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+    1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+];
+/// How many recent reconciles (and, separately, failures) the console sees.
+const RECENT: usize = 50;
+/// The content type of [`Metrics::render`].
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// How a reconcile ended, as recorded.
+#[derive(Debug, Clone, Serialize)]
+pub struct ReconcileRecord {
+    /// Unix time in milliseconds when it finished.
+    pub at_ms: u128,
+    /// The controller (`plural.group`).
+    pub controller: String,
+    /// `namespace/name` of the CR.
+    pub key: String,
+    /// `success`, `error`, `requeue` or `requeue_after` (see [`ReconcileResult`]).
+    pub result: &'static str,
+    /// The error chain, for failures.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// How long it took, in milliseconds.
+    pub duration_ms: f64,
+    /// The plugins that serve the CR.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub plugins: Vec<String>,
+}
+
+/// What the console shows beside the Blueprint.
+#[derive(Debug, Clone, Serialize)]
+pub struct Snapshot {
+    /// Whether this replica leads.
+    pub leader: bool,
+    /// Controllers running.
+    pub controllers_running: i64,
+    /// Controllers whose watch cache has synced.
+    pub caches_synced: i64,
+    /// Per controller: CRs queued and not yet started (`workqueue_depth`).
+    pub queue_depth: BTreeMap<String, i64>,
+    /// Per controller: reconciles by result.
+    pub reconciles: BTreeMap<String, BTreeMap<String, u64>>,
+    /// The most recent reconciles, newest first.
+    pub recent: Vec<ReconcileRecord>,
+    /// The most recent failures, newest first.
+    pub errors: Vec<ReconcileRecord>,
+    /// The most recent failures of reconciles of CRs a plugin serves, newest first.
+    pub plugin_failures: Vec<ReconcileRecord>,
+}
+
+/// How a reconcile ended, for [`Metrics::reconcile_finished`].
+#[derive(Debug)]
+pub struct Finished<'a> {
+    /// `namespace/name` of the CR.
+    pub key: &'a str,
+    /// The plugins that serve it.
+    pub plugins: &'a [String],
+    /// How it ended.
+    pub result: ReconcileResult,
+    /// Why it failed, when it did.
+    pub error: Option<&'a (dyn std::error::Error + 'static)>,
+    /// Whether it panicked (the panic was caught and is the error).
+    pub panicked: bool,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PluginLabel {
+    plugin: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PluginOutcome {
+    plugin: String,
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SourceLabel {
+    source: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct HostCall {
+    capability: &'static str,
+    result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Outcome {
+    result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TenantOutcome {
+    tenant: String,
+    result: &'static str,
+}
+
+/// client-go names the lease `name`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LeaseLabel {
+    name: String,
+}
+
+type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
+
+/// A family written with its help text exactly as given. [`Registry::register`] appends a
+/// period, which would change controller-runtime's and client-go's texts.
+#[derive(Debug)]
+struct Exact<M> {
+    name: &'static str,
+    help: &'static str,
+    metric: M,
+}
+
+impl<M: EncodeMetric + std::fmt::Debug + Send + Sync + 'static> Collector for Exact<M> {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        // Like the registry, a family with no series is left out.
+        if self.metric.is_empty() {
+            return Ok(());
+        }
+        let family =
+            encoder.encode_descriptor(self.name, self.help, None, self.metric.metric_type())?;
+        self.metric.encode(family)
+    }
+}
+
+/// Registers `metric` as `name` (a counter without its `_total`) with `help` as is.
+fn register_exact<M: EncodeMetric + std::fmt::Debug + Send + Sync + 'static>(
+    registry: &mut Registry,
+    name: &'static str,
+    help: &'static str,
+    metric: M,
+) {
+    registry.register_collector(Box::new(Exact { name, help, metric }));
+}
+
+fn plugin_call_histogram() -> Histogram {
+    Histogram::new(PLUGIN_CALL_BUCKETS.iter().copied())
+}
+
+/// The console's log, and the controllers it has seen.
+#[derive(Default)]
+struct Console {
+    controllers: BTreeSet<String>,
+    recent: VecDeque<ReconcileRecord>,
+    errors: VecDeque<ReconcileRecord>,
+    plugin_failures: VecDeque<ReconcileRecord>,
+}
+
+/// The registry and its families.
+pub struct Metrics {
+    registry: Registry,
+    health: Arc<Health>,
+    controllers: controller::Families,
+    live: controller::LiveControllers,
+    rest_requests: Family<rest::RequestLabels, Counter>,
+    leader_status: Family<LeaseLabel, Gauge>,
+    plugin_calls: Family<PluginOutcome, Counter>,
+    deadline_hits: Family<PluginLabel, Counter>,
+    memory_hits: Family<PluginLabel, Counter>,
+    traps: Family<PluginLabel, Counter>,
+    plugin_time: Histograms<PluginLabel>,
+    plugin_loads: Family<SourceLabel, Counter>,
+    host_calls: Family<HostCall, Counter>,
+    plugin_reloads: Family<Outcome, Counter>,
+    blueprint_reloads: Family<TenantOutcome, Counter>,
+    console: Mutex<Console>,
+}
+
+fn push(list: &mut VecDeque<ReconcileRecord>, record: ReconcileRecord) {
+    list.push_front(record);
+    list.truncate(RECENT);
+}
+
+fn result(ok: bool) -> &'static str {
+    if ok { "success" } else { "failure" }
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new(Arc::default())
+    }
+}
+
+impl inrun_wasm::Observer for Metrics {
+    fn plugin_loaded(&self, source: &'static str) {
+        Metrics::plugin_loaded(self, source);
+    }
+
+    fn host_call(&self, capability: &'static str, outcome: &'static str) {
+        self.plugin_host_call(capability, outcome);
+    }
+
+    fn plugin_reloaded(&self, ok: bool) {
+        Metrics::plugin_reloaded(self, ok);
+    }
+
+    fn plugin_called(&self, plugin: &str, outcome: &'static str, elapsed: Duration) {
+        Metrics::plugin_called(self, plugin, outcome, elapsed);
+    }
+}
+
+impl Metrics {
+    /// A registry exporting `health`'s gauges beside its own families.
+    pub fn new(health: Arc<Health>) -> Metrics {
+        let m = Metrics {
+            registry: Registry::default(),
+            health,
+            controllers: controller::Families::new(),
+            live: controller::LiveControllers::default(),
+            rest_requests: Family::default(),
+            leader_status: Family::default(),
+            plugin_calls: Family::default(),
+            deadline_hits: Family::default(),
+            memory_hits: Family::default(),
+            traps: Family::default(),
+            plugin_time: Family::new_with_constructor(plugin_call_histogram),
+            plugin_loads: Family::default(),
+            host_calls: Family::default(),
+            plugin_reloads: Family::default(),
+            blueprint_reloads: Family::default(),
+            console: Mutex::default(),
+        };
+        m.registered()
+    }
+
+    fn registered(mut self) -> Metrics {
+        let r = &mut self.registry;
+        self.controllers.register(r, self.live.clone());
+        // Counters are named without `_total`: the encoder appends it.
+        register_exact(
+            r,
+            "rest_client_requests",
+            "Number of HTTP requests, partitioned by status code, method, and host.",
+            self.rest_requests.clone(),
+        );
+        register_exact(
+            r,
+            "leader_election_master_status",
+            "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master. 'name' is the string used to identify the lease. Please make sure to group by name.",
+            self.leader_status.clone(),
+        );
+        r.register_collector(Box::new(process::ProcessCollector));
+        r.register(
+            "inrun_plugin_calls",
+            "Calls into Wasm plugins, by plugin and outcome (ok, returned: the plugin's own error, trap, deadline, memory, bad_output, host: the host could not run it)",
+            self.plugin_calls.clone(),
+        );
+        r.register(
+            "inrun_plugin_deadline_hits",
+            "Plugin calls interrupted at their deadline",
+            self.deadline_hits.clone(),
+        );
+        r.register(
+            "inrun_plugin_memory_cap_hits",
+            "Plugin calls stopped at their memory cap",
+            self.memory_hits.clone(),
+        );
+        r.register(
+            "inrun_plugin_traps",
+            "Plugin calls that trapped (a guest panic, for one)",
+            self.traps.clone(),
+        );
+        r.register(
+            "inrun_plugin_call_duration_seconds",
+            "How long one call into a Wasm plugin took: a fresh instance, the call, and the check of its output",
+            self.plugin_time.clone(),
+        );
+        r.register(
+            "inrun_plugin_loads",
+            "Plugin components loaded, by source: memory (already loaded), cache (compiled code from disk), compiled",
+            self.plugin_loads.clone(),
+        );
+        r.register(
+            "inrun_plugin_host_calls",
+            "Calls plugins made to granted host capabilities, by capability (cluster, http) and result (ok, refused, error)",
+            self.host_calls.clone(),
+        );
+        r.register(
+            "inrun_plugin_reloads",
+            "Plugin versions checked after a source change, by result (success: swapped in; failure: the previous version keeps serving)",
+            self.plugin_reloads.clone(),
+        );
+        r.register(
+            "inrun_blueprint_reloads",
+            "Blueprint changes applied without a restart, by tenant and result",
+            self.blueprint_reloads.clone(),
+        );
+        r.register(
+            "inrun_caches_synced",
+            "Controllers whose watch cache of CRs has synced",
+            self.health.synced.clone(),
+        );
+        r.register(
+            "inrun_controllers_running",
+            "Controllers (one per CRD) currently running in this process",
+            self.health.controllers.clone(),
+        );
+        r.register(
+            "inrun_leader",
+            "1 while this replica runs controllers: it holds the leader-election lease, or runs without election",
+            self.health.leader.clone(),
+        );
+        self
+    }
+
+    /// The runtime's health, whose gauges this registry exports.
+    pub fn health(&self) -> &Arc<Health> {
+        &self.health
+    }
+
+    fn console(&self) -> MutexGuard<'_, Console> {
+        // A panic while holding the lock leaves a log that is still worth reading.
+        self.console.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The work queue of the controller `controller` with `workers` workers; its series
+    /// are exported once it runs ([`WorkQueue::run`]).
+    pub fn controller(&self, controller: &str, workers: usize) -> WorkQueue {
+        WorkQueue::new(
+            controller,
+            workers,
+            self.controllers.clone(),
+            self.live.clone(),
+        )
+    }
+
+    /// Records that the controller `controller` runs, so the console lists it before its
+    /// first reconcile ends.
+    pub fn controller_started(&self, controller: &str) {
+        self.console().controllers.insert(controller.to_string());
+    }
+
+    /// Records how a reconcile ended.
+    pub fn reconcile_finished(&self, in_flight: InFlight, done: Finished<'_>) {
+        let controller = in_flight.controller().to_string();
+        let elapsed = in_flight.finish(done.result, done.panicked);
+        let record = ReconcileRecord {
+            at_ms: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .unwrap_or(Duration::ZERO)
+                .as_millis(),
+            controller,
+            key: done.key.to_string(),
+            result: done.result.as_str(),
+            error: done.error.map(inrun_contract::errors::chain),
+            duration_ms: elapsed.as_secs_f64() * 1000.0,
+            plugins: done.plugins.to_vec(),
+        };
+        let mut console = self.console();
+        if record.error.is_some() {
+            if !record.plugins.is_empty() {
+                push(&mut console.plugin_failures, record.clone());
+            }
+            push(&mut console.errors, record.clone());
+        }
+        push(&mut console.recent, record);
+    }
+
+    /// A layer counting a client's requests to the API server at `host` (`host:port`)
+    /// into `rest_client_requests_total`.
+    pub fn count_requests(&self, host: &str) -> CountRequests {
+        CountRequests::new(self.rest_requests.clone(), host)
+    }
+
+    /// Records whether this replica holds the leader-election lease `lease`
+    /// (`leader_election_master_status`, and `inrun_leader`).
+    pub fn leader_election(&self, lease: &str, leading: bool) {
+        self.leader_status
+            .get_or_create(&LeaseLabel {
+                name: lease.to_string(),
+            })
+            .set(i64::from(leading));
+        self.health.set_leader(leading);
+    }
+
+    /// Records a call into `plugin` that ended in `outcome` after `elapsed`.
+    pub fn plugin_called(&self, plugin: &str, outcome: &'static str, elapsed: Duration) {
+        let label = PluginLabel {
+            plugin: plugin.to_string(),
+        };
+        self.plugin_calls
+            .get_or_create(&PluginOutcome {
+                plugin: plugin.to_string(),
+                outcome,
+            })
+            .inc();
+        let hit = match outcome {
+            "deadline" => Some(&self.deadline_hits),
+            "memory" => Some(&self.memory_hits),
+            "trap" => Some(&self.traps),
+            _ => None,
+        };
+        if let Some(family) = hit {
+            family.get_or_create(&label).inc();
+        }
+        self.plugin_time
+            .get_or_create(&label)
+            .observe(elapsed.as_secs_f64());
+    }
+
+    /// Records a plugin load from `source`: `memory`, `cache` or `compiled`.
+    pub fn plugin_loaded(&self, source: &'static str) {
+        self.plugin_loads
+            .get_or_create(&SourceLabel { source })
+            .inc();
+    }
+
+    /// Records a plugin's call to a host capability (`cluster`, `http`) and its result
+    /// (`ok`, `refused`: not granted, `error`).
+    pub fn plugin_host_call(&self, capability: &'static str, result: &'static str) {
+        self.host_calls
+            .get_or_create(&HostCall { capability, result })
+            .inc();
+    }
+
+    /// Records a plugin reload: swapped in, or refused with the old version still serving.
+    pub fn plugin_reloaded(&self, ok: bool) {
+        self.plugin_reloads
+            .get_or_create(&Outcome { result: result(ok) })
+            .inc();
+    }
+
+    /// Records a Blueprint reload of `tenant`: applied, or refused with the old one serving.
+    pub fn blueprint_reloaded(&self, tenant: &str, ok: bool) {
+        self.blueprint_reloads
+            .get_or_create(&TenantOutcome {
+                tenant: tenant.to_string(),
+                result: result(ok),
+            })
+            .inc();
+    }
+
+    /// Reconciles of `controller` that ended in `result` (`success`, `error`, `requeue`,
+    /// `requeue_after`).
+    pub fn reconciles(&self, controller: &str, result: &'static str) -> u64 {
+        self.controllers
+            .reconciles
+            .get(&controller::ResultLabels {
+                controller: controller.to_string(),
+                result,
+            })
+            .map_or(0, |c| c.get())
+    }
+
+    /// Plugin loads from `source` (`memory`, `cache`, `compiled`).
+    pub fn plugin_loads(&self, source: &'static str) -> u64 {
+        self.plugin_loads
+            .get(&SourceLabel { source })
+            .map_or(0, |c| c.get())
+    }
+
+    /// Plugin reloads that were swapped in (`true`) or refused.
+    pub fn plugin_reloads(&self, ok: bool) -> u64 {
+        self.plugin_reloads
+            .get(&Outcome { result: result(ok) })
+            .map_or(0, |c| c.get())
+    }
+
+    /// CRs of `controller` queued and not yet started (0 when it does not run).
+    pub fn queue_depth(&self, controller: &str) -> i64 {
+        self.live
+            .gauges()
+            .into_iter()
+            .find(|g| g.controller == controller)
+            .map_or(0, |g| i64::try_from(g.depth).unwrap_or(i64::MAX))
+    }
+
+    /// Everything in the OpenMetrics text format ([`CONTENT_TYPE`]).
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+
+    /// Live state for the console.
+    pub fn snapshot(&self) -> Snapshot {
+        let controllers = self.console().controllers.clone();
+        let mut queue_depth = BTreeMap::new();
+        let mut reconciles = BTreeMap::new();
+        for c in &controllers {
+            queue_depth.insert(c.clone(), self.queue_depth(c));
+            let by_result: BTreeMap<String, u64> = ReconcileResult::ALL
+                .into_iter()
+                .map(|r| (r.as_str().to_string(), self.reconciles(c, r.as_str())))
+                .collect();
+            reconciles.insert(c.clone(), by_result);
+        }
+        let console = self.console();
+        Snapshot {
+            leader: self.health.leader(),
+            controllers_running: self.health.controllers(),
+            caches_synced: self.health.caches_synced(),
+            queue_depth,
+            reconciles,
+            recent: console.recent.iter().cloned().collect(),
+            errors: console.errors.iter().cloned().collect(),
+            plugin_failures: console.plugin_failures.iter().cloned().collect(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The names of the samples a family of `text` exports, from its `# TYPE` line.
+    fn exported(text: &str) -> BTreeSet<String> {
+        text.lines()
+            .filter_map(|l| l.strip_prefix("# TYPE "))
+            .filter_map(|l| l.split_once(' '))
+            .flat_map(|(name, kind)| match kind {
+                "counter" => vec![format!("{name}_total")],
+                "histogram" => ["_bucket", "_sum", "_count"]
+                    .iter()
+                    .map(|s| format!("{name}{s}"))
+                    .collect(),
+                _ => vec![name.to_string()],
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_running_controller_exports_controller_runtimes_series_from_the_start() {
+        let m = Metrics::default();
+        let queue = m.controller("webapps.example.dev", 4);
+        let text = m.render();
+        assert!(
+            !text.contains("controller=\"webapps.example.dev\""),
+            "no series before the controller runs: {text}"
+        );
+        let _running = queue.run();
+        let text = m.render();
+        for result in ["success", "error", "requeue", "requeue_after"] {
+            let series = format!(
+                "controller_runtime_reconcile_total{{controller=\"webapps.example.dev\",result=\"{result}\"}} 0\n"
+            );
+            assert!(text.contains(&series), "{series} in {text}");
+        }
+        for series in [
+            "controller_runtime_reconcile_errors_total{controller=\"webapps.example.dev\"} 0\n",
+            "controller_runtime_terminal_reconcile_errors_total{controller=\"webapps.example.dev\"} 0\n",
+            "controller_runtime_reconcile_panics_total{controller=\"webapps.example.dev\"} 0\n",
+            "controller_runtime_max_concurrent_reconciles{controller=\"webapps.example.dev\"} 4\n",
+            "controller_runtime_active_workers{controller=\"webapps.example.dev\"} 0\n",
+            "workqueue_depth{controller=\"webapps.example.dev\",name=\"webapps.example.dev\",priority=\"\"} 0\n",
+            "workqueue_adds_total{controller=\"webapps.example.dev\",name=\"webapps.example.dev\"} 0\n",
+            "workqueue_retries_total{controller=\"webapps.example.dev\",name=\"webapps.example.dev\"} 0\n",
+            "workqueue_queue_duration_seconds_count{controller=\"webapps.example.dev\",name=\"webapps.example.dev\"} 0\n",
+            "workqueue_work_duration_seconds_count{controller=\"webapps.example.dev\",name=\"webapps.example.dev\"} 0\n",
+            "workqueue_unfinished_work_seconds{controller=\"webapps.example.dev\",name=\"webapps.example.dev\"} 0.0\n",
+            "workqueue_longest_running_processor_seconds{controller=\"webapps.example.dev\",name=\"webapps.example.dev\"} 0.0\n",
+        ] {
+            assert!(text.contains(series), "{series} in {text}");
+        }
+        // Help texts as controller-runtime and client-go write them, no period added.
+        for help in [
+            "# HELP controller_runtime_reconcile Total number of reconciliations per controller\n",
+            "# HELP workqueue_work_duration_seconds How long in seconds processing an item from workqueue takes.\n",
+            "# HELP workqueue_depth Current depth of workqueue by workqueue and priority\n",
+        ] {
+            assert!(text.contains(help), "{help} in {text}");
+        }
+        assert!(text.ends_with("# EOF\n"), "{text}");
+    }
+
+    #[test]
+    fn a_finished_reconcile_is_counted_by_result_and_shown_on_the_console() {
+        let m = Metrics::default();
+        let queue = m.controller("webapps.example.dev", 2);
+        let _running = queue.run();
+        m.controller_started("webapps.example.dev");
+        queue.queued("ns/a");
+        assert_eq!(m.snapshot().queue_depth["webapps.example.dev"], 1);
+        let boom = std::io::Error::other("boom");
+        m.reconcile_finished(
+            queue.started("ns/a"),
+            Finished {
+                key: "ns/a",
+                plugins: &["p".into()],
+                result: ReconcileResult::Error,
+                error: Some(&boom),
+                panicked: false,
+            },
+        );
+        m.reconcile_finished(
+            queue.started("ns/b"),
+            Finished {
+                key: "ns/b",
+                plugins: &[],
+                result: ReconcileResult::RequeueAfter,
+                error: None,
+                panicked: false,
+            },
+        );
+        assert_eq!(m.reconciles("webapps.example.dev", "error"), 1);
+        assert_eq!(m.reconciles("webapps.example.dev", "requeue_after"), 1);
+        let text = m.render();
+        assert!(text.contains(
+            "controller_runtime_reconcile_errors_total{controller=\"webapps.example.dev\"} 1\n"
+        ));
+        assert!(text.contains(
+            "controller_runtime_reconcile_time_seconds_count{controller=\"webapps.example.dev\"} 2\n"
+        ));
+        let snap = m.snapshot();
+        assert_eq!(snap.queue_depth["webapps.example.dev"], 0);
+        assert_eq!(snap.errors.len(), 1);
+        assert_eq!(snap.plugin_failures.len(), 1);
+        assert_eq!(snap.recent[0].result, "requeue_after");
+        assert_eq!(snap.reconciles["webapps.example.dev"]["error"], 1);
+        assert_eq!(snap.reconciles["webapps.example.dev"]["success"], 0);
+    }
+
+    #[test]
+    fn buckets_are_controller_runtimes_and_client_gos() {
+        let m = Metrics::default();
+        let _running = m.controller("a.example.dev", 1).run();
+        let text = m.render();
+        let le = |family: &str| le_of(&text, family);
+        assert_eq!(
+            le("controller_runtime_reconcile_time_seconds"),
+            RECONCILE_BUCKETS
+        );
+        assert_eq!(le("workqueue_queue_duration_seconds"), QUEUE_BUCKETS);
+        assert_eq!(le("workqueue_work_duration_seconds"), QUEUE_BUCKETS);
+        assert_eq!(RECONCILE_BUCKETS.len(), 40);
+        m.plugin_called("p", "ok", Duration::from_micros(40));
+        assert_eq!(
+            le_of(&m.render(), "inrun_plugin_call_duration_seconds"),
+            PLUGIN_CALL_BUCKETS
+        );
+    }
+
+    fn le_of(text: &str, family: &str) -> Vec<f64> {
+        text.lines()
+            .filter(|l| l.starts_with(&format!("{family}_bucket{{")))
+            .filter_map(|l| l.split("le=\"").nth(1)?.split('"').next())
+            .filter(|v| *v != "+Inf")
+            .map(|v| v.parse().expect("a number"))
+            .collect()
+    }
+
+    #[test]
+    fn a_plugin_call_is_timed_and_its_failure_counted_by_kind() {
+        let m = Metrics::default();
+        m.plugin_called("p", "ok", Duration::from_micros(40));
+        m.plugin_called("p", "deadline", Duration::from_secs(2));
+        let text = m.render();
+        assert!(text.contains("inrun_plugin_calls_total{plugin=\"p\",outcome=\"ok\"} 1\n"));
+        assert!(text.contains("inrun_plugin_deadline_hits_total{plugin=\"p\"} 1\n"));
+        assert!(text.contains("inrun_plugin_call_duration_seconds_count{plugin=\"p\"} 2\n"));
+        // 40 µs falls in the 50 µs bucket, not in the 25 µs one.
+        let bucket = |le: &str| -> Option<u64> {
+            text.lines()
+                .find(|l| {
+                    l.starts_with("inrun_plugin_call_duration_seconds_bucket{")
+                        && l.contains("plugin=\"p\"")
+                        && l.contains(&format!("le=\"{le}\""))
+                })?
+                .rsplit(' ')
+                .next()?
+                .parse()
+                .ok()
+        };
+        assert_eq!(
+            (bucket("0.000025"), bucket("0.00005")),
+            (Some(0), Some(1)),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn leadership_and_process_metrics_are_exported() {
+        let m = Metrics::default();
+        m.leader_election("inrun", false);
+        let text = m.render();
+        assert!(
+            text.contains("leader_election_master_status{name=\"inrun\"} 0\n"),
+            "{text}"
+        );
+        assert!(text.contains("inrun_leader 0\n"));
+        m.leader_election("inrun", true);
+        let text = m.render();
+        assert!(text.contains("leader_election_master_status{name=\"inrun\"} 1\n"));
+        assert!(text.contains("inrun_leader 1\n"));
+        assert!(m.snapshot().leader);
+        let names = exported(&text);
+        #[cfg(target_os = "linux")]
+        for name in [
+            "process_cpu_seconds_total",
+            "process_resident_memory_bytes",
+            "process_virtual_memory_bytes",
+            "process_virtual_memory_max_bytes",
+            "process_open_fds",
+            "process_max_fds",
+            "process_start_time_seconds",
+        ] {
+            assert!(names.contains(name), "{name} in {text}");
+            assert!(
+                text.lines().any(|l| l.starts_with(&format!("{name} "))),
+                "{name}"
+            );
+        }
+        assert!(!text.contains("go_"), "no Go runtime series: {text}");
+    }
+
+    #[test]
+    fn label_values_are_escaped_in_the_text() {
+        let m = Metrics::default();
+        m.blueprint_reloaded("evil\"} x{y=\"1\n", false);
+        let text = m.render();
+        let series: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("inrun_blueprint_reloads_total"))
+            .collect();
+        // One line: the quote and the newline escaped, so no label or sample is forged.
+        assert_eq!(
+            series,
+            [r#"inrun_blueprint_reloads_total{tenant="evil\"} x{y=\"1\n",result="failure"} 1"#],
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn every_metric_the_dashboard_queries_is_exported() {
+        // Every family recorded into once: an empty family is not written at all.
+        let m = Metrics::default();
+        let _running = m.controller("a.example.dev", 1).run();
+        for outcome in ["ok", "deadline", "memory", "trap"] {
+            m.plugin_called("p", outcome, Duration::from_millis(1));
+        }
+        m.plugin_loaded("compiled");
+        m.plugin_host_call("http", "ok");
+        m.plugin_reloaded(true);
+        m.blueprint_reloaded("t", true);
+        m.leader_election("inrun", true);
+        let _ = m
+            .rest_requests
+            .get_or_create(&rest::RequestLabels::new("200", "GET", "h:443"));
+        let names = exported(&m.render());
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../deploy/grafana/inrun.json"
+        );
+        let dashboard = std::fs::read_to_string(path).expect("the dashboard");
+        let queried = dashboard::metric_names(&dashboard).expect("a dashboard");
+        assert!(queried.len() > 20, "{queried:?}");
+        let missing: Vec<_> = queried.iter().filter(|n| !names.contains(*n)).collect();
+        assert!(
+            missing.is_empty(),
+            "the dashboard queries {missing:?}, which the host does not export"
+        );
+    }
+}
