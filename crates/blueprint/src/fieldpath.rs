@@ -17,8 +17,9 @@ use std::fmt;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
 
-/// One step of a [`FieldPath`].
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One step of a [`FieldPath`]. Steps order as their paths are removed together: an
+/// element before its array's earlier elements (see [`FieldPath::remove_all`]).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Step {
     /// A key of an object.
     Key(String),
@@ -231,6 +232,17 @@ impl FieldPath {
         })
     }
 
+    /// Removes what every one of `paths` names from `object`, each as it names it in the
+    /// object given: `.a[0]` and `.a[1]` remove the first two elements, whatever their order
+    /// (later elements go first, so no removal shifts another's index).
+    pub fn remove_all<'p>(paths: impl IntoIterator<Item = &'p FieldPath>, object: &mut Value) {
+        let mut paths: Vec<&FieldPath> = paths.into_iter().collect();
+        paths.sort_by(|a, b| b.steps.cmp(&a.steps));
+        for path in paths {
+            path.remove(object);
+        }
+    }
+
     /// Removes every value the path names from `object`; a missing step removes nothing.
     pub fn remove(&self, object: &mut Value) {
         if let Some((last, parents)) = self.steps.split_last() {
@@ -411,6 +423,17 @@ mod tests {
             .expect("path")
             .remove(&mut cr);
         assert_eq!(cr["spec"]["containers"], json!([{"name": "y"}]));
+    }
+
+    #[test]
+    fn removing_several_elements_of_one_array_removes_the_ones_named() {
+        let paths: Vec<FieldPath> = [".a[0]", ".a[2].x", ".a[1]", ".b"]
+            .iter()
+            .map(|p| FieldPath::parse(p).expect("path"))
+            .collect();
+        let mut v = json!({"a": [0, 1, {"x": 1, "y": 2}, 3], "b": 1});
+        FieldPath::remove_all(&paths, &mut v);
+        assert_eq!(v, json!({"a": [{"y": 2}, 3]}));
     }
 
     #[test]

@@ -95,6 +95,8 @@ impl Quantity {
         if (whole.is_empty() && fraction.is_empty()) || fraction.contains('.') {
             return Err(err("expected a number"));
         }
+        // Trailing zeros of a fraction change nothing (`1.500Gi`).
+        let fraction = fraction.trim_end_matches('0');
         let digits = format!("{whole}{fraction}");
         let digits = digits.trim_start_matches('0');
         if digits.len() > MAX_DIGITS {
@@ -226,6 +228,12 @@ impl Visitor<'_> for QuantityVisitor {
     fn visit_str<E: de::Error>(self, v: &str) -> Result<Quantity, E> {
         Quantity::parse(v).map_err(E::custom)
     }
+
+    /// YAML reads an unquoted `1e6` or `1.5` as a float: read its shortest decimal text
+    /// as a quantity (NaN, infinities and negatives are refused there).
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Quantity, E> {
+        Quantity::parse(&v.to_string()).map_err(E::custom)
+    }
 }
 
 #[cfg(test)]
@@ -306,6 +314,7 @@ mod tests {
             assert_eq!(bytes(bad), Err(why), "{bad:?}");
         }
         assert_eq!(bytes("1e-400"), Ok(1));
+        assert_eq!(bytes(&format!("1.{}Gi", "0".repeat(40))), Ok(1 << 30));
         assert_eq!(bytes("0e400"), Ok(0));
     }
 
@@ -328,6 +337,14 @@ mod tests {
         assert_eq!(q.bytes(), 2048);
         let q: Quantity = serde_yaml_ng::from_str("1.5Gi").expect("fractional size");
         assert_eq!(q.bytes(), 1_610_612_736);
+        // Unquoted, these are YAML floats.
+        let q: Quantity = serde_yaml_ng::from_str("1e6").expect("exponent size");
+        assert_eq!(q.bytes(), 1_000_000);
+        let q: Quantity = serde_yaml_ng::from_str("1.5").expect("fractional bytes");
+        assert_eq!(q.bytes(), 2);
+        for bad in ["-1.5", ".nan", ".inf", "1e400"] {
+            assert!(serde_yaml_ng::from_str::<Quantity>(bad).is_err(), "{bad}");
+        }
         assert!(serde_yaml_ng::from_str::<Quantity>("-5").is_err());
     }
 }

@@ -265,9 +265,7 @@ impl ReconcilePlan {
         }
         let args = self.args.render(&ctx).map_err(template("reconcile.args"))?;
         let mut visible = object.clone();
-        for path in &self.spec.request.object.exclude {
-            path.remove(&mut visible);
-        }
+        inrun_blueprint::FieldPath::remove_all(&self.spec.request.object.exclude, &mut visible);
         let mut req = Request::for_object(visible, args);
         req.finalizing = finalizing;
         req.target = target.map(str::to_string);
