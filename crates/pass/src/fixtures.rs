@@ -272,10 +272,18 @@ impl CannedHttp for HttpFixture {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ExternalEntry {
-    #[serde(default)]
+    /// `None` only when the key is absent: `result: null` is `Some(Value::Null)`, a
+    /// legitimate answer (an empty HTTP reply, a Prometheus query with no series).
+    #[serde(default, deserialize_with = "present")]
     result: Option<Value>,
     #[serde(default)]
     error: Option<String>,
+}
+
+/// A key that is there, whatever its value (`null` included): plain `Option<Value>` would
+/// read `null` as absent.
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
+    Value::deserialize(d).map(Some)
 }
 
 /// Canned results of `reconcile.external` calls, by the call's `name`.
@@ -286,8 +294,9 @@ pub struct ExternalFixture {
 }
 
 impl ExternalFixture {
-    /// Reads a YAML mapping from call name to `{result: <value>}` or `{error: <message>}`
-    /// (a failure, which the call's `onError` handles as it would a real one).
+    /// Reads a YAML mapping from call name to `{result: <value>}` (`null` included) or
+    /// `{error: <message>}` (a failure, which the call's `onError` handles as it would a
+    /// real one).
     ///
     /// # Errors
     /// [`FixtureError`] naming the file and, for a bad entry, its name.
@@ -482,6 +491,26 @@ mod tests {
         assert_eq!(f.answer("other"), None);
         assert_eq!(f.source_name(), "fixture.yaml");
         let (_dir, path) = file("both: {result: 1, error: x}\n");
+        let err = ExternalFixture::from_file(&path).unwrap_err().to_string();
+        assert!(
+            err.ends_with("both: give exactly one of result or error"),
+            "{err}"
+        );
+        let (_dir, path) = file("neither: {}\n");
+        let err = ExternalFixture::from_file(&path).unwrap_err().to_string();
+        assert!(
+            err.ends_with("neither: give exactly one of result or error"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_null_external_result_is_an_answer_not_a_missing_one() {
+        let (_dir, path) = file("empty: {result: null}\ntilde: {result: ~}\n");
+        let f = ExternalFixture::from_file(&path).expect("fixture");
+        assert_eq!(f.answer("empty"), Some(Ok(Value::Null)));
+        assert_eq!(f.answer("tilde"), Some(Ok(Value::Null)));
+        let (_dir, path) = file("both: {result: null, error: x}\n");
         let err = ExternalFixture::from_file(&path).unwrap_err().to_string();
         assert!(
             err.ends_with("both: give exactly one of result or error"),
