@@ -812,3 +812,38 @@ fn inrun_test_fails_a_differing_case_with_a_unified_diff_and_update_rewrites_it(
     let (ok, out) = run(&["test", "tests"]);
     assert!(ok && out.ends_with("4 passed, 0 failed\n"), "{out}");
 }
+
+#[test]
+fn inrun_test_of_a_directory_outside_the_current_one_takes_no_blueprint_from_above_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let base = dir.path().canonicalize().expect("resolve");
+    let cr = "apiVersion: x.example.com/v1\nkind: Shop\nmetadata: {name: shop, namespace: web}\n";
+    // Stray Blueprints above the project and in the current directory, none in the project.
+    for (name, text) in [
+        ("blueprint.yaml", "stray: true\n"),
+        ("work/blueprint.yaml", "stray: true\n"),
+        ("project/tests/one/cr.yaml", cr),
+    ] {
+        let path = base.join(name);
+        std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+        std::fs::write(&path, text).expect("write");
+    }
+    let cases = base.join("project/tests");
+    for given in ["../project/tests".to_string(), cases.display().to_string()] {
+        let cache = tempfile::tempdir().expect("tempdir");
+        let out = Command::new(env!("CARGO_BIN_EXE_inrun"))
+            .args(["test", &given])
+            .current_dir(base.join("work"))
+            .env("INRUN_CACHE_DIR", cache.path())
+            .output()
+            .expect("run inrun");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(!out.status.success(), "{given}: {stdout}");
+        let expected = format!(
+            "FAIL one\n  no blueprint.yaml in {} or a directory above it up to {}; ",
+            cases.join("one").display(),
+            base.join("project").display()
+        );
+        assert!(stdout.starts_with(&expected), "{given}: {stdout}");
+    }
+}

@@ -101,7 +101,9 @@ pub enum Command {
     /// fixtures (`observed.yaml`, `http.yaml`, `external.yaml`, `case.yaml`) and compared
     /// with its `expected.yaml`; nothing live is called.
     Test {
-        /// Where the cases are.
+        /// Where the cases are. A case without `blueprint` in its `case.yaml` uses the
+        /// nearest `blueprint.yaml` in its directory or above, looked for no higher than the
+        /// current directory, or DIR's parent when DIR is not under the current directory.
         #[arg(default_value = "tests", env = "INRUN_TEST_DIR")]
         dir: PathBuf,
         /// Write each case's output to its `expected.yaml` instead of comparing.

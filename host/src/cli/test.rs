@@ -6,14 +6,20 @@ use std::path::Path;
 use inrun::golden::{self, Verdict};
 use inrun::wasm::Engine;
 
-/// Runs the cases under `dir` (relative to the current directory, which bounds the search
-/// for each case's Blueprint).
+/// Runs the cases under `dir`. Each case's Blueprint is looked for no higher than the
+/// current directory, or `dir`'s parent when `dir` is not under it
+/// ([`golden::search_bounds`]).
 ///
 /// # Errors
 /// `dir` cannot be listed, or a case failed (after every case has run and been reported).
 pub(super) async fn run(engine: &Engine, dir: &Path, update: bool) -> anyhow::Result<()> {
-    let top = std::env::current_dir()?;
-    let root = top.join(dir);
+    let (root, top) = golden::search_bounds(dir, &std::env::current_dir()?).map_err(|e| {
+        anyhow::anyhow!(
+            "the cases' directory {}: {}",
+            dir.display(),
+            inrun::errors::chain(&e)
+        )
+    })?;
     let cases = golden::discover(&root)
         .map_err(|e| anyhow::anyhow!("listing the cases in {}: {e}", dir.display()))?;
     if cases.is_empty() {

@@ -164,6 +164,31 @@ pub fn discover(dir: &Path) -> Result<Vec<PathBuf>, CaseError> {
     Ok(cases)
 }
 
+/// Where `inrun test DIR` looks, given the current directory `cwd`: DIR itself (with `..`
+/// and symbolic links resolved) and the highest directory a case's Blueprint is looked for
+/// in. That is `cwd` when DIR is `cwd` or under it, else DIR's parent (DIR itself when it
+/// is `/`), so `inrun test ../project/tests` finds `../project/blueprint.yaml` and nothing
+/// above `../project`, and no case takes a Blueprint from `/` or the current directory.
+///
+/// # Errors
+/// DIR or `cwd` does not exist (or cannot be resolved).
+pub fn search_bounds(dir: &Path, cwd: &Path) -> Result<(PathBuf, PathBuf), CaseError> {
+    let resolve = |p: &Path| {
+        std::fs::canonicalize(p).map_err(|source| CaseError::Io {
+            path: p.to_path_buf(),
+            source,
+        })
+    };
+    let cwd = resolve(cwd)?;
+    let root = resolve(&cwd.join(dir))?;
+    let top = if root.starts_with(&cwd) {
+        cwd
+    } else {
+        root.parent().unwrap_or(&root).to_path_buf()
+    };
+    Ok((root, top))
+}
+
 /// The nearest `blueprint.yaml` in `case` or a directory above it, stopping at `top`
 /// (included) when `case` is under it.
 fn find_blueprint(case: &Path, top: &Path) -> Result<PathBuf, CaseError> {
@@ -394,6 +419,58 @@ mod tests {
             find_blueprint(&case, &top).expect("found"),
             case.join(BLUEPRINT_FILE)
         );
+    }
+
+    #[test]
+    fn a_directory_outside_the_current_one_bounds_the_search_by_its_parent() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let base = std::fs::canonicalize(dir.path()).expect("resolve");
+        let (cwd, project) = (base.join("work"), base.join("project"));
+        let case = project.join("tests/one");
+        std::fs::create_dir_all(&case).expect("mkdir");
+        std::fs::create_dir_all(cwd.join("tests/two")).expect("mkdir");
+        // Stray Blueprints: above the project, and in the current directory (which
+        // `work/../project` passes through if read as text).
+        std::fs::write(base.join(BLUEPRINT_FILE), "").expect("write");
+        std::fs::write(cwd.join(BLUEPRINT_FILE), "").expect("write");
+        for given in [
+            PathBuf::from("../project/tests"),
+            project.join("tests"),
+            PathBuf::from("../work/../project/tests"),
+        ] {
+            let (root, top) = search_bounds(&given, &cwd).expect("bounds");
+            assert_eq!(
+                (&root, &top),
+                (&project.join("tests"), &project),
+                "{given:?}"
+            );
+            assert!(
+                matches!(
+                    find_blueprint(&root.join("one"), &top),
+                    Err(CaseError::NoBlueprint { .. })
+                ),
+                "{given:?}"
+            );
+        }
+        std::fs::write(project.join(BLUEPRINT_FILE), "").expect("write");
+        let (root, top) = search_bounds(Path::new("../project/tests"), &cwd).expect("bounds");
+        assert_eq!(
+            find_blueprint(&root.join("one"), &top).expect("found"),
+            project.join(BLUEPRINT_FILE)
+        );
+        // The project directory itself: its own Blueprint, one level above the cases.
+        let (root, top) = search_bounds(&project, &cwd).expect("bounds");
+        assert_eq!((&root, &top), (&project, &base));
+        // Under the current directory, the current directory is the bound, as it was.
+        for given in ["tests", "./tests/../tests", "."] {
+            let (root, top) = search_bounds(Path::new(given), &cwd).expect("bounds");
+            assert_eq!(&top, &cwd, "{given}");
+            assert!(root.starts_with(&cwd), "{given}");
+        }
+        assert!(matches!(
+            search_bounds(Path::new("missing"), &cwd),
+            Err(CaseError::Io { .. })
+        ));
     }
 
     #[test]
