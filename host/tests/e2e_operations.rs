@@ -410,6 +410,16 @@ struct Process {
 
 impl Process {
     fn spawn(blueprint: &std::path::Path, dir: &std::path::Path, identity: &str) -> Process {
+        Process::spawn_with(blueprint, dir, identity, &[])
+    }
+
+    /// Like [`Process::spawn`], with extra environment variables.
+    fn spawn_with(
+        blueprint: &std::path::Path,
+        dir: &std::path::Path,
+        identity: &str,
+        env: &[(&str, &str)],
+    ) -> Process {
         let log = std::fs::File::create(dir.join(format!("{identity}.log"))).expect("log file");
         let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_inrun"))
             .arg("run")
@@ -430,6 +440,7 @@ impl Process {
             .arg("--cache-dir")
             .arg(dir.join("cache"))
             .env("INRUN_LOG", "info")
+            .envs(env.iter().copied())
             .stderr(log)
             .kill_on_drop(true)
             .spawn()
@@ -538,10 +549,16 @@ async fn one_replica_leads_and_a_standby_takes_over_on_sigterm_and_on_sigkill() 
     let cp = ControlPlane::shared();
     let group = unique_group("leader");
     let ns = cp.namespace("leader").await?;
+    // The Lease is the one `--leader-elect-lease` (here through its variable) names, not
+    // the Blueprint's.
     let lease = "inrun-leader";
+    let by_flag = [("INRUN_LEADER_ELECT_LEASE", lease)];
     let dir = tempfile::tempdir()?;
     let path = dir.path().join("blueprint.yaml");
-    std::fs::write(&path, lease_blueprint(&group, &ns, lease))?;
+    std::fs::write(
+        &path,
+        lease_blueprint(&group, &ns, "named-by-the-blueprint"),
+    )?;
     let ar = resource(&group, "Note");
     let note = |name: &str| {
         format!(
@@ -550,9 +567,9 @@ async fn one_replica_leads_and_a_standby_takes_over_on_sigterm_and_on_sigkill() 
     };
     let lease_duration = std::time::Duration::from_secs(15);
 
-    let a = Process::spawn(&path, dir.path(), "replica-a");
+    let a = Process::spawn_with(&path, dir.path(), "replica-a", &by_flag);
     until_holder(&ns, lease, "replica-a", WAIT).await;
-    let mut b = Process::spawn(&path, dir.path(), "replica-b");
+    let mut b = Process::spawn_with(&path, dir.path(), "replica-b", &by_flag);
     apply_cr(&ar, &ns, &note("first")).await;
     assert_eq!(reconciled_by(&ns, "first").await, "replica-a");
     eventually("the first ConfigMap", || {
@@ -590,7 +607,7 @@ async fn one_replica_leads_and_a_standby_takes_over_on_sigterm_and_on_sigkill() 
     assert_eq!(reconciled_by(&ns, "second").await, "replica-b");
 
     // Abrupt: SIGKILL leaves the lease held; the standby takes it once it expires.
-    let c = Process::spawn(&path, dir.path(), "replica-c");
+    let c = Process::spawn_with(&path, dir.path(), "replica-c", &by_flag);
     until_logged(
         &dir.path().join("replica-c.log"),
         "waiting for the leader-election lease",
@@ -630,6 +647,13 @@ async fn one_replica_leads_and_a_standby_takes_over_on_sigterm_and_on_sigkill() 
         holder(&ns, lease).await,
         None,
         "the lease is released on shutdown"
+    );
+    assert!(
+        Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(client(), &ns)
+            .get_opt("named-by-the-blueprint")
+            .await?
+            .is_none(),
+        "the flag's Lease replaces the Blueprint's"
     );
     let _ = c.identity;
     Ok(())

@@ -16,6 +16,9 @@ pub struct HostFlags {
     pub leader_elect: bool,
     /// `--leader-elect-namespace`: the Lease's namespace when the Blueprint names none.
     pub leader_elect_namespace: Option<String>,
+    /// `--leader-elect-lease`: the Lease's name, over `runtime.leaderElection.leaseName`
+    /// (two hosts in one namespace each need their own).
+    pub leader_elect_lease: Option<String>,
 }
 
 /// The settings `inrun run` runs with.
@@ -52,7 +55,9 @@ impl HostSettings {
         let spec = host.unwrap_or(&defaults);
         let le = &spec.leader_election;
         let leader = (flags.leader_elect || le.enabled).then(|| LeaderConfig {
-            lease_name: le.lease_name.clone(),
+            lease_name: flags
+                .leader_elect_lease
+                .unwrap_or_else(|| le.lease_name.clone()),
             namespace: le
                 .namespace
                 .clone()
@@ -122,6 +127,30 @@ mod tests {
         spec.leader_election.namespace = Some("bp-ns".into());
         let s = HostSettings::resolve(flags, "me".into(), Some(&spec), |_| None);
         assert_eq!(s.leader.map(|l| l.namespace), Some("bp-ns".into()));
+    }
+
+    #[test]
+    fn the_lease_flag_names_the_lease_over_the_blueprint_and_turns_nothing_on() {
+        let mut spec = RuntimeSpec::default();
+        spec.leader_election.lease_name = "from-blueprint".into();
+        let flags = HostFlags {
+            leader_elect_lease: Some("release-a".into()),
+            ..HostFlags::default()
+        };
+        let off = HostSettings::resolve(flags.clone(), "me".into(), Some(&spec), env);
+        assert_eq!(
+            off.leader, None,
+            "naming the Lease does not turn election on"
+        );
+
+        spec.leader_election.enabled = true;
+        let s = HostSettings::resolve(flags, "me".into(), Some(&spec), env);
+        assert_eq!(s.leader.map(|l| l.lease_name), Some("release-a".into()));
+        let s = HostSettings::resolve(HostFlags::default(), "me".into(), Some(&spec), env);
+        assert_eq!(
+            s.leader.map(|l| l.lease_name),
+            Some("from-blueprint".into())
+        );
     }
 
     #[test]

@@ -96,6 +96,7 @@ pub fn execute(cli: Cli) -> anyhow::Result<()> {
                     install_crds,
                     blueprint_resources,
                     leader_elect,
+                    leader_elect_lease,
                     impersonate,
                     tenant,
                     tenant_namespaces,
@@ -103,6 +104,10 @@ pub fn execute(cli: Cli) -> anyhow::Result<()> {
                     let mut blueprint = inrun::blueprint::load(&blueprint)?;
                     // `inrun run --leader-elect` turns leader election on over the Blueprint.
                     blueprint.spec.runtime.leader_election.enabled |= leader_elect;
+                    // ... and `--leader-elect-lease` names its Lease over the Blueprint.
+                    if let Some(lease) = leader_elect_lease {
+                        blueprint.spec.runtime.leader_election.lease_name = lease;
+                    }
                     let sa = match &blueprint.spec.service_account {
                         Some(sa) if tenant => sa.clone(),
                         _ => inrun::blueprint::ServiceAccountRef {
@@ -204,7 +209,13 @@ pub fn execute(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Plugin {
-            command: PluginCommand::New { lang, name, dir },
+            command:
+                PluginCommand::New {
+                    lang,
+                    name,
+                    dir,
+                    sdk,
+                },
         } => {
             use inrun::scaffold::{self, Lang as L};
             let lang = match lang {
@@ -213,8 +224,11 @@ pub fn execute(cli: Cli) -> anyhow::Result<()> {
                 Lang::Js => L::Js,
                 Lang::C => L::C,
             };
-            let project = scaffold::new_plugin(lang, &name, &dir)?;
+            let project = scaffold::new_plugin(lang, &name, &dir, sdk.as_deref())?;
             println!("created {}", project.display());
+            if sdk.is_none() && lang != L::C {
+                eprintln!("warning: {}", scaffold::UNPUBLISHED);
+            }
             println!(
                 "  cd {} && ./build.sh && inrun test && inrun render -b blueprint.yaml -f cr.yaml",
                 project.display()

@@ -170,6 +170,10 @@ pub enum GenerateCommand {
         /// (for `inrun run --leader-elect`).
         #[arg(long, env = "INRUN_LEADER_ELECT")]
         leader_elect: bool,
+        /// The Lease the Role names, as `inrun run --leader-elect-lease` (default: the
+        /// Blueprint's `runtime.leaderElection.leaseName`, else `inrun`).
+        #[arg(long, env = "INRUN_LEADER_ELECT_LEASE", value_parser = parse_lease_name)]
+        leader_elect_lease: Option<String>,
         /// Also grant impersonating these ServiceAccounts (`namespace/name`, comma
         /// separated): tenants' identities, e.g. `inrun run --default-tenant-service-account`.
         #[arg(long, env = "INRUN_IMPERSONATE", value_delimiter = ',', value_parser = parse_service_account)]
@@ -224,7 +228,7 @@ pub enum PluginCommand {
     },
     /// Make a self-contained plugin project: it builds with ./build.sh against the
     /// `inrun-sdk` package of its language, and has a unit test and a golden case for
-    /// `inrun test`.
+    /// `inrun test`. The packages are not on public registries yet: pass --sdk.
     New {
         /// The guest language.
         #[arg(long, value_enum, env = "INRUN_PLUGIN_LANG", default_value_t = Lang::Rust)]
@@ -235,6 +239,12 @@ pub enum PluginCommand {
         /// Where to create the project directory.
         #[arg(long, env = "INRUN_PLUGIN_DIR_PARENT", default_value = ".")]
         dir: PathBuf,
+        /// The SDK packages, as `make sdk` writes them (dist/sdk/ in an Inrun checkout):
+        /// copied into the project's `.sdk/`, which its build takes the SDK from and from
+        /// nowhere else. Without it the project names `inrun-sdk` on public registries,
+        /// where it is not published yet (a warning says so). C needs no package.
+        #[arg(long, env = "INRUN_SDK_DIR", value_name = "DIR")]
+        sdk: Option<PathBuf>,
     },
 }
 
@@ -327,6 +337,10 @@ pub struct RunArgs {
     /// Namespace of the Lease when the Blueprint names none (default: $POD_NAMESPACE, else `default`).
     #[arg(long, env = "INRUN_LEADER_ELECT_NAMESPACE")]
     pub leader_elect_namespace: Option<String>,
+    /// Name of the Lease, over `runtime.leaderElection.leaseName` (default `inrun`): hosts
+    /// sharing a namespace each need their own.
+    #[arg(long, env = "INRUN_LEADER_ELECT_LEASE", value_parser = parse_lease_name)]
+    pub leader_elect_lease: Option<String>,
     /// This replica's identity for events and the Lease (default: hostname and process id).
     #[arg(long, env = "INRUN_IDENTITY")]
     pub identity: Option<String>,
@@ -413,6 +427,26 @@ pub(crate) fn parse_quantity(text: &str) -> Result<usize, String> {
     usize::try_from(q.bytes()).map_err(|e| e.to_string())
 }
 
+/// A Lease's name: a lowercase DNS subdomain (RFC 1123), as Kubernetes requires.
+pub(crate) fn parse_lease_name(text: &str) -> Result<String, String> {
+    let label = |l: &str| {
+        !l.is_empty()
+            && l.len() <= 63
+            && l.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+    };
+    if text.len() <= 253 && text.split('.').all(label) {
+        Ok(text.to_owned())
+    } else {
+        Err(format!(
+            "{text:?} is not a Lease name: lowercase letters, digits, '-' and '.', \
+             starting and ending with a letter or digit, at most 253 characters"
+        ))
+    }
+}
+
 pub(crate) fn parse_service_account(
     text: &str,
 ) -> Result<inrun::blueprint::ServiceAccountRef, String> {
@@ -431,5 +465,23 @@ mod tests {
         assert_eq!(cli.filter_with(Some("inrun=debug".into())), "inrun=debug");
         let cli = Cli::parse_from(["inrun", "--log", "error", "validate", "-b", "x.yaml"]);
         assert_eq!(cli.filter_with(Some("inrun=debug".into())), "error");
+    }
+
+    #[test]
+    fn a_lease_name_must_be_a_dns_subdomain_and_the_error_names_the_flag() {
+        for good in ["inrun", "shop-inrun", "a.b-c.d0"] {
+            assert_eq!(parse_lease_name(good).as_deref(), Ok(good));
+        }
+        for bad in ["", "Shop", "-a", "a-", "a..b", "a_b", &"a".repeat(254)] {
+            assert!(parse_lease_name(bad).is_err(), "{bad:?} accepted");
+        }
+        let err = Cli::try_parse_from(["inrun", "run", "--leader-elect-lease", "My_Lease"])
+            .err()
+            .expect("refused");
+        let text = err.to_string();
+        assert!(
+            text.contains("--leader-elect-lease") && text.contains("not a Lease name"),
+            "{text}"
+        );
     }
 }

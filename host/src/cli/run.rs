@@ -89,6 +89,7 @@ pub(super) fn run(
         health_port: args.health_port,
         leader_elect: args.leader_elect,
         leader_elect_namespace: args.leader_elect_namespace,
+        leader_elect_lease: args.leader_elect_lease,
     };
     let host = HostSettings::resolve(flags, identity, fleet.host_runtime().as_ref(), env);
     runtime.block_on(async move {
