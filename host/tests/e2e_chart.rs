@@ -1,9 +1,12 @@
 //! The Helm chart in `deploy/chart`, checked with a real `helm` (built from its Go module by
 //! `tests/tools/build-helm.sh`) and the test kube-apiserver: `helm lint --strict`, the files
 //! `make chart` generates being current, the values schema refusing typos and wrong types,
-//! `helm template` output accepted by a server-side dry run, and `helm install` /
-//! `helm uninstall` for real. No controller manager runs, so the Deployment makes no pods:
+//! leader election on by default with each release's own Lease (and, off, no rollout that
+//! runs two hosts at once), `helm template` output accepted by a server-side dry run, and
+//! `helm install` / `helm uninstall` for real. No controller manager runs, so the Deployment makes no pods:
 //! the tests assert on the objects the API server stores.
+
+mod support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -21,6 +24,7 @@ use kube::Api;
 use kube::api::PostParams;
 use serde_json::Value;
 use sha2::Digest;
+use support::kubectl;
 
 /// How long an object may take to appear or go.
 const WAIT: Duration = Duration::from_secs(30);
@@ -85,26 +89,6 @@ fn helm_ok(args: &[&str], cluster: bool) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// kubectl against the test API server, with `input` on its standard input.
-fn kubectl(args: &[&str], input: &str) -> Output {
-    use std::io::Write;
-    let mut child = Command::new("kubectl")
-        .arg("--kubeconfig")
-        .arg(ControlPlane::shared().kubeconfig())
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("running kubectl");
-    let mut stdin = child.stdin.take().expect("kubectl stdin");
-    stdin
-        .write_all(input.as_bytes())
-        .expect("writing to kubectl");
-    drop(stdin);
-    child.wait_with_output().expect("kubectl")
 }
 
 /// A YAML stream as JSON values, without empty documents.
@@ -398,7 +382,8 @@ fn helm_template_output_is_accepted_by_the_api_server_in_a_server_side_dry_run()
     let chart = chart.to_str().expect("utf-8 path");
     let full = format!("{chart}/ci/full-values.yaml");
 
-    // Defaults: one replica, no leader election, no PodDisruptionBudget.
+    // Defaults: one replica with leader election (and its Lease Role), no
+    // PodDisruptionBudget.
     let text = helm_ok(&["template", "inrun", chart, "-n", ns], false);
     let docs = documents(&text);
     let got = kinds(&docs);
@@ -408,17 +393,17 @@ fn helm_template_output_is_accepted_by_the_api_server_in_a_server_side_dry_run()
         "CustomResourceDefinition",
         "ClusterRole",
         "ClusterRoleBinding",
+        "Role",
+        "RoleBinding",
         "Service",
         "Deployment",
     ] {
         assert!(got.contains(&kind), "no {kind} by default: {got:?}");
     }
-    for kind in ["Role", "PodDisruptionBudget", "ServiceMonitor"] {
+    for kind in ["PodDisruptionBudget", "ServiceMonitor"] {
         assert!(!got.contains(&kind), "a {kind} by default: {got:?}");
     }
-    let args =
-        find(&docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"].to_string();
-    assert!(!args.contains("--leader-elect"), "{args}");
+    assert_eq!(election(&docs), election_args(true, "inrun"));
     dry_run(&text, "default values");
 
     // Every option on: leader election (two replicas), tenants, Blueprint resources,
@@ -503,6 +488,11 @@ fn helm_template_output_is_accepted_by_the_api_server_in_a_server_side_dry_run()
     );
     let docs = documents(&text);
     assert_eq!(kinds(&docs), ["PodDisruptionBudget", "Deployment"]);
+    assert_eq!(election(&docs), election_args(false, "inrun"));
+    assert_eq!(
+        find(&docs, "Deployment")["spec"]["strategy"],
+        serde_json::json!({"type": "Recreate"})
+    );
     let pod = &find(&docs, "Deployment")["spec"]["template"]["spec"];
     assert_eq!(pod["volumes"][0]["configMap"]["name"], "my-blueprint");
     assert_eq!(pod["volumes"][1]["configMap"]["name"], "my-tenants");
@@ -515,6 +505,182 @@ fn helm_template_output_is_accepted_by_the_api_server_in_a_server_side_dry_run()
     );
     dry_run(&text, "ci/external-values.yaml");
     eprintln!("template and server dry runs: {:?}", started.elapsed());
+    Ok(())
+}
+
+/// The Deployment's leader-election arguments (`--leader-elect*`).
+fn election(docs: &[Value]) -> Vec<String> {
+    find(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+        .as_array()
+        .expect("args")
+        .iter()
+        .filter_map(Value::as_str)
+        .filter(|a| a.starts_with("--leader-elect"))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// What [`election`] should find: `--leader-elect` when the chart turns election on, and
+/// always the Lease's name.
+fn election_args(on: bool, lease: &str) -> Vec<String> {
+    let mut args = Vec::new();
+    if on {
+        args.push("--leader-elect".to_owned());
+    }
+    args.push(format!("--leader-elect-lease={lease}"));
+    args
+}
+
+/// The Lease rules of the Role named `name` in `ns`: (verbs, resourceNames) of each rule
+/// on coordination.k8s.io leases. Panics when there is no such Role.
+fn lease_rules(docs: &[Value], name: &str, ns: &str) -> Vec<(Value, Value)> {
+    let role = docs
+        .iter()
+        .find(|d| {
+            d["kind"] == "Role" && d["metadata"]["name"] == name && d["metadata"]["namespace"] == ns
+        })
+        .unwrap_or_else(|| panic!("no Role {ns}/{name} in {:?}", kinds(docs)));
+    role["rules"]
+        .as_array()
+        .expect("rules")
+        .iter()
+        .filter(|r| r["resources"] == serde_json::json!(["leases"]))
+        .map(|r| (r["verbs"].clone(), r["resourceNames"].clone()))
+        .collect()
+}
+
+/// The Lease rules the chart grants for the Lease `lease`.
+fn lease_grant(lease: &str) -> Vec<(Value, Value)> {
+    vec![
+        (serde_json::json!(["create"]), Value::Null),
+        (
+            serde_json::json!(["get", "update", "patch"]),
+            serde_json::json!([lease]),
+        ),
+    ]
+}
+
+fn rendered(values: &str) -> Vec<Value> {
+    let out = template_with(values);
+    assert!(
+        out.status.success(),
+        "{values}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    documents(&String::from_utf8_lossy(&out.stdout))
+}
+
+#[test]
+fn leader_election_is_on_by_default_and_off_it_recreates_and_refuses_more_than_one_replica() {
+    let started = Instant::now();
+    // On by default, whatever the replica count: a rolling update's surge pod stands by
+    // until the old one releases the Lease.
+    for values in ["{}\n", "replicaCount: 1\n", "replicaCount: 3\n"] {
+        let docs = rendered(values);
+        assert_eq!(election(&docs), election_args(true, "inrun"), "{values}");
+        assert_eq!(
+            find(&docs, "Deployment")["spec"]["strategy"],
+            serde_json::json!({"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}),
+            "{values}"
+        );
+    }
+
+    // Off: the old pod is gone before the new one starts, and the Lease's Role stays, since
+    // the Blueprint's `runtime.leaderElection.enabled` may turn election on.
+    let docs = rendered("leaderElection: {enabled: false}\n");
+    assert_eq!(election(&docs), election_args(false, "inrun"));
+    assert_eq!(
+        find(&docs, "Deployment")["spec"]["strategy"],
+        serde_json::json!({"type": "Recreate"})
+    );
+    assert_eq!(lease_rules(&docs, "inrun", "default"), lease_grant("inrun"));
+    let docs = rendered("leaderElection: {enabled: false}\nstrategy: {type: Recreate}\n");
+    assert_eq!(
+        find(&docs, "Deployment")["spec"]["strategy"],
+        serde_json::json!({"type": "Recreate"})
+    );
+
+    // Off with what would let two hosts write at once: refused, saying what to change.
+    let replicas = refused("leaderElection: {enabled: false}\nreplicaCount: 2\n");
+    assert!(
+        replicas.contains("replicaCount is 2 with leaderElection.enabled=false"),
+        "{replicas}"
+    );
+    for strategy in [
+        "strategy: {type: RollingUpdate}",
+        "strategy: {rollingUpdate: {maxSurge: 1}}",
+    ] {
+        let rolling = refused(&format!("leaderElection: {{enabled: false}}\n{strategy}\n"));
+        assert!(
+            rolling.contains("strategy.type is RollingUpdate")
+                && rolling.contains("strategy.type=Recreate"),
+            "{strategy}: {rolling}"
+        );
+    }
+    let typo = refused("strategy: {type: Rolling}\n");
+    assert!(typo.contains("/strategy/type"), "{typo}");
+    eprintln!("leader election values: {:?}", started.elapsed());
+}
+
+#[test]
+fn each_release_names_its_own_lease_and_its_role_grants_only_that_one() -> TestResult {
+    let started = Instant::now();
+    let chart = chart();
+    let chart = chart.to_str().expect("utf-8 path");
+    // Two releases in one namespace: two Leases, each Role naming its own.
+    for (release, fullname) in [("shop", "shop-inrun"), ("blog", "blog-inrun")] {
+        let docs = documents(&helm_ok(&["template", release, chart, "-n", "apps"], false));
+        assert_eq!(election(&docs), election_args(true, fullname));
+        assert_eq!(lease_rules(&docs, fullname, "apps"), lease_grant(fullname));
+    }
+
+    // `inrun generate rbac --leader-elect-lease` names the Lease in its Role ...
+    let dir = tempfile::tempdir()?;
+    let blueprint = dir.path().join("blueprint.yaml");
+    let text = std::fs::read_to_string(self::chart().join("files/blueprint.yaml"))?;
+    // (a Blueprint of one's own that keeps its Lease in another namespace)
+    let text = text.replacen(
+        "spec:\n",
+        "spec:\n  runtime:\n    leaderElection: {enabled: true, namespace: ops}\n",
+        1,
+    );
+    std::fs::write(&blueprint, &text)?;
+    let out = Command::new(env!("CARGO_BIN_EXE_inrun"))
+        .args([
+            "generate",
+            "rbac",
+            "-n",
+            "apps",
+            "--leader-elect-lease",
+            "from-the-flag",
+            "-b",
+        ])
+        .arg(&blueprint)
+        .output()?;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let generated = String::from_utf8(out.stdout)?;
+    let docs = documents(&generated);
+    assert_eq!(
+        lease_rules(&docs, "inrun", "ops"),
+        lease_grant("from-the-flag")
+    );
+
+    // ... and the chart, given that output, grants its own release's Lease instead, there
+    // and in the release namespace.
+    let values = serde_json::json!({
+        "blueprint": {"content": text},
+        "rbac": {"generated": generated},
+        "crds": {"enabled": false},
+    });
+    let docs = rendered(&values.to_string());
+    assert_eq!(lease_rules(&docs, "inrun", "ops"), lease_grant("inrun"));
+    assert_eq!(lease_rules(&docs, "inrun", "default"), lease_grant("inrun"));
+    assert!(!serde_json::to_string(&docs)?.contains("from-the-flag"));
+    eprintln!("lease names: {:?}", started.elapsed());
     Ok(())
 }
 
@@ -556,7 +722,9 @@ async fn helm_install_creates_the_host_and_binds_its_generated_rbac_and_uninstal
     // NOTES.txt says what runs and how to watch it.
     assert!(
         install.contains("2 replicas, leader election on")
-            && install.contains("rollout status deployment/inrun"),
+            && install.contains("rollout status deployment/inrun")
+            && install.contains("/readyz is a ping")
+            && install.contains("get lease inrun"),
         "{install}"
     );
 
@@ -574,8 +742,13 @@ async fn helm_install_creates_the_host_and_binds_its_generated_rbac_and_uninstal
             "--blueprint=/etc/inrun/blueprint/blueprint.yaml",
             "--health-port=8081",
             "--log-format=json",
-            "--leader-elect"
+            "--leader-elect",
+            "--leader-elect-lease=inrun"
         ])
+    );
+    assert_eq!(
+        json["spec"]["strategy"],
+        serde_json::json!({"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}})
     );
     assert_eq!(container["readinessProbe"]["httpGet"]["path"], "/readyz");
     assert_eq!(container["livenessProbe"]["httpGet"]["path"], "/healthz");
@@ -636,7 +809,8 @@ async fn helm_install_creates_the_host_and_binds_its_generated_rbac_and_uninstal
     };
     inrun::runtime::access::check(&sa, None, &rbac::required(&chart_blueprint(true), &options))
         .await?;
-    // ... and grants nothing more: it cannot read Secrets, which this Blueprint does not need.
+    // ... and grants nothing more: it cannot read Secrets, which this Blueprint does not
+    // need, nor take another release's Lease.
     let secrets = Permission {
         group: String::new(),
         resource: "secrets".into(),
@@ -645,11 +819,23 @@ async fn helm_install_creates_the_host_and_binds_its_generated_rbac_and_uninstal
         namespace: None,
         why: "test".into(),
     };
-    assert!(
-        inrun::runtime::access::check(&sa, None, &[secrets])
-            .await
-            .is_err()
-    );
+    let other_lease = Permission {
+        group: "coordination.k8s.io".into(),
+        resource: "leases".into(),
+        names: vec!["other-inrun".into()],
+        verbs: vec!["update".into()],
+        namespace: Some(ns.into()),
+        why: "test".into(),
+    };
+    for denied in [secrets, other_lease] {
+        let what = format!("{} {}", denied.verbs.join(","), denied.resource);
+        assert!(
+            inrun::runtime::access::check(&sa, None, &[denied])
+                .await
+                .is_err(),
+            "the ServiceAccount may {what}"
+        );
+    }
 
     // Uninstall removes what it installed and keeps the CRDs (and with them every CR).
     let out = helm_ok(&["uninstall", "inrun", "-n", ns], true);

@@ -64,12 +64,35 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 {{- end }}
 
-{{/* "true" when leader election is on: as set, else when there is more than one replica. */}}
+{{/* "true" when the chart turns leader election on (`--leader-elect`): by default. */}}
 {{- define "inrun.leaderElection" -}}
-{{- if kindIs "bool" .Values.leaderElection.enabled }}
-{{- ternary "true" "" .Values.leaderElection.enabled }}
-{{- else }}
-{{- ternary "true" "" (gt (int .Values.replicaCount) 1) }}
+{{- if .Values.leaderElection.enabled }}true{{ end }}
+{{- end }}
+
+{{/*
+The Lease's name (`--leader-elect-lease`): the full name, so two releases in one namespace
+hold two Leases. Passed whether or not the chart turns election on, since the Blueprint's
+`runtime.leaderElection.enabled` turns it on too.
+*/}}
+{{- define "inrun.leaseName" -}}
+{{- include "inrun.fullname" . }}
+{{- end }}
+
+{{/*
+The Deployment's strategy: `strategy` as given, else RollingUpdate with a surge pod when
+leader election is on (it stands by until the old pod releases the Lease) and Recreate
+when it is off (the old pod is gone before the new one starts, so two never reconcile).
+*/}}
+{{- define "inrun.strategy" -}}
+{{- if .Values.strategy }}
+{{- toYaml .Values.strategy }}
+{{- else if include "inrun.leaderElection" . -}}
+type: RollingUpdate
+rollingUpdate:
+  maxUnavailable: 0
+  maxSurge: 1
+{{- else -}}
+type: Recreate
 {{- end }}
 {{- end }}
 
@@ -128,8 +151,16 @@ Called with (dict "text" TEXT "what" NAME); returns {"docs": [...]} as YAML.
 {{- if and .Values.blueprint.content .Values.blueprint.existingConfigMap }}
 {{- fail "blueprint: give content or existingConfigMap, not both" }}
 {{- end }}
+{{- if not (include "inrun.leaderElection" .) }}
+{{- if gt (int .Values.replicaCount) 1 }}
+{{- fail (printf "replicaCount is %d with leaderElection.enabled=false: every replica would reconcile and write at once; keep leader election on, or run one replica" (int .Values.replicaCount)) }}
+{{- end }}
+{{- if and .Values.strategy (ne (default "RollingUpdate" .Values.strategy.type) "Recreate") }}
+{{- fail "strategy.type is RollingUpdate (Kubernetes' default when unset) with leaderElection.enabled=false: the new pod would reconcile beside the old one during every upgrade; use strategy.type=Recreate (or leave strategy empty), or keep leader election on" }}
+{{- end }}
+{{- end }}
 {{- if and .Values.rbac.create (not .Values.rbac.generated) (not (include "inrun.ownBlueprint" .)) }}
-{{- fail "rbac.generated is empty, and the chart's RBAC is only for its own Blueprint: give what `inrun generate rbac -b YOUR-BLUEPRINT -n NAMESPACE --leader-elect` prints (--set-file rbac.generated=FILE), or rbac.create=false" }}
+{{- fail "rbac.generated is empty, and the chart's RBAC is only for its own Blueprint: give what `inrun generate rbac -b YOUR-BLUEPRINT -n NAMESPACE` prints (--set-file rbac.generated=FILE), or rbac.create=false" }}
 {{- end }}
 {{- if and .Values.crds.enabled .Values.blueprint.enabled (not .Values.crds.generated) (not (include "inrun.ownBlueprint" .)) }}
 {{- fail "crds.generated is empty, and the chart's CRDs are only for its own Blueprint: give what `inrun generate crds -b YOUR-BLUEPRINT` prints (--set-file crds.generated=FILE), or crds.enabled=false" }}
