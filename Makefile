@@ -36,8 +36,9 @@ $(LANGUAGE_PLUGINS): plugins-%:
 build:
 	$(CARGO) build -p inrun --bin inrun
 
-## The SDKs as packages in dist/sdk/: the inrun-sdk and inrun-contract crates, the Python
-## wheel and the npm tarball (sdk/package.sh); the scaffold tests build against them.
+## The SDKs as packages in dist/sdk/: the inrun-sdk and inrun-contract crates (and both
+## unpacked), the Python wheel and the npm tarball (sdk/package.sh); `inrun plugin new
+## --sdk dist/sdk` copies them into a project, as the scaffold tests do.
 .PHONY: sdk
 sdk:
 	CARGO="$(CARGO)" sdk/package.sh

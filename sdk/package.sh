@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Builds the SDKs as packages into dist/sdk/ (`make sdk`):
 #   inrun-contract-<v>.crate, inrun-sdk-<v>.crate   cargo package (the SDK carries its WIT)
+#   crates/inrun-{contract,sdk}-<v>/                 the two unpacked, which
+#                                                    `inrun plugin new --sdk` copies
 #   inrun_sdk-<v>-py3-none-any.whl                   pip wheel of sdk/python + wit/
 #   inrun-sdk-<v>.tgz                                npm pack of sdk/js + wit/
 # Python and JavaScript are built from a staged copy under dist/build/, since the WIT
@@ -22,6 +24,10 @@ mkdir -p "$out" "$stage"
 log "cargo package -p inrun-contract -p inrun-sdk"
 (cd "$root" && "$cargo" package -q --allow-dirty -p inrun-contract -p inrun-sdk </dev/null)
 cp "$target"/package/inrun-contract-*.crate "$target"/package/inrun-sdk-*.crate "$out/"
+mkdir -p "$out/crates"
+for crate in "$out"/inrun-contract-*.crate "$out"/inrun-sdk-*.crate; do
+  tar xzf "$crate" -C "$out/crates"
+done
 
 if command -v python3 >/dev/null; then
   log "python wheel"

@@ -1,6 +1,7 @@
-//! `inrun plugin new`: a project made outside the repository (a scratch directory) builds
-//! with the SDK packages `make sdk` put in `dist/sdk/`, and its own tests pass: the unit
-//! test of its reconcile function and its golden case under `inrun test`.
+//! `inrun plugin new`: a project made outside the repository (a scratch directory) with
+//! `--sdk dist/sdk` (the packages `make sdk` writes) builds as written, taking the SDK from
+//! its copy of those packages and from no registry, and its own tests pass: the unit test
+//! of its reconcile function and its golden case under `inrun test`.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -11,18 +12,11 @@ fn repo() -> PathBuf {
     here.canonicalize().unwrap_or(here)
 }
 
-/// The package in `dist/sdk/` whose name starts with `prefix` and ends with `suffix`.
-fn package(prefix: &str, suffix: &str) -> PathBuf {
+/// The SDK packages `make sdk` writes.
+fn dist_sdk() -> PathBuf {
     let dist = repo().join("dist/sdk");
-    std::fs::read_dir(&dist)
-        .unwrap_or_else(|e| panic!("{}: {e}; run `make sdk`", dist.display()))
-        .flatten()
-        .map(|e| e.path())
-        .find(|p| {
-            let name = p.file_name().unwrap_or_default().to_string_lossy();
-            name.starts_with(prefix) && name.ends_with(suffix)
-        })
-        .unwrap_or_else(|| panic!("no {prefix}*{suffix} in {}; run `make sdk`", dist.display()))
+    assert!(dist.is_dir(), "{}: run `make sdk`", dist.display());
+    dist
 }
 
 /// Runs `cmd`, failing the test with its output when it fails; its standard output.
@@ -45,13 +39,18 @@ fn inrun(dir: &Path, cache: &Path) -> Command {
     cmd
 }
 
-/// `inrun plugin new --lang lang name` in `work`; the project directory. No generated
-/// file names the checkout `inrun` was built from.
+/// `inrun plugin new --lang lang --sdk dist/sdk name` in `work`, which warns of nothing;
+/// the project directory. No generated or copied file names the checkout `inrun` was built
+/// from.
 fn new_project(work: &Path, lang: &str, name: &str) -> PathBuf {
-    run(
-        inrun(work, &work.join("cache")).args(["plugin", "new", "--lang", lang, name]),
-        "inrun plugin new",
-    );
+    let out = inrun(work, &work.join("cache"))
+        .args(["plugin", "new", "--lang", lang, "--sdk"])
+        .arg(dist_sdk())
+        .arg(name)
+        .output()
+        .expect("run inrun plugin new");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && stderr.is_empty(), "{stderr}");
     let project = work.join(name);
     let root = repo().display().to_string();
     let mut pending = vec![project.clone()];
@@ -113,42 +112,6 @@ fn a_new_rust_plugin_builds_with_the_packaged_crates_and_passes_its_tests() {
     let started = Instant::now();
     let work = tempfile::tempdir().expect("tempdir");
     let project = new_project(work.path(), "rust", "hello-rust");
-    // The .crate files as a registry would serve them, patched in for crates.io.
-    let crates = work.path().join("crates");
-    std::fs::create_dir_all(&crates).expect("mkdir");
-    for name in ["inrun-sdk-", "inrun-contract-"] {
-        run(
-            Command::new("tar")
-                .arg("xzf")
-                .arg(package(name, ".crate"))
-                .arg("-C")
-                .arg(&crates),
-            "unpacking a .crate",
-        );
-    }
-    let unpacked = |prefix: &str| {
-        std::fs::read_dir(&crates)
-            .expect("list")
-            .flatten()
-            .map(|e| e.path())
-            .find(|p| {
-                p.file_name()
-                    .unwrap_or_default()
-                    .to_string_lossy()
-                    .starts_with(prefix)
-            })
-            .expect("unpacked crate")
-    };
-    std::fs::create_dir_all(project.join(".cargo")).expect("mkdir");
-    std::fs::write(
-        project.join(".cargo/config.toml"),
-        format!(
-            "[patch.crates-io]\ninrun-sdk = {{ path = {:?} }}\ninrun-contract = {{ path = {:?} }}\n",
-            unpacked("inrun-sdk-"),
-            unpacked("inrun-contract-")
-        ),
-    )
-    .expect("write cargo config");
     // The plugins workspace's target directory: its release dependencies (wit-bindgen,
     // serde) are built already with the same profile.
     let target = repo().join("plugins/target");
@@ -166,6 +129,19 @@ fn a_new_rust_plugin_builds_with_the_packaged_crates_and_passes_its_tests() {
         "cargo test",
     );
     assert!(tested.contains("2 passed"), "{tested}");
+    // Both crates came from .sdk/ (path packages have no `source` in the lock), none from
+    // a registry.
+    let lock = std::fs::read_to_string(project.join("Cargo.lock")).expect("Cargo.lock");
+    for name in ["inrun-sdk", "inrun-contract"] {
+        let entry = lock
+            .split("[[package]]")
+            .find(|e| e.contains(&format!("name = \"{name}\"\n")))
+            .unwrap_or_else(|| panic!("{name} not in Cargo.lock:\n{lock}"));
+        assert!(
+            !entry.contains("source ="),
+            "{name} from a registry:{entry}"
+        );
+    }
     golden_case_passes(&project, &work.path().join("cache"), "hello-rust");
     eprintln!("rust scaffold: {:.1?}", started.elapsed());
 }
@@ -175,19 +151,7 @@ fn a_new_python_plugin_builds_with_the_wheel_and_passes_its_tests() {
     let started = Instant::now();
     let work = tempfile::tempdir().expect("tempdir");
     let project = new_project(work.path(), "python", "hello-python");
-    // The wheel in the project's venv first; build.sh finds inrun-sdk there and installs
-    // only componentize-py.
     let venv = project.join(".venv");
-    run(
-        Command::new("python3").args(["-m", "venv"]).arg(&venv),
-        "python3 -m venv",
-    );
-    run(
-        Command::new(venv.join("bin/pip"))
-            .args(["install", "--quiet", "--disable-pip-version-check"])
-            .arg(package("inrun_sdk-", ".whl")),
-        "pip install the wheel",
-    );
     run(
         Command::new(project.join("build.sh")).current_dir(&project),
         "build.sh",
@@ -200,6 +164,17 @@ fn a_new_python_plugin_builds_with_the_wheel_and_passes_its_tests() {
     let report = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{report}");
     assert!(report.contains("Ran 2 tests"), "{report}");
+    // The SDK in the venv is this repository's (from the copied wheel).
+    let installed = run(
+        Command::new(venv.join("bin/python"))
+            .args(["-c", "import inrun_sdk; print(inrun_sdk.__file__)"])
+            .current_dir(&project),
+        "locate inrun_sdk",
+    );
+    assert_eq!(
+        std::fs::read_to_string(installed.trim()).expect("installed SDK"),
+        std::fs::read_to_string(repo().join("sdk/python/inrun_sdk.py")).expect("SDK source")
+    );
     golden_case_passes(&project, &work.path().join("cache"), "hello-python");
     eprintln!("python scaffold: {:.1?}", started.elapsed());
 }
@@ -209,13 +184,6 @@ fn a_new_javascript_plugin_builds_with_the_npm_tarball_and_passes_its_tests() {
     let started = Instant::now();
     let work = tempfile::tempdir().expect("tempdir");
     let project = new_project(work.path(), "js", "hello-js");
-    run(
-        Command::new("npm")
-            .args(["install", "--no-audit", "--no-fund", "--loglevel=error"])
-            .arg(package("inrun-sdk-", ".tgz"))
-            .current_dir(&project),
-        "npm install the tarball",
-    );
     run(
         Command::new(project.join("build.sh")).current_dir(&project),
         "build.sh",
@@ -227,6 +195,22 @@ fn a_new_javascript_plugin_builds_with_the_npm_tarball_and_passes_its_tests() {
         "npm test",
     );
     assert!(out.contains("# pass 2"), "{out}");
+    // npm took the copied tarball, which holds this repository's SDK.
+    let lock: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(project.join("package-lock.json")).expect("package-lock.json"),
+    )
+    .expect("lock is JSON");
+    let resolved = &lock["packages"]["node_modules/inrun-sdk"]["resolved"];
+    assert_eq!(
+        resolved.as_str(),
+        Some(format!("file:.sdk/inrun-sdk-{}.tgz", env!("CARGO_PKG_VERSION")).as_str()),
+        "{lock}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(project.join("node_modules/inrun-sdk/inrun-sdk.js"))
+            .expect("installed SDK"),
+        std::fs::read_to_string(repo().join("sdk/js/inrun-sdk.js")).expect("SDK source")
+    );
     golden_case_passes(&project, &work.path().join("cache"), "hello-js");
     eprintln!("js scaffold: {:.1?}", started.elapsed());
 }
@@ -267,4 +251,66 @@ fn a_bad_name_or_an_existing_directory_is_refused_with_one_clear_line() {
     assert!(!out.status.success());
     assert!(err.contains("already exists"), "{err}");
     assert_eq!(err.trim().lines().count(), 1, "{err}");
+}
+
+#[test]
+fn without_sdk_plugin_new_warns_that_the_packages_are_unpublished_and_how_to_pass_them() {
+    let work = tempfile::tempdir().expect("tempdir");
+    let cache = work.path().join("cache");
+    let out = inrun(work.path(), &cache)
+        .args(["plugin", "new", "--lang", "python", "bare"])
+        .output()
+        .expect("run inrun");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.starts_with(
+            "warning: the inrun-sdk packages are not published on public registries yet"
+        ),
+        "{err}"
+    );
+    assert!(
+        err.contains("`inrun plugin new --sdk DIR` (or INRUN_SDK_DIR=DIR)"),
+        "{err}"
+    );
+    // C carries its SDK: no warning.
+    let out = inrun(work.path(), &cache)
+        .args(["plugin", "new", "--lang", "c", "bare-c"])
+        .output()
+        .expect("run inrun");
+    assert!(out.status.success() && out.stderr.is_empty());
+    // The variable works as the flag does.
+    let out = inrun(work.path(), &cache)
+        .args(["plugin", "new", "--lang", "js", "from-env"])
+        .env("INRUN_SDK_DIR", dist_sdk())
+        .output()
+        .expect("run inrun");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && err.is_empty(), "{err}");
+    assert!(
+        work.path()
+            .join(format!(
+                "from-env/.sdk/inrun-sdk-{}.tgz",
+                env!("CARGO_PKG_VERSION")
+            ))
+            .is_file()
+    );
+    // A directory without the packages: one line naming what is missing; nothing made.
+    let out = inrun(work.path(), &cache)
+        .args([
+            "plugin", "new", "--lang", "rust", "--sdk", "nowhere", "none",
+        ])
+        .output()
+        .expect("run inrun");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains(&format!(
+            "nowhere: no crates/inrun-sdk-{}; --sdk names the directory `make sdk` writes",
+            env!("CARGO_PKG_VERSION")
+        )),
+        "{err}"
+    );
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(!work.path().join("none").exists());
 }

@@ -226,13 +226,13 @@ pub fn execute(cli: Cli) -> anyhow::Result<()> {
             };
             let project = scaffold::new_plugin(lang, &name, &dir, sdk.as_deref())?;
             println!("created {}", project.display());
-            if sdk.is_none() && lang != L::C {
-                eprintln!("warning: {}", scaffold::UNPUBLISHED);
-            }
             println!(
                 "  cd {} && ./build.sh && inrun test && inrun render -b blueprint.yaml -f cr.yaml",
                 project.display()
             );
+            if sdk.is_none() && lang != L::C {
+                eprintln!("warning: {}", scaffold::UNPUBLISHED);
+            }
             Ok(())
         }
     }

@@ -2,6 +2,7 @@
 //! and the C SDK), so a project depends on nothing of the checkout `inrun` was built from.
 
 use super::Lang;
+use super::sdk::SDK_DIR;
 
 /// The SDK packages' version (the workspace's): a project depends on `^` this.
 pub const SDK_VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -23,6 +24,8 @@ pub struct Vars {
     pub kind: String,
     /// The name as a Rust crate / file stem (`hello_world`).
     pub crate_name: String,
+    /// The SDK packages are in the project's `.sdk/` (`--sdk`), to be taken from there only.
+    pub local_sdk: bool,
 }
 
 /// `0.1.0` → `0.1`: the SDK versions a project accepts.
@@ -33,8 +36,47 @@ fn minor(version: &str) -> String {
         .to_string()
 }
 
+/// The JavaScript project's `inrun-sdk` dependency: the tarball in `.sdk/`, or the
+/// published-style range.
+fn npm_sdk(v: &Vars) -> String {
+    if v.local_sdk {
+        format!("file:{SDK_DIR}/inrun-sdk-{SDK_VERSION}.tgz")
+    } else {
+        format!("^{SDK_VERSION}")
+    }
+}
+
+/// The Python project's requirements.txt head and SDK line: with `.sdk/`, build.sh
+/// installs the SDK from there and the file names only what comes from the index.
+fn python_requirements(v: &Vars) -> String {
+    if v.local_sdk {
+        format!(
+            "# What build.sh installs into .venv from the package index: the pinned compiler.\n# The SDK (its WIT included) comes from {SDK_DIR}/ only (see build.sh).\n"
+        )
+    } else {
+        format!(
+            "# What build.sh installs into .venv: the SDK (its WIT included) and the pinned compiler.\ninrun-sdk=={}.*\n",
+            minor(SDK_VERSION)
+        )
+    }
+}
+
+/// The Python build's step that installs the SDK from `.sdk/` and no index.
+fn python_sdk_install(v: &Vars) -> String {
+    if v.local_sdk {
+        format!(
+            "  # inrun-sdk from {SDK_DIR}/ and nowhere else: it is not on a public registry yet.\n  \"$venv/bin/pip\" install --quiet --disable-pip-version-check --no-index --find-links {SDK_DIR} \"inrun-sdk=={SDK_VERSION}\" </dev/null\n"
+        )
+    } else {
+        String::new()
+    }
+}
+
 fn fill(text: &str, v: &Vars) -> String {
-    text.replace("@NAME@", &v.name)
+    text.replace("@PY_REQUIREMENTS@\n", &python_requirements(v))
+        .replace("@PY_SDK_INSTALL@\n", &python_sdk_install(v))
+        .replace("@SDK_NPM@", &npm_sdk(v))
+        .replace("@NAME@", &v.name)
         .replace("@KIND@", &v.kind)
         .replace("@PLURAL@", &format!("{}s", v.kind.to_lowercase()))
         .replace("@CRATE@", &v.crate_name)
@@ -56,6 +98,7 @@ const README: &str = include_str!("files/common/README.md");
 const RUST_CARGO: &str = include_str!("files/rust/Cargo.toml");
 const RUST_LIB: &str = include_str!("files/rust/lib.rs");
 const RUST_BUILD: &str = include_str!("files/rust/build.sh");
+const RUST_CARGO_CONFIG: &str = include_str!("files/rust/cargo-config.toml");
 
 const PYTHON_APP: &str = include_str!("files/python/app.py");
 const PYTHON_TEST: &str = include_str!("files/python/test_app.py");
@@ -91,31 +134,73 @@ const C_FILES: [(&str, &str); 5] = [
 
 /// How each language's README says to run the unit tests, and what the project depends on.
 fn readme(lang: Lang, v: &Vars) -> String {
-    let (unit, deps) = match lang {
-        Lang::Rust => (
+    let (unit, deps) = match (lang, v.local_sdk) {
+        (Lang::Rust, false) => (
             "cargo test                                            # unit tests, natively",
             "It depends on the `inrun-sdk` crate (which carries the WIT) and needs the\n`wasm32-wasip2` target, which build.sh adds with rustup.",
         ),
-        Lang::Python => (
+        (Lang::Rust, true) => (
+            "cargo test                                            # unit tests, natively",
+            "It depends on the `inrun-sdk` crate (which carries the WIT), which\n`.cargo/config.toml` takes from `.sdk/` (`[patch.crates-io]` for `inrun-sdk` and\n`inrun-contract`), and needs the `wasm32-wasip2` target, which build.sh adds with rustup.\nOnce the crates are published, delete `.cargo/config.toml` and `.sdk/`.",
+        ),
+        (Lang::Python, false) => (
             ".venv/bin/python -m unittest                          # unit tests, natively",
             "build.sh makes `.venv` and installs requirements.txt into it: the `inrun-sdk`\npackage (whose WIT the component is built against, `python -m inrun_wit`) and the\npinned componentize-py.",
         ),
-        Lang::Js => (
+        (Lang::Python, true) => (
+            ".venv/bin/python -m unittest                          # unit tests, natively",
+            "build.sh makes `.venv`, installs the `inrun-sdk` wheel into it from `.sdk/` with\n`pip install --no-index --find-links .sdk` (no index is asked for it; the component is\nbuilt against its WIT, `python -m inrun_wit`), then requirements.txt from the package\nindex: the pinned componentize-py.",
+        ),
+        (Lang::Js, false) => (
             "npm test                                              # unit tests, under Node.js",
             "build.sh runs `npm install`: the `inrun-sdk` package (which carries the WIT) and the\npinned componentize-js.",
         ),
-        Lang::C => (
+        (Lang::Js, true) => (
+            "npm test                                              # unit tests, under Node.js",
+            "build.sh runs `npm install`: the `inrun-sdk` package from `.sdk/` (a `file:`\ndependency on its tarball; it carries the WIT) and the pinned componentize-js.",
+        ),
+        (Lang::C, _) => (
             "",
             "`inrun/` holds the C SDK and `wit/` the contract, copied by `inrun plugin new`;\nbuild.sh installs clang, wasi-libc, wit-bindgen and wasm-tools when missing.",
         ),
     };
-    let text = README.replace("@DEPENDENCIES@", deps);
+    let note = match (lang, v.local_sdk) {
+        (Lang::C, _) => String::new(),
+        (_, true) => "The `inrun-sdk` packages are not published on public registries yet, so this project\ntakes them from `.sdk/` and nowhere else: `inrun plugin new --sdk` copied them there\nfrom the packages `make sdk` built. Keep `.sdk/` with the project (commit it).\n\n".to_string(),
+        (_, false) => format!(
+            "> {}\n\n",
+            wrap(&format!("**Warning**: {}", super::UNPUBLISHED), "> ")
+        ),
+    };
+    let text = README
+        .replace("@DEPENDENCIES@", deps)
+        .replace("@SDK_NOTE@\n\n", &note);
     let text = if unit.is_empty() {
         text.replace("@UNIT_TEST@\n", "")
     } else {
         text.replace("@UNIT_TEST@", unit)
     };
     fill(&text, v)
+}
+
+/// `text` as lines of at most 88 characters (words kept whole) that each start with
+/// `prefix`, the first one's prefix left to the caller.
+fn wrap(text: &str, prefix: &str) -> String {
+    let mut out = String::new();
+    let mut line = prefix.len();
+    for word in text.split(' ') {
+        if line > prefix.len() && line + 1 + word.len() > 88 {
+            out.push('\n');
+            out.push_str(prefix);
+            line = prefix.len();
+        } else if line > prefix.len() {
+            out.push(' ');
+            line += 1;
+        }
+        out.push_str(word);
+        line += word.len();
+    }
+    out
 }
 
 /// The project's files: (path, text, executable).
@@ -131,6 +216,9 @@ pub fn files(lang: Lang, v: &Vars) -> Vec<(&'static str, String, bool)> {
     match lang {
         Lang::Rust => {
             out.push(("Cargo.toml", fill(RUST_CARGO, v), false));
+            if v.local_sdk {
+                out.push((".cargo/config.toml", fill(RUST_CARGO_CONFIG, v), false));
+            }
             out.push(("src/lib.rs", fill(RUST_LIB, v), false));
             out.push(("build.sh", fill(RUST_BUILD, v), true));
         }

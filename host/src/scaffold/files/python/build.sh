@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Builds @NAME@.wasm with componentize-py. The first run makes .venv and installs
-# requirements.txt into it (the inrun-sdk package, whose WIT the component is built
-# against, and componentize-py); later runs reuse it. Needs python3 with venv.
+# Builds @NAME@.wasm with componentize-py. The first run makes .venv and installs the
+# inrun-sdk package (whose WIT the component is built against) and componentize-py into
+# it; later runs reuse it. Needs python3 with venv.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 venv="$here/.venv"
@@ -10,6 +10,7 @@ if [[ ! -x "$venv/bin/python" ]]; then
   "${PYTHON:-python3}" -m venv "$venv" </dev/null
 fi
 if [[ ! -f "$venv/.installed" || requirements.txt -nt "$venv/.installed" ]]; then
+@PY_SDK_INSTALL@
   "$venv/bin/pip" install --quiet --disable-pip-version-check -r requirements.txt </dev/null
   touch "$venv/.installed"
 fi
