@@ -132,7 +132,9 @@ impl Health {
 
     /// Runs `probe`'s checks as controller-runtime's handler does. `only`: one check
     /// (`/readyz/<name>`); otherwise every check but those in `exclude`, each on its own
-    /// line when `verbose` or when one fails.
+    /// line when `verbose` or when one fails. A failure's reason is logged, never served,
+    /// whether one check or all were asked for (controller-runtime's single-check handler
+    /// writes it; its aggregate withholds it).
     pub fn answer(
         &self,
         probe: Probe,
@@ -142,12 +144,19 @@ impl Health {
     ) -> Answer {
         let checks = self.checks.read().unwrap_or_else(|p| p.into_inner());
         let checks = &checks[probe as usize];
+        let failed = |name: &str, why: String| {
+            // Probes are public: why is logged, not served.
+            tracing::info!(check = %name, error = %why, "health check failed");
+        };
         if let Some(name) = only {
             return match checks.get(name) {
                 None => Answer::new(404, "404 page not found\n"),
                 Some(check) => match check() {
                     Ok(()) => Answer::new(200, "ok"),
-                    Err(why) => Answer::new(500, format!("internal server error: {why}\n")),
+                    Err(why) => {
+                        failed(name, why);
+                        Answer::new(500, "internal server error: reason withheld\n")
+                    }
                 },
             };
         }
@@ -162,7 +171,7 @@ impl Health {
                 match check() {
                     Ok(()) => (name.as_str(), Status::Passed),
                     Err(why) => {
-                        tracing::info!(check = %name, error = %why, "health check failed");
+                        failed(name, why);
                         (name.as_str(), Status::Failed)
                     }
                 }
@@ -179,7 +188,6 @@ impl Health {
             body.push_str(&match state {
                 Status::Excluded => format!("[+]{name} excluded: ok\n"),
                 Status::Passed => format!("[+]{name} ok\n"),
-                // Probes are public: why is logged, not served.
                 Status::Failed => format!("[-]{name} failed: reason withheld\n"),
             });
         }
@@ -240,7 +248,8 @@ mod tests {
         );
         assert_eq!(
             h.answer(Probe::Readiness, Some("blueprint"), false, &[]),
-            Answer::new(500, "internal server error: not loaded\n")
+            Answer::new(500, "internal server error: reason withheld\n"),
+            "the reason is logged, not served, for one check as for all"
         );
         assert_eq!(
             h.answer(Probe::Readiness, None, true, &["blueprint", "other"]),
