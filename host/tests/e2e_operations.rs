@@ -283,7 +283,9 @@ async fn metrics_move_with_reconciles_and_blueprint_matches_the_loaded_file() ->
         format!("controller_runtime_reconcile_time_seconds_count{{controller=\"{controller}\"}}");
     assert!(sample(&after, &count) >= 2.0);
     let plugin = &host.assembly.crds()[0].default.plugins()[0].name.clone();
-    let calls = format!("inrun_plugin_calls_total{{plugin=\"{plugin}\",outcome=\"ok\"}}");
+    // One Blueprint outside the fleet: its plugins belong to no tenant (an empty label).
+    let calls =
+        format!("inrun_plugin_calls_total{{tenant=\"\",plugin=\"{plugin}\",outcome=\"ok\"}}");
     assert!(sample(&after, &calls) >= 2.0, "{after}");
     assert!(after.contains("# TYPE controller_runtime_reconcile_time_seconds histogram"));
     // Each CR waited in the queue between its change and its reconcile, and that is measured.
@@ -295,7 +297,7 @@ async fn metrics_move_with_reconciles_and_blueprint_matches_the_loaded_file() ->
         .map(|s| {
             sample(
                 &after,
-                &format!("inrun_plugin_loads_total{{source=\"{s}\"}}"),
+                &format!("inrun_plugin_loads_total{{tenant=\"\",source=\"{s}\"}}"),
             )
         })
         .sum();
@@ -317,7 +319,8 @@ async fn metrics_move_with_reconciles_and_blueprint_matches_the_loaded_file() ->
     })
     .await;
     // The plugin's own error is told apart from traps, deadlines and memory caps.
-    let returned = format!("inrun_plugin_calls_total{{plugin=\"{plugin}\",outcome=\"returned\"}}");
+    let returned =
+        format!("inrun_plugin_calls_total{{tenant=\"\",plugin=\"{plugin}\",outcome=\"returned\"}}");
     assert!(sample(&failed, &returned) >= 1.0, "{failed}");
     let (_, state) = call(&console, "/state").await;
     let state: Value = serde_json::from_str(&state)?;

@@ -111,6 +111,27 @@ async fn a_tenant_whose_plugin_always_times_out_does_not_hold_up_another() {
         .expect("tenant A");
     assert_eq!(a_view.name.as_deref(), Some("team-a"));
     assert!(a_view.error.is_none());
+    // Each tenant's plugin series carry its name; A's controller counted its failures.
+    let (tenant_a, tenant_b) = (
+        TenantSource::File(dir.path().join("a.yaml")).to_string(),
+        TenantSource::File(dir.path().join("b.yaml")).to_string(),
+    );
+    let spinners = format!("controller=\"spinners.{group_a}\"");
+    let text = host.metrics.render();
+    for series in [
+        format!(
+            "inrun_plugin_deadline_hits_total{{tenant=\"{tenant_a}\",plugin=\"inrun_test_spin\"}}"
+        ),
+        format!(
+            "inrun_plugin_calls_total{{tenant=\"{tenant_b}\",plugin=\"inrun_test_stamp_v1\",outcome=\"ok\"}}"
+        ),
+        format!("controller_runtime_reconcile_errors_total{{{spinners}}}"),
+    ] {
+        let count = text
+            .lines()
+            .find_map(|l| l.strip_prefix(&series)?.trim().parse::<f64>().ok());
+        assert!(count.is_some_and(|c| c >= 1.0), "{series} in {text}");
+    }
 
     // A tenant file removed: its controllers stop, B keeps serving.
     std::fs::remove_file(dir.path().join("a.yaml")).expect("remove a");
@@ -120,7 +141,19 @@ async fn a_tenant_whose_plugin_always_times_out_does_not_hold_up_another() {
             .then_some(())
     })
     .await;
+    // Its series go once its controllers have stopped: nothing of A is exported.
+    let quote = |v: &str| format!("\"{v}\"");
+    eventually("tenant A's series to go", || async {
+        let text = host.metrics.render();
+        (!text.contains(&quote(&tenant_a)) && !text.contains(&spinners)).then_some(())
+    })
+    .await;
     median_ready(&quick, &group_b, "after", 1).await;
+    let text = host.metrics.render();
+    assert!(
+        text.contains(&format!("tenant={}", quote(&tenant_b))),
+        "{text}"
+    );
     host.stop().await;
 }
 

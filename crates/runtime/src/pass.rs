@@ -84,8 +84,8 @@ pub async fn reconcile(cached: Arc<CachedCr>, ctx: Arc<Ctx>) -> Result<Action, R
             Err(message) => (Err(ReconcileError::Panicked(message)), true),
         };
         let changed_meanwhile = ctx.triggers.end(&key);
-        // When the CR runs again: `None` waits for a change.
-        let next = match &result {
+        // When the pass itself asked to run again: `None` waits for a change.
+        let own = match &result {
             Ok(done) => {
                 tracing::debug!(?done, "reconciled");
                 // Not there yet (a package's infrastructure): the retry delay, which an
@@ -97,39 +97,30 @@ pub async fn reconcile(cached: Arc<CachedCr>, ctx: Arc<Ctx>) -> Result<Action, R
                 if retry.is_none() {
                     ctx.backoff.succeeded(&key);
                 }
-                // A change by someone else arrived while the pass ran: run again now.
-                if changed_meanwhile {
-                    Some(Duration::ZERO)
-                } else if retry.is_some() {
-                    retry
-                } else {
-                    // A reconciler may not ask for less than the floor.
+                // A reconciler may not ask for less than the floor.
+                retry.or_else(|| {
                     done.after
                         .map(|a| jitter(a.max(ctx.runtime.min_requeue), &key, ctx.runtime.resync))
-                }
+                })
             }
             Err(_) => None,
         };
-        ctx.metrics.reconcile_finished(
+        let error = result.as_ref().err();
+        let again = record(
+            &ctx.metrics,
+            &ctx.queue,
             in_flight,
-            Finished {
+            Ended {
                 key: &key,
                 plugins: &plugins,
-                result: ReconcileResult::classify(result.is_err(), next),
-                error: result
-                    .as_ref()
-                    .err()
-                    .map(|e| e as &(dyn std::error::Error + 'static)),
+                error: error.map(|e| e as &(dyn std::error::Error + 'static)),
                 panicked,
+                own,
+                changed: changed_meanwhile,
             },
         );
         match result {
-            Ok(_) => {
-                if let Some(after) = next {
-                    ctx.queue.requeued(&key, after);
-                }
-                Ok(next.map_or_else(Action::await_change, Action::requeue))
-            }
+            Ok(_) => Ok(again.map_or_else(Action::await_change, Action::requeue)),
             Err(e) => {
                 tracing::warn!(error = %inrun_contract::errors::chain(&e), "reconcile failed");
                 Err(e)
@@ -138,6 +129,58 @@ pub async fn reconcile(cached: Arc<CachedCr>, ctx: Arc<Ctx>) -> Result<Action, R
     }
     .instrument(span)
     .await
+}
+
+/// How a pass ended, for [`record`].
+struct Ended<'a> {
+    key: &'a str,
+    plugins: &'a [String],
+    /// Why it failed, when it did.
+    error: Option<&'a (dyn std::error::Error + 'static)>,
+    panicked: bool,
+    /// When the pass itself asked to run again (`None`: at the next change).
+    own: Option<Duration>,
+    /// Someone else changed the CR or a child while the pass ran.
+    changed: bool,
+}
+
+/// Records a finished pass and returns when the CR runs again (`None`: at its next
+/// change; a failure is requeued by [`error_policy`]). The reconcile is classified by
+/// what it asked for itself. A change that arrived while it ran makes it run again at
+/// once — as client-go re-queues an item added while it was processing: a plain add,
+/// not a retry. A requeue the pass asked for is a retry, as controller-runtime's
+/// `AddAfter` and `AddRateLimited` count it.
+fn record(
+    metrics: &crate::metrics::Metrics,
+    queue: &crate::metrics::WorkQueue,
+    in_flight: crate::metrics::InFlight,
+    ended: Ended<'_>,
+) -> Option<Duration> {
+    let failed = ended.error.is_some();
+    metrics.reconcile_finished(
+        in_flight,
+        Finished {
+            key: ended.key,
+            plugins: ended.plugins,
+            result: ReconcileResult::classify(failed, ended.own),
+            error: ended.error,
+            panicked: ended.panicked,
+        },
+    );
+    if failed {
+        return None;
+    }
+    if ended.changed {
+        queue.queued(ended.key);
+    }
+    if let Some(after) = ended.own {
+        queue.requeued(ended.key, after);
+    }
+    if ended.changed {
+        Some(Duration::ZERO)
+    } else {
+        ended.own
+    }
 }
 
 /// Spreads resyncs of many CRs over a tenth of the period (by key, so each CR keeps its
@@ -167,6 +210,65 @@ pub fn error_policy(obj: Arc<CachedCr>, _err: &ReconcileError, ctx: Arc<Ctx>) ->
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::metrics::Metrics;
+
+    /// Records one pass of `ns/a` that asked for `own` while `changed` arrived, as
+    /// [`reconcile`] does; returns when the CR runs again.
+    fn pass(
+        m: &Metrics,
+        queue: &crate::metrics::WorkQueue,
+        own: Option<Duration>,
+        changed: bool,
+    ) -> Option<Duration> {
+        let ended = Ended {
+            key: "ns/a",
+            plugins: &[],
+            error: None,
+            panicked: false,
+            own,
+            changed,
+        };
+        record(m, queue, queue.started("ns/a"), ended)
+    }
+
+    #[test]
+    fn a_change_during_a_pass_is_a_plain_add_and_the_pass_keeps_its_own_result() {
+        let m = Metrics::default();
+        let queue = m.controller("pairs.example.dev", 1);
+        let _running = queue.run();
+        let text = |m: &Metrics, series: &str| -> f64 {
+            let rendered = m.render();
+            let line =
+                format!("{series}{{controller=\"pairs.example.dev\",name=\"pairs.example.dev\"}} ");
+            rendered
+                .lines()
+                .find_map(|l| l.strip_prefix(&line)?.parse().ok())
+                .unwrap_or_else(|| panic!("{line} in {rendered}"))
+        };
+        queue.queued("ns/a");
+        // Someone edits the CR while its pass runs: it runs again at once, counted as a
+        // success plus one add (client-go's dirty item), with no retry.
+        assert_eq!(pass(&m, &queue, None, true), Some(Duration::ZERO));
+        assert_eq!(m.reconciles("pairs.example.dev", "success"), 1);
+        assert_eq!(m.reconciles("pairs.example.dev", "requeue"), 0);
+        assert_eq!(text(&m, "workqueue_adds_total"), 2.0);
+        assert_eq!(text(&m, "workqueue_retries_total"), 0.0);
+        assert_eq!(queue.depth(), 1);
+        // A pass that asked for a resync and saw a change: `requeue_after`, one retry, and
+        // still one add (the CR is queued already).
+        let resync = Duration::from_secs(600);
+        assert_eq!(pass(&m, &queue, Some(resync), true), Some(Duration::ZERO));
+        assert_eq!(m.reconciles("pairs.example.dev", "requeue_after"), 1);
+        assert_eq!(text(&m, "workqueue_adds_total"), 3.0);
+        assert_eq!(text(&m, "workqueue_retries_total"), 1.0);
+        assert_eq!(queue.depth(), 1);
+        // Without a change: the pass's own request, and nothing queued now.
+        assert_eq!(pass(&m, &queue, Some(resync), false), Some(resync));
+        assert_eq!(queue.depth(), 0);
+        assert_eq!(pass(&m, &queue, None, false), None);
+        assert_eq!(m.reconciles("pairs.example.dev", "success"), 2);
+        assert_eq!(text(&m, "workqueue_retries_total"), 2.0);
+    }
 
     #[tokio::test]
     async fn a_panic_inside_a_pass_becomes_its_error_with_the_message() {

@@ -47,10 +47,12 @@ impl Default for EngineSettings {
 
 /// The engine, its linker (host imports + sealed WASI), and the loaded components.
 ///
-/// Cloning is cheap and shares everything.
+/// Cloning is cheap and shares everything; [`Engine::observed_by`] shares everything but
+/// where loads and calls are reported.
 #[derive(Clone)]
 pub struct Engine {
     inner: Arc<Inner>,
+    observer: Arc<dyn Observer>,
 }
 
 struct Inner {
@@ -60,7 +62,6 @@ struct Inner {
     engine_key: String,
     compiled: Mutex<HashMap<String, Component>>,
     ticker: Arc<Ticker>,
-    observer: Arc<dyn Observer>,
 }
 
 impl Drop for Inner {
@@ -159,8 +160,8 @@ impl Engine {
                 engine_key,
                 compiled: Mutex::new(HashMap::new()),
                 ticker,
-                observer: settings.observer.clone(),
             }),
+            observer: settings.observer,
         })
     }
 
@@ -174,7 +175,19 @@ impl Engine {
 
     /// Where this engine reports loads and host calls.
     pub fn observer(&self) -> &Arc<dyn Observer> {
-        &self.inner.observer
+        &self.observer
+    }
+
+    /// The same engine (its compiled components, pool and ticker) reporting to
+    /// `observer` instead: what plugins load through it, and their calls, are reported
+    /// there. A host serving several tenants gives each its own, so their plugins'
+    /// metrics stay apart.
+    #[must_use]
+    pub fn observed_by(&self, observer: Arc<dyn Observer>) -> Engine {
+        Engine {
+            inner: self.inner.clone(),
+            observer,
+        }
     }
 
     pub(super) fn wasmtime(&self) -> &wasmtime::Engine {
@@ -221,7 +234,7 @@ impl Engine {
 
     pub(super) fn component(&self, id: &PluginId, bytes: &[u8]) -> Result<Component, LoadError> {
         if let Some(c) = self.compiled_map().get(&id.digest) {
-            self.inner.observer.plugin_loaded("memory");
+            self.observer.plugin_loaded("memory");
             return Ok(c.clone());
         }
         let component = match &self.inner.cache {
@@ -239,7 +252,7 @@ impl Engine {
                 plugin: id.clone(),
                 source,
             })?;
-        self.inner.observer.plugin_loaded("compiled");
+        self.observer.plugin_loaded("compiled");
         Ok(component)
     }
 
@@ -261,7 +274,7 @@ impl Engine {
             let loaded = unsafe { Component::deserialize(&self.inner.engine, &compiled) };
             match loaded {
                 Ok(c) => {
-                    self.inner.observer.plugin_loaded("cache");
+                    self.observer.plugin_loaded("cache");
                     return Ok(c);
                 }
                 Err(e) => tracing::warn!(plugin = %id, path = %path.display(), error = %e,

@@ -378,9 +378,9 @@ impl Fleet {
             }));
         }
         Tenant {
+            acting: self.host_acting(&source),
             source,
             policy,
-            acting: self.host_acting(),
             candidate: None,
             fingerprint: None,
             failed: None,
@@ -392,17 +392,24 @@ impl Fleet {
         }
     }
 
-    /// The host's own identity, for a tenant that names none.
-    fn host_acting(&self) -> Acting {
+    /// The host's own identity, for the tenant of `source` when it names none.
+    fn host_acting(&self, source: &TenantSource) -> Acting {
         Acting {
             identity: None,
             shared: self.shared.clone(),
             services: self.services.clone(),
             plugins: Arc::new(PluginSet::new(
-                self.engine.clone(),
+                self.engine_of(source),
                 self.services.sources.clone(),
             )),
         }
+    }
+
+    /// The engine the plugins of `source`'s tenant load through: the host's, reporting
+    /// their loads and calls with the tenant's name.
+    fn engine_of(&self, source: &TenantSource) -> Engine {
+        self.engine
+            .observed_by(self.shared.metrics.tenant_observer(&source.to_string()))
     }
 
     /// Whom `blueprint` of `tenant` acts as: its `spec.serviceAccount`, the operator's
@@ -443,7 +450,7 @@ impl Fleet {
             return Ok(candidate.clone());
         }
         let Some(sa) = identity else {
-            return Ok(self.host_acting());
+            return Ok(self.host_acting(source));
         };
         let shared = self.shared.acting_as(&sa)?;
         let secrets: Arc<dyn inrun_reconcilers::secrets::Secrets> = Arc::new(
@@ -458,7 +465,7 @@ impl Fleet {
             identity: Some(sa),
             shared,
             services,
-            plugins: Arc::new(PluginSet::new(self.engine.clone(), sources)),
+            plugins: Arc::new(PluginSet::new(self.engine_of(source), sources)),
         })
     }
 
@@ -753,6 +760,10 @@ impl Fleet {
             if !keep && let Some(r) = tenant.running.remove(&name) {
                 tracing::info!(tenant = %tenant.source, crd = %name, "stopping the controller of a removed or changed CRD");
                 stop(r).await;
+                // Removed, not restarted: its series go.
+                if !wanted.contains_key(&name) {
+                    self.shared.metrics.controller_retired(&name);
+                }
             }
         }
         for (name, index) in wanted {
@@ -915,7 +926,12 @@ impl Fleet {
         };
         if let Some(mut tenant) = removed {
             tracing::info!(tenant = %source, "tenant removed; stopping its controllers (its CRDs and CRs stay)");
+            let names: Vec<String> = tenant.running.keys().cloned().collect();
             Self::stop_all(&mut tenant).await;
+            for name in names {
+                self.shared.metrics.controller_retired(&name);
+            }
+            self.shared.metrics.tenant_retired(&source.to_string());
         }
     }
 

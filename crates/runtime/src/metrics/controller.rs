@@ -4,7 +4,7 @@
 //! workers in use and unfinished work are computed from that at scrape time, so they
 //! cannot drift from what is queued and running.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -36,7 +36,9 @@ pub enum ReconcileResult {
     Success,
     /// It failed (a caught panic included); retried with backoff.
     Error,
-    /// It asked to run again at once: something changed while it ran.
+    /// It asked to run again at once, without a delay. Inrun's reconcilers never do
+    /// (every requeue waits at least `runtime.minRequeue`); a change that arrived while
+    /// it ran is not this but a queue add, the reconcile keeping its own result.
     Requeue,
     /// It asked to run again after a delay (a requeue, a resync, a package not there yet).
     RequeueAfter,
@@ -202,19 +204,69 @@ impl Families {
     }
 }
 
-/// A queued key: when it is (or was) due, and whether its add has been counted yet (a
-/// delayed requeue is added when its delay is over).
-#[derive(Debug, Clone, Copy)]
-struct Waiting {
-    due: Instant,
-    added: bool,
-}
-
-/// What one controller has queued and running.
+/// What one controller has queued and running. Every operation costs O(log n) in the keys
+/// queued: keys whose requeue delay is not over are ordered by when they are due, so
+/// settling takes only those that came due, and the depth is the size of one map.
 #[derive(Debug, Default)]
 struct State {
-    waiting: HashMap<String, Waiting>,
+    /// Keys due and not started (the depth), each with when it became due: when it was
+    /// added, or when its delay was over.
+    ready: HashMap<String, Instant>,
+    /// Keys requeued with a delay not over yet, by when each is due.
+    delayed: BTreeSet<(Instant, String)>,
+    /// When each key of `delayed` is due, to find its entry there.
+    due: HashMap<String, Instant>,
+    /// Keys being reconciled, each with when it started.
     running: HashMap<String, Instant>,
+}
+
+impl State {
+    /// Moves the delayed keys due at `now` into the queue; returns how many came due.
+    fn settle(&mut self, now: Instant) -> u64 {
+        let mut came_due = 0;
+        while self.delayed.first().is_some_and(|(due, _)| *due <= now) {
+            if let Some((due, key)) = self.delayed.pop_first() {
+                self.due.remove(&key);
+                self.ready.insert(key, due);
+                came_due += 1;
+            }
+        }
+        came_due
+    }
+
+    /// Takes `key`'s delayed entry out, if it has one.
+    fn undelay(&mut self, key: &str) {
+        if let Some(due) = self.due.remove(key) {
+            self.delayed.remove(&(due, key.to_string()));
+        }
+    }
+
+    /// Queues `key` for `due`, keeping the earlier of that and what is queued already (as
+    /// kube-runtime's scheduler does). Returns whether this is a new add: due by `now`
+    /// and not queued before.
+    fn add(&mut self, key: &str, due: Instant, now: Instant) -> bool {
+        if self.ready.contains_key(key) {
+            return false;
+        }
+        if let Some(&queued) = self.due.get(key) {
+            if queued <= due {
+                return false;
+            }
+            self.undelay(key);
+        }
+        if due <= now {
+            self.ready.insert(key.to_string(), due);
+            true
+        } else {
+            self.due.insert(key.to_string(), due);
+            self.delayed.insert((due, key.to_string()));
+            false
+        }
+    }
+
+    fn clear(&mut self) {
+        *self = State::default();
+    }
 }
 
 /// One controller: its names, its workers and its state.
@@ -233,29 +285,63 @@ impl Shared {
     }
 
     fn queue_labels(&self) -> QueueLabels {
-        QueueLabels {
-            controller: self.controller.clone(),
-            name: self.controller.clone(),
-        }
+        queue_labels(&self.controller)
     }
 
-    /// The state, with every delayed requeue whose delay is over counted as added.
-    fn settled(&self, now: Instant) -> MutexGuard<'_, State> {
+    fn lock(&self) -> MutexGuard<'_, State> {
         // A panic while holding the lock leaves counts that are still worth reading.
-        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        let due = state
-            .waiting
-            .values_mut()
-            .filter(|w| !w.added && w.due <= now)
-            .map(|w| w.added = true)
-            .count();
-        if due > 0 {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Counts `n` adds.
+    fn added(&self, n: u64) {
+        if n > 0 {
             self.families
                 .adds
                 .get_or_create(&self.queue_labels())
-                .inc_by(due as u64);
+                .inc_by(n);
         }
+    }
+
+    /// The state at `now`, the delayed requeues due by then counted as added.
+    fn settled(&self, now: Instant) -> MutexGuard<'_, State> {
+        let mut state = self.lock();
+        let came_due = state.settle(now);
+        self.added(came_due);
         state
+    }
+}
+
+fn queue_labels(controller: &str) -> QueueLabels {
+    QueueLabels {
+        controller: controller.to_string(),
+        name: controller.to_string(),
+    }
+}
+
+impl Families {
+    /// Removes every series of `controller`, which stopped for good.
+    pub(super) fn remove(&self, controller: &str) {
+        for result in ReconcileResult::ALL {
+            self.reconciles.remove(&ResultLabels {
+                controller: controller.to_string(),
+                result: result.as_str(),
+            });
+        }
+        let label = ControllerLabel {
+            controller: controller.to_string(),
+        };
+        for family in [&self.errors, &self.terminal_errors, &self.panics] {
+            family.remove(&label);
+        }
+        self.reconcile_time.remove(&label);
+        let queue = queue_labels(controller);
+        for family in [&self.adds, &self.retries] {
+            family.remove(&queue);
+        }
+        for family in [&self.queue_duration, &self.work_duration] {
+            family.remove(&queue);
+        }
     }
 }
 
@@ -284,19 +370,32 @@ impl LiveControllers {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Whether a controller named `controller` runs.
+    pub(super) fn runs(&self, controller: &str) -> bool {
+        self.list().iter().any(|c| c.controller == controller)
+    }
+
     /// Every running controller's gauges now.
     pub(super) fn gauges(&self) -> Vec<Gauges> {
-        let now = Instant::now();
+        self.gauges_at(Instant::now())
+    }
+
+    /// Every running controller's gauges at `now`: the depth at once, the rest from the
+    /// reconciles in flight (no more than its workers).
+    fn gauges_at(&self, now: Instant) -> Vec<Gauges> {
         self.list()
             .iter()
             .map(|c| {
                 let state = c.settled(now);
-                let ages = state.running.values().map(|t| now - *t);
+                let ages = state
+                    .running
+                    .values()
+                    .map(|t| now.saturating_duration_since(*t));
                 Gauges {
                     controller: c.controller.clone(),
                     workers: c.workers,
                     active: state.running.len(),
-                    depth: state.waiting.values().filter(|w| w.added).count(),
+                    depth: state.ready.len(),
                     unfinished: ages.clone().fold(0.0, |sum, a| sum + a.as_secs_f64()),
                     longest: ages.max().map_or(0.0, |a| a.as_secs_f64()),
                 }
@@ -304,7 +403,6 @@ impl LiveControllers {
             .collect()
     }
 }
-
 /// A gauge family computed at scrape time: its name, its help, and its value per controller.
 type GaugeOf<T> = (&'static str, &'static str, fn(&Gauges) -> T);
 
@@ -443,66 +541,66 @@ impl WorkQueue {
     /// A change queued `key` now: added unless it is queued already (a delayed requeue
     /// not due yet is brought forward, as kube-runtime's scheduler keeps the earliest).
     pub fn queued(&self, key: &str) {
-        self.add_at(key, Instant::now());
+        self.queued_at(key, Instant::now());
+    }
+
+    fn queued_at(&self, key: &str, now: Instant) {
+        self.add_at(key, now, now);
     }
 
     /// `key` runs again after `after` (an error's backoff, a requeue): a retry, added
     /// when its delay is over (at once for zero).
     pub fn requeued(&self, key: &str, after: Duration) {
+        self.requeued_at(key, after, Instant::now());
+    }
+
+    fn requeued_at(&self, key: &str, after: Duration, now: Instant) {
         self.shared
             .families
             .retries
             .get_or_create(&self.shared.queue_labels())
             .inc();
-        let now = Instant::now();
-        self.add_at(key, now.checked_add(after).unwrap_or(now));
+        self.add_at(key, now.checked_add(after).unwrap_or(now), now);
     }
 
-    fn add_at(&self, key: &str, due: Instant) {
-        let now = Instant::now();
-        let mut state = self.shared.settled(now);
-        let waiting = state
-            .waiting
-            .entry(key.to_string())
-            .or_insert(Waiting { due, added: false });
-        waiting.due = waiting.due.min(due);
-        let newly = !waiting.added && waiting.due <= now;
-        waiting.added |= newly;
-        drop(state);
-        if newly {
-            self.shared
-                .families
-                .adds
-                .get_or_create(&self.shared.queue_labels())
-                .inc();
-        }
+    fn add_at(&self, key: &str, due: Instant, now: Instant) {
+        let added = self.shared.settled(now).add(key, due, now);
+        self.shared.added(u64::from(added));
     }
 
     /// `key`'s CR is gone: what was queued for it will not run.
     pub fn forget(&self, key: &str) {
-        self.shared.settled(Instant::now()).waiting.remove(key);
+        let mut state = self.shared.settled(Instant::now());
+        state.ready.remove(key);
+        state.undelay(key);
     }
 
     /// A reconcile of `key` starts: it leaves the queue (its wait is measured) and takes
     /// a worker until the returned [`InFlight`] is finished or dropped.
     pub fn started(&self, key: &str) -> InFlight {
-        let now = Instant::now();
+        self.started_at(key, Instant::now())
+    }
+
+    fn started_at(&self, key: &str, now: Instant) -> InFlight {
         let mut state = self.shared.settled(now);
-        let waited = match state.waiting.remove(key) {
-            Some(w) if w.added => Some(now.saturating_duration_since(w.due)),
-            // Started by something the queue was not told of: counted as added now.
-            _ => None,
-        };
+        let waited = state
+            .ready
+            .remove(key)
+            .map(|since| now.saturating_duration_since(since));
+        if waited.is_none() {
+            // Started by something the queue was not told of (or before its delay was
+            // over): counted as added now, its requeue taken out.
+            state.undelay(key);
+        }
         state.running.insert(key.to_string(), now);
         drop(state);
-        let queue = self.shared.queue_labels();
         if waited.is_none() {
-            self.shared.families.adds.get_or_create(&queue).inc();
+            self.shared.added(1);
         }
         self.shared
             .families
             .queue_duration
-            .get_or_create(&queue)
+            .get_or_create(&self.shared.queue_labels())
             .observe(waited.unwrap_or_default().as_secs_f64());
         InFlight {
             queue: self.clone(),
@@ -514,8 +612,11 @@ impl WorkQueue {
 
     /// CRs queued and not yet started.
     pub fn depth(&self) -> usize {
-        let state = self.shared.settled(Instant::now());
-        state.waiting.values().filter(|w| w.added).count()
+        self.depth_at(Instant::now())
+    }
+
+    fn depth_at(&self, now: Instant) -> usize {
+        self.shared.settled(now).ready.len()
     }
 }
 
@@ -527,9 +628,7 @@ impl Drop for Running {
     fn drop(&mut self) {
         let shared = &self.0.shared;
         self.0.live.list().retain(|c| !Arc::ptr_eq(c, shared));
-        let mut state = shared.state.lock().unwrap_or_else(|p| p.into_inner());
-        state.waiting.clear();
-        state.running.clear();
+        shared.lock().clear();
     }
 }
 
@@ -546,8 +645,12 @@ pub struct InFlight {
 impl InFlight {
     /// Records how the reconcile ended; `panicked`: it panicked (and was caught).
     /// Returns how long it took.
-    pub(super) fn finish(mut self, result: ReconcileResult, panicked: bool) -> Duration {
-        let elapsed = self.at.elapsed();
+    pub(super) fn finish(self, result: ReconcileResult, panicked: bool) -> Duration {
+        self.finish_at(result, panicked, Instant::now())
+    }
+
+    fn finish_at(mut self, result: ReconcileResult, panicked: bool, now: Instant) -> Duration {
+        let elapsed = now.saturating_duration_since(self.at);
         self.release();
         let s = &self.queue.shared;
         let f = &s.families;
@@ -581,13 +684,7 @@ impl InFlight {
     fn release(&mut self) {
         if !self.done {
             self.done = true;
-            let mut state = self
-                .queue
-                .shared
-                .state
-                .lock()
-                .unwrap_or_else(|p| p.into_inner());
-            state.running.remove(&self.key);
+            self.queue.shared.lock().running.remove(&self.key);
         }
     }
 }
@@ -614,6 +711,25 @@ mod tests {
             .adds
             .get_or_create(&q.shared.queue_labels())
             .get()
+    }
+
+    fn retries(q: &WorkQueue) -> u64 {
+        q.shared
+            .families
+            .retries
+            .get_or_create(&q.shared.queue_labels())
+            .get()
+    }
+
+    fn reconciles(q: &WorkQueue, result: ReconcileResult) -> u64 {
+        q.shared
+            .families
+            .reconciles
+            .get(&ResultLabels {
+                controller: q.controller().to_string(),
+                result: result.as_str(),
+            })
+            .map_or(0, |c| c.get())
     }
 
     #[test]
@@ -659,21 +775,52 @@ mod tests {
     fn a_delayed_requeue_is_a_retry_added_only_when_due() {
         let (q, _live) = queue();
         let _running = q.run();
-        q.requeued("ns/a", Duration::from_secs(3600));
-        assert_eq!((q.depth(), adds(&q)), (0, 0), "not due: not in the queue");
-        // A change brings it forward: one add, not two.
-        q.queued("ns/a");
-        assert_eq!((q.depth(), adds(&q)), (1, 1));
-        q.started("ns/a").finish(ReconcileResult::Requeue, false);
-        q.requeued("ns/a", Duration::ZERO);
-        assert_eq!((q.depth(), adds(&q)), (1, 2));
-        let retries = q
-            .shared
-            .families
-            .retries
-            .get_or_create(&q.shared.queue_labels())
-            .get();
-        assert_eq!(retries, 2);
+        let t0 = Instant::now();
+        let hour = Duration::from_secs(3600);
+        q.requeued_at("ns/a", hour, t0);
+        assert_eq!(
+            (q.depth_at(t0), adds(&q)),
+            (0, 0),
+            "not due: not in the queue"
+        );
+        // A change brings it forward: one add, not two, and nothing left to come due.
+        q.queued_at("ns/a", t0);
+        assert_eq!((q.depth_at(t0), adds(&q)), (1, 1));
+        assert_eq!((q.depth_at(t0 + hour), adds(&q)), (1, 1));
+        q.started_at("ns/a", t0 + hour)
+            .finish_at(ReconcileResult::Requeue, false, t0 + hour);
+        q.requeued_at("ns/a", Duration::ZERO, t0 + hour);
+        assert_eq!((q.depth_at(t0 + hour), adds(&q)), (1, 2));
+        assert_eq!(retries(&q), 2);
+        // A later requeue keeps the earlier one; an earlier one brings it forward.
+        q.started_at("ns/a", t0 + hour);
+        let t1 = t0 + 2 * hour;
+        q.requeued_at("ns/a", Duration::from_secs(10), t1);
+        q.requeued_at("ns/a", Duration::from_secs(60), t1);
+        assert_eq!(q.depth_at(t1 + Duration::from_secs(9)), 0);
+        assert_eq!(q.depth_at(t1 + Duration::from_secs(10)), 1);
+        q.requeued_at("ns/b", Duration::from_secs(60), t1);
+        q.requeued_at("ns/b", Duration::from_secs(5), t1);
+        assert_eq!(q.depth_at(t1 + Duration::from_secs(5)), 2);
+        assert_eq!((adds(&q), retries(&q)), (4, 6));
+        // Its wait counts from when it came due, not from when it was requeued.
+        let queue_duration = |q: &WorkQueue| {
+            let h = q
+                .shared
+                .families
+                .queue_duration
+                .get_or_create(&q.shared.queue_labels());
+            let mut text = String::new();
+            let mut registry = Registry::default();
+            registry.register("d", "", h.clone());
+            prometheus_client::encoding::text::encode(&mut text, &registry).expect("text");
+            text.lines()
+                .find_map(|l| l.strip_prefix("d_sum "))
+                .map(|v| v.parse::<f64>().expect("a number"))
+        };
+        let before = queue_duration(&q).expect("a sum");
+        drop(q.started_at("ns/b", t1 + Duration::from_secs(7)));
+        assert_eq!(queue_duration(&q), Some(before + 2.0));
     }
 
     #[test]
@@ -682,7 +829,10 @@ mod tests {
         let running = q.run();
         q.queued("ns/gone");
         q.forget("ns/gone");
+        q.requeued("ns/later", Duration::from_secs(3600));
+        q.forget("ns/later");
         assert_eq!(q.depth(), 0);
+        assert!(q.shared.lock().delayed.is_empty());
         q.queued("ns/a");
         let _in_flight = q.started("ns/b");
         let gauges = live.gauges();
@@ -700,24 +850,66 @@ mod tests {
     fn in_flight_reconciles_are_the_active_workers_and_their_age_the_unfinished_work() {
         let (q, live) = queue();
         let _running = q.run();
-        let a = q.started("ns/a");
-        let _b = q.started("ns/b");
-        std::thread::sleep(Duration::from_millis(20));
-        let g = &live.gauges()[0];
+        let t0 = Instant::now();
+        let a = q.started_at("ns/a", t0);
+        let _b = q.started_at("ns/b", t0 + Duration::from_millis(5));
+        let g = &live.gauges_at(t0 + Duration::from_millis(20))[0];
         assert_eq!((g.workers, g.active), (3, 2));
-        assert!(
-            g.longest >= 0.02 && g.unfinished >= 2.0 * 0.02,
-            "{} {}",
-            g.longest,
-            g.unfinished
-        );
-        assert!(g.unfinished >= g.longest);
-        a.finish(ReconcileResult::Error, true);
-        assert_eq!(live.gauges()[0].active, 1);
+        assert_eq!((g.longest, g.unfinished), (0.020, 0.020 + 0.015));
+        let took = a.finish_at(ReconcileResult::Error, true, t0 + Duration::from_millis(30));
+        assert_eq!(took, Duration::from_millis(30));
+        let g = &live.gauges_at(t0 + Duration::from_millis(30))[0];
+        assert_eq!((g.active, g.longest, g.unfinished), (1, 0.025, 0.025));
         let controller = q.shared.controller_label();
         let f = &q.shared.families;
         assert_eq!(f.errors.get_or_create(&controller).get(), 1);
         assert_eq!(f.panics.get_or_create(&controller).get(), 1);
         assert_eq!(f.terminal_errors.get_or_create(&controller).get(), 0);
+        assert_eq!(reconciles(&q, ReconcileResult::Error), 1);
+    }
+
+    #[test]
+    fn twenty_thousand_crs_each_waiting_for_a_resync_cost_no_walk_over_the_queue() {
+        // Every CR has a requeue pending (a resync): an operation that looked at every
+        // queued key made this quadratic (about 25 s in a debug build); it takes
+        // milliseconds when only the keys that came due are touched.
+        const CRS: usize = 20_000;
+        let (q, live) = queue();
+        let _running = q.run();
+        let keys: Vec<String> = (0..CRS).map(|i| format!("ns/cr-{i}")).collect();
+        let t0 = Instant::now();
+        let resync = Duration::from_secs(600);
+        let clock = Instant::now();
+        for key in &keys {
+            q.queued_at(key, t0);
+        }
+        for key in &keys {
+            q.started_at(key, t0)
+                .finish_at(ReconcileResult::RequeueAfter, false, t0);
+            q.requeued_at(key, resync, t0);
+            let _ = live.gauges_at(t0);
+        }
+        assert_eq!(q.depth_at(t0), 0);
+        // A plugin reload queues every CR: each is added once, its resync brought forward.
+        let reload = t0 + Duration::from_secs(1);
+        for key in &keys {
+            q.queued_at(key, reload);
+        }
+        assert_eq!((q.depth_at(reload), adds(&q)), (CRS, 2 * CRS as u64));
+        for key in &keys {
+            drop(q.started_at(key, reload));
+        }
+        // Nothing is left to come due: the resyncs were taken out with the reload.
+        assert_eq!((q.depth_at(t0 + 2 * resync), adds(&q)), (0, 2 * CRS as u64));
+        // Half requeued again: those come due together, each added once.
+        for key in keys.iter().step_by(2) {
+            q.requeued_at(key, resync, reload);
+        }
+        assert_eq!(q.depth_at(reload + resync), CRS / 2);
+        let took = clock.elapsed();
+        assert!(
+            took < Duration::from_secs(3),
+            "{CRS} CRs took {took:?}: an operation costs more than O(log n)"
+        );
     }
 }

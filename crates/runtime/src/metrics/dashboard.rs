@@ -1,5 +1,5 @@
-//! The metric names the PromQL queries of a Grafana dashboard read, so a test can hold the
-//! dashboard in `deploy/grafana` to what the host exports.
+//! The metric names and label names the PromQL queries of a Grafana dashboard read, so a
+//! test can hold the dashboard in `deploy/grafana` to what the host exports.
 
 use std::collections::BTreeSet;
 
@@ -34,7 +34,29 @@ pub(super) fn metric_names(dashboard: &str) -> Result<BTreeSet<String>, String> 
     Ok(queries.iter().flat_map(|q| names(q)).collect())
 }
 
-/// The PromQL of every panel target and query variable under `v`.
+/// Every (metric, label) pair `dashboard`'s queries read: each label named in a query's
+/// matchers, `by`/`without` clauses or `label_values(selector, label)`, with each metric
+/// the query names.
+///
+/// # Errors
+/// A message when `dashboard` is not JSON.
+pub(super) fn label_uses(dashboard: &str) -> Result<BTreeSet<(String, String)>, String> {
+    let json: Value = serde_json::from_str(dashboard).map_err(|e| e.to_string())?;
+    let mut queries = Vec::new();
+    collect(&json, &mut queries);
+    Ok(queries
+        .iter()
+        .flat_map(|q| {
+            let labels = labels(q);
+            names(q)
+                .into_iter()
+                .flat_map(move |n| labels.clone().into_iter().map(move |l| (n.clone(), l)))
+        })
+        .collect())
+}
+
+/// The PromQL of every panel target and query variable under `v` (a query variable's
+/// `label_values(selector, label)` as `selector` followed by `by (label)`).
 fn collect(v: &Value, out: &mut Vec<String>) {
     match v {
         Value::Object(map) => {
@@ -43,8 +65,10 @@ fn collect(v: &Value, out: &mut Vec<String>) {
             }
             if map.get("type").and_then(Value::as_str) == Some("query") {
                 let query = map.get("query").and_then(|q| q.get("query").or(Some(q)));
-                if let Some(selector) = query.and_then(Value::as_str).and_then(label_values) {
-                    out.push(selector.to_string());
+                if let Some((selector, label)) =
+                    query.and_then(Value::as_str).and_then(label_values)
+                {
+                    out.push(format!("{selector} by ({label})"));
                 }
             }
             map.values().for_each(|v| collect(v, out));
@@ -54,14 +78,52 @@ fn collect(v: &Value, out: &mut Vec<String>) {
     }
 }
 
-/// The selector of `label_values(selector, label)`; `None` for `label_values(label)`.
-fn label_values(query: &str) -> Option<&str> {
+/// The selector and label of `label_values(selector, label)`; `None` for
+/// `label_values(label)`.
+fn label_values(query: &str) -> Option<(&str, &str)> {
     let args = query
         .trim()
         .strip_prefix("label_values(")?
         .strip_suffix(')')?;
-    let (selector, _label) = args.rsplit_once(',')?;
-    Some(selector)
+    let (selector, label) = args.rsplit_once(',')?;
+    Some((selector, label.trim()))
+}
+
+/// The label names in one PromQL expression: those its matchers test and those its `by`
+/// and `without` clauses list.
+fn labels(expr: &str) -> BTreeSet<String> {
+    let text = without(&without(expr, '"', '"'), '\'', '\'');
+    let mut found = BTreeSet::new();
+    let mut rest = text.as_str();
+    while let Some(open) = rest.find('{') {
+        let inner = &rest[open + 1..];
+        let close = inner.find('}').unwrap_or(inner.len());
+        for matcher in inner[..close].split(',') {
+            let name = matcher.split(['=', '!']).next().unwrap_or_default().trim();
+            if !name.is_empty() {
+                found.insert(name.to_string());
+            }
+        }
+        rest = &inner[close..];
+    }
+    for word in ["by", "without"] {
+        let mut rest = text.as_str();
+        while let Some(at) = find_word(rest, word) {
+            let after = rest[at + word.len()..].trim_start();
+            if let Some(list) = after.strip_prefix('(') {
+                let close = list.find(')').unwrap_or(list.len());
+                found.extend(
+                    list[..close]
+                        .split(',')
+                        .map(str::trim)
+                        .filter(|l| !l.is_empty())
+                        .map(str::to_string),
+                );
+            }
+            rest = &rest[at + word.len()..];
+        }
+    }
+    found
 }
 
 /// `text` without what lies between `open` and `close` (strings, matchers, ranges).
@@ -172,5 +234,25 @@ mod tests {
             names,
             ["controller_runtime_reconcile_total", "workqueue_depth"]
         );
+        let uses: Vec<_> = label_uses(dashboard).expect("json").into_iter().collect();
+        let pair = |m: &str, l: &str| (m.to_string(), l.to_string());
+        assert_eq!(
+            uses,
+            [
+                pair("controller_runtime_reconcile_total", "job"),
+                pair("controller_runtime_reconcile_total", "namespace")
+            ]
+        );
+    }
+
+    #[test]
+    fn labels_are_taken_from_matchers_and_grouping_clauses() {
+        let q = r#"histogram_quantile(0.9, sum by (tenant, plugin, le) (rate(inrun_plugin_call_duration_seconds_bucket{job=~"$job", tenant!="a,b", x="}"}[5m])))"#;
+        let found: Vec<_> = labels(q).into_iter().collect();
+        assert_eq!(found, ["job", "le", "plugin", "tenant", "x"]);
+        let found: Vec<_> = labels("max without (pod) (up) by(instance)")
+            .into_iter()
+            .collect();
+        assert_eq!(found, ["instance", "pod"]);
     }
 }

@@ -13,7 +13,7 @@ mod dashboard;
 mod process;
 mod rest;
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -102,30 +102,31 @@ pub struct Finished<'a> {
     pub panicked: bool,
 }
 
+/// A plugin of a tenant: plugin names come from the tenant's Blueprint (a location's file
+/// name), so two tenants' `app.wasm` are told apart by `tenant`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct PluginLabel {
+    tenant: String,
     plugin: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct PluginOutcome {
+    tenant: String,
     plugin: String,
     outcome: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct SourceLabel {
+    tenant: String,
     source: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct HostCall {
+    tenant: String,
     capability: &'static str,
-    result: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct Outcome {
     result: &'static str,
 }
 
@@ -178,6 +179,17 @@ fn plugin_call_histogram() -> Histogram {
     Histogram::new(PLUGIN_CALL_BUCKETS.iter().copied())
 }
 
+/// The label values a tenant's plugin series were recorded with, so that they can be
+/// removed with the tenant.
+#[derive(Debug, Default)]
+struct TenantSeries {
+    /// Per plugin, the call outcomes.
+    calls: BTreeMap<String, BTreeSet<&'static str>>,
+    loads: BTreeSet<&'static str>,
+    host_calls: BTreeSet<(&'static str, &'static str)>,
+    reloads: BTreeSet<&'static str>,
+}
+
 /// The console's log, and the controllers it has seen.
 #[derive(Default)]
 struct Console {
@@ -202,14 +214,19 @@ pub struct Metrics {
     plugin_time: Histograms<PluginLabel>,
     plugin_loads: Family<SourceLabel, Counter>,
     host_calls: Family<HostCall, Counter>,
-    plugin_reloads: Family<Outcome, Counter>,
+    plugin_reloads: Family<TenantOutcome, Counter>,
     blueprint_reloads: Family<TenantOutcome, Counter>,
+    tenant_series: Mutex<HashMap<String, TenantSeries>>,
     console: Mutex<Console>,
 }
 
 fn push(list: &mut VecDeque<ReconcileRecord>, record: ReconcileRecord) {
     list.push_front(record);
     list.truncate(RECENT);
+}
+
+fn depth(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
 }
 
 fn result(ok: bool) -> &'static str {
@@ -228,21 +245,51 @@ impl Default for Metrics {
     }
 }
 
+/// Plugins of no tenant (a host running one Blueprint without the fleet) are recorded
+/// with an empty `tenant`, which Prometheus reads as no label.
 impl inrun_wasm::Observer for Metrics {
     fn plugin_loaded(&self, source: &'static str) {
-        Metrics::plugin_loaded(self, source);
+        Metrics::plugin_loaded(self, "", source);
     }
 
     fn host_call(&self, capability: &'static str, outcome: &'static str) {
-        self.plugin_host_call(capability, outcome);
+        self.plugin_host_call("", capability, outcome);
     }
 
     fn plugin_reloaded(&self, ok: bool) {
-        Metrics::plugin_reloaded(self, ok);
+        Metrics::plugin_reloaded(self, "", ok);
     }
 
     fn plugin_called(&self, plugin: &str, outcome: &'static str, elapsed: Duration) {
-        Metrics::plugin_called(self, plugin, outcome, elapsed);
+        Metrics::plugin_called(self, "", plugin, outcome, elapsed);
+    }
+}
+
+/// What one tenant's plugins report: the [`Metrics`]' plugin families with the tenant's
+/// name as `tenant`. From [`Metrics::tenant_observer`].
+#[derive(Debug)]
+struct TenantObserver {
+    metrics: Arc<Metrics>,
+    tenant: String,
+}
+
+impl inrun_wasm::Observer for TenantObserver {
+    fn plugin_loaded(&self, source: &'static str) {
+        self.metrics.plugin_loaded(&self.tenant, source);
+    }
+
+    fn host_call(&self, capability: &'static str, outcome: &'static str) {
+        self.metrics
+            .plugin_host_call(&self.tenant, capability, outcome);
+    }
+
+    fn plugin_reloaded(&self, ok: bool) {
+        self.metrics.plugin_reloaded(&self.tenant, ok);
+    }
+
+    fn plugin_called(&self, plugin: &str, outcome: &'static str, elapsed: Duration) {
+        self.metrics
+            .plugin_called(&self.tenant, plugin, outcome, elapsed);
     }
 }
 
@@ -265,6 +312,7 @@ impl Metrics {
             host_calls: Family::default(),
             plugin_reloads: Family::default(),
             blueprint_reloads: Family::default(),
+            tenant_series: Mutex::default(),
             console: Mutex::default(),
         };
         m.registered()
@@ -289,7 +337,7 @@ impl Metrics {
         r.register_collector(Box::new(process::ProcessCollector));
         r.register(
             "inrun_plugin_calls",
-            "Calls into Wasm plugins, by plugin and outcome (ok, returned: the plugin's own error, trap, deadline, memory, bad_output, host: the host could not run it)",
+            "Calls into Wasm plugins, by tenant, plugin and outcome (ok, returned: the plugin's own error, trap, deadline, memory, bad_output, host: the host could not run it)",
             self.plugin_calls.clone(),
         );
         r.register(
@@ -314,17 +362,17 @@ impl Metrics {
         );
         r.register(
             "inrun_plugin_loads",
-            "Plugin components loaded, by source: memory (already loaded), cache (compiled code from disk), compiled",
+            "Plugin components loaded, by tenant and source: memory (already loaded), cache (compiled code from disk), compiled",
             self.plugin_loads.clone(),
         );
         r.register(
             "inrun_plugin_host_calls",
-            "Calls plugins made to granted host capabilities, by capability (cluster, http) and result (ok, refused, error)",
+            "Calls plugins made to granted host capabilities, by tenant, capability (cluster, http) and result (ok, refused, error)",
             self.host_calls.clone(),
         );
         r.register(
             "inrun_plugin_reloads",
-            "Plugin versions checked after a source change, by result (success: swapped in; failure: the previous version keeps serving)",
+            "Plugin versions checked after a source change, by tenant and result (success: swapped in; failure: the previous version keeps serving)",
             self.plugin_reloads.clone(),
         );
         r.register(
@@ -377,6 +425,92 @@ impl Metrics {
         self.console().controllers.insert(controller.to_string());
     }
 
+    /// The controller `controller` stopped for good (its CRD left its tenant's Blueprint,
+    /// or the tenant was removed): its series go, so a host whose tenants come and go
+    /// does not export every controller it ever ran. Nothing is removed while a
+    /// controller of that name runs (another tenant took the CRD over).
+    /// controller-runtime never removes a controller's series, but its controllers live
+    /// as long as the process; a stop at shutdown or on a lost lease removes nothing here
+    /// either.
+    pub fn controller_retired(&self, controller: &str) {
+        if self.live.runs(controller) {
+            return;
+        }
+        self.controllers.remove(controller);
+        self.console().controllers.remove(controller);
+    }
+
+    /// A plugin observer for the tenant `tenant`: the engine its plugins load through
+    /// reports to it ([`inrun_wasm::Engine::observed_by`]), so every `inrun_plugin_*`
+    /// series carries the tenant's name.
+    pub fn tenant_observer(self: &Arc<Self>, tenant: &str) -> Arc<dyn inrun_wasm::Observer> {
+        Arc::new(TenantObserver {
+            metrics: self.clone(),
+            tenant: tenant.to_string(),
+        })
+    }
+
+    /// The tenant `tenant` was removed: its plugins' series and its Blueprint reloads go.
+    pub fn tenant_retired(&self, tenant: &str) {
+        let seen = self.series().remove(tenant).unwrap_or_default();
+        let tenant = tenant.to_string();
+        for (plugin, outcomes) in seen.calls {
+            for outcome in outcomes {
+                self.plugin_calls.remove(&PluginOutcome {
+                    tenant: tenant.clone(),
+                    plugin: plugin.clone(),
+                    outcome,
+                });
+            }
+            let label = PluginLabel {
+                tenant: tenant.clone(),
+                plugin,
+            };
+            for family in [&self.deadline_hits, &self.memory_hits, &self.traps] {
+                family.remove(&label);
+            }
+            self.plugin_time.remove(&label);
+        }
+        for source in seen.loads {
+            self.plugin_loads.remove(&SourceLabel {
+                tenant: tenant.clone(),
+                source,
+            });
+        }
+        for (capability, result) in seen.host_calls {
+            self.host_calls.remove(&HostCall {
+                tenant: tenant.clone(),
+                capability,
+                result,
+            });
+        }
+        for result in seen.reloads {
+            self.plugin_reloads.remove(&TenantOutcome {
+                tenant: tenant.clone(),
+                result,
+            });
+        }
+        for ok in [true, false] {
+            self.blueprint_reloads.remove(&TenantOutcome {
+                tenant: tenant.clone(),
+                result: result(ok),
+            });
+        }
+    }
+
+    fn series(&self) -> MutexGuard<'_, HashMap<String, TenantSeries>> {
+        self.tenant_series.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Notes what `tenant`'s series were recorded with (see [`TenantSeries`]).
+    fn note(&self, tenant: &str, note: impl FnOnce(&mut TenantSeries)) {
+        let mut series = self.series();
+        match series.get_mut(tenant) {
+            Some(seen) => note(seen),
+            None => note(series.entry(tenant.to_string()).or_default()),
+        }
+    }
+
     /// Records how a reconcile ended.
     pub fn reconcile_finished(&self, in_flight: InFlight, done: Finished<'_>) {
         let controller = in_flight.controller().to_string();
@@ -420,13 +554,31 @@ impl Metrics {
         self.health.set_leader(leading);
     }
 
-    /// Records a call into `plugin` that ended in `outcome` after `elapsed`.
-    pub fn plugin_called(&self, plugin: &str, outcome: &'static str, elapsed: Duration) {
+    /// Records a call into `tenant`'s `plugin` that ended in `outcome` after `elapsed`.
+    pub fn plugin_called(
+        &self,
+        tenant: &str,
+        plugin: &str,
+        outcome: &'static str,
+        elapsed: Duration,
+    ) {
+        self.note(tenant, |seen| {
+            match seen.calls.get_mut(plugin) {
+                Some(outcomes) => outcomes.insert(outcome),
+                None => seen
+                    .calls
+                    .entry(plugin.to_string())
+                    .or_default()
+                    .insert(outcome),
+            };
+        });
         let label = PluginLabel {
+            tenant: tenant.to_string(),
             plugin: plugin.to_string(),
         };
         self.plugin_calls
             .get_or_create(&PluginOutcome {
+                tenant: tenant.to_string(),
                 plugin: plugin.to_string(),
                 outcome,
             })
@@ -445,25 +597,46 @@ impl Metrics {
             .observe(elapsed.as_secs_f64());
     }
 
-    /// Records a plugin load from `source`: `memory`, `cache` or `compiled`.
-    pub fn plugin_loaded(&self, source: &'static str) {
+    /// Records a plugin of `tenant` loaded from `source`: `memory`, `cache` or `compiled`.
+    pub fn plugin_loaded(&self, tenant: &str, source: &'static str) {
+        self.note(tenant, |seen| {
+            seen.loads.insert(source);
+        });
         self.plugin_loads
-            .get_or_create(&SourceLabel { source })
+            .get_or_create(&SourceLabel {
+                tenant: tenant.to_string(),
+                source,
+            })
             .inc();
     }
 
-    /// Records a plugin's call to a host capability (`cluster`, `http`) and its result
-    /// (`ok`, `refused`: not granted, `error`).
-    pub fn plugin_host_call(&self, capability: &'static str, result: &'static str) {
+    /// Records a call by a plugin of `tenant` to a host capability (`cluster`, `http`)
+    /// and its result (`ok`, `refused`: not granted, `error`).
+    pub fn plugin_host_call(&self, tenant: &str, capability: &'static str, result: &'static str) {
+        self.note(tenant, |seen| {
+            seen.host_calls.insert((capability, result));
+        });
         self.host_calls
-            .get_or_create(&HostCall { capability, result })
+            .get_or_create(&HostCall {
+                tenant: tenant.to_string(),
+                capability,
+                result,
+            })
             .inc();
     }
 
-    /// Records a plugin reload: swapped in, or refused with the old version still serving.
-    pub fn plugin_reloaded(&self, ok: bool) {
+    /// Records a plugin reload of `tenant`: swapped in, or refused with the old version
+    /// still serving.
+    pub fn plugin_reloaded(&self, tenant: &str, ok: bool) {
+        let result = result(ok);
+        self.note(tenant, |seen| {
+            seen.reloads.insert(result);
+        });
         self.plugin_reloads
-            .get_or_create(&Outcome { result: result(ok) })
+            .get_or_create(&TenantOutcome {
+                tenant: tenant.to_string(),
+                result,
+            })
             .inc();
     }
 
@@ -489,18 +662,32 @@ impl Metrics {
             .map_or(0, |c| c.get())
     }
 
-    /// Plugin loads from `source` (`memory`, `cache`, `compiled`).
+    /// Plugin loads from `source` (`memory`, `cache`, `compiled`), of every tenant.
     pub fn plugin_loads(&self, source: &'static str) -> u64 {
-        self.plugin_loads
-            .get(&SourceLabel { source })
-            .map_or(0, |c| c.get())
+        self.series()
+            .keys()
+            .filter_map(|tenant| {
+                self.plugin_loads.get(&SourceLabel {
+                    tenant: tenant.clone(),
+                    source,
+                })
+            })
+            .map(|c| c.get())
+            .sum()
     }
 
-    /// Plugin reloads that were swapped in (`true`) or refused.
+    /// Plugin reloads that were swapped in (`true`) or refused, of every tenant.
     pub fn plugin_reloads(&self, ok: bool) -> u64 {
-        self.plugin_reloads
-            .get(&Outcome { result: result(ok) })
-            .map_or(0, |c| c.get())
+        self.series()
+            .keys()
+            .filter_map(|tenant| {
+                self.plugin_reloads.get(&TenantOutcome {
+                    tenant: tenant.clone(),
+                    result: result(ok),
+                })
+            })
+            .map(|c| c.get())
+            .sum()
     }
 
     /// CRs of `controller` queued and not yet started (0 when it does not run).
@@ -509,7 +696,7 @@ impl Metrics {
             .gauges()
             .into_iter()
             .find(|g| g.controller == controller)
-            .map_or(0, |g| i64::try_from(g.depth).unwrap_or(i64::MAX))
+            .map_or(0, |g| depth(g.depth))
     }
 
     /// Everything in the OpenMetrics text format ([`CONTENT_TYPE`]).
@@ -523,10 +710,17 @@ impl Metrics {
     /// Live state for the console.
     pub fn snapshot(&self) -> Snapshot {
         let controllers = self.console().controllers.clone();
+        // One reading of every running controller's queue.
+        let depths: HashMap<String, usize> = self
+            .live
+            .gauges()
+            .into_iter()
+            .map(|g| (g.controller, g.depth))
+            .collect();
         let mut queue_depth = BTreeMap::new();
         let mut reconciles = BTreeMap::new();
         for c in &controllers {
-            queue_depth.insert(c.clone(), self.queue_depth(c));
+            queue_depth.insert(c.clone(), depths.get(c).map_or(0, |d| depth(*d)));
             let by_result: BTreeMap<String, u64> = ReconcileResult::ALL
                 .into_iter()
                 .map(|r| (r.as_str().to_string(), self.reconciles(c, r.as_str())))
@@ -671,7 +865,7 @@ mod tests {
         assert_eq!(le("workqueue_queue_duration_seconds"), QUEUE_BUCKETS);
         assert_eq!(le("workqueue_work_duration_seconds"), QUEUE_BUCKETS);
         assert_eq!(RECONCILE_BUCKETS.len(), 40);
-        m.plugin_called("p", "ok", Duration::from_micros(40));
+        m.plugin_called("team-a", "p", "ok", Duration::from_micros(40));
         assert_eq!(
             le_of(&m.render(), "inrun_plugin_call_duration_seconds"),
             PLUGIN_CALL_BUCKETS
@@ -690,12 +884,18 @@ mod tests {
     #[test]
     fn a_plugin_call_is_timed_and_its_failure_counted_by_kind() {
         let m = Metrics::default();
-        m.plugin_called("p", "ok", Duration::from_micros(40));
-        m.plugin_called("p", "deadline", Duration::from_secs(2));
+        m.plugin_called("team-a", "p", "ok", Duration::from_micros(40));
+        m.plugin_called("team-a", "p", "deadline", Duration::from_secs(2));
         let text = m.render();
-        assert!(text.contains("inrun_plugin_calls_total{plugin=\"p\",outcome=\"ok\"} 1\n"));
-        assert!(text.contains("inrun_plugin_deadline_hits_total{plugin=\"p\"} 1\n"));
-        assert!(text.contains("inrun_plugin_call_duration_seconds_count{plugin=\"p\"} 2\n"));
+        assert!(text.contains(
+            "inrun_plugin_calls_total{tenant=\"team-a\",plugin=\"p\",outcome=\"ok\"} 1\n"
+        ));
+        assert!(
+            text.contains("inrun_plugin_deadline_hits_total{tenant=\"team-a\",plugin=\"p\"} 1\n")
+        );
+        assert!(text.contains(
+            "inrun_plugin_call_duration_seconds_count{tenant=\"team-a\",plugin=\"p\"} 2\n"
+        ));
         // 40 µs falls in the 50 µs bucket, not in the 25 µs one.
         let bucket = |le: &str| -> Option<u64> {
             text.lines()
@@ -714,6 +914,77 @@ mod tests {
             (Some(0), Some(1)),
             "{text}"
         );
+    }
+
+    #[test]
+    fn two_tenants_plugins_of_one_name_are_apart_and_a_retired_tenant_leaves_no_series() {
+        let m = Arc::new(Metrics::default());
+        let (a, b) = (m.tenant_observer("team-a"), m.tenant_observer("team-b"));
+        a.plugin_called("app", "ok", Duration::from_millis(1));
+        a.plugin_called("app", "trap", Duration::from_millis(1));
+        a.plugin_loaded("compiled");
+        a.host_call("http", "refused");
+        a.plugin_reloaded(false);
+        m.blueprint_reloaded("team-a", true);
+        b.plugin_called("app", "ok", Duration::from_millis(1));
+        b.plugin_loaded("memory");
+        let text = m.render();
+        for series in [
+            "inrun_plugin_calls_total{tenant=\"team-a\",plugin=\"app\",outcome=\"ok\"} 1\n",
+            "inrun_plugin_calls_total{tenant=\"team-b\",plugin=\"app\",outcome=\"ok\"} 1\n",
+            "inrun_plugin_traps_total{tenant=\"team-a\",plugin=\"app\"} 1\n",
+            "inrun_plugin_loads_total{tenant=\"team-a\",source=\"compiled\"} 1\n",
+            "inrun_plugin_host_calls_total{tenant=\"team-a\",capability=\"http\",result=\"refused\"} 1\n",
+            "inrun_plugin_reloads_total{tenant=\"team-a\",result=\"failure\"} 1\n",
+        ] {
+            assert!(text.contains(series), "{series} in {text}");
+        }
+        assert_eq!(m.plugin_loads("compiled") + m.plugin_loads("memory"), 2);
+        m.tenant_retired("team-a");
+        let text = m.render();
+        assert!(!text.contains("team-a"), "{text}");
+        assert!(text.contains(
+            "inrun_plugin_calls_total{tenant=\"team-b\",plugin=\"app\",outcome=\"ok\"} 1\n"
+        ));
+        assert_eq!(m.plugin_loads("compiled"), 0);
+    }
+
+    #[test]
+    fn a_retired_controller_leaves_no_series_unless_one_of_its_name_runs() {
+        let m = Metrics::default();
+        let gone = m.controller("gone.example.dev", 1);
+        let kept = m.controller("kept.example.dev", 1);
+        let running = (gone.run(), kept.run());
+        m.controller_started("gone.example.dev");
+        gone.queued("ns/a");
+        m.reconcile_finished(
+            gone.started("ns/a"),
+            Finished {
+                key: "ns/a",
+                plugins: &[],
+                result: ReconcileResult::Success,
+                error: None,
+                panicked: false,
+            },
+        );
+        // Taken over by another tenant before the first was retired: kept.
+        let again = m.controller("gone.example.dev", 1).run();
+        drop(running.0);
+        m.controller_retired("gone.example.dev");
+        assert_eq!(m.reconciles("gone.example.dev", "success"), 1);
+        drop(again);
+        m.controller_retired("gone.example.dev");
+        let text = m.render();
+        assert!(!text.contains("gone.example.dev"), "{text}");
+        assert!(!m.snapshot().reconciles.contains_key("gone.example.dev"));
+        assert!(text.contains(
+            "controller_runtime_reconcile_total{controller=\"kept.example.dev\",result=\"success\"} 0\n"
+        ));
+        // Started again later: its series are back from zero.
+        let _back = m.controller("gone.example.dev", 1).run();
+        assert!(m.render().contains(
+            "controller_runtime_reconcile_total{controller=\"gone.example.dev\",result=\"success\"} 0\n"
+        ));
     }
 
     #[test]
@@ -774,17 +1045,18 @@ mod tests {
         let m = Metrics::default();
         let _running = m.controller("a.example.dev", 1).run();
         for outcome in ["ok", "deadline", "memory", "trap"] {
-            m.plugin_called("p", outcome, Duration::from_millis(1));
+            m.plugin_called("team-a", "p", outcome, Duration::from_millis(1));
         }
-        m.plugin_loaded("compiled");
-        m.plugin_host_call("http", "ok");
-        m.plugin_reloaded(true);
+        m.plugin_loaded("team-a", "compiled");
+        m.plugin_host_call("team-a", "http", "ok");
+        m.plugin_reloaded("team-a", true);
         m.blueprint_reloaded("t", true);
         m.leader_election("inrun", true);
         let _ = m
             .rest_requests
             .get_or_create(&rest::RequestLabels::new("200", "GET", "h:443"));
-        let names = exported(&m.render());
+        let text = m.render();
+        let names = exported(&text);
         let path = concat!(
             env!("CARGO_MANIFEST_DIR"),
             "/../../deploy/grafana/inrun.json"
@@ -797,5 +1069,48 @@ mod tests {
             missing.is_empty(),
             "the dashboard queries {missing:?}, which the host does not export"
         );
+        // Every label a query filters or groups by is one the family has, or one
+        // Prometheus gives every target.
+        let labelled = exported_labels(&text);
+        let unknown: Vec<_> = dashboard::label_uses(&dashboard)
+            .expect("a dashboard")
+            .into_iter()
+            .filter(|(_, label)| !["namespace", "job", "pod", "instance"].contains(&label.as_str()))
+            .filter(|(metric, label)| labelled.get(metric).is_none_or(|l| !l.contains(label)))
+            .collect();
+        assert!(
+            unknown.is_empty(),
+            "the dashboard reads labels the host does not export: {unknown:?}"
+        );
+    }
+
+    /// The label names of each sample name in `text`.
+    fn exported_labels(text: &str) -> BTreeMap<String, BTreeSet<String>> {
+        let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            let Some((name, rest)) = line.split_once('{') else {
+                continue;
+            };
+            let labels = out.entry(name.to_string()).or_default();
+            let mut rest = rest;
+            // `key="value",` pairs; a value may hold escaped quotes.
+            while let Some((key, after)) = rest.split_once("=\"") {
+                labels.insert(key.trim_start_matches(',').to_string());
+                let mut escaped = false;
+                let end = after
+                    .char_indices()
+                    .find(|&(_, c)| {
+                        let close = c == '"' && !escaped;
+                        escaped = c == '\\' && !escaped;
+                        close
+                    })
+                    .map_or(after.len(), |(i, _)| i + 1);
+                rest = &after[end..];
+                if rest.starts_with('}') {
+                    break;
+                }
+            }
+        }
+        out
     }
 }
