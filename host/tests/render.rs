@@ -477,15 +477,20 @@ fn inrun_in(files: &[(&str, &str)], args: &[&str]) -> (tempfile::TempDir, bool, 
         std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
         std::fs::write(&path, text).expect("write");
     }
+    let (ok, stdout, stderr) = inrun_at(dir.path(), args);
+    (dir, ok, stdout, stderr)
+}
+
+/// Runs `inrun` in `dir` with `args` and a fresh plugin cache: success, stdout, stderr.
+fn inrun_at(dir: &std::path::Path, args: &[&str]) -> (bool, String, String) {
     let cache = tempfile::tempdir().expect("tempdir");
     let out = Command::new(env!("CARGO_BIN_EXE_inrun"))
         .args(args)
-        .current_dir(dir.path())
+        .current_dir(dir)
         .env("INRUN_CACHE_DIR", cache.path())
         .output()
         .expect("run inrun");
     (
-        dir,
         out.status.success(),
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
@@ -785,17 +790,8 @@ fn inrun_test_fails_a_differing_case_with_a_unified_diff_and_update_rewrites_it(
     assert!(out.contains("3 passed, 1 failed\n"), "{out}");
     // --update writes what render prints; the cases pass again.
     let run = |args: &[&str]| {
-        let cache = tempfile::tempdir().expect("tempdir");
-        let o = Command::new(env!("CARGO_BIN_EXE_inrun"))
-            .args(args)
-            .current_dir(dir.path())
-            .env("INRUN_CACHE_DIR", cache.path())
-            .output()
-            .expect("run inrun");
-        (
-            o.status.success(),
-            String::from_utf8_lossy(&o.stdout).into_owned(),
-        )
+        let (ok, stdout, _) = inrun_at(dir.path(), args);
+        (ok, stdout)
     };
     let (ok, out) = run(&["test", "--update"]);
     assert!(
