@@ -809,6 +809,31 @@ fn inrun_test_fails_a_differing_case_with_a_unified_diff_and_update_rewrites_it(
     assert!(ok && out.ends_with("4 passed, 0 failed\n"), "{out}");
 }
 
+#[cfg(unix)]
+#[test]
+fn inrun_test_update_replaces_a_symlinked_expected_file_without_writing_through_it() {
+    let (dir, ok, out) = inrun_test(&golden_project("4"), &["test"]);
+    assert!(!ok, "{out}");
+    let outside = tempfile::NamedTempFile::new().expect("tempfile");
+    std::fs::write(outside.path(), "keep me\n").expect("write");
+    let expected = dir.path().join("tests/two/expected.yaml");
+    std::fs::remove_file(&expected).expect("remove");
+    std::os::unix::fs::symlink(outside.path(), &expected).expect("symlink");
+    let (ok, out, err) = inrun_at(dir.path(), &["test", "--update"]);
+    assert!(ok && out.contains("updated two\n"), "{out}{err}");
+    assert_eq!(
+        std::fs::read_to_string(outside.path()).expect("read"),
+        "keep me\n"
+    );
+    let meta = std::fs::symlink_metadata(&expected).expect("stat");
+    assert!(meta.file_type().is_file(), "{meta:?}");
+    assert!(
+        std::fs::read_to_string(&expected)
+            .expect("read")
+            .contains("replicas: 5")
+    );
+}
+
 #[test]
 fn inrun_test_of_a_directory_outside_the_current_one_takes_no_blueprint_from_above_it() {
     let dir = tempfile::tempdir().expect("tempdir");

@@ -374,34 +374,30 @@ pub fn controller(
         Ok(watcher::Event::Delete(cr)) => cr_triggers.cr_gone(&cr.metadata),
         _ => {}
     })
-    // The CRs that wake, as the controller's triggers. Those of a (re)list are held until
-    // the list is complete: the store swaps in the listed objects only then, and a CR
-    // triggered before would be looked up in the old store, not found, and dropped (after
-    // the API server restarts, a paginated relist would leave new CRs unreconciled).
+    // The CRs that wake, as the controller's triggers; those of a (re)list only once it
+    // is complete ([`triggers::ListGate`]).
     .scan(
-        Vec::new(),
-        move |held: &mut Vec<cached::CachedCr>, event| {
-            let wakes = |cr: &cached::CachedCr| {
-                let wake = triggers.cr_changed(&cr.metadata, &cr_ctx.cr_id(cr));
-                if wake {
-                    queued.queued(&Ctx::key(cr));
-                }
-                wake
-            };
+        triggers::ListGate::default(),
+        move |gate: &mut triggers::ListGate<cached::CachedCr>, event| {
             let out: Vec<Result<cached::CachedCr, watcher::Error>> = match event {
-                Ok(watcher::Event::Apply(cr)) => wakes(&cr).then_some(Ok(cr)).into_iter().collect(),
-                Ok(watcher::Event::Init) => {
-                    held.clear();
-                    Vec::new()
-                }
-                Ok(watcher::Event::InitApply(cr)) => {
-                    if wakes(&cr) {
-                        held.push(cr);
-                    }
-                    Vec::new()
-                }
-                Ok(watcher::Event::InitDone) => std::mem::take(held).into_iter().map(Ok).collect(),
-                Ok(watcher::Event::Delete(_)) => Vec::new(),
+                Ok(event) => gate
+                    .pass(
+                        event,
+                        |cr| {
+                            let wake = triggers.cr_changed(&cr.metadata, &cr_ctx.cr_id(cr));
+                            if wake {
+                                queued.queued(&Ctx::key(cr));
+                            }
+                            wake
+                        },
+                        |cr| {
+                            triggers.unsee(&cr.metadata);
+                            queued.forget(&Ctx::key(cr));
+                        },
+                    )
+                    .into_iter()
+                    .map(Ok)
+                    .collect(),
                 Err(e) => vec![Err(e)],
             };
             futures::future::ready(Some(futures::stream::iter(out)))

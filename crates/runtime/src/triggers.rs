@@ -141,6 +141,18 @@ impl Triggers {
         true
     }
 
+    /// A change that woke `cr` was dropped before its pass ran (its list restarted): the
+    /// next delivery of the same CR wakes it again.
+    pub fn unsee(&self, cr: &ObjectMeta) {
+        let key = key_of(
+            cr.namespace.as_deref(),
+            cr.name.as_deref().unwrap_or_default(),
+        );
+        if let Some(state) = self.lock().crs.get_mut(&key) {
+            state.seen = None;
+        }
+    }
+
     /// Forgets a CR that is gone.
     pub fn cr_gone(&self, cr: &ObjectMeta) {
         let key = key_of(
@@ -250,6 +262,49 @@ impl Triggers {
     }
 }
 
+/// Holds the CRs a (re)list wakes until the list is complete: the store swaps in the
+/// listed objects only then, and a CR triggered before would be looked up in the old
+/// store, not found, and dropped (after the API server restarts, a paginated relist would
+/// leave new CRs unreconciled). A list that restarts before it completes (a later page
+/// failed) drops what it held; those CRs are handed to `dropped`, so that the next list,
+/// which delivers them unchanged, wakes them again.
+pub(crate) struct ListGate<K> {
+    held: Vec<K>,
+}
+
+impl<K> Default for ListGate<K> {
+    fn default() -> Self {
+        ListGate { held: Vec::new() }
+    }
+}
+
+impl<K> ListGate<K> {
+    /// What `event` lets through now, given whether a delivered CR wakes.
+    pub(crate) fn pass(
+        &mut self,
+        event: kube::runtime::watcher::Event<K>,
+        wakes: impl Fn(&K) -> bool,
+        mut dropped: impl FnMut(&K),
+    ) -> Vec<K> {
+        use kube::runtime::watcher::Event;
+        match event {
+            Event::Apply(cr) => wakes(&cr).then_some(cr).into_iter().collect(),
+            Event::Init => {
+                self.held.drain(..).for_each(|cr| dropped(&cr));
+                Vec::new()
+            }
+            Event::InitApply(cr) => {
+                if wakes(&cr) {
+                    self.held.push(cr);
+                }
+                Vec::new()
+            }
+            Event::InitDone => std::mem::take(&mut self.held),
+            Event::Delete(_) => Vec::new(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -282,6 +337,31 @@ mod tests {
 
     fn changed(t: &Triggers, obj: &CachedCr) -> bool {
         t.cr_changed(&obj.metadata, "webapps/a/web")
+    }
+
+    #[test]
+    fn a_cr_held_by_a_list_that_restarts_is_woken_by_the_next_list() {
+        use kube::runtime::watcher::Event;
+        let t = Triggers::new(ar());
+        let mut gate = ListGate::default();
+        let mut pass = |event| {
+            gate.pass(
+                event,
+                |c: &CachedCr| changed(&t, c),
+                |c| t.unsee(&c.metadata),
+            )
+            .len()
+        };
+        assert_eq!(pass(Event::Init), 0);
+        assert_eq!(pass(Event::InitApply(cr("1", 1, json!({}), json!({})))), 0);
+        // A later page fails: the watcher lists again from the start.
+        assert_eq!(pass(Event::Init), 0);
+        assert_eq!(pass(Event::InitApply(cr("1", 1, json!({}), json!({})))), 0);
+        assert_eq!(pass(Event::InitDone), 1, "the CR is reconciled once listed");
+        // A relist that finds it unchanged does not wake it again.
+        assert_eq!(pass(Event::Init), 0);
+        assert_eq!(pass(Event::InitApply(cr("1", 1, json!({}), json!({})))), 0);
+        assert_eq!(pass(Event::InitDone), 0);
     }
 
     #[test]

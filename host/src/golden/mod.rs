@@ -328,6 +328,26 @@ pub async fn run_case(engine: &Engine, case: &Path, top: &Path, update: bool) ->
     }
 }
 
+/// Writes `text` to a new file beside `path` and renames it over `path`: a symbolic link
+/// at `path` (a case from someone else's repository) is replaced, never written through.
+fn replace_file(path: &Path, text: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(".new");
+    let new = path.with_file_name(name);
+    match std::fs::remove_file(&new) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&new)?;
+    file.write_all(text.as_bytes())?;
+    drop(file);
+    std::fs::rename(&new, path)
+}
+
 async fn compare(
     engine: &Engine,
     case: &Path,
@@ -338,7 +358,7 @@ async fn compare(
     let expected_path = case.join("expected.yaml");
     if update {
         let text = serde_yaml_ng::to_string(&got).map_err(CaseError::Yaml)?;
-        std::fs::write(&expected_path, text).map_err(|source| CaseError::Io {
+        replace_file(&expected_path, &text).map_err(|source| CaseError::Io {
             path: expected_path,
             source,
         })?;

@@ -452,7 +452,9 @@ impl Metrics {
 
     /// The tenant `tenant` was removed: its plugins' series and its Blueprint reloads go.
     pub fn tenant_retired(&self, tenant: &str) {
-        let seen = self.series().remove(tenant).unwrap_or_default();
+        // Held until every series is removed: see [`Metrics::note`].
+        let mut series = self.series();
+        let seen = series.remove(tenant).unwrap_or_default();
         let tenant = tenant.to_string();
         for (plugin, outcomes) in seen.calls {
             for outcome in outcomes {
@@ -503,12 +505,20 @@ impl Metrics {
     }
 
     /// Notes what `tenant`'s series were recorded with (see [`TenantSeries`]).
-    fn note(&self, tenant: &str, note: impl FnOnce(&mut TenantSeries)) {
+    /// The caller records the series while it holds the guard returned, so a tenant
+    /// retired meanwhile ([`Metrics::tenant_retired`], which holds it too) takes the series
+    /// with it rather than leaving it behind unnoted.
+    fn note(
+        &self,
+        tenant: &str,
+        note: impl FnOnce(&mut TenantSeries),
+    ) -> MutexGuard<'_, HashMap<String, TenantSeries>> {
         let mut series = self.series();
         match series.get_mut(tenant) {
             Some(seen) => note(seen),
             None => note(series.entry(tenant.to_string()).or_default()),
         }
+        series
     }
 
     /// Records how a reconcile ended.
@@ -562,7 +572,7 @@ impl Metrics {
         outcome: &'static str,
         elapsed: Duration,
     ) {
-        self.note(tenant, |seen| {
+        let _noted = self.note(tenant, |seen| {
             match seen.calls.get_mut(plugin) {
                 Some(outcomes) => outcomes.insert(outcome),
                 None => seen
@@ -599,7 +609,7 @@ impl Metrics {
 
     /// Records a plugin of `tenant` loaded from `source`: `memory`, `cache` or `compiled`.
     pub fn plugin_loaded(&self, tenant: &str, source: &'static str) {
-        self.note(tenant, |seen| {
+        let _noted = self.note(tenant, |seen| {
             seen.loads.insert(source);
         });
         self.plugin_loads
@@ -613,7 +623,7 @@ impl Metrics {
     /// Records a call by a plugin of `tenant` to a host capability (`cluster`, `http`)
     /// and its result (`ok`, `refused`: not granted, `error`).
     pub fn plugin_host_call(&self, tenant: &str, capability: &'static str, result: &'static str) {
-        self.note(tenant, |seen| {
+        let _noted = self.note(tenant, |seen| {
             seen.host_calls.insert((capability, result));
         });
         self.host_calls
@@ -629,7 +639,7 @@ impl Metrics {
     /// still serving.
     pub fn plugin_reloaded(&self, tenant: &str, ok: bool) {
         let result = result(ok);
-        self.note(tenant, |seen| {
+        let _noted = self.note(tenant, |seen| {
             seen.reloads.insert(result);
         });
         self.plugin_reloads
