@@ -827,6 +827,16 @@ fn inrun_test_update_replaces_a_symlinked_expected_file_without_writing_through_
     );
     let meta = std::fs::symlink_metadata(&expected).expect("stat");
     assert!(meta.file_type().is_file(), "{meta:?}");
+    // Its mode is what a file written in place gets, not a temporary file's owner-only one.
+    use std::os::unix::fs::PermissionsExt;
+    let plain = dir.path().join("plain");
+    std::fs::write(&plain, "").expect("write");
+    let mode = |m: std::fs::Metadata| m.permissions().mode() & 0o777;
+    assert_eq!(
+        mode(meta),
+        mode(std::fs::metadata(&plain).expect("stat")),
+        "mode"
+    );
     assert!(
         std::fs::read_to_string(&expected)
             .expect("read")

@@ -332,20 +332,16 @@ pub async fn run_case(engine: &Engine, case: &Path, top: &Path, update: bool) ->
 /// at `path` (a case from someone else's repository) is replaced, never written through.
 fn replace_file(path: &Path, text: &str) -> std::io::Result<()> {
     use std::io::Write;
-    let mut name = path.file_name().unwrap_or_default().to_os_string();
-    name.push(".new");
-    let new = path.with_file_name(name);
-    match std::fs::remove_file(&new) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
-        _ => {}
+    let mut builder = tempfile::Builder::new();
+    // The mode a file written in place gets (a temporary file's own is owner-only).
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        builder.permissions(std::fs::Permissions::from_mode(0o666));
     }
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(&new)?;
-    file.write_all(text.as_bytes())?;
-    drop(file);
-    std::fs::rename(&new, path)
+    let mut new = builder.tempfile_in(path.parent().unwrap_or(Path::new(".")))?;
+    new.write_all(text.as_bytes())?;
+    new.persist(path).map(drop).map_err(|e| e.error)
 }
 
 async fn compare(
