@@ -12,7 +12,7 @@ export INRUN_PLUGIN_DIR := $(PLUGIN_DIR)
 GUEST_LANGUAGES := python js c
 LANGUAGE_PLUGINS := $(addprefix plugins-,$(GUEST_LANGUAGES))
 
-.PHONY: demo test lint bench fuzz chaos plugins plugins-rust plugins-demo wasm-target $(LANGUAGE_PLUGINS) build controlplane helm cluster run clean-cache chart image
+.PHONY: demo test test-services test-after-services lint bench fuzz chaos plugins plugins-rust plugins-demo wasm-target $(LANGUAGE_PLUGINS) build controlplane helm cluster run clean-cache chart image
 
 ## Build the example and test plugins: Rust guests, then the other languages.
 plugins: plugins-rust $(LANGUAGE_PLUGINS)
@@ -65,8 +65,20 @@ controlplane:
 helm:
 	@tests/tools/build-helm.sh >/dev/null
 
+## Install the Debian packages the tests need when missing (PostgreSQL, Redis, Prometheus,
+## the OCI registry, htpasswd, openssl, Chromium): apt-get as root or through passwordless
+## sudo; without either it stops with one message naming them and the command to run.
+## A quiet no-op when all are present.
+test-services:
+	@tests/services/install.sh
+
 ## Every test: unit, Wasm integration, and end-to-end against a real kube-apiserver + etcd.
-test: plugins sdk controlplane helm
+## The test servers come first, before the long builds (even under -j): test-services,
+## then the rest in a sub-make.
+test: test-services
+	@$(MAKE) --no-print-directory test-after-services
+
+test-after-services: plugins sdk controlplane helm
 	INRUN_CONTROLPLANE_BIN="$$(tests/controlplane/build.sh)" INRUN_HELM="$$(tests/tools/build-helm.sh)" $(CARGO) test --workspace --no-fail-fast
 
 ## cargo fmt --check and clippy with warnings as errors.
