@@ -723,7 +723,7 @@ async fn helm_install_creates_the_host_and_binds_its_generated_rbac_and_uninstal
     assert!(
         install.contains("2 replicas, leader election on")
             && install.contains("rollout status deployment/inrun")
-            && install.contains("/readyz is a ping")
+            && install.contains("/readyz waits for the plugins to load")
             && install.contains("get lease inrun"),
         "{install}"
     );

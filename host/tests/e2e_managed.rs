@@ -359,6 +359,7 @@ spec:
         managedResources:
           - {{apiVersion: apiextensions.k8s.io/v1, kind: CustomResourceDefinition, clusterScoped: true}}
           - {{apiVersion: v1, kind: ConfigMap}}
+        managedTypes: [{{group: "{parts}", kind: Gizmo}}]
 "#
     )
 }
@@ -555,5 +556,150 @@ spec:
     assert!(get(&configmaps(), Some(&ns), "mover-first").await.is_none());
     assert!(get(&secrets, Some(&ns), "mover-second").await.is_none());
     host.stop().await;
+    Ok(())
+}
+
+/// A Blueprint whose Gadgets return only a CRD (Gizmos in `parts`), the one kind they
+/// manage, as a user writes it: the Gizmo type named in `managedTypes`.
+fn crd_only(group: &str, parts: &str, runtime: &str) -> String {
+    let crd = gizmo_crd(parts, "");
+    format!(
+        r#"apiVersion: inrun.dev/v1alpha1
+kind: Blueprint
+metadata: {{name: e2e}}
+spec:
+  runtime: {runtime}
+  crds:
+    - group: {group}
+      version: v1alpha1
+      kind: Gadget
+      reconcile:
+        onReconcile:
+          - {crd}
+        managedResources:
+          - {{apiVersion: apiextensions.k8s.io/v1, kind: CustomResourceDefinition, clusterScoped: true}}
+        managedTypes: [{{group: "{parts}", kind: "*"}}]
+"#
+    )
+}
+
+/// Creates the Gadget `name` in `ns` and waits until it is reconciled.
+async fn gadget(group: &str, ns: &str, name: &str) {
+    let ar = resource(group, "Gadget");
+    apply_cr(
+        &ar,
+        ns,
+        &format!("apiVersion: {group}/v1alpha1\nkind: Gadget\nmetadata: {{name: {name}}}\nspec: {{}}\n"),
+    )
+    .await;
+    eventually("the Gadget to be reconciled", || async {
+        let cr = get(&ar, Some(ns), name).await?;
+        (reconciled(&cr)?.0 == "True").then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cr_that_shipped_a_crd_is_deleted_under_the_generated_rbac() -> TestResult {
+    let group = unique_group("shipped-crd");
+    let parts = format!("parts.{group}");
+    // The host holds exactly what `inrun generate rbac --install-crds` grants.
+    let host = Host::start(&crd_only(&group, &parts, "{}")).await;
+    let ns = ControlPlane::shared().namespace("shipped").await?;
+    gadget(&group, &ns, "g").await;
+    get(&crds(), None, &format!("gizmos.{parts}"))
+        .await
+        .expect("the CRD child");
+    let ar = resource(&group, "Gadget");
+    let crs: Api<DynamicObject> = Api::namespaced_with(client(), &ns, &ar);
+    crs.delete("g", &DeleteParams::default()).await?;
+    eventually("the Gadget to be gone", || async {
+        get(&ar, Some(&ns), "g").await.is_none().then_some(())
+    })
+    .await;
+    event(&ns, "g", "Finalized").await;
+    eventually("the CRD to be deleted", || async {
+        get(&crds(), None, &format!("gizmos.{parts}"))
+            .await
+            .is_none_or(|c| c.metadata.deletion_timestamp.is_some())
+            .then_some(())
+    })
+    .await;
+    host.stop().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deletion_the_host_may_not_finish_says_why_and_is_released_at_the_timeout()
+-> TestResult {
+    let group = unique_group("unlistable");
+    let parts = format!("parts.{group}");
+    let text = crd_only(&group, &parts, "{finalizers: {timeout: 6s}}");
+    let blueprint = inrun::blueprint::from_str(&text, "blueprint.yaml")?;
+    // The generated RBAC, less the listing of Gizmos the deletion safeguard needs.
+    let options = identity::Identity::options();
+    let mut docs = inrun::generate::rbac::manifests(&blueprint, &options);
+    let role = docs
+        .iter_mut()
+        .find(|d| d["kind"] == "ClusterRole" && d["metadata"]["name"] == options.name.as_str())
+        .expect("the host's ClusterRole");
+    let rules = role["rules"].as_array_mut().expect("rules");
+    let before = rules.len();
+    rules.retain(|r| r["apiGroups"] != json!([parts]));
+    assert_eq!(rules.len(), before - 1, "one rule lists Gizmos");
+    let granted: Vec<_> = inrun::generate::rbac::required(&blueprint, &options)
+        .into_iter()
+        .filter(|p| p.group != parts)
+        .collect();
+    let bound = identity::Identity::bound(&options, &docs, &granted).await;
+    let mut host = Host::start_with(&text, Run::Bound(bound)).await;
+    host.expect_forbidden();
+    let ns = ControlPlane::shared().namespace("unlistable").await?;
+    gadget(&group, &ns, "stuck").await;
+    let ar = resource(&group, "Gadget");
+    let crs: Api<DynamicObject> = Api::namespaced_with(client(), &ns, &ar);
+    crs.delete("stuck", &DeleteParams::default()).await?;
+    // Within one pass, on the CR: why, and what is missing.
+    let (ready, reconciled_now) = eventually("the reason on the CR", || async {
+        let cr = get(&ar, Some(&ns), "stuck").await?;
+        let ready = ready(&cr)?;
+        (ready.1 == "Forbidden").then(|| (ready, reconciled(&cr)))
+    })
+    .await;
+    assert_eq!(ready.0, "False");
+    assert!(
+        ready.2.contains("listing instances of Gizmo") && ready.2.contains("forbidden"),
+        "{ready:?}"
+    );
+    let reconciled_now = reconciled_now.expect("a Reconciled condition");
+    assert_eq!((reconciled_now.0.as_str(), reconciled_now.1.as_str()), ("False", "Forbidden"));
+    let note = event(&ns, "stuck", "DeletionFailed").await;
+    assert!(note.contains("gizmos"), "{note}");
+    // Released at the timeout, the CRD it could not check left in place.
+    eventually("the Gadget to be released", || async {
+        get(&ar, Some(&ns), "stuck").await.is_none().then_some(())
+    })
+    .await;
+    let note = event(&ns, "stuck", "FinalizeTimeout").await;
+    assert!(
+        note.contains(&format!("CustomResourceDefinition gizmos.{parts}"))
+            && note.contains("could not be checked"),
+        "{note}"
+    );
+    assert_eq!(
+        event_count(&ns, "stuck", "DeletionFailed").await,
+        1,
+        "one event per distinct cause"
+    );
+    let crd = get(&crds(), None, &format!("gizmos.{parts}"))
+        .await
+        .expect("the unchecked CRD stays");
+    assert!(crd.metadata.deletion_timestamp.is_none());
+    assert_eq!(owner(&crd), None, "no longer owned");
+    host.stop().await;
+    let crd_api: Api<DynamicObject> = Api::all_with(client(), &crds());
+    crd_api
+        .delete(&format!("gizmos.{parts}"), &DeleteParams::default())
+        .await?;
     Ok(())
 }

@@ -106,6 +106,18 @@ impl InProcess {
     }
 }
 
+/// A client acting as a ServiceAccount bound to what `inrun generate rbac --install-crds`
+/// prints for `blueprint` (as production runs the host).
+async fn generated(blueprint: &str) -> Client {
+    let parsed = inrun::blueprint::from_str(blueprint, "blueprint.yaml").expect("blueprint");
+    let identity = support::identity::Identity::generated(
+        &parsed,
+        &support::identity::Identity::options(),
+    )
+    .await;
+    kube::Client::try_from(identity.config()).expect("client")
+}
+
 /// A ServiceAccount in `ns` and a token for it from the TokenRequest API.
 async fn service_account_token(ns: &str, name: &str) -> String {
     let api: Api<ServiceAccount> = Api::namespaced(client(), ns);
@@ -219,7 +231,7 @@ fn sample(text: &str, series: &str) -> f64 {
 async fn metrics_move_with_reconciles_and_blueprint_matches_the_loaded_file() -> TestResult {
     let group = unique_group("metrics");
     let text = webapp_blueprint(&group, "");
-    let host = start(&text, client(), true).await;
+    let host = start(&text, generated(&text).await, true).await;
     let state = inrun::server::State::new(host.assembly.clone(), host.metrics.clone());
     let router = inrun::server::probes(state.clone());
     let console = inrun::server::console(state);
@@ -364,7 +376,8 @@ async fn metrics_move_with_reconciles_and_blueprint_matches_the_loaded_file() ->
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_console_shows_crds_and_kinds_in_chromium() -> TestResult {
     let group = unique_group("console");
-    let host = start(&webapp_blueprint(&group, ""), client(), true).await;
+    let text = webapp_blueprint(&group, "");
+    let host = start(&text, generated(&text).await, true).await;
     let state = inrun::server::State::new(host.assembly.clone(), host.metrics.clone());
     let (stop_tx, stop_rx) = watch::channel(false);
     let routes = inrun::server::console(state);
@@ -405,6 +418,25 @@ async fn the_console_shows_crds_and_kinds_in_chromium() -> TestResult {
     Ok(())
 }
 
+/// Where [`host_kubeconfig`] writes the kubeconfig [`Process`] runs with.
+const HOST_KUBECONFIG: &str = "host.kubeconfig";
+
+/// Makes the ServiceAccount the `inrun run` processes of a test act as, bound to what
+/// `inrun generate rbac --install-crds --leader-elect --leader-elect-lease LEASE` prints
+/// for the Blueprint at `blueprint`, and writes its kubeconfig into `dir`.
+async fn host_kubeconfig(blueprint: &std::path::Path, dir: &std::path::Path, lease: &str) {
+    let mut parsed = inrun::blueprint::load(blueprint).expect("blueprint");
+    parsed.spec.runtime.leader_election.enabled = true;
+    parsed.spec.runtime.leader_election.lease_name = lease.into();
+    let identity = support::identity::Identity::generated(
+        &parsed,
+        &support::identity::Identity::options(),
+    )
+    .await;
+    let path = identity.kubeconfig(dir);
+    std::fs::rename(path, dir.join(HOST_KUBECONFIG)).expect("placing the host kubeconfig");
+}
+
 /// An `inrun run` process; killed when dropped.
 struct Process {
     child: tokio::process::Child,
@@ -428,8 +460,9 @@ impl Process {
             .arg("run")
             .arg("--blueprint")
             .arg(blueprint)
+            // As production runs it: the ServiceAccount `host_kubeconfig` made.
             .arg("--kubeconfig")
-            .arg(ControlPlane::shared().kubeconfig())
+            .arg(dir.join(HOST_KUBECONFIG))
             .args([
                 "--install-crds",
                 "--health-port",
@@ -570,6 +603,7 @@ async fn one_replica_leads_and_a_standby_takes_over_on_sigterm_and_on_sigkill() 
     };
     let lease_duration = std::time::Duration::from_secs(15);
 
+    host_kubeconfig(&path, dir.path(), lease).await;
     let a = Process::spawn_with(&path, dir.path(), "replica-a", &by_flag);
     until_holder(&ns, lease, "replica-a", WAIT).await;
     let mut b = Process::spawn_with(&path, dir.path(), "replica-b", &by_flag);
@@ -789,6 +823,7 @@ async fn a_running_host_exports_controller_runtimes_metrics_and_is_ready_as_lead
         )
     };
 
+    host_kubeconfig(&path, dir.path(), lease).await;
     let leader = Process::spawn(&path, dir.path(), "scrape-a");
     until_holder(&ns, lease, "scrape-a", WAIT).await;
     let port = health_port(&dir.path().join("scrape-a.log")).await;

@@ -48,7 +48,7 @@ pub use plugins::{PluginRef, PluginRole};
 pub use quantity::{Quantity, QuantityError};
 pub use reconcile::{
     HookSpec, ManagedResource, ManagedType, ObjectFilter, PluginLimits, PluginSpec, PruneSpec,
-    ReconcileSpec, ReconcilerKind, RemoteAuth, RemoteSpec, RequestSpec, RequeueSpec,
+    ReconcileSpec, ReconcilerKind, RemoteAuth, RemoteSpec, RequestSpec, RequeueSpec, TYPE_DEFINING,
 };
 pub use refs::{PullSecretRef, SecretRef};
 pub use runtime::{BackoffSpec, FinalizersSpec, LeaderElectionSpec, RuntimeSpec};

@@ -200,6 +200,45 @@ impl ManagedType {
     }
 }
 
+/// The kinds that define types at run time: a child of one of these makes the CR's
+/// deletion safeguard list the instances of the types it defines.
+pub const TYPE_DEFINING: [(&str, &str); 2] = [
+    ("apiextensions.k8s.io/v1", "CustomResourceDefinition"),
+    ("apiregistration.k8s.io/v1", "APIService"),
+];
+
+impl ReconcileSpec {
+    /// Whether `managedResources` lists a kind that defines types (a CRD or an APIService).
+    pub fn defines_types(&self) -> bool {
+        self.managed_resources.iter().any(|m| {
+            TYPE_DEFINING
+                .iter()
+                .any(|(v, k)| m.api_version == *v && m.kind == *k)
+        })
+    }
+
+    /// Whether the host, under the RBAC generated for this block, may list instances of
+    /// `group`/`kind` (`kind` `None`: every kind of the group, as an APIService serves):
+    /// a `managedTypes` entry names it, or (one kind) `managedResources` lists it.
+    ///
+    /// # Guarantees
+    /// The deletion safeguard lists instances only of types a child defines; a child that
+    /// would define a type this answers `false` for is refused before it is applied, so a
+    /// CR can never be held by a list the host is not allowed to make.
+    pub fn lists_instances_of(&self, group: &str, kind: Option<&str>) -> bool {
+        let declared = self
+            .managed_types
+            .iter()
+            .any(|t| t.matches(group, kind.unwrap_or("*")) && (kind.is_some() || t.kind == "*"));
+        let managed = kind.is_some_and(|kind| {
+            self.managed_resources.iter().any(|m| {
+                m.kind == kind && m.api_version.rsplit_once('/').map(|(g, _)| g) == Some(group)
+            })
+        });
+        declared || managed
+    }
+}
+
 /// One `hooks` entry: a function exported by a hooks component.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]

@@ -200,7 +200,7 @@ pub const HOST_CONDITIONS: [&str; 2] = ["Reconciled", "Ready"];
 
 /// The reasons of the host's own events; a reconciler's event may not take one, so what
 /// the host says cannot be forged.
-pub const HOST_EVENT_REASONS: [&str; 12] = [
+pub const HOST_EVENT_REASONS: [&str; 13] = [
     "Reconciled",
     "ReconcileError",
     "Pruned",
@@ -210,6 +210,7 @@ pub const HOST_EVENT_REASONS: [&str; 12] = [
     "Gated",
     "CleanedUp",
     "DeletionBlocked",
+    "DeletionFailed",
     "Ready",
     "Progressing",
     "ResourceFailed",

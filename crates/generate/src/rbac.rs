@@ -7,7 +7,9 @@ use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
 
-use inrun_blueprint::{Blueprint, CrdSpec, ReadKind, ReconcileSpec, Scope, ServiceAccountRef};
+use inrun_blueprint::{
+    Blueprint, CrdSpec, ManagedResource, ReadKind, ReconcileSpec, Scope, ServiceAccountRef,
+};
 
 /// Verbs on the CRs themselves: watch them, patch metadata, delete after `cleanup`.
 const CR_VERBS: &[&str] = &["get", "list", "watch", "patch", "update", "delete"];
@@ -252,17 +254,110 @@ fn plugin_read_permissions(
         .collect()
 }
 
+/// Verbs on children that change them, granted per namespace when the Blueprint bounds
+/// where children may go.
+const CHILD_WRITE_VERBS_HOST: &[&str] = &["create", "patch", "update", "delete"];
+
+/// The namespaces children of `m` may be written in, when the Blueprint bounds them: the
+/// namespaces `crd`'s CRs are reconciled in (its `namespaces.include`) and those `m` lists
+/// besides. `None`: anywhere (CRs in any namespace, `*`, or a cluster-scoped kind or CR).
+fn child_namespaces(crd: &CrdSpec, m: &ManagedResource) -> Option<Vec<String>> {
+    if m.cluster_scoped
+        || crd.scope == Scope::Cluster
+        || crd.namespaces.include.is_empty()
+        || m.namespaces.iter().any(|n| n == "*")
+    {
+        return None;
+    }
+    let mut namespaces: Vec<String> = crd
+        .namespaces
+        .include
+        .iter()
+        .chain(&m.namespaces)
+        .cloned()
+        .collect();
+    namespaces.sort();
+    namespaces.dedup();
+    Some(namespaces)
+}
+
+/// Watching `m`'s children cluster-wide (the host's watches are), and writing them where
+/// [`child_namespaces`] allows.
+fn child_permissions(blueprint: &Blueprint, crd: &CrdSpec, m: &ManagedResource) -> Vec<Permission> {
+    let (group, resource) = resource_of(blueprint, &m.api_version, &m.kind);
+    let why = format!("{} children of {} CRs", m.kind, crd.kind);
+    match child_namespaces(crd, m) {
+        None => vec![perm(group, &resource, CHILD_VERBS, why)],
+        Some(namespaces) => {
+            let mut perms = vec![perm(group, &resource, READ_VERBS, why.clone())];
+            for ns in namespaces {
+                let mut p = perm(group, &resource, CHILD_WRITE_VERBS_HOST, why.clone());
+                p.namespace = Some(ns);
+                perms.push(p);
+            }
+            perms
+        }
+    }
+}
+
+/// A Secret a reconcile block reads: its name, and its namespace (`None`: the CR's own).
+type SecretName = (Option<String>, String);
+
+/// Every Secret a block names (remote auth, external inputs, plugin pull secrets).
+fn secret_references(block: &ReconcileSpec) -> Vec<SecretName> {
+    let mut out: Vec<SecretName> = named_secrets(block)
+        .into_iter()
+        .map(|(ns, name)| (Some(ns), name))
+        .collect();
+    let refs = block
+        .remote
+        .iter()
+        .filter_map(|r| r.auth.as_ref().map(|a| &a.secret_ref))
+        .chain(block.external.iter().flat_map(|e| {
+            e.http
+                .iter()
+                .filter_map(|h| h.secret_ref.as_ref())
+                .chain(e.postgres.iter().filter_map(|p| p.secret_ref.as_ref()))
+                .chain(e.redis.iter().filter_map(|r| r.secret_ref.as_ref()))
+        }))
+        .filter(|r| r.namespace.is_none());
+    out.extend(refs.map(|r| (None, r.name.clone())));
+    out
+}
+
+/// `get` on exactly the Secrets the Blueprint names, never `list` or `watch` (the host
+/// reads each by name): by name in its namespace, or by name in every namespace for a
+/// reference that takes the CR's own.
+fn secret_permissions(mut refs: Vec<SecretName>) -> Vec<Permission> {
+    refs.sort();
+    refs.dedup();
+    refs.into_iter()
+        .map(|(namespace, name)| {
+            let why = match &namespace {
+                Some(ns) => format!("the Secret {ns}/{name} the Blueprint names"),
+                None => format!("the Secret {name} in a CR's namespace, which the Blueprint names"),
+            };
+            let mut p = perm("", "secrets", &["get"], why);
+            p.names = vec![name];
+            p.namespace = namespace;
+            p
+        })
+        .collect()
+}
+
 /// The permissions the host needs to run `blueprint`, merged per group/resource.
 ///
 /// # Guarantees
-/// Secrets appear only when a remote reconciler's `auth` or an external input names a
-/// `secretRef`, or a plugin is granted to read them; CRD writes only with `install_crds`;
+/// Secrets appear only by name (`get` on each Secret a remote reconciler's `auth`, an
+/// external input or a pull secret names), or as a kind a plugin is granted to read;
+/// children are written only in the namespaces the Blueprint allows when it bounds them;
+/// CRD writes only with `install_crds`;
 /// the Lease only with leader election. Every kind a plugin may read gets get, list and
 /// watch (cluster-wide: the host keeps one watch cache per kind).
 pub fn required(blueprint: &Blueprint, options: &RbacOptions) -> Vec<Permission> {
     let mut perms = Vec::new();
     let mut crd_names = Vec::new();
-    let mut secrets = false;
+    let mut secret_refs = Vec::new();
     for crd in &blueprint.spec.crds {
         let cr_plural = crd.plural();
         let what = format!("{} CRs", crd.kind);
@@ -281,15 +376,9 @@ pub fn required(blueprint: &Blueprint, options: &RbacOptions) -> Vec<Permission>
         ));
         crd_names.push(crd.crd_name());
         for block in blocks(crd) {
-            secrets |= reads_secrets(block);
+            secret_refs.extend(secret_references(block));
             for m in &block.managed_resources {
-                let (group, resource) = resource_of(blueprint, &m.api_version, &m.kind);
-                perms.push(perm(
-                    group,
-                    &resource,
-                    CHILD_VERBS,
-                    format!("{} children of {} CRs", m.kind, crd.kind),
-                ));
+                perms.extend(child_permissions(blueprint, crd, m));
             }
             perms.extend(plugin_read_permissions(blueprint, crd, block));
             perms.extend(managed_type_permissions(crd, block));
@@ -302,14 +391,7 @@ pub fn required(blueprint: &Blueprint, options: &RbacOptions) -> Vec<Permission>
         "events on CRs".into(),
     ));
     perms.extend(crd_permissions(crd_names, options.install_crds));
-    if secrets {
-        perms.push(perm(
-            "",
-            "secrets",
-            &["get", "list", "watch"],
-            "Secrets named by remote auth or external inputs".into(),
-        ));
-    }
+    perms.extend(secret_permissions(secret_refs));
     let le = &blueprint.spec.runtime.leader_election;
     if le.enabled {
         let namespace = le.namespace.clone().unwrap_or(options.namespace.clone());
@@ -824,6 +906,149 @@ spec:
         .expect("blueprint");
         let perms = required(&bp, &RbacOptions::default());
         assert!(perms.iter().any(|p| p.resource == "secrets"));
+    }
+
+    #[test]
+    fn secrets_are_granted_get_by_name_only_never_list_or_watch() {
+        let bp = inrun_blueprint::from_str(
+            r#"apiVersion: inrun.dev/v1alpha1
+kind: Blueprint
+metadata: {name: t}
+spec:
+  crds:
+    - group: apps.example.dev
+      version: v1alpha1
+      kind: WebApp
+      reconcile:
+        default: false
+        remote:
+          endpoint: https://reconciler.example.com/r
+          auth: {secretRef: {name: token, key: token}}
+        managedResources:
+          - {apiVersion: v1, kind: ConfigMap}
+    - group: apps.example.dev
+      version: v1alpha1
+      kind: Db
+      reconcile:
+        default: false
+        remote:
+          endpoint: https://reconciler.example.com/db
+          auth: {secretRef: {name: shared, key: token, namespace: ops}}
+"#,
+            "t.yaml",
+        )
+        .expect("blueprint");
+        let perms = required(&bp, &RbacOptions::default());
+        let secrets: Vec<_> = perms.iter().filter(|p| p.resource == "secrets").collect();
+        assert_eq!(secrets.len(), 2, "{secrets:?}");
+        for p in &secrets {
+            assert_eq!(p.verbs, ["get"], "{p:?}");
+        }
+        // A reference without a namespace: that name, in the CR's namespace, wherever it is.
+        assert!(secrets.iter().any(|p| p.names == ["token"] && p.namespace.is_none()));
+        // With one: that name in that namespace only (a Role).
+        assert!(
+            secrets
+                .iter()
+                .any(|p| p.names == ["shared"] && p.namespace.as_deref() == Some("ops"))
+        );
+        let docs = manifests(&bp, &RbacOptions::default());
+        let role = docs
+            .iter()
+            .find(|d| d["kind"] == "Role" && d["metadata"]["namespace"] == "ops")
+            .expect("a Role in ops");
+        assert_eq!(
+            role["rules"],
+            serde_json::json!([{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"], "resourceNames": ["shared"]}])
+        );
+    }
+
+    #[test]
+    fn children_are_written_only_in_the_namespaces_the_blueprint_allows() {
+        let bp = inrun_blueprint::from_str(
+            r#"apiVersion: inrun.dev/v1alpha1
+kind: Blueprint
+metadata: {name: t}
+spec:
+  crds:
+    - group: apps.example.dev
+      version: v1alpha1
+      kind: WebApp
+      namespaces: {include: [shop, blog]}
+      reconcile:
+        onReconcile:
+          - {apiVersion: v1, kind: ConfigMap, metadata: {name: x}}
+        managedResources:
+          - {apiVersion: v1, kind: ConfigMap, namespaces: [shared]}
+          - {apiVersion: apps/v1, kind: Deployment, namespaces: ["*"]}
+          - {apiVersion: v1, kind: Namespace, clusterScoped: true}
+"#,
+            "t.yaml",
+        )
+        .expect("blueprint");
+        let perms = required(&bp, &RbacOptions::default());
+        let of = |resource: &str| -> Vec<&Permission> {
+            perms.iter().filter(|p| p.resource == resource).collect()
+        };
+        // ConfigMaps: watched cluster-wide, written in the CRs' namespaces and `shared`.
+        let cm = of("configmaps");
+        let cluster: Vec<_> = cm.iter().filter(|p| p.namespace.is_none()).collect();
+        assert_eq!(cluster.len(), 1);
+        assert_eq!(cluster[0].verbs, READ_VERBS);
+        let mut written: Vec<_> = cm.iter().filter_map(|p| p.namespace.clone()).collect();
+        written.sort();
+        assert_eq!(written, ["blog", "shared", "shop"]);
+        for p in cm.iter().filter(|p| p.namespace.is_some()) {
+            assert_eq!(p.verbs, CHILD_WRITE_VERBS_HOST);
+        }
+        // `*` and cluster-scoped kinds: anywhere.
+        for resource in ["deployments", "namespaces"] {
+            let p = of(resource);
+            assert_eq!(p.len(), 1, "{p:?}");
+            assert!(p[0].namespace.is_none() && p[0].verbs.contains(&"create".to_string()));
+        }
+        // CRs in any namespace: children anywhere too.
+        let anywhere = required(&blueprint(""), &RbacOptions::default());
+        assert!(
+            anywhere
+                .iter()
+                .filter(|p| p.resource == "deployments")
+                .all(|p| p.namespace.is_none())
+        );
+    }
+
+    #[test]
+    fn the_types_crd_children_define_are_listable_or_the_blueprint_is_refused() {
+        let with = |managed: &str| {
+            inrun_blueprint::from_str(
+                &format!(
+                    "apiVersion: inrun.dev/v1alpha1\nkind: Blueprint\nmetadata: {{name: t}}\nspec:\n  crds:\n    - group: apps.example.dev\n      version: v1alpha1\n      kind: Gadget\n      reconcile:\n        managedResources:\n          - {{apiVersion: apiextensions.k8s.io/v1, kind: CustomResourceDefinition, clusterScoped: true}}\n{managed}"
+                ),
+                "t.yaml",
+            )
+        };
+        let refused = with("").expect_err("a CRD child with no type named").to_string();
+        assert!(
+            refused.contains("spec.crds[0].reconcile.managedTypes")
+                && refused.contains("CustomResourceDefinition"),
+            "{refused}"
+        );
+        let bp = with("        managedTypes: [{group: gizmo.example, kind: '*'}]\n")
+            .expect("types named");
+        let perms = required(&bp, &RbacOptions::default());
+        assert!(perms.iter().any(|p| p.group == "gizmo.example"
+            && p.resource == "*"
+            && p.verbs == ["list"]));
+        // The safeguard's question, answered from the same declarations.
+        let block = &bp.spec.crds[0].reconcile;
+        assert!(block.lists_instances_of("gizmo.example", Some("Gizmo")));
+        assert!(block.lists_instances_of("gizmo.example", None));
+        assert!(!block.lists_instances_of("other.example", Some("Gizmo")));
+        let bp = with("          - {apiVersion: parts.example/v1, kind: Part}\n").expect("a kind named");
+        let block = &bp.spec.crds[0].reconcile;
+        assert!(block.lists_instances_of("parts.example", Some("Part")));
+        assert!(!block.lists_instances_of("parts.example", Some("Other")));
+        assert!(!block.lists_instances_of("parts.example", None));
     }
 
     #[test]

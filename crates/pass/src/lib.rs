@@ -43,7 +43,7 @@ const STALE_RETRY: Duration = Duration::from_millis(200);
 impl Reason {
     /// Every reason, for what must know them all (the reasons a reconciler's event may not
     /// take: [`inrun_contract::HOST_EVENT_REASONS`]).
-    pub const ALL: [Reason; 12] = [
+    pub const ALL: [Reason; 13] = [
         Reason::Reconciled,
         Reason::ReconcileError,
         Reason::Pruned,
@@ -53,6 +53,7 @@ impl Reason {
         Reason::Gated,
         Reason::CleanedUp,
         Reason::DeletionBlocked,
+        Reason::DeletionFailed,
         Reason::Ready,
         Reason::Progressing,
         Reason::ResourceFailed,
@@ -81,6 +82,9 @@ pub enum Reason {
     /// Deletion is held: the reconciler asked to requeue, or foreign instances of a managed
     /// type exist.
     DeletionBlocked,
+    /// Deleting the CR's children failed (the API server refused a list or a delete, a
+    /// conflict, an outage); retried with backoff until `runtime.finalizers.timeout`.
+    DeletionFailed,
     /// Every child became ready (nothing else changed).
     Ready,
     /// A child is no longer ready, or not yet (nothing else changed).
@@ -102,6 +106,7 @@ impl Reason {
             Reason::Gated => "Gated",
             Reason::CleanedUp => "CleanedUp",
             Reason::DeletionBlocked => "DeletionBlocked",
+            Reason::DeletionFailed => "DeletionFailed",
             Reason::Ready => "Ready",
             Reason::Progressing => "Progressing",
             Reason::ResourceFailed => "ResourceFailed",
@@ -115,6 +120,7 @@ impl Reason {
             | Reason::FinalizeTimeout
             | Reason::Invalid
             | Reason::DeletionBlocked
+            | Reason::DeletionFailed
             | Reason::ResourceFailed => "Warning",
             _ => "Normal",
         }
@@ -820,7 +826,7 @@ async fn finalize(p: Pass<'_>, fx: &mut dyn Effects) -> Result<Done, Failure> {
             let wait = next.after.unwrap_or(DEFAULT_REQUEUE);
             let wait = left.map_or(wait, |l| wait.min(l));
             let message = "deletion held: the reconciler asked to requeue".to_string();
-            blocked(p, fx, "Finalizing", message).await?;
+            blocked(p, fx, "Finalizing", Reason::DeletionBlocked, message).await?;
             return Ok(Done {
                 after: Some(wait),
                 holds: true,
@@ -830,9 +836,28 @@ async fn finalize(p: Pass<'_>, fx: &mut dyn Effects) -> Result<Done, Failure> {
     }
 
     let forced = left == Some(Duration::ZERO);
-    match fx.tear_down(&rplan.spec, forced).await? {
+    let teardown = match fx.tear_down(&rplan.spec, forced).await {
+        Ok(teardown) => teardown,
+        Err(error) => {
+            // Said on the CR, once per cause; retried with backoff, and never past the
+            // timeout, which releases the CR whatever fails.
+            let reason = error.condition.unwrap_or("DeletionFailed");
+            let message = format!(
+                "deleting the children failed: {}",
+                inrun_contract::errors::chain(&error)
+            );
+            blocked(p, fx, reason, Reason::DeletionFailed, message).await?;
+            tracing::warn!(error = %inrun_contract::errors::chain(&error), "deleting the children failed");
+            return Ok(Done {
+                after: left,
+                retry: true,
+                ..Done::default()
+            });
+        }
+    };
+    match teardown {
         Teardown::Blocked(message) => {
-            blocked(p, fx, "DeletionBlocked", message).await?;
+            blocked(p, fx, "DeletionBlocked", Reason::DeletionBlocked, message).await?;
             Ok(Done::after(
                 SAFEGUARD_RECHECK.min(left.unwrap_or(Duration::MAX)),
             ))
@@ -890,17 +915,19 @@ async fn finalizing(
     Ok((req, outcome))
 }
 
-/// Says why the deletion waits: `Ready` false with `reason` in status (the rest of the
-/// status the last pass wrote is kept), and a `DeletionBlocked` event when that is news.
+/// Says why the deletion waits: `Ready` and `Reconciled` false with `reason` in status
+/// (the rest of the status the last pass wrote is kept), and an `event` when that is news
+/// (once per distinct cause).
 async fn blocked(
     p: Pass<'_>,
     fx: &mut dyn Effects,
     reason: &'static str,
+    event: Reason,
     message: String,
 ) -> Result<(), Failure> {
     let verdict = held(p.object, Ready::not(reason, message.clone()));
     if write_status(p, fx, kept_status(p.object), &verdict).await? != StatusWrite::Unchanged {
-        fx.record(Reason::DeletionBlocked, message).await;
+        fx.record(event, message).await;
     }
     Ok(())
 }

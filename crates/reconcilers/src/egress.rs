@@ -57,6 +57,24 @@ pub enum EgressError {
     },
 }
 
+impl EgressError {
+    /// What was refused, without the URL, host or address: for a target read from a
+    /// Secret, which must not reach a log, an event or status.
+    pub fn redacted(&self) -> &'static str {
+        match self {
+            EgressError::BadEntry(_) | EgressError::Client(_) => "the egress policy is broken",
+            EgressError::BadUrl(_) => "is not a URL with a host",
+            EgressError::NotListed { .. } => {
+                "names a host:port that is not in the operator's egress allowlist (inrun run --tenant-egress)"
+            }
+            EgressError::Special { .. } => {
+                "names a special-purpose address (loopback, link-local, private, metadata), refused unless --tenant-egress lists it"
+            }
+            EgressError::Resolve { .. } => "names a host that does not resolve",
+        }
+    }
+}
+
 /// One allowed destination.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Allowed {

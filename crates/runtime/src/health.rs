@@ -29,6 +29,8 @@ pub struct Health {
     pub(crate) synced: Gauge,
     pub(crate) leader: Gauge,
     checks: RwLock<[BTreeMap<String, Check>; 2]>,
+    /// Plugins loading now, as `tenant T: plugin P`, with how many loads of each run.
+    loading: std::sync::Mutex<BTreeMap<String, usize>>,
 }
 
 impl std::fmt::Debug for Health {
@@ -55,6 +57,7 @@ impl Default for Health {
             synced: Gauge::default(),
             leader: Gauge::default(),
             checks: RwLock::new([checks(), checks()]),
+            loading: std::sync::Mutex::default(),
         }
     }
 }
@@ -122,6 +125,70 @@ impl Health {
     /// Controllers whose cache has synced.
     pub fn caches_synced(&self) -> i64 {
         self.synced.get()
+    }
+
+    /// `tenant`'s `plugin` started (`true`) or finished loading.
+    pub fn plugin_loading(&self, tenant: &str, plugin: &str, loading: bool) {
+        let what = if tenant.is_empty() {
+            format!("plugin {plugin}")
+        } else {
+            format!("tenant {tenant}: plugin {plugin}")
+        };
+        let mut map = self.loading.lock().unwrap_or_else(|p| p.into_inner());
+        if loading {
+            *map.entry(what).or_default() += 1;
+        } else if let Some(n) = map.get_mut(&what) {
+            *n -= 1;
+            if *n == 0 {
+                map.remove(&what);
+            }
+        }
+    }
+
+    /// The plugins loading now (`tenant T: plugin P`).
+    pub fn loading(&self) -> Vec<String> {
+        let map = self.loading.lock().unwrap_or_else(|p| p.into_inner());
+        map.keys().cloned().collect()
+    }
+
+    /// The readiness checks of a starting host: `plugins` fails until `loaded` is set (the
+    /// initial Blueprint assembled) and while any plugin loads, naming them; `controllers`
+    /// fails while this replica leads and a controller's cache has not synced. A standby is
+    /// ready: it serves probes and metrics, and runs nothing.
+    pub fn add_startup_checks(self: &Arc<Self>, loaded: Arc<std::sync::atomic::AtomicBool>) {
+        let health = Arc::downgrade(self);
+        self.add_check(
+            Probe::Readiness,
+            "plugins",
+            Arc::new(move || {
+                let Some(health) = health.upgrade() else {
+                    return Ok(());
+                };
+                let loading = health.loading();
+                if !loading.is_empty() {
+                    return Err(format!("loading {}", loading.join(", ")));
+                }
+                if !loaded.load(std::sync::atomic::Ordering::Acquire) {
+                    return Err("loading the Blueprint".into());
+                }
+                Ok(())
+            }),
+        );
+        let health = Arc::downgrade(self);
+        self.add_check(
+            Probe::Readiness,
+            "controllers",
+            Arc::new(move || {
+                let Some(health) = health.upgrade() else {
+                    return Ok(());
+                };
+                let (running, synced) = (health.controllers(), health.caches_synced());
+                if health.leader() && synced < running {
+                    return Err(format!("{} of {running} controllers' caches not synced yet", running - synced));
+                }
+                Ok(())
+            }),
+        );
     }
 
     /// Adds (or replaces) the check `name` of `probe`.

@@ -98,10 +98,15 @@ pub async fn reconcile(cached: Arc<CachedCr>, ctx: Arc<Ctx>) -> Result<Action, R
                     ctx.backoff.succeeded(&key);
                 }
                 // A reconciler may not ask for less than the floor.
-                retry.or_else(|| {
-                    done.after
-                        .map(|a| jitter(a.max(ctx.runtime.min_requeue), &key, ctx.runtime.resync))
-                })
+                let after = done
+                    .after
+                    .map(|a| jitter(a.max(ctx.runtime.min_requeue), &key, ctx.runtime.resync));
+                // A retry that must also run by a deadline (a deletion failing until its
+                // finalizer timeout): whichever comes first.
+                match (retry, after) {
+                    (Some(r), Some(a)) => Some(r.min(a)),
+                    (r, a) => r.or(a),
+                }
             }
             Err(_) => None,
         };

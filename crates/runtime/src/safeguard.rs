@@ -63,18 +63,49 @@ pub fn message(found: &[Foreign]) -> String {
     )
 }
 
+/// A managed type whose instances could not be listed.
+#[derive(Debug)]
+pub struct Unchecked {
+    /// The type's kind (or the declared types, when discovery failed).
+    pub kind: String,
+    /// The child that defines the type; `None` for types named in `managedTypes`.
+    pub source: Option<ChildKey>,
+    /// Why.
+    pub error: ChildError,
+}
+
+/// What the safeguard found: foreign instances, and types it could not check.
+#[derive(Debug, Default)]
+pub struct Found {
+    /// Types with foreign instances.
+    pub foreign: Vec<Foreign>,
+    /// Types whose instances could not be listed.
+    pub unchecked: Vec<Unchecked>,
+}
+
+impl Found {
+    /// The foreign instances, or the first type that could not be checked.
+    ///
+    /// # Errors
+    /// The [`ChildError`] of the first type that could not be checked.
+    pub fn checked(self) -> Result<Vec<Foreign>, ChildError> {
+        match self.unchecked.into_iter().next() {
+            Some(u) => Err(u.error),
+            None => Ok(self.foreign),
+        }
+    }
+}
+
 /// The types `children` define and `declared` names, with foreign instances of each (none
-/// listed for a type that has none).
-///
-/// # Errors
-/// [`ChildError`] when listing instances fails (other than a type that is not served,
-/// which has no instances to protect).
+/// listed for a type that has none); a type whose instances cannot be listed (other than
+/// one that is not served, which has no instances to protect) is told apart in
+/// [`Found::unchecked`], so that a forced release can spare what it could not check.
 pub async fn foreign(
     ctx: &Ctx,
     cr: &DynamicObject,
     children: &[&Listed],
     declared: &[ManagedType],
-) -> Result<Vec<Foreign>, ChildError> {
+) -> Found {
     let mut types: Vec<(ApiResource, Option<ChildKey>)> = Vec::new();
     for child in children {
         let (api_version, kind) = (
@@ -92,17 +123,19 @@ pub async fn foreign(
             }
         }
     }
+    let mut found = Found::default();
     if !declared.is_empty() {
-        types.extend(
-            declared_types(ctx, declared)
-                .await?
-                .into_iter()
-                .map(|t| (t, None)),
-        );
+        match declared_types(ctx, declared).await {
+            Ok(declared) => types.extend(declared.into_iter().map(|t| (t, None))),
+            Err(error) => found.unchecked.push(Unchecked {
+                kind: "the types named in managedTypes".into(),
+                source: None,
+                error,
+            }),
+        }
     }
     let uid = cr.metadata.uid.clone().unwrap_or_default();
     let mut seen = HashSet::new();
-    let mut found = Vec::new();
     for (ty, source) in types {
         if !seen.insert((ty.api_version.clone(), ty.kind.clone())) {
             continue;
@@ -116,11 +149,16 @@ pub async fn foreign(
             Ok(list) => list,
             Err(kube::Error::Api(e)) if e.code == 404 => continue,
             Err(error) => {
-                return Err(ChildError::Api {
-                    action: "listing",
-                    child: format!("instances of {}", ty.kind),
-                    error,
+                found.unchecked.push(Unchecked {
+                    kind: ty.kind.clone(),
+                    source,
+                    error: ChildError::Api {
+                        action: "listing",
+                        child: format!("instances of {}", ty.kind),
+                        error,
+                    },
                 });
+                continue;
             }
         };
         if list.items.is_empty() {
@@ -151,14 +189,14 @@ pub async fn foreign(
         if more {
             names.push("and more".into());
         }
-        found.push(Foreign {
+        found.foreign.push(Foreign {
             kind: ty.kind.clone(),
             source,
             count,
             names,
         });
     }
-    Ok(found)
+    found
 }
 
 /// The kinds an APIService's group/version serves that can be listed; none when the

@@ -54,7 +54,9 @@ pub async fn prune(
         }
         let r = &child.kind.resource;
         if waves::defines_types(&r.api_version, &r.kind) {
-            let found = safeguard::foreign(ctx, cr, &[child], &[]).await?;
+            let found = safeguard::foreign(ctx, cr, &[child], &[])
+                .await
+                .checked()?;
             if !found.is_empty() {
                 blocked.push(format!("{} ({})", child.key, safeguard::describe(&found)));
                 continue;
@@ -112,53 +114,32 @@ async fn every_child(
 /// Tears down `cr`'s children (see [`inrun_pass::Effects::tear_down`]).
 ///
 /// # Errors
-/// [`ChildError`] for the first failed list, delete or orphaning.
+/// [`ChildError`] for the first failed list, delete or orphaning; never when `forced`.
 pub async fn tear_down(
     ctx: &Ctx,
     cr: &DynamicObject,
     spec: &ReconcileSpec,
     forced: bool,
 ) -> Result<Teardown, ChildError> {
+    if forced {
+        return Ok(forced_tear_down(ctx, cr, spec).await);
+    }
     let all = every_child(ctx, cr, spec).await?;
     // Nothing is deleted when every child stays: nothing to guard.
     let guarded = all.iter().any(|c| !c.orphans());
     let found = if guarded {
         let refs: Vec<&Listed> = all.iter().collect();
-        safeguard::foreign(ctx, cr, &refs, &spec.managed_types).await?
+        safeguard::foreign(ctx, cr, &refs, &spec.managed_types)
+            .await
+            .checked()?
     } else {
         Vec::new()
     };
-    if !forced && !found.is_empty() {
+    if !found.is_empty() {
         return Ok(Teardown::Blocked(safeguard::message(&found)));
     }
     let mut deleted = Vec::new();
     let mut orphaned = Vec::new();
-    if forced {
-        // Released anyway, but never a CRD or APIService under users' instances.
-        let spare: HashSet<&ChildKey> = found.iter().filter_map(|f| f.source.as_ref()).collect();
-        for child in &all {
-            if child.orphans() || spare.contains(&child.key) {
-                children::orphan(ctx, cr, child).await?;
-                orphaned.push(child.key.clone());
-            } else if !child.deleting() {
-                children::delete(ctx, cr, &child.kind, &child.key).await?;
-                deleted.push(child.key.clone());
-            }
-        }
-        let spared: Vec<String> = found
-            .iter()
-            .filter_map(|f| {
-                f.source
-                    .as_ref()
-                    .map(|s| format!("{s}, with foreign instances of {f}"))
-            })
-            .collect();
-        return Ok(Teardown::Done {
-            deleted,
-            orphaned,
-            spared: (!spared.is_empty()).then(|| spared.join("; ")),
-        });
-    }
     let values: Vec<Value> = all.iter().map(Listed::value).collect();
     let types = waves::ManagedTypes::of(&values, &spec.managed_types);
     let mut stages: BTreeMap<(i32, u8), Vec<&Listed>> = BTreeMap::new();
@@ -207,4 +188,75 @@ pub async fn tear_down(
         orphaned,
         spared: None,
     })
+}
+
+/// The finalizer timeout passed: the CR is released whatever fails. Deletes what it may,
+/// all at once; never a CRD or APIService whose types have foreign instances, or whose
+/// instances could not be checked (those are orphaned); what could not be listed, deleted
+/// or orphaned is left in place and named in [`Teardown::Done::spared`].
+async fn forced_tear_down(ctx: &Ctx, cr: &DynamicObject, spec: &ReconcileSpec) -> Teardown {
+    let mut notes: Vec<String> = Vec::new();
+    let all = match every_child(ctx, cr, spec).await {
+        Ok(all) => all,
+        Err(e) => {
+            notes.push(format!(
+                "the children, which could not be listed ({})",
+                inrun_contract::errors::chain(&e)
+            ));
+            Vec::new()
+        }
+    };
+    let refs: Vec<&Listed> = all.iter().collect();
+    let found = if all.iter().any(|c| !c.orphans()) {
+        safeguard::foreign(ctx, cr, &refs, &spec.managed_types).await
+    } else {
+        safeguard::Found::default()
+    };
+    let mut spare: HashSet<&ChildKey> = HashSet::new();
+    for f in &found.foreign {
+        if let Some(source) = &f.source {
+            spare.insert(source);
+            notes.push(format!("{source}, with foreign instances of {f}"));
+        }
+    }
+    for u in &found.unchecked {
+        let why = inrun_contract::errors::chain(&u.error);
+        match &u.source {
+            Some(source) => {
+                spare.insert(source);
+                notes.push(format!(
+                    "{source}, whose {} instances could not be checked ({why})",
+                    u.kind
+                ));
+            }
+            None => notes.push(format!("{} unchecked ({why})", u.kind)),
+        }
+    }
+    let mut deleted = Vec::new();
+    let mut orphaned = Vec::new();
+    for child in &all {
+        let result = if child.orphans() || spare.contains(&child.key) {
+            children::orphan(ctx, cr, child)
+                .await
+                .map(|()| orphaned.push(child.key.clone()))
+        } else if child.deleting() {
+            Ok(())
+        } else {
+            children::delete(ctx, cr, &child.kind, &child.key)
+                .await
+                .map(|_| deleted.push(child.key.clone()))
+        };
+        if let Err(e) = result {
+            notes.push(format!(
+                "{}, which could not be removed ({})",
+                child.key,
+                inrun_contract::errors::chain(&e)
+            ));
+        }
+    }
+    Teardown::Done {
+        deleted,
+        orphaned,
+        spared: (!notes.is_empty()).then(|| notes.join("; ")),
+    }
 }

@@ -237,10 +237,20 @@ impl Engine {
             self.observer.plugin_loaded("memory");
             return Ok(c.clone());
         }
-        let component = match &self.inner.cache {
-            Some(cache) => self.component_via_cache(cache, id, bytes)?,
-            None => self.compile(id, bytes)?,
+        // A large guest takes seconds to compile (minutes unoptimised): say so, and let
+        // readiness name it while it runs.
+        tracing::info!(plugin = %id.name, digest = %id.digest_ref(), bytes = bytes.len(), "loading plugin");
+        self.observer.plugin_loading(&id.name, true);
+        let started = std::time::Instant::now();
+        let loaded = match &self.inner.cache {
+            Some(cache) => self.component_via_cache(cache, id, bytes),
+            None => self.compile(id, bytes).map(|c| (c, "compiled")),
         };
+        self.observer.plugin_loading(&id.name, false);
+        let (component, source) = loaded?;
+        tracing::info!(plugin = %id.name, took_ms = started.elapsed().as_millis() as u64,
+            from = if source == "cache" { "the compile cache" } else { "a fresh compile" },
+            "plugin loaded");
         self.compiled_map()
             .insert(id.digest.clone(), component.clone());
         Ok(component)
@@ -256,12 +266,13 @@ impl Engine {
         Ok(component)
     }
 
+    /// The component from the compile cache, or compiled (and stored there); says which.
     fn component_via_cache(
         &self,
         cache: &CompileCache,
         id: &PluginId,
         bytes: &[u8],
-    ) -> Result<Component, LoadError> {
+    ) -> Result<(Component, &'static str), LoadError> {
         let path = cache.entry(&id.digest, &self.inner.engine_key);
         // Read into memory rather than mapping the file: a mapped file that someone
         // truncates later would crash the host with SIGBUS.
@@ -275,7 +286,7 @@ impl Engine {
             match loaded {
                 Ok(c) => {
                     self.observer.plugin_loaded("cache");
-                    return Ok(c);
+                    return Ok((c, "cache"));
                 }
                 Err(e) => tracing::warn!(plugin = %id, path = %path.display(), error = %e,
                     "compiled plugin in cache is unusable; compiling again"),
@@ -293,7 +304,7 @@ impl Engine {
                 tracing::warn!(plugin = %id, error = %e, "could not serialize compiled plugin")
             }
         }
-        Ok(component)
+        Ok((component, "compiled"))
     }
 }
 

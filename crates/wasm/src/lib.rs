@@ -42,6 +42,12 @@ pub trait Observer: Send + Sync + fmt::Debug {
     fn plugin_called(&self, plugin: &str, outcome: &'static str, elapsed: Duration) {
         let _ = (plugin, outcome, elapsed);
     }
+    /// `plugin` started (`true`) or finished (`false`) loading: compiling, or reading the
+    /// compile cache. What is loading is what readiness waits for. Records nothing unless
+    /// implemented.
+    fn plugin_loading(&self, plugin: &str, loading: bool) {
+        let _ = (plugin, loading);
+    }
 }
 
 /// An [`Observer`] that records nothing.

@@ -3,6 +3,7 @@
 //! on. Decisions live in the runtime (`HostSettings`, `Fleet`); this is wiring.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use inrun::assemble::{Policy, Services};
 use inrun::fleet::{Fleet, FleetOptions};
@@ -83,15 +84,19 @@ pub(super) fn run(
             default_tenant_service_account: args.default_tenant_service_account.clone(),
         },
     );
-    // A broken `--blueprint` stops the host here, before it waits for a lease.
-    runtime.block_on(fleet.load_initial())?;
+    // The health port first, so a pod's probes are answered while plugins compile: its
+    // port may come from the Blueprint's runtime, read here without compiling anything.
+    let host_runtime = match &args.blueprint {
+        Some(path) => Some(inrun::blueprint::load(path)?.spec.runtime),
+        None => None,
+    };
     let flags = HostFlags {
         health_port: args.health_port,
         leader_elect: args.leader_elect,
         leader_elect_namespace: args.leader_elect_namespace,
         leader_elect_lease: args.leader_elect_lease,
     };
-    let host = HostSettings::resolve(flags, identity, fleet.host_runtime().as_ref(), env);
+    let host = HostSettings::resolve(flags, identity, host_runtime.as_ref(), env);
     runtime.block_on(async move {
         let (tx, rx) = tokio::sync::watch::channel(false);
         tokio::spawn(async move {
@@ -99,6 +104,10 @@ pub(super) fn run(
             tracing::info!("shutting down: finishing reconciles in flight");
             let _ = tx.send(true);
         });
+        // `/readyz` fails, naming what loads, until the plugins are compiled and the
+        // controllers' caches have synced.
+        let loaded = Arc::new(AtomicBool::new(false));
+        metrics.health().add_startup_checks(loaded.clone());
         let state = inrun::server::State::serving(fleet.clone(), metrics.clone());
         let (addr, server) = inrun::server::bind(
             std::net::SocketAddr::new(args.health_address, host.health_port),
@@ -107,6 +116,14 @@ pub(super) fn run(
         )
         .await?;
         tracing::info!(%addr, "health port listening");
+        // A broken `--blueprint` stops the host here, before it waits for a lease.
+        let started = std::time::Instant::now();
+        fleet.load_initial().await?;
+        loaded.store(true, Ordering::Release);
+        tracing::info!(
+            took_ms = started.elapsed().as_millis() as u64,
+            "Blueprint loaded"
+        );
         let (addr, console) = inrun::server::bind(
             std::net::SocketAddr::new(args.console_address, args.console_port),
             inrun::server::console(state),

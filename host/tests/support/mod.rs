@@ -15,6 +15,8 @@ use inrun::secrets::KubeSecrets;
 use inrun::sources::SourceOptions;
 use inrun::wasm::{Engine, EngineSettings};
 use inrun_testenv::{ControlPlane, wait_for};
+
+pub mod identity;
 use k8s_openapi::api::events::v1::Event;
 use kube::Client;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
@@ -32,21 +34,76 @@ pub struct Host {
     pub metrics: Arc<inrun::metrics::Metrics>,
     shutdown: watch::Sender<bool>,
     task: Option<JoinHandle<Result<(), RunError>>>,
+    forbidden_expected: bool,
     _dir: tempfile::TempDir,
 }
 
+/// Whom a test's host acts as.
+pub enum Run {
+    /// A ServiceAccount bound to what `inrun generate rbac` prints with these flags.
+    Generated(inrun::generate::rbac::RbacOptions),
+    /// A ServiceAccount a test bound itself (the generated RBAC with a permission taken
+    /// away, say).
+    Bound(identity::Identity),
+    /// The harness's admin (`system:masters`); `why` says why this test needs it.
+    Admin {
+        /// Why the generated RBAC will not do.
+        why: &'static str,
+    },
+}
+
+/// A client from `config` whose requests are counted into `metrics`
+/// (`rest_client_requests_total`), as `inrun run` builds its own.
+pub fn counted_client(config: kube::Config, metrics: &inrun::metrics::Metrics) -> Client {
+    let fence = inrun::fence::Fence::default().counting(metrics.count_requests("apiserver"));
+    inrun::fence::client(config, &fence).expect("client")
+}
+
+/// Fails the test when the host recording into `metrics` was refused (403) and the test
+/// did not expect it.
+fn assert_no_forbidden(metrics: &inrun::metrics::Metrics, expected: bool) {
+    let refused = identity::forbidden(metrics);
+    if refused > 0 && !expected && !std::thread::panicking() {
+        panic!(
+            "the API server refused {refused} of the host's requests (403): the generated RBAC \
+             lacks something the host does (see the host's log), or call expect_forbidden()"
+        );
+    }
+}
+
 impl Host {
-    /// Starts a host for `blueprint` (YAML text) with `--install-crds`.
+    /// Starts a host for `blueprint` (YAML text) with `--install-crds`, as production runs
+    /// it: a ServiceAccount bound to what `inrun generate rbac --install-crds` prints.
     pub async fn start(blueprint: &str) -> Host {
+        Self::start_with(blueprint, Run::Generated(identity::Identity::options())).await
+    }
+
+    /// Starts a host for `blueprint` acting as `run` says.
+    pub async fn start_with(blueprint: &str, run: Run) -> Host {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("blueprint.yaml");
         std::fs::write(&path, blueprint).expect("write blueprint");
+        let metrics = Arc::new(inrun::metrics::Metrics::default());
+        let config = match run {
+            Run::Generated(options) => {
+                let parsed = inrun::blueprint::load(&path)
+                    .unwrap_or_else(|e| panic!("blueprint: {e}"));
+                identity::Identity::generated(&parsed, &options)
+                    .await
+                    .config()
+            }
+            Run::Bound(identity) => identity.config(),
+            Run::Admin { why } => {
+                assert!(!why.is_empty(), "say why the host runs as the admin");
+                ControlPlane::shared().admin_config()
+            }
+        };
+        let client = counted_client(config, &metrics);
         let engine = Engine::new(EngineSettings {
             max_instances: 16,
             ..EngineSettings::default()
         })
         .expect("engine");
-        let client = ControlPlane::shared().client();
         // Secrets come from the API server, as with `inrun run`.
         let services = Services::new(Arc::new(KubeSecrets::new(client.clone())))
             .with_cluster(Arc::new(WatchCache::new(client.clone())));
@@ -56,7 +113,6 @@ impl Host {
                 .unwrap_or_else(|e| panic!("blueprint: {e}")),
         );
         let (tx, rx) = watch::channel(false);
-        let metrics = Arc::new(inrun::metrics::Metrics::default());
         let options = RunOptions {
             install_crds: true,
             instance: "e2e".into(),
@@ -67,8 +123,15 @@ impl Host {
             metrics,
             shutdown: tx,
             task: Some(task),
+            forbidden_expected: false,
             _dir: dir,
         }
+    }
+
+    /// The test expects the API server to refuse some of the host's requests (403): they
+    /// no longer fail it.
+    pub fn expect_forbidden(&mut self) {
+        self.forbidden_expected = true;
     }
 
     /// Asks the host to stop and waits until reconciles in flight have finished.
@@ -95,6 +158,7 @@ impl Host {
 impl Drop for Host {
     fn drop(&mut self) {
         let _ = self.shutdown.send(true);
+        assert_no_forbidden(&self.metrics, self.forbidden_expected);
     }
 }
 
@@ -106,6 +170,14 @@ pub struct FleetHost {
     pub metrics: Arc<inrun::metrics::Metrics>,
     shutdown: watch::Sender<bool>,
     task: Option<JoinHandle<Result<(), FleetError>>>,
+    forbidden_expected: bool,
+}
+
+impl Drop for FleetHost {
+    fn drop(&mut self) {
+        let _ = self.shutdown.send(true);
+        assert_no_forbidden(&self.metrics, self.forbidden_expected);
+    }
 }
 
 impl FleetHost {
@@ -115,8 +187,34 @@ impl FleetHost {
     }
 
     /// Starts a fleet with `options`, fetching plugins with `sources` (a test registry's
-    /// CA, say).
+    /// CA, say), as production runs it: a ServiceAccount bound to what `inrun generate
+    /// rbac` prints for the fleet's flags (`--blueprint-resources`, `--install-crds`,
+    /// `--impersonate` of the default tenant identity, and the `--blueprint` file's needs).
     pub async fn start_with(options: FleetOptions, sources: SourceOptions) -> FleetHost {
+        let rbac = Self::rbac_options(&options, &[]);
+        Self::start_as(options, sources, Run::Generated(rbac)).await
+    }
+
+    /// The flags `inrun generate rbac` is given for a fleet run with `options`, the host
+    /// also impersonating `tenants`.
+    pub fn rbac_options(
+        options: &FleetOptions,
+        tenants: &[inrun::blueprint::ServiceAccountRef],
+    ) -> inrun::generate::rbac::RbacOptions {
+        let mut rbac = identity::Identity::options();
+        rbac.install_crds = options.install_crds;
+        rbac.blueprint_resources = options.resources;
+        rbac.impersonate = options
+            .default_tenant_service_account
+            .iter()
+            .chain(tenants)
+            .cloned()
+            .collect();
+        rbac
+    }
+
+    /// Starts a fleet with `options` and `sources`, acting as `run` says.
+    pub async fn start_as(options: FleetOptions, sources: SourceOptions, run: Run) -> FleetHost {
         let metrics = Arc::new(inrun::metrics::Metrics::default());
         let engine = Engine::new(EngineSettings {
             max_instances: 16,
@@ -124,19 +222,40 @@ impl FleetHost {
             ..EngineSettings::default()
         })
         .expect("engine");
-        let client = ControlPlane::shared().client();
+        let admin = ControlPlane::shared().client();
         if options.default_tenant_service_account == Some(admin_tenant()) {
-            ensure_admin_tenant(&client).await;
+            ensure_admin_tenant(&admin).await;
         }
+        let config = match run {
+            Run::Generated(rbac) => {
+                // The `--blueprint` file's needs, or none (tenants act as their own).
+                let blueprint = match &options.blueprint {
+                    Some(path) => inrun::blueprint::load(path)
+                        .unwrap_or_else(|e| panic!("blueprint: {e}")),
+                    None => inrun::blueprint::from_str(
+                        "apiVersion: inrun.dev/v1alpha1\nkind: Blueprint\nmetadata: {name: fleet}\nspec: {crds: []}\n",
+                        "fleet.yaml",
+                    )
+                    .expect("an empty Blueprint"),
+                };
+                identity::Identity::generated(&blueprint, &rbac)
+                    .await
+                    .config()
+            }
+            Run::Bound(identity) => identity.config(),
+            Run::Admin { why } => {
+                assert!(!why.is_empty(), "say why the host runs as the admin");
+                ControlPlane::shared().admin_config()
+            }
+        };
+        let fence = inrun::fence::Fence::default().counting(metrics.count_requests("apiserver"));
+        let client = inrun::fence::client(config.clone(), &fence).expect("client");
         let services = Services::with_sources(Arc::new(KubeSecrets::new(client.clone())), sources)
             .with_cluster(Arc::new(WatchCache::new(client.clone())));
         let fleet = Fleet::new(
             Shared::new(client, "e2e".into())
                 .with_metrics(metrics.clone())
-                .with_impersonation(
-                    ControlPlane::shared().admin_config(),
-                    inrun::fence::Fence::default(),
-                ),
+                .with_impersonation(config, fence),
             engine,
             services,
             options,
@@ -152,7 +271,14 @@ impl FleetHost {
             metrics,
             shutdown: tx,
             task: Some(task),
+            forbidden_expected: false,
         }
+    }
+
+    /// The test expects the API server to refuse some of the host's or its tenants'
+    /// requests (403): they no longer fail it.
+    pub fn expect_forbidden(&mut self) {
+        self.forbidden_expected = true;
     }
 
     /// Options with nothing to serve yet, `--install-crds`, sources checked every 100ms.

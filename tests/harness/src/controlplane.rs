@@ -158,9 +158,15 @@ impl ControlPlane {
     ///
     /// When called outside a Tokio runtime.
     pub fn client_with_token(&self, token: &str) -> Client {
+        client_from(self.config_with_token(token))
+    }
+
+    /// The configuration of a client that sends `token` as its bearer token (the admin's
+    /// server and CA, no other credentials).
+    pub fn config_with_token(&self, token: &str) -> Config {
         let mut config = self.admin.clone();
         config.auth_info = token_auth(token);
-        client_from(config)
+        config
     }
 
     /// Creates a namespace named `<prefix>-<random suffix>` and returns its name. Give

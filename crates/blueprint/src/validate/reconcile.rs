@@ -355,6 +355,18 @@ fn resource_template(r: &mut Report<'_>, spec: &ReconcileSpec, template: &Value,
 }
 
 fn managed_types(r: &mut Report<'_>, spec: &ReconcileSpec, at: &str) {
+    // The generated RBAC lets the host list only the instances a Blueprint names: without
+    // a name, a CRD child's deletion safeguard could never look.
+    let instances_named = !spec.managed_types.is_empty()
+        || spec.managed_resources.iter().any(|m| {
+            let group = m.api_version.rsplit_once('/').map_or("", |(g, _)| g);
+            group.contains('.') && !group.ends_with(".k8s.io")
+        });
+    r.check(
+        !spec.defines_types() || instances_named,
+        format!("{at}.managedTypes"),
+        "managedResources lists CustomResourceDefinition or APIService: name the types those children define here (group and kind, \"*\" for every kind of a group), so the host may list their instances before it deletes them",
+    );
     for (i, t) in spec.managed_types.iter().enumerate() {
         let f = format!("{at}.managedTypes[{i}]");
         let group_ok = match t.group.strip_prefix("*.") {

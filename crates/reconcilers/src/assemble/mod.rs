@@ -14,6 +14,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::StreamExt;
+
 use crate::declarative::Declarative;
 use crate::external::ExternalCalls;
 use crate::package::Package;
@@ -206,14 +208,15 @@ impl Assembly {
     /// [`BlueprintError::Invalid`] listing every template, plugin or limit that failed.
     pub async fn build(blueprint: Blueprint, cx: BuildContext<'_>) -> Result<Self, BlueprintError> {
         let mut problems = Vec::new();
-        let mut slots = HashMap::new();
+        // Each distinct plugin once, several at a time (a large guest compiles for
+        // seconds): the fields that name it, and where it is.
+        let mut wanted: Vec<(Location, Option<PullSecret>, Vec<(String, Problem)>)> = Vec::new();
         for r in blueprint.plugins() {
-            let field = format!("{}.location", r.field);
             let problem = |message: String| {
                 Problem::new(
                     &r.crd.source.file,
                     Some(&r.crd.kind),
-                    field.clone(),
+                    format!("{}.location", r.field),
                     message,
                 )
             };
@@ -235,11 +238,37 @@ impl Assembly {
                 namespace: p.namespace.clone(),
                 name: p.name.clone(),
             });
-            match cx.plugins.slot(location, pull).await {
-                Ok(slot) => {
-                    slots.insert(r.field.clone(), slot);
+            // The problem a failed load becomes, told against this field.
+            let field = (r.field.clone(), problem(String::new()));
+            match wanted
+                .iter_mut()
+                .find(|(l, p, _)| l.to_string() == location.to_string() && *p == pull)
+            {
+                Some((_, _, fields)) => fields.push(field),
+                None => wanted.push((location, pull, vec![field])),
+            }
+        }
+        let parallel = std::thread::available_parallelism().map_or(1, usize::from);
+        let loaded: Vec<_> = futures::stream::iter(
+            wanted
+                .iter()
+                .map(|(location, pull, _)| cx.plugins.slot(location.clone(), pull.clone())),
+        )
+        .buffered(parallel)
+        .collect()
+        .await;
+        let mut slots = HashMap::new();
+        for ((_, _, fields), result) in wanted.into_iter().zip(loaded) {
+            for (field, mut problem) in fields {
+                match &result {
+                    Ok(slot) => {
+                        slots.insert(field, slot.clone());
+                    }
+                    Err(e) => {
+                        problem.message = inrun_contract::errors::chain(e);
+                        problems.push(problem);
+                    }
                 }
-                Err(e) => problems.push(problem(inrun_contract::errors::chain(&e))),
             }
         }
         let templates = Templates::new();

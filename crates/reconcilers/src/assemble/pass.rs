@@ -30,6 +30,22 @@ pub enum PassError {
     /// The CR breaks the Blueprint's validation rules.
     #[error("validation failed: {}", .0.join("; "))]
     Invalid(Vec<String>),
+    /// A CRD or APIService child would define a type whose instances the host may not
+    /// list (its deletion safeguard needs to): neither `managedTypes` nor
+    /// `managedResources` names it.
+    #[error(
+        "resources[{index}] ({kind} {name}) defines {defines}, which neither managedTypes nor managedResources names: the host could not check for its instances before deleting it"
+    )]
+    UndeclaredType {
+        /// Position in the Result's resources.
+        index: usize,
+        /// The child's kind.
+        kind: String,
+        /// The child's name.
+        name: String,
+        /// The type it defines (`kind.group`, or `group` for an APIService).
+        defines: String,
+    },
     /// The Result asks to write an object the Blueprint's `managedResources` do not allow.
     #[error("resources[{index}]: {kind} {name:?} ({api_version}{}) is not allowed by reconcile.managedResources", namespace.as_ref().map(|n| format!(" in namespace {n}")).unwrap_or_default())]
     Forbidden {
@@ -307,6 +323,29 @@ impl ReconcilePlan {
                     kind,
                     name: text("/metadata/name"),
                     namespace: namespace.map(str::to_string),
+                });
+            }
+            let defined = match (api_version.as_str(), kind.as_str()) {
+                (v, k) if (v, k) == inrun_blueprint::TYPE_DEFINING[0] => {
+                    let kind = text("/spec/names/kind");
+                    Some((text("/spec/group"), Some(kind)))
+                }
+                (v, k) if (v, k) == inrun_blueprint::TYPE_DEFINING[1] => {
+                    Some((text("/spec/group"), None))
+                }
+                _ => None,
+            };
+            if let Some((group, defined_kind)) = defined
+                && !self.spec.lists_instances_of(&group, defined_kind.as_deref())
+            {
+                return Err(PassError::UndeclaredType {
+                    index,
+                    kind,
+                    name: text("/metadata/name"),
+                    defines: match defined_kind {
+                        Some(k) => format!("{k}.{group}"),
+                        None => format!("the group {group}"),
+                    },
                 });
             }
         }

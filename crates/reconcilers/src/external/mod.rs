@@ -50,6 +50,17 @@ pub enum CallError {
     /// A credential could not be read.
     #[error("reading credentials")]
     Secret(#[source] SecretError),
+    /// The connection URL read from a Secret may not be reached; the message names the
+    /// Secret and key, never the URL (which may hold a password).
+    #[error("the URL in Secret {secret} key {key:?} {reason}")]
+    SecretTarget {
+        /// `namespace/name`.
+        secret: String,
+        /// The key.
+        key: String,
+        /// What the egress policy refused, without the URL.
+        reason: &'static str,
+    },
     /// The bearer token holds characters an HTTP header cannot carry.
     #[error("the token is not a valid HTTP header value")]
     BadToken,
@@ -413,7 +424,9 @@ impl ExternalCalls {
                 params,
             } => {
                 let url = self.conn(conn, ctx, ns).await?;
-                self.fence_connect(&url).await?;
+                self.fence_connect(&url)
+                    .await
+                    .map_err(|e| redacted(conn, ns, e))?;
                 let mut values = Vec::new();
                 for (i, p) in params.iter().enumerate() {
                     values.push(render(p, ctx, &format!("params[{i}]"))?);
@@ -422,7 +435,9 @@ impl ExternalCalls {
             }
             Call::Redis { conn, command } => {
                 let url = self.conn(conn, ctx, ns).await?;
-                self.fence_connect(&url).await?;
+                self.fence_connect(&url)
+                    .await
+                    .map_err(|e| redacted(conn, ns, e))?;
                 let mut args = Vec::new();
                 for (i, a) in command.iter().enumerate() {
                     args.push(render_text(a, ctx, &format!("command[{i}]"))?);
@@ -512,6 +527,19 @@ impl ExternalCalls {
     }
 }
 
+/// An egress refusal of a connection URL: told without the URL when it was read from a
+/// Secret (it may carry a password), naming the Secret and key instead.
+fn redacted(conn: &Conn, ns: &str, error: CallError) -> CallError {
+    match (conn, error) {
+        (Conn::Secret(s), CallError::Egress(e)) => CallError::SecretTarget {
+            secret: format!("{}/{}", s.namespace.as_deref().unwrap_or(ns), s.name),
+            key: s.key.clone(),
+            reason: e.redacted(),
+        },
+        (_, error) => error,
+    }
+}
+
 fn conn(
     value: &mut impl FnMut(String, Value) -> Option<CompiledValue>,
     at: &str,
@@ -543,4 +571,38 @@ fn render_text(t: &CompiledValue, ctx: &Context, what: &str) -> Result<String, C
 /// A float as a JSON number, or `null` when it is not finite.
 fn number(f: f64) -> Value {
     serde_json::Number::from_f64(f).map_or(Value::Null, Value::Number)
+}
+
+#[cfg(test)]
+mod redaction {
+    use super::*;
+    use crate::egress::EgressError;
+
+    #[test]
+    fn a_refused_url_from_a_secret_names_the_secret_never_the_url() {
+        let conn = Conn::Secret(SecretRef {
+            name: "db".into(),
+            key: "dsn".into(),
+            namespace: None,
+        });
+        for refused in [
+            EgressError::BadUrl("postgres://app:hunter2@db.internal:5432/x".into()),
+            EgressError::NotListed {
+                host: "db.internal".into(),
+                port: 5432,
+            },
+            EgressError::Resolve {
+                host: "db.internal".into(),
+                reason: "no such host".into(),
+            },
+        ] {
+            let told = inrun_contract::errors::chain(&redacted(
+                &conn,
+                "team-a",
+                CallError::Egress(refused),
+            ));
+            assert!(told.starts_with("the URL in Secret team-a/db key \"dsn\" "), "{told}");
+            assert!(!told.contains("hunter2") && !told.contains("db.internal"), "{told}");
+        }
+    }
 }

@@ -263,6 +263,10 @@ impl inrun_wasm::Observer for Metrics {
     fn plugin_called(&self, plugin: &str, outcome: &'static str, elapsed: Duration) {
         Metrics::plugin_called(self, "", plugin, outcome, elapsed);
     }
+
+    fn plugin_loading(&self, plugin: &str, loading: bool) {
+        self.health.plugin_loading("", plugin, loading);
+    }
 }
 
 /// What one tenant's plugins report: the [`Metrics`]' plugin families with the tenant's
@@ -290,6 +294,12 @@ impl inrun_wasm::Observer for TenantObserver {
     fn plugin_called(&self, plugin: &str, outcome: &'static str, elapsed: Duration) {
         self.metrics
             .plugin_called(&self.tenant, plugin, outcome, elapsed);
+    }
+
+    fn plugin_loading(&self, plugin: &str, loading: bool) {
+        self.metrics
+            .health
+            .plugin_loading(&self.tenant, plugin, loading);
     }
 }
 
