@@ -322,7 +322,15 @@ impl Scene {
             String::new()
         };
         std::fs::write(&path, blueprint(&group, &leader))?;
-        let host = HostProcess::spawn(cp.kubeconfig(), &path, dir.path(), first);
+        // As production runs it: a ServiceAccount bound to the generated RBAC.
+        let parsed = inrun::blueprint::load(&path)?;
+        let identity = support::identity::Identity::generated(
+            &parsed,
+            &support::identity::Identity::options(),
+        )
+        .await;
+        let kubeconfig = identity.kubeconfig(dir.path());
+        let host = HostProcess::spawn(&kubeconfig, &path, dir.path(), first);
         let ar = resource(&group, "Burst");
         served(&client, &ar).await;
         let api = Api::namespaced_with(client.clone(), &ns, &ar);
@@ -330,7 +338,7 @@ impl Scene {
             client,
             ns,
             group,
-            kubeconfig: cp.kubeconfig().to_path_buf(),
+            kubeconfig,
             dir,
             path,
             api,

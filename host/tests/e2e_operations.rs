@@ -1042,7 +1042,10 @@ async fn a_running_host_exports_controller_runtimes_metrics_and_is_ready_as_lead
     assert_eq!(scrape(port, "/readyz").await, (200, "ok".to_string()));
     assert_eq!(
         scrape(port, "/readyz?verbose").await,
-        (200, "[+]ping ok\nhealthz check passed\n".to_string())
+        (
+            200,
+            "[+]controllers ok\n[+]ping ok\n[+]plugins ok\nhealthz check passed\n".to_string()
+        )
     );
     assert_eq!(scrape(port, "/readyz/ping").await, (200, "ok".to_string()));
     assert_eq!(scrape(port, "/healthz/nope").await.0, 404);
@@ -1405,5 +1408,81 @@ async fn no_write_of_a_leader_that_lost_its_lease_lands_after_the_next_leader_st
         landed.load(Ordering::SeqCst)
     );
     next.abort();
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_health_port_answers_while_a_large_plugin_compiles_and_readiness_waits_for_it()
+-> TestResult {
+    let cp = ControlPlane::shared();
+    let group = unique_group("startup");
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("blueprint.yaml");
+    // An 18 MB Python guest: seconds to compile, and the cache directory is new.
+    std::fs::write(
+        &path,
+        format!(
+            r#"apiVersion: inrun.dev/v1alpha1
+kind: Blueprint
+metadata: {{name: startup}}
+spec:
+  crds:
+    - group: {group}
+      version: v1alpha1
+      kind: WebApp
+      reconcile:
+        default: false
+        constructor:
+          location: "{webapp}"
+          limits: {{deadline: 10s, memory: 64Mi}}
+        managedResources:
+          - {{apiVersion: apps/v1, kind: Deployment}}
+          - {{apiVersion: v1, kind: Service}}
+"#,
+            webapp = plugin("inrun_plugin_webapp_python")
+        ),
+    )?;
+    host_kubeconfig(&path, dir.path(), "inrun-startup").await;
+    let started = std::time::Instant::now();
+    let _host = Process::spawn(&path, dir.path(), "startup");
+    let log = dir.path().join("startup.log");
+    let port = health_port(&log).await;
+    let (status, _) = scrape(port, "/healthz").await;
+    let healthy_after = started.elapsed();
+    assert_eq!(status, 200);
+    // Liveness answers, readiness names what is not done, while the plugin compiles.
+    let (status, body) = scrape(port, "/readyz?verbose").await;
+    let text = std::fs::read_to_string(&log)?;
+    assert!(
+        !text.contains("plugin loaded"),
+        "the compile ended before the first probe: {text}"
+    );
+    assert_eq!(status, 500, "{body}");
+    assert!(body.contains("[-]plugins failed"), "{body}");
+    assert!(
+        text.lines().any(|l| l.contains("loading plugin")
+            && l.contains("inrun_plugin_webapp_python")
+            && l.contains("bytes")),
+        "the compile is announced with its plugin and size: {text}"
+    );
+    inrun_testenv::wait_for(
+        "/readyz to pass",
+        std::time::Duration::from_secs(300),
+        || async { (scrape(port, "/readyz").await.0 == 200).then_some(()) },
+    )
+    .await?;
+    let ready_after = started.elapsed();
+    let text = std::fs::read_to_string(&log)?;
+    let loaded = text
+        .lines()
+        .find(|l| l.contains("plugin loaded"))
+        .expect("the end of the compile is logged");
+    assert!(
+        loaded.contains("inrun_plugin_webapp_python")
+            && loaded.contains("took_ms")
+            && loaded.contains("a fresh compile"),
+        "{loaded}"
+    );
+    eprintln!("healthz answered {healthy_after:?} after start; ready after {ready_after:?}");
     Ok(())
 }

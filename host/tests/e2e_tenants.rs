@@ -538,11 +538,24 @@ async fn a_blueprint_resource_acts_as_its_service_account_and_rbac_fences_what_i
     rule["verbs"] = serde_json::json!(["get", "list", "watch"]);
     apply_all(&docs).await;
 
-    let host = FleetHost::start(FleetOptions {
+    // The host may act as both tenants' ServiceAccounts (`--impersonate`), nothing more.
+    let nobody = inrun::blueprint::ServiceAccountRef {
+        namespace: team_a.clone(),
+        name: "nobody".into(),
+    };
+    let options = FleetOptions {
         resources: true,
         ..FleetHost::options()
-    })
+    };
+    let rbac = FleetHost::rbac_options(&options, &[sa.clone(), nobody.clone()]);
+    let mut host = FleetHost::start_as(
+        options,
+        inrun::sources::SourceOptions::default(),
+        support::Run::Generated(rbac),
+    )
     .await;
+    // The tenants' writes their RBAC does not allow are refused on purpose.
+    host.expect_forbidden();
     let tag = |t: &str| format!("{rbac_name}-{t}");
     let (fenced_bp, default_bp, nobody_bp) = (tag("sa"), tag("default"), tag("nobody"));
     // Each ServiceAccount admits the Blueprint resources that may act as it.
@@ -662,10 +675,6 @@ async fn a_blueprint_resource_acts_as_its_service_account_and_rbac_fences_what_i
 
     // A ServiceAccount without the reads its watches need: refused before it starts,
     // naming the identity and what it lacks.
-    let nobody = inrun::blueprint::ServiceAccountRef {
-        namespace: team_a.clone(),
-        name: "nobody".into(),
-    };
     let nobody_text = identity_tenant(&unique_group("identity-nobody"), Some(&nobody));
     apply_blueprint(&nobody_bp, &nobody_text).await;
     let (status, reason, message) =

@@ -63,6 +63,12 @@ pub(super) fn run(
     )
     // Plugins granted cluster reads are served from watch caches on this client.
     .with_cluster(Arc::new(WatchCache::new(client.clone())));
+    // The health port first, so a pod's probes are answered while plugins compile: its
+    // port may come from the Blueprint's runtime, read here without compiling anything.
+    let host_runtime = match &args.blueprint {
+        Some(path) => Some(inrun::blueprint::load(path)?.spec.runtime),
+        None => None,
+    };
     let env = |k: &str| std::env::var(k).ok();
     let identity = settings::identity(args.identity.clone(), env);
     let fleet = Fleet::new(
@@ -84,12 +90,6 @@ pub(super) fn run(
             default_tenant_service_account: args.default_tenant_service_account.clone(),
         },
     );
-    // The health port first, so a pod's probes are answered while plugins compile: its
-    // port may come from the Blueprint's runtime, read here without compiling anything.
-    let host_runtime = match &args.blueprint {
-        Some(path) => Some(inrun::blueprint::load(path)?.spec.runtime),
-        None => None,
-    };
     let flags = HostFlags {
         health_port: args.health_port,
         leader_elect: args.leader_elect,

@@ -96,8 +96,8 @@ impl Identity {
             .await
             .expect("a token for the host's ServiceAccount")
             .status
-            .expect("a token")
-            .token;
+            .and_then(|s| s.token)
+            .expect("a token");
         let identity = Identity {
             name: options.service_account.clone(),
             token,

@@ -249,14 +249,16 @@ impl Assembly {
             }
         }
         let parallel = std::thread::available_parallelism().map_or(1, usize::from);
-        let loaded: Vec<_> = futures::stream::iter(
-            wanted
-                .iter()
-                .map(|(location, pull, _)| cx.plugins.slot(location.clone(), pull.clone())),
-        )
-        .buffered(parallel)
-        .collect()
-        .await;
+        // Collected first: a stream over a borrowing closure would not be `Send` for
+        // every lifetime, which the fleet's spawned tasks need.
+        let loads: Vec<_> = wanted
+            .iter()
+            .map(|(location, pull, _)| cx.plugins.slot(location.clone(), pull.clone()))
+            .collect();
+        let loaded: Vec<_> = futures::stream::iter(loads)
+            .buffered(parallel)
+            .collect()
+            .await;
         let mut slots = HashMap::new();
         for ((_, _, fields), result) in wanted.into_iter().zip(loaded) {
             for (field, mut problem) in fields {
