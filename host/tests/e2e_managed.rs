@@ -589,7 +589,9 @@ async fn gadget(group: &str, ns: &str, name: &str) {
     apply_cr(
         &ar,
         ns,
-        &format!("apiVersion: {group}/v1alpha1\nkind: Gadget\nmetadata: {{name: {name}}}\nspec: {{}}\n"),
+        &format!(
+            "apiVersion: {group}/v1alpha1\nkind: Gadget\nmetadata: {{name: {name}}}\nspec: {{}}\n"
+        ),
     )
     .await;
     eventually("the Gadget to be reconciled", || async {
@@ -630,8 +632,8 @@ async fn a_cr_that_shipped_a_crd_is_deleted_under_the_generated_rbac() -> TestRe
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_deletion_the_host_may_not_finish_says_why_and_is_released_at_the_timeout()
--> TestResult {
+async fn a_deletion_the_host_may_not_finish_says_why_and_is_released_at_the_timeout() -> TestResult
+{
     let group = unique_group("unlistable");
     let parts = format!("parts.{group}");
     let text = crd_only(&group, &parts, "{finalizers: {timeout: 6s}}");
@@ -672,7 +674,10 @@ async fn a_deletion_the_host_may_not_finish_says_why_and_is_released_at_the_time
         "{ready:?}"
     );
     let reconciled_now = reconciled_now.expect("a Reconciled condition");
-    assert_eq!((reconciled_now.0.as_str(), reconciled_now.1.as_str()), ("False", "Forbidden"));
+    assert_eq!(
+        (reconciled_now.0.as_str(), reconciled_now.1.as_str()),
+        ("False", "Forbidden")
+    );
     let note = event(&ns, "stuck", "DeletionFailed").await;
     assert!(note.contains("gizmos"), "{note}");
     // Released at the timeout, the CRD it could not check left in place.

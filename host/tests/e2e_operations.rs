@@ -110,11 +110,9 @@ impl InProcess {
 /// prints for `blueprint` (as production runs the host).
 async fn generated(blueprint: &str) -> Client {
     let parsed = inrun::blueprint::from_str(blueprint, "blueprint.yaml").expect("blueprint");
-    let identity = support::identity::Identity::generated(
-        &parsed,
-        &support::identity::Identity::options(),
-    )
-    .await;
+    let identity =
+        support::identity::Identity::generated(&parsed, &support::identity::Identity::options())
+            .await;
     kube::Client::try_from(identity.config()).expect("client")
 }
 
@@ -428,11 +426,9 @@ async fn host_kubeconfig(blueprint: &std::path::Path, dir: &std::path::Path, lea
     let mut parsed = inrun::blueprint::load(blueprint).expect("blueprint");
     parsed.spec.runtime.leader_election.enabled = true;
     parsed.spec.runtime.leader_election.lease_name = lease.into();
-    let identity = support::identity::Identity::generated(
-        &parsed,
-        &support::identity::Identity::options(),
-    )
-    .await;
+    let identity =
+        support::identity::Identity::generated(&parsed, &support::identity::Identity::options())
+            .await;
     let path = identity.kubeconfig(dir);
     std::fs::rename(path, dir.join(HOST_KUBECONFIG)).expect("placing the host kubeconfig");
 }

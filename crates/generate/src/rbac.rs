@@ -945,7 +945,11 @@ spec:
             assert_eq!(p.verbs, ["get"], "{p:?}");
         }
         // A reference without a namespace: that name, in the CR's namespace, wherever it is.
-        assert!(secrets.iter().any(|p| p.names == ["token"] && p.namespace.is_none()));
+        assert!(
+            secrets
+                .iter()
+                .any(|p| p.names == ["token"] && p.namespace.is_none())
+        );
         // With one: that name in that namespace only (a Role).
         assert!(
             secrets
@@ -1027,7 +1031,9 @@ spec:
                 "t.yaml",
             )
         };
-        let refused = with("").expect_err("a CRD child with no type named").to_string();
+        let refused = with("")
+            .expect_err("a CRD child with no type named")
+            .to_string();
         assert!(
             refused.contains("spec.crds[0].reconcile.managedTypes")
                 && refused.contains("CustomResourceDefinition"),
@@ -1036,15 +1042,18 @@ spec:
         let bp = with("        managedTypes: [{group: gizmo.example, kind: '*'}]\n")
             .expect("types named");
         let perms = required(&bp, &RbacOptions::default());
-        assert!(perms.iter().any(|p| p.group == "gizmo.example"
-            && p.resource == "*"
-            && p.verbs == ["list"]));
+        assert!(
+            perms
+                .iter()
+                .any(|p| p.group == "gizmo.example" && p.resource == "*" && p.verbs == ["list"])
+        );
         // The safeguard's question, answered from the same declarations.
         let block = &bp.spec.crds[0].reconcile;
         assert!(block.lists_instances_of("gizmo.example", Some("Gizmo")));
         assert!(block.lists_instances_of("gizmo.example", None));
         assert!(!block.lists_instances_of("other.example", Some("Gizmo")));
-        let bp = with("          - {apiVersion: parts.example/v1, kind: Part}\n").expect("a kind named");
+        let bp =
+            with("          - {apiVersion: parts.example/v1, kind: Part}\n").expect("a kind named");
         let block = &bp.spec.crds[0].reconcile;
         assert!(block.lists_instances_of("parts.example", Some("Part")));
         assert!(!block.lists_instances_of("parts.example", Some("Other")));

@@ -47,6 +47,15 @@ pub enum EgressError {
     /// The HTTP client that enforces the policy could not be built; nothing is called.
     #[error("building the egress-fenced HTTP client: {0}")]
     Client(String),
+    /// A connection string names several hosts, an address to dial instead of its host
+    /// (`hostaddr`), or a Unix socket: where it would connect is not one checked host.
+    #[error("{url:?} {why}: refused for Blueprint resources")]
+    Ambiguous {
+        /// The connection string.
+        url: String,
+        /// What it names besides one host.
+        why: &'static str,
+    },
     /// The name did not resolve.
     #[error("resolving {host}: {reason}")]
     Resolve {
@@ -71,6 +80,7 @@ impl EgressError {
                 "names a special-purpose address (loopback, link-local, private, metadata), refused unless --tenant-egress lists it"
             }
             EgressError::Resolve { .. } => "names a host that does not resolve",
+            EgressError::Ambiguous { why, .. } => why,
         }
     }
 }
@@ -156,17 +166,58 @@ fn special(ip: IpAddr, apiserver: &[IpAddr]) -> Option<&'static str> {
         return Some("the Kubernetes API server");
     }
     match ip {
-        IpAddr::V4(v4) if v4.is_loopback() => Some("a loopback address"),
-        IpAddr::V4(v4) if v4.is_link_local() => Some("a link-local address (cloud metadata)"),
-        IpAddr::V4(v4) if v4.is_unspecified() || v4.is_broadcast() => {
-            Some("an unspecified address")
+        IpAddr::V4(v4) => special_v4(v4),
+        IpAddr::V6(v6) => {
+            let s = v6.segments();
+            // Addresses that carry an IPv4 address to another network: what they reach is
+            // that address. NAT64 (64:ff9b::/96) and 6to4 (2002::/16).
+            let embedded = match s {
+                [0x64, 0xff9b, 0, 0, 0, 0, hi, lo] => Some((hi, lo)),
+                [0x2002, hi, lo, ..] => Some((hi, lo)),
+                _ => None,
+            };
+            if let Some((hi, lo)) = embedded {
+                let v4 = std::net::Ipv4Addr::from((u32::from(hi) << 16) | u32::from(lo));
+                return special(IpAddr::V4(v4), apiserver).or(Some("an address embedding IPv4"));
+            }
+            if v6.is_loopback() {
+                Some("a loopback address")
+            } else if v6.is_unspecified() {
+                Some("an unspecified address")
+            } else if v6.is_unicast_link_local() {
+                Some("a link-local address (cloud metadata)")
+            } else if s[0] & 0xfe00 == 0xfc00 {
+                // fc00::/7, where AWS serves its metadata over IPv6 (fd00:ec2::254).
+                Some("a unique-local address (cloud metadata)")
+            } else if v6.is_multicast() {
+                Some("a multicast address")
+            } else {
+                None
+            }
         }
-        IpAddr::V6(v6) if v6.is_loopback() => Some("a loopback address"),
-        IpAddr::V6(v6) if v6.is_unicast_link_local() => {
-            Some("a link-local address (cloud metadata)")
-        }
-        IpAddr::V6(v6) if v6.is_unspecified() => Some("an unspecified address"),
-        _ => None,
+    }
+}
+
+/// Cloud metadata services outside the link-local range.
+const METADATA_V4: [[u8; 4]; 2] = [
+    [100, 100, 100, 200], // Alibaba Cloud
+    [168, 63, 129, 16],   // Azure WireServer
+];
+
+fn special_v4(v4: std::net::Ipv4Addr) -> Option<&'static str> {
+    let o = v4.octets();
+    if v4.is_loopback() {
+        Some("a loopback address")
+    } else if v4.is_link_local() {
+        Some("a link-local address (cloud metadata)")
+    } else if v4.is_unspecified() || v4.is_broadcast() || o[0] == 0 {
+        Some("an unspecified address")
+    } else if v4.is_multicast() {
+        Some("a multicast address")
+    } else if METADATA_V4.contains(&o) {
+        Some("a cloud metadata address")
+    } else {
+        None
     }
 }
 
@@ -295,21 +346,30 @@ impl Egress {
             .to_string())
     }
 
-    /// [`Egress::check_url`], then every address the host resolves to: for clients that
-    /// resolve names themselves (PostgreSQL, Redis).
+    /// `host`:`port` checked against the list, then resolved once and every address
+    /// checked: the address to connect to, so the client dials exactly what was checked
+    /// (a second lookup could answer otherwise: DNS rebinding).
     ///
     /// # Errors
-    /// What [`Egress::check_url`] finds, [`EgressError::Resolve`], or
+    /// What [`Egress::check`] finds, [`EgressError::Resolve`], or
     /// [`EgressError::Special`] for a refused address.
-    pub async fn check_connect(&self, url: &str) -> Result<(), EgressError> {
-        let host = self.check_url(url)?;
-        if host.parse::<IpAddr>().is_ok() {
-            return Ok(());
+    pub async fn pin(&self, host: &str, port: u16) -> Result<IpAddr, EgressError> {
+        self.check(host, port)?;
+        let bare = host.trim_start_matches('[').trim_end_matches(']');
+        if let Ok(ip) = bare.parse::<IpAddr>() {
+            return Ok(ip);
         }
-        for addr in resolve(&host).await? {
-            self.inner.address(&host, addr.ip())?;
+        let found = resolve(bare).await?;
+        for addr in &found {
+            self.inner.address(bare, addr.ip())?;
         }
-        Ok(())
+        found
+            .first()
+            .map(SocketAddr::ip)
+            .ok_or_else(|| EgressError::Resolve {
+                host: bare.to_string(),
+                reason: "no address".into(),
+            })
     }
 }
 
@@ -444,7 +504,16 @@ mod tests {
             ("::ffff:127.0.0.1", "loopback"),
             ("fe80::1", "link-local"),
             ("0.0.0.0", "unspecified"),
+            ("0.1.2.3", "unspecified"),
             ("10.96.0.1", "API server"),
+            ("fd00:ec2::254", "unique-local"),
+            ("100.100.100.200", "metadata"),
+            ("168.63.129.16", "metadata"),
+            ("64:ff9b::a9fe:a9fe", "link-local"),
+            ("2002:7f00:1::", "loopback"),
+            ("64:ff9b::a60:1", "API server"),
+            ("224.0.0.1", "multicast"),
+            ("ff02::1", "multicast"),
         ] {
             let err = strict
                 .inner
@@ -460,6 +529,30 @@ mod tests {
                 .address("x", "93.184.216.34".parse().expect("ip"))
                 .is_ok()
         );
+        // In-cluster services live in private ranges: a listed name may resolve there.
+        for ip in ["10.1.2.3", "192.168.1.5", "2001:db8::5"] {
+            assert!(
+                strict.inner.address("x", ip.parse().expect("ip")).is_ok(),
+                "{ip}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn a_pinned_address_is_the_checked_one_and_an_unlisted_host_is_never_resolved() {
+        let e = egress(&["db.example:5432", "127.0.0.1"]);
+        assert_eq!(
+            e.pin("127.0.0.1", 6379).await.expect("a listed address"),
+            "127.0.0.1".parse::<IpAddr>().expect("ip")
+        );
+        assert!(matches!(
+            e.pin("other.example", 5432).await,
+            Err(EgressError::NotListed { .. })
+        ));
+        assert!(matches!(
+            e.pin("db.example", 5433).await,
+            Err(EgressError::NotListed { .. })
+        ));
     }
 
     #[tokio::test]
@@ -467,7 +560,7 @@ mod tests {
         let e = egress(&["localhost:5432"]);
         assert!(e.check_url("postgres://u@localhost:5432/db").is_ok());
         let err = e
-            .check_connect("postgres://u@localhost:5432/db")
+            .pin("localhost", 5432)
             .await
             .expect_err("localhost is loopback");
         assert!(matches!(err, EgressError::Special { .. }), "{err}");

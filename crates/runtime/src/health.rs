@@ -184,7 +184,10 @@ impl Health {
                 };
                 let (running, synced) = (health.controllers(), health.caches_synced());
                 if health.leader() && synced < running {
-                    return Err(format!("{} of {running} controllers' caches not synced yet", running - synced));
+                    return Err(format!(
+                        "{} of {running} controllers' caches not synced yet",
+                        running - synced
+                    ));
                 }
                 Ok(())
             }),

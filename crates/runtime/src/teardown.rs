@@ -54,9 +54,7 @@ pub async fn prune(
         }
         let r = &child.kind.resource;
         if waves::defines_types(&r.api_version, &r.kind) {
-            let found = safeguard::foreign(ctx, cr, &[child], &[])
-                .await
-                .checked()?;
+            let found = safeguard::foreign(ctx, cr, &[child], &[]).await.checked()?;
             if !found.is_empty() {
                 blocked.push(format!("{} ({})", child.key, safeguard::describe(&found)));
                 continue;

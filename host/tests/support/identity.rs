@@ -25,7 +25,9 @@ pub struct Identity {
 
 impl std::fmt::Debug for Identity {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Identity").field("name", &self.name).finish()
+        f.debug_struct("Identity")
+            .field("name", &self.name)
+            .finish()
     }
 }
 
@@ -51,7 +53,10 @@ impl Identity {
     /// A ServiceAccount bound to `inrun generate rbac` for `blueprint` with `options`
     /// (applied as the admin), once the API server's authorizer grants what the host
     /// checks at start-up.
-    pub async fn generated(blueprint: &inrun::blueprint::Blueprint, options: &RbacOptions) -> Identity {
+    pub async fn generated(
+        blueprint: &inrun::blueprint::Blueprint,
+        options: &RbacOptions,
+    ) -> Identity {
         let docs = rbac::manifests(blueprint, options);
         Self::bound(options, &docs, &rbac::required(blueprint, options)).await
     }

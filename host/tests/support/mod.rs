@@ -86,8 +86,8 @@ impl Host {
         let metrics = Arc::new(inrun::metrics::Metrics::default());
         let config = match run {
             Run::Generated(options) => {
-                let parsed = inrun::blueprint::load(&path)
-                    .unwrap_or_else(|e| panic!("blueprint: {e}"));
+                let parsed =
+                    inrun::blueprint::load(&path).unwrap_or_else(|e| panic!("blueprint: {e}"));
                 identity::Identity::generated(&parsed, &options)
                     .await
                     .config()

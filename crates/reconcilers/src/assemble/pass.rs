@@ -336,7 +336,9 @@ impl ReconcilePlan {
                 _ => None,
             };
             if let Some((group, defined_kind)) = defined
-                && !self.spec.lists_instances_of(&group, defined_kind.as_deref())
+                && !self
+                    .spec
+                    .lists_instances_of(&group, defined_kind.as_deref())
             {
                 return Err(PassError::UndeclaredType {
                     index,

@@ -424,25 +424,45 @@ impl ExternalCalls {
                 params,
             } => {
                 let url = self.conn(conn, ctx, ns).await?;
-                self.fence_connect(&url)
-                    .await
-                    .map_err(|e| redacted(conn, ns, e))?;
+                // Parsed once, by the client's parser; under an egress policy, one host,
+                // checked, resolved once and dialled at the checked address.
+                let mut target =
+                    postgres::Target::parse(&url).map_err(|e| redacted(conn, ns, e))?;
+                if let Some(egress) = &self.clients.egress {
+                    let (host, port) = target.single(&url).map_err(|e| redacted(conn, ns, e))?;
+                    let address = egress
+                        .pin(&host, port)
+                        .await
+                        .map_err(|e| redacted(conn, ns, e.into()))?;
+                    target = target.pinned(address);
+                }
                 let mut values = Vec::new();
                 for (i, p) in params.iter().enumerate() {
                     values.push(render(p, ctx, &format!("params[{i}]"))?);
                 }
-                postgres::query(&url, query, &values).await
+                postgres::query(&target, query, &values).await
             }
             Call::Redis { conn, command } => {
                 let url = self.conn(conn, ctx, ns).await?;
-                self.fence_connect(&url)
-                    .await
-                    .map_err(|e| redacted(conn, ns, e))?;
+                // The host the client would dial, checked and resolved once.
+                let address = match &self.clients.egress {
+                    Some(egress) => {
+                        let (host, port) =
+                            redis::target(&url).map_err(|e| redacted(conn, ns, e))?;
+                        Some(
+                            egress
+                                .pin(&host, port)
+                                .await
+                                .map_err(|e| redacted(conn, ns, e.into()))?,
+                        )
+                    }
+                    None => None,
+                };
                 let mut args = Vec::new();
                 for (i, a) in command.iter().enumerate() {
                     args.push(render_text(a, ctx, &format!("command[{i}]"))?);
                 }
-                redis::command(&url, &args).await
+                redis::command(&url, address, &args).await
             }
         }
     }
@@ -501,14 +521,6 @@ impl ExternalCalls {
     fn fence(&self, url: &str) -> Result<(), CallError> {
         match &self.clients.egress {
             Some(egress) => egress.check_url(url).map(drop).map_err(CallError::from),
-            None => Ok(()),
-        }
-    }
-
-    /// The same for a database URL, whose client resolves the name itself: checked here.
-    async fn fence_connect(&self, url: &str) -> Result<(), CallError> {
-        match &self.clients.egress {
-            Some(egress) => egress.check_connect(url).await.map_err(CallError::from),
             None => Ok(()),
         }
     }
@@ -601,8 +613,14 @@ mod redaction {
                 "team-a",
                 CallError::Egress(refused),
             ));
-            assert!(told.starts_with("the URL in Secret team-a/db key \"dsn\" "), "{told}");
-            assert!(!told.contains("hunter2") && !told.contains("db.internal"), "{told}");
+            assert!(
+                told.starts_with("the URL in Secret team-a/db key \"dsn\" "),
+                "{told}"
+            );
+            assert!(
+                !told.contains("hunter2") && !told.contains("db.internal"),
+                "{told}"
+            );
         }
     }
 }

@@ -11,12 +11,77 @@ use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{NoTls, Row};
 
 use super::{CallError, number};
+use crate::egress::EgressError;
 
 type Param = Box<dyn ToSql + Sync + Send>;
 
-/// Runs `sql` with `params` bound to `$1`, `$2`, ...; returns the rows as objects.
-pub(super) async fn query(url: &str, sql: &str, params: &[Value]) -> Result<Value, CallError> {
-    let (client, connection) = tokio_postgres::connect(url, NoTls)
+/// A connection string, parsed by the client's own parser: what is checked is what is
+/// dialled.
+pub(super) struct Target {
+    config: tokio_postgres::Config,
+}
+
+impl Target {
+    /// Parses `url` (a URL or a libpq `key=value` string) as the client does.
+    ///
+    /// # Errors
+    /// [`EgressError::BadUrl`] when it does not parse (told without the string when it
+    /// came from a Secret).
+    pub(super) fn parse(url: &str) -> Result<Target, CallError> {
+        let config = url
+            .parse::<tokio_postgres::Config>()
+            .map_err(|_| CallError::Egress(EgressError::BadUrl(url.into())))?;
+        Ok(Target { config })
+    }
+
+    /// The one TCP host and port it connects to, for the egress policy.
+    ///
+    /// # Errors
+    /// [`EgressError::Ambiguous`] for several hosts (a comma list, `host=` parameters), a
+    /// `hostaddr` (dialled instead of the host), a Unix socket, or no host.
+    pub(super) fn single(&self, url: &str) -> Result<(String, u16), CallError> {
+        let refuse = |why| {
+            CallError::Egress(EgressError::Ambiguous {
+                url: url.into(),
+                why,
+            })
+        };
+        let c = &self.config;
+        if !c.get_hostaddrs().is_empty() {
+            return Err(refuse("names an address to dial (hostaddr)"));
+        }
+        let host = match c.get_hosts() {
+            [tokio_postgres::config::Host::Tcp(host)] => host.clone(),
+            [] => return Err(refuse("names no host")),
+            [_] => return Err(refuse("names a Unix socket")),
+            _ => return Err(refuse("names more than one host")),
+        };
+        let port = match c.get_ports() {
+            [] => 5432,
+            [port] => *port,
+            _ => return Err(refuse("names more than one port")),
+        };
+        Ok((host, port))
+    }
+
+    /// Dials `address` (checked by the egress policy) for the host it names; the host
+    /// stays the name TLS and authentication see.
+    pub(super) fn pinned(mut self, address: std::net::IpAddr) -> Target {
+        self.config.hostaddr(address);
+        self
+    }
+}
+
+/// Runs `sql` with `params` bound to `$1`, `$2`, ... on `target`; returns the rows as
+/// objects.
+pub(super) async fn query(
+    target: &Target,
+    sql: &str,
+    params: &[Value],
+) -> Result<Value, CallError> {
+    let (client, connection) = target
+        .config
+        .connect(NoTls)
         .await
         .map_err(CallError::Postgres)?;
     let driver = tokio::spawn(async move {
@@ -204,5 +269,67 @@ mod tests {
         assert!(bind(&Type::BOOL, &Value::from("yes")).is_err());
         assert!(bind(&Type::TIMESTAMP, &Value::from("now")).is_err());
         assert!(bind(&Type::TEXT, &Value::from(3)).is_ok());
+    }
+}
+
+#[cfg(test)]
+mod target {
+    use super::*;
+
+    fn single(url: &str) -> Result<(String, u16), String> {
+        Target::parse(url)
+            .and_then(|t| t.single(url))
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn one_tcp_host_is_what_the_client_dials() {
+        assert_eq!(
+            single("postgres://u:p@db.example/app"),
+            Ok(("db.example".into(), 5432))
+        );
+        assert_eq!(
+            single("host=db.example port=6432 user=u"),
+            Ok(("db.example".into(), 6432))
+        );
+    }
+
+    #[test]
+    fn forms_that_would_dial_another_address_than_the_one_checked_are_refused() {
+        for (url, why) in [
+            // The url crate reads the host after the last `@`, the client after the first.
+            (
+                "postgres://u@10.0.0.9:5432,x@db.example/app",
+                "more than one host",
+            ),
+            (
+                "postgres://u:p@db.example/app?hostaddr=127.0.0.1",
+                "hostaddr",
+            ),
+            (
+                "postgres://u@db.example:443/app?host=169.254.169.254&port=80",
+                "more than one host",
+            ),
+            ("host=/run/postgresql dbname=app", "Unix socket"),
+            ("postgres:///app", "no host"),
+        ] {
+            let told = single(url).expect_err(url);
+            assert!(told.contains(why), "{url}: {told}");
+        }
+    }
+
+    #[test]
+    fn a_pinned_target_dials_the_checked_address_for_the_named_host() {
+        let t = Target::parse("postgres://u@db.example/app")
+            .expect("parses")
+            .pinned("192.0.2.7".parse().expect("ip"));
+        assert_eq!(
+            t.config.get_hostaddrs(),
+            ["192.0.2.7".parse::<std::net::IpAddr>().expect("ip")]
+        );
+        assert!(matches!(
+            t.config.get_hosts(),
+            [tokio_postgres::config::Host::Tcp(h)] if h == "db.example"
+        ));
     }
 }

@@ -48,8 +48,28 @@ const READ_COMMANDS: &[&str] = &[
 /// Commands whose flat `[field, value, ...]` reply is a map.
 const MAP_COMMANDS: &[&str] = &["HGETALL"];
 
-/// Runs `args` (command first) against the server at `url`.
-pub(super) async fn command(url: &str, args: &[String]) -> Result<Value, CallError> {
+/// The TCP host and port `url` connects to, as the client parses it.
+///
+/// # Errors
+/// [`CallError::Redis`] for a URL the client refuses or one that is not TCP.
+pub(super) fn target(url: &str) -> Result<(String, u16), CallError> {
+    let client = ::redis::Client::open(url).map_err(CallError::Redis)?;
+    match &client.get_connection_info().addr {
+        ::redis::ConnectionAddr::Tcp(host, port) => Ok((host.clone(), *port)),
+        _ => Err(CallError::Redis(::redis::RedisError::from((
+            ::redis::ErrorKind::InvalidClientConfig,
+            "only redis:// over TCP is supported",
+        )))),
+    }
+}
+
+/// Runs `args` (command first) against the server at `url`, dialling `address` when given
+/// (the one the egress policy checked) instead of resolving the host again.
+pub(super) async fn command(
+    url: &str,
+    address: Option<std::net::IpAddr>,
+    args: &[String],
+) -> Result<Value, CallError> {
     let name = args
         .first()
         .map(|c| c.to_ascii_uppercase())
@@ -67,9 +87,11 @@ pub(super) async fn command(url: &str, args: &[String]) -> Result<Value, CallErr
     };
     // The connection reads at most REPLY_MAX bytes in all: a server that answers with more
     // fails the call instead of filling the host's memory.
-    let stream = tokio::net::TcpStream::connect((host.as_str(), *port))
-        .await
-        .map_err(|e| CallError::Redis(e.into()))?;
+    let stream = match address {
+        Some(ip) => tokio::net::TcpStream::connect((ip, *port)).await,
+        None => tokio::net::TcpStream::connect((host.as_str(), *port)).await,
+    }
+    .map_err(|e| CallError::Redis(e.into()))?;
     let read = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let capped = Capped {
         inner: stream,
@@ -221,6 +243,7 @@ mod tests {
     async fn write_commands_are_refused_before_connecting() {
         let err = command(
             "redis://127.0.0.1:1",
+            None,
             &["set".into(), "k".into(), "v".into()],
         )
         .await
