@@ -324,7 +324,8 @@ impl Scene {
         std::fs::write(&path, blueprint(&group, &leader))?;
         // As production runs it: a ServiceAccount bound to the generated RBAC.
         let parsed = inrun::blueprint::load(&path)?;
-        let identity = support::identity::Identity::generated(
+        let identity = support::identity::Identity::generated_on(
+            cp,
             &parsed,
             &support::identity::Identity::options(),
         )

@@ -638,9 +638,16 @@ async fn a_deletion_the_host_may_not_finish_says_why_and_is_released_at_the_time
     let parts = format!("parts.{group}");
     let text = crd_only(&group, &parts, "{finalizers: {timeout: 6s}}");
     let blueprint = inrun::blueprint::from_str(&text, "blueprint.yaml")?;
-    // The generated RBAC, less the listing of Gizmos the deletion safeguard needs.
     let options = identity::Identity::options();
     let mut docs = inrun::generate::rbac::manifests(&blueprint, &options);
+    let granted = inrun::generate::rbac::required(&blueprint, &options);
+    let bound = identity::Identity::bound(&options, &docs, &granted).await;
+    let mut host = Host::start_with(&text, Run::Bound(bound.clone())).await;
+    host.expect_forbidden();
+    let ns = ControlPlane::shared().namespace("unlistable").await?;
+    gadget(&group, &ns, "stuck").await;
+    // Then the operator takes away the listing of Gizmos the deletion safeguard needs
+    // (the host checked it at start-up: it starts only with every permission).
     let role = docs
         .iter_mut()
         .find(|d| d["kind"] == "ClusterRole" && d["metadata"]["name"] == options.name.as_str())
@@ -649,15 +656,16 @@ async fn a_deletion_the_host_may_not_finish_says_why_and_is_released_at_the_time
     let before = rules.len();
     rules.retain(|r| r["apiGroups"] != json!([parts]));
     assert_eq!(rules.len(), before - 1, "one rule lists Gizmos");
-    let granted: Vec<_> = inrun::generate::rbac::required(&blueprint, &options)
-        .into_iter()
-        .filter(|p| p.group != parts)
-        .collect();
-    let bound = identity::Identity::bound(&options, &docs, &granted).await;
-    let mut host = Host::start_with(&text, Run::Bound(bound)).await;
-    host.expect_forbidden();
-    let ns = ControlPlane::shared().namespace("unlistable").await?;
-    gadget(&group, &ns, "stuck").await;
+    apply_all(&docs).await;
+    let listing: Vec<_> = granted.into_iter().filter(|p| p.group == parts).collect();
+    let as_host = ControlPlane::shared().client_with_token(&bound.token);
+    eventually("the listing to be refused", || async {
+        inrun::runtime::access::check(&as_host, None, &listing)
+            .await
+            .is_err()
+            .then_some(())
+    })
+    .await;
     let ar = resource(&group, "Gadget");
     let crs: Api<DynamicObject> = Api::namespaced_with(client(), &ns, &ar);
     crs.delete("stuck", &DeleteParams::default()).await?;

@@ -113,10 +113,15 @@ async fn an_edited_blueprint_adds_breaks_and_drops_crds_without_a_restart() {
     copy_plugin("inrun_test_stamp_v1", &dir.path().join("stamp.wasm"));
     let file = dir.path().join("blueprint.yaml");
     std::fs::write(&file, stamp_blueprint("edit", &group, &["Alpha"])).expect("write");
-    let host = FleetHost::start(FleetOptions {
-        blueprint: Some(file.clone()),
-        ..FleetHost::options()
-    })
+    // The edit adds Beta: the operator's RBAC for the host covers it already.
+    let host = FleetHost::start_serving(
+        FleetOptions {
+            blueprint: Some(file.clone()),
+            ..FleetHost::options()
+        },
+        inrun::sources::SourceOptions::default(),
+        &[stamp_blueprint("edit", &group, &["Alpha", "Beta"])],
+    )
     .await;
     let source = TenantSource::File(file.clone());
     let alpha = resource(&group, "Alpha");

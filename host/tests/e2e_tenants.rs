@@ -63,10 +63,15 @@ async fn a_tenant_whose_plugin_always_times_out_does_not_hold_up_another() {
         tenant("team-b", &group_b, "Quick", &stamp, "2s"),
     )
     .expect("write b");
-    let host = FleetHost::start(FleetOptions {
-        tenants: Some(dir.path().to_path_buf()),
-        ..FleetHost::options()
-    })
+    // Tenant A's file comes later: the operator's RBAC for the host covers it already.
+    let host = FleetHost::start_serving(
+        FleetOptions {
+            tenants: Some(dir.path().to_path_buf()),
+            ..FleetHost::options()
+        },
+        inrun::sources::SourceOptions::default(),
+        &[tenant("team-a", &group_a, "Spinner", &spin, "500ms")],
+    )
     .await;
     let quick = resource(&group_b, "Quick");
     // Warm-up: the CRD is served and the plugin compiled.
@@ -766,7 +771,7 @@ async fn a_tenant_whose_plugin_source_hangs_holds_up_no_other_tenant() {
         tenant("team-slow", &group_slow, "Stuck", &hanging, "2s"),
     )
     .expect("write the slow tenant");
-    let host = FleetHost::start_with(
+    let host = FleetHost::start_serving(
         FleetOptions {
             tenants: Some(dir.path().to_path_buf()),
             ..FleetHost::options()
@@ -775,6 +780,14 @@ async fn a_tenant_whose_plugin_source_hangs_holds_up_no_other_tenant() {
             insecure_registries: vec![registry],
             extra_roots: Vec::new(),
         },
+        // The second tenant's file comes later; the host's RBAC covers it already.
+        &[tenant(
+            "team-b",
+            &group_b,
+            "Beside",
+            &plugin("inrun_test_stamp_v1"),
+            "2s",
+        )],
     )
     .await;
     eventually("the slow tenant's plugin fetch to start", || async {
@@ -809,4 +822,69 @@ async fn a_tenant_whose_plugin_source_hangs_holds_up_no_other_tenant() {
     // Shutting down does not wait for the hanging fetch either.
     host.stop().await;
     held.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_postgres_url_reaches_only_the_host_the_egress_list_allows() {
+    let _alone = RESOURCE_TENANTS.lock().await;
+    let pg = inrun_testenv::services::Postgres::start()
+        .await
+        .expect("postgres");
+    let port = pg.url.rsplit(':').next().and_then(|p| p.split('/').next()).expect("port");
+    // The operator lists one name; the real server is on loopback, which it does not list.
+    let host = egress_host(&[format!("db.example.invalid:{port}")]).await;
+    let tag = |g: &str| {
+        format!(
+            "{}-{g}",
+            unique_group("pg-egress").split('.').next().unwrap_or("e")
+        )
+    };
+    let mut names = Vec::new();
+    for (what, url, told) in [
+        // The url crate reads the host after the last `@`, the client after the first.
+        (
+            "list",
+            format!("postgres://postgres@127.0.0.1:{port},x@db.example.invalid:{port}/postgres"),
+            "names more than one host",
+        ),
+        (
+            "hostaddr",
+            format!("postgres://postgres@db.example.invalid:{port}/postgres?hostaddr=127.0.0.1"),
+            "names an address to dial (hostaddr)",
+        ),
+        (
+            "param",
+            format!("postgres://postgres@db.example.invalid:{port}/postgres?host=127.0.0.1"),
+            "names more than one host",
+        ),
+        (
+            "loopback",
+            format!("postgres://postgres@127.0.0.1:{port}/postgres"),
+            "not in the operator's egress allowlist",
+        ),
+    ] {
+        let group = unique_group(&format!("pg-{what}"));
+        let text = declarative(&group, "Query").replace(
+            "        managedResources:",
+            &format!(
+                "        external:\n          - name: one\n            postgres: {{ url: '{url}', query: 'SELECT 1 AS one' }}\n        managedResources:"
+            ),
+        );
+        let name = tag(what);
+        apply_blueprint(&name, &text).await;
+        names.push(name);
+        let ar = resource(&group, "Query");
+        apply_cr(&ar, "default", &cr(&group, "Query", what)).await;
+        let message = not_ready(&ar, what).await;
+        assert!(message.contains(told), "{what}: {message}");
+        assert!(
+            get(configmaps(), Some("default"), &format!("{what}-declared"))
+                .await
+                .is_none(),
+            "{what}: nothing is applied after a refused call"
+        );
+    }
+    let names: Vec<&String> = names.iter().collect();
+    delete_blueprints(&names).await;
+    host.stop().await;
 }

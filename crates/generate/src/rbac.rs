@@ -458,6 +458,15 @@ pub fn required(blueprint: &Blueprint, options: &RbacOptions) -> Vec<Permission>
         );
         p.names = vec![inrun_blueprint::BLUEPRINT_CRD.to_string()];
         perms.push(p);
+        if options.install_crds {
+            // Creating takes no name: RBAC cannot scope it to the Blueprint CRD.
+            perms.push(perm(
+                "apiextensions.k8s.io",
+                "customresourcedefinitions",
+                &["create"],
+                "installing the Blueprint CRD".into(),
+            ));
+        }
     }
     merge(perms)
 }
@@ -1139,6 +1148,27 @@ spec:
                 .iter()
                 .any(|p| p.resource == "customresourcedefinitions" && p.verbs == ["create"])
         );
+    }
+
+    #[test]
+    fn a_host_serving_only_blueprint_resources_may_install_the_blueprint_crd() {
+        let empty = inrun_blueprint::from_str(
+            "apiVersion: inrun.dev/v1alpha1\nkind: Blueprint\nmetadata: {name: fleet}\nspec: {crds: []}\n",
+            "fleet.yaml",
+        )
+        .expect("an empty Blueprint");
+        let options = RbacOptions {
+            blueprint_resources: true,
+            install_crds: true,
+            ..RbacOptions::default()
+        };
+        let perms = required(&empty, &options);
+        assert!(perms.iter().any(|p| p.resource == "customresourcedefinitions"
+            && p.names.is_empty()
+            && p.verbs == ["create"]));
+        assert!(perms.iter().any(|p| p.resource == "customresourcedefinitions"
+            && p.names == ["blueprints.inrun.dev"]
+            && p.verbs == ["get", "patch"]));
     }
 
     #[test]

@@ -21,6 +21,10 @@ pub struct Identity {
     pub name: String,
     /// A bearer token for it (TokenRequest, one hour).
     pub token: String,
+    /// The control plane's client configuration with that token.
+    config: kube::Config,
+    /// The control plane's kubeconfig, whose cluster entry the host's copies.
+    admin_kubeconfig: std::path::PathBuf,
 }
 
 impl std::fmt::Debug for Identity {
@@ -57,8 +61,48 @@ impl Identity {
         blueprint: &inrun::blueprint::Blueprint,
         options: &RbacOptions,
     ) -> Identity {
+        Self::generated_on(ControlPlane::shared(), blueprint, options).await
+    }
+
+    /// [`Identity::generated`] on the control plane `cp` (a test's own).
+    pub async fn generated_on(
+        cp: &ControlPlane,
+        blueprint: &inrun::blueprint::Blueprint,
+        options: &RbacOptions,
+    ) -> Identity {
         let docs = rbac::manifests(blueprint, options);
-        Self::bound(options, &docs, &rbac::required(blueprint, options)).await
+        Self::bound_on(cp, options, &docs, &rbac::required(blueprint, options)).await
+    }
+
+    /// A ServiceAccount bound to what `inrun generate rbac` prints for each of
+    /// `blueprints` with `options` (a ClusterRole and binding each, as an operator applies
+    /// one output per tenant file), or for an empty Blueprint when there is none.
+    pub async fn for_blueprints(
+        blueprints: &[inrun::blueprint::Blueprint],
+        options: &RbacOptions,
+    ) -> Identity {
+        let empty;
+        let blueprints = if blueprints.is_empty() {
+            empty = [inrun::blueprint::from_str(
+                "apiVersion: inrun.dev/v1alpha1\nkind: Blueprint\nmetadata: {name: fleet}\nspec: {crds: []}\n",
+                "fleet.yaml",
+            )
+            .expect("an empty Blueprint")];
+            &empty[..]
+        } else {
+            blueprints
+        };
+        let mut docs = Vec::new();
+        let mut expected = Vec::new();
+        for (i, blueprint) in blueprints.iter().enumerate() {
+            let each = RbacOptions {
+                name: format!("{}-{i}", options.name),
+                ..options.clone()
+            };
+            docs.extend(rbac::manifests(blueprint, &each));
+            expected.extend(rbac::required(blueprint, &each));
+        }
+        Self::bound(options, &docs, &expected).await
     }
 
     /// A ServiceAccount named by `options`, bound by `docs` (RBAC manifests, applied as
@@ -68,7 +112,17 @@ impl Identity {
         docs: &[serde_json::Value],
         expected: &[rbac::Permission],
     ) -> Identity {
-        let admin = ControlPlane::shared().client();
+        Self::bound_on(ControlPlane::shared(), options, docs, expected).await
+    }
+
+    /// [`Identity::bound`] on the control plane `cp`.
+    pub async fn bound_on(
+        cp: &ControlPlane,
+        options: &RbacOptions,
+        docs: &[serde_json::Value],
+        expected: &[rbac::Permission],
+    ) -> Identity {
+        let admin = cp.client();
         let params = PatchParams::apply("inrun-e2e").force();
         let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(admin.clone());
         namespaces
@@ -88,7 +142,7 @@ impl Identity {
             )
             .await
             .expect("the host's ServiceAccount");
-        super::apply_all(docs).await;
+        super::apply_all_with(&admin, docs).await;
         let request = TokenRequest {
             spec: Some(TokenRequestSpec {
                 expiration_seconds: Some(3600),
@@ -105,10 +159,12 @@ impl Identity {
             .expect("a token");
         let identity = Identity {
             name: options.service_account.clone(),
+            config: cp.config_with_token(&token),
             token,
+            admin_kubeconfig: cp.kubeconfig().to_path_buf(),
         };
         // The authorizer learns of new bindings through its informers: wait for them.
-        let client = ControlPlane::shared().client_with_token(&identity.token);
+        let client = cp.client_with_token(&identity.token);
         let cluster_wide: Vec<_> = expected
             .iter()
             .filter(|p| p.namespace.is_none())
@@ -125,13 +181,13 @@ impl Identity {
 
     /// A client configuration acting as this ServiceAccount.
     pub fn config(&self) -> kube::Config {
-        ControlPlane::shared().config_with_token(&self.token)
+        self.config.clone()
     }
 
     /// A kubeconfig for `inrun run` acting as this ServiceAccount, written into `dir`.
     pub fn kubeconfig(&self, dir: &std::path::Path) -> std::path::PathBuf {
-        let admin = std::fs::read_to_string(ControlPlane::shared().kubeconfig())
-            .expect("the harness kubeconfig");
+        let admin =
+            std::fs::read_to_string(&self.admin_kubeconfig).expect("the harness kubeconfig");
         let mut doc: serde_json::Value =
             serde_yaml_ng::from_str(&admin).expect("the harness kubeconfig parses");
         doc["users"] = json!([{"name": self.name, "user": {"token": self.token}}]);

@@ -191,8 +191,25 @@ impl FleetHost {
     /// rbac` prints for the fleet's flags (`--blueprint-resources`, `--install-crds`,
     /// `--impersonate` of the default tenant identity, and the `--blueprint` file's needs).
     pub async fn start_with(options: FleetOptions, sources: SourceOptions) -> FleetHost {
+        Self::start_serving(options, sources, &[]).await
+    }
+
+    /// [`FleetHost::start_with`], the generated RBAC also covering `later`: Blueprints the
+    /// test writes as tenant files after the start (an operator regenerates the RBAC when
+    /// it adds a tenant file: file tenants act as the host).
+    pub async fn start_serving(
+        options: FleetOptions,
+        sources: SourceOptions,
+        later: &[String],
+    ) -> FleetHost {
         let rbac = Self::rbac_options(&options, &[]);
-        Self::start_as(options, sources, Run::Generated(rbac)).await
+        let mut blueprints = file_tenants(&options);
+        blueprints.extend(later.iter().map(|text| {
+            inrun::blueprint::from_str(text, "later.yaml")
+                .unwrap_or_else(|e| panic!("a later Blueprint: {e}"))
+        }));
+        let identity = identity::Identity::for_blueprints(&blueprints, &rbac).await;
+        Self::start_as(options, sources, Run::Bound(identity)).await
     }
 
     /// The flags `inrun generate rbac` is given for a fleet run with `options`, the host
@@ -228,17 +245,7 @@ impl FleetHost {
         }
         let config = match run {
             Run::Generated(rbac) => {
-                // The `--blueprint` file's needs, or none (tenants act as their own).
-                let blueprint = match &options.blueprint {
-                    Some(path) => inrun::blueprint::load(path)
-                        .unwrap_or_else(|e| panic!("blueprint: {e}")),
-                    None => inrun::blueprint::from_str(
-                        "apiVersion: inrun.dev/v1alpha1\nkind: Blueprint\nmetadata: {name: fleet}\nspec: {crds: []}\n",
-                        "fleet.yaml",
-                    )
-                    .expect("an empty Blueprint"),
-                };
-                identity::Identity::generated(&blueprint, &rbac)
+                identity::Identity::for_blueprints(&file_tenants(&options), &rbac)
                     .await
                     .config()
             }
@@ -311,6 +318,31 @@ impl FleetHost {
             }
         }
     }
+}
+
+/// The Blueprints a fleet run with `options` serves from files as the host itself: the
+/// `--blueprint` file and every Blueprint in the `--tenants` directory that loads.
+fn file_tenants(options: &FleetOptions) -> Vec<inrun::blueprint::Blueprint> {
+    let mut out: Vec<_> = options
+        .blueprint
+        .iter()
+        .map(|path| inrun::blueprint::load(path).unwrap_or_else(|e| panic!("blueprint: {e}")))
+        .collect();
+    if let Some(dir) = &options.tenants
+        && let Ok(entries) = std::fs::read_dir(dir)
+    {
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let yaml = path
+                .extension()
+                .is_some_and(|e| e == "yaml" || e == "yml");
+            // A tenant that does not load runs nothing: it needs no grant.
+            if yaml && let Ok(all) = inrun::blueprint::load_all(&path) {
+                out.extend(all);
+            }
+        }
+    }
+    out
 }
 
 /// Writes `bytes` to `path` the way a deploy tool replaces a file: a temporary file in
@@ -743,13 +775,17 @@ async fn ensure_admin_tenant(client: &Client) {
 
 /// Server-side applies manifests as the admin.
 pub async fn apply_all(docs: &[Value]) {
-    let client = client();
+    apply_all_with(&client(), docs).await;
+}
+
+/// Server-side applies manifests with `client`.
+pub async fn apply_all_with(client: &Client, docs: &[Value]) {
     for doc in docs {
         let gvk = kube::core::GroupVersionKind::try_from(
             &serde_json::from_value::<kube::api::TypeMeta>(doc.clone()).expect("type meta"),
         )
         .expect("gvk");
-        let (ar, caps) = kube::discovery::pinned_kind(&client, &gvk)
+        let (ar, caps) = kube::discovery::pinned_kind(client, &gvk)
             .await
             .expect("discovery");
         let name = doc["metadata"]["name"].as_str().expect("name");

@@ -639,10 +639,20 @@ impl Fleet {
         // Checking plugin sources may take as long as a registry makes it: in its own
         // task, one check at a time.
         let mut polling: Option<JoinHandle<()>> = None;
+        // One ticker for the whole loop: a sleep made anew each turn would be pushed back
+        // by every event, so a tenant touching its Blueprint resource every few seconds
+        // would stop reloads, retries and plugin polls for every tenant.
+        let mut ticker = interval.map(|d| {
+            let mut t = tokio::time::interval_at(tokio::time::Instant::now() + d, d);
+            t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            t
+        });
         loop {
             let tick = async {
-                match interval {
-                    Some(d) => tokio::time::sleep(d).await,
+                match ticker.as_mut() {
+                    Some(t) => {
+                        t.tick().await;
+                    }
                     None => std::future::pending().await,
                 }
             };
