@@ -1410,7 +1410,6 @@ async fn no_write_of_a_leader_that_lost_its_lease_lands_after_the_next_leader_st
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_health_port_answers_while_a_large_plugin_compiles_and_readiness_waits_for_it()
 -> TestResult {
-    let cp = ControlPlane::shared();
     let group = unique_group("startup");
     let dir = tempfile::tempdir()?;
     let path = dir.path().join("blueprint.yaml");
@@ -1447,13 +1446,15 @@ spec:
     let healthy_after = started.elapsed();
     assert_eq!(status, 200);
     // The compile is announced with the plugin's name and size.
-    let line = |text: &str, words: &[&str]| {
-        text.lines()
-            .any(|l| words.iter().all(|w| l.contains(w)))
-    };
+    let line =
+        |text: &str, words: &[&str]| text.lines().any(|l| words.iter().all(|w| l.contains(w)));
     inrun_testenv::wait_for("the compile to be announced", WAIT, || async {
         let text = std::fs::read_to_string(&log).ok()?;
-        line(&text, &["loading plugin", "inrun_plugin_webapp_python", "bytes"]).then_some(())
+        line(
+            &text,
+            &["loading plugin", "inrun_plugin_webapp_python", "bytes"],
+        )
+        .then_some(())
     })
     .await?;
     // Liveness answers, readiness fails, while the plugin compiles.
@@ -1469,7 +1470,14 @@ spec:
     // The reason, withheld from the probe, is in the log: the plugin still loading.
     let text = std::fs::read_to_string(&log)?;
     assert!(
-        line(&text, &["health check failed", "plugins", "inrun_plugin_webapp_python"]),
+        line(
+            &text,
+            &[
+                "health check failed",
+                "plugins",
+                "inrun_plugin_webapp_python"
+            ]
+        ),
         "{text}"
     );
     inrun_testenv::wait_for(

@@ -830,7 +830,12 @@ async fn a_postgres_url_reaches_only_the_host_the_egress_list_allows() {
     let pg = inrun_testenv::services::Postgres::start()
         .await
         .expect("postgres");
-    let port = pg.url.rsplit(':').next().and_then(|p| p.split('/').next()).expect("port");
+    let port = pg
+        .url
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.split('/').next())
+        .expect("port");
     // The operator lists one name; the real server is on loopback, which it does not list.
     let host = egress_host(&[format!("db.example.invalid:{port}")]).await;
     let tag = |g: &str| {

@@ -1163,12 +1163,20 @@ spec:
             ..RbacOptions::default()
         };
         let perms = required(&empty, &options);
-        assert!(perms.iter().any(|p| p.resource == "customresourcedefinitions"
-            && p.names.is_empty()
-            && p.verbs == ["create"]));
-        assert!(perms.iter().any(|p| p.resource == "customresourcedefinitions"
-            && p.names == ["blueprints.inrun.dev"]
-            && p.verbs == ["get", "patch"]));
+        assert!(
+            perms
+                .iter()
+                .any(|p| p.resource == "customresourcedefinitions"
+                    && p.names.is_empty()
+                    && p.verbs == ["create"])
+        );
+        assert!(
+            perms
+                .iter()
+                .any(|p| p.resource == "customresourcedefinitions"
+                    && p.names == ["blueprints.inrun.dev"]
+                    && p.verbs == ["get", "patch"])
+        );
     }
 
     #[test]

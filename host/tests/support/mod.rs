@@ -333,9 +333,7 @@ fn file_tenants(options: &FleetOptions) -> Vec<inrun::blueprint::Blueprint> {
     {
         for entry in entries.flatten() {
             let path = entry.path();
-            let yaml = path
-                .extension()
-                .is_some_and(|e| e == "yaml" || e == "yml");
+            let yaml = path.extension().is_some_and(|e| e == "yaml" || e == "yml");
             // A tenant that does not load runs nothing: it needs no grant.
             if yaml && let Ok(all) = inrun::blueprint::load_all(&path) {
                 out.extend(all);
