@@ -642,7 +642,7 @@ async fn a_deletion_the_host_may_not_finish_says_why_and_is_released_at_the_time
     let mut docs = inrun::generate::rbac::manifests(&blueprint, &options);
     let granted = inrun::generate::rbac::required(&blueprint, &options);
     let bound = identity::Identity::bound(&options, &docs, &granted).await;
-    let mut host = Host::start_with(&text, Run::Bound(bound.clone())).await;
+    let mut host = Host::start_with(&text, Run::Bound(Box::new(bound.clone()))).await;
     host.expect_forbidden();
     let ns = ControlPlane::shared().namespace("unlistable").await?;
     gadget(&group, &ns, "stuck").await;

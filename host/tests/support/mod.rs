@@ -44,7 +44,7 @@ pub enum Run {
     Generated(inrun::generate::rbac::RbacOptions),
     /// A ServiceAccount a test bound itself (the generated RBAC with a permission taken
     /// away, say).
-    Bound(identity::Identity),
+    Bound(Box<identity::Identity>),
     /// The harness's admin (`system:masters`); `why` says why this test needs it.
     Admin {
         /// Why the generated RBAC will not do.
@@ -209,7 +209,7 @@ impl FleetHost {
                 .unwrap_or_else(|e| panic!("a later Blueprint: {e}"))
         }));
         let identity = identity::Identity::for_blueprints(&blueprints, &rbac).await;
-        Self::start_as(options, sources, Run::Bound(identity)).await
+        Self::start_as(options, sources, Run::Bound(Box::new(identity))).await
     }
 
     /// The flags `inrun generate rbac` is given for a fleet run with `options`, the host

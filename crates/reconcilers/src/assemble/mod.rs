@@ -30,6 +30,10 @@ use inrun_blueprint::{
 use inrun_template::{CompiledCondition, CompiledValue, Engine as Templates};
 use inrun_wasm::{Engine, Grants, Limits, PluginInfo, World};
 
+/// One distinct plugin a Blueprint names: where it is, its pull secret, and each field
+/// naming it with the problem a failed load becomes there.
+type Wanted = (Location, Option<PullSecret>, Vec<(String, Problem)>);
+
 /// A loaded, checked Blueprint.
 pub struct Assembly {
     /// The Blueprint as written.
@@ -210,7 +214,7 @@ impl Assembly {
         let mut problems = Vec::new();
         // Each distinct plugin once, several at a time (a large guest compiles for
         // seconds): the fields that name it, and where it is.
-        let mut wanted: Vec<(Location, Option<PullSecret>, Vec<(String, Problem)>)> = Vec::new();
+        let mut wanted: Vec<Wanted> = Vec::new();
         for r in blueprint.plugins() {
             let problem = |message: String| {
                 Problem::new(
