@@ -753,6 +753,12 @@ async fn helm_install_creates_the_host_and_binds_its_generated_rbac_and_uninstal
     assert_eq!(container["readinessProbe"]["httpGet"]["path"], "/readyz");
     assert_eq!(container["livenessProbe"]["httpGet"]["path"], "/healthz");
     assert_eq!(container["readinessProbe"]["httpGet"]["port"], "health");
+    // Liveness waits until the plugins are loaded, up to 10 minutes of cold compiles.
+    let startup = &container["startupProbe"];
+    assert_eq!(startup["httpGet"]["path"], "/readyz/plugins");
+    let budget = startup["periodSeconds"].as_i64().unwrap_or(0)
+        * startup["failureThreshold"].as_i64().unwrap_or(0);
+    assert!(budget >= 600, "{startup}");
     assert_eq!(container["ports"][0]["containerPort"], 8081);
     assert_eq!(container["securityContext"]["readOnlyRootFilesystem"], true);
     assert_eq!(

@@ -437,6 +437,20 @@ async fn host_kubeconfig(blueprint: &std::path::Path, dir: &std::path::Path, lea
 struct Process {
     child: tokio::process::Child,
     identity: String,
+    log: std::path::PathBuf,
+}
+
+impl Drop for Process {
+    /// A request the API server refused (403) fails the test: the generated RBAC lacks
+    /// something the host does.
+    fn drop(&mut self) {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        if let Some(line) = text.lines().find(|l| l.contains(" is forbidden: "))
+            && !std::thread::panicking()
+        {
+            panic!("{} was refused a request: {line}", self.identity);
+        }
+    }
 }
 
 impl Process {
@@ -451,7 +465,8 @@ impl Process {
         identity: &str,
         env: &[(&str, &str)],
     ) -> Process {
-        let log = std::fs::File::create(dir.join(format!("{identity}.log"))).expect("log file");
+        let log_path = dir.join(format!("{identity}.log"));
+        let log = std::fs::File::create(&log_path).expect("log file");
         let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_inrun"))
             .arg("run")
             .arg("--blueprint")
@@ -480,6 +495,7 @@ impl Process {
         Process {
             child,
             identity: identity.into(),
+            log: log_path,
         }
     }
 
