@@ -49,6 +49,7 @@ pub use quantity::{Quantity, QuantityError};
 pub use reconcile::{
     HookSpec, ManagedResource, ManagedType, ObjectFilter, PluginLimits, PluginSpec, PruneSpec,
     ReconcileSpec, ReconcilerKind, RemoteAuth, RemoteSpec, RequestSpec, RequeueSpec, TYPE_DEFINING,
+    default_plural,
 };
 pub use refs::{PullSecretRef, SecretRef};
 pub use runtime::{BackoffSpec, FinalizersSpec, LeaderElectionSpec, RuntimeSpec};

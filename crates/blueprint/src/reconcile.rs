@@ -200,6 +200,30 @@ impl ManagedType {
     }
 }
 
+/// The resource name Kubernetes gives a kind by default (lower case, English plural);
+/// exact for built-in kinds, which the API server's discovery confirms at startup.
+pub fn default_plural(kind: &str) -> String {
+    let lower = kind.to_lowercase();
+    match lower.as_str() {
+        "endpoints" => return lower,
+        "podsecuritypolicy" => return "podsecuritypolicies".into(),
+        _ => {}
+    }
+    if lower.ends_with('s')
+        || lower.ends_with('x')
+        || lower.ends_with("ch")
+        || lower.ends_with("sh")
+    {
+        format!("{lower}es")
+    } else if let Some(stem) = lower.strip_suffix('y')
+        && !stem.ends_with(['a', 'e', 'i', 'o', 'u'])
+    {
+        format!("{stem}ies")
+    } else {
+        format!("{lower}s")
+    }
+}
+
 /// The kinds that define types at run time: a child of one of these makes the CR's
 /// deletion safeguard list the instances of the types it defines.
 pub const TYPE_DEFINING: [(&str, &str); 2] = [
@@ -225,15 +249,18 @@ impl ReconcileSpec {
     /// The deletion safeguard lists instances only of types a child defines; a child that
     /// would define a type this answers `false` for is refused before it is applied, so a
     /// CR can never be held by a list the host is not allowed to make.
-    pub fn lists_instances_of(&self, group: &str, kind: Option<&str>) -> bool {
-        let declared = self
-            .managed_types
-            .iter()
-            .any(|t| t.matches(group, kind.unwrap_or("*")) && (kind.is_some() || t.kind == "*"));
-        let managed = kind.is_some_and(|kind| {
-            self.managed_resources.iter().any(|m| {
-                m.kind == kind && m.api_version.rsplit_once('/').map(|(g, _)| g) == Some(group)
-            })
+    /// `plural` is the type's resource name: `managedResources` grants its kind's default
+    /// plural ([`default_plural`]), so a type named otherwise must be in `managedTypes`.
+    pub fn lists_instances_of(&self, group: &str, kind: Option<(&str, &str)>) -> bool {
+        let declared = self.managed_types.iter().any(|t| match kind {
+            Some((kind, _)) => t.matches(group, kind),
+            None => t.kind == "*" && t.matches(group, "*"),
+        });
+        let managed = kind.is_some_and(|(kind, plural)| {
+            plural == default_plural(kind)
+                && self.managed_resources.iter().any(|m| {
+                    m.kind == kind && m.api_version.rsplit_once('/').map(|(g, _)| g) == Some(group)
+                })
         });
         declared || managed
     }

@@ -119,29 +119,7 @@ fn group_of(api_version: &str) -> &str {
     api_version.rsplit_once('/').map_or("", |(g, _)| g)
 }
 
-/// The resource name Kubernetes gives a kind by default (lower case, English plural);
-/// exact for built-in kinds, which the API server's discovery confirms at startup.
-pub fn plural(kind: &str) -> String {
-    let lower = kind.to_lowercase();
-    match lower.as_str() {
-        "endpoints" => return lower,
-        "podsecuritypolicy" => return "podsecuritypolicies".into(),
-        _ => {}
-    }
-    if lower.ends_with('s')
-        || lower.ends_with('x')
-        || lower.ends_with("ch")
-        || lower.ends_with("sh")
-    {
-        format!("{lower}es")
-    } else if let Some(stem) = lower.strip_suffix('y')
-        && !stem.ends_with(['a', 'e', 'i', 'o', 'u'])
-    {
-        format!("{stem}ies")
-    } else {
-        format!("{lower}s")
-    }
-}
+pub use inrun_blueprint::default_plural as plural;
 
 /// Every reconcile block of a CRD: its own and each serve target's.
 fn blocks(crd: &CrdSpec) -> impl Iterator<Item = &ReconcileSpec> {
@@ -1058,15 +1036,17 @@ spec:
         );
         // The safeguard's question, answered from the same declarations.
         let block = &bp.spec.crds[0].reconcile;
-        assert!(block.lists_instances_of("gizmo.example", Some("Gizmo")));
+        assert!(block.lists_instances_of("gizmo.example", Some(("Gizmo", "gizmos"))));
         assert!(block.lists_instances_of("gizmo.example", None));
-        assert!(!block.lists_instances_of("other.example", Some("Gizmo")));
+        assert!(!block.lists_instances_of("other.example", Some(("Gizmo", "gizmos"))));
         let bp =
             with("          - {apiVersion: parts.example/v1, kind: Part}\n").expect("a kind named");
         let block = &bp.spec.crds[0].reconcile;
-        assert!(block.lists_instances_of("parts.example", Some("Part")));
-        assert!(!block.lists_instances_of("parts.example", Some("Other")));
+        assert!(block.lists_instances_of("parts.example", Some(("Part", "parts"))));
+        assert!(!block.lists_instances_of("parts.example", Some(("Other", "others"))));
         assert!(!block.lists_instances_of("parts.example", None));
+        // A plural other than the one the grant names: listing would be refused.
+        assert!(!block.lists_instances_of("parts.example", Some(("Part", "partz"))));
     }
 
     #[test]

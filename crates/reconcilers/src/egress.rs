@@ -77,7 +77,7 @@ impl EgressError {
                 "names a host:port that is not in the operator's egress allowlist (inrun run --tenant-egress)"
             }
             EgressError::Special { .. } => {
-                "names a special-purpose address (loopback, link-local, private, metadata), refused unless --tenant-egress lists it"
+                "names a special-purpose address (loopback, link-local, cloud metadata, the API server), refused unless --tenant-egress lists it"
             }
             EgressError::Resolve { .. } => "names a host that does not resolve",
             EgressError::Ambiguous { why, .. } => why,
@@ -186,9 +186,8 @@ fn special(ip: IpAddr, apiserver: &[IpAddr]) -> Option<&'static str> {
                 Some("an unspecified address")
             } else if v6.is_unicast_link_local() {
                 Some("a link-local address (cloud metadata)")
-            } else if s[0] & 0xfe00 == 0xfc00 {
-                // fc00::/7, where AWS serves its metadata over IPv6 (fd00:ec2::254).
-                Some("a unique-local address (cloud metadata)")
+            } else if METADATA_V6.contains(&s) {
+                Some("a cloud metadata address")
             } else if v6.is_multicast() {
                 Some("a multicast address")
             } else {
@@ -197,6 +196,10 @@ fn special(ip: IpAddr, apiserver: &[IpAddr]) -> Option<&'static str> {
         }
     }
 }
+
+/// Cloud metadata services over IPv6 (AWS's, in the unique-local range where IPv6
+/// clusters also put their Services, so the range itself stays allowed).
+const METADATA_V6: [[u16; 8]; 1] = [[0xfd00, 0x0ec2, 0, 0, 0, 0, 0, 0x0254]];
 
 /// Cloud metadata services outside the link-local range.
 const METADATA_V4: [[u8; 4]; 2] = [
@@ -506,7 +509,7 @@ mod tests {
             ("0.0.0.0", "unspecified"),
             ("0.1.2.3", "unspecified"),
             ("10.96.0.1", "API server"),
-            ("fd00:ec2::254", "unique-local"),
+            ("fd00:ec2::254", "metadata"),
             ("100.100.100.200", "metadata"),
             ("168.63.129.16", "metadata"),
             ("64:ff9b::a9fe:a9fe", "link-local"),
@@ -530,7 +533,7 @@ mod tests {
                 .is_ok()
         );
         // In-cluster services live in private ranges: a listed name may resolve there.
-        for ip in ["10.1.2.3", "192.168.1.5", "2001:db8::5"] {
+        for ip in ["10.1.2.3", "192.168.1.5", "2001:db8::5", "fd00:10:96::a"] {
             assert!(
                 strict.inner.address("x", ip.parse().expect("ip")).is_ok(),
                 "{ip}"

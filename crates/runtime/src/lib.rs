@@ -209,10 +209,12 @@ pub async fn prepare(
                 (!p.verbs.is_empty()).then_some(p)
             })
             .collect(),
-        // The Lease is checked by the leader elector, which knows its namespace.
+        // The Lease is checked by the leader elector, which knows its namespace; the
+        // rest, namespaced grants too (children written where the Blueprint bounds them,
+        // the Secrets it names), is checked here.
         None => inrun_generate::rbac::required(&assembly.blueprint, &options)
             .into_iter()
-            .filter(|p| p.namespace.is_none())
+            .filter(|p| p.resource != "leases")
             .collect(),
     };
     access::check(client, shared.identity.as_ref(), &needed).await?;

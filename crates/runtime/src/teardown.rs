@@ -80,6 +80,12 @@ async fn every_child(
     cr: &DynamicObject,
     spec: &ReconcileSpec,
 ) -> Result<Vec<Listed>, ChildError> {
+    let kinds = child_kinds(ctx, spec).await?;
+    children::listed(ctx, cr, kinds).await
+}
+
+/// The served kinds [`every_child`] lists.
+async fn child_kinds(ctx: &Ctx, spec: &ReconcileSpec) -> Result<Vec<crate::Kind>, ChildError> {
     let plan = ctx.plan();
     let blocks: Vec<&ReconcileSpec> = std::iter::once(&plan.default.spec)
         .chain(plan.targets.iter().map(|(_, p)| &p.spec))
@@ -105,8 +111,7 @@ async fn every_child(
         .filter(|m| !kept(m))
         .map(|m| (m.api_version.clone(), m.kind.clone()))
         .collect();
-    let kinds = children::served_kinds(ctx, entries).await?;
-    children::listed(ctx, cr, kinds).await
+    children::served_kinds(ctx, entries).await
 }
 
 /// Tears down `cr`'s children (see [`inrun_pass::Effects::tear_down`]).
@@ -194,16 +199,27 @@ pub async fn tear_down(
 /// or orphaned is left in place and named in [`Teardown::Done::spared`].
 async fn forced_tear_down(ctx: &Ctx, cr: &DynamicObject, spec: &ReconcileSpec) -> Teardown {
     let mut notes: Vec<String> = Vec::new();
-    let all = match every_child(ctx, cr, spec).await {
-        Ok(all) => all,
-        Err(e) => {
-            notes.push(format!(
-                "the children, which could not be listed ({})",
-                inrun_contract::errors::chain(&e)
-            ));
-            Vec::new()
+    // Kind by kind: a kind that cannot be listed leaves only its own children unhandled.
+    // Those with the CR as owner may still be garbage-collected once it is gone.
+    let mut all = Vec::new();
+    match child_kinds(ctx, spec).await {
+        Ok(kinds) => {
+            for kind in kinds {
+                let name = kind.resource.kind.clone();
+                match children::listed(ctx, cr, vec![kind]).await {
+                    Ok(found) => all.extend(found),
+                    Err(e) => notes.push(format!(
+                        "its {name} children, which could not be listed ({}): not deleted by the host",
+                        inrun_contract::errors::chain(&e)
+                    )),
+                }
+            }
         }
-    };
+        Err(e) => notes.push(format!(
+            "its children, whose kinds could not be looked up ({}): not deleted by the host",
+            inrun_contract::errors::chain(&e)
+        )),
+    }
     let refs: Vec<&Listed> = all.iter().collect();
     let found = if all.iter().any(|c| !c.orphans()) {
         safeguard::foreign(ctx, cr, &refs, &spec.managed_types).await

@@ -240,13 +240,13 @@ impl Engine {
         // A large guest takes seconds to compile (minutes unoptimised): say so, and let
         // readiness name it while it runs.
         tracing::info!(plugin = %id.name, digest = %id.digest_ref(), bytes = bytes.len(), "loading plugin");
-        self.observer.plugin_loading(&id.name, true);
+        let loading = Loading::new(self.observer.as_ref(), &id.name);
         let started = std::time::Instant::now();
         let loaded = match &self.inner.cache {
             Some(cache) => self.component_via_cache(cache, id, bytes),
             None => self.compile(id, bytes).map(|c| (c, "compiled")),
         };
-        self.observer.plugin_loading(&id.name, false);
+        drop(loading);
         let (component, source) = loaded?;
         tracing::info!(plugin = %id.name, took_ms = started.elapsed().as_millis() as u64,
             from = if source == "cache" { "the compile cache" } else { "a fresh compile" },
@@ -305,6 +305,26 @@ impl Engine {
             }
         }
         Ok((component, "compiled"))
+    }
+}
+
+/// A plugin load in progress, told to the observer when it starts and when it ends, a
+/// panic in the compiler included: readiness must never wait on a load that is over.
+struct Loading<'a> {
+    observer: &'a dyn Observer,
+    plugin: &'a str,
+}
+
+impl<'a> Loading<'a> {
+    fn new(observer: &'a dyn Observer, plugin: &'a str) -> Self {
+        observer.plugin_loading(plugin, true);
+        Loading { observer, plugin }
+    }
+}
+
+impl Drop for Loading<'_> {
+    fn drop(&mut self) {
+        self.observer.plugin_loading(self.plugin, false);
     }
 }
 

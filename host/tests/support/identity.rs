@@ -165,13 +165,9 @@ impl Identity {
         };
         // The authorizer learns of new bindings through its informers: wait for them.
         let client = cp.client_with_token(&identity.token);
-        let cluster_wide: Vec<_> = expected
-            .iter()
-            .filter(|p| p.namespace.is_none())
-            .cloned()
-            .collect();
+        let granted = expected;
         super::eventually("the generated RBAC to take effect", || async {
-            inrun::runtime::access::check(&client, None, &cluster_wide)
+            inrun::runtime::access::check(&client, None, &granted)
                 .await
                 .ok()
         })

@@ -362,6 +362,16 @@ fn managed_types(r: &mut Report<'_>, spec: &ReconcileSpec, at: &str) {
             let group = m.api_version.rsplit_once('/').map_or("", |(g, _)| g);
             group.contains('.') && !group.ends_with(".k8s.io")
         });
+    // An APIService serves a whole group, which only a `kind: "*"` entry names.
+    let serves_api = spec
+        .managed_resources
+        .iter()
+        .any(|m| (m.api_version.as_str(), m.kind.as_str()) == crate::reconcile::TYPE_DEFINING[1]);
+    r.check(
+        !serves_api || spec.managed_types.iter().any(|t| t.kind == "*"),
+        format!("{at}.managedTypes"),
+        "managedResources lists APIService: name each group its APIServices serve here with kind \"*\", so the host may list their instances before it deletes them",
+    );
     r.check(
         !spec.defines_types() || instances_named,
         format!("{at}.managedTypes"),

@@ -326,26 +326,27 @@ impl ReconcilePlan {
                 });
             }
             let defined = match (api_version.as_str(), kind.as_str()) {
-                (v, k) if (v, k) == inrun_blueprint::TYPE_DEFINING[0] => {
-                    let kind = text("/spec/names/kind");
-                    Some((text("/spec/group"), Some(kind)))
-                }
+                (v, k) if (v, k) == inrun_blueprint::TYPE_DEFINING[0] => Some((
+                    text("/spec/group"),
+                    Some((text("/spec/names/kind"), text("/spec/names/plural"))),
+                )),
                 (v, k) if (v, k) == inrun_blueprint::TYPE_DEFINING[1] => {
                     Some((text("/spec/group"), None))
                 }
                 _ => None,
             };
             if let Some((group, defined_kind)) = defined
-                && !self
-                    .spec
-                    .lists_instances_of(&group, defined_kind.as_deref())
+                && !self.spec.lists_instances_of(
+                    &group,
+                    defined_kind.as_ref().map(|(k, p)| (k.as_str(), p.as_str())),
+                )
             {
                 return Err(PassError::UndeclaredType {
                     index,
                     kind,
                     name: text("/metadata/name"),
                     defines: match defined_kind {
-                        Some(k) => format!("{k}.{group}"),
+                        Some((k, p)) => format!("{k}.{group} (resource {p})"),
                         None => format!("the group {group}"),
                     },
                 });
