@@ -165,9 +165,8 @@ impl Identity {
         };
         // The authorizer learns of new bindings through its informers: wait for them.
         let client = cp.client_with_token(&identity.token);
-        let granted = expected;
         super::eventually("the generated RBAC to take effect", || async {
-            inrun::runtime::access::check(&client, None, &granted)
+            inrun::runtime::access::check(&client, None, expected)
                 .await
                 .ok()
         })
