@@ -304,6 +304,13 @@ fn remote(r: &mut Report<'_>, remote: &RemoteSpec, at: &str) {
         format!("{at}.endpoint"),
         "must be an http:// or https:// URL",
     );
+    // The endpoint is told in every error, which CR authors read in status and events:
+    // credentials written into it would be told with it.
+    r.check(
+        !has_userinfo(&remote.endpoint),
+        format!("{at}.endpoint"),
+        "must not carry credentials (user:password@): put a token in a Secret and name it in auth.secretRef",
+    );
     if let Some(auth) = &remote.auth {
         secret_ref(r, &auth.secret_ref, &format!("{at}.auth.secretRef"));
     }
@@ -312,6 +319,13 @@ fn remote(r: &mut Report<'_>, remote: &RemoteSpec, at: &str) {
         format!("{at}.timeout"),
         "must be at most 5m",
     );
+}
+
+/// Whether a URL's authority carries `user[:password]@`.
+fn has_userinfo(url: &str) -> bool {
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    authority.contains('@')
 }
 
 fn is_http_url(url: &str) -> bool {
@@ -495,6 +509,26 @@ mod tests {
             ),
             [format!("{AT}: set only one of constructor and remote")]
         );
+    }
+
+    #[test]
+    fn a_remote_endpoint_carries_no_credentials() {
+        assert_eq!(
+            reconcile(
+                "{ default: false, remote: { endpoint: 'https://robot:hunter2@reconciler.example.com/r' } }"
+            ),
+            [format!(
+                "{AT}.remote.endpoint: must not carry credentials (user:password@): put a token in a Secret and name it in auth.secretRef"
+            )]
+        );
+        // An `@` in the path or query is no credential.
+        assert!(!super::has_userinfo(
+            "https://reconciler.example.com/r?owner=a@b"
+        ));
+        assert!(!super::has_userinfo(
+            "https://reconciler.example.com/users/@me"
+        ));
+        assert!(super::has_userinfo("http://token@10.0.0.1:8080/r"));
     }
 
     #[test]
