@@ -15,20 +15,97 @@ use sha2::{Digest, Sha256};
 /// An entry that fails to load is recompiled and replaced.
 ///
 /// The directory must be writable only by the host: loading an entry runs its code.
+///
+/// The directory holds at most [`CompileCache::max_bytes`] of entries: storing one evicts
+/// the least recently used others (a load marks an entry used), and an entry larger than
+/// the cap is not stored. A pod's cache volume (an `emptyDir` with a size limit) is never
+/// filled until the kubelet evicts the pod, however many plugins tenants load.
 #[derive(Debug, Clone)]
 pub struct CompileCache {
     dir: PathBuf,
+    max_bytes: u64,
 }
 
+/// The default cap: half the chart's 512 MiB cache volume.
+pub const DEFAULT_CACHE_BYTES: u64 = 256 * 1024 * 1024;
+
+/// Temporary files older than this were left by a writer that died.
+const STALE_TEMP: std::time::Duration = std::time::Duration::from_secs(3600);
+
 impl CompileCache {
-    /// Uses `dir`, creating it if needed.
+    /// Uses `dir`, creating it if needed, with the default cap ([`DEFAULT_CACHE_BYTES`]).
     ///
     /// # Errors
     /// The directory cannot be created.
     pub fn new(dir: impl Into<PathBuf>) -> std::io::Result<Self> {
         let dir = dir.into();
         std::fs::create_dir_all(&dir)?;
-        Ok(CompileCache { dir })
+        Ok(CompileCache {
+            dir,
+            max_bytes: DEFAULT_CACHE_BYTES,
+        })
+    }
+
+    /// The same cache holding at most `max_bytes` of entries.
+    #[must_use]
+    pub fn with_max_bytes(mut self, max_bytes: u64) -> Self {
+        self.max_bytes = max_bytes;
+        self
+    }
+
+    /// The most bytes of entries the directory holds.
+    pub fn max_bytes(&self) -> u64 {
+        self.max_bytes
+    }
+
+    /// Marks the entry at `path` used now (its modification time), so eviction keeps it
+    /// longer than entries unused since.
+    pub(super) fn touch(&self, path: &Path) {
+        if let Ok(file) = std::fs::File::options().append(true).open(path) {
+            let _ = file.set_modified(std::time::SystemTime::now());
+        }
+    }
+
+    /// Removes the least recently used entries but `keep` until the entries take at most
+    /// the cap, and temporary files a dead writer left. Returns how many entries went.
+    pub(super) fn evict(&self, keep: &Path) -> usize {
+        let Ok(read) = std::fs::read_dir(&self.dir) else {
+            return 0;
+        };
+        let now = std::time::SystemTime::now();
+        let mut entries = Vec::new();
+        for entry in read.flatten() {
+            let path = entry.path();
+            let Ok(meta) = entry.metadata() else { continue };
+            let modified = meta.modified().unwrap_or(now);
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            if name.starts_with(".tmp-") {
+                if now.duration_since(modified).unwrap_or_default() > STALE_TEMP {
+                    let _ = std::fs::remove_file(&path);
+                }
+                continue;
+            }
+            if name.ends_with(".cwasm") && meta.is_file() {
+                entries.push((modified, meta.len(), path));
+            }
+        }
+        let mut total: u64 = entries.iter().map(|(_, len, _)| len).sum();
+        entries.sort();
+        let mut evicted = 0;
+        for (_, len, path) in entries {
+            if total <= self.max_bytes {
+                break;
+            }
+            if path == keep {
+                continue;
+            }
+            if std::fs::remove_file(&path).is_ok() {
+                total = total.saturating_sub(len);
+                evicted += 1;
+            }
+        }
+        evicted
     }
 
     /// The default location: `$INRUN_CACHE_DIR`, else `$XDG_CACHE_HOME/inrun/wasm`, else
@@ -54,15 +131,32 @@ impl CompileCache {
         self.dir.join(format!("{module_digest}-{engine_key}.cwasm"))
     }
 
-    /// Writes `bytes` as the entry at `path`, atomically.
+    /// Writes `bytes` as the entry at `path`, atomically, then evicts what the cap asks.
+    /// An entry larger than the cap is not written.
+    ///
+    /// # Errors
+    /// The entry could not be written; [`std::io::ErrorKind::FileTooLarge`] when it alone
+    /// exceeds the cap.
     pub(super) fn store(&self, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+        if bytes.len() as u64 > self.max_bytes {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::FileTooLarge,
+                format!(
+                    "the compiled plugin ({} bytes) is larger than the cache's cap of {} bytes",
+                    bytes.len(),
+                    self.max_bytes
+                ),
+            ));
+        }
         let mut tmp = tempfile_in(&self.dir)?;
         tmp.1.write_all(bytes)?;
         tmp.1.sync_all()?;
         drop(tmp.1);
         std::fs::rename(&tmp.0, path).inspect_err(|_| {
             let _ = std::fs::remove_file(&tmp.0);
-        })
+        })?;
+        self.evict(path);
+        Ok(())
     }
 }
 
@@ -122,6 +216,58 @@ mod tests {
             .map(|e| e.unwrap().file_name())
             .collect();
         assert_eq!(names.len(), 1, "only the entry remains: {names:?}");
+    }
+
+    #[test]
+    fn the_least_recently_used_entries_go_when_the_cap_is_passed() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = CompileCache::new(dir.path()).unwrap().with_max_bytes(250);
+        let old = std::time::SystemTime::now() - std::time::Duration::from_secs(60);
+        let (a, b, c) = (
+            cache.entry("a", "e"),
+            cache.entry("b", "e"),
+            cache.entry("c", "e"),
+        );
+        cache.store(&a, &[0; 100]).unwrap();
+        cache.store(&b, &[0; 100]).unwrap();
+        for p in [&a, &b] {
+            std::fs::File::options()
+                .append(true)
+                .open(p)
+                .unwrap()
+                .set_modified(old)
+                .unwrap();
+        }
+        // `a` is used again: `b` is now the least recently used.
+        cache.touch(&a);
+        cache.store(&c, &[0; 100]).unwrap();
+        assert!(a.exists() && c.exists());
+        assert!(!b.exists(), "the least recently used entry is evicted");
+        // An entry larger than the cap is not stored, and evicts nothing.
+        let huge = cache.entry("huge", "e");
+        let err = cache.store(&huge, &[0; 300]).unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::FileTooLarge);
+        assert!(!huge.exists() && a.exists() && c.exists());
+    }
+
+    #[test]
+    fn temporary_files_a_dead_writer_left_are_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = CompileCache::new(dir.path()).unwrap();
+        let stale = dir.path().join(".tmp-1-2-3");
+        let fresh = dir.path().join(".tmp-4-5-6");
+        std::fs::write(&stale, b"x").unwrap();
+        std::fs::write(&fresh, b"x").unwrap();
+        std::fs::File::options()
+            .append(true)
+            .open(&stale)
+            .unwrap()
+            .set_modified(std::time::SystemTime::now() - 2 * STALE_TEMP)
+            .unwrap();
+        let entry = cache.entry("a", "e");
+        cache.store(&entry, b"one").unwrap();
+        assert!(!stale.exists(), "a dead writer's file goes");
+        assert!(fresh.exists(), "a writer's file in progress stays");
     }
 
     #[test]

@@ -286,6 +286,7 @@ impl Engine {
             match loaded {
                 Ok(c) => {
                     self.observer.plugin_loaded("cache");
+                    cache.touch(&path);
                     return Ok((c, "cache"));
                 }
                 Err(e) => tracing::warn!(plugin = %id, path = %path.display(), error = %e,

@@ -9,7 +9,7 @@ use inrun::render::{self, RenderInput};
 use inrun::sources::{Location, Sources};
 use inrun::wasm::Unobserved;
 
-use super::setup::{engine, read};
+use super::setup::{CacheArgs, engine, read};
 use super::{Cli, Command, Format, GenerateCommand, Lang, PluginCommand};
 
 fn print(value: &impl serde::Serialize, format: Format) -> anyhow::Result<()> {
@@ -28,8 +28,11 @@ pub fn execute(cli: Cli) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    let cache_dir = cli.cache_dir;
-    let quiet = || engine(cache_dir.clone(), Arc::new(Unobserved));
+    let cache = CacheArgs {
+        dir: cli.cache_dir,
+        max_bytes: cli.cache_max_size,
+    };
+    let quiet = || engine(&cache, Arc::new(Unobserved));
     match cli.command {
         Command::Render {
             blueprint,
@@ -81,7 +84,7 @@ pub fn execute(cli: Cli) -> anyhow::Result<()> {
             let engine = quiet()?;
             runtime.block_on(super::test::run(&engine, &dir, update))
         }
-        Command::Run(args) => super::run::run(&runtime, *args, cache_dir),
+        Command::Run(args) => super::run::run(&runtime, *args, &cache),
         Command::Generate { command } => {
             let docs = match command {
                 GenerateCommand::Crds { blueprint } => {

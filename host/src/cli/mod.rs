@@ -22,6 +22,10 @@ pub struct Cli {
     /// Directory for compiled plugins (default: $XDG_CACHE_HOME/inrun/wasm).
     #[arg(long, global = true, env = "INRUN_CACHE_DIR")]
     pub cache_dir: Option<PathBuf>,
+    /// The most the compile cache directory holds (e.g. `256Mi`, the default); the least
+    /// recently used entries go first. Keep it under the cache volume's size limit.
+    #[arg(long, global = true, env = "INRUN_CACHE_MAX_SIZE", value_parser = parse_quantity)]
+    pub cache_max_size: Option<usize>,
     #[command(subcommand)]
     pub command: Command,
 }

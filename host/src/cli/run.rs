@@ -30,11 +30,11 @@ fn policy(args: &RunArgs) -> Policy {
 pub(super) fn run(
     runtime: &tokio::runtime::Runtime,
     args: RunArgs,
-    cache_dir: Option<std::path::PathBuf>,
+    cache: &super::setup::CacheArgs,
 ) -> anyhow::Result<()> {
     // One registry for the process, handed to everything that records.
     let metrics = Arc::new(Metrics::default());
-    let engine = engine(cache_dir, metrics.clone())?;
+    let engine = engine(cache, metrics.clone())?;
     // Secrets are read from the cluster, so the client comes before the assembly.
     // Every client counts its requests (`rest_client_requests_total`).
     let connection = runtime.block_on(inrun::kubeconfig::connect_recording(

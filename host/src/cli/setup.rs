@@ -6,20 +6,30 @@ use std::sync::Arc;
 
 use inrun::wasm::{CompileCache, Engine, EngineSettings, Observer};
 
-/// The engine, with its compile cache in `cache_dir` (default: the user's cache
-/// directory), reporting plugin loads and host calls to `observer`.
-pub(super) fn engine(
-    cache_dir: Option<PathBuf>,
-    observer: Arc<dyn Observer>,
-) -> anyhow::Result<Engine> {
-    let dir = cache_dir.unwrap_or_else(CompileCache::default_dir);
-    let cache = CompileCache::new(&dir)
+/// The engine, with its compile cache as `cache` says, reporting plugin loads and host
+/// calls to `observer`.
+pub(super) fn engine(cache: &CacheArgs, observer: Arc<dyn Observer>) -> anyhow::Result<Engine> {
+    let dir = cache.dir.clone().unwrap_or_else(CompileCache::default_dir);
+    let mut compiled = CompileCache::new(&dir)
         .map_err(|e| anyhow::anyhow!("creating compile cache {}: {e}", dir.display()))?;
+    if let Some(max) = cache.max_bytes {
+        compiled = compiled.with_max_bytes(max as u64);
+    }
+    let cache = compiled;
     Ok(Engine::new(EngineSettings {
         cache: Some(cache),
         observer,
         ..EngineSettings::default()
     })?)
+}
+
+/// Where compiled plugins are kept: `--cache-dir` and `--cache-max-size`.
+#[derive(Debug, Clone, Default)]
+pub(super) struct CacheArgs {
+    /// The directory (default: the user's cache directory).
+    pub(super) dir: Option<PathBuf>,
+    /// The most bytes it holds (default: the cache's own).
+    pub(super) max_bytes: Option<usize>,
 }
 
 /// The bytes of `path`, named by the flag that gave it when it cannot be read.

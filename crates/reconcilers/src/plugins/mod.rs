@@ -308,9 +308,26 @@ impl PluginSet {
         lock(&self.slots).values().cloned().collect()
     }
 
-    /// Forgets slots no Blueprint reference holds any more.
+    /// Forgets slots no Blueprint reference holds any more, and their compiled code the
+    /// engine keeps for new loads (calls in flight keep theirs; a later load of the same
+    /// digest reads the disk cache), so plugins a tenant stopped using hold no memory.
     pub fn retain_used(&self) {
-        lock(&self.slots).retain(|_, slot| Arc::strong_count(slot) > 1);
+        let mut dropped = Vec::new();
+        lock(&self.slots).retain(|_, slot| {
+            let used = Arc::strong_count(slot) > 1;
+            if !used {
+                dropped.push(slot.current().id().digest.clone());
+            }
+            used
+        });
+        let kept: std::collections::HashSet<String> = self
+            .slots()
+            .iter()
+            .map(|s| s.current().id().digest.clone())
+            .collect();
+        for digest in dropped.into_iter().filter(|d| !kept.contains(d)) {
+            self.engine.forget_digest(&digest);
+        }
     }
 
     async fn compile(
