@@ -148,6 +148,29 @@ fn hooks_asleep_when_asked_their_functions_fail_to_load_at_the_deadline() {
     load(&engine, "inrun_plugin_labels_hooks");
 }
 
+#[test]
+fn a_load_asks_a_hooks_component_its_functions_under_the_operators_ceilings() {
+    // The operator's deadline ceiling (here 300 ms, below the 2 s default) holds for the
+    // call a load makes, not only for reconciles.
+    let path = plugin_dir().join("inrun_test_sleepy_hooks.wasm");
+    assert!(
+        path.exists(),
+        "{} is missing: run `make plugins` first",
+        path.display()
+    );
+    let engine = Engine::new(EngineSettings {
+        load_limits: inrun::wasm::Limits {
+            deadline: Duration::from_millis(300),
+            ..inrun::wasm::Limits::default()
+        },
+        ..EngineSettings::default()
+    })
+    .expect("engine");
+    let err = engine.load_file(&path).expect_err("the load is stopped");
+    let text = inrun::errors::chain(&err);
+    assert!(text.contains("exceeded its 0.3s deadline"), "{text}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_guest_asleep_in_a_host_call_is_stopped_at_its_deadline() {
     // The guest sleeps an hour in a WASI clock wait, where the epoch interrupt cannot reach

@@ -11,7 +11,7 @@ use wasmtime::{Config, InstanceAllocationStrategy, PoolingAllocationConfig};
 
 use super::cache::{self, CompileCache};
 use super::state::State;
-use super::{LoadError, Observer, PluginId, Unobserved};
+use super::{Limits, LoadError, Observer, PluginId, Unobserved};
 
 /// How often the epoch advances; deadlines are rounded up to this.
 pub(super) const TICK: Duration = Duration::from_millis(1);
@@ -31,6 +31,9 @@ pub struct EngineSettings {
     pub pooling: bool,
     /// Where loads and host calls are reported.
     pub observer: Arc<dyn Observer>,
+    /// The limits of the calls a load makes (a hooks component's `functions()`): the
+    /// defaults, or the operator's ceilings where those are lower.
+    pub load_limits: Limits,
 }
 
 impl Default for EngineSettings {
@@ -41,6 +44,7 @@ impl Default for EngineSettings {
             max_memory_bytes: 1 << 30,
             pooling: true,
             observer: Arc::new(Unobserved),
+            load_limits: Limits::default(),
         }
     }
 }
@@ -62,6 +66,7 @@ struct Inner {
     engine_key: String,
     compiled: Mutex<HashMap<String, Component>>,
     ticker: Arc<Ticker>,
+    load_limits: Limits,
 }
 
 impl Drop for Inner {
@@ -160,6 +165,7 @@ impl Engine {
                 engine_key,
                 compiled: Mutex::new(HashMap::new()),
                 ticker,
+                load_limits: settings.load_limits,
             }),
             observer: settings.observer,
         })
@@ -171,6 +177,11 @@ impl Engine {
         ticker.lock().active += 1;
         ticker.wake.notify_one();
         Busy(ticker.clone())
+    }
+
+    /// The limits of the calls a load makes ([`EngineSettings::load_limits`]).
+    pub fn load_limits(&self) -> &Limits {
+        &self.inner.load_limits
     }
 
     /// Where this engine reports loads and host calls.

@@ -15,7 +15,7 @@ use super::bindings::{
 use super::cache;
 use super::engine::Engine;
 use super::state::State;
-use super::{CallError, CallFailure, Limits, LoadError, PluginId};
+use super::{CallError, CallFailure, LoadError, PluginId};
 
 /// The WIT world a component implements.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -181,7 +181,9 @@ impl Plugin {
                                 plugin: (*plugin.inner.id).clone(),
                                 failure: CallFailure::Host(e.into()),
                             })?;
-                        runtime.block_on(plugin.call_functions(&Limits::default()))
+                        // The operator's ceilings hold here too, not only for calls.
+                        let limits = *plugin.inner.engine.load_limits();
+                        runtime.block_on(plugin.call_functions(&limits))
                     })
                     .join()
                     .unwrap_or_else(|panic| std::panic::resume_unwind(panic))

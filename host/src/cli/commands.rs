@@ -7,7 +7,7 @@ use inrun::assemble::{Assembly, Services};
 use inrun::pass::fixtures::{ExternalFixture, Fixtures, HttpFixture};
 use inrun::render::{self, RenderInput};
 use inrun::sources::{Location, Sources};
-use inrun::wasm::Unobserved;
+use inrun::wasm::{Limits, Unobserved};
 
 use super::setup::{CacheArgs, engine, read};
 use super::{Cli, Command, Format, GenerateCommand, Lang, PluginCommand};
@@ -32,7 +32,7 @@ pub fn execute(cli: Cli) -> anyhow::Result<()> {
         dir: cli.cache_dir,
         max_bytes: cli.cache_max_size,
     };
-    let quiet = || engine(&cache, Arc::new(Unobserved));
+    let quiet = || engine(&cache, Arc::new(Unobserved), Limits::default());
     match cli.command {
         Command::Render {
             blueprint,

@@ -34,7 +34,16 @@ pub(super) fn run(
 ) -> anyhow::Result<()> {
     // One registry for the process, handed to everything that records.
     let metrics = Arc::new(Metrics::default());
-    let engine = engine(cache, metrics.clone())?;
+    // A load's own calls (a hooks component's `functions()`) stay under the ceilings.
+    let c = policy(&args).ceilings;
+    let d = inrun::wasm::Limits::default();
+    let load_limits = inrun::wasm::Limits {
+        deadline: d.deadline.min(c.deadline),
+        memory_bytes: d.memory_bytes.min(c.memory_bytes),
+        output_bytes: d.output_bytes.min(c.output_bytes),
+        max_resources: d.max_resources.min(c.max_resources),
+    };
+    let engine = engine(cache, metrics.clone(), load_limits)?;
     // Secrets are read from the cluster, so the client comes before the assembly.
     // Every client counts its requests (`rest_client_requests_total`).
     let connection = runtime.block_on(inrun::kubeconfig::connect_recording(

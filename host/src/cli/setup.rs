@@ -4,11 +4,15 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use inrun::wasm::{CompileCache, Engine, EngineSettings, Observer};
+use inrun::wasm::{CompileCache, Engine, EngineSettings, Limits, Observer};
 
 /// The engine, with its compile cache as `cache` says, reporting plugin loads and host
-/// calls to `observer`.
-pub(super) fn engine(cache: &CacheArgs, observer: Arc<dyn Observer>) -> anyhow::Result<Engine> {
+/// calls to `observer`; the calls a load makes run under `load_limits`.
+pub(super) fn engine(
+    cache: &CacheArgs,
+    observer: Arc<dyn Observer>,
+    load_limits: Limits,
+) -> anyhow::Result<Engine> {
     let dir = cache.dir.clone().unwrap_or_else(CompileCache::default_dir);
     let mut compiled = CompileCache::new(&dir)
         .map_err(|e| anyhow::anyhow!("creating compile cache {}: {e}", dir.display()))?;
@@ -19,6 +23,7 @@ pub(super) fn engine(cache: &CacheArgs, observer: Arc<dyn Observer>) -> anyhow::
     Ok(Engine::new(EngineSettings {
         cache: Some(cache),
         observer,
+        load_limits,
         ..EngineSettings::default()
     })?)
 }
