@@ -212,10 +212,18 @@ impl KubeSecrets {
             data
         });
         if let Ok(mut cache) = self.cache.lock() {
+            // Expired entries go as new ones come: Secrets of CRs long gone, or of
+            // tenants removed, are not kept (whole) for the life of the host.
+            prune(&mut cache, self.ttl);
             cache.insert(id, (Instant::now(), data.clone()));
         }
         Ok(data)
     }
+}
+
+/// Drops the entries older than `ttl`.
+fn prune<K>(cache: &mut HashMap<K, Cached>, ttl: Duration) {
+    cache.retain(|_, (at, _)| at.elapsed() < ttl);
 }
 
 #[async_trait]
@@ -257,6 +265,19 @@ pub async fn resolve(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn expired_entries_are_pruned_and_fresh_ones_kept() {
+        let mut cache: HashMap<&str, super::Cached> = HashMap::new();
+        let now = Instant::now();
+        let old = now
+            .checked_sub(Duration::from_secs(120))
+            .expect("an instant");
+        cache.insert("old", (old, None));
+        cache.insert("fresh", (now, Some(BTreeMap::new())));
+        super::prune(&mut cache, Duration::from_secs(60));
+        assert!(cache.contains_key("fresh") && !cache.contains_key("old"));
+    }
 
     #[tokio::test]
     async fn static_secrets_parse_arguments_and_hide_values_from_errors() {
