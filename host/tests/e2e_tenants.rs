@@ -836,8 +836,13 @@ async fn a_postgres_url_reaches_only_the_host_the_egress_list_allows() {
         .next()
         .and_then(|p| p.split('/').next())
         .expect("port");
-    // The operator lists one name; the real server is on loopback, which it does not list.
-    let host = egress_host(&[format!("db.example.invalid:{port}")]).await;
+    // The operator lists one name and the server's own address (loopback, refused
+    // unless listed as an address).
+    let host = egress_host(&[
+        format!("db.example.invalid:{port}"),
+        format!("127.0.0.1:{port}"),
+    ])
+    .await;
     let tag = |g: &str| {
         format!(
             "{}-{g}",
@@ -862,11 +867,6 @@ async fn a_postgres_url_reaches_only_the_host_the_egress_list_allows() {
             format!("postgres://postgres@db.example.invalid:{port}/postgres?host=127.0.0.1"),
             "names more than one host",
         ),
-        (
-            "loopback",
-            format!("postgres://postgres@127.0.0.1:{port}/postgres"),
-            "not in the operator's egress allowlist",
-        ),
     ] {
         let group = unique_group(&format!("pg-{what}"));
         let text = declarative(&group, "Query").replace(
@@ -889,6 +889,23 @@ async fn a_postgres_url_reaches_only_the_host_the_egress_list_allows() {
             "{what}: nothing is applied after a refused call"
         );
     }
+    // The listed address itself: connected to, and the query's row reaches the pass.
+    let group = unique_group("pg-direct");
+    let text = declarative(&group, "Query").replace(
+        "        managedResources:",
+        &format!(
+            "        external:\n          - name: one\n            postgres: {{ url: 'postgres://postgres@127.0.0.1:{port}/postgres', query: 'SELECT 1 AS one' }}\n        managedResources:"
+        ),
+    );
+    let name = tag("direct");
+    apply_blueprint(&name, &text).await;
+    names.push(name);
+    let ar = resource(&group, "Query");
+    apply_cr(&ar, "default", &cr(&group, "Query", "direct")).await;
+    eventually("the listed server's query to succeed", || {
+        get(configmaps(), Some("default"), "direct-declared")
+    })
+    .await;
     let names: Vec<&String> = names.iter().collect();
     delete_blueprints(&names).await;
     host.stop().await;

@@ -142,32 +142,10 @@ fn plugin_reads(block: &ReconcileSpec) -> impl Iterator<Item = &ReadKind> {
 
 /// The Secrets a block names in a namespace of their own: (namespace, name).
 fn named_secrets(block: &ReconcileSpec) -> Vec<(String, String)> {
-    let mut out: Vec<(String, String)> = Vec::new();
-    let pulls = block
-        .hooks
-        .iter()
-        .filter_map(|h| h.pull_secret.as_ref())
-        .chain(
-            block
-                .constructor
-                .iter()
-                .chain(&block.package)
-                .filter_map(|c| c.pull_secret.as_ref()),
-        );
-    out.extend(pulls.map(|p| (p.namespace.clone(), p.name.clone())));
-    let refs = block
-        .remote
-        .iter()
-        .filter_map(|r| r.auth.as_ref().map(|a| &a.secret_ref))
-        .chain(block.external.iter().flat_map(|e| {
-            e.http
-                .iter()
-                .filter_map(|h| h.secret_ref.as_ref())
-                .chain(e.postgres.iter().filter_map(|p| p.secret_ref.as_ref()))
-                .chain(e.redis.iter().filter_map(|r| r.secret_ref.as_ref()))
-        }));
-    out.extend(refs.filter_map(|r| Some((r.namespace.clone()?, r.name.clone()))));
-    out
+    secret_references(block)
+        .into_iter()
+        .filter_map(|(ns, name)| Some((ns?, name)))
+        .collect()
 }
 
 /// Whether any reconcile block reads a Secret (remote auth, external inputs, plugin pull
@@ -283,10 +261,18 @@ type SecretName = (Option<String>, String);
 
 /// Every Secret a block names (remote auth, external inputs, plugin pull secrets).
 fn secret_references(block: &ReconcileSpec) -> Vec<SecretName> {
-    let mut out: Vec<SecretName> = named_secrets(block)
-        .into_iter()
-        .map(|(ns, name)| (Some(ns), name))
-        .collect();
+    let pulls = block
+        .hooks
+        .iter()
+        .filter_map(|h| h.pull_secret.as_ref())
+        .chain(
+            block
+                .constructor
+                .iter()
+                .chain(&block.package)
+                .filter_map(|c| c.pull_secret.as_ref()),
+        )
+        .map(|p| (Some(p.namespace.clone()), p.name.clone()));
     let refs = block
         .remote
         .iter()
@@ -298,9 +284,8 @@ fn secret_references(block: &ReconcileSpec) -> Vec<SecretName> {
                 .chain(e.postgres.iter().filter_map(|p| p.secret_ref.as_ref()))
                 .chain(e.redis.iter().filter_map(|r| r.secret_ref.as_ref()))
         }))
-        .filter(|r| r.namespace.is_none());
-    out.extend(refs.map(|r| (None, r.name.clone())));
-    out
+        .map(|r| (r.namespace.clone(), r.name.clone()));
+    pulls.chain(refs).collect()
 }
 
 /// `get` on exactly the Secrets the Blueprint names, never `list` or `watch` (the host

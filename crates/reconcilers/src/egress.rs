@@ -548,8 +548,9 @@ mod tests {
             e.pin("127.0.0.1", 6379).await.expect("a listed address"),
             "127.0.0.1".parse::<IpAddr>().expect("ip")
         );
+        // Refused before any lookup: a name that cannot resolve is told as unlisted.
         assert!(matches!(
-            e.pin("other.example", 5432).await,
+            e.pin("unresolvable.invalid", 5432).await,
             Err(EgressError::NotListed { .. })
         ));
         assert!(matches!(

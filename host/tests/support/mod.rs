@@ -52,11 +52,31 @@ pub enum Run {
     },
 }
 
+impl Run {
+    /// The client configuration of a host serving `blueprints`, acting as this says.
+    async fn config(self, blueprints: &[inrun::blueprint::Blueprint]) -> kube::Config {
+        match self {
+            Run::Generated(options) => identity::Identity::for_blueprints(blueprints, &options)
+                .await
+                .config(),
+            Run::Bound(identity) => identity.config(),
+            Run::Admin { why } => {
+                assert!(!why.is_empty(), "say why the host runs as the admin");
+                ControlPlane::shared().admin_config()
+            }
+        }
+    }
+}
+
 /// A client from `config` whose requests are counted into `metrics`
 /// (`rest_client_requests_total`), as `inrun run` builds its own.
 pub fn counted_client(config: kube::Config, metrics: &inrun::metrics::Metrics) -> Client {
-    let fence = inrun::fence::Fence::default().counting(metrics.count_requests("apiserver"));
-    inrun::fence::client(config, &fence).expect("client")
+    inrun::fence::client(config, &counting_fence(metrics)).expect("client")
+}
+
+/// An open fence counting requests into `metrics`.
+fn counting_fence(metrics: &inrun::metrics::Metrics) -> inrun::fence::Fence {
+    inrun::fence::Fence::default().counting(metrics.count_requests("apiserver"))
 }
 
 /// Fails the test when the host recording into `metrics` was refused (403) and the test
@@ -84,20 +104,8 @@ impl Host {
         let path = dir.path().join("blueprint.yaml");
         std::fs::write(&path, blueprint).expect("write blueprint");
         let metrics = Arc::new(inrun::metrics::Metrics::default());
-        let config = match run {
-            Run::Generated(options) => {
-                let parsed =
-                    inrun::blueprint::load(&path).unwrap_or_else(|e| panic!("blueprint: {e}"));
-                identity::Identity::generated(&parsed, &options)
-                    .await
-                    .config()
-            }
-            Run::Bound(identity) => identity.config(),
-            Run::Admin { why } => {
-                assert!(!why.is_empty(), "say why the host runs as the admin");
-                ControlPlane::shared().admin_config()
-            }
-        };
+        let parsed = inrun::blueprint::load(&path).unwrap_or_else(|e| panic!("blueprint: {e}"));
+        let config = run.config(&[parsed]).await;
         let client = counted_client(config, &metrics);
         let engine = Engine::new(EngineSettings {
             max_instances: 16,
@@ -243,19 +251,8 @@ impl FleetHost {
         if options.default_tenant_service_account == Some(admin_tenant()) {
             ensure_admin_tenant(&admin).await;
         }
-        let config = match run {
-            Run::Generated(rbac) => {
-                identity::Identity::for_blueprints(&file_tenants(&options), &rbac)
-                    .await
-                    .config()
-            }
-            Run::Bound(identity) => identity.config(),
-            Run::Admin { why } => {
-                assert!(!why.is_empty(), "say why the host runs as the admin");
-                ControlPlane::shared().admin_config()
-            }
-        };
-        let fence = inrun::fence::Fence::default().counting(metrics.count_requests("apiserver"));
+        let config = run.config(&file_tenants(&options)).await;
+        let fence = counting_fence(&metrics);
         let client = inrun::fence::client(config.clone(), &fence).expect("client");
         let services = Services::with_sources(Arc::new(KubeSecrets::new(client.clone())), sources)
             .with_cluster(Arc::new(WatchCache::new(client.clone())));
