@@ -517,3 +517,96 @@ fn both_contract_versions_load_and_a_0_1_0_hook_passes_on_what_it_cannot_see() {
     assert_eq!(after_new.conditions, out.conditions);
     assert_eq!(after_new.events, out.events);
 }
+
+/// An engine with a pool of 8 instances, where a tenant may hold 2 calls and 96 MiB.
+fn budgeted_engine() -> Engine {
+    Engine::new(EngineSettings {
+        max_instances: 8,
+        budgets: Some(inrun::wasm::Budgets {
+            running: 1,
+            memory_bytes: 1 << 30,
+            tenant: inrun::wasm::TenantBudget {
+                calls: 2,
+                memory_bytes: 96 << 20,
+            },
+        }),
+        ..EngineSettings::default()
+    })
+    .expect("engine")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_asleep_in_every_call_holds_its_share_of_the_pool_not_the_pool() {
+    let engine = budgeted_engine();
+    let a = engine.for_tenant("a", None);
+    let sleepy = load(&a, "inrun_test_sleepy");
+    // Tenant a asks for the whole pool: 8 calls asleep until their deadline.
+    let calls: Vec<_> = (0..8)
+        .map(|_| {
+            let sleepy = sleepy.clone();
+            tokio::spawn(async move {
+                sleepy
+                    .reconcile(&webapp_request(), &short(1500), &Grants::default())
+                    .await
+            })
+        })
+        .collect();
+    // Tenant b's calls still find instances, while a's sleep.
+    let b = engine.for_tenant("b", None);
+    let webapp = load(&b, "inrun_plugin_webapp");
+    for _ in 0..4 {
+        webapp
+            .reconcile(&webapp_request(), &Limits::default(), &Grants::default())
+            .await
+            .expect("tenant b is served beside a's sleeping calls");
+    }
+    let mut budget = 0;
+    for call in calls {
+        let err = call.await.unwrap().expect_err("asleep until the deadline");
+        if let CallFailure::Budget(why) = &err.failure {
+            assert!(
+                why.contains("tenant a's budget of 2 calls in flight"),
+                "{why}"
+            );
+            budget += 1;
+        } else {
+            assert!(matches!(err.failure, CallFailure::Deadline(_)), "{err:?}");
+        }
+    }
+    // Two ran to their deadline at a time; the rest waited behind them, not behind b.
+    assert!(budget >= 4, "{budget} calls stopped by the budget");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenants_memory_is_summed_across_its_calls_and_given_back() {
+    let engine = budgeted_engine();
+    let a = engine.for_tenant("a", None);
+    let hog = load(&a, "inrun_test_hog");
+    let limits = Limits {
+        memory_bytes: 64 << 20,
+        ..Limits::default()
+    };
+    // Two hogs at once: each may grow to 64 MiB, the two together to 96 MiB.
+    let (req, grants) = (webapp_request(), Grants::default());
+    let (one, two) = tokio::join!(
+        hog.reconcile(&req, &limits, &grants),
+        hog.reconcile(&req, &limits, &grants),
+    );
+    let failures: Vec<_> = [one, two]
+        .into_iter()
+        .map(|r| r.expect_err("a hog never ends").failure)
+        .collect();
+    assert!(
+        failures.iter().any(|f| matches!(f, CallFailure::Budget(why)
+            if why.contains("tenant a's memory budget of 96 MiB"))),
+        "{failures:?}"
+    );
+    assert_eq!(engine.memory_in_use(), 0, "memory given back");
+    // Another tenant is not charged for a's memory.
+    let b = engine.for_tenant("b", None);
+    let webapp = load(&b, "inrun_plugin_webapp");
+    webapp
+        .reconcile(&webapp_request(), &Limits::default(), &Grants::default())
+        .await
+        .expect("tenant b");
+}

@@ -29,7 +29,7 @@ impl Plugin {
     ) -> Result<Outcome, CallError> {
         self.observed(async {
             let wit_req = to_wit_request(req);
-            let (mut store, pre, _busy) = self.store(limits, grants, cr_namespace(req));
+            let (mut store, pre, _busy) = self.store(limits, grants, cr_namespace(req)).await?;
             let result = bounded(limits, async {
                 match pre {
                     Pre::Reconciler(pre) => match pre.instantiate_async(&mut store).await {
@@ -73,7 +73,7 @@ impl Plugin {
     ) -> Result<Outcome, CallError> {
         self.observed(async {
             let wit_req = to_wit_request(req);
-            let (mut store, pre, _busy) = self.store(limits, grants, cr_namespace(req));
+            let (mut store, pre, _busy) = self.store(limits, grants, cr_namespace(req)).await?;
             let result = bounded(limits, async {
                 match pre {
                     Pre::Hooks(pre) => match pre.instantiate_async(&mut store).await {
@@ -105,7 +105,7 @@ impl Plugin {
     /// Asks a hooks component which functions it serves.
     pub(super) async fn call_functions(&self, limits: &Limits) -> Result<Vec<String>, CallError> {
         self.observed(async {
-            let (mut store, pre, _busy) = self.store(limits, &Grants::default(), None);
+            let (mut store, pre, _busy) = self.store(limits, &Grants::default(), None).await?;
             let result = bounded(limits, async {
                 match pre {
                     Pre::Hooks(pre) => match pre.instantiate_async(&mut store).await {
@@ -143,23 +143,38 @@ impl Plugin {
         result
     }
 
-    /// A fresh store armed with the plugin's limits and grants. The guest yields to the
-    /// async runtime at every epoch tick, and is interrupted at the first tick past its
-    /// deadline; host imports it awaits stop waiting at the same deadline.
-    pub(super) fn store(
+    /// A fresh store armed with the plugin's limits and grants, once the call is admitted
+    /// under its tenant's budget. The guest yields to the async runtime at every epoch
+    /// tick, and to another tenant's waiting guest when the cores guests may use are all
+    /// taken; it is interrupted at the first tick past its deadline; host imports it
+    /// awaits stop waiting at the same deadline.
+    ///
+    /// # Errors
+    /// [`CallFailure::Budget`] when the tenant's calls in flight stay taken until the
+    /// deadline.
+    pub(super) async fn store(
         &self,
         limits: &Limits,
         grants: &Grants,
         cr_namespace: Option<String>,
-    ) -> (Store<State>, &Pre, super::engine::Busy) {
+    ) -> Result<(Store<State>, &Pre, super::engine::Busy), CallError> {
         let inner = self.inner();
-        let busy = inner.engine.busy();
         let deadline = Instant::now() + limits.deadline;
+        let admission = inner
+            .engine
+            .admit(deadline)
+            .await
+            .map_err(|hit| CallError {
+                plugin: self.id().clone(),
+                failure: CallFailure::Budget(hit.to_string()),
+            })?;
+        let busy = inner.engine.busy();
         let mut store = Store::new(
             inner.engine.wasmtime(),
             State::new(
                 inner.id.clone(),
                 limits.memory_bytes,
+                Some(admission),
                 grants.clone(),
                 cr_namespace,
                 deadline,
@@ -167,15 +182,24 @@ impl Plugin {
             ),
         );
         store.limiter(|s| &mut s.limiter);
-        store.epoch_deadline_callback(move |_| {
+        store.epoch_deadline_callback(move |store| {
             if Instant::now() >= deadline {
-                Err(Trap::Interrupt.into())
-            } else {
-                Ok(UpdateDeadline::Yield(1))
+                return Err(Trap::Interrupt.into());
             }
+            let wait = store
+                .data()
+                .limiter
+                .admission
+                .as_ref()
+                .and_then(|a| a.seat.as_ref())
+                .and_then(super::budget::Seat::at_tick);
+            Ok(match wait {
+                Some(wait) => UpdateDeadline::YieldCustom(1, Box::pin(wait)),
+                None => UpdateDeadline::Yield(1),
+            })
         });
         store.set_epoch_deadline(1);
-        (store, &inner.pre, busy)
+        Ok((store, &inner.pre, busy))
     }
 
     /// Logs what the guest printed and turns a failed call into a [`CallError`].
@@ -247,6 +271,9 @@ pub(super) async fn bounded<R>(
 }
 
 fn classify(err: wasmtime::Error, state: &State, limits: &Limits) -> CallFailure {
+    if let Some(hit) = &state.limiter.budget {
+        return CallFailure::Budget(hit.to_string());
+    }
     if state.limiter.hit {
         return CallFailure::Memory(limits.memory_bytes);
     }

@@ -9,9 +9,18 @@ use std::time::Duration;
 use wasmtime::component::{Component, Linker};
 use wasmtime::{Config, InstanceAllocationStrategy, PoolingAllocationConfig};
 
+use super::budget::{self, Budgets, TenantBudget};
 use super::cache::{self, CompileCache};
 use super::state::State;
 use super::{Limits, LoadError, Observer, PluginId, Unobserved};
+
+/// Core instances one component may create (an interpreted language's guest brings
+/// several core modules).
+const CORE_INSTANCES_PER_COMPONENT: u32 = 32;
+/// Linear memories one component may define.
+const MEMORIES_PER_COMPONENT: u32 = 4;
+/// Tables one component may define.
+const TABLES_PER_COMPONENT: u32 = 16;
 
 /// How often the epoch advances; deadlines are rounded up to this.
 pub(super) const TICK: Duration = Duration::from_millis(1);
@@ -34,6 +43,9 @@ pub struct EngineSettings {
     /// The limits of the calls a load makes (a hooks component's `functions()`): the
     /// defaults, or the operator's ceilings where those are lower.
     pub load_limits: Limits,
+    /// What tenants share and what one may hold; `None`: [`Budgets::for_pool`] of
+    /// `max_instances`.
+    pub budgets: Option<Budgets>,
 }
 
 impl Default for EngineSettings {
@@ -45,6 +57,7 @@ impl Default for EngineSettings {
             pooling: true,
             observer: Arc::new(Unobserved),
             load_limits: Limits::default(),
+            budgets: None,
         }
     }
 }
@@ -57,6 +70,8 @@ impl Default for EngineSettings {
 pub struct Engine {
     inner: Arc<Inner>,
     observer: Arc<dyn Observer>,
+    /// The tenant whose budget calls through this handle use; `None`: the host's own.
+    tenant: Option<Arc<budget::Tenant>>,
 }
 
 struct Inner {
@@ -67,6 +82,7 @@ struct Inner {
     compiled: Mutex<HashMap<String, Component>>,
     ticker: Arc<Ticker>,
     load_limits: Limits,
+    budgets: Arc<budget::Shared>,
 }
 
 impl Drop for Inner {
@@ -128,13 +144,15 @@ impl Engine {
             let mut pool = PoolingAllocationConfig::default();
             let n = settings.max_instances;
             pool.total_component_instances(n);
-            // Guests in interpreted languages bring several core modules each.
-            pool.total_core_instances(n * 8);
-            pool.total_memories(n * 4);
-            pool.total_tables(n * 8);
-            pool.max_core_instances_per_component(64);
-            pool.max_memories_per_component(16);
-            pool.max_tables_per_component(64);
+            // Guests in interpreted languages bring several core modules each. A tenant
+            // holds at most a quarter of the calls ([`Budgets`]), so with these per
+            // component caps it holds at most a quarter of every other kind of slot too.
+            pool.max_core_instances_per_component(CORE_INSTANCES_PER_COMPONENT);
+            pool.max_memories_per_component(MEMORIES_PER_COMPONENT);
+            pool.max_tables_per_component(TABLES_PER_COMPONENT);
+            pool.total_core_instances(n * CORE_INSTANCES_PER_COMPONENT);
+            pool.total_memories(n * MEMORIES_PER_COMPONENT);
+            pool.total_tables(n * TABLES_PER_COMPONENT);
             pool.max_memory_size(settings.max_memory_bytes);
             pool.max_component_instance_size(1 << 20);
             pool.max_core_instance_size(8 << 20);
@@ -166,8 +184,14 @@ impl Engine {
                 compiled: Mutex::new(HashMap::new()),
                 ticker,
                 load_limits: settings.load_limits,
+                budgets: Arc::new(budget::Shared::new(
+                    settings
+                        .budgets
+                        .unwrap_or_else(|| Budgets::for_pool(settings.max_instances)),
+                )),
             }),
             observer: settings.observer,
+            tenant: None,
         })
     }
 
@@ -198,7 +222,38 @@ impl Engine {
         Engine {
             inner: self.inner.clone(),
             observer,
+            tenant: self.tenant.clone(),
         }
+    }
+
+    /// The same engine whose calls count against tenant `name`'s budget: `budget`, or the
+    /// engine's default share. Every handle of one tenant shares one budget, however
+    /// many are made; other tenants' calls never wait on it.
+    #[must_use]
+    pub fn for_tenant(&self, name: &str, budget: Option<TenantBudget>) -> Engine {
+        Engine {
+            inner: self.inner.clone(),
+            observer: self.observer.clone(),
+            tenant: Some(self.inner.budgets.tenant(name, budget)),
+        }
+    }
+
+    /// The host-wide budgets and a tenant's default share.
+    pub fn budgets(&self) -> Budgets {
+        self.inner.budgets.budgets
+    }
+
+    /// Bytes of linear memory and tables held by all calls in flight.
+    pub fn memory_in_use(&self) -> usize {
+        self.inner.budgets.memory_in_use()
+    }
+
+    /// Admits one call through this handle, under its tenant's budget ([`budget`]).
+    pub(super) async fn admit(
+        &self,
+        deadline: std::time::Instant,
+    ) -> Result<budget::Admission, budget::Hit> {
+        budget::Admission::enter(&self.inner.budgets, self.tenant.as_ref(), deadline).await
     }
 
     pub(super) fn wasmtime(&self) -> &wasmtime::Engine {

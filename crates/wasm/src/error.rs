@@ -113,6 +113,10 @@ pub enum CallFailure {
     /// The plugin's output broke the contract (bad JSON, not an object, too large, ...).
     #[error("returned a bad outcome: {0}")]
     BadOutput(String),
+    /// The call would have passed a budget its tenant or the host shares with others
+    /// (memory across calls in flight, calls in flight); the budget is named.
+    #[error("was stopped by {0}")]
+    Budget(String),
     /// The host could not run the call (e.g. instance pool exhausted).
     #[error("could not be run")]
     Host(#[source] wasmtime::Error),
@@ -120,7 +124,7 @@ pub enum CallFailure {
 
 impl CallFailure {
     /// One word for what went wrong, as the metrics label it: `deadline`, `memory`,
-    /// `trap`, `returned`, `bad_output` or `host`.
+    /// `trap`, `returned`, `bad_output`, `budget` or `host`.
     pub fn outcome(&self) -> &'static str {
         match self {
             CallFailure::Deadline(_) => "deadline",
@@ -128,6 +132,7 @@ impl CallFailure {
             CallFailure::Trap { .. } => "trap",
             CallFailure::Returned(_) => "returned",
             CallFailure::BadOutput(_) => "bad_output",
+            CallFailure::Budget(_) => "budget",
             CallFailure::Host(_) => "host",
         }
     }

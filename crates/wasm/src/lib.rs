@@ -4,6 +4,7 @@
 //! knows about Kubernetes types; plugins see only the WIT contract.
 
 mod bindings;
+mod budget;
 mod cache;
 mod call;
 mod engine;
@@ -14,6 +15,7 @@ mod package;
 mod plugin;
 mod state;
 
+pub use budget::{Budgets, TenantBudget};
 pub use cache::CompileCache;
 pub use engine::{Engine, EngineSettings};
 pub use error::{CallError, CallFailure, LoadError};
@@ -96,6 +98,20 @@ impl Limits {
             memory_bytes: 4 << 30,
             output_bytes: 64 << 20,
             max_resources: 10_000,
+        }
+    }
+}
+
+impl Limits {
+    /// The most a Blueprint resource (a tenant) may ask for when the operator sets no
+    /// ceiling: enough for any reconciler, small enough that one call cannot take a
+    /// small pod's memory or hold a call for minutes.
+    pub fn tenant_ceilings() -> Self {
+        Limits {
+            deadline: Duration::from_secs(30),
+            memory_bytes: 256 << 20,
+            output_bytes: 16 << 20,
+            max_resources: 1_000,
         }
     }
 }

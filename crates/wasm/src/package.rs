@@ -158,7 +158,7 @@ impl Plugin {
         grants: &Grants,
     ) -> Result<Answer, CallError> {
         let wit_opts = to_wit(opts);
-        let (mut store, pre, _busy) = self.store(limits, grants, opts.namespace.clone());
+        let (mut store, pre, _busy) = self.store(limits, grants, opts.namespace.clone()).await?;
         let result = bounded(limits, async {
             let Pre::Package(pre) = pre else {
                 return Err(wasmtime::format_err!(

@@ -14,6 +14,7 @@ use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 use super::PluginId;
 use super::bindings::Level;
 use super::bindings::reconciler::inrun::reconciler::{host, types};
+use super::budget::{Admission, Hit};
 use super::grants::Grants;
 
 /// Bytes of guest stdout/stderr one call may write; more fails the call (a guest that
@@ -24,37 +25,67 @@ const LOG_MESSAGE_MAX: usize = 4 << 10;
 /// Log lines one call may write; later ones are counted and dropped.
 const LOG_LINES_MAX: u32 = 100;
 
-/// Caps linear memory growth and remembers whether the cap was hit, because a refused
-/// growth is not a `Trap` and must be told apart from other failures.
+/// Caps the growth of a call's linear memories and tables, summed over all of them (a
+/// component may carry several), charges it to the tenant's and the host's budgets, and
+/// remembers whether a cap or a budget was hit: a refused growth is not a `Trap` and must
+/// be told apart from other failures.
 pub(super) struct Limiter {
     pub(super) max_bytes: usize,
+    /// Bytes of memories and tables the call holds.
+    pub(super) used: usize,
     pub(super) hit: bool,
+    /// The budget a growth would have passed.
+    pub(super) budget: Option<Hit>,
+    /// What the call holds of its tenant's and the host's budgets.
+    pub(super) admission: Option<Admission>,
 }
 
-impl ResourceLimiter for Limiter {
-    fn memory_growing(
-        &mut self,
-        _current: usize,
-        desired: usize,
-        _maximum: Option<usize>,
-    ) -> wasmtime::Result<bool> {
-        if desired > self.max_bytes {
+/// Bytes one table element is counted as.
+const TABLE_ELEMENT_BYTES: usize = 16;
+/// Elements one table may grow to.
+const TABLE_ELEMENTS_MAX: usize = 1_000_000;
+
+impl Limiter {
+    fn grow(&mut self, bytes: usize) -> wasmtime::Result<bool> {
+        if self.used.saturating_add(bytes) > self.max_bytes {
             self.hit = true;
             return Err(wasmtime::format_err!(
                 "memory cap of {} bytes reached",
                 self.max_bytes
             ));
         }
+        if let Some(admission) = &mut self.admission
+            && let Err(hit) = admission.charge(bytes)
+        {
+            let message = format!("{hit} reached");
+            self.budget = Some(hit);
+            return Err(wasmtime::format_err!("{message}"));
+        }
+        self.used += bytes;
         Ok(true)
+    }
+}
+
+impl ResourceLimiter for Limiter {
+    fn memory_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        self.grow(desired.saturating_sub(current))
     }
 
     fn table_growing(
         &mut self,
-        _current: usize,
+        current: usize,
         desired: usize,
         _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
-        Ok(desired <= 1_000_000)
+        if desired > TABLE_ELEMENTS_MAX {
+            return Ok(false);
+        }
+        self.grow(desired.saturating_sub(current) * TABLE_ELEMENT_BYTES)
     }
 }
 
@@ -85,6 +116,7 @@ impl State {
     pub(super) fn new(
         plugin: Arc<PluginId>,
         max_memory: usize,
+        admission: Option<Admission>,
         grants: Grants,
         cr_namespace: Option<String>,
         deadline: Instant,
@@ -95,7 +127,10 @@ impl State {
             plugin,
             limiter: Limiter {
                 max_bytes: max_memory,
+                used: 0,
                 hit: false,
+                budget: None,
+                admission,
             },
             grants,
             cr_namespace,

@@ -296,6 +296,24 @@ pub struct RunArgs {
     /// Ceiling on the resources one plugin outcome may hold.
     #[arg(long, env = "INRUN_MAX_PLUGIN_RESOURCES")]
     pub max_plugin_resources: Option<usize>,
+    /// Plugin calls that may run guest code at the same moment, host-wide: the cores
+    /// plugins may use (default: half the cores, at least one). Guests beyond it wait for
+    /// a turn, handed round-robin across tenants.
+    #[arg(long, env = "INRUN_PLUGIN_CORES")]
+    pub plugin_cores: Option<usize>,
+    /// Linear memory and tables all plugin calls in flight may hold together (default:
+    /// half the container's memory limit, or 1Gi without one). A growth past it fails
+    /// the growing call.
+    #[arg(long, env = "INRUN_PLUGIN_MEMORY_BUDGET", value_parser = parse_quantity)]
+    pub plugin_memory_budget: Option<usize>,
+    /// Plugin calls one tenant may have in flight; more wait for one of them (default: a
+    /// quarter of the instance pool, 16).
+    #[arg(long, env = "INRUN_TENANT_PLUGIN_CALLS")]
+    pub tenant_plugin_calls: Option<usize>,
+    /// Memory one tenant's plugin calls in flight may hold together (default: a quarter
+    /// of `--plugin-memory-budget`).
+    #[arg(long, env = "INRUN_TENANT_PLUGIN_MEMORY", value_parser = parse_quantity)]
+    pub tenant_plugin_memory: Option<usize>,
     /// A registry (host:port) spoken to over plain HTTP, e.g. one on loopback.
     #[arg(
         long = "insecure-registry",

@@ -16,15 +16,33 @@ use inrun::sources::SourceOptions;
 use super::RunArgs;
 use super::setup::{engine, read};
 
-/// The `--max-plugin-*` ceilings over the default policy.
+/// The `--max-plugin-*` ceilings over the default policy, for Blueprint files and
+/// Blueprint resources alike where set.
 fn policy(args: &RunArgs) -> Policy {
     let mut policy = Policy::default();
-    let c = &mut policy.ceilings;
-    c.deadline = args.max_plugin_deadline.unwrap_or(c.deadline);
-    c.memory_bytes = args.max_plugin_memory.unwrap_or(c.memory_bytes);
-    c.output_bytes = args.max_plugin_output.unwrap_or(c.output_bytes);
-    c.max_resources = args.max_plugin_resources.unwrap_or(c.max_resources);
+    for c in [&mut policy.ceilings, &mut policy.tenant_ceilings] {
+        c.deadline = args.max_plugin_deadline.unwrap_or(c.deadline);
+        c.memory_bytes = args.max_plugin_memory.unwrap_or(c.memory_bytes);
+        c.output_bytes = args.max_plugin_output.unwrap_or(c.output_bytes);
+        c.max_resources = args.max_plugin_resources.unwrap_or(c.max_resources);
+    }
     policy
+}
+
+/// What plugin calls share: the engine's defaults under `--plugin-*` and
+/// `--tenant-plugin-*`. A tenant's memory defaults to a quarter of the host's budget,
+/// whichever way that was set.
+fn budgets(args: &RunArgs) -> inrun::wasm::Budgets {
+    let mut b =
+        inrun::wasm::Budgets::for_pool(inrun::wasm::EngineSettings::default().max_instances);
+    if let Some(memory) = args.plugin_memory_budget {
+        b.memory_bytes = memory;
+        b.tenant.memory_bytes = memory / 4;
+    }
+    b.running = args.plugin_cores.unwrap_or(b.running).max(1);
+    b.tenant.calls = args.tenant_plugin_calls.unwrap_or(b.tenant.calls).max(1);
+    b.tenant.memory_bytes = args.tenant_plugin_memory.unwrap_or(b.tenant.memory_bytes);
+    b
 }
 
 pub(super) fn run(
@@ -43,7 +61,7 @@ pub(super) fn run(
         output_bytes: d.output_bytes.min(c.output_bytes),
         max_resources: d.max_resources.min(c.max_resources),
     };
-    let engine = engine(cache, metrics.clone(), load_limits)?;
+    let engine = engine(cache, metrics.clone(), load_limits, Some(budgets(&args)))?;
     // Secrets are read from the cluster, so the client comes before the assembly.
     // Every client counts its requests (`rest_client_requests_total`).
     let connection = runtime.block_on(inrun::kubeconfig::connect_recording(

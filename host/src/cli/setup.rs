@@ -4,14 +4,16 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use inrun::wasm::{CompileCache, Engine, EngineSettings, Limits, Observer};
+use inrun::wasm::{Budgets, CompileCache, Engine, EngineSettings, Limits, Observer};
 
 /// The engine, with its compile cache as `cache` says, reporting plugin loads and host
-/// calls to `observer`; the calls a load makes run under `load_limits`.
+/// calls to `observer`; the calls a load makes run under `load_limits`; calls share what
+/// `budgets` says (`None`: the engine's defaults).
 pub(super) fn engine(
     cache: &CacheArgs,
     observer: Arc<dyn Observer>,
     load_limits: Limits,
+    budgets: Option<Budgets>,
 ) -> anyhow::Result<Engine> {
     let dir = cache.dir.clone().unwrap_or_else(CompileCache::default_dir);
     let mut compiled = CompileCache::new(&dir)
@@ -24,6 +26,7 @@ pub(super) fn engine(
         cache: Some(cache),
         observer,
         load_limits,
+        budgets,
         ..EngineSettings::default()
     })?)
 }

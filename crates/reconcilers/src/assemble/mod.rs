@@ -116,6 +116,9 @@ pub struct Policy {
     pub defaults: Limits,
     /// Limits no Blueprint may exceed (`inrun run --max-plugin-*`).
     pub ceilings: Limits,
+    /// The ceilings of Blueprint resources (tenants): [`Limits::tenant_ceilings`], or the
+    /// operator's `--max-plugin-*` where set.
+    pub tenant_ceilings: Limits,
     /// Whether plugin locations may be local paths. Off for Blueprints that arrive as
     /// custom resources: a tenant must not make the host read its files.
     pub local_plugins: bool,
@@ -138,6 +141,7 @@ impl Default for Policy {
         Policy {
             defaults: Limits::default(),
             ceilings: Limits::ceilings(),
+            tenant_ceilings: Limits::tenant_ceilings(),
             local_plugins: true,
             capabilities: true,
             egress: None,
@@ -824,6 +828,7 @@ mod tests {
                 output_bytes: 1 << 20,
                 max_resources: 10,
             },
+            tenant_ceilings: Limits::tenant_ceilings(),
             local_plugins: true,
             capabilities: true,
             egress: None,

@@ -370,6 +370,7 @@ impl Fleet {
         if matches!(source, TenantSource::Resource(_)) {
             policy.local_plugins = false;
             policy.foreign_secrets = false;
+            policy.ceilings = policy.tenant_ceilings;
             policy.capabilities = self.options.resource_capabilities;
             // No list: a Blueprint resource calls out nowhere.
             policy.egress = Some(self.options.tenant_egress.clone().unwrap_or_else(|| {
@@ -405,11 +406,13 @@ impl Fleet {
         }
     }
 
-    /// The engine the plugins of `source`'s tenant load through: the host's, reporting
-    /// their loads and calls with the tenant's name.
+    /// The engine the plugins of `source`'s tenant load through: the host's, their calls
+    /// under the tenant's budget, reporting their loads and calls with the tenant's name.
     fn engine_of(&self, source: &TenantSource) -> Engine {
+        let tenant = source.to_string();
         self.engine
-            .observed_by(self.shared.metrics.tenant_observer(&source.to_string()))
+            .for_tenant(&tenant, None)
+            .observed_by(self.shared.metrics.tenant_observer(&tenant))
     }
 
     /// Whom `blueprint` of `tenant` acts as: its `spec.serviceAccount`, the operator's

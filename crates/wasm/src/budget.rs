@@ -1,0 +1,533 @@
+//! What tenants share, divided so that none can take it all: the cores that run guest
+//! code (a fair gate, round-robin across tenants), the instance pool (calls in flight per
+//! tenant), and memory (linear memories and tables of calls in flight, per tenant and for
+//! the host). A call that would pass a budget fails alone, naming the budget; a call that
+//! finds its tenant's calls all taken waits for one, behind its own tenant's calls only.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::{Duration, Instant};
+
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+
+use super::engine::TICK;
+
+/// Host-wide budgets and the default share of one tenant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Budgets {
+    /// Calls that may run guest code at the same moment, host-wide: the cores guests may
+    /// use. The rest stay free for the host's own work (watches, writes, probes).
+    pub running: usize,
+    /// Linear memory and tables of every call in flight, host-wide, in bytes.
+    pub memory_bytes: usize,
+    /// What one tenant may hold at once.
+    pub tenant: TenantBudget,
+}
+
+/// What one tenant's calls may hold at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TenantBudget {
+    /// Calls in flight (instances of the shared pool). More wait for one of these.
+    pub calls: usize,
+    /// Linear memory and tables of its calls in flight, in bytes. Growth past it fails
+    /// the growing call.
+    pub memory_bytes: usize,
+}
+
+impl Budgets {
+    /// Budgets for a pool of `instances`: guests may run on half the cores (at least one);
+    /// guest memory is half the container's memory limit (1 GiB when there is none); a
+    /// tenant gets a quarter of the pool and of that memory.
+    pub fn for_pool(instances: u32) -> Self {
+        let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+        let memory_bytes = container_memory_limit().map_or(1 << 30, |limit| limit / 2);
+        Budgets {
+            running: (cores / 2).max(1),
+            memory_bytes,
+            tenant: TenantBudget {
+                calls: (instances as usize / 4).max(1),
+                memory_bytes: memory_bytes / 4,
+            },
+        }
+    }
+}
+
+/// The memory limit of this process's cgroup (v2, then v1), if it has one.
+fn container_memory_limit() -> Option<usize> {
+    [
+        "/sys/fs/cgroup/memory.max",
+        "/sys/fs/cgroup/memory/memory.limit_in_bytes",
+    ]
+    .iter()
+    .find_map(|path| std::fs::read_to_string(path).ok())
+    .and_then(|text| text.trim().parse::<u64>().ok())
+    // cgroup v1 says "no limit" with a number near u64::MAX.
+    .filter(|&n| n < (1 << 50))
+    .and_then(|n| usize::try_from(n).ok())
+}
+
+/// Which budget a call hit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Hit {
+    /// Its tenant's memory across calls in flight.
+    TenantMemory { tenant: String, bytes: usize },
+    /// The host's memory across all calls in flight.
+    HostMemory { bytes: usize },
+    /// Its tenant's calls in flight stayed taken until the call's deadline.
+    Calls { tenant: String, calls: usize },
+}
+
+impl std::fmt::Display for Hit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Hit::TenantMemory { tenant, bytes } => write!(
+                f,
+                "tenant {tenant}'s memory budget of {} MiB across its calls in flight",
+                bytes >> 20
+            ),
+            Hit::HostMemory { bytes } => write!(
+                f,
+                "the host's memory budget of {} MiB across all calls in flight",
+                bytes >> 20
+            ),
+            Hit::Calls { tenant, calls } => write!(
+                f,
+                "tenant {tenant}'s budget of {calls} calls in flight (all stayed busy until the deadline)"
+            ),
+        }
+    }
+}
+
+/// The host's side of the budgets: one per engine.
+pub(super) struct Shared {
+    pub(super) budgets: Budgets,
+    memory: Counter,
+    gate: Arc<Gate>,
+    tenants: Mutex<HashMap<String, Weak<Tenant>>>,
+    lanes: AtomicU64,
+}
+
+impl Shared {
+    pub(super) fn new(budgets: Budgets) -> Self {
+        Shared {
+            budgets,
+            memory: Counter::new(budgets.memory_bytes),
+            gate: Arc::new(Gate::new(budgets.running.max(1))),
+            tenants: Mutex::new(HashMap::new()),
+            lanes: AtomicU64::new(1),
+        }
+    }
+
+    /// Tenant `name`'s share: the same one for every engine handle of that tenant alive.
+    pub(super) fn tenant(&self, name: &str, budget: Option<TenantBudget>) -> Arc<Tenant> {
+        let mut tenants = self.tenants.lock().unwrap_or_else(|p| p.into_inner());
+        tenants.retain(|_, t| t.strong_count() > 0);
+        let budget = budget.unwrap_or(self.budgets.tenant);
+        if let Some(t) = tenants.get(name).and_then(Weak::upgrade)
+            && t.budget == budget
+        {
+            return t;
+        }
+        let tenant = Arc::new(Tenant {
+            name: name.to_string(),
+            budget,
+            calls: Arc::new(Semaphore::new(budget.calls.max(1))),
+            memory: Counter::new(budget.memory_bytes),
+            lane: self.lanes.fetch_add(1, Ordering::Relaxed),
+        });
+        tenants.insert(name.to_string(), Arc::downgrade(&tenant));
+        tenant
+    }
+
+    /// Guest memory of all calls in flight, in bytes.
+    pub(super) fn memory_in_use(&self) -> usize {
+        self.memory.used.load(Ordering::Relaxed)
+    }
+}
+
+/// One tenant's share.
+pub(super) struct Tenant {
+    pub(super) name: String,
+    budget: TenantBudget,
+    calls: Arc<Semaphore>,
+    memory: Counter,
+    /// Its lane at the gate.
+    lane: u64,
+}
+
+/// Bytes in use against a cap.
+struct Counter {
+    used: AtomicUsize,
+    max: usize,
+}
+
+impl Counter {
+    fn new(max: usize) -> Self {
+        Counter {
+            used: AtomicUsize::new(0),
+            max,
+        }
+    }
+
+    fn try_add(&self, bytes: usize) -> bool {
+        self.used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+                used.checked_add(bytes).filter(|&n| n <= self.max)
+            })
+            .is_ok()
+    }
+
+    fn sub(&self, bytes: usize) {
+        let _ = self
+            .used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+                Some(used.saturating_sub(bytes))
+            });
+    }
+}
+
+/// What one call holds while it is in flight; dropping it gives everything back.
+pub(super) struct Admission {
+    shared: Arc<Shared>,
+    tenant: Option<Arc<Tenant>>,
+    _call: Option<OwnedSemaphorePermit>,
+    /// Bytes this call added to the counters.
+    charged: usize,
+    pub(super) seat: Option<Seat>,
+}
+
+impl Admission {
+    /// Admits one call of `tenant` (or of the host itself): waits until `deadline` for one
+    /// of the tenant's calls in flight, then for its turn at the gate.
+    pub(super) async fn enter(
+        shared: &Arc<Shared>,
+        tenant: Option<&Arc<Tenant>>,
+        deadline: Instant,
+    ) -> Result<Admission, Hit> {
+        let in_runtime = tokio::runtime::Handle::try_current().is_ok();
+        let call = match tenant {
+            Some(t) => {
+                let acquire = t.calls.clone().acquire_owned();
+                let permit = if in_runtime {
+                    tokio::time::timeout_at(deadline.into(), acquire).await.ok()
+                } else {
+                    Some(acquire.await)
+                };
+                match permit {
+                    Some(Ok(permit)) => Some(permit),
+                    _ => {
+                        return Err(Hit::Calls {
+                            tenant: t.name.clone(),
+                            calls: t.budget.calls,
+                        });
+                    }
+                }
+            }
+            None => None,
+        };
+        // Outside a runtime (a test polling by hand) there is no clock to wait on: no gate.
+        let seat = in_runtime.then(|| Seat::new(shared.gate.clone(), tenant.map_or(0, |t| t.lane)));
+        if let Some(seat) = &seat {
+            seat.take_turn().await;
+        }
+        Ok(Admission {
+            shared: shared.clone(),
+            tenant: tenant.cloned(),
+            _call: call,
+            charged: 0,
+            seat,
+        })
+    }
+
+    /// Charges `bytes` of new guest memory to the tenant and the host.
+    pub(super) fn charge(&mut self, bytes: usize) -> Result<(), Hit> {
+        if let Some(t) = &self.tenant
+            && !t.memory.try_add(bytes)
+        {
+            return Err(Hit::TenantMemory {
+                tenant: t.name.clone(),
+                bytes: t.budget.memory_bytes,
+            });
+        }
+        if !self.shared.memory.try_add(bytes) {
+            if let Some(t) = &self.tenant {
+                t.memory.sub(bytes);
+            }
+            return Err(Hit::HostMemory {
+                bytes: self.shared.budgets.memory_bytes,
+            });
+        }
+        self.charged += bytes;
+        Ok(())
+    }
+}
+
+impl Drop for Admission {
+    fn drop(&mut self) {
+        if let Some(t) = &self.tenant {
+            t.memory.sub(self.charged);
+        }
+        self.shared.memory.sub(self.charged);
+    }
+}
+
+/// How long a turn at the gate lasts unless renewed: a guest running Wasm code renews it
+/// at every epoch tick; one waiting in a host call (a sleep, an HTTP request) does not,
+/// and its turn passes to another after this.
+const TURN: Duration = Duration::from_millis(3);
+
+/// The cores guests may use, handed out in turns of a few ticks, round-robin across lanes
+/// (tenants) that wait, first come first served within a lane.
+pub(super) struct Gate {
+    slots: usize,
+    state: Mutex<GateState>,
+    seats: AtomicU64,
+}
+
+#[derive(Default)]
+struct GateState {
+    /// Turns running: seat, lane, until when.
+    turns: Vec<(u64, u64, Instant)>,
+    /// Seats waiting, by lane.
+    waiting: BTreeMap<u64, VecDeque<(u64, Arc<Notify>)>>,
+    /// The lane served last, where round-robin goes on from.
+    last: u64,
+}
+
+impl Gate {
+    pub(super) fn new(slots: usize) -> Self {
+        Gate {
+            slots,
+            state: Mutex::new(GateState::default()),
+            seats: AtomicU64::new(1),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, GateState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl GateState {
+    /// Ends turns past their time and hands free slots to waiting seats, one lane after
+    /// another.
+    fn hand_out(&mut self, slots: usize, now: Instant) {
+        self.turns.retain(|&(_, _, until)| until > now);
+        while self.turns.len() < slots {
+            let next = self
+                .waiting
+                .range(self.last + 1..)
+                .chain(self.waiting.range(..=self.last))
+                .map(|(&lane, _)| lane)
+                .next();
+            let Some(lane) = next else { break };
+            let queue = self.waiting.get_mut(&lane).expect("lane just seen");
+            let (seat, notify) = queue.pop_front().expect("lanes kept only with waiters");
+            if queue.is_empty() {
+                self.waiting.remove(&lane);
+            }
+            self.turns.push((seat, lane, now + TURN));
+            self.last = lane;
+            notify.notify_one();
+        }
+    }
+
+    fn others_waiting(&self, lane: u64) -> bool {
+        self.waiting.keys().any(|&l| l != lane)
+    }
+
+    fn holds(&self, seat: u64) -> bool {
+        self.turns.iter().any(|&(s, _, _)| s == seat)
+    }
+
+    fn forget(&mut self, seat: u64) {
+        self.turns.retain(|&(s, _, _)| s != seat);
+        for queue in self.waiting.values_mut() {
+            queue.retain(|(s, _)| *s != seat);
+        }
+        self.waiting.retain(|_, q| !q.is_empty());
+    }
+}
+
+/// One call's place at the gate.
+pub(super) struct Seat {
+    gate: Arc<Gate>,
+    id: u64,
+    lane: u64,
+    notify: Arc<Notify>,
+}
+
+impl Seat {
+    fn new(gate: Arc<Gate>, lane: u64) -> Self {
+        let id = gate.seats.fetch_add(1, Ordering::Relaxed);
+        Seat {
+            gate,
+            id,
+            lane,
+            notify: Arc::new(Notify::new()),
+        }
+    }
+
+    /// At an epoch tick: `None` when the call may go on (its turn renewed, or a free
+    /// slot), else the wait for its next turn (another tenant was waiting, or its turn
+    /// had passed while it waited in a host call).
+    pub(super) fn at_tick(&self) -> Option<impl Future<Output = ()> + Send + 'static> {
+        let now = Instant::now();
+        let mut state = self.gate.lock();
+        state.hand_out(self.gate.slots, now);
+        if state.holds(self.id) {
+            if !state.others_waiting(self.lane) {
+                for turn in state.turns.iter_mut().filter(|t| t.0 == self.id) {
+                    turn.2 = now + TURN;
+                }
+                return None;
+            }
+            state.turns.retain(|t| t.0 != self.id);
+        }
+        state
+            .waiting
+            .entry(self.lane)
+            .or_default()
+            .push_back((self.id, self.notify.clone()));
+        state.hand_out(self.gate.slots, now);
+        if state.holds(self.id) {
+            return None;
+        }
+        drop(state);
+        Some(wait_turn(self.gate.clone(), self.id, self.notify.clone()))
+    }
+
+    /// Waits for a turn before the call starts.
+    async fn take_turn(&self) {
+        if let Some(wait) = self.at_tick() {
+            wait.await;
+        }
+    }
+}
+
+impl Drop for Seat {
+    fn drop(&mut self) {
+        let mut state = self.gate.lock();
+        state.forget(self.id);
+        state.hand_out(self.gate.slots, Instant::now());
+    }
+}
+
+/// Waits until `seat` holds a turn. Turns that end without a word (a guest gone into a
+/// host call) are noticed at the next tick.
+async fn wait_turn(gate: Arc<Gate>, seat: u64, notify: Arc<Notify>) {
+    loop {
+        let _ = tokio::time::timeout(TICK * 2, notify.notified()).await;
+        let mut state = gate.lock();
+        state.hand_out(gate.slots, Instant::now());
+        if state.holds(seat) {
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shared(
+        running: usize,
+        calls: usize,
+        tenant_memory: usize,
+        host_memory: usize,
+    ) -> Arc<Shared> {
+        Arc::new(Shared::new(Budgets {
+            running,
+            memory_bytes: host_memory,
+            tenant: TenantBudget {
+                calls,
+                memory_bytes: tenant_memory,
+            },
+        }))
+    }
+
+    #[tokio::test]
+    async fn a_tenant_waits_for_its_own_calls_and_gives_up_at_the_deadline() {
+        let shared = shared(4, 2, 1 << 20, 1 << 30);
+        let a = shared.tenant("a", None);
+        let b = shared.tenant("b", None);
+        let soon = || Instant::now() + Duration::from_millis(50);
+        let first = Admission::enter(&shared, Some(&a), soon()).await.unwrap();
+        let _second = Admission::enter(&shared, Some(&a), soon()).await.unwrap();
+        let third = Admission::enter(&shared, Some(&a), soon()).await;
+        assert_eq!(
+            third.err(),
+            Some(Hit::Calls {
+                tenant: "a".into(),
+                calls: 2
+            })
+        );
+        // Tenant b has calls of its own.
+        let _b = Admission::enter(&shared, Some(&b), soon()).await.unwrap();
+        // A call that ends lets the next of a in.
+        drop(first);
+        assert!(Admission::enter(&shared, Some(&a), soon()).await.is_ok());
+    }
+
+    #[tokio::test]
+    async fn memory_is_charged_to_the_tenant_and_the_host_and_given_back() {
+        let shared = shared(4, 8, 10, 15);
+        let a = shared.tenant("a", None);
+        let b = shared.tenant("b", None);
+        let later = Instant::now() + Duration::from_secs(1);
+        let mut a1 = Admission::enter(&shared, Some(&a), later).await.unwrap();
+        let mut a2 = Admission::enter(&shared, Some(&a), later).await.unwrap();
+        a1.charge(6).unwrap();
+        assert!(matches!(a2.charge(6), Err(Hit::TenantMemory { .. })));
+        a2.charge(4).unwrap();
+        let mut b1 = Admission::enter(&shared, Some(&b), later).await.unwrap();
+        assert!(matches!(b1.charge(6), Err(Hit::HostMemory { .. })));
+        // A refused charge leaves nothing behind.
+        assert_eq!(shared.memory_in_use(), 10);
+        drop(a1);
+        b1.charge(5).unwrap();
+        drop((a2, b1));
+        assert_eq!(shared.memory_in_use(), 0);
+    }
+
+    #[tokio::test]
+    async fn the_gate_hands_turns_to_the_other_tenant_first() {
+        let gate = Arc::new(Gate::new(1));
+        let a1 = Seat::new(gate.clone(), 1);
+        let a2 = Seat::new(gate.clone(), 1);
+        let b = Seat::new(gate.clone(), 2);
+        a1.take_turn().await;
+        // Nobody else waits: a1 goes on.
+        assert!(a1.at_tick().is_none());
+        // a2 and then b wait; at a1's next tick, b (another lane) goes first.
+        let a2_wait = a2.at_tick().expect("a2 waits");
+        let b_wait = b.at_tick().expect("b waits");
+        let a1_wait = a1.at_tick().expect("a1 yields to the waiting lanes");
+        tokio::time::timeout(Duration::from_secs(1), b_wait)
+            .await
+            .expect("b gets the turn");
+        drop(b);
+        tokio::time::timeout(Duration::from_secs(1), a2_wait)
+            .await
+            .expect("then a2");
+        drop(a2);
+        tokio::time::timeout(Duration::from_secs(1), a1_wait)
+            .await
+            .expect("then a1 again");
+    }
+
+    #[tokio::test]
+    async fn a_turn_not_renewed_passes_on() {
+        let gate = Arc::new(Gate::new(1));
+        let sleeper = Seat::new(gate.clone(), 1);
+        sleeper.take_turn().await;
+        // The sleeper waits in a host call and never ticks; the other gets a turn anyway.
+        let other = Seat::new(gate.clone(), 2);
+        tokio::time::timeout(Duration::from_secs(1), other.take_turn())
+            .await
+            .expect("the turn passed on");
+        // Back from its host call, the sleeper waits for its turn.
+        assert!(sleeper.at_tick().is_some());
+    }
+}
