@@ -518,16 +518,18 @@ fn both_contract_versions_load_and_a_0_1_0_hook_passes_on_what_it_cannot_see() {
     assert_eq!(after_new.events, out.events);
 }
 
-/// An engine with a pool of 8 instances, where a tenant may hold 2 calls and 96 MiB.
+/// An engine with a pool of 8 instances, where a tenant may hold 2 calls and 96 MiB, and
+/// two guests run at once.
 fn budgeted_engine() -> Engine {
     Engine::new(EngineSettings {
         max_instances: 8,
         budgets: Some(inrun::wasm::Budgets {
-            running: 1,
+            running: 2,
             memory_bytes: 1 << 30,
             tenant: inrun::wasm::TenantBudget {
                 calls: 2,
                 memory_bytes: 96 << 20,
+                log_lines_per_second: 100,
             },
         }),
         ..EngineSettings::default()

@@ -1,7 +1,7 @@
 //! Filters Inrun adds to minijinja's builtins: `toJson`, `toYaml`, `b64enc`, `b64dec`,
 //! `required`.
 
-use minijinja::{Environment, Error, ErrorKind, Value};
+use minijinja::{Environment, Error, ErrorKind, State, Value};
 
 use super::convert::to_json;
 
@@ -18,29 +18,48 @@ fn invalid(detail: String) -> Error {
     Error::new(ErrorKind::InvalidOperation, detail)
 }
 
+/// Bytes of serialised output one fuel pays for: what minijinja's own `tojson` charges
+/// (walking a value to serialise it costs far more than copying bytes).
+const SERIALIZED_BYTES_PER_FUEL: usize = 4;
+/// Bytes of plain text (base64 in or out) one fuel pays for.
+const TEXT_BYTES_PER_FUEL: usize = 16;
+
+/// Charges the work of a filter that read or wrote `bytes`, `per_fuel` of them for one
+/// fuel: a template that calls it in a loop runs out of fuel in proportion to what it
+/// makes the host do, not per call.
+fn charge(state: &State, bytes: usize, per_fuel: usize) -> Result<(), Error> {
+    state.consume_fuel((bytes / per_fuel) as u64 + 1)
+}
+
 /// `{{ .spec.config | toJson }}`: compact JSON, keys in their original order.
-fn to_json_filter(value: Value) -> Result<String, Error> {
+fn to_json_filter(state: &State, value: Value) -> Result<String, Error> {
     let json = to_json(&value).map_err(invalid)?;
-    serde_json::to_string(&json).map_err(|e| invalid(e.to_string()))
+    let text = serde_json::to_string(&json).map_err(|e| invalid(e.to_string()))?;
+    charge(state, text.len(), SERIALIZED_BYTES_PER_FUEL)?;
+    Ok(text)
 }
 
 /// `{{ .spec.config | toYaml }}`: YAML without the leading `---`, for block scalars.
-fn to_yaml_filter(value: Value) -> Result<String, Error> {
+fn to_yaml_filter(state: &State, value: Value) -> Result<String, Error> {
     let json = to_json(&value).map_err(invalid)?;
     let text = serde_yaml_ng::to_string(&json).map_err(|e| invalid(e.to_string()))?;
+    charge(state, text.len(), SERIALIZED_BYTES_PER_FUEL)?;
     Ok(text.trim_end_matches('\n').to_owned())
 }
 
 /// `{{ "text" | b64enc }}`: standard base64 with padding.
-fn b64enc_filter(value: Value) -> Result<String, Error> {
-    match value.as_bytes() {
-        Some(bytes) => Ok(base64_encode(bytes)),
-        None => Ok(base64_encode(value.to_string().as_bytes())),
-    }
+fn b64enc_filter(state: &State, value: Value) -> Result<String, Error> {
+    let encoded = match value.as_bytes() {
+        Some(bytes) => base64_encode(bytes),
+        None => base64_encode(value.to_string().as_bytes()),
+    };
+    charge(state, encoded.len(), TEXT_BYTES_PER_FUEL)?;
+    Ok(encoded)
 }
 
 /// `{{ .data.password | b64dec }}`: decodes standard base64 (padding optional) to text.
-fn b64dec_filter(value: &str) -> Result<String, Error> {
+fn b64dec_filter(state: &State, value: &str) -> Result<String, Error> {
+    charge(state, value.len(), TEXT_BYTES_PER_FUEL)?;
     let bytes = base64_decode(value).map_err(invalid)?;
     String::from_utf8(bytes).map_err(|_| invalid("b64dec: decoded bytes are not UTF-8".into()))
 }

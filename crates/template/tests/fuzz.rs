@@ -92,3 +92,36 @@ fn a_template_whose_output_is_too_large_fails() {
     let err = compiled.render(&Context::new(&cr())).expect_err("capped");
     assert!(format!("{err:?}").contains("output"), "{err:?}");
 }
+
+#[test]
+fn inruns_filters_charge_fuel_for_the_bytes_they_make() {
+    // 200 calls of a filter over a 200 KB value: each call is cheap in instructions, but
+    // the bytes serialised or encoded add up to far more than a render's fuel.
+    let big = "a".repeat(200_000);
+    let cr = json!({"apiVersion": "x.dev/v1", "kind": "K", "metadata": {"name": "n"},
+                    "spec": {"big": big, "obj": {"text": big}, "b64": "YWFh".repeat(50_000)}});
+    let engine = Engine::new();
+    for filter in [
+        ".spec.obj | toJson",
+        ".spec.obj | toYaml",
+        ".spec.big | b64enc",
+        ".spec.b64 | b64dec",
+    ] {
+        let text = format!("{{% for i in range(200) %}}{{% set _ = {filter} %}}{{% endfor %}}done");
+        let compiled = engine.compile_value(&json!(text)).expect("compiles");
+        let err = compiled
+            .render(&Context::new(&cr))
+            .expect_err("runs out of fuel");
+        let message = format!("{err:?}").to_lowercase();
+        assert!(message.contains("fuel"), "{filter}: {message}");
+        // Once is within a render's fuel.
+        let once = engine
+            .compile_value(&json!(format!("{{% set _ = {filter} %}}done")))
+            .expect("compiles");
+        assert_eq!(
+            once.render(&Context::new(&cr)).expect("once"),
+            json!("done"),
+            "{filter}"
+        );
+    }
+}

@@ -33,6 +33,9 @@ pub struct TenantBudget {
     /// Linear memory and tables of its calls in flight, in bytes. Growth past it fails
     /// the growing call.
     pub memory_bytes: usize,
+    /// Lines its plugins may log a second (`host.log`, stdout and stderr), with bursts of
+    /// five seconds' worth; lines past it are dropped and counted.
+    pub log_lines_per_second: u32,
 }
 
 impl Budgets {
@@ -48,6 +51,7 @@ impl Budgets {
             tenant: TenantBudget {
                 calls: (instances as usize / 4).max(1),
                 memory_bytes: memory_bytes / 4,
+                log_lines_per_second: 100,
             },
         }
     }
@@ -135,6 +139,7 @@ impl Shared {
             calls: Arc::new(Semaphore::new(budget.calls.max(1))),
             memory: Counter::new(budget.memory_bytes),
             lane: self.lanes.fetch_add(1, Ordering::Relaxed),
+            logs: Mutex::new(Bucket::full(budget.log_lines_per_second)),
         });
         tenants.insert(name.to_string(), Arc::downgrade(&tenant));
         tenant
@@ -154,6 +159,52 @@ pub(super) struct Tenant {
     memory: Counter,
     /// Its lane at the gate.
     lane: u64,
+    logs: Mutex<Bucket>,
+}
+
+impl Tenant {
+    /// Whether one more log line of this tenant's plugins may be written now.
+    pub(super) fn log_line(&self) -> bool {
+        self.logs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take(Instant::now())
+    }
+
+    /// The tenant's budget of log lines a second.
+    pub(super) fn log_lines_per_second(&self) -> u32 {
+        self.budget.log_lines_per_second
+    }
+}
+
+/// A token bucket: `rate` tokens a second, holding at most five seconds' worth.
+struct Bucket {
+    rate: f64,
+    tokens: f64,
+    at: Instant,
+}
+
+impl Bucket {
+    fn full(rate: u32) -> Self {
+        let rate = f64::from(rate);
+        Bucket {
+            rate,
+            tokens: rate * 5.0,
+            at: Instant::now(),
+        }
+    }
+
+    fn take(&mut self, now: Instant) -> bool {
+        let refill = now.saturating_duration_since(self.at).as_secs_f64() * self.rate;
+        self.tokens = (self.tokens + refill).min(self.rate * 5.0);
+        self.at = now;
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
 }
 
 /// Bytes in use against a cap.
@@ -240,6 +291,11 @@ impl Admission {
         })
     }
 
+    /// The tenant the call is of (`None`: the host's own).
+    pub(super) fn tenant(&self) -> Option<&Arc<Tenant>> {
+        self.tenant.as_ref()
+    }
+
     /// Charges `bytes` of new guest memory to the tenant and the host.
     pub(super) fn charge(&mut self, bytes: usize) -> Result<(), Hit> {
         if let Some(t) = &self.tenant
@@ -287,8 +343,9 @@ pub(super) struct Gate {
 
 #[derive(Default)]
 struct GateState {
-    /// Turns running: seat, lane, until when.
-    turns: Vec<(u64, u64, Instant)>,
+    /// Turns handed out: seat, lane, and until when (`None`: handed to a waiting seat that
+    /// has not taken it up yet; such a turn does not end until it does, or the seat goes).
+    turns: Vec<(u64, u64, Option<Instant>)>,
     /// Seats waiting, by lane.
     waiting: BTreeMap<u64, VecDeque<(u64, Arc<Notify>)>>,
     /// The lane served last, where round-robin goes on from.
@@ -313,7 +370,8 @@ impl GateState {
     /// Ends turns past their time and hands free slots to waiting seats, one lane after
     /// another.
     fn hand_out(&mut self, slots: usize, now: Instant) {
-        self.turns.retain(|&(_, _, until)| until > now);
+        self.turns
+            .retain(|&(_, _, until)| until.is_none_or(|until| until > now));
         while self.turns.len() < slots {
             let next = self
                 .waiting
@@ -327,7 +385,7 @@ impl GateState {
             if queue.is_empty() {
                 self.waiting.remove(&lane);
             }
-            self.turns.push((seat, lane, now + TURN));
+            self.turns.push((seat, lane, None));
             self.last = lane;
             notify.notify_one();
         }
@@ -337,8 +395,19 @@ impl GateState {
         self.waiting.keys().any(|&l| l != lane)
     }
 
-    fn holds(&self, seat: u64) -> bool {
-        self.turns.iter().any(|&(s, _, _)| s == seat)
+    /// Whether `seat` holds a turn; one handed to it is taken up (it runs from now on).
+    fn take_up(&mut self, seat: u64, now: Instant) -> bool {
+        match self.turns.iter_mut().find(|t| t.0 == seat) {
+            Some(turn) => {
+                turn.2 = Some(now + TURN);
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn queued(&self, seat: u64) -> bool {
+        self.waiting.values().flatten().any(|(s, _)| *s == seat)
     }
 
     fn forget(&mut self, seat: u64) {
@@ -376,26 +445,32 @@ impl Seat {
         let now = Instant::now();
         let mut state = self.gate.lock();
         state.hand_out(self.gate.slots, now);
-        if state.holds(self.id) {
+        let holds = state.turns.iter().any(|t| t.0 == self.id);
+        if holds {
             if !state.others_waiting(self.lane) {
-                for turn in state.turns.iter_mut().filter(|t| t.0 == self.id) {
-                    turn.2 = now + TURN;
-                }
+                state.take_up(self.id, now);
                 return None;
             }
             state.turns.retain(|t| t.0 != self.id);
         }
-        state
-            .waiting
-            .entry(self.lane)
-            .or_default()
-            .push_back((self.id, self.notify.clone()));
+        if !state.queued(self.id) {
+            state
+                .waiting
+                .entry(self.lane)
+                .or_default()
+                .push_back((self.id, self.notify.clone()));
+        }
         state.hand_out(self.gate.slots, now);
-        if state.holds(self.id) {
+        if state.take_up(self.id, now) {
             return None;
         }
         drop(state);
-        Some(wait_turn(self.gate.clone(), self.id, self.notify.clone()))
+        Some(wait_turn(
+            self.gate.clone(),
+            self.id,
+            self.lane,
+            self.notify.clone(),
+        ))
     }
 
     /// Waits for a turn before the call starts.
@@ -414,15 +489,24 @@ impl Drop for Seat {
     }
 }
 
-/// Waits until `seat` holds a turn. Turns that end without a word (a guest gone into a
-/// host call) are noticed at the next tick.
-async fn wait_turn(gate: Arc<Gate>, seat: u64, notify: Arc<Notify>) {
+/// Waits until `seat` holds a turn, and takes it up. Turns that end without a word (a
+/// guest gone into a host call) are noticed at the next tick.
+async fn wait_turn(gate: Arc<Gate>, seat: u64, lane: u64, notify: Arc<Notify>) {
     loop {
         let _ = tokio::time::timeout(TICK * 2, notify.notified()).await;
+        let now = Instant::now();
         let mut state = gate.lock();
-        state.hand_out(gate.slots, Instant::now());
-        if state.holds(seat) {
+        state.hand_out(gate.slots, now);
+        if state.take_up(seat, now) {
             return;
+        }
+        if !state.queued(seat) {
+            // Never left waiting without a place in the queue.
+            state
+                .waiting
+                .entry(lane)
+                .or_default()
+                .push_back((seat, notify.clone()));
         }
     }
 }
@@ -443,6 +527,7 @@ mod tests {
             tenant: TenantBudget {
                 calls,
                 memory_bytes: tenant_memory,
+                log_lines_per_second: 10,
             },
         }))
     }
@@ -515,6 +600,34 @@ mod tests {
         tokio::time::timeout(Duration::from_secs(1), a1_wait)
             .await
             .expect("then a1 again");
+    }
+
+    #[test]
+    fn a_tenants_log_lines_are_a_token_bucket() {
+        let start = Instant::now();
+        let mut bucket = Bucket::full(10);
+        // A burst of five seconds' worth, then nothing until time passes.
+        assert_eq!((0..100).filter(|_| bucket.take(start)).count(), 50);
+        assert!(bucket.take(start + Duration::from_millis(100)));
+        assert!(!bucket.take(start + Duration::from_millis(100)));
+        // Time never fills it past the burst.
+        let later = start + Duration::from_secs(3600);
+        assert_eq!((0..100).filter(|_| bucket.take(later)).count(), 50);
+    }
+
+    #[tokio::test]
+    async fn a_turn_handed_to_a_waiting_seat_lasts_until_it_is_taken_up() {
+        let gate = Arc::new(Gate::new(1));
+        let a = Seat::new(gate.clone(), 1);
+        a.take_turn().await;
+        let b = Seat::new(gate.clone(), 2);
+        let b_wait = b.at_tick().expect("b waits");
+        // a ends; the turn goes to b, whose wait is busy elsewhere for longer than a turn.
+        drop(a);
+        std::thread::sleep(TURN * 3);
+        tokio::time::timeout(Duration::from_secs(1), b_wait)
+            .await
+            .expect("b still gets its turn");
     }
 
     #[tokio::test]

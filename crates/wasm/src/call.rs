@@ -53,7 +53,7 @@ impl Plugin {
                 }
             })
             .await;
-            let raw = self.settle(result, &store, limits)?;
+            let raw = self.settle(result, &mut store, limits)?;
             self.finish(raw, limits, None)
         })
         .await
@@ -96,7 +96,7 @@ impl Plugin {
                 }
             })
             .await;
-            let raw = self.settle(result, &store, limits)?;
+            let raw = self.settle(result, &mut store, limits)?;
             self.finish(raw, limits, Some(current))
         })
         .await
@@ -120,7 +120,7 @@ impl Plugin {
                 }
             })
             .await;
-            self.settle(result, &store, limits)
+            self.settle(result, &mut store, limits)
         })
         .await
     }
@@ -202,14 +202,16 @@ impl Plugin {
         Ok((store, &inner.pre, busy))
     }
 
-    /// Logs what the guest printed and turns a failed call into a [`CallError`].
+    /// Logs what the guest printed (as far as its tenant's log budget allows) and turns a
+    /// failed call into a [`CallError`].
     pub(super) fn settle<R>(
         &self,
         result: wasmtime::Result<R>,
-        store: &Store<State>,
+        store: &mut Store<State>,
         limits: &Limits,
     ) -> Result<R, CallError> {
-        store.data().flush_stdio();
+        store.data_mut().flush_stdio();
+        store.data().report_dropped_logs();
         result.map_err(|err| CallError {
             plugin: self.id().clone(),
             failure: classify(err, store.data(), limits),

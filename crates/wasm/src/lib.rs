@@ -50,6 +50,11 @@ pub trait Observer: Send + Sync + fmt::Debug {
     fn plugin_loading(&self, plugin: &str, loading: bool) {
         let _ = (plugin, loading);
     }
+    /// `lines` log lines of one call of `plugin` were dropped: its tenant was over its
+    /// log budget. Records nothing unless implemented.
+    fn plugin_logs_dropped(&self, plugin: &str, lines: u64) {
+        let _ = (plugin, lines);
+    }
 }
 
 /// An [`Observer`] that records nothing.

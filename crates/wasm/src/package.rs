@@ -184,7 +184,7 @@ impl Plugin {
             })
         })
         .await;
-        self.settle(result, &store, limits)
+        self.settle(result, &mut store, limits)
     }
 
     fn returned(&self, message: String) -> CallError {

@@ -110,6 +110,8 @@ pub(super) struct State {
     wasi: Option<(WasiCtx, Stdio)>,
     table: ResourceTable,
     log_lines: u32,
+    /// Lines dropped because the tenant was over its log budget.
+    pub(super) logs_dropped: u64,
 }
 
 impl State {
@@ -138,6 +140,42 @@ impl State {
             wasi: None,
             table: ResourceTable::new(),
             log_lines: 0,
+            logs_dropped: 0,
+        }
+    }
+
+    /// Whether one more line may be logged: the tenant's log budget allows it.
+    fn may_log(&mut self) -> bool {
+        let allowed = self
+            .limiter
+            .admission
+            .as_ref()
+            .and_then(|a| a.tenant())
+            .is_none_or(|t| t.log_line());
+        if !allowed {
+            self.logs_dropped += 1;
+        }
+        allowed
+    }
+
+    /// Says (at most once a second per tenant's call, as one line) how many of this
+    /// call's log lines its tenant's log budget dropped, and tells the observer.
+    pub(super) fn report_dropped_logs(&self) {
+        if self.logs_dropped == 0 {
+            return;
+        }
+        self.observer
+            .plugin_logs_dropped(&self.plugin.name, self.logs_dropped);
+        if let Some(tenant) = self.limiter.admission.as_ref().and_then(|a| a.tenant())
+            && tenant.log_line()
+        {
+            tracing::warn!(
+                plugin.name = %self.plugin.name,
+                tenant = %tenant.name,
+                dropped = self.logs_dropped,
+                "plugin log lines dropped: the tenant is over its budget of {} lines a second",
+                tenant.log_lines_per_second()
+            );
         }
     }
 
@@ -146,16 +184,23 @@ impl State {
         self.wasi.as_ref().map(|(_, stdio)| stdio)
     }
 
-    /// Writes what the guest printed to the host's log, one line each, truncated.
-    pub(super) fn flush_stdio(&self) {
+    /// Writes what the guest printed to the host's log, one line each, truncated, as far
+    /// as the tenant's log budget allows.
+    pub(super) fn flush_stdio(&mut self) {
         let Some(stdio) = self.stdio() else { return };
-        for (stream, pipe) in [("stdout", &stdio.stdout), ("stderr", &stdio.stderr)] {
-            let bytes = pipe.contents();
+        let pipes = [
+            ("stdout", stdio.stdout.contents()),
+            ("stderr", stdio.stderr.contents()),
+        ];
+        for (stream, bytes) in pipes {
             if bytes.is_empty() {
                 continue;
             }
             let text = String::from_utf8_lossy(&bytes);
             for line in text.lines().filter(|l| !l.trim().is_empty()).take(50) {
+                if !self.may_log() {
+                    continue;
+                }
                 tracing::info!(
                     plugin.name = %self.plugin.name,
                     plugin.digest = %self.plugin.digest_ref(),
@@ -212,7 +257,7 @@ impl types::Host for State {}
 impl host::Host for State {
     fn log(&mut self, level: Level, message: String) {
         self.log_lines += 1;
-        if self.log_lines > LOG_LINES_MAX {
+        if self.log_lines > LOG_LINES_MAX || !self.may_log() {
             return;
         }
         let message = truncate(&message, LOG_MESSAGE_MAX);

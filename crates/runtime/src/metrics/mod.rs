@@ -188,6 +188,8 @@ struct TenantSeries {
     loads: BTreeSet<&'static str>,
     host_calls: BTreeSet<(&'static str, &'static str)>,
     reloads: BTreeSet<&'static str>,
+    /// Plugins whose log lines were dropped.
+    logs_dropped: BTreeSet<String>,
 }
 
 /// The console's log, and the controllers it has seen.
@@ -211,6 +213,7 @@ pub struct Metrics {
     deadline_hits: Family<PluginLabel, Counter>,
     memory_hits: Family<PluginLabel, Counter>,
     traps: Family<PluginLabel, Counter>,
+    logs_dropped: Family<PluginLabel, Counter>,
     plugin_time: Histograms<PluginLabel>,
     plugin_loads: Family<SourceLabel, Counter>,
     host_calls: Family<HostCall, Counter>,
@@ -267,6 +270,10 @@ impl inrun_wasm::Observer for Metrics {
     fn plugin_loading(&self, plugin: &str, loading: bool) {
         self.health.plugin_loading("", plugin, loading);
     }
+
+    fn plugin_logs_dropped(&self, plugin: &str, lines: u64) {
+        Metrics::plugin_logs_dropped(self, "", plugin, lines);
+    }
 }
 
 /// What one tenant's plugins report: the [`Metrics`]' plugin families with the tenant's
@@ -301,6 +308,11 @@ impl inrun_wasm::Observer for TenantObserver {
             .health
             .plugin_loading(&self.tenant, plugin, loading);
     }
+
+    fn plugin_logs_dropped(&self, plugin: &str, lines: u64) {
+        self.metrics
+            .plugin_logs_dropped(&self.tenant, plugin, lines);
+    }
 }
 
 impl Metrics {
@@ -317,6 +329,7 @@ impl Metrics {
             deadline_hits: Family::default(),
             memory_hits: Family::default(),
             traps: Family::default(),
+            logs_dropped: Family::default(),
             plugin_time: Family::new_with_constructor(plugin_call_histogram),
             plugin_loads: Family::default(),
             host_calls: Family::default(),
@@ -364,6 +377,11 @@ impl Metrics {
             "inrun_plugin_traps",
             "Plugin calls that trapped (a guest panic, for one)",
             self.traps.clone(),
+        );
+        r.register(
+            "inrun_plugin_log_lines_dropped",
+            "Plugin log lines (host.log, stdout, stderr) dropped because their tenant was over its log budget",
+            self.logs_dropped.clone(),
         );
         r.register(
             "inrun_plugin_call_duration_seconds",
@@ -482,6 +500,12 @@ impl Metrics {
                 family.remove(&label);
             }
             self.plugin_time.remove(&label);
+        }
+        for plugin in seen.logs_dropped {
+            self.logs_dropped.remove(&PluginLabel {
+                tenant: tenant.clone(),
+                plugin,
+            });
         }
         for source in seen.loads {
             self.plugin_loads.remove(&SourceLabel {
@@ -615,6 +639,19 @@ impl Metrics {
         self.plugin_time
             .get_or_create(&label)
             .observe(elapsed.as_secs_f64());
+    }
+
+    /// Records `lines` log lines of `tenant`'s `plugin` dropped by the tenant's log budget.
+    pub fn plugin_logs_dropped(&self, tenant: &str, plugin: &str, lines: u64) {
+        let _noted = self.note(tenant, |seen| {
+            seen.logs_dropped.insert(plugin.to_string());
+        });
+        self.logs_dropped
+            .get_or_create(&PluginLabel {
+                tenant: tenant.to_string(),
+                plugin: plugin.to_string(),
+            })
+            .inc_by(lines);
     }
 
     /// Records a plugin of `tenant` loaded from `source`: `memory`, `cache` or `compiled`.
