@@ -336,11 +336,17 @@ fn hostile_tenants() -> Vec<Hostile> {
 
 /// Edits A's CRs at `per_second` in all (spread over 8 concurrent editors) until stopped;
 /// returns how many edits the API server took.
-async fn edit(ar: ApiResource, crs: usize, per_second: u32, stop: watch::Receiver<bool>) -> u64 {
+async fn edit(
+    ar: ApiResource,
+    prefix: String,
+    crs: usize,
+    per_second: u32,
+    stop: watch::Receiver<bool>,
+) -> u64 {
     let editors = 8.min(crs);
     let mut tasks = Vec::new();
     for e in 0..editors {
-        let (ar, mut stop) = (ar.clone(), stop.clone());
+        let (ar, prefix, mut stop) = (ar.clone(), prefix.clone(), stop.clone());
         tasks.push(tokio::spawn(async move {
             let api: Api<DynamicObject> =
                 Api::namespaced_with(ControlPlane::shared().client(), "default", &ar);
@@ -353,7 +359,7 @@ async fn edit(ar: ApiResource, crs: usize, per_second: u32, stop: watch::Receive
                     _ = tick.tick() => {}
                     _ = stop.changed() => return done,
                 }
-                let name = format!("a-{}", (e + n as usize * editors) % crs);
+                let name = format!("{prefix}-{}", (e + n as usize * editors) % crs);
                 n += 1;
                 let patch = json!({"spec": {"n": n}});
                 if api
@@ -419,20 +425,23 @@ async fn isolation(
     })
     .await;
     let quick = resource(&group_b, "Quick");
-    create_to_ready(&quick, "warm", 2).await;
-    let alone = summary(create_to_ready(&quick, "alone", count).await);
+    // Names of this row's own: what an earlier row's CRs made is theirs, not these CRs'.
+    let b = |what: &str| format!("r{run}-{what}");
+    let a_prefix = format!("r{run}-a");
+    create_to_ready(&quick, &b("warm"), 2).await;
+    let alone = summary(create_to_ready(&quick, &b("alone"), count).await);
 
     let a_file = dir.path().join("a.yaml");
     std::fs::write(&a_file, (hostile.blueprint)(&group_a)).expect("write a");
     let ar = resource(&group_a, hostile.kind);
     for i in 0..hostile.crs {
-        apply_cr(&ar, &format!("a-{i}")).await;
+        apply_cr(&ar, &format!("{a_prefix}-{i}")).await;
     }
     // A is at work once its first CR has a Ready condition, whatever it says.
     wait_for("tenant A at work", WAIT, || async {
         let api: Api<DynamicObject> =
             Api::namespaced_with(ControlPlane::shared().client(), "default", &ar);
-        let obj = api.get_opt("a-0").await.ok()??;
+        let obj = api.get_opt(&format!("{a_prefix}-0")).await.ok()??;
         obj.data
             .pointer("/status/conditions")?
             .as_array()?
@@ -447,6 +456,7 @@ async fn isolation(
     let editing = (hostile.edits_per_second > 0).then(|| {
         tokio::spawn(edit(
             ar.clone(),
+            a_prefix.clone(),
             hostile.crs,
             hostile.edits_per_second,
             rx.clone(),
@@ -455,7 +465,7 @@ async fn isolation(
     let flipping = hostile
         .recompile
         .then(|| tokio::spawn(recompile(a_file.clone(), group_a.clone(), rx.clone())));
-    let beside = summary(create_to_ready(&quick, "beside", count).await);
+    let beside = summary(create_to_ready(&quick, &b("beside"), count).await);
     let _ = stop.send(true);
     let took = started.elapsed().as_secs_f64();
     let mut driven = String::new();

@@ -482,3 +482,104 @@ async fn a_file_version_is_the_sha256_of_its_content() -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+/// A registry on 127.0.0.1 (plain http) that a hostile tenant runs: manifests of 100 MiB,
+/// redirects to the metadata address, token replies of 1 MiB, long error pages. Counts
+/// the bytes it managed to send.
+async fn hostile_registry() -> anyhow::Result<(String, Arc<std::sync::atomic::AtomicUsize>)> {
+    use std::sync::atomic::Ordering;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let host = format!("127.0.0.1:{}", listener.local_addr()?.port());
+    let sent = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let (realm, counter) = (format!("http://{host}/token"), sent.clone());
+    tokio::spawn(async move {
+        while let Ok((mut tcp, _)) = listener.accept().await {
+            let (realm, counter) = (realm.clone(), counter.clone());
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match tcp.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let text = String::from_utf8_lossy(&head).to_string();
+                let path = text.split_whitespace().nth(1).unwrap_or("/").to_string();
+                let endless = |status: &str| {
+                    format!(
+                        "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n"
+                    )
+                };
+                let (head, endless_body) = match path.as_str() {
+                    "/v2/big/manifests/1" => (endless("200 OK"), true),
+                    "/v2/redirect/manifests/1" => (
+                        "HTTP/1.1 302 Found\r\nLocation: http://169.254.169.254/latest/meta-data/\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".to_string(),
+                        false,
+                    ),
+                    "/v2/token/manifests/1" => (
+                        format!("HTTP/1.1 401 Unauthorized\r\nWWW-Authenticate: Bearer realm=\"{realm}\",service=\"x\"\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"),
+                        false,
+                    ),
+                    p if p.starts_with("/token") => (endless("200 OK"), true),
+                    _ => (endless("500 Internal Server Error"), true),
+                };
+                if tcp.write_all(head.as_bytes()).await.is_err() || !endless_body {
+                    return;
+                }
+                // Up to 100 MiB, for as long as the client reads.
+                let chunk = vec![b' '; 64 << 10];
+                for _ in 0..1600 {
+                    if tcp.write_all(&chunk).await.is_err() {
+                        return;
+                    }
+                    counter.fetch_add(chunk.len(), Ordering::Relaxed);
+                }
+            });
+        }
+    });
+    Ok((host, sent))
+}
+
+#[tokio::test]
+async fn a_hostile_registry_is_read_only_so_far_and_never_followed_elsewhere() -> anyhow::Result<()>
+{
+    let (host, sent) = hostile_registry().await?;
+    let sources = Sources::new(
+        Arc::new(StaticSecrets::new()),
+        SourceOptions {
+            insecure_registries: vec![host.clone()],
+            extra_roots: Vec::new(),
+        },
+    )?;
+    let fail = |repo: &str| {
+        let location = oci(&format!("oci://{host}/{repo}:1"), None);
+        let sources = &sources;
+        async move {
+            let err = sources
+                .fetch(&location, None)
+                .await
+                .expect_err("a hostile registry's answer is refused");
+            inrun::errors::chain(&err)
+        }
+    };
+    // A manifest of 100 MiB: given up on at 4 MiB.
+    let text = fail("big").await;
+    assert!(text.contains("larger than 4194304 bytes"), "{text}");
+    // A redirect of a manifest request: not followed, wherever it points.
+    let text = fail("redirect").await;
+    assert!(text.contains("302"), "{text}");
+    assert!(!text.contains("meta-data"), "{text}");
+    // A token reply of 100 MiB: given up on at 64 KiB.
+    let text = fail("token").await;
+    assert!(text.contains("larger than 65536 bytes"), "{text}");
+    // An error page of 100 MiB: 200 bytes of it in the message.
+    let text = fail("loud").await;
+    assert!(text.contains("500"), "{text}");
+    assert!(text.len() < 1000, "{} bytes: {text}", text.len());
+    // Four endless replies, and what the registry could send is what the socket buffers
+    // hold beyond the caps, not 400 MiB.
+    let sent = sent.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(sent < 64 << 20, "the registry sent {sent} bytes");
+    Ok(())
+}

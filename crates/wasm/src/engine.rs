@@ -80,6 +80,8 @@ struct Inner {
     cache: Option<CompileCache>,
     engine_key: String,
     compiled: Mutex<HashMap<String, Component>>,
+    /// Held by the compile in progress: one at a time, host-wide.
+    compiling: Mutex<()>,
     ticker: Arc<Ticker>,
     load_limits: Limits,
     budgets: Arc<budget::Shared>,
@@ -136,6 +138,10 @@ impl Engine {
     /// [`LoadError::Engine`] when wasmtime refuses the configuration (e.g. the pool cannot
     /// be reserved).
     pub fn new(settings: EngineSettings) -> Result<Self, LoadError> {
+        let budgets = settings
+            .budgets
+            .unwrap_or_else(|| Budgets::for_pool(settings.max_instances));
+        compile_threads(budgets.running);
         let mut config = Config::new();
         config.wasm_component_model(true);
         config.epoch_interruption(true);
@@ -182,13 +188,10 @@ impl Engine {
                 cache: settings.cache,
                 engine_key,
                 compiled: Mutex::new(HashMap::new()),
+                compiling: Mutex::new(()),
                 ticker,
                 load_limits: settings.load_limits,
-                budgets: Arc::new(budget::Shared::new(
-                    settings
-                        .budgets
-                        .unwrap_or_else(|| Budgets::for_pool(settings.max_instances)),
-                )),
+                budgets: Arc::new(budget::Shared::new(budgets)),
             }),
             observer: settings.observer,
             tenant: None,
@@ -322,7 +325,15 @@ impl Engine {
         Ok(component)
     }
 
+    /// Compiles `bytes`, one compile at a time host-wide, on the compile threads
+    /// ([`compile_threads`]): a tenant's large or numerous plugins queue behind each other
+    /// and never take more cores than guests may.
     fn compile(&self, id: &PluginId, bytes: &[u8]) -> Result<Component, LoadError> {
+        let _one_at_a_time = self
+            .inner
+            .compiling
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         let component =
             Component::new(&self.inner.engine, bytes).map_err(|source| LoadError::Compile {
                 plugin: id.clone(),
@@ -372,6 +383,19 @@ impl Engine {
             }
         }
         Ok((component, "compiled"))
+    }
+}
+
+/// Sizes the thread pool compiles fan out on (rayon's global pool, which Cranelift uses)
+/// to `threads`, the cores guests may use: a compile then leaves the other cores to the
+/// host and to running guests. Only the first engine of a process sets it.
+fn compile_threads(threads: usize) {
+    let built = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads.max(1))
+        .thread_name(|i| format!("inrun-compile-{i}"))
+        .build_global();
+    if built.is_ok() {
+        tracing::debug!(threads, "compile threads");
     }
 }
 

@@ -9,9 +9,12 @@ pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a whole download may take.
 const DOWNLOAD_TIMEOUT: Duration = Duration::from_secs(120);
 
-/// An HTTPS-only client trusting the system's CAs and `options.extra_roots`.
+/// An HTTPS-only client trusting the system's CAs and `options.extra_roots`, without
+/// environment proxies.
 pub(super) fn client(options: &SourceOptions) -> Result<reqwest::Client, SourceError> {
     let mut builder = reqwest::Client::builder()
+        // Environment proxies are not the tenant's to use, nor a way around anything.
+        .no_proxy()
         .https_only(true)
         .connect_timeout(CONNECT_TIMEOUT)
         .timeout(DOWNLOAD_TIMEOUT)

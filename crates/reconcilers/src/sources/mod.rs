@@ -9,6 +9,7 @@
 mod dockerconfig;
 mod https;
 mod oci;
+mod registry;
 
 use std::fmt;
 use std::sync::Arc;

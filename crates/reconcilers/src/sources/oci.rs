@@ -1,8 +1,8 @@
 //! Components as OCI artifacts: one `application/wasm` layer under an
 //! `application/vnd.wasm.config.v0+json` config (the Wasm OCI artifact layout), pulled and
-//! pushed with the ORAS project's client.
+//! pushed with the ORAS project's client. Pulls (what a tenant's registry answers) go
+//! through Inrun's own bounded reader ([`registry`]).
 
-use futures::StreamExt;
 use oci_client::client::{Certificate, CertificateEncoding, ClientConfig, ClientProtocol};
 use oci_client::errors::{OciDistributionError, OciErrorCode};
 use oci_client::manifest::{
@@ -14,6 +14,7 @@ use serde_json::json;
 
 use super::dockerconfig::Credentials;
 use super::https::CONNECT_TIMEOUT;
+use super::registry::{self, Layer, Registry};
 use super::{Fetched, Location, MAX_MODULE_SIZE, PullSecret, SourceError, SourceOptions, sha256};
 use inrun_blueprint::location::{LocationError, check_digest};
 
@@ -163,8 +164,33 @@ fn target(location: &str, reference: &str) -> Result<Reference, SourceError> {
     })
 }
 
+/// What a pull asks for: an OCI image manifest, or Docker's.
+fn manifest_accept() -> String {
+    format!("{OCI_IMAGE_MEDIA_TYPE}, {IMAGE_MANIFEST_MEDIA_TYPE}")
+}
+
+/// Runs one registry operation under [`registry::OPERATION_TIMEOUT`] in all.
+async fn in_time<T>(
+    shown: &str,
+    operation: impl std::future::Future<Output = Result<T, SourceError>>,
+) -> Result<T, SourceError> {
+    tokio::time::timeout(registry::OPERATION_TIMEOUT, operation)
+        .await
+        .unwrap_or_else(|_| {
+            Err(SourceError::Registry {
+                action: "reading",
+                location: shown.to_string(),
+                source: Box::new(OciDistributionError::GenericError(Some(format!(
+                    "the registry took longer than {}s",
+                    registry::OPERATION_TIMEOUT.as_secs()
+                )))),
+            })
+        })
+}
+
 /// Pulls the manifest and its one `application/wasm` layer, checking the manifest against
-/// `pin` and the layer against the manifest.
+/// `pin` and the layer against the manifest; every reply read only so far
+/// ([`registry`]).
 pub(super) async fn pull(
     options: &SourceOptions,
     location: &Location,
@@ -173,72 +199,64 @@ pub(super) async fn pull(
     auth: &Auth,
 ) -> Result<Fetched, SourceError> {
     let shown = location.to_string();
-    let client = client(options, &shown)?;
-    let target = target(&shown, reference)?;
-    let (body, _) = client
-        .pull_manifest_raw(
-            &target,
-            &auth.auth,
-            &[OCI_IMAGE_MEDIA_TYPE, IMAGE_MANIFEST_MEDIA_TYPE],
-        )
-        .await
-        .map_err(registry_error(
-            "pulling the manifest of",
-            &shown,
-            reference,
-            auth,
-        ))?;
-    let version = sha256(&body);
-    if let Some(pin) = pin
-        && pin != version
-    {
-        return Err(SourceError::DigestMismatch {
-            location: shown,
-            expected: pin.to_string(),
-            actual: version,
-        });
-    }
-    let manifest: OciImageManifest =
-        serde_json::from_slice(&body).map_err(|source| SourceError::BadManifest {
-            location: shown.clone(),
-            source,
-        })?;
-    let layer = wasm_layer(&shown, &manifest)?;
-    let mut stream = client
-        .pull_blob_stream(&target, layer)
-        .await
-        .map_err(registry_error(
+    in_time(&shown, async {
+        let target = target(&shown, reference)?;
+        let mut registry = Registry::new(options, &target, &auth.auth)?;
+        let asked = target
+            .digest()
+            .or(target.tag())
+            .unwrap_or("latest")
+            .to_string();
+        let body = registry
+            .manifest(&asked, &manifest_accept())
+            .await
+            .map_err(registry_error(
+                "pulling the manifest of",
+                &shown,
+                reference,
+                auth,
+            ))?;
+        let version = sha256(&body);
+        if let Some(pin) = pin
+            && pin != version
+        {
+            return Err(SourceError::DigestMismatch {
+                location: shown.clone(),
+                expected: pin.to_string(),
+                actual: version,
+            });
+        }
+        let manifest: OciImageManifest =
+            serde_json::from_slice(&body).map_err(|source| SourceError::BadManifest {
+                location: shown.clone(),
+                source,
+            })?;
+        let layer = wasm_layer(&shown, &manifest)?;
+        let bytes = match registry.layer(&layer.digest).await.map_err(registry_error(
             "pulling the layer of",
             &shown,
             reference,
             auth,
-        ))?;
-    let too_large = || SourceError::TooLarge {
-        location: shown.clone(),
-        limit: MAX_MODULE_SIZE,
-    };
-    if stream.content_length.is_some_and(|n| n > MAX_MODULE_SIZE) {
-        return Err(too_large());
-    }
-    let mut bytes = Vec::new();
-    while let Some(chunk) = stream.next().await {
-        let chunk = chunk.map_err(|e| {
-            registry_error("pulling the layer of", &shown, reference, auth)(e.into())
-        })?;
-        if (bytes.len() + chunk.len()) as u64 > MAX_MODULE_SIZE {
-            return Err(too_large());
+        ))? {
+            Layer::Bytes(bytes) => bytes,
+            Layer::TooLarge => {
+                return Err(SourceError::TooLarge {
+                    location: shown.clone(),
+                    limit: MAX_MODULE_SIZE,
+                });
+            }
+        };
+        let actual = sha256(&bytes);
+        if actual != layer.digest {
+            return Err(SourceError::CorruptLayer {
+                location: shown.clone(),
+                expected: layer.digest.clone(),
+                actual,
+            });
         }
-        bytes.extend_from_slice(&chunk);
-    }
-    let actual = sha256(&bytes);
-    if actual != layer.digest {
-        return Err(SourceError::CorruptLayer {
-            location: shown,
-            expected: layer.digest.clone(),
-            actual,
-        });
-    }
-    Ok(Fetched { bytes, version })
+        Ok(Fetched { bytes, version })
+    })
+    .await
 }
 
 /// The one layer, if it is a Wasm component layer of an acceptable size.
@@ -268,7 +286,8 @@ fn wasm_layer<'m>(
     Ok(layer)
 }
 
-/// The digest of the manifest a tag names now, from a HEAD request.
+/// The digest of the manifest a tag names now, from a HEAD request (a capped GET when
+/// the registry does not say).
 pub(super) async fn manifest_digest(
     options: &SourceOptions,
     location: &Location,
@@ -276,19 +295,27 @@ pub(super) async fn manifest_digest(
     auth: &Auth,
 ) -> Result<String, SourceError> {
     let shown = location.to_string();
-    let client = client(options, &shown)?;
-    let target = target(&shown, reference)?;
-    let digest = client
-        .fetch_manifest_digest(&target, &auth.auth)
-        .await
-        .map_err(registry_error(
-            "asking for the manifest digest of",
-            &shown,
-            reference,
-            auth,
-        ))?;
-    check_digest(&digest)?;
-    Ok(digest)
+    in_time(&shown, async {
+        let target = target(&shown, reference)?;
+        let mut registry = Registry::new(options, &target, &auth.auth)?;
+        let asked = target
+            .digest()
+            .or(target.tag())
+            .unwrap_or("latest")
+            .to_string();
+        let digest = registry
+            .manifest_digest(&asked, &manifest_accept())
+            .await
+            .map_err(registry_error(
+                "asking for the manifest digest of",
+                &shown,
+                reference,
+                auth,
+            ))?;
+        check_digest(&digest)?;
+        Ok(digest)
+    })
+    .await
 }
 
 /// `reference` as an `oci://` location, whether or not it was written with the scheme.
