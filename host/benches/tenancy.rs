@@ -92,7 +92,11 @@ fn options(reload: Duration) -> FleetOptions {
         tenants: None,
         resources: false,
         reload: Some(reload),
-        policy: Policy::default(),
+        // As `inrun run` has it by default.
+        policy: Policy {
+            tenant_api_writes: 100,
+            ..Policy::default()
+        },
         install_crds: true,
         resource_capabilities: false,
         tenant_egress: None,

@@ -27,6 +27,7 @@ pub mod settings;
 mod stores;
 mod teardown;
 mod triggers;
+pub mod write_limit;
 
 pub use cache::WatchCache;
 pub use children::APPLIED_HASH;

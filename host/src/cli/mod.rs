@@ -314,6 +314,15 @@ pub struct RunArgs {
     /// of `--plugin-memory-budget`).
     #[arg(long, env = "INRUN_TENANT_PLUGIN_MEMORY", value_parser = parse_quantity)]
     pub tenant_plugin_memory: Option<usize>,
+    /// Lines a second one tenant's plugins may log (host.log, stdout, stderr), with
+    /// bursts of five seconds' worth; more are dropped and counted.
+    #[arg(long, env = "INRUN_TENANT_LOG_LINES", default_value_t = 100)]
+    pub tenant_log_lines: u32,
+    /// Writes a second one tenant (a `--tenants` file or a Blueprint resource; not
+    /// `--blueprint`) may make to the API server, with bursts of a second's worth; more
+    /// wait their turn. `0`: no limit.
+    #[arg(long, env = "INRUN_TENANT_API_WRITES", default_value_t = 100)]
+    pub tenant_api_writes: u32,
     /// A registry (host:port) spoken to over plain HTTP, e.g. one on loopback.
     #[arg(
         long = "insecure-registry",

@@ -26,6 +26,7 @@ fn policy(args: &RunArgs) -> Policy {
         c.output_bytes = args.max_plugin_output.unwrap_or(c.output_bytes);
         c.max_resources = args.max_plugin_resources.unwrap_or(c.max_resources);
     }
+    policy.tenant_api_writes = args.tenant_api_writes;
     policy
 }
 
@@ -42,6 +43,7 @@ fn budgets(args: &RunArgs) -> inrun::wasm::Budgets {
     b.running = args.plugin_cores.unwrap_or(b.running).max(1);
     b.tenant.calls = args.tenant_plugin_calls.unwrap_or(b.tenant.calls).max(1);
     b.tenant.memory_bytes = args.tenant_plugin_memory.unwrap_or(b.tenant.memory_bytes);
+    b.tenant.log_lines_per_second = args.tenant_log_lines;
     b
 }
 

@@ -119,6 +119,9 @@ pub struct Policy {
     /// The ceilings of Blueprint resources (tenants): [`Limits::tenant_ceilings`], or the
     /// operator's `--max-plugin-*` where set.
     pub tenant_ceilings: Limits,
+    /// Writes a second a tenant (a `--tenants` file or a Blueprint resource, not the
+    /// operator's `--blueprint`) may make to the API server; `0`: no limit.
+    pub tenant_api_writes: u32,
     /// Whether plugin locations may be local paths. Off for Blueprints that arrive as
     /// custom resources: a tenant must not make the host read its files.
     pub local_plugins: bool,
@@ -142,6 +145,7 @@ impl Default for Policy {
             defaults: Limits::default(),
             ceilings: Limits::ceilings(),
             tenant_ceilings: Limits::tenant_ceilings(),
+            tenant_api_writes: 0,
             local_plugins: true,
             capabilities: true,
             egress: None,
@@ -829,6 +833,7 @@ mod tests {
                 max_resources: 10,
             },
             tenant_ceilings: Limits::tenant_ceilings(),
+            tenant_api_writes: 0,
             local_plugins: true,
             capabilities: true,
             egress: None,

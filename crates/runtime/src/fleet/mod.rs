@@ -397,13 +397,25 @@ impl Fleet {
     fn host_acting(&self, source: &TenantSource) -> Acting {
         Acting {
             identity: None,
-            shared: self.shared.clone(),
+            shared: self.write_limited(source, self.shared.clone()),
             services: self.services.clone(),
             plugins: Arc::new(PluginSet::new(
                 self.engine_of(source),
                 self.services.sources.clone(),
             )),
         }
+    }
+
+    /// `shared` with its writes at `source`'s tenant's rate ([`Policy::tenant_api_writes`]);
+    /// the operator's own `--blueprint` writes at no limit.
+    fn write_limited(&self, source: &TenantSource, mut shared: Shared) -> Shared {
+        let operators = matches!(source, TenantSource::File(path)
+            if self.options.blueprint.as_deref() == Some(path.as_path()));
+        let rate = self.options.policy.tenant_api_writes;
+        if !operators && rate > 0 {
+            shared.client = crate::write_limit::limited(shared.client, rate);
+        }
+        shared
     }
 
     /// The engine the plugins of `source`'s tenant load through: the host's, their calls
@@ -455,7 +467,7 @@ impl Fleet {
         let Some(sa) = identity else {
             return Ok(self.host_acting(source));
         };
-        let shared = self.shared.acting_as(&sa)?;
+        let shared = self.write_limited(source, self.shared.acting_as(&sa)?);
         let secrets: Arc<dyn inrun_reconcilers::secrets::Secrets> = Arc::new(
             inrun_reconcilers::secrets::KubeSecrets::new(shared.client.clone()),
         );
