@@ -361,6 +361,30 @@ async fn not_ready(ar: &ApiResource, name: &str) -> String {
     .await
 }
 
+/// Annotates ServiceAccount `namespace/name` to admit the Blueprint resources `blueprints`
+/// as they are now, by uid (`inrun.dev/blueprints: name=uid,…`).
+async fn admit(namespace: &str, name: &str, blueprints: &[&String]) {
+    let api: Api<DynamicObject> = Api::all_with(client(), &blueprint_resource());
+    let mut entries = Vec::new();
+    for b in blueprints {
+        let uid = api
+            .get(b)
+            .await
+            .expect("Blueprint")
+            .metadata
+            .uid
+            .expect("uid");
+        entries.push(format!("{b}={uid}"));
+    }
+    let accounts: Api<k8s_openapi::api::core::v1::ServiceAccount> =
+        Api::namespaced(client(), namespace);
+    let patch = serde_json::json!({"metadata": {"annotations": {"inrun.dev/blueprints": entries.join(",")}}});
+    accounts
+        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .expect("annotate the ServiceAccount");
+}
+
 async fn delete_blueprints(names: &[&String]) {
     let api: Api<DynamicObject> = Api::all_with(client(), &blueprint_resource());
     for name in names {
@@ -563,7 +587,8 @@ async fn a_blueprint_resource_acts_as_its_service_account_and_rbac_fences_what_i
     host.expect_forbidden();
     let tag = |t: &str| format!("{rbac_name}-{t}");
     let (fenced_bp, default_bp, nobody_bp) = (tag("sa"), tag("default"), tag("nobody"));
-    // Each ServiceAccount admits the Blueprint resources that may act as it.
+    // Each ServiceAccount admits the Blueprint resources that may act as it: by name, at
+    // first, which is not enough.
     for (name, admits) in [("tenant", &fenced_bp), ("nobody", &nobody_bp)] {
         apply_all(&[serde_json::json!({
             "apiVersion": "v1",
@@ -592,9 +617,20 @@ async fn a_blueprint_resource_acts_as_its_service_account_and_rbac_fences_what_i
         )),
         "{message}"
     );
+    // Admitted by name only: refused, saying which uid to admit.
     apply_blueprint(&fenced_bp, &text).await;
     let (status, reason, message) =
-        eventually("the tenant to be accepted", || accepted(&fenced_bp)).await;
+        eventually("the tenant admitted by name only", || accepted(&fenced_bp)).await;
+    assert_eq!((status.as_str(), reason.as_str()), ("False", "NoIdentity"));
+    assert!(message.contains("by name only"), "{message}");
+    // Admitted by uid: served, at the next check, without touching the Blueprint.
+    admit(&team_a, "tenant", &[&fenced_bp]).await;
+    let (status, reason, message) = eventually("the tenant to be accepted", || async {
+        accepted(&fenced_bp)
+            .await
+            .filter(|(status, _, _)| status == "True")
+    })
+    .await;
     assert_eq!(
         (status.as_str(), reason.as_str()),
         ("True", "Serving"),
@@ -682,8 +718,14 @@ async fn a_blueprint_resource_acts_as_its_service_account_and_rbac_fences_what_i
     // naming the identity and what it lacks.
     let nobody_text = identity_tenant(&unique_group("identity-nobody"), Some(&nobody));
     apply_blueprint(&nobody_bp, &nobody_text).await;
-    let (status, reason, message) =
-        eventually("the powerless tenant's verdict", || accepted(&nobody_bp)).await;
+    admit(&team_a, "nobody", &[&nobody_bp]).await;
+    // (Refused for want of consent until the annotation is read; then for its RBAC.)
+    let (status, reason, message) = eventually("the powerless tenant's verdict", || async {
+        accepted(&nobody_bp)
+            .await
+            .filter(|(_, reason, _)| reason != "NoIdentity")
+    })
+    .await;
     assert_eq!((status.as_str(), reason.as_str()), ("False", "StartFailed"));
     assert!(
         message.contains(&format!("ServiceAccount {nobody}")) && message.contains("list"),
@@ -715,6 +757,22 @@ async fn a_blueprint_resource_acts_as_its_service_account_and_rbac_fences_what_i
         ("True", "Serving"),
         "{message}"
     );
+    // The Blueprint deleted and created again by someone else under the same name: the
+    // consent was for the one deleted, so the new one is refused.
+    delete_blueprints(&[&fenced_bp]).await;
+    eventually("the deleted tenant to go", || async {
+        host.tenant(&TenantSource::Resource(fenced_bp.clone()))
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    apply_blueprint(&fenced_bp, &text).await;
+    let (status, reason, message) = eventually("the re-created Blueprint's verdict", || {
+        accepted(&fenced_bp)
+    })
+    .await;
+    assert_eq!((status.as_str(), reason.as_str()), ("False", "NoIdentity"));
+    assert!(message.contains("deleted and created again"), "{message}");
     delete_blueprints(&[&fenced_bp, &default_bp, &nobody_bp, &thief]).await;
     host.stop().await;
 

@@ -8,15 +8,17 @@ use kube::api::Api;
 use kube::{Client, Config};
 
 /// The annotation by which a ServiceAccount admits the `Blueprint` resources that may act
-/// as it: their names, comma separated. A Blueprint resource names the identity it acts
-/// as, so without the ServiceAccount's consent one tenant could name another's.
+/// as it: `name=uid` entries, comma separated. A Blueprint resource names the identity it
+/// acts as, so without the ServiceAccount's consent one tenant could name another's; the
+/// uid binds the consent to one Blueprint, not to a name anyone may create once the
+/// Blueprint it meant is gone (or before it exists).
 pub const ADMITS: &str = "inrun.dev/blueprints";
 
-/// Whether `sa` admits the Blueprint resource `blueprint` ([`ADMITS`]), read with the
-/// host's own `client`.
+/// Whether `sa` admits the Blueprint resource named `blueprint` as it is now (its uid,
+/// read with the host's own `client`) ([`ADMITS`]).
 ///
 /// # Errors
-/// A message naming the ServiceAccount and what is missing.
+/// A message naming the ServiceAccount, the Blueprint and its uid, and what to annotate.
 pub async fn admits(
     client: &Client,
     sa: &ServiceAccountRef,
@@ -28,18 +30,70 @@ pub async fn admits(
         .await
         .map_err(|e| format!("reading ServiceAccount {sa}: {e}"))?
         .ok_or_else(|| format!("ServiceAccount {sa} does not exist"))?;
-    let listed = account
+    let blueprints: Api<kube::api::DynamicObject> =
+        Api::all_with(client.clone(), &crate::fleet::blueprint_resource());
+    let uid = blueprints
+        .get_opt(blueprint)
+        .await
+        .map_err(|e| format!("reading Blueprint {blueprint}: {e}"))?
+        .and_then(|b| b.metadata.uid)
+        .ok_or_else(|| format!("Blueprint {blueprint} is gone"))?;
+    let entries = account
         .metadata
         .annotations
         .as_ref()
         .and_then(|a| a.get(ADMITS))
-        .is_some_and(|names| names.split(',').any(|n| n.trim() == blueprint));
-    if listed {
-        Ok(())
-    } else {
-        Err(format!(
-            "ServiceAccount {sa} does not admit the Blueprint {blueprint}: its annotation {ADMITS} must list it"
-        ))
+        .cloned()
+        .unwrap_or_default();
+    consent(&entries, blueprint, &uid).map_err(|why| format!("ServiceAccount {sa} {why}"))
+}
+
+/// Whether the entries of an [`ADMITS`] annotation admit the Blueprint `name` of `uid`;
+/// else why not, worded after the ServiceAccount's name.
+fn consent(entries: &str, name: &str, uid: &str) -> Result<(), String> {
+    let annotate = format!("annotate it {ADMITS}: {name}={uid} to admit this one");
+    let mut named = None;
+    for entry in entries.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        let (n, u) = entry
+            .split_once('=')
+            .map_or((entry, None), |(n, u)| (n.trim(), Some(u.trim())));
+        if n != name {
+            continue;
+        }
+        match u {
+            Some(u) if u == uid => return Ok(()),
+            other => named = Some(other.map(str::to_string)),
+        }
+    }
+    Err(match named {
+        Some(Some(other)) => format!(
+            "admits another Blueprint {name} (uid {other}), not this one (uid {uid}): it was deleted and created again; {annotate}"
+        ),
+        Some(None) => format!(
+            "admits the Blueprint {name} by name only; consent is bound to one Blueprint by its uid: {annotate}"
+        ),
+        None => format!("does not admit the Blueprint {name}: {annotate}"),
+    })
+}
+
+#[cfg(test)]
+mod consent_tests {
+    use super::consent;
+
+    #[test]
+    fn consent_is_bound_to_the_uid() {
+        assert!(consent("a=1, team-a=u1", "team-a", "u1").is_ok());
+        let gone = consent("team-a=u0", "team-a", "u1").unwrap_err();
+        assert!(gone.contains("another Blueprint team-a (uid u0)"), "{gone}");
+        assert!(gone.contains("team-a=u1"), "{gone}");
+        let bare = consent("team-a", "team-a", "u1").unwrap_err();
+        assert!(bare.contains("by name only"), "{bare}");
+        let none = consent("team-b=u1", "team-a", "u1").unwrap_err();
+        assert!(
+            none.starts_with("does not admit the Blueprint team-a"),
+            "{none}"
+        );
+        assert!(consent("", "team-a", "u1").is_err());
     }
 }
 
