@@ -968,3 +968,52 @@ async fn a_postgres_url_reaches_only_the_host_the_egress_list_allows() {
     delete_blueprints(&names).await;
     host.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blueprint_takes_a_share_under_the_hosts_per_tenant_budget() {
+    let group = unique_group("budget");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let stamp = plugin("inrun_test_stamp_v1");
+    let with_budget = |budget: &str| {
+        tenant("team-a", &group, "Budgeted", &stamp, "2s").replace(
+            "spec:\n  crds:",
+            &format!("spec:\n  runtime:\n    budget: {budget}\n  crds:"),
+        )
+    };
+    let file = dir.path().join("a.yaml");
+    std::fs::write(&file, with_budget("{ pluginCalls: 1000 }")).expect("write");
+    let host = FleetHost::start(FleetOptions {
+        tenants: Some(dir.path().to_path_buf()),
+        ..FleetHost::options()
+    })
+    .await;
+    let source = TenantSource::File(file.clone());
+    // More than the host gives a tenant: refused, naming the field and the budget.
+    let error = eventually("the greedy Blueprint refused", || async {
+        host.tenant(&source)?.error
+    })
+    .await;
+    assert!(
+        error.contains(
+            "spec.runtime.budget.pluginCalls: 1000 exceeds the host's per-tenant budget of "
+        ),
+        "{error}"
+    );
+    // Less: it serves, its calls under its own share.
+    std::fs::write(
+        &file,
+        with_budget(
+            "{ pluginCalls: 1, pluginMemory: 32Mi, logLinesPerSecond: 10, apiWritesPerSecond: 20 }",
+        ),
+    )
+    .expect("rewrite");
+    let ar = resource(&group, "Budgeted");
+    apply_cr(&ar, "default", &cr(&group, "Budgeted", "frugal")).await;
+    eventually("frugal Ready", || async {
+        let obj = get(&ar, Some("default"), "frugal").await?;
+        (reconciled(&obj)?.0 == "True").then_some(())
+    })
+    .await;
+    assert!(host.tenant(&source).expect("tenant").error.is_none());
+    host.stop().await;
+}

@@ -52,4 +52,4 @@ pub use reconcile::{
     default_plural,
 };
 pub use refs::{PullSecretRef, SecretRef};
-pub use runtime::{BackoffSpec, FinalizersSpec, LeaderElectionSpec, RuntimeSpec};
+pub use runtime::{BackoffSpec, BudgetSpec, FinalizersSpec, LeaderElectionSpec, RuntimeSpec};

@@ -39,6 +39,37 @@ pub struct RuntimeSpec {
     )]
     #[schemars(with = "String")]
     pub min_requeue: Duration,
+    /// What this Blueprint's tenant may hold of what tenants share, each under the host's
+    /// per-tenant budget (asking for more is refused); left out: the host's.
+    #[serde(default, skip_serializing_if = "BudgetSpec::is_empty")]
+    pub budget: BudgetSpec,
+}
+
+/// `spec.runtime.budget`: a tenant's share, lower than the host's per-tenant budget where
+/// set (`inrun run --tenant-plugin-calls`, `--tenant-plugin-memory`, `--tenant-log-lines`,
+/// `--tenant-api-writes`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct BudgetSpec {
+    /// Plugin calls in flight at once; more wait for one of them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plugin_calls: Option<u32>,
+    /// Linear memory and tables of its plugin calls in flight, together (`128Mi`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plugin_memory: Option<super::quantity::Quantity>,
+    /// Lines a second its plugins may log.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log_lines_per_second: Option<u32>,
+    /// Writes a second it may make to the API server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_writes_per_second: Option<u32>,
+}
+
+impl BudgetSpec {
+    /// Whether it sets nothing.
+    pub fn is_empty(&self) -> bool {
+        *self == BudgetSpec::default()
+    }
 }
 
 fn default_min_requeue() -> Duration {
@@ -63,6 +94,7 @@ impl Default for RuntimeSpec {
             leader_election: LeaderElectionSpec::default(),
             resync: None,
             min_requeue: default_min_requeue(),
+            budget: BudgetSpec::default(),
         }
     }
 }

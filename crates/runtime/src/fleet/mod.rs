@@ -170,6 +170,8 @@ struct Running {
 #[derive(Clone)]
 struct Acting {
     identity: Option<ServiceAccountRef>,
+    /// The share its Blueprint asked for (`spec.runtime.budget`).
+    budget: inrun_blueprint::BudgetSpec,
     shared: Shared,
     services: Services,
     /// Plugin slots, whose pull secrets are read as this identity.
@@ -379,7 +381,7 @@ impl Fleet {
             }));
         }
         Tenant {
-            acting: self.host_acting(&source),
+            acting: self.host_acting(&source, &inrun_blueprint::BudgetSpec::default()),
             source,
             policy,
             candidate: None,
@@ -394,36 +396,108 @@ impl Fleet {
     }
 
     /// The host's own identity, for the tenant of `source` when it names none.
-    fn host_acting(&self, source: &TenantSource) -> Acting {
+    fn host_acting(&self, source: &TenantSource, budget: &inrun_blueprint::BudgetSpec) -> Acting {
         Acting {
             identity: None,
-            shared: self.write_limited(source, self.shared.clone()),
+            budget: budget.clone(),
+            shared: self.write_limited(source, self.shared.clone(), budget),
             services: self.services.clone(),
             plugins: Arc::new(PluginSet::new(
-                self.engine_of(source),
+                self.engine_of(source, budget),
                 self.services.sources.clone(),
             )),
         }
     }
 
-    /// `shared` with its writes at `source`'s tenant's rate ([`Policy::tenant_api_writes`]);
-    /// the operator's own `--blueprint` writes at no limit.
-    fn write_limited(&self, source: &TenantSource, mut shared: Shared) -> Shared {
+    /// `shared` with its writes at `source`'s tenant's rate ([`Policy::tenant_api_writes`],
+    /// or lower where its Blueprint asks); the operator's own `--blueprint` writes at no
+    /// limit but its own.
+    fn write_limited(
+        &self,
+        source: &TenantSource,
+        mut shared: Shared,
+        budget: &inrun_blueprint::BudgetSpec,
+    ) -> Shared {
         let operators = matches!(source, TenantSource::File(path)
             if self.options.blueprint.as_deref() == Some(path.as_path()));
-        let rate = self.options.policy.tenant_api_writes;
-        if !operators && rate > 0 {
+        let host = if operators {
+            0
+        } else {
+            self.options.policy.tenant_api_writes
+        };
+        let rate = match (host, budget.api_writes_per_second) {
+            (0, asked) => asked.unwrap_or(0),
+            (host, asked) => asked.map_or(host, |a| a.min(host)),
+        };
+        if rate > 0 {
             shared.client = crate::write_limit::limited(shared.client, rate);
         }
         shared
     }
 
+    /// Why `blueprint` asks for more than the host's per-tenant budget, if it does.
+    fn over_budget(&self, blueprint: &Blueprint) -> Option<(&'static str, String)> {
+        let asked = &blueprint.spec.runtime.budget;
+        let host = self.engine.budgets().tenant;
+        let writes = self.options.policy.tenant_api_writes;
+        let over = |field: &'static str, asked: Option<u64>, host: u64, unit: &str| {
+            asked.filter(|&a| a > host && host > 0).map(|a| {
+                (
+                    field,
+                    format!("{a}{unit} exceeds the host's per-tenant budget of {host}{unit}"),
+                )
+            })
+        };
+        over(
+            "pluginCalls",
+            asked.plugin_calls.map(u64::from),
+            host.calls as u64,
+            "",
+        )
+        .or_else(|| {
+            over(
+                "pluginMemory",
+                asked.plugin_memory.map(|q| q.bytes() >> 20),
+                (host.memory_bytes >> 20) as u64,
+                "Mi",
+            )
+        })
+        .or_else(|| {
+            over(
+                "logLinesPerSecond",
+                asked.log_lines_per_second.map(u64::from),
+                u64::from(host.log_lines_per_second),
+                "",
+            )
+        })
+        .or_else(|| {
+            over(
+                "apiWritesPerSecond",
+                asked.api_writes_per_second.map(u64::from),
+                u64::from(writes),
+                "",
+            )
+        })
+    }
+
     /// The engine the plugins of `source`'s tenant load through: the host's, their calls
     /// under the tenant's budget, reporting their loads and calls with the tenant's name.
-    fn engine_of(&self, source: &TenantSource) -> Engine {
+    fn engine_of(&self, source: &TenantSource, budget: &inrun_blueprint::BudgetSpec) -> Engine {
         let tenant = source.to_string();
+        let mut share = self.engine.budgets().tenant;
+        if let Some(calls) = budget.plugin_calls {
+            share.calls = share.calls.min(calls as usize).max(1);
+        }
+        if let Some(memory) = budget.plugin_memory {
+            share.memory_bytes = share
+                .memory_bytes
+                .min(usize::try_from(memory.bytes()).unwrap_or(usize::MAX));
+        }
+        if let Some(lines) = budget.log_lines_per_second {
+            share.log_lines_per_second = share.log_lines_per_second.min(lines);
+        }
         self.engine
-            .for_tenant(&tenant, None)
+            .for_tenant(&tenant, Some(share))
             .observed_by(self.shared.metrics.tenant_observer(&tenant))
     }
 
@@ -458,16 +532,18 @@ impl Fleet {
                 "a Blueprint resource acts as a Kubernetes identity: set spec.serviceAccount {namespace, name}, or start the host with --default-tenant-service-account".into(),
             );
         }
-        if identity == current.identity {
+        let budget = &blueprint.spec.runtime.budget;
+        if identity == current.identity && *budget == current.budget {
             return Ok(current.clone());
         }
-        if let Some(candidate) = candidate.filter(|c| c.identity == identity) {
+        if let Some(candidate) = candidate.filter(|c| c.identity == identity && c.budget == *budget)
+        {
             return Ok(candidate.clone());
         }
         let Some(sa) = identity else {
-            return Ok(self.host_acting(source));
+            return Ok(self.host_acting(source, budget));
         };
-        let shared = self.write_limited(source, self.shared.acting_as(&sa)?);
+        let shared = self.write_limited(source, self.shared.acting_as(&sa)?, budget);
         let secrets: Arc<dyn inrun_reconcilers::secrets::Secrets> = Arc::new(
             inrun_reconcilers::secrets::KubeSecrets::new(shared.client.clone()),
         );
@@ -480,7 +556,8 @@ impl Fleet {
             identity: Some(sa),
             shared,
             services,
-            plugins: Arc::new(PluginSet::new(self.engine_of(source), sources)),
+            budget: budget.clone(),
+            plugins: Arc::new(PluginSet::new(self.engine_of(source, budget), sources)),
         })
     }
 
@@ -855,6 +932,20 @@ impl Fleet {
                     Ok(bp) => bp,
                     Err(e) => return (None, Err(FleetError::Blueprint(e))),
                 };
+                if let Some((field, why)) = self.over_budget(&bp) {
+                    let problem = blueprint::Problem::new(
+                        Path::new(&source.to_string()),
+                        None,
+                        format!("spec.runtime.budget.{field}"),
+                        why,
+                    );
+                    return (
+                        None,
+                        Err(FleetError::Blueprint(BlueprintError::Invalid {
+                            problems: vec![problem],
+                        })),
+                    );
+                }
                 match self
                     .acting(&source, &current, candidate.as_ref(), &bp)
                     .await
