@@ -76,6 +76,11 @@ pub(super) fn check(r: &mut Report<'_>, call: &ExternalCall, at: &str) {
                 format!("{f}.url"),
                 "a call that carries a secretRef token must name its scheme and host without templates (templates may fill in the path and query): otherwise whoever writes the CR decides where the token goes",
             );
+            r.check(
+                !http.url.contains("{%"),
+                format!("{f}.url"),
+                "a call that carries a secretRef token may use only {{ }} expressions in its URL: each is percent-encoded, so whoever writes the CR fills in a value but cannot change the path or query",
+            );
         }
     }
     if let Some(prom) = &call.prometheus {
