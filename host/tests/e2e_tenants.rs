@@ -970,7 +970,7 @@ async fn a_postgres_url_reaches_only_the_host_the_egress_list_allows() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_blueprint_takes_a_share_under_the_hosts_per_tenant_budget() {
+async fn a_blueprint_takes_a_share_under_the_hosts_per_tenant_budget_and_size() {
     let group = unique_group("budget");
     let dir = tempfile::tempdir().expect("tempdir");
     let stamp = plugin("inrun_test_stamp_v1");
@@ -1015,5 +1015,29 @@ async fn a_blueprint_takes_a_share_under_the_hosts_per_tenant_budget() {
     })
     .await;
     assert!(host.tenant(&source).expect("tenant").error.is_none());
+
+    // A tenant larger than a tenant may be (here 21 CRDs, each a cluster-wide watch):
+    // refused before anything is installed, naming the field and the cap.
+    let crds: String = (0..21)
+        .map(|i| {
+            format!(
+                "    - {{ group: {group}, version: v1alpha1, kind: Many{i}, reconcile: {{ onReconcile: [] }} }}\n"
+            )
+        })
+        .collect();
+    let big = dir.path().join("big.yaml");
+    std::fs::write(
+        &big,
+        format!("apiVersion: inrun.dev/v1alpha1\nkind: Blueprint\nmetadata: {{ name: big }}\nspec:\n  crds:\n{crds}"),
+    )
+    .expect("write big");
+    let error = eventually("the oversized Blueprint refused", || async {
+        host.tenant(&TenantSource::File(big.clone()))?.error
+    })
+    .await;
+    assert!(
+        error.contains("spec.crds: 21 CRDs; a tenant may declare at most 20"),
+        "{error}"
+    );
     host.stop().await;
 }

@@ -323,6 +323,19 @@ pub struct RunArgs {
     /// wait their turn. `0`: no limit.
     #[arg(long, env = "INRUN_TENANT_API_WRITES", default_value_t = 100)]
     pub tenant_api_writes: u32,
+    /// CRDs one tenant (a `--tenants` file or a Blueprint resource) may declare: each is a
+    /// cluster-wide watch of its CRs and one per child kind.
+    #[arg(long, env = "INRUN_MAX_TENANT_CRDS", default_value_t = 20)]
+    pub max_tenant_crds: usize,
+    /// Distinct plugins one tenant may use.
+    #[arg(long, env = "INRUN_MAX_TENANT_PLUGINS", default_value_t = 20)]
+    pub max_tenant_plugins: usize,
+    /// Workers one tenant may run, summed over its CRDs.
+    #[arg(long, env = "INRUN_MAX_TENANT_WORKERS", default_value_t = 100)]
+    pub max_tenant_workers: usize,
+    /// External calls one of a tenant's reconcile blocks may make.
+    #[arg(long, env = "INRUN_MAX_TENANT_EXTERNAL_CALLS", default_value_t = 8)]
+    pub max_tenant_external_calls: usize,
     /// A registry (host:port) spoken to over plain HTTP, e.g. one on loopback.
     #[arg(
         long = "insecure-registry",

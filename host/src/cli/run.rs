@@ -27,6 +27,12 @@ fn policy(args: &RunArgs) -> Policy {
         c.max_resources = args.max_plugin_resources.unwrap_or(c.max_resources);
     }
     policy.tenant_api_writes = args.tenant_api_writes;
+    policy.tenant_size = inrun::assemble::TenantSize {
+        crds: args.max_tenant_crds,
+        plugins: args.max_tenant_plugins,
+        workers: args.max_tenant_workers,
+        external_calls: args.max_tenant_external_calls,
+    };
     policy
 }
 

@@ -109,6 +109,32 @@ pub struct BuildContext<'a> {
     pub policy: &'a Policy,
 }
 
+/// How large a tenant's Blueprint may be: each CRD is a cluster-wide watch of its CRs and
+/// one per child kind, each worker a task, each plugin a compile and a cache entry, each
+/// external call up to minutes of a pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TenantSize {
+    /// CRDs.
+    pub crds: usize,
+    /// Distinct plugin locations.
+    pub plugins: usize,
+    /// Workers, summed over its CRDs.
+    pub workers: usize,
+    /// External calls in one reconcile block.
+    pub external_calls: usize,
+}
+
+impl Default for TenantSize {
+    fn default() -> Self {
+        TenantSize {
+            crds: 20,
+            plugins: 20,
+            workers: 100,
+            external_calls: 8,
+        }
+    }
+}
+
 /// The operator's rules every Blueprint is held to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Policy {
@@ -122,6 +148,9 @@ pub struct Policy {
     /// Writes a second a tenant (a `--tenants` file or a Blueprint resource, not the
     /// operator's `--blueprint`) may make to the API server; `0`: no limit.
     pub tenant_api_writes: u32,
+    /// How large a tenant's Blueprint may be (the operator's `--blueprint` is not held to
+    /// it).
+    pub tenant_size: TenantSize,
     /// Whether plugin locations may be local paths. Off for Blueprints that arrive as
     /// custom resources: a tenant must not make the host read its files.
     pub local_plugins: bool,
@@ -146,6 +175,7 @@ impl Default for Policy {
             ceilings: Limits::ceilings(),
             tenant_ceilings: Limits::tenant_ceilings(),
             tenant_api_writes: 0,
+            tenant_size: TenantSize::default(),
             local_plugins: true,
             capabilities: true,
             egress: None,
@@ -834,6 +864,8 @@ mod tests {
             },
             tenant_ceilings: Limits::tenant_ceilings(),
             tenant_api_writes: 0,
+            tenant_size: TenantSize::default(),
+            tenant_size: TenantSize::default(),
             local_plugins: true,
             capabilities: true,
             egress: None,

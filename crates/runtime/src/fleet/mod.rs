@@ -435,6 +435,84 @@ impl Fleet {
         shared
     }
 
+    /// Where `blueprint` of `source` is larger than a tenant's may be
+    /// ([`Policy::tenant_size`]), if it is: the field and why. The operator's own
+    /// `--blueprint` is not held to it.
+    fn oversized(&self, source: &TenantSource, blueprint: &Blueprint) -> Option<(String, String)> {
+        if matches!(source, TenantSource::File(path)
+            if self.options.blueprint.as_deref() == Some(path.as_path()))
+        {
+            return None;
+        }
+        let size = self.options.policy.tenant_size;
+        let crds = &blueprint.spec.crds;
+        if crds.len() > size.crds {
+            return Some((
+                "spec.crds".into(),
+                format!(
+                    "{} CRDs; a tenant may declare at most {}",
+                    crds.len(),
+                    size.crds
+                ),
+            ));
+        }
+        let plugins: BTreeSet<String> = plugin_locations(blueprint)
+            .into_values()
+            .flatten()
+            .collect();
+        if plugins.len() > size.plugins {
+            return Some((
+                "spec.crds".into(),
+                format!(
+                    "{} distinct plugins; a tenant may use at most {}",
+                    plugins.len(),
+                    size.plugins
+                ),
+            ));
+        }
+        let workers: usize = crds
+            .iter()
+            .map(|c| c.workers.unwrap_or(blueprint.spec.runtime.workers) as usize)
+            .sum();
+        if workers > size.workers {
+            return Some((
+                "spec.crds[].workers".into(),
+                format!(
+                    "{workers} workers in all; a tenant may run at most {}",
+                    size.workers
+                ),
+            ));
+        }
+        for (i, crd) in crds.iter().enumerate() {
+            let blocks = std::iter::once((format!("spec.crds[{i}].reconcile"), &crd.reconcile))
+                .chain(
+                    crd.serve
+                        .iter()
+                        .flat_map(|s| s.targets.iter())
+                        .enumerate()
+                        .map(|(t, target)| {
+                            (
+                                format!("spec.crds[{i}].serve.targets[{t}].reconcile"),
+                                &target.reconcile,
+                            )
+                        }),
+                );
+            for (at, block) in blocks {
+                if block.external.len() > size.external_calls {
+                    return Some((
+                        format!("{at}.external"),
+                        format!(
+                            "{} external calls; a tenant's reconcile block may make at most {}",
+                            block.external.len(),
+                            size.external_calls
+                        ),
+                    ));
+                }
+            }
+        }
+        None
+    }
+
     /// Why `blueprint` asks for more than the host's per-tenant budget, if it does.
     fn over_budget(&self, blueprint: &Blueprint) -> Option<(&'static str, String)> {
         let asked = &blueprint.spec.runtime.budget;
@@ -932,13 +1010,13 @@ impl Fleet {
                     Ok(bp) => bp,
                     Err(e) => return (None, Err(FleetError::Blueprint(e))),
                 };
-                if let Some((field, why)) = self.over_budget(&bp) {
-                    let problem = blueprint::Problem::new(
-                        Path::new(&source.to_string()),
-                        None,
-                        format!("spec.runtime.budget.{field}"),
-                        why,
-                    );
+                let refused = self
+                    .over_budget(&bp)
+                    .map(|(field, why)| (format!("spec.runtime.budget.{field}"), why))
+                    .or_else(|| self.oversized(&source, &bp));
+                if let Some((field, why)) = refused {
+                    let problem =
+                        blueprint::Problem::new(Path::new(&source.to_string()), None, field, why);
                     return (
                         None,
                         Err(FleetError::Blueprint(BlueprintError::Invalid {
