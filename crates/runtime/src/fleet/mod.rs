@@ -777,14 +777,28 @@ impl Fleet {
             if !loaded {
                 self.load_initial().await?;
             }
+            // Prepared without the tenants lock, as any tenant's start.
+            let serving = {
+                let tenants = self.tenants.lock().await;
+                tenants
+                    .get(&source)
+                    .and_then(|t| Some((t.assembly.clone()?, t.acting.clone())))
+            };
+            let prepared = match &serving {
+                Some((assembly, acting)) => Some(
+                    runtime::prepare(&acting.shared, assembly, self.options.install_crds).await,
+                ),
+                None => None,
+            };
             let mut tenants = self.tenants.lock().await;
             if let Some(tenant) = tenants.remove(&source) {
                 let mut tenant = tenant;
-                let assembly = tenant.assembly.clone();
-                let acting = tenant.acting.clone();
-                let started = match assembly {
-                    Some(a) => self.start(&mut tenant, &acting, a, &tenants).await,
-                    None => Ok(()),
+                let started = match (serving, prepared) {
+                    (Some((a, acting)), Some(Ok(kinds))) => {
+                        self.start(&mut tenant, &acting, a, kinds, &tenants).await
+                    }
+                    (_, Some(Err(e))) => Err(FleetError::from(e)),
+                    _ => Ok(()),
                 };
                 self.publish(&tenant);
                 tenants.insert(source, tenant);
@@ -895,19 +909,15 @@ impl Fleet {
             .map(|t| &t.source)
     }
 
-    /// Makes `assembly` the tenant's serving Blueprint: refuses it if another tenant
-    /// serves one of its CRDs, prepares it (permissions, CRDs, kinds), then stops the
-    /// controllers of CRDs removed or changed and starts those added or changed.
-    async fn start(
-        &self,
-        tenant: &mut Tenant,
-        acting: &Acting,
-        assembly: Arc<Assembly>,
-        others: &BTreeMap<TenantSource, Tenant>,
+    /// Refuses `assembly` if a tenant of `tenants` (but `itself`) serves one of its CRDs.
+    fn unclaimed(
+        assembly: &Assembly,
+        tenants: &BTreeMap<TenantSource, Tenant>,
+        itself: Option<&TenantSource>,
     ) -> Result<(), FleetError> {
         for plan in assembly.crds() {
             let name = plan.spec.crd_name();
-            if let Some(owner) = Self::claimant(others, &name) {
+            if let Some(owner) = Self::claimant(tenants, &name).filter(|o| Some(*o) != itself) {
                 return Err(FleetError::Claimed(BlueprintError::Invalid {
                     problems: vec![blueprint::Problem::new(
                         &plan.spec.source.file,
@@ -920,7 +930,22 @@ impl Fleet {
                 }));
             }
         }
-        let kinds = runtime::prepare(&acting.shared, &assembly, self.options.install_crds).await?;
+        Ok(())
+    }
+
+    /// Makes `assembly`, prepared (permissions checked, CRDs installed, `kinds`
+    /// discovered), the tenant's serving Blueprint: refuses it if another tenant serves one
+    /// of its CRDs by now, then stops the controllers of CRDs removed or changed and
+    /// starts those added or changed.
+    async fn start(
+        &self,
+        tenant: &mut Tenant,
+        acting: &Acting,
+        assembly: Arc<Assembly>,
+        kinds: runtime::ChildKinds,
+        others: &BTreeMap<TenantSource, Tenant>,
+    ) -> Result<(), FleetError> {
+        Self::unclaimed(&assembly, others, None)?;
         let locations = plugin_locations(&assembly.blueprint);
         let runtime_spec = assembly.blueprint.spec.runtime.clone();
         let wanted: BTreeMap<String, usize> = assembly
@@ -1039,6 +1064,33 @@ impl Fleet {
                 }
             })
             .await?;
+        // Prepared (access reviews, CRDs installed and established, kinds discovered) without
+        // the tenants lock: that takes seconds to minutes for a large or refused tenant, and
+        // other tenants load, reload and report meanwhile. Its CRDs must be unclaimed first:
+        // preparing installs them.
+        let assembled = match (&acting, assembled) {
+            (Some(acting), Ok(a)) => {
+                let assembly = Arc::new(a);
+                let claimed = {
+                    let tenants = self.tenants.lock().await;
+                    Self::unclaimed(&assembly, &tenants, Some(&source))
+                };
+                match claimed {
+                    Err(e) => Err(e),
+                    Ok(()) => self
+                        .until_closing(runtime::prepare(
+                            &acting.shared,
+                            &assembly,
+                            self.options.install_crds,
+                        ))
+                        .await?
+                        .map(|kinds| (assembly, kinds))
+                        .map_err(FleetError::from),
+                }
+            }
+            (_, Err(e)) => Err(e),
+            (None, Ok(_)) => unreachable!("an assembly is built only with an identity"),
+        };
         let mut tenants = self.tenants.lock().await;
         if self.is_closing() {
             return None;
@@ -1048,9 +1100,9 @@ impl Fleet {
             .unwrap_or_else(|| self.new_tenant(source.clone()));
         let first = tenant.assembly.is_none();
         let result = match (acting, assembled) {
-            (Some(acting), Ok(a)) => {
+            (Some(acting), Ok((assembly, kinds))) => {
                 let started = self
-                    .start(&mut tenant, &acting, Arc::new(a), &tenants)
+                    .start(&mut tenant, &acting, assembly, kinds, &tenants)
                     .await;
                 // Serving, `start` made it the tenant's; refused, it waits for a retry.
                 tenant.candidate = (started.is_err() && acting.identity != tenant.acting.identity)
