@@ -69,6 +69,15 @@ pub(super) fn check(r: &mut Report<'_>, call: &ExternalCall, at: &str) {
                 format!("{name:?}: header names must not be empty"),
             );
         }
+        for name in http.headers.keys().filter(|n| {
+            ["host", "content-length", "transfer-encoding", "connection"]
+                .contains(&n.trim().to_ascii_lowercase().as_str())
+        }) {
+            r.add(
+                format!("{f}.headers.{name}"),
+                "is set by the host from the URL and body: a Blueprint may not choose it (a Host header would reach another site behind the same address)",
+            );
+        }
         if let Some(secret) = &http.secret_ref {
             secret_ref(r, secret, &format!("{f}.secretRef"));
             r.check(
@@ -167,6 +176,26 @@ mod tests {
                 ),
                 format!("{AT}.external[2].postgres: set exactly one of url and secretRef"),
             ]
+        );
+    }
+
+    #[test]
+    fn headers_the_host_sets_may_not_be_chosen() {
+        let problems = reconcile(
+            "{ external: [ { name: x, http: { url: 'http://p', headers: { Host: admin.internal, Content-Length: '0', X-Team: a } } } ] }",
+        );
+        assert_eq!(problems.len(), 2, "{problems:?}");
+        assert!(
+            problems[0].starts_with(&format!(
+                "{AT}.external[0].http.headers.Content-Length: is set by the host"
+            )),
+            "{problems:?}"
+        );
+        assert!(
+            problems[1].starts_with(&format!(
+                "{AT}.external[0].http.headers.Host: is set by the host"
+            )),
+            "{problems:?}"
         );
     }
 
