@@ -865,7 +865,6 @@ mod tests {
             tenant_ceilings: Limits::tenant_ceilings(),
             tenant_api_writes: 0,
             tenant_size: TenantSize::default(),
-            tenant_size: TenantSize::default(),
             local_plugins: true,
             capabilities: true,
             egress: None,

@@ -49,7 +49,7 @@ impl Registry {
         auth: &RegistryAuth,
     ) -> Result<Self, SourceError> {
         let host = reference.resolve_registry().to_string();
-        let insecure = options.insecure_registries.iter().any(|r| *r == host);
+        let insecure = options.insecure_registries.contains(&host);
         let scheme = if insecure { "http" } else { "https" };
         let mut builder = reqwest::Client::builder()
             .no_proxy()

@@ -909,16 +909,17 @@ impl Fleet {
             .map(|t| &t.source)
     }
 
-    /// Refuses `assembly` if a tenant of `tenants` (but `itself`) serves one of its CRDs.
-    fn unclaimed(
+    /// The refusal of `assembly` if a tenant of `tenants` (but `itself`) serves one of its
+    /// CRDs.
+    fn claimed(
         assembly: &Assembly,
         tenants: &BTreeMap<TenantSource, Tenant>,
         itself: Option<&TenantSource>,
-    ) -> Result<(), FleetError> {
+    ) -> Option<FleetError> {
         for plan in assembly.crds() {
             let name = plan.spec.crd_name();
             if let Some(owner) = Self::claimant(tenants, &name).filter(|o| Some(*o) != itself) {
-                return Err(FleetError::Claimed(BlueprintError::Invalid {
+                return Some(FleetError::Claimed(BlueprintError::Invalid {
                     problems: vec![blueprint::Problem::new(
                         &plan.spec.source.file,
                         Some(&plan.spec.kind),
@@ -930,7 +931,7 @@ impl Fleet {
                 }));
             }
         }
-        Ok(())
+        None
     }
 
     /// Makes `assembly`, prepared (permissions checked, CRDs installed, `kinds`
@@ -945,7 +946,9 @@ impl Fleet {
         kinds: runtime::ChildKinds,
         others: &BTreeMap<TenantSource, Tenant>,
     ) -> Result<(), FleetError> {
-        Self::unclaimed(&assembly, others, None)?;
+        if let Some(refused) = Self::claimed(&assembly, others, None) {
+            return Err(refused);
+        }
         let locations = plugin_locations(&assembly.blueprint);
         let runtime_spec = assembly.blueprint.spec.runtime.clone();
         let wanted: BTreeMap<String, usize> = assembly
@@ -1073,11 +1076,11 @@ impl Fleet {
                 let assembly = Arc::new(a);
                 let claimed = {
                     let tenants = self.tenants.lock().await;
-                    Self::unclaimed(&assembly, &tenants, Some(&source))
+                    Self::claimed(&assembly, &tenants, Some(&source))
                 };
                 match claimed {
-                    Err(e) => Err(e),
-                    Ok(()) => self
+                    Some(e) => Err(e),
+                    None => self
                         .until_closing(runtime::prepare(
                             &acting.shared,
                             &assembly,
