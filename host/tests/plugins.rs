@@ -525,6 +525,7 @@ fn budgeted_engine() -> Engine {
         max_instances: 8,
         budgets: Some(inrun::wasm::Budgets {
             running: 2,
+            calls: 8,
             memory_bytes: 1 << 30,
             tenant: inrun::wasm::TenantBudget {
                 calls: 2,

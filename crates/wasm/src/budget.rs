@@ -19,6 +19,9 @@ pub struct Budgets {
     /// Calls that may run guest code at the same moment, host-wide: the cores guests may
     /// use. The rest stay free for the host's own work (watches, writes, probes).
     pub running: usize,
+    /// Calls in flight, host-wide: the instance pool. More wait for one, until their
+    /// deadline.
+    pub calls: usize,
     /// Linear memory and tables of every call in flight, host-wide, in bytes.
     pub memory_bytes: usize,
     /// What one tenant may hold at once.
@@ -47,6 +50,7 @@ impl Budgets {
         let memory_bytes = container_memory_limit().map_or(1 << 30, |limit| limit / 2);
         Budgets {
             running: (cores / 2).max(1),
+            calls: (instances as usize).max(1),
             memory_bytes,
             tenant: TenantBudget {
                 calls: (instances as usize / 4).max(1),
@@ -80,6 +84,10 @@ pub(super) enum Hit {
     HostMemory { bytes: usize },
     /// Its tenant's calls in flight stayed taken until the call's deadline.
     Calls { tenant: String, calls: usize },
+    /// The host's calls in flight (the instance pool) stayed taken until the deadline.
+    HostCalls { calls: usize },
+    /// No turn on the cores guests may use came before the deadline.
+    Turn,
 }
 
 impl std::fmt::Display for Hit {
@@ -99,6 +107,14 @@ impl std::fmt::Display for Hit {
                 f,
                 "tenant {tenant}'s budget of {calls} calls in flight (all stayed busy until the deadline)"
             ),
+            Hit::HostCalls { calls } => write!(
+                f,
+                "the host's {calls} calls in flight (all stayed busy until the deadline)"
+            ),
+            Hit::Turn => write!(
+                f,
+                "the cores plugins may use (no turn came before the deadline)"
+            ),
         }
     }
 }
@@ -106,6 +122,7 @@ impl std::fmt::Display for Hit {
 /// The host's side of the budgets: one per engine.
 pub(super) struct Shared {
     pub(super) budgets: Budgets,
+    calls: Arc<Semaphore>,
     memory: Counter,
     gate: Arc<Gate>,
     tenants: Mutex<HashMap<String, Weak<Tenant>>>,
@@ -116,6 +133,7 @@ impl Shared {
     pub(super) fn new(budgets: Budgets) -> Self {
         Shared {
             budgets,
+            calls: Arc::new(Semaphore::new(budgets.calls.max(1))),
             memory: Counter::new(budgets.memory_bytes),
             gate: Arc::new(Gate::new(budgets.running.max(1))),
             tenants: Mutex::new(HashMap::new()),
@@ -243,6 +261,7 @@ pub(super) struct Admission {
     shared: Arc<Shared>,
     tenant: Option<Arc<Tenant>>,
     _call: Option<OwnedSemaphorePermit>,
+    _host_call: Option<OwnedSemaphorePermit>,
     /// Bytes this call added to the counters.
     charged: usize,
     pub(super) seat: Option<Seat>,
@@ -257,35 +276,38 @@ impl Admission {
         deadline: Instant,
     ) -> Result<Admission, Hit> {
         let in_runtime = tokio::runtime::Handle::try_current().is_ok();
-        let call = match tenant {
-            Some(t) => {
-                let acquire = t.calls.clone().acquire_owned();
-                let permit = if in_runtime {
-                    tokio::time::timeout_at(deadline.into(), acquire).await.ok()
-                } else {
-                    Some(acquire.await)
-                };
-                match permit {
-                    Some(Ok(permit)) => Some(permit),
-                    _ => {
-                        return Err(Hit::Calls {
-                            tenant: t.name.clone(),
-                            calls: t.budget.calls,
-                        });
-                    }
-                }
-            }
-            None => None,
-        };
+        // Its tenant's share first, then the host's pool: a tenant waits behind its own
+        // calls, and holds at most its share of the pool while it does.
+        let call =
+            match tenant {
+                Some(t) => Some(acquire(&t.calls, deadline, in_runtime).await.ok_or_else(
+                    || Hit::Calls {
+                        tenant: t.name.clone(),
+                        calls: t.budget.calls,
+                    },
+                )?),
+                None => None,
+            };
+        let host_call =
+            acquire(&shared.calls, deadline, in_runtime)
+                .await
+                .ok_or(Hit::HostCalls {
+                    calls: shared.budgets.calls,
+                })?;
         // Outside a runtime (a test polling by hand) there is no clock to wait on: no gate.
         let seat = in_runtime.then(|| Seat::new(shared.gate.clone(), tenant.map_or(0, |t| t.lane)));
-        if let Some(seat) = &seat {
-            seat.take_turn().await;
+        if let Some(seat) = &seat
+            && tokio::time::timeout_at(deadline.into(), seat.take_turn())
+                .await
+                .is_err()
+        {
+            return Err(Hit::Turn);
         }
         Ok(Admission {
             shared: shared.clone(),
             tenant: tenant.cloned(),
             _call: call,
+            _host_call: Some(host_call),
             charged: 0,
             seat,
         })
@@ -325,6 +347,24 @@ impl Drop for Admission {
             t.memory.sub(self.charged);
         }
         self.shared.memory.sub(self.charged);
+    }
+}
+
+/// A permit of `semaphore`, waited for until `deadline` (without a runtime, as long as it
+/// takes); `None` at the deadline.
+async fn acquire(
+    semaphore: &Arc<Semaphore>,
+    deadline: Instant,
+    in_runtime: bool,
+) -> Option<OwnedSemaphorePermit> {
+    let acquire = semaphore.clone().acquire_owned();
+    if in_runtime {
+        tokio::time::timeout_at(deadline.into(), acquire)
+            .await
+            .ok()?
+            .ok()
+    } else {
+        acquire.await.ok()
     }
 }
 
@@ -523,6 +563,7 @@ mod tests {
     ) -> Arc<Shared> {
         Arc::new(Shared::new(Budgets {
             running,
+            calls: 64,
             memory_bytes: host_memory,
             tenant: TenantBudget {
                 calls,
@@ -600,6 +641,54 @@ mod tests {
         tokio::time::timeout(Duration::from_secs(1), a1_wait)
             .await
             .expect("then a1 again");
+    }
+
+    #[tokio::test]
+    async fn a_call_that_gets_no_turn_before_its_deadline_fails_naming_the_cores() {
+        let shared = shared(1, 8, 1 << 30, 1 << 30);
+        let a = shared.tenant("a", None);
+        let later = Instant::now() + Duration::from_secs(5);
+        let first = Admission::enter(&shared, Some(&a), later).await.unwrap();
+        // The first call keeps running (it ticks, and no other tenant waits).
+        let busy = tokio::spawn(async move {
+            let until = Instant::now() + Duration::from_millis(200);
+            while Instant::now() < until {
+                if let Some(wait) = first.seat.as_ref().unwrap().at_tick() {
+                    wait.await;
+                }
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        });
+        let soon = Instant::now() + Duration::from_millis(30);
+        let second = Admission::enter(&shared, Some(&a), soon).await;
+        assert_eq!(second.err(), Some(Hit::Turn));
+        busy.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn the_hosts_calls_are_capped_across_tenants() {
+        let shared = Arc::new(Shared::new(Budgets {
+            running: 4,
+            calls: 2,
+            memory_bytes: 1 << 30,
+            tenant: TenantBudget {
+                calls: 2,
+                memory_bytes: 1 << 30,
+                log_lines_per_second: 10,
+            },
+        }));
+        let soon = || Instant::now() + Duration::from_millis(30);
+        let (a, b, c) = (
+            shared.tenant("a", None),
+            shared.tenant("b", None),
+            shared.tenant("c", None),
+        );
+        let _a = Admission::enter(&shared, Some(&a), soon()).await.unwrap();
+        let _b = Admission::enter(&shared, Some(&b), soon()).await.unwrap();
+        assert_eq!(
+            Admission::enter(&shared, Some(&c), soon()).await.err(),
+            Some(Hit::HostCalls { calls: 2 })
+        );
     }
 
     #[test]

@@ -57,10 +57,11 @@ impl Registry {
             .read_timeout(READ_TIMEOUT)
             .https_only(!insecure)
             .redirect(reqwest::redirect::Policy::custom(move |attempt| {
+                // A layer's path ends `/blobs/sha256:…`; no repository or tag holds a `:`.
                 let from_layer = attempt
                     .previous()
                     .first()
-                    .is_some_and(|first| first.path().contains("/blobs/"));
+                    .is_some_and(|first| first.path().contains("/blobs/sha256:"));
                 let downgrade = attempt.url().scheme() != "https" && !insecure;
                 if !from_layer || downgrade || attempt.previous().len() > LAYER_REDIRECTS {
                     attempt.stop()
@@ -216,7 +217,14 @@ impl Registry {
                 excerpt(realm)
             )))
         })?;
-        if realm_url.scheme() != "https" && !self.insecure {
+        // Credentials go to the realm: over https, or in the clear only to the insecure
+        // registry's own host.
+        let registry_host = reqwest::Url::parse(&self.base)
+            .ok()
+            .and_then(|u| u.host_str().map(str::to_string));
+        if realm_url.scheme() != "https"
+            && !(self.insecure && realm_url.host_str().map(str::to_string) == registry_host)
+        {
             return Err(OciDistributionError::GenericError(Some(format!(
                 "the registry's token realm {realm_url} is not https"
             ))));

@@ -205,6 +205,9 @@ pub struct Fleet {
     services: Services,
     options: FleetOptions,
     tenants: tokio::sync::Mutex<BTreeMap<TenantSource, Tenant>>,
+    /// CRDs a tenant prepares (installs) outside the tenants lock, by name: no other
+    /// tenant may claim them meanwhile.
+    reserved: Mutex<BTreeMap<String, TenantSource>>,
     views: Mutex<BTreeMap<TenantSource, TenantView>>,
     /// One lane per tenant: its loads and removals run one at a time, in order, each as
     /// its own task, so one tenant's slow source never holds up another's.
@@ -299,6 +302,7 @@ impl Fleet {
             services,
             options,
             tenants: tokio::sync::Mutex::new(BTreeMap::new()),
+            reserved: Mutex::new(BTreeMap::new()),
             views: Mutex::new(BTreeMap::new()),
             lanes: Mutex::new(BTreeMap::new()),
             jobs: Mutex::new(Vec::new()),
@@ -427,7 +431,8 @@ impl Fleet {
         };
         let rate = match (host, budget.api_writes_per_second) {
             (0, asked) => asked.unwrap_or(0),
-            (host, asked) => asked.map_or(host, |a| a.min(host)),
+            // At least one a second: `0` would be no limit at all.
+            (host, asked) => asked.map_or(host, |a| a.clamp(1, host)),
         };
         if rate > 0 {
             shared.client = crate::write_limit::limited(shared.client, rate);
@@ -909,6 +914,32 @@ impl Fleet {
             .map(|t| &t.source)
     }
 
+    /// Reserves `assembly`'s CRDs for `source` while it prepares them outside the tenants
+    /// lock (the caller holds it); the refusal if another tenant reserved one first. The
+    /// reservation ends when `apply` does ([`Reserved`]).
+    fn reserve(&self, assembly: &Assembly, source: &TenantSource) -> Option<FleetError> {
+        let mut reserved = self.reserved.lock().unwrap_or_else(|p| p.into_inner());
+        for plan in assembly.crds() {
+            let name = plan.spec.crd_name();
+            if let Some(owner) = reserved.get(&name).filter(|o| *o != source) {
+                return Some(FleetError::Claimed(BlueprintError::Invalid {
+                    problems: vec![blueprint::Problem::new(
+                        &plan.spec.source.file,
+                        Some(&plan.spec.kind),
+                        plan.spec.source.field(),
+                        format!(
+                            "CRD {name} is being installed by the tenant {owner}; a CRD belongs to one Blueprint"
+                        ),
+                    )],
+                }));
+            }
+        }
+        for plan in assembly.crds() {
+            reserved.insert(plan.spec.crd_name(), source.clone());
+        }
+        None
+    }
+
     /// The refusal of `assembly` if a tenant of `tenants` (but `itself`) serves one of its
     /// CRDs.
     fn claimed(
@@ -1071,12 +1102,17 @@ impl Fleet {
         // the tenants lock: that takes seconds to minutes for a large or refused tenant, and
         // other tenants load, reload and report meanwhile. Its CRDs must be unclaimed first:
         // preparing installs them.
+        let _reserved = Reserved {
+            fleet: self,
+            source: source.clone(),
+        };
         let assembled = match (&acting, assembled) {
             (Some(acting), Ok(a)) => {
                 let assembly = Arc::new(a);
                 let claimed = {
                     let tenants = self.tenants.lock().await;
                     Self::claimed(&assembly, &tenants, Some(&source))
+                        .or_else(|| self.reserve(&assembly, &source))
                 };
                 match claimed {
                     Some(e) => Err(e),
@@ -1387,6 +1423,23 @@ impl Fleet {
             self.publish(tenant);
         }))
         .await;
+    }
+}
+
+/// The CRDs a tenant reserved while it prepares them ([`Fleet::reserve`]), released when
+/// dropped: when its load is over, or given up midway.
+struct Reserved<'f> {
+    fleet: &'f Fleet,
+    source: TenantSource,
+}
+
+impl Drop for Reserved<'_> {
+    fn drop(&mut self) {
+        self.fleet
+            .reserved
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|_, owner| *owner != self.source);
     }
 }
 
