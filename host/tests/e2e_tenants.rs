@@ -1041,3 +1041,51 @@ async fn a_blueprint_takes_a_share_under_the_hosts_per_tenant_budget_and_size() 
     );
     host.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blueprint_events_faster_than_the_reload_interval_do_not_starve_the_checks() {
+    let _alone = RESOURCE_TENANTS.lock().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let host = FleetHost::start(FleetOptions {
+        resources: true,
+        tenants: Some(dir.path().to_path_buf()),
+        reload: Some(Duration::from_secs(2)),
+        ..FleetHost::options()
+    })
+    .await;
+    // A Blueprint resource touched every 300 ms: each touch is an event for the fleet.
+    let noisy = format!(
+        "{}-noisy",
+        unique_group("tick").split('.').next().unwrap_or("t")
+    );
+    apply_blueprint(&noisy, &declarative(&unique_group("tick-noisy"), "Noisy")).await;
+    let (stop, mut stopped) = tokio::sync::watch::channel(false);
+    let toucher = {
+        let noisy = noisy.clone();
+        tokio::spawn(async move {
+            let api: Api<DynamicObject> = Api::all_with(client(), &blueprint_resource());
+            for n in 0u64.. {
+                let patch = serde_json::json!({"metadata": {"labels": {"touch": n.to_string()}}});
+                let _ = api
+                    .patch(&noisy, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await;
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_millis(300)) => {}
+                    _ = stopped.changed() => return,
+                }
+            }
+        })
+    };
+    // A tenant file written meanwhile is found by the periodic check, which the events
+    // must not keep putting off.
+    let file = dir.path().join("quiet.yaml");
+    std::fs::write(&file, declarative(&unique_group("tick-quiet"), "Quiet")).expect("write");
+    eventually("the periodic check to find the new tenant file", || async {
+        host.tenant(&TenantSource::File(file.clone())).map(|_| ())
+    })
+    .await;
+    let _ = stop.send(true);
+    let _ = toucher.await;
+    delete_blueprints(&[&noisy]).await;
+    host.stop().await;
+}
