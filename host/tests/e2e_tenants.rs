@@ -1046,12 +1046,18 @@ async fn a_blueprint_takes_a_share_under_the_hosts_per_tenant_budget_and_size() 
 async fn blueprint_events_faster_than_the_reload_interval_do_not_starve_the_checks() {
     let _alone = RESOURCE_TENANTS.lock().await;
     let dir = tempfile::tempdir().expect("tempdir");
-    let host = FleetHost::start(FleetOptions {
-        resources: true,
-        tenants: Some(dir.path().to_path_buf()),
-        reload: Some(Duration::from_secs(2)),
-        ..FleetHost::options()
-    })
+    // The tenant file comes later: the operator's RBAC for the host covers it already.
+    let quiet = declarative(&unique_group("tick-quiet"), "Quiet");
+    let host = FleetHost::start_serving(
+        FleetOptions {
+            resources: true,
+            tenants: Some(dir.path().to_path_buf()),
+            reload: Some(Duration::from_secs(2)),
+            ..FleetHost::options()
+        },
+        inrun::sources::SourceOptions::default(),
+        std::slice::from_ref(&quiet),
+    )
     .await;
     // A Blueprint resource touched every 300 ms: each touch is an event for the fleet.
     let noisy = format!(
@@ -1079,11 +1085,12 @@ async fn blueprint_events_faster_than_the_reload_interval_do_not_starve_the_chec
     // A tenant file written meanwhile is found by the periodic check, which the events
     // must not keep putting off.
     let file = dir.path().join("quiet.yaml");
-    std::fs::write(&file, declarative(&unique_group("tick-quiet"), "Quiet")).expect("write");
-    eventually("the periodic check to find the new tenant file", || async {
-        host.tenant(&TenantSource::File(file.clone())).map(|_| ())
+    std::fs::write(&file, &quiet).expect("write");
+    let view = eventually("the periodic check to find the new tenant file", || async {
+        host.tenant(&TenantSource::File(file.clone()))
     })
     .await;
+    assert!(view.error.is_none(), "{:?}", view.error);
     let _ = stop.send(true);
     let _ = toucher.await;
     delete_blueprints(&[&noisy]).await;

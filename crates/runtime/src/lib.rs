@@ -38,7 +38,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use kube::Client;
 use kube::api::{Api, DynamicObject};
 use kube::core::PartialObjectMeta;
@@ -424,6 +424,7 @@ pub fn controller(
             all_queued.queued(&Ctx::key(cr.as_ref()));
         }
     });
+    let synced = reader.clone();
     let controller = Controller::for_stream_with(crs, reader, ar.clone())
         .with_config(
             kube::runtime::controller::Config::default()
@@ -431,7 +432,8 @@ pub fn controller(
         )
         .reconcile_all_on(requeue)
         .reconcile_on(children_woken);
-    let mut stop_on = stop;
+    let mut stop_on = stop.clone();
+    let mut stopped_early = stop;
     let metrics = shared.metrics.clone();
     let lazy_ctx = ctx.clone();
     let queue = ctx.queue.clone();
@@ -457,7 +459,7 @@ pub fn controller(
         metrics.controller_started(&name);
         let running = queue.run();
         tracing::debug!(crd = %name, "controller started");
-        controller
+        let run = controller
             .graceful_shutdown_on(async move {
                 let _ = stop_on.wait_for(|s| *s).await;
             })
@@ -472,8 +474,21 @@ pub fn controller(
                     Ok(_) => {}
                 }
                 futures::future::ready(())
-            })
-            .await;
+            });
+        // Stopped before its cache of CRs first synced, the controller would wait for a
+        // sync that its stopped watch never brings (its runner starts only then): no pass
+        // has run, so it ends at once instead.
+        let before_sync = async move {
+            let _ = stopped_early.wait_for(|s| *s).await;
+            if synced.wait_until_ready().now_or_never().is_none() {
+                return;
+            }
+            std::future::pending::<()>().await;
+        };
+        tokio::select! {
+            () = run => {}
+            () = before_sync => tracing::debug!(crd = %name, "controller stopped before its cache synced"),
+        }
         drop(running);
         for watch in watches {
             watch.abort();
