@@ -4,8 +4,9 @@
 //! counted.
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
+use inrun_wasm::TokenBucket;
 use kube::Client;
 
 /// `client`, its writes (POST, PUT, PATCH, DELETE) at most `per_second` a second with
@@ -14,7 +15,7 @@ pub fn limited(client: Client, per_second: u32) -> Client {
     if per_second == 0 {
         return client;
     }
-    let bucket = Arc::new(Mutex::new(Bucket::new(per_second)));
+    let bucket = Arc::new(Mutex::new(TokenBucket::new(per_second, per_second)));
     let namespace = client.default_namespace().to_string();
     let service = tower::service_fn(move |request: http::Request<kube::client::Body>| {
         let (client, bucket) = (client.clone(), bucket.clone());
@@ -26,8 +27,8 @@ pub fn limited(client: Client, per_second: u32) -> Client {
                         .unwrap_or_else(|p| p.into_inner())
                         .take(Instant::now());
                     match wait {
-                        None => break,
-                        Some(wait) => tokio::time::sleep(wait).await,
+                        Ok(()) => break,
+                        Err(wait) => tokio::time::sleep(wait).await,
                     }
                 }
             }
@@ -47,56 +48,9 @@ fn is_write(method: &http::Method) -> bool {
     .contains(method)
 }
 
-/// Tokens at `rate` a second, holding a second's worth at most.
-struct Bucket {
-    rate: f64,
-    tokens: f64,
-    at: Instant,
-}
-
-impl Bucket {
-    fn new(rate: u32) -> Self {
-        let rate = f64::from(rate);
-        Bucket {
-            rate,
-            tokens: rate,
-            at: Instant::now(),
-        }
-    }
-
-    /// Takes a token (`None`), or says how long until one is there.
-    fn take(&mut self, now: Instant) -> Option<Duration> {
-        let refill = now.saturating_duration_since(self.at).as_secs_f64() * self.rate;
-        self.tokens = (self.tokens + refill).min(self.rate);
-        self.at = now;
-        if self.tokens >= 1.0 {
-            self.tokens -= 1.0;
-            None
-        } else {
-            Some(Duration::from_secs_f64((1.0 - self.tokens) / self.rate))
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_burst_of_a_second_then_one_write_per_token() {
-        let start = Instant::now();
-        let mut bucket = Bucket::new(10);
-        assert_eq!((0..20).filter(|_| bucket.take(start).is_none()).count(), 10);
-        let wait = bucket.take(start).expect("empty");
-        assert!(
-            wait <= Duration::from_millis(100) && wait > Duration::ZERO,
-            "{wait:?}"
-        );
-        assert!(bucket.take(start + Duration::from_millis(100)).is_none());
-        // Idle time never fills it past a second's worth.
-        let later = start + Duration::from_secs(60);
-        assert_eq!((0..20).filter(|_| bucket.take(later).is_none()).count(), 10);
-    }
 
     #[test]
     fn only_writes_are_counted() {

@@ -157,7 +157,10 @@ impl Shared {
             calls: Arc::new(Semaphore::new(budget.calls.max(1))),
             memory: Counter::new(budget.memory_bytes),
             lane: self.lanes.fetch_add(1, Ordering::Relaxed),
-            logs: Mutex::new(Bucket::full(budget.log_lines_per_second)),
+            logs: Mutex::new(TokenBucket::new(
+                budget.log_lines_per_second,
+                budget.log_lines_per_second.saturating_mul(5),
+            )),
         });
         tenants.insert(name.to_string(), Arc::downgrade(&tenant));
         tenant
@@ -177,7 +180,7 @@ pub(super) struct Tenant {
     memory: Counter,
     /// Its lane at the gate.
     lane: u64,
-    logs: Mutex<Bucket>,
+    logs: Mutex<TokenBucket>,
 }
 
 impl Tenant {
@@ -187,6 +190,7 @@ impl Tenant {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .take(Instant::now())
+            .is_ok()
     }
 
     /// The tenant's budget of log lines a second.
@@ -195,32 +199,41 @@ impl Tenant {
     }
 }
 
-/// A token bucket: `rate` tokens a second, holding at most five seconds' worth.
-struct Bucket {
+/// A token bucket: `rate` tokens a second, holding at most `burst` (and full at first).
+#[derive(Debug)]
+pub struct TokenBucket {
     rate: f64,
+    burst: f64,
     tokens: f64,
     at: Instant,
 }
 
-impl Bucket {
-    fn full(rate: u32) -> Self {
-        let rate = f64::from(rate);
-        Bucket {
-            rate,
-            tokens: rate * 5.0,
+impl TokenBucket {
+    /// A full bucket of `burst` tokens, filling at `rate` a second.
+    pub fn new(rate: u32, burst: u32) -> Self {
+        TokenBucket {
+            rate: f64::from(rate),
+            burst: f64::from(burst),
+            tokens: f64::from(burst),
             at: Instant::now(),
         }
     }
 
-    fn take(&mut self, now: Instant) -> bool {
+    /// Takes a token at `now` (`Ok`), or says how long until one is there.
+    ///
+    /// # Errors
+    /// The wait for the next token, when the bucket is empty.
+    pub fn take(&mut self, now: Instant) -> Result<(), Duration> {
         let refill = now.saturating_duration_since(self.at).as_secs_f64() * self.rate;
-        self.tokens = (self.tokens + refill).min(self.rate * 5.0);
+        self.tokens = (self.tokens + refill).min(self.burst);
         self.at = now;
         if self.tokens >= 1.0 {
             self.tokens -= 1.0;
-            true
+            Ok(())
+        } else if self.rate > 0.0 {
+            Err(Duration::from_secs_f64((1.0 - self.tokens) / self.rate))
         } else {
-            false
+            Err(Duration::MAX)
         }
     }
 }
@@ -692,16 +705,21 @@ mod tests {
     }
 
     #[test]
-    fn a_tenants_log_lines_are_a_token_bucket() {
-        let start = Instant::now();
-        let mut bucket = Bucket::full(10);
-        // A burst of five seconds' worth, then nothing until time passes.
-        assert_eq!((0..100).filter(|_| bucket.take(start)).count(), 50);
-        assert!(bucket.take(start + Duration::from_millis(100)));
-        assert!(!bucket.take(start + Duration::from_millis(100)));
+    fn a_token_bucket_gives_a_burst_then_one_token_per_interval() {
+        let mut bucket = TokenBucket::new(10, 50);
+        let start = bucket.at;
+        // A burst, then nothing until time passes.
+        assert_eq!((0..100).filter(|_| bucket.take(start).is_ok()).count(), 50);
+        let wait = bucket.take(start).expect_err("empty");
+        assert!(
+            wait <= Duration::from_millis(100) && wait > Duration::ZERO,
+            "{wait:?}"
+        );
+        assert!(bucket.take(start + Duration::from_millis(100)).is_ok());
+        assert!(bucket.take(start + Duration::from_millis(100)).is_err());
         // Time never fills it past the burst.
         let later = start + Duration::from_secs(3600);
-        assert_eq!((0..100).filter(|_| bucket.take(later)).count(), 50);
+        assert_eq!((0..100).filter(|_| bucket.take(later).is_ok()).count(), 50);
     }
 
     #[tokio::test]

@@ -15,7 +15,7 @@ mod package;
 mod plugin;
 mod state;
 
-pub use budget::{Budgets, TenantBudget};
+pub use budget::{Budgets, TenantBudget, TokenBucket};
 pub use cache::CompileCache;
 pub use engine::{Engine, EngineSettings};
 pub use error::{CallError, CallFailure, LoadError};

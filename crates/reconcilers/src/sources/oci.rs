@@ -188,6 +188,24 @@ async fn in_time<T>(
         })
 }
 
+/// A reader of `reference`'s repository, and what to ask it for: the tag when there is one
+/// (a pin is compared with what it names), else the digest.
+fn open(
+    options: &SourceOptions,
+    shown: &str,
+    reference: &str,
+    auth: &Auth,
+) -> Result<(Registry, String), SourceError> {
+    let target = target(shown, reference)?;
+    let registry = Registry::new(options, &target, &auth.auth)?;
+    let asked = target
+        .digest()
+        .or(target.tag())
+        .unwrap_or("latest")
+        .to_string();
+    Ok((registry, asked))
+}
+
 /// Pulls the manifest and its one `application/wasm` layer, checking the manifest against
 /// `pin` and the layer against the manifest; every reply read only so far
 /// ([`registry`]).
@@ -200,13 +218,7 @@ pub(super) async fn pull(
 ) -> Result<Fetched, SourceError> {
     let shown = location.to_string();
     in_time(&shown, async {
-        let target = target(&shown, reference)?;
-        let mut registry = Registry::new(options, &target, &auth.auth)?;
-        let asked = target
-            .digest()
-            .or(target.tag())
-            .unwrap_or("latest")
-            .to_string();
+        let (mut registry, asked) = open(options, &shown, reference, auth)?;
         let body = registry
             .manifest(&asked, &manifest_accept())
             .await
@@ -296,13 +308,7 @@ pub(super) async fn manifest_digest(
 ) -> Result<String, SourceError> {
     let shown = location.to_string();
     in_time(&shown, async {
-        let target = target(&shown, reference)?;
-        let mut registry = Registry::new(options, &target, &auth.auth)?;
-        let asked = target
-            .digest()
-            .or(target.tag())
-            .unwrap_or("latest")
-            .to_string();
+        let (mut registry, asked) = open(options, &shown, reference, auth)?;
         let digest = registry
             .manifest_digest(&asked, &manifest_accept())
             .await

@@ -922,16 +922,12 @@ impl Fleet {
         for plan in assembly.crds() {
             let name = plan.spec.crd_name();
             if let Some(owner) = reserved.get(&name).filter(|o| *o != source) {
-                return Some(FleetError::Claimed(BlueprintError::Invalid {
-                    problems: vec![blueprint::Problem::new(
-                        &plan.spec.source.file,
-                        Some(&plan.spec.kind),
-                        plan.spec.source.field(),
-                        format!(
-                            "CRD {name} is being installed by the tenant {owner}; a CRD belongs to one Blueprint"
-                        ),
-                    )],
-                }));
+                return Some(claim_refusal(
+                    plan,
+                    format!(
+                        "CRD {name} is being installed by the tenant {owner}; a CRD belongs to one Blueprint"
+                    ),
+                ));
             }
         }
         for plan in assembly.crds() {
@@ -950,16 +946,12 @@ impl Fleet {
         for plan in assembly.crds() {
             let name = plan.spec.crd_name();
             if let Some(owner) = Self::claimant(tenants, &name).filter(|o| Some(*o) != itself) {
-                return Some(FleetError::Claimed(BlueprintError::Invalid {
-                    problems: vec![blueprint::Problem::new(
-                        &plan.spec.source.file,
-                        Some(&plan.spec.kind),
-                        plan.spec.source.field(),
-                        format!(
-                            "CRD {name} is already served by the tenant {owner}; a CRD belongs to one Blueprint"
-                        ),
-                    )],
-                }));
+                return Some(claim_refusal(
+                    plan,
+                    format!(
+                        "CRD {name} is already served by the tenant {owner}; a CRD belongs to one Blueprint"
+                    ),
+                ));
             }
         }
         None
@@ -1424,6 +1416,18 @@ impl Fleet {
         }))
         .await;
     }
+}
+
+/// A tenant's Blueprint refused for a CRD another tenant has: why, at the CRD's field.
+fn claim_refusal(plan: &inrun_reconcilers::assemble::CrdPlan, why: String) -> FleetError {
+    FleetError::Claimed(BlueprintError::Invalid {
+        problems: vec![blueprint::Problem::new(
+            &plan.spec.source.file,
+            Some(&plan.spec.kind),
+            plan.spec.source.field(),
+            why,
+        )],
+    })
 }
 
 /// The CRDs a tenant reserved while it prepares them ([`Fleet::reserve`]), released when
