@@ -757,6 +757,29 @@ async fn a_blueprint_resource_acts_as_its_service_account_and_rbac_fences_what_i
         ("True", "Serving"),
         "{message}"
     );
+    // Consent withdrawn (the annotation no longer lists it): the serving tenant stops at the
+    // next check, refused; admitted again, it serves again.
+    admit(&team_a, "tenant", &[]).await;
+    let (_, reason, message) = eventually("the tenant to lose its consent", || async {
+        accepted(&fenced_bp)
+            .await
+            .filter(|(status, _, _)| status == "False")
+    })
+    .await;
+    assert_eq!(reason, "NoIdentity", "{message}");
+    assert!(
+        host.tenant(&TenantSource::Resource(fenced_bp.clone()))
+            .is_some_and(|v| v.error.is_some() && v.crds.is_empty()),
+        "its controllers stopped"
+    );
+    admit(&team_a, "tenant", &[&fenced_bp]).await;
+    eventually("the tenant to serve again", || async {
+        accepted(&fenced_bp)
+            .await
+            .filter(|(status, _, _)| status == "True")
+    })
+    .await;
+
     // The Blueprint deleted and created again by someone else under the same name: the
     // consent was for the one deleted, so the new one is refused.
     delete_blueprints(&[&fenced_bp]).await;

@@ -853,6 +853,7 @@ impl Fleet {
                 Some(event) = events.recv() => self.resource_event(event),
                 () = tick => {
                     self.reload_files();
+                    self.recheck_consent().await;
                     self.retry_resources().await;
                     if polling.as_ref().is_none_or(JoinHandle::is_finished) {
                         let fleet = self.clone();
@@ -1217,6 +1218,90 @@ impl Fleet {
     fn forget_refusals(tenants: &mut BTreeMap<TenantSource, Tenant>) {
         for t in tenants.values_mut() {
             t.failed = None;
+        }
+    }
+
+    /// Asks again, for every Blueprint resource serving as a ServiceAccount it names,
+    /// whether that ServiceAccount still admits it ([`crate::identity::admits`]). One whose
+    /// consent is gone stops serving (its controllers stop; its CRDs and CRs stay) and is
+    /// refused with `NoIdentity`; it serves again once admitted, at a later check.
+    async fn recheck_consent(self: &Arc<Self>) {
+        let serving: Vec<(TenantSource, ServiceAccountRef)> = self
+            .tenants
+            .lock()
+            .await
+            .values()
+            .filter(|t| t.error.is_none())
+            .filter_map(|t| {
+                let sa = t
+                    .assembly
+                    .as_ref()?
+                    .blueprint
+                    .spec
+                    .service_account
+                    .clone()?;
+                matches!(t.source, TenantSource::Resource(_)).then(|| (t.source.clone(), sa))
+            })
+            .collect();
+        for (source, sa) in serving {
+            let TenantSource::Resource(name) = &source else {
+                continue;
+            };
+            let Err(why) = crate::identity::admits(&self.shared.client, &sa, name).await else {
+                continue;
+            };
+            // Into the tenant's lane, after whatever it is doing: a newer Blueprint may have
+            // changed its identity meanwhile.
+            self.enqueue(source.clone(), move |fleet| async move {
+                fleet.withdraw(source, sa, why).await;
+            });
+        }
+    }
+
+    /// Stops the tenant of `source` serving, if it still acts as `sa`: its consent is gone.
+    async fn withdraw(&self, source: TenantSource, sa: ServiceAccountRef, why: String) {
+        let (object, stopped) = {
+            let mut tenants = self.tenants.lock().await;
+            let Some(tenant) = tenants.get_mut(&source) else {
+                return;
+            };
+            if tenant.acting.identity.as_ref() != Some(&sa) || tenant.error.is_some() {
+                return;
+            }
+            let message = FleetError::Identity(why).to_string();
+            tracing::error!(tenant = %source, error = %message, "consent withdrawn; the tenant stops serving");
+            let stopped: Vec<Running> = std::mem::take(&mut tenant.running).into_values().collect();
+            tenant.assembly = None;
+            tenant.fingerprint = None;
+            tenant.failed = None;
+            tenant.error = Some(message);
+            self.publish(tenant);
+            (tenant.object.clone(), stopped)
+        };
+        for running in &stopped {
+            let _ = running.stop.send(true);
+        }
+        for running in stopped {
+            stop(running).await;
+        }
+        if let Some(object) = object {
+            let message = self
+                .tenants
+                .lock()
+                .await
+                .get(&source)
+                .and_then(|t| t.error.clone())
+                .unwrap_or_default();
+            resources::report(
+                &self.shared.client,
+                &object,
+                Err(Refusal {
+                    reason: "NoIdentity",
+                    message,
+                }),
+                Vec::new(),
+            )
+            .await;
         }
     }
 
