@@ -14,8 +14,8 @@ use kube::{Client, Config};
 /// Blueprint it meant is gone (or before it exists).
 pub const ADMITS: &str = "inrun.dev/blueprints";
 
-/// Whether `sa` admits the Blueprint resource named `blueprint` as it is now (its uid,
-/// read with the host's own `client`) ([`ADMITS`]).
+/// Whether `sa` admits the Blueprint resource named `blueprint` of `uid` ([`ADMITS`]);
+/// without a `uid`, the Blueprint's as it is now, read with the host's own `client`.
 ///
 /// # Errors
 /// A message naming the ServiceAccount, the Blueprint and its uid, and what to annotate.
@@ -23,6 +23,7 @@ pub async fn admits(
     client: &Client,
     sa: &ServiceAccountRef,
     blueprint: &str,
+    uid: Option<&str>,
 ) -> Result<(), String> {
     let api: Api<ServiceAccount> = Api::namespaced(client.clone(), &sa.namespace);
     let account = api
@@ -30,14 +31,19 @@ pub async fn admits(
         .await
         .map_err(|e| format!("reading ServiceAccount {sa}: {e}"))?
         .ok_or_else(|| format!("ServiceAccount {sa} does not exist"))?;
-    let blueprints: Api<kube::api::DynamicObject> =
-        Api::all_with(client.clone(), &crate::fleet::blueprint_resource());
-    let uid = blueprints
-        .get_opt(blueprint)
-        .await
-        .map_err(|e| format!("reading Blueprint {blueprint}: {e}"))?
-        .and_then(|b| b.metadata.uid)
-        .ok_or_else(|| format!("Blueprint {blueprint} is gone"))?;
+    let uid = match uid {
+        Some(uid) => uid.to_string(),
+        None => {
+            let blueprints: Api<kube::api::DynamicObject> =
+                Api::all_with(client.clone(), &crate::fleet::blueprint_resource());
+            blueprints
+                .get_opt(blueprint)
+                .await
+                .map_err(|e| format!("reading Blueprint {blueprint}: {e}"))?
+                .and_then(|b| b.metadata.uid)
+                .ok_or_else(|| format!("Blueprint {blueprint} is gone"))?
+        }
+    };
     let entries = account
         .metadata
         .annotations

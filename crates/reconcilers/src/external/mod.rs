@@ -251,9 +251,11 @@ impl ExternalCalls {
                 Some(ExternalKind::Http(h)) => {
                     let f = format!("{at}.http");
                     let url = if h.secret_ref.is_some() {
-                        // Each `{{ }}` of a token-bearing URL renders alone, percent-encoded.
+                        // Each `{{ }}` of a token-bearing URL renders alone, percent-encoded;
+                        // the whole is compiled first, so a marker left open is an error
+                        // naming the field, not text sent as it is.
                         let mut parts = Vec::new();
-                        let mut ok = true;
+                        let mut ok = value(format!("{f}.url"), text(&h.url)).is_some();
                         for part in url_parts(&h.url) {
                             match part {
                                 Ok(literal) => parts.push(UrlPart::Literal(literal.to_string())),

@@ -96,7 +96,7 @@ impl Registry {
     ) -> Result<Vec<u8>, OciDistributionError> {
         let url = self.url("manifests", reference);
         let response = self.send(Method::GET, &url, accept).await?;
-        read_capped(response, MANIFEST_MAX, &url).await
+        read_capped(response, MANIFEST_MAX, Past::Refused, &url).await
     }
 
     /// The digest of the manifest `reference` names: the registry's
@@ -251,7 +251,7 @@ impl Registry {
         if !status.is_success() {
             return Err(failure(response, realm_url.as_str()).await);
         }
-        let body = read_capped(response, TOKEN_MAX, realm_url.as_str()).await?;
+        let body = read_capped(response, TOKEN_MAX, Past::Refused, realm_url.as_str()).await?;
         let reply: serde_json::Value = serde_json::from_slice(&body).map_err(|_| {
             OciDistributionError::GenericError(Some(
                 "the registry's token reply is not JSON".into(),
@@ -382,7 +382,7 @@ fn transport(url: &str, error: &reqwest::Error) -> OciDistributionError {
 /// status and the first [`ERROR_EXCERPT`] bytes of its body.
 async fn failure(response: Response, url: &str) -> OciDistributionError {
     let code = response.status().as_u16();
-    let body = read_capped(response, ERROR_EXCERPT, url)
+    let body = read_capped(response, ERROR_EXCERPT, Past::Cut, url)
         .await
         .unwrap_or_default();
     if let Ok(envelope) = serde_json::from_slice::<OciEnvelope>(&body)
@@ -408,14 +408,24 @@ fn excerpt(text: &str) -> &str {
     &text[..end]
 }
 
-/// The body of `response`, at most `max` bytes: an error past that, without reading on,
-/// except for error excerpts (`max` == [`ERROR_EXCERPT`]), which are cut.
+/// What a reply larger than the cap becomes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Past {
+    /// An error, read no further.
+    Refused,
+    /// Cut at the cap (an excerpt of an error page).
+    Cut,
+}
+
+/// The body of `response`, at most `max` bytes; past that, as `past` says, without reading
+/// on.
 async fn read_capped(
     mut response: Response,
     max: usize,
+    past: Past,
     url: &str,
 ) -> Result<Vec<u8>, OciDistributionError> {
-    let cut = max == ERROR_EXCERPT;
+    let cut = past == Past::Cut;
     let too_large = || {
         OciDistributionError::GenericError(Some(format!(
             "the reply from {url} is larger than {max} bytes"

@@ -603,7 +603,7 @@ impl Fleet {
         // otherwise one tenant could name another's. The operator's default needs none.
         if let (TenantSource::Resource(name), Some(sa)) = (source, &blueprint.spec.service_account)
         {
-            crate::identity::admits(&self.shared.client, sa, name).await?;
+            crate::identity::admits(&self.shared.client, sa, name, None).await?;
         }
         let identity = blueprint.spec.service_account.clone().or_else(|| {
             resource
@@ -1226,28 +1226,26 @@ impl Fleet {
     /// consent is gone stops serving (its controllers stop; its CRDs and CRs stay) and is
     /// refused with `NoIdentity`; it serves again once admitted, at a later check.
     async fn recheck_consent(self: &Arc<Self>) {
-        let serving: Vec<(TenantSource, ServiceAccountRef)> = self
+        // The uid the watch told with the Blueprint: one read (the ServiceAccount) a check.
+        let serving: Vec<(TenantSource, ServiceAccountRef, Option<String>)> = self
             .tenants
             .lock()
             .await
             .values()
-            .filter(|t| t.error.is_none())
+            .filter(|t| t.error.is_none() && matches!(t.source, TenantSource::Resource(_)))
             .filter_map(|t| {
-                let sa = t
-                    .assembly
-                    .as_ref()?
-                    .blueprint
-                    .spec
-                    .service_account
-                    .clone()?;
-                matches!(t.source, TenantSource::Resource(_)).then(|| (t.source.clone(), sa))
+                let spec = &t.assembly.as_ref()?.blueprint.spec;
+                let uid = t.object.as_ref().and_then(|o| o.uid.clone());
+                Some((t.source.clone(), spec.service_account.clone()?, uid))
             })
             .collect();
-        for (source, sa) in serving {
+        for (source, sa, uid) in serving {
             let TenantSource::Resource(name) = &source else {
                 continue;
             };
-            let Err(why) = crate::identity::admits(&self.shared.client, &sa, name).await else {
+            let admitted =
+                crate::identity::admits(&self.shared.client, &sa, name, uid.as_deref()).await;
+            let Err(why) = admitted else {
                 continue;
             };
             // Into the tenant's lane, after whatever it is doing: a newer Blueprint may have

@@ -40,6 +40,8 @@ pub(super) async fn ensure_crd(client: &kube::Client, install: bool) -> Result<(
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Object {
     pub(super) name: String,
+    /// Its uid: what a ServiceAccount's consent names.
+    pub(super) uid: Option<String>,
     pub(super) generation: Option<i64>,
     /// The document as YAML text: apiVersion, kind, metadata.name and spec.
     pub(super) text: String,
@@ -67,6 +69,7 @@ fn object(obj: &DynamicObject) -> Option<Object> {
     let text = serde_yaml_ng::to_string(&doc).ok()?;
     Some(Object {
         name,
+        uid: obj.metadata.uid.clone(),
         generation: obj.metadata.generation,
         text,
     })
