@@ -9,7 +9,7 @@ use inrun::fleet::{FleetOptions, TenantSource, blueprint_resource};
 use inrun::sources::{ComponentMeta, Credentials, SourceOptions, push};
 use inrun_testenv::registry::Registry;
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{Api, DynamicObject, PostParams};
 use support::{FleetHost, apply_cr, client, configmaps, eventually, get, resource, unique_group};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -77,15 +77,7 @@ async fn moving_an_oci_tag_reloads_the_plugin_of_a_blueprint_resource() {
             },
         }]},
     });
-    support::served(&blueprint_resource()).await;
-    let api: Api<DynamicObject> = Api::all_with(client(), &blueprint_resource());
-    api.patch(
-        &name,
-        &PatchParams::apply("e2e-test").force(),
-        &Patch::Apply(&doc),
-    )
-    .await
-    .expect("apply Blueprint");
+    support::apply_blueprint_resource(&name, doc).await;
 
     let ar = resource(&group, "Pulled");
     apply_cr(
@@ -125,6 +117,7 @@ async fn moving_an_oci_tag_reloads_the_plugin_of_a_blueprint_resource() {
     assert_eq!(view.plugins[0].version, v2);
     assert_eq!(view.plugins[0].reloads, 1);
 
+    let api: Api<DynamicObject> = Api::all_with(client(), &blueprint_resource());
     api.delete(&name, &Default::default())
         .await
         .expect("delete Blueprint");

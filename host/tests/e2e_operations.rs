@@ -162,6 +162,7 @@ async fn the_host_runs_on_exactly_the_generated_rbac_and_refuses_a_blueprint_nee
         install_crds: false,
         blueprint_resources: false,
         impersonate: Vec::new(),
+        tenant_accounts: None,
     };
     // The operator's steps: CRDs and RBAC from `inrun generate`, applied by an admin.
     apply_all(&inrun::generate::crds(&blueprint)).await;

@@ -163,17 +163,8 @@ async fn a_tenant_whose_plugin_always_times_out_does_not_hold_up_another() {
 }
 
 async fn apply_blueprint(name: &str, text: &str) {
-    support::served(&blueprint_resource()).await;
-    let mut doc: serde_json::Value = serde_yaml_ng::from_str(text).expect("yaml");
-    doc["metadata"]["name"] = name.into();
-    let api: Api<DynamicObject> = Api::all_with(client(), &blueprint_resource());
-    api.patch(
-        name,
-        &PatchParams::apply("e2e-test").force(),
-        &Patch::Apply(&doc),
-    )
-    .await
-    .expect("apply Blueprint");
+    let doc: serde_json::Value = serde_yaml_ng::from_str(text).expect("yaml");
+    support::apply_blueprint_resource(name, doc).await;
 }
 
 /// The `Accepted` condition of a Blueprint resource: (status, reason, message).
@@ -693,8 +684,8 @@ async fn a_blueprint_resource_acts_as_its_service_account_and_rbac_fences_what_i
             .is_none()
     );
 
-    // Another tenant, on the host's default identity (bound to cluster-admin here), is
-    // unaffected and may write where this one may not.
+    // Another tenant, acting as the ServiceAccount the host's pattern derives from its name
+    // (bound to cluster-admin here), is unaffected and may write where this one may not.
     let other = unique_group("identity-default");
     apply_blueprint(&default_bp, &identity_tenant(&other, None)).await;
     let (status, _, message) =
@@ -817,6 +808,202 @@ async fn a_blueprint_resource_acts_as_its_service_account_and_rbac_fences_what_i
     assert_eq!((status.as_str(), reason.as_str()), ("False", "NoIdentity"));
     assert!(message.contains("spec.serviceAccount"), "{message}");
     delete_blueprints(&[&anonymous]).await;
+    host.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blueprint_resources_that_name_no_identity_each_act_as_their_own() {
+    let _alone = RESOURCE_TENANTS.lock().await;
+    let cp = inrun_testenv::ControlPlane::shared();
+    let team_a = cp.namespace("own-a").await.expect("namespace");
+    let team_b = cp.namespace("own-b").await.expect("namespace");
+    let accounts_ns = cp.namespace("own-ids").await.expect("namespace");
+    let pattern = inrun::blueprint::AccountPattern::parse(&format!("{accounts_ns}/t-{{name}}"))
+        .expect("pattern");
+    let group = unique_group("own");
+    let tag = |t: &str| format!("{}-{t}", group.split('.').next().unwrap_or("own"));
+    let (a, b) = (tag("a"), tag("b"));
+    let (group_a, group_b) = (format!("a.{group}"), format!("b.{group}"));
+    let (text_a, text_b) = (
+        identity_tenant(&group_a, None),
+        identity_tenant(&group_b, None),
+    );
+    // The operator grants each derived ServiceAccount its own namespace only: what
+    // `inrun generate rbac --tenant --default-tenant-service-account` prints for it.
+    let (sa_a, sa_b) = (
+        pattern.for_blueprint(&a).expect("sa"),
+        pattern.for_blueprint(&b).expect("sa"),
+    );
+    for (name, text, sa, ns) in [(&a, &text_a, &sa_a, &team_a), (&b, &text_b, &sa_b, &team_b)] {
+        let blueprint = inrun::blueprint::from_str(text, "t.yaml").expect("blueprint");
+        apply_all(&inrun::generate::rbac::tenant_manifests(
+            &blueprint,
+            sa,
+            std::slice::from_ref(ns),
+            &inrun::generate::rbac::RbacOptions {
+                name: format!("tenant-{name}"),
+                install_crds: true,
+                ..Default::default()
+            },
+        ))
+        .await;
+    }
+    // The host, under its generated RBAC, may act as any ServiceAccount of that namespace.
+    let options = FleetOptions {
+        resources: true,
+        default_tenant_service_account: Some(pattern.clone()),
+        ..FleetHost::options()
+    };
+    let rbac = FleetHost::rbac_options(&options, &[]);
+    let mut host = FleetHost::start_as(
+        options,
+        inrun::sources::SourceOptions::default(),
+        support::Run::Generated(rbac),
+    )
+    .await;
+    host.expect_forbidden();
+    let api: Api<DynamicObject> = Api::all_with(client(), &blueprint_resource());
+    for (name, text) in [(&a, &text_a), (&b, &text_b)] {
+        let mut doc: serde_json::Value = serde_yaml_ng::from_str(text).expect("yaml");
+        doc["metadata"]["name"] = name.as_str().into();
+        api.patch(
+            name,
+            &PatchParams::apply("e2e-test").force(),
+            &Patch::Apply(&doc),
+        )
+        .await
+        .expect("apply Blueprint");
+    }
+    // Before its ServiceAccount exists (and admits it by uid), a Blueprint acts as nobody.
+    let (status, reason, message) = eventually("A's verdict", || accepted(&a)).await;
+    assert_eq!((status.as_str(), reason.as_str()), ("False", "NoIdentity"));
+    assert!(
+        message.contains(&format!("ServiceAccount {sa_a} does not exist")),
+        "{message}"
+    );
+    for (name, sa) in [(&a, &sa_a), (&b, &sa_b)] {
+        apply_all(&[serde_json::json!({
+            "apiVersion": "v1", "kind": "ServiceAccount",
+            "metadata": {"name": sa.name, "namespace": sa.namespace},
+        })])
+        .await;
+        admit(&sa.namespace, &sa.name, &[name]).await;
+    }
+    for name in [&a, &b] {
+        eventually(&format!("{name} to serve"), || async {
+            accepted(name)
+                .await
+                .filter(|(status, _, _)| status == "True")
+        })
+        .await;
+    }
+    // Each writes in its own namespace, as its own ServiceAccount.
+    let (fenced_a, fenced_b) = (resource(&group_a, "Fenced"), resource(&group_b, "Fenced"));
+    apply_cr(
+        &fenced_a,
+        &team_a,
+        &target_cr(&group_a, "Fenced", "home", &team_a),
+    )
+    .await;
+    apply_cr(
+        &fenced_b,
+        &team_b,
+        &target_cr(&group_b, "Fenced", "home", &team_b),
+    )
+    .await;
+    for ns in [&team_a, &team_b] {
+        eventually(&format!("home's ConfigMap in {ns}"), || {
+            get(configmaps(), Some(ns), "home-cm")
+        })
+        .await;
+    }
+    // A reaching into B's namespace (its managedResources allow it): Forbidden by RBAC,
+    // naming A's own identity, not a shared one that B's grants would have widened.
+    apply_cr(
+        &fenced_a,
+        &team_a,
+        &target_cr(&group_a, "Fenced", "reach", &team_b),
+    )
+    .await;
+    let (reason, message) = refused(&fenced_a, &team_a, "reach").await;
+    assert_eq!(reason, "Forbidden", "{message}");
+    assert!(message.contains(&sa_a.username()), "{message}");
+    assert!(get(configmaps(), Some(&team_b), "reach-cm").await.is_none());
+    delete_blueprints(&[&a, &b]).await;
+    host.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_draining_a_changed_controller_holds_up_no_other_tenants_load() {
+    let _alone = RESOURCE_TENANTS.lock().await;
+    let group = unique_group("drain");
+    let quick = format!("{}-quick", group.split('.').next().unwrap_or("drain"));
+    // Tenant A (a file) reconciles with a plugin that sleeps to its 20 s deadline.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("slow.yaml");
+    let text = tenant(
+        "slow",
+        &group,
+        "Sleeper",
+        &plugin("inrun_test_sleepy"),
+        "20s",
+    );
+    std::fs::write(&file, &text).expect("write A");
+    let host = FleetHost::start_serving(
+        FleetOptions {
+            tenants: Some(dir.path().to_path_buf()),
+            resources: true,
+            ..FleetHost::options()
+        },
+        inrun::sources::SourceOptions::default(),
+        &[],
+    )
+    .await;
+    let slow = TenantSource::File(file.clone());
+    eventually("A to serve", || async {
+        host.tenant(&slow).filter(|v| v.serving)
+    })
+    .await;
+    let sleepers = resource(&group, "Sleeper");
+    apply_cr(&sleepers, "default", &cr(&group, "Sleeper", "s1")).await;
+    let busy = format!("controller_runtime_active_workers{{controller=\"sleepers.{group}\"}} 1");
+    eventually("A's reconcile in flight", || async {
+        host.metrics.render().contains(&busy).then_some(())
+    })
+    .await;
+    // A's CRD changes: its controller must drain (the reconcile in flight finishes, at its
+    // deadline) before the new one starts.
+    support::replace_file(&file, text.replace("workers: 2", "workers: 3").as_bytes());
+    // Meanwhile tenant B loads and serves.
+    let other = unique_group("drain-quick");
+    apply_blueprint(&quick, &declarative(&other, "Quick")).await;
+    let (status, reason, message) = eventually("B to serve", || async {
+        accepted(&quick)
+            .await
+            .filter(|(status, _, _)| status == "True")
+    })
+    .await;
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("True", "Serving"),
+        "{message}"
+    );
+    // ... while A still drains: its reload has not finished, its reconcile still runs.
+    let a = host.tenant(&slow).expect("A's tenant");
+    assert_eq!(
+        a.reloads, 0,
+        "A reloaded before B served: B waited on A's drain"
+    );
+    assert!(
+        host.metrics.render().contains(&busy),
+        "A's reconcile ended before B served"
+    );
+    // Then A's reload completes.
+    eventually("A's reload", || async {
+        host.tenant(&slow).filter(|v| v.reloads == 1)
+    })
+    .await;
+    delete_blueprints(&[&quick]).await;
     host.stop().await;
 }
 

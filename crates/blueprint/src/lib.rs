@@ -43,7 +43,9 @@ pub use external::{
 };
 pub use fieldpath::{FieldPath, FieldPathError};
 pub use load::{from_str, load, load_all};
-pub use model::{API_VERSION, Blueprint, BlueprintSpec, KIND, Metadata, ServiceAccountRef};
+pub use model::{
+    API_VERSION, AccountPattern, Blueprint, BlueprintSpec, KIND, Metadata, ServiceAccountRef,
+};
 pub use plugins::{PluginRef, PluginRole};
 pub use quantity::{Quantity, QuantityError};
 pub use reconcile::{

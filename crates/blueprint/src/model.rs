@@ -71,7 +71,8 @@ pub struct BlueprintSpec {
     /// The Kubernetes identity the host acts as for this Blueprint (by impersonation):
     /// every watch, apply, prune, status write, event and Secret read on its behalf.
     /// `None`: the host's own identity for a file Blueprint (the operator wrote it); a
-    /// Blueprint resource then needs the host's `--default-tenant-service-account`.
+    /// Blueprint resource then acts as its own, derived from its name by the host's
+    /// `--default-tenant-service-account namespace/{name}`, or is refused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service_account: Option<ServiceAccountRef>,
 }
@@ -130,8 +131,103 @@ impl ServiceAccountRef {
     }
 }
 
+/// The ServiceAccount each `Blueprint` resource that names none acts as, derived from its
+/// name: `namespace/…{name}…` (e.g. `inrun-tenants/{name}`), so no two Blueprint resources
+/// share one identity (a shared one would hold the union of every tenant's rights). The
+/// namespace is fixed: the operator owns it and creates one ServiceAccount a tenant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AccountPattern {
+    /// The namespace of every derived ServiceAccount.
+    pub namespace: String,
+    prefix: String,
+    suffix: String,
+}
+
+impl AccountPattern {
+    /// The placeholder for the Blueprint's name.
+    pub const NAME: &'static str = "{name}";
+
+    /// Parses `namespace/name` whose name holds [`Self::NAME`] once.
+    ///
+    /// # Errors
+    /// A message saying what is wrong; a fixed name is refused, saying why.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let (namespace, name) = text
+            .split_once('/')
+            .ok_or_else(|| format!("{text:?}: expected namespace/name"))?;
+        let Some((prefix, suffix)) = name.split_once(Self::NAME) else {
+            return Err(format!(
+                "{text:?}: one ServiceAccount for every Blueprint resource would give each the union of all their rights; name one each with {{name}}, the Blueprint's name (e.g. {namespace}/{{name}})"
+            ));
+        };
+        if suffix.contains(Self::NAME) {
+            return Err(format!("{text:?}: {{name}} may appear once"));
+        }
+        let pattern = AccountPattern {
+            namespace: namespace.to_string(),
+            prefix: prefix.to_string(),
+            suffix: suffix.to_string(),
+        };
+        // Checked with a one-letter Blueprint name: the rest must make a valid name.
+        pattern
+            .for_blueprint("x")
+            .map_err(|why| format!("{text:?}: {why}"))?;
+        Ok(pattern)
+    }
+
+    /// The ServiceAccount the Blueprint resource `blueprint` acts as.
+    ///
+    /// # Errors
+    /// When the derived name is not a valid ServiceAccount name (too long, say).
+    pub fn for_blueprint(&self, blueprint: &str) -> Result<ServiceAccountRef, String> {
+        let sa = ServiceAccountRef {
+            namespace: self.namespace.clone(),
+            name: format!("{}{blueprint}{}", self.prefix, self.suffix),
+        };
+        match sa.problem() {
+            Some(why) => Err(format!("the ServiceAccount derived from {self}: {why}")),
+            None => Ok(sa),
+        }
+    }
+}
+
+impl std::fmt::Display for AccountPattern {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}/{}{}{}",
+            self.namespace,
+            self.prefix,
+            Self::NAME,
+            self.suffix
+        )
+    }
+}
+
 impl std::fmt::Display for ServiceAccountRef {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_account_pattern_names_one_service_account_a_blueprint_and_refuses_a_shared_one() {
+        let p = AccountPattern::parse("inrun-tenants/t-{name}").expect("pattern");
+        assert_eq!(p.to_string(), "inrun-tenants/t-{name}");
+        let sa = p.for_blueprint("team-b").expect("sa");
+        assert_eq!(sa.to_string(), "inrun-tenants/t-team-b");
+        assert_ne!(sa, p.for_blueprint("team-a").expect("sa"));
+        let shared = AccountPattern::parse("inrun-tenants/tenant").unwrap_err();
+        assert!(shared.contains("union of all their rights"), "{shared}");
+        assert!(AccountPattern::parse("inrun-tenants/{name}-{name}").is_err());
+        assert!(AccountPattern::parse("Bad_NS/{name}").is_err());
+        assert!(AccountPattern::parse("{name}").is_err());
+        let long = "a".repeat(260);
+        let too_long = p.for_blueprint(&long).unwrap_err();
+        assert!(too_long.contains("inrun-tenants/t-{name}"), "{too_long}");
     }
 }

@@ -53,6 +53,10 @@ pub struct RbacOptions {
     /// ServiceAccounts the host acts as for tenants (besides the Blueprint's own
     /// `spec.serviceAccount`): it may impersonate each, and nothing else.
     pub impersonate: Vec<ServiceAccountRef>,
+    /// The ServiceAccounts of Blueprint resources that name none
+    /// (`--default-tenant-service-account`, one a Blueprint): the host may impersonate any
+    /// in that namespace, which the operator keeps for tenants' identities.
+    pub tenant_accounts: Option<inrun_blueprint::AccountPattern>,
 }
 
 impl Default for RbacOptions {
@@ -64,6 +68,7 @@ impl Default for RbacOptions {
             install_crds: false,
             blueprint_resources: false,
             impersonate: Vec::new(),
+            tenant_accounts: None,
         }
     }
 }
@@ -394,6 +399,18 @@ pub fn required(blueprint: &Blueprint, options: &RbacOptions) -> Vec<Permission>
         );
         p.names = vec![sa.name.clone()];
         p.namespace = Some(sa.namespace.clone());
+        perms.push(p);
+    }
+    if let Some(pattern) = &options.tenant_accounts {
+        // Names are not known before the Blueprints exist: the whole namespace, which the
+        // operator keeps for tenants' identities. Each still admits its Blueprint by uid.
+        let mut p = perm(
+            "",
+            "serviceaccounts",
+            &["get", "impersonate"],
+            format!("acting as each Blueprint resource's own ServiceAccount {pattern}"),
+        );
+        p.namespace = Some(pattern.namespace.clone());
         perms.push(p);
     }
     if options.blueprint_resources {
@@ -781,6 +798,33 @@ spec:
             !checked
                 .iter()
                 .any(|p| p.resource == "configmaps" && p.verbs.contains(&"patch".to_string()))
+        );
+    }
+
+    #[test]
+    fn each_blueprint_resources_own_service_account_is_impersonable_in_its_namespace_only() {
+        let perms = required(
+            &tenant_blueprint(),
+            &RbacOptions {
+                tenant_accounts: Some(
+                    inrun_blueprint::AccountPattern::parse("inrun-tenants/{name}")
+                        .expect("pattern"),
+                ),
+                ..RbacOptions::default()
+            },
+        );
+        let granted: Vec<_> = perms
+            .iter()
+            .filter(|p| p.verbs.contains(&"impersonate".to_string()))
+            .map(|p| (p.namespace.clone(), p.names.clone()))
+            .collect();
+        assert!(
+            granted.contains(&(Some("inrun-tenants".into()), Vec::new())),
+            "{granted:?}"
+        );
+        assert!(
+            granted.iter().all(|(ns, _)| ns.is_some()),
+            "never cluster-wide: {granted:?}"
         );
     }
 

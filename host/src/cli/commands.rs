@@ -101,6 +101,7 @@ pub fn execute(cli: Cli) -> anyhow::Result<()> {
                     leader_elect,
                     leader_elect_lease,
                     impersonate,
+                    default_tenant_service_account,
                     tenant,
                     tenant_namespaces,
                 } => {
@@ -111,8 +112,16 @@ pub fn execute(cli: Cli) -> anyhow::Result<()> {
                     if let Some(lease) = leader_elect_lease {
                         blueprint.spec.runtime.leader_election.lease_name = lease;
                     }
-                    let sa = match &blueprint.spec.service_account {
-                        Some(sa) if tenant => sa.clone(),
+                    let derived = match (&default_tenant_service_account, tenant) {
+                        (Some(pattern), true) if blueprint.spec.service_account.is_none() => Some(
+                            pattern
+                                .for_blueprint(&blueprint.metadata.name)
+                                .map_err(|why| anyhow::anyhow!(why))?,
+                        ),
+                        _ => None,
+                    };
+                    let sa = match blueprint.spec.service_account.clone().or(derived) {
+                        Some(sa) if tenant => sa,
                         _ => inrun::blueprint::ServiceAccountRef {
                             namespace: namespace.clone(),
                             name: service_account.clone(),
@@ -132,6 +141,7 @@ pub fn execute(cli: Cli) -> anyhow::Result<()> {
                         install_crds,
                         blueprint_resources,
                         impersonate,
+                        tenant_accounts: default_tenant_service_account,
                     };
                     if tenant {
                         inrun::generate::rbac::tenant_manifests(

@@ -134,6 +134,8 @@ pub enum Command {
     },
 }
 
+/// Parsed once per invocation: its variants' sizes do not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 pub enum GenerateCommand {
     /// The Blueprint's CustomResourceDefinitions (schema, status subresource, printer columns).
@@ -182,6 +184,13 @@ pub enum GenerateCommand {
         /// separated): tenants' identities, e.g. `inrun run --default-tenant-service-account`.
         #[arg(long, env = "INRUN_IMPERSONATE", value_delimiter = ',', value_parser = parse_service_account)]
         impersonate: Vec<inrun::blueprint::ServiceAccountRef>,
+        /// Also grant impersonating each Blueprint resource's own ServiceAccount, as
+        /// `inrun run --default-tenant-service-account namespace/…{name}…` derives it (any in
+        /// that namespace: their names come with the Blueprints). With `--tenant`, a
+        /// Blueprint that names no `spec.serviceAccount` is granted as the one derived from
+        /// its name.
+        #[arg(long, env = "INRUN_DEFAULT_TENANT_SERVICE_ACCOUNT", value_parser = parse_account_pattern)]
+        default_tenant_service_account: Option<inrun::blueprint::AccountPattern>,
         /// Print instead what the tenant's ServiceAccount needs when the host acts as it:
         /// the Blueprint's `spec.serviceAccount`, else `--namespace`/`--service-account`.
         #[arg(long, env = "INRUN_TENANT")]
@@ -275,11 +284,13 @@ pub struct RunArgs {
     /// link-local and the API server's addresses are refused unless listed as addresses.
     #[arg(long, env = "INRUN_TENANT_EGRESS", value_delimiter = ',')]
     pub tenant_egress: Vec<String>,
-    /// The ServiceAccount (`namespace/name`) a `Blueprint` resource acts as when it names
-    /// no `spec.serviceAccount`; the host impersonates it for everything done for that
-    /// tenant. Unset, such a Blueprint is refused.
-    #[arg(long, env = "INRUN_DEFAULT_TENANT_SERVICE_ACCOUNT", value_parser = parse_service_account)]
-    pub default_tenant_service_account: Option<inrun::blueprint::ServiceAccountRef>,
+    /// The ServiceAccount a `Blueprint` resource acts as when it names no
+    /// `spec.serviceAccount`, one a Blueprint: `namespace/…{name}…`, `{name}` the
+    /// Blueprint's name (e.g. `inrun-tenants/{name}`). It must admit its Blueprint by uid,
+    /// as any tenant identity. A fixed name is refused: shared, it would hold the union of
+    /// every tenant's rights. Unset, such a Blueprint is refused.
+    #[arg(long, env = "INRUN_DEFAULT_TENANT_SERVICE_ACCOUNT", value_parser = parse_account_pattern)]
+    pub default_tenant_service_account: Option<inrun::blueprint::AccountPattern>,
     /// How often Blueprint files and plugin sources are checked for changes; `0`
     /// turns reloading off.
     #[arg(long, env = "INRUN_RELOAD_INTERVAL", default_value = "10s", value_parser = parse_duration)]
@@ -497,9 +508,38 @@ pub(crate) fn parse_service_account(
     inrun::blueprint::ServiceAccountRef::parse(text)
 }
 
+pub(crate) fn parse_account_pattern(
+    text: &str,
+) -> Result<inrun::blueprint::AccountPattern, String> {
+    inrun::blueprint::AccountPattern::parse(text)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_default_tenant_service_account_shared_by_every_blueprint_is_refused() {
+        let shared = Cli::try_parse_from([
+            "inrun",
+            "run",
+            "--blueprint-resources",
+            "--default-tenant-service-account",
+            "inrun-tenants/tenant",
+        ]);
+        let error = shared.err().expect("refused").to_string();
+        assert!(error.contains("union of all their rights"), "{error}");
+        assert!(
+            Cli::try_parse_from([
+                "inrun",
+                "run",
+                "--blueprint-resources",
+                "--default-tenant-service-account",
+                "inrun-tenants/{name}",
+            ])
+            .is_ok()
+        );
+    }
 
     #[test]
     fn the_log_filter_is_the_flag_then_rust_log_then_the_commands_default() {

@@ -211,6 +211,10 @@ impl FleetHost {
         later: &[String],
     ) -> FleetHost {
         let rbac = Self::rbac_options(&options, &[]);
+        if options.default_tenant_service_account == Some(tenant_accounts()) {
+            // Its Role is in that namespace.
+            ensure_tenant_accounts(&ControlPlane::shared().client()).await;
+        }
         let mut blueprints = file_tenants(&options);
         blueprints.extend(later.iter().map(|text| {
             inrun::blueprint::from_str(text, "later.yaml")
@@ -229,12 +233,8 @@ impl FleetHost {
         let mut rbac = identity::Identity::options();
         rbac.install_crds = options.install_crds;
         rbac.blueprint_resources = options.resources;
-        rbac.impersonate = options
-            .default_tenant_service_account
-            .iter()
-            .chain(tenants)
-            .cloned()
-            .collect();
+        rbac.impersonate = tenants.to_vec();
+        rbac.tenant_accounts = options.default_tenant_service_account.clone();
         rbac
     }
 
@@ -248,8 +248,8 @@ impl FleetHost {
         })
         .expect("engine");
         let admin = ControlPlane::shared().client();
-        if options.default_tenant_service_account == Some(admin_tenant()) {
-            ensure_admin_tenant(&admin).await;
+        if options.default_tenant_service_account == Some(tenant_accounts()) {
+            ensure_tenant_accounts(&admin).await;
         }
         let config = run.config(&file_tenants(&options)).await;
         let fence = counting_fence(&metrics);
@@ -296,7 +296,7 @@ impl FleetHost {
             install_crds: true,
             resource_capabilities: false,
             tenant_egress: None,
-            default_tenant_service_account: Some(admin_tenant()),
+            default_tenant_service_account: Some(tenant_accounts()),
         }
     }
 
@@ -719,53 +719,101 @@ pub fn reconciles(m: &inrun::metrics::Metrics, crd: &str) -> u64 {
         .sum()
 }
 
-/// The ServiceAccount resource tenants act as in tests that are not about identity: bound
-/// to `cluster-admin`, so they may do what the host may.
-pub fn admin_tenant() -> inrun::blueprint::ServiceAccountRef {
-    inrun::blueprint::ServiceAccountRef {
-        namespace: "inrun-e2e".into(),
-        name: "tenant-admin".into(),
-    }
+/// Where the ServiceAccounts of Blueprint resources that name none live in tests that are
+/// not about identity, one a Blueprint (`--default-tenant-service-account`): bound, as a
+/// group, to `cluster-admin`, so they may do what the host may. Not the host's own
+/// namespace ([`identity::NAMESPACE`]): its ServiceAccounts run under generated RBAC.
+pub const TENANTS_NAMESPACE: &str = "inrun-e2e-tenants";
+
+/// `inrun-e2e-tenants/{name}`: each Blueprint resource's own ServiceAccount.
+pub fn tenant_accounts() -> inrun::blueprint::AccountPattern {
+    inrun::blueprint::AccountPattern::parse(&format!("{TENANTS_NAMESPACE}/{{name}}"))
+        .expect("pattern")
 }
 
-/// Creates [`admin_tenant`] and its binding (server-side apply: idempotent).
-async fn ensure_admin_tenant(client: &Client) {
-    let sa = admin_tenant();
+/// Creates [`TENANTS_NAMESPACE`] and binds its ServiceAccounts to `cluster-admin` (server-side
+/// apply: idempotent).
+async fn ensure_tenant_accounts(client: &Client) {
     let params = PatchParams::apply("inrun-e2e").force();
     let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
     namespaces
         .patch(
-            &sa.namespace,
+            TENANTS_NAMESPACE,
             &params,
-            &Patch::Apply(serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": sa.namespace}})),
+            &Patch::Apply(serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": TENANTS_NAMESPACE}})),
         )
         .await
-        .expect("the admin tenant's namespace");
-    let accounts: Api<k8s_openapi::api::core::v1::ServiceAccount> =
-        Api::namespaced(client.clone(), &sa.namespace);
-    accounts
-        .patch(
-            &sa.name,
-            &params,
-            &Patch::Apply(serde_json::json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": sa.name, "namespace": sa.namespace}})),
-        )
-        .await
-        .expect("the admin tenant's ServiceAccount");
+        .expect("the tenants' namespace");
     let bindings: Api<k8s_openapi::api::rbac::v1::ClusterRoleBinding> = Api::all(client.clone());
     bindings
         .patch(
-            "inrun-e2e-tenant-admin",
+            "inrun-e2e-tenants-admin",
             &params,
             &Patch::Apply(serde_json::json!({
                 "apiVersion": "rbac.authorization.k8s.io/v1",
                 "kind": "ClusterRoleBinding",
-                "metadata": {"name": "inrun-e2e-tenant-admin"},
+                "metadata": {"name": "inrun-e2e-tenants-admin"},
                 "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
-                "subjects": [{"kind": "ServiceAccount", "name": sa.name, "namespace": sa.namespace}],
+                "subjects": [{"kind": "Group", "apiGroup": "rbac.authorization.k8s.io", "name": format!("system:serviceaccounts:{TENANTS_NAMESPACE}")}],
             })),
         )
         .await
-        .expect("the admin tenant's binding");
+        .expect("the tenants' binding");
+}
+
+/// Server-side applies the Blueprint resource `doc` as `name`. One that names no
+/// `spec.serviceAccount` acts as its own in [`TENANTS_NAMESPACE`] (on a fleet with
+/// [`FleetHost::options`]'s default): that ServiceAccount is created admitting it by uid,
+/// and, when a fleet serves Blueprint resources, this waits until the fleet has read that
+/// consent (its verdict no longer "no identity" for that ServiceAccount).
+pub async fn apply_blueprint_resource(name: &str, mut doc: Value) {
+    let blueprints = inrun::fleet::blueprint_resource();
+    served(&blueprints).await;
+    doc["metadata"]["name"] = name.into();
+    let api: Api<DynamicObject> = Api::all_with(client(), &blueprints);
+    let applied = api
+        .patch(
+            name,
+            &PatchParams::apply("e2e-test").force(),
+            &Patch::Apply(&doc),
+        )
+        .await
+        .expect("apply Blueprint");
+    if !doc["spec"]["serviceAccount"].is_null() {
+        return;
+    }
+    let uid = applied.metadata.uid.expect("uid");
+    let accounts: Api<k8s_openapi::api::core::v1::ServiceAccount> =
+        Api::namespaced(client(), TENANTS_NAMESPACE);
+    let sa = serde_json::json!({
+        "apiVersion": "v1", "kind": "ServiceAccount",
+        "metadata": {"name": name, "namespace": TENANTS_NAMESPACE,
+            "annotations": {inrun::runtime::identity::ADMITS: format!("{name}={uid}")}},
+    });
+    if accounts
+        .patch(
+            name,
+            &PatchParams::apply("e2e-test").force(),
+            &Patch::Apply(&sa),
+        )
+        .await
+        .is_err()
+    {
+        // No fleet with the default here (its namespace was never made): nothing to admit.
+        return;
+    }
+    let derived = format!("{TENANTS_NAMESPACE}/{name}");
+    eventually(&format!("Blueprint {name} to be admitted"), || async {
+        let obj = api.get_opt(name).await.ok()??;
+        let conditions = obj.data.pointer("/status/conditions")?.as_array()?.clone();
+        let accepted = conditions.iter().find(|c| c["type"] == "Accepted")?;
+        let waiting = accepted["reason"] == "NoIdentity"
+            && accepted["message"]
+                .as_str()
+                .is_some_and(|m| m.contains(&derived));
+        (!waiting).then_some(())
+    })
+    .await;
 }
 
 /// Server-side applies manifests as the admin.

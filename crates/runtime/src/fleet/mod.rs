@@ -53,9 +53,9 @@ pub struct FleetOptions {
     pub resource_capabilities: bool,
     /// Where `Blueprint` resources' calls may go (`--tenant-egress`); `None`: nowhere.
     pub tenant_egress: Option<inrun_reconcilers::egress::Egress>,
-    /// The identity of `Blueprint` resources that name no `spec.serviceAccount`
-    /// (`--default-tenant-service-account`); `None`: such a Blueprint is refused.
-    pub default_tenant_service_account: Option<ServiceAccountRef>,
+    /// The identity of `Blueprint` resources that name no `spec.serviceAccount`, one a
+    /// Blueprint (`--default-tenant-service-account`); `None`: such a Blueprint is refused.
+    pub default_tenant_service_account: Option<inrun_blueprint::AccountPattern>,
 }
 
 /// Where a tenant's Blueprint comes from.
@@ -584,8 +584,9 @@ impl Fleet {
             .observed_by(self.shared.metrics.tenant_observer(&tenant))
     }
 
-    /// Whom `blueprint` of `tenant` acts as: its `spec.serviceAccount`, the operator's
-    /// default for a Blueprint resource, or (for a file) the host itself. The tenant's
+    /// Whom `blueprint` of `tenant` acts as: its `spec.serviceAccount`, for a Blueprint
+    /// resource the one the operator's pattern derives from its name, or (for a file) the
+    /// host itself; a Blueprint resource's only with the ServiceAccount's consent. The tenant's
     /// current clients when that did not change.
     ///
     /// # Errors
@@ -598,22 +599,23 @@ impl Fleet {
         candidate: Option<&Acting>,
         blueprint: &Blueprint,
     ) -> Result<Acting, String> {
-        let resource = matches!(source, TenantSource::Resource(_));
-        // A Blueprint resource that names its identity needs the ServiceAccount's consent:
-        // otherwise one tenant could name another's. The operator's default needs none.
-        if let (TenantSource::Resource(name), Some(sa)) = (source, &blueprint.spec.service_account)
-        {
+        let identity = match (source, &blueprint.spec.service_account) {
+            (_, Some(sa)) => Some(sa.clone()),
+            (TenantSource::File(_), None) => None,
+            (TenantSource::Resource(name), None) => {
+                let Some(pattern) = &self.options.default_tenant_service_account else {
+                    return Err(
+                        "a Blueprint resource acts as a Kubernetes identity: set spec.serviceAccount {namespace, name}, or start the host with --default-tenant-service-account namespace/{name}".into(),
+                    );
+                };
+                Some(pattern.for_blueprint(name)?)
+            }
+        };
+        // A Blueprint resource acts as a ServiceAccount only with its consent, named or
+        // derived from the Blueprint's name: otherwise one tenant could name another's, or
+        // take the name another's ServiceAccount was made for before that one exists.
+        if let (TenantSource::Resource(name), Some(sa)) = (source, &identity) {
             crate::identity::admits(&self.shared.client, sa, name, None).await?;
-        }
-        let identity = blueprint.spec.service_account.clone().or_else(|| {
-            resource
-                .then(|| self.options.default_tenant_service_account.clone())
-                .flatten()
-        });
-        if resource && identity.is_none() {
-            return Err(
-                "a Blueprint resource acts as a Kubernetes identity: set spec.serviceAccount {namespace, name}, or start the host with --default-tenant-service-account".into(),
-            );
         }
         let budget = &blueprint.spec.runtime.budget;
         if identity == current.identity && *budget == current.budget {
@@ -800,7 +802,7 @@ impl Fleet {
                 let mut tenant = tenant;
                 let started = match (serving, prepared) {
                     (Some((a, acting)), Some(Ok(kinds))) => {
-                        self.start(&mut tenant, &acting, a, kinds, &tenants).await
+                        Self::start(&mut tenant, &acting, a, kinds, &tenants).map_or(Ok(()), Err)
                     }
                     (_, Some(Err(e))) => Err(FleetError::from(e)),
                     _ => Ok(()),
@@ -958,47 +960,67 @@ impl Fleet {
         None
     }
 
+    /// Takes from `tenant` the controllers `assembly` does not keep (its CRD removed, or
+    /// changed: spec, runtime settings or identity) and tells each to stop: quick, under
+    /// the tenants lock. Awaiting them ([`Fleet::drain`]) is not: reconciles in flight
+    /// finish first.
+    fn retire(tenant: &mut Tenant, assembly: &Assembly, acting: &Acting) -> Vec<Retired> {
+        let runtime_spec = &assembly.blueprint.spec.runtime;
+        let wanted: BTreeMap<String, &CrdSpec> = assembly
+            .crds()
+            .iter()
+            .map(|c| (c.spec.crd_name(), &c.spec))
+            .collect();
+        let names: Vec<String> = tenant.running.keys().cloned().collect();
+        let mut retired = Vec::new();
+        for name in names {
+            let keep = wanted.get(&name).is_some_and(|spec| {
+                let r = &tenant.running[&name];
+                r.spec == **spec && r.runtime == *runtime_spec && r.identity == acting.identity
+            });
+            if !keep && let Some(running) = tenant.running.remove(&name) {
+                tracing::info!(tenant = %tenant.source, crd = %name, "stopping the controller of a removed or changed CRD");
+                let _ = running.stop.send(true);
+                retired.push(Retired {
+                    removed: !wanted.contains_key(&name),
+                    name,
+                    running,
+                });
+            }
+        }
+        retired
+    }
+
+    /// Waits for `retired` controllers to stop (the caller holds no lock): a removed CRD's
+    /// series go; a changed one's stay for its new controller.
+    async fn drain(&self, retired: Vec<Retired>) {
+        for r in retired {
+            stop(r.running).await;
+            if r.removed {
+                self.shared.metrics.controller_retired(&r.name);
+            }
+        }
+    }
+
     /// Makes `assembly`, prepared (permissions checked, CRDs installed, `kinds`
     /// discovered), the tenant's serving Blueprint: refuses it if another tenant serves one
-    /// of its CRDs by now, then stops the controllers of CRDs removed or changed and
-    /// starts those added or changed.
-    async fn start(
-        &self,
+    /// of its CRDs by now (the refusal returned), then starts the controllers of CRDs
+    /// `tenant` does not run (those removed or changed were retired first:
+    /// [`Fleet::retire`]).
+    fn start(
         tenant: &mut Tenant,
         acting: &Acting,
         assembly: Arc<Assembly>,
         kinds: runtime::ChildKinds,
         others: &BTreeMap<TenantSource, Tenant>,
-    ) -> Result<(), FleetError> {
+    ) -> Option<FleetError> {
         if let Some(refused) = Self::claimed(&assembly, others, None) {
-            return Err(refused);
+            return Some(refused);
         }
         let locations = plugin_locations(&assembly.blueprint);
         let runtime_spec = assembly.blueprint.spec.runtime.clone();
-        let wanted: BTreeMap<String, usize> = assembly
-            .crds()
-            .iter()
-            .enumerate()
-            .map(|(i, c)| (c.spec.crd_name(), i))
-            .collect();
-        let names: Vec<String> = tenant.running.keys().cloned().collect();
-        for name in names {
-            let keep = wanted.get(&name).is_some_and(|&i| {
-                let r = &tenant.running[&name];
-                r.spec == assembly.crds()[i].spec
-                    && r.runtime == runtime_spec
-                    && r.identity == acting.identity
-            });
-            if !keep && let Some(r) = tenant.running.remove(&name) {
-                tracing::info!(tenant = %tenant.source, crd = %name, "stopping the controller of a removed or changed CRD");
-                stop(r).await;
-                // Removed, not restarted: its series go.
-                if !wanted.contains_key(&name) {
-                    self.shared.metrics.controller_retired(&name);
-                }
-            }
-        }
-        for (name, index) in wanted {
+        for (index, plan) in assembly.crds().iter().enumerate() {
+            let name = plan.spec.crd_name();
             if tenant.running.contains_key(&name) {
                 continue;
             }
@@ -1019,7 +1041,7 @@ impl Fleet {
             tenant.running.insert(
                 name.clone(),
                 Running {
-                    spec: assembly.crds()[index].spec.clone(),
+                    spec: plan.spec.clone(),
                     runtime: runtime_spec.clone(),
                     identity: acting.identity.clone(),
                     plugins: locations.get(&name).cloned().unwrap_or_default(),
@@ -1032,7 +1054,7 @@ impl Fleet {
         tenant.assembly = Some(assembly);
         tenant.acting = acting.clone();
         tenant.acting.plugins.retain_used();
-        Ok(())
+        None
     }
 
     /// Loads (or reloads) `source` from `blueprint`, applying it if it assembles and
@@ -1133,9 +1155,28 @@ impl Fleet {
         let first = tenant.assembly.is_none();
         let result = match (acting, assembled) {
             (Some(acting), Ok((assembly, kinds))) => {
-                let started = self
-                    .start(&mut tenant, &acting, assembly, kinds, &tenants)
-                    .await;
+                let retired = match Self::claimed(&assembly, &tenants, None) {
+                    Some(_) => Vec::new(),
+                    None => Self::retire(&mut tenant, &assembly, &acting),
+                };
+                if !retired.is_empty() {
+                    // Reconciles in flight may take minutes to finish: drained without the
+                    // tenants lock, so other tenants load, reload and report meanwhile. The
+                    // tenant stays visible, serving the CRDs it keeps; its lane holds its
+                    // next job, its reservation the CRDs it prepared.
+                    tenants.insert(source.clone(), tenant);
+                    drop(tenants);
+                    self.drain(retired).await;
+                    tenants = self.tenants.lock().await;
+                    if self.is_closing() {
+                        return None;
+                    }
+                    tenant = tenants
+                        .remove(&source)
+                        .unwrap_or_else(|| self.new_tenant(source.clone()));
+                }
+                let started = Self::start(&mut tenant, &acting, assembly, kinds, &tenants)
+                    .map_or(Ok(()), Err);
                 // Serving, `start` made it the tenant's; refused, it waits for a retry.
                 tenant.candidate = (started.is_err() && acting.identity != tenant.acting.identity)
                     .then_some(acting);
@@ -1221,9 +1262,9 @@ impl Fleet {
         }
     }
 
-    /// Asks again, for every Blueprint resource serving as a ServiceAccount it names,
-    /// whether that ServiceAccount still admits it ([`crate::identity::admits`]). One whose
-    /// consent is gone stops serving (its controllers stop; its CRDs and CRs stay) and is
+    /// Asks again, for every Blueprint resource serving as a ServiceAccount (named or
+    /// derived), whether that ServiceAccount still admits it
+    /// ([`crate::identity::admits`]). One whose consent is gone stops serving (its controllers stop; its CRDs and CRs stay) and is
     /// refused with `NoIdentity`; it serves again once admitted, at a later check.
     async fn recheck_consent(self: &Arc<Self>) {
         // The uid the watch told with the Blueprint: one read (the ServiceAccount) a check.
@@ -1233,10 +1274,10 @@ impl Fleet {
             .await
             .values()
             .filter(|t| t.error.is_none() && matches!(t.source, TenantSource::Resource(_)))
+            .filter(|t| t.assembly.is_some())
             .filter_map(|t| {
-                let spec = &t.assembly.as_ref()?.blueprint.spec;
                 let uid = t.object.as_ref().and_then(|o| o.uid.clone());
-                Some((t.source.clone(), spec.service_account.clone()?, uid))
+                Some((t.source.clone(), t.acting.identity.clone()?, uid))
             })
             .collect();
         for (source, sa, uid) in serving {
@@ -1528,6 +1569,14 @@ impl Drop for Reserved<'_> {
             .unwrap_or_else(|p| p.into_inner())
             .retain(|_, owner| *owner != self.source);
     }
+}
+
+/// A controller taken from its tenant ([`Fleet::retire`]), told to stop, not yet stopped.
+struct Retired {
+    name: String,
+    /// Its CRD is gone from the Blueprint (not merely changed).
+    removed: bool,
+    running: Running,
 }
 
 async fn stop(running: Running) {
