@@ -1253,6 +1253,72 @@ async fn a_blueprint_takes_a_share_under_the_hosts_per_tenant_budget_and_size() 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_past_its_tenants_compile_limits_fails_that_tenants_load_only() {
+    let group = unique_group("compile");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (webapp, stamp_v1, stamp_v2, hog) = (
+        plugin("inrun_plugin_webapp"),
+        plugin("inrun_test_stamp_v1"),
+        plugin("inrun_test_stamp_v2"),
+        plugin("inrun_test_hog"),
+    );
+    let len = |p: &str| std::fs::metadata(p).expect("plugin").len();
+    // Modules up to one byte less than the webapp's; an hour's bytes: one stamp and a half.
+    let mut options = FleetOptions {
+        tenants: Some(dir.path().to_path_buf()),
+        ..FleetHost::options()
+    };
+    options.policy.tenant_size.compile = inrun::plugins::CompileLimits {
+        module_bytes: len(&webapp) - 1,
+        bytes_per_hour: len(&stamp_v1) * 3 / 2,
+    };
+    assert!(len(&stamp_v2) < len(&webapp) && len(&hog) < len(&stamp_v1) * 3 / 2);
+    let two = format!(
+        "{}    - group: {group}\n      version: v1alpha1\n      kind: Second\n      reconcile:\n        default: false\n        constructor: {{ location: {stamp_v2} }}\n        managedResources: [ {{ apiVersion: v1, kind: ConfigMap }} ]\n",
+        tenant("two", &group, "First", &stamp_v1, "2s")
+    );
+    let files = [
+        ("big.yaml", tenant("big", &group, "Big", &webapp, "2s")),
+        ("two.yaml", two),
+        ("fine.yaml", tenant("fine", &group, "Fine", &hog, "2s")),
+    ];
+    for (name, text) in &files {
+        std::fs::write(dir.path().join(name), text).expect("write");
+    }
+    let host = FleetHost::start(options).await;
+    let source = |name: &str| TenantSource::File(dir.path().join(name));
+    let error = |name: &'static str| {
+        let source = source(name);
+        let host = &host;
+        async move {
+            eventually(&format!("{name} refused"), || async {
+                host.tenant(&source)?.error
+            })
+            .await
+        }
+    };
+    // Larger than a tenant's module may be: refused, naming the limit and its flag.
+    let big = error("big.yaml").await;
+    assert!(
+        big.contains("a tenant's plugin may be at most")
+            && big.contains("--max-tenant-module-size"),
+        "{big}"
+    );
+    // Two plugins, more bytes than its hour's budget: the second is refused.
+    let two = error("two.yaml").await;
+    assert!(
+        two.contains("of plugins loaded an hour (--tenant-compile-budget)"),
+        "{two}"
+    );
+    // Another tenant, with a budget of its own, serves.
+    eventually("fine to serve", || async {
+        host.tenant(&source("fine.yaml")).filter(|v| v.serving)
+    })
+    .await;
+    host.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn blueprint_events_faster_than_the_reload_interval_do_not_starve_the_checks() {
     let _alone = RESOURCE_TENANTS.lock().await;
     let dir = tempfile::tempdir().expect("tempdir");

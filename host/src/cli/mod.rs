@@ -347,6 +347,15 @@ pub struct RunArgs {
     /// External calls one of a tenant's reconcile blocks may make.
     #[arg(long, env = "INRUN_MAX_TENANT_EXTERNAL_CALLS", default_value_t = 8)]
     pub max_tenant_external_calls: usize,
+    /// The largest plugin module one tenant may load (e.g. `32Mi`): compiling takes time and
+    /// memory in proportion.
+    #[arg(long, env = "INRUN_MAX_TENANT_MODULE_SIZE", default_value = "32Mi", value_parser = parse_quantity)]
+    pub max_tenant_module_size: usize,
+    /// Plugin module bytes one tenant may load (compile, or read compiled from the cache) an
+    /// hour, with a burst of as much at first (e.g. `512Mi`): a tenant moving a tag at every
+    /// check cannot keep the host compiling.
+    #[arg(long, env = "INRUN_TENANT_COMPILE_BUDGET", default_value = "512Mi", value_parser = parse_quantity)]
+    pub tenant_compile_budget: usize,
     /// A registry (host:port) spoken to over plain HTTP, e.g. one on loopback.
     #[arg(
         long = "insecure-registry",

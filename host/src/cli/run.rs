@@ -32,6 +32,10 @@ fn policy(args: &RunArgs) -> Policy {
         plugins: args.max_tenant_plugins,
         workers: args.max_tenant_workers,
         external_calls: args.max_tenant_external_calls,
+        compile: inrun::plugins::CompileLimits {
+            module_bytes: args.max_tenant_module_size as u64,
+            bytes_per_hour: args.tenant_compile_budget as u64,
+        },
     };
     policy
 }

@@ -122,6 +122,8 @@ pub struct TenantSize {
     pub workers: usize,
     /// External calls in one reconcile block.
     pub external_calls: usize,
+    /// Plugin module sizes and bytes loaded an hour.
+    pub compile: crate::plugins::CompileLimits,
 }
 
 impl Default for TenantSize {
@@ -131,6 +133,7 @@ impl Default for TenantSize {
             plugins: 20,
             workers: 100,
             external_calls: 8,
+            compile: crate::plugins::CompileLimits::default(),
         }
     }
 }

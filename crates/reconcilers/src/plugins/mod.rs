@@ -225,11 +225,33 @@ pub enum Change {
     },
 }
 
+/// What one tenant may compile: modules of at most `module_bytes`, and at most
+/// `bytes_per_hour` of modules compiled (or read from the compile cache) an hour, so a
+/// tenant re-tagging a large plugin at every check cannot keep the host compiling.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CompileLimits {
+    /// The largest module.
+    pub module_bytes: u64,
+    /// Module bytes loaded an hour (a burst of as much at first).
+    pub bytes_per_hour: u64,
+}
+
+impl Default for CompileLimits {
+    fn default() -> Self {
+        CompileLimits {
+            module_bytes: 32 * 1024 * 1024,
+            bytes_per_hour: 512 * 1024 * 1024,
+        }
+    }
+}
+
 /// The slots of one tenant, by location, and how to fetch and compile their modules.
 pub struct PluginSet {
     engine: Engine,
     sources: Sources,
     slots: Mutex<BTreeMap<String, Arc<PluginSlot>>>,
+    /// The tenant's compile limits and what is left of its hour's bytes; `None`: none.
+    compiles: Option<(CompileLimits, Mutex<inrun_wasm::TokenBucket>)>,
 }
 
 impl std::fmt::Debug for PluginSet {
@@ -249,6 +271,14 @@ pub enum SlotError {
     /// Compiling or linking failed.
     #[error(transparent)]
     Load(#[from] LoadError),
+    /// The module is past the tenant's compile limits ([`CompileLimits`]).
+    #[error("{location}: {message}")]
+    Budget {
+        /// The location.
+        location: String,
+        /// Which limit, and by how much.
+        message: String,
+    },
     /// The compile task died.
     #[error("compiling {location}: the compile task failed: {message}")]
     Task {
@@ -266,7 +296,58 @@ impl PluginSet {
             engine,
             sources,
             slots: Mutex::new(BTreeMap::new()),
+            compiles: None,
         }
+    }
+
+    /// The same set holding its tenant to `limits`.
+    #[must_use]
+    pub fn with_compile_limits(mut self, limits: CompileLimits) -> Self {
+        let per_second = u32::try_from(limits.bytes_per_hour / 3600)
+            .unwrap_or(u32::MAX)
+            .max(1);
+        let burst = u32::try_from(limits.bytes_per_hour).unwrap_or(u32::MAX);
+        self.compiles = Some((
+            limits,
+            Mutex::new(inrun_wasm::TokenBucket::new(per_second, burst)),
+        ));
+        self
+    }
+
+    /// Charges `len` module bytes to the tenant's compile limits, or says which it passes.
+    fn charge(&self, location: &Location, len: usize) -> Result<(), SlotError> {
+        let Some((limits, bucket)) = &self.compiles else {
+            return Ok(());
+        };
+        let size = |b: u64| {
+            if b >= 1024 * 1024 {
+                format!("{} MiB", b.div_ceil(1024 * 1024))
+            } else {
+                format!("{} KiB", b.div_ceil(1024))
+            }
+        };
+        let len = u64::try_from(len).unwrap_or(u64::MAX);
+        let message = if len > limits.module_bytes {
+            format!(
+                "the module is {}; a tenant's plugin may be at most {} (--max-tenant-module-size)",
+                size(len),
+                size(limits.module_bytes)
+            )
+        } else {
+            match lock(bucket).take_n(len, std::time::Instant::now()) {
+                Ok(()) => return Ok(()),
+                Err(wait) => format!(
+                    "loading its {} would pass the tenant's budget of {} of plugins loaded an hour (--tenant-compile-budget); there is room for it in {} s",
+                    size(len),
+                    size(limits.bytes_per_hour),
+                    wait.as_secs().max(1)
+                ),
+            }
+        };
+        Err(SlotError::Budget {
+            location: location.to_string(),
+            message,
+        })
     }
 
     /// The engine.
@@ -336,6 +417,7 @@ impl PluginSet {
         name: String,
         bytes: Vec<u8>,
     ) -> Result<Plugin, SlotError> {
+        self.charge(location, bytes.len())?;
         let engine = self.engine.clone();
         let task = tokio::task::spawn_blocking(move || engine.load(&name, &bytes));
         match task.await {

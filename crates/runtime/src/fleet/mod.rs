@@ -406,11 +406,30 @@ impl Fleet {
             budget: budget.clone(),
             shared: self.write_limited(source, self.shared.clone(), budget),
             services: self.services.clone(),
-            plugins: Arc::new(PluginSet::new(
-                self.engine_of(source, budget),
-                self.services.sources.clone(),
-            )),
+            plugins: self.plugin_set(source, budget, self.services.sources.clone()),
         }
+    }
+
+    /// The plugins of `source`'s tenant, fetched through `sources`: held to a tenant's
+    /// compile limits ([`Policy::tenant_size`]), but for the operator's own `--blueprint`.
+    fn plugin_set(
+        &self,
+        source: &TenantSource,
+        budget: &inrun_blueprint::BudgetSpec,
+        sources: inrun_reconcilers::sources::Sources,
+    ) -> Arc<PluginSet> {
+        let set = PluginSet::new(self.engine_of(source, budget), sources);
+        Arc::new(if self.operators(source) {
+            set
+        } else {
+            set.with_compile_limits(self.options.policy.tenant_size.compile)
+        })
+    }
+
+    /// Whether `source` is the operator's own `--blueprint`.
+    fn operators(&self, source: &TenantSource) -> bool {
+        matches!(source, TenantSource::File(path)
+            if self.options.blueprint.as_deref() == Some(path.as_path()))
     }
 
     /// `shared` with its writes at `source`'s tenant's rate ([`Policy::tenant_api_writes`],
@@ -422,9 +441,7 @@ impl Fleet {
         mut shared: Shared,
         budget: &inrun_blueprint::BudgetSpec,
     ) -> Shared {
-        let operators = matches!(source, TenantSource::File(path)
-            if self.options.blueprint.as_deref() == Some(path.as_path()));
-        let host = if operators {
+        let host = if self.operators(source) {
             0
         } else {
             self.options.policy.tenant_api_writes
@@ -444,9 +461,7 @@ impl Fleet {
     /// ([`Policy::tenant_size`]), if it is: the field and why. The operator's own
     /// `--blueprint` is not held to it.
     fn oversized(&self, source: &TenantSource, blueprint: &Blueprint) -> Option<(String, String)> {
-        if matches!(source, TenantSource::File(path)
-            if self.options.blueprint.as_deref() == Some(path.as_path()))
-        {
+        if self.operators(source) {
             return None;
         }
         let size = self.options.policy.tenant_size;
@@ -642,7 +657,7 @@ impl Fleet {
             shared,
             services,
             budget: budget.clone(),
-            plugins: Arc::new(PluginSet::new(self.engine_of(source, budget), sources)),
+            plugins: self.plugin_set(source, budget, sources),
         })
     }
 
@@ -1205,6 +1220,12 @@ impl Fleet {
                 Ok(())
             }
             Err(e) => {
+                // The refused assembly's plugins are held by nothing now: their slots and
+                // compiled code go (the serving assembly's stay).
+                tenant.acting.plugins.retain_used();
+                if let Some(candidate) = &tenant.candidate {
+                    candidate.plugins.retain_used();
+                }
                 let message = inrun_contract::errors::chain(&e);
                 // Missing permissions or an identity that cannot be assumed can be fixed
                 // without touching the Blueprint (RBAC, the ServiceAccount): tried again at
@@ -1249,6 +1270,12 @@ impl Fleet {
             Self::stop_all(&mut tenant).await;
             for name in names {
                 self.shared.metrics.controller_retired(&name);
+            }
+            // Its compiled plugins go too (the engine keeps digests only for live slots).
+            tenant.assembly = None;
+            tenant.acting.plugins.retain_used();
+            if let Some(candidate) = &tenant.candidate {
+                candidate.plugins.retain_used();
             }
             self.shared.metrics.tenant_retired(&source.to_string());
         }
