@@ -166,8 +166,11 @@ async fn every_hostile_input_fails_only_its_own_cr_with_a_clear_error() -> TestR
             "metadata": {"name": name}, "spec": {"mode": mode}}))
         .expect("yaml")
     };
+    // A CR larger than the host keeps (anyone who may create CRs could fill its memory).
+    let bloated = "x".repeat(inrun::runtime::DEFAULT_MAX_CR_BYTES + 1024);
     // (kind, name, spec.mode, what the message must say)
     let cases = [
+        ("Fine", "bloated", bloated.as_str(), "KiB (--max-cr-size)"),
         ("Loop", "loop", "", "fuel"),
         ("Huge", "huge", "", "output"),
         ("Sprawl", "sprawl", "", "more than the 10000"),
@@ -227,6 +230,16 @@ async fn every_hostile_input_fails_only_its_own_cr_with_a_clear_error() -> TestR
         get(support::configmaps(), Some("kube-system"), "elsewhere")
             .await
             .is_none()
+    );
+    assert!(
+        get(support::configmaps(), Some(&ns), "bloated-fine")
+            .await
+            .is_none()
+    );
+    assert_eq!(
+        support::event(&ns, "bloated", "Invalid").await,
+        refused(&group, &ns, "Fine", "bloated").await,
+        "the event says why, as the condition does"
     );
     assert!(
         get(support::configmaps(), Some(&ns), "fine-fine")

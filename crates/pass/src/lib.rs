@@ -437,6 +437,17 @@ fn namespace(object: &Value) -> &str {
         .unwrap_or_default()
 }
 
+/// A CR the host will not reconcile as it is (too large to keep, say): `Ready=False`,
+/// reason `Invalid`, and an event saying why, once; nothing else is written.
+///
+/// # Errors
+/// [`Failure`] when the status cannot be written.
+pub async fn refuse(p: Pass<'_>, fx: &mut dyn Effects, message: String) -> Result<Done, Failure> {
+    let tctx = Context::new(p.object);
+    hold(p, fx, &tctx, Reason::Invalid, message).await?;
+    Ok(Done::default())
+}
+
 /// The steps for a CR that is not being deleted.
 async fn reconcile(p: Pass<'_>, fx: &mut dyn Effects) -> Result<Done, Failure> {
     let (crd, object) = (p.crd, p.object);

@@ -10,6 +10,7 @@
 //! `last-applied-configuration` annotation, a second copy of the object.
 
 use std::borrow::Cow;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
@@ -24,13 +25,29 @@ use inrun_pass::meta::{FINALIZER_MANAGER, RECONCILER_MANAGER, STATUS_MANAGER};
 /// kubectl's copy of the object it last applied client-side.
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
+/// The largest CR body (all but apiVersion, kind and metadata, as compact JSON) the cache
+/// keeps ([`set_max_body_bytes`]; `--max-cr-size`): anyone who may create a CR of a served
+/// kind could otherwise fill the host's memory with CRs of a megabyte and more.
+static MAX_BODY: AtomicUsize = AtomicUsize::new(DEFAULT_MAX_BODY);
+
+/// [`MAX_BODY`]'s default.
+pub const DEFAULT_MAX_BODY: usize = 256 * 1024;
+
+/// Sets the largest CR body the cache keeps, for every controller of this process.
+pub fn set_max_body_bytes(bytes: usize) {
+    MAX_BODY.store(bytes, Ordering::Relaxed);
+}
+
 /// A cached CR. Deserializes from the API server's JSON like a [`DynamicObject`].
 #[derive(Clone, Debug)]
 pub struct CachedCr {
     pub types: Option<TypeMeta>,
     pub metadata: ObjectMeta,
-    /// Everything but apiVersion, kind and metadata, as JSON text (`{"spec":…}`).
+    /// Everything but apiVersion, kind and metadata, as JSON text (`{"spec":…}`); `{}`
+    /// for a CR too large to keep.
     body: Box<str>,
+    /// The body's size when it was too large to keep (and the CR not being deleted).
+    dropped: Option<usize>,
 }
 
 impl CachedCr {
@@ -52,11 +69,34 @@ impl CachedCr {
         if let Some(annotations) = &mut metadata.annotations {
             annotations.remove(LAST_APPLIED);
         }
+        let body = data.to_string();
+        let max = MAX_BODY.load(Ordering::Relaxed);
+        // A CR being deleted keeps its body: its finalizing pass may need it, and it goes.
+        if body.len() > max && metadata.deletion_timestamp.is_none() {
+            return CachedCr {
+                types,
+                metadata,
+                body: "{}".into(),
+                dropped: Some(body.len()),
+            };
+        }
         CachedCr {
             types,
             metadata,
-            body: data.to_string().into_boxed_str(),
+            body: body.into_boxed_str(),
+            dropped: None,
         }
+    }
+
+    /// Why the CR is not reconciled, when its body was too large to keep.
+    pub fn too_large(&self) -> Option<String> {
+        self.dropped.map(|len| {
+            format!(
+                "the CR is {} KiB (without its metadata); this host reconciles CRs of at most {} KiB (--max-cr-size)",
+                len.div_ceil(1024),
+                MAX_BODY.load(Ordering::Relaxed).div_ceil(1024)
+            )
+        })
     }
 
     /// The CR as a pass reads it: the whole object as JSON (apiVersion, kind, metadata,
@@ -171,6 +211,23 @@ mod tests {
             .expect("list")
             .remove(0);
         assert_eq!(object, expected);
+    }
+
+    #[test]
+    fn a_body_past_the_cap_is_not_kept_unless_the_cr_is_being_deleted() {
+        let mut big = watched();
+        big["spec"]["blob"] = "x".repeat(DEFAULT_MAX_BODY).into();
+        let cached: CachedCr = serde_json::from_value(big.clone()).expect("deserializes");
+        assert_eq!(&*cached.body, "{}");
+        let why = cached.too_large().expect("too large");
+        assert!(why.contains("at most 256 KiB (--max-cr-size)"), "{why}");
+        assert_eq!(cached.meta().name.as_deref(), Some("web"));
+        big["metadata"]["deletionTimestamp"] = "2026-12-03T00:00:00Z".into();
+        let deleting: CachedCr = serde_json::from_value(big).expect("deserializes");
+        assert!(deleting.too_large().is_none());
+        assert!(deleting.body.len() > DEFAULT_MAX_BODY);
+        let small: CachedCr = serde_json::from_value(watched()).expect("deserializes");
+        assert!(small.too_large().is_none());
     }
 
     #[test]

@@ -30,6 +30,9 @@ mod triggers;
 pub mod write_limit;
 
 pub use cache::WatchCache;
+pub use cached::{
+    DEFAULT_MAX_BODY as DEFAULT_MAX_CR_BYTES, set_max_body_bytes as set_max_cr_bytes,
+};
 pub use children::APPLIED_HASH;
 pub use events::Reason;
 pub use inrun_pass::meta::{CLEANUP_AT, FINALIZER, OWNER_UID, RECONCILER_MANAGER};

@@ -74,6 +74,9 @@ pub async fn reconcile(cached: Arc<CachedCr>, ctx: Arc<Ctx>) -> Result<Action, R
             now: k8s_openapi::jiff::Timestamp::now(),
         };
         let run = async {
+            if let Some(message) = cached.too_large() {
+                return pass::refuse(p, &mut fx, message).await;
+            }
             match &plan.package {
                 Some(package) => pass::package::run(p, &mut fx, package.as_ref()).await,
                 None => pass::run(p, &mut fx).await,

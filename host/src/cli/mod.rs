@@ -347,6 +347,12 @@ pub struct RunArgs {
     /// External calls one of a tenant's reconcile blocks may make.
     #[arg(long, env = "INRUN_MAX_TENANT_EXTERNAL_CALLS", default_value_t = 8)]
     pub max_tenant_external_calls: usize,
+    /// The largest CR (its spec, status and the rest but metadata, as compact JSON) the host
+    /// keeps and reconciles, e.g. `256Ki`; a larger one gets `Ready=False`, reason
+    /// `Invalid`, and an event. Anyone who may create CRs of a served kind could otherwise
+    /// fill the host's memory; an object-count ResourceQuota per namespace bounds how many.
+    #[arg(long, env = "INRUN_MAX_CR_SIZE", default_value = "256Ki", value_parser = parse_quantity)]
+    pub max_cr_size: usize,
     /// The largest plugin module one tenant may load (e.g. `32Mi`): compiling takes time and
     /// memory in proportion.
     #[arg(long, env = "INRUN_MAX_TENANT_MODULE_SIZE", default_value = "32Mi", value_parser = parse_quantity)]

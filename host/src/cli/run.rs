@@ -64,6 +64,7 @@ pub(super) fn run(
 ) -> anyhow::Result<()> {
     // One registry for the process, handed to everything that records.
     let metrics = Arc::new(Metrics::default());
+    inrun::runtime::set_max_cr_bytes(args.max_cr_size);
     // A load's own calls (a hooks component's `functions()`) stay under the ceilings.
     let c = policy(&args).ceilings;
     let d = inrun::wasm::Limits::default();

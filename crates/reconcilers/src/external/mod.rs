@@ -212,7 +212,14 @@ struct Compiled {
 pub struct ExternalCalls {
     calls: Vec<Compiled>,
     clients: Clients,
+    /// Info lines about failures answered with a default: a few a second at most, the
+    /// rest at debug (a CR requeued every 100 ms would otherwise log at every pass).
+    told: std::sync::Mutex<inrun_wasm::TokenBucket>,
 }
+
+/// Info lines a second about external calls answered with their default, per block.
+const TOLD_PER_SECOND: u32 = 1;
+const TOLD_BURST: u32 = 10;
 
 /// A template of an external call that does not compile.
 #[derive(Debug, thiserror::Error)]
@@ -348,6 +355,10 @@ impl ExternalCalls {
             Ok(ExternalCalls {
                 calls: compiled,
                 clients,
+                told: std::sync::Mutex::new(inrun_wasm::TokenBucket::new(
+                    TOLD_PER_SECOND,
+                    TOLD_BURST,
+                )),
             })
         } else {
             Err(errors)
@@ -386,11 +397,20 @@ impl ExternalCalls {
                         _ if fatal => return Err(error),
                         OnError::Fail => return Err(error),
                         OnError::Default => {
-                            tracing::info!(
-                                external.name = %c.name,
-                                error = %inrun_contract::errors::chain(&error),
-                                "external call failed; using its default"
-                            );
+                            let error = inrun_contract::errors::chain(&error);
+                            let tell = self
+                                .told
+                                .lock()
+                                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                                .take(std::time::Instant::now())
+                                .is_ok();
+                            if tell {
+                                tracing::info!(external.name = %c.name, %error,
+                                    "external call failed; using its default");
+                            } else {
+                                tracing::debug!(external.name = %c.name, %error,
+                                    "external call failed; using its default");
+                            }
                             c.default.clone()
                         }
                     }

@@ -842,9 +842,9 @@ impl Fleet {
         };
         self.sync_tenant_files();
         let interval = self.options.reload;
-        // Checking plugin sources may take as long as a registry makes it: in its own
-        // task, one check at a time.
-        let mut polling: Option<JoinHandle<()>> = None;
+        // Checking plugin sources may take as long as a registry makes it: a task per
+        // tenant, one check at a time each, so a slow registry holds up only its tenant's.
+        let mut polling: BTreeMap<TenantSource, JoinHandle<()>> = BTreeMap::new();
         // One ticker for the whole loop: a sleep made anew each turn would be pushed back
         // by every event, so a tenant touching its Blueprint resource every few seconds
         // would stop reloads, retries and plugin polls for every tenant.
@@ -872,17 +872,14 @@ impl Fleet {
                     self.reload_files();
                     self.recheck_consent().await;
                     self.retry_resources().await;
-                    if polling.as_ref().is_none_or(JoinHandle::is_finished) {
-                        let fleet = self.clone();
-                        polling = Some(tokio::spawn(async move { fleet.poll_plugins().await }));
-                    }
+                    self.poll_plugins(&mut polling).await;
                 }
             }
         }
         if let Some(task) = watch_task {
             task.abort();
         }
-        if let Some(task) = polling {
+        for task in polling.into_values() {
             task.abort();
         }
         // Loads in flight give up (none starts a controller now); then every tenant stops.
@@ -1533,8 +1530,10 @@ impl Fleet {
         resources::report(&self.shared.client, &object, result, crds).await;
     }
 
-    /// Checks every tenant's plugin sources; re-queues the CRDs of each swapped plugin.
-    async fn poll_plugins(&self) {
+    /// Starts a check of each tenant's plugin sources ([`PluginSet::poll`]) unless its
+    /// last one still runs: a registry that is slow for one tenant delays only that
+    /// tenant's next check. A tenant gone stops its check.
+    async fn poll_plugins(self: &Arc<Self>, polling: &mut BTreeMap<TenantSource, JoinHandle<()>>) {
         let sets: Vec<(TenantSource, Arc<PluginSet>)> = self
             .tenants
             .lock()
@@ -1542,30 +1541,49 @@ impl Fleet {
             .values()
             .map(|t| (t.source.clone(), t.acting.plugins.clone()))
             .collect();
-        // Every tenant's sources at once: a slow registry delays only its own tenant.
-        futures::future::join_all(sets.into_iter().map(|(source, set)| async move {
-            let changes = set.poll().await;
-            if changes.is_empty() {
-                return;
+        polling.retain(|source, task| {
+            let live = sets.iter().any(|(s, _)| s == source);
+            if !live {
+                task.abort();
             }
-            let tenants = self.tenants.lock().await;
-            let Some(tenant) = tenants.get(&source) else {
-                return;
-            };
-            for change in &changes {
-                if let Change::Swapped { location, .. } = change {
-                    for (crd, running) in &tenant.running {
-                        if running.plugins.contains(location) {
-                            tracing::info!(tenant = %source, %crd, plugin = %location,
-                                "re-queueing every CR after a plugin reload");
-                            let _ = running.requeue.send(());
-                        }
+            live && !task.is_finished()
+        });
+        for (source, set) in sets {
+            if polling.contains_key(&source) {
+                continue;
+            }
+            let fleet = self.clone();
+            let task = tokio::spawn({
+                let source = source.clone();
+                async move { fleet.poll_tenant(source, set).await }
+            });
+            polling.insert(source, task);
+        }
+    }
+
+    /// Checks the plugin sources of `source`'s tenant once; re-queues every CR of a CRD
+    /// whose plugin changed.
+    async fn poll_tenant(&self, source: TenantSource, set: Arc<PluginSet>) {
+        let changes = set.poll().await;
+        if changes.is_empty() {
+            return;
+        }
+        let tenants = self.tenants.lock().await;
+        let Some(tenant) = tenants.get(&source) else {
+            return;
+        };
+        for change in &changes {
+            if let Change::Swapped { location, .. } = change {
+                for (crd, running) in &tenant.running {
+                    if running.plugins.contains(location) {
+                        tracing::info!(tenant = %source, %crd, plugin = %location,
+                            "re-queueing every CR after a plugin reload");
+                        let _ = running.requeue.send(());
                     }
                 }
             }
-            self.publish(tenant);
-        }))
-        .await;
+        }
+        self.publish(tenant);
     }
 }
 
