@@ -37,7 +37,7 @@ impl Engine {
     pub fn compile_documents(&self, text: &str) -> Result<CompiledDocuments, TemplateError> {
         let origin = TemplateOrigin::new("", text);
         Ok(CompiledDocuments {
-            template: self.compile_text(origin, rewrite(text).text)?,
+            template: self.compile_text(origin, super::yaml_guard::guard(&rewrite(text).text))?,
         })
     }
 

@@ -12,6 +12,7 @@ pub(crate) fn register(env: &mut Environment<'static>) {
     env.add_filter("b64enc", b64enc_filter);
     env.add_filter("b64dec", b64dec_filter);
     env.add_filter("required", required_filter);
+    env.add_filter(super::yaml_guard::FILTER, super::yaml_guard::filter);
 }
 
 fn invalid(detail: String) -> Error {
@@ -31,20 +32,24 @@ fn charge(state: &State, bytes: usize, per_fuel: usize) -> Result<(), Error> {
     state.consume_fuel((bytes / per_fuel) as u64 + 1)
 }
 
-/// `{{ .spec.config | toJson }}`: compact JSON, keys in their original order.
-fn to_json_filter(state: &State, value: Value) -> Result<String, Error> {
+/// `{{ .spec.config | toJson }}`: compact JSON, keys in their original order (a safe
+/// string: a document template writes it as it is, structure by intent).
+fn to_json_filter(state: &State, value: Value) -> Result<Value, Error> {
     let json = to_json(&value).map_err(invalid)?;
     let text = serde_json::to_string(&json).map_err(|e| invalid(e.to_string()))?;
     charge(state, text.len(), SERIALIZED_BYTES_PER_FUEL)?;
-    Ok(text)
+    Ok(Value::from_safe_string(text))
 }
 
-/// `{{ .spec.config | toYaml }}`: YAML without the leading `---`, for block scalars.
-fn to_yaml_filter(state: &State, value: Value) -> Result<String, Error> {
+/// `{{ .spec.config | toYaml }}`: YAML without the leading `---`, for block scalars (a
+/// safe string, as `toJson`'s).
+fn to_yaml_filter(state: &State, value: Value) -> Result<Value, Error> {
     let json = to_json(&value).map_err(invalid)?;
     let text = serde_yaml_ng::to_string(&json).map_err(|e| invalid(e.to_string()))?;
     charge(state, text.len(), SERIALIZED_BYTES_PER_FUEL)?;
-    Ok(text.trim_end_matches('\n').to_owned())
+    Ok(Value::from_safe_string(
+        text.trim_end_matches('\n').to_owned(),
+    ))
 }
 
 /// `{{ "text" | b64enc }}`: standard base64 with padding.

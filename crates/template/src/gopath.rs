@@ -116,7 +116,7 @@ fn next_block_start(text: &str) -> Option<usize> {
 }
 
 /// When a `{% raw %}` tag starts at `at`, the end of the matching `{% endraw %}` tag.
-fn raw_section_end(template: &str, at: usize) -> Option<usize> {
+pub(crate) fn raw_section_end(template: &str, at: usize) -> Option<usize> {
     // The closer is searched after the opener: in `{%}` the `%` belongs to the opener.
     let open_end = at + 2 + template[at + 2..].find("%}")? + 2;
     if tag_name(&template[at + 2..open_end - 2]) != "raw" {

@@ -41,6 +41,7 @@ mod engine;
 mod error;
 mod filters;
 mod gopath;
+mod yaml_guard;
 
 pub use compiled::{CompiledCondition, CompiledDocuments, CompiledValue};
 pub use context::Context;

@@ -359,3 +359,85 @@ fn engine_is_send_and_sync() {
     assert_send_sync::<CompiledDocuments>();
     assert_send_sync::<CompiledCondition>();
 }
+
+/// A ConfigMap document template rendering `value` where `spot` says; the documents.
+fn documents_with(spot: &str, value: &str) -> Result<Vec<Value>, TemplateError> {
+    let text = format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: fixed\ndata:\n{spot}\n  last: fixed\n"
+    );
+    let object = json!({"metadata": {"name": "x"}, "spec": {"v": value}});
+    Engine::new()
+        .compile_documents(&text)
+        .and_then(|c| c.render(&Context::new(&object)))
+}
+
+#[test]
+fn a_value_interpolated_into_a_document_template_stays_one_scalar() {
+    let attacks = [
+        "x\nprivileged: true",
+        "x\n---\napiVersion: v1\nkind: Secret\nmetadata: {name: stolen}",
+        "x\r  hostPath: /",
+        "{privileged: true}",
+        "[a, b]",
+        "a, privileged: true",
+        "x\" , privileged: \"true",
+        "x' , privileged: 'true",
+        "*alias",
+        "!!binary AAAA",
+        "a # comment",
+        "a: b",
+    ];
+    // (the spot, whether every value must render there as the very text)
+    let spots = [
+        ("  v: {{ .spec.v }}", true),
+        ("  v: \"{{ .spec.v }}\"", true),
+        ("  v: '{{ .spec.v }}'", true),
+        ("  v: pre-{{ .spec.v }}", false),
+        ("  v: {a: {{ .spec.v }}}", false),
+        ("  v: |\n    {{ .spec.v }}", false),
+    ];
+    for (spot, exact) in spots {
+        for attack in attacks {
+            // One ConfigMap whose `v` holds the value as text, or a YAML error: never
+            // another document, key or type.
+            let docs = match documents_with(spot, attack) {
+                Ok(docs) => docs,
+                Err(e) if !exact => {
+                    assert!(matches!(e, TemplateError::Yaml { .. }), "{spot}: {e:?}");
+                    continue;
+                }
+                Err(e) => panic!("{spot} {attack:?}: {e:?}"),
+            };
+            assert_eq!(docs.len(), 1, "{spot} {attack:?} made {docs:?}");
+            let data = docs[0]["data"].as_object().expect("data");
+            assert_eq!(
+                data.keys().collect::<Vec<_>>(),
+                ["v", "last"],
+                "{spot} {attack:?}"
+            );
+            assert_eq!(
+                docs[0]["metadata"],
+                json!({"name": "fixed"}),
+                "{spot} {attack:?}"
+            );
+            let v = &docs[0]["data"]["v"];
+            // (Single quotes cannot hold a carriage return or a line's leading spaces.)
+            let verbatim = !(spot.contains('\'') && attack.contains(['\r', '\n']));
+            if exact && verbatim {
+                assert_eq!(v, attack, "{spot}");
+            } else if let Some(map) = v.as_object() {
+                assert_eq!(map.keys().collect::<Vec<_>>(), ["a"], "{spot} {attack:?}");
+                assert!(map["a"].is_string(), "{spot} {attack:?}: {v}");
+            } else {
+                assert!(v.is_string(), "{spot} {attack:?}: {v}");
+            }
+        }
+    }
+    // Plain values read as they always did: text, numbers, multi-line scripts.
+    let docs = documents_with("  v: pre-{{ .spec.v }}", "nginx:1.27").expect("renders");
+    assert_eq!(docs[0]["data"]["v"], "pre-nginx:1.27");
+    let docs = documents_with("  v: |\n    {{ .spec.v }}", "echo a\necho b").expect("renders");
+    assert_eq!(docs[0]["data"]["v"], "echo a\necho b\n");
+    let docs = documents_with("  v: {a: {{ .spec.v }}}", "a, b").expect("renders");
+    assert_eq!(docs[0]["data"]["v"], json!({"a": "a, b"}));
+}
