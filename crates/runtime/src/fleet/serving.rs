@@ -1,0 +1,287 @@
+//! Serving a tenant: controllers started, retired (told to stop under the tenants lock,
+//! drained without it), stopped; plugin sources checked and CRs re-queued after a swap.
+
+use super::*;
+
+/// A controller taken from its tenant ([`Fleet::retire`]), told to stop, not yet stopped.
+pub(super) struct Retired {
+    name: String,
+    /// Its CRD is gone from the Blueprint (not merely changed).
+    removed: bool,
+    running: Running,
+}
+
+pub(super) async fn stop(running: Running) {
+    let _ = running.stop.send(true);
+    if let Err(e) = running.task.await {
+        tracing::warn!(error = %e, "a controller task ended abnormally");
+    }
+}
+
+impl Fleet {
+    /// Stops every controller of `tenant`: all are told at once, then each is awaited.
+    pub(super) async fn stop_all(tenant: &mut Tenant) {
+        for running in tenant.running.values() {
+            let _ = running.stop.send(true);
+        }
+        let all = std::mem::take(&mut tenant.running);
+        for (_, r) in all {
+            stop(r).await;
+        }
+    }
+
+    /// Takes from `tenant` the controllers `assembly` does not keep (its CRD removed, or
+    /// changed: spec, runtime settings or identity) and tells each to stop: quick, under
+    /// the tenants lock. Awaiting them ([`Fleet::drain`]) is not: reconciles in flight
+    /// finish first.
+    pub(super) fn retire(
+        tenant: &mut Tenant,
+        assembly: &Assembly,
+        acting: &Acting,
+    ) -> Vec<Retired> {
+        let runtime_spec = &assembly.blueprint.spec.runtime;
+        let wanted: BTreeMap<String, &CrdSpec> = assembly
+            .crds()
+            .iter()
+            .map(|c| (c.spec.crd_name(), &c.spec))
+            .collect();
+        let names: Vec<String> = tenant.running.keys().cloned().collect();
+        let mut retired = Vec::new();
+        for name in names {
+            let keep = wanted.get(&name).is_some_and(|spec| {
+                let r = &tenant.running[&name];
+                r.spec == **spec && r.runtime == *runtime_spec && r.identity == acting.identity
+            });
+            if !keep && let Some(running) = tenant.running.remove(&name) {
+                tracing::info!(tenant = %tenant.source, crd = %name, "stopping the controller of a removed or changed CRD");
+                let _ = running.stop.send(true);
+                retired.push(Retired {
+                    removed: !wanted.contains_key(&name),
+                    name,
+                    running,
+                });
+            }
+        }
+        retired
+    }
+
+    /// Waits for `retired` controllers to stop (the caller holds no lock): a removed CRD's
+    /// series go; a changed one's stay for its new controller.
+    pub(super) async fn drain(&self, retired: Vec<Retired>) {
+        for r in retired {
+            stop(r.running).await;
+            if r.removed {
+                self.shared.metrics.controller_retired(&r.name);
+            }
+        }
+    }
+
+    /// Makes `assembly`, prepared (permissions checked, CRDs installed, `kinds`
+    /// discovered), the tenant's serving Blueprint: refuses it if another tenant serves one
+    /// of its CRDs by now (the refusal returned), then starts the controllers of CRDs
+    /// `tenant` does not run (those removed or changed were retired first:
+    /// [`Fleet::retire`]).
+    pub(super) fn start(
+        tenant: &mut Tenant,
+        acting: &Acting,
+        assembly: Arc<Assembly>,
+        kinds: runtime::ChildKinds,
+        others: &BTreeMap<TenantSource, Tenant>,
+    ) -> Option<FleetError> {
+        if let Some(refused) = Self::claimed(&assembly, others, None) {
+            return Some(refused);
+        }
+        let locations = plugin_locations(&assembly.blueprint);
+        let runtime_spec = assembly.blueprint.spec.runtime.clone();
+        for (index, plan) in assembly.crds().iter().enumerate() {
+            let name = plan.spec.crd_name();
+            if tenant.running.contains_key(&name) {
+                continue;
+            }
+            let (stop_tx, stop_rx) = watch::channel(false);
+            let (requeue_tx, requeue_rx) = mpsc::unbounded_channel();
+            let requeue = futures::stream::unfold(requeue_rx, |mut rx| async move {
+                rx.recv().await.map(|()| ((), rx))
+            });
+            let future = runtime::controller(
+                &acting.shared,
+                assembly.clone(),
+                index,
+                kinds[index].clone(),
+                stop_rx,
+                requeue,
+            );
+            tracing::info!(tenant = %tenant.source, crd = %name, "starting the controller");
+            tenant.running.insert(
+                name.clone(),
+                Running {
+                    spec: plan.spec.clone(),
+                    runtime: runtime_spec.clone(),
+                    identity: acting.identity.clone(),
+                    plugins: locations.get(&name).cloned().unwrap_or_default(),
+                    stop: stop_tx,
+                    requeue: requeue_tx,
+                    task: tokio::spawn(future),
+                },
+            );
+        }
+        tenant.assembly = Some(assembly);
+        tenant.acting = acting.clone();
+        tenant.acting.plugins.retain_used();
+        None
+    }
+
+    /// Removes the tenant of `source` and stops its controllers (outside the tenants lock:
+    /// passes in flight may take their time).
+    pub(super) async fn remove(&self, source: &TenantSource) {
+        let removed = {
+            let mut tenants = self.tenants.lock().await;
+            let removed = tenants.remove(source);
+            self.unpublish(source);
+            Self::forget_refusals(&mut tenants);
+            removed
+        };
+        if let Some(mut tenant) = removed {
+            tracing::info!(tenant = %source, "tenant removed; stopping its controllers (its CRDs and CRs stay)");
+            let names: Vec<String> = tenant.running.keys().cloned().collect();
+            Self::stop_all(&mut tenant).await;
+            for name in names {
+                self.shared.metrics.controller_retired(&name);
+            }
+            // Its compiled plugins go too (the engine keeps digests only for live slots).
+            tenant.assembly = None;
+            tenant.acting.plugins.retain_used();
+            if let Some(candidate) = &tenant.candidate {
+                candidate.plugins.retain_used();
+            }
+            self.shared.metrics.tenant_retired(&source.to_string());
+        }
+    }
+
+    /// Lets refused Blueprints be tried again at the next check: a CRD they claimed may
+    /// be free now.
+    pub(super) fn forget_refusals(tenants: &mut BTreeMap<TenantSource, Tenant>) {
+        for t in tenants.values_mut() {
+            t.failed = None;
+        }
+    }
+
+    /// Starts a check of each tenant's plugin sources ([`PluginSet::poll`]) unless its
+    /// last one still runs: a registry that is slow for one tenant delays only that
+    /// tenant's next check. A tenant gone stops its check.
+    pub(super) async fn poll_plugins(
+        self: &Arc<Self>,
+        polling: &mut BTreeMap<TenantSource, JoinHandle<()>>,
+    ) {
+        let sets: Vec<(TenantSource, Arc<PluginSet>)> = self
+            .tenants
+            .lock()
+            .await
+            .values()
+            .map(|t| (t.source.clone(), t.acting.plugins.clone()))
+            .collect();
+        polling.retain(|source, task| {
+            let live = sets.iter().any(|(s, _)| s == source);
+            if !live {
+                task.abort();
+            }
+            live && !task.is_finished()
+        });
+        for (source, set) in sets {
+            if polling.contains_key(&source) {
+                continue;
+            }
+            let fleet = self.clone();
+            let task = tokio::spawn({
+                let source = source.clone();
+                async move { fleet.poll_tenant(source, set).await }
+            });
+            polling.insert(source, task);
+        }
+    }
+
+    /// Checks the plugin sources of `source`'s tenant once; re-queues every CR of a CRD
+    /// whose plugin changed.
+    pub(super) async fn poll_tenant(&self, source: TenantSource, set: Arc<PluginSet>) {
+        let changes = set.poll().await;
+        if changes.is_empty() {
+            return;
+        }
+        let tenants = self.tenants.lock().await;
+        let Some(tenant) = tenants.get(&source) else {
+            return;
+        };
+        for change in &changes {
+            if let Change::Swapped { location, .. } = change {
+                for (crd, running) in &tenant.running {
+                    if running.plugins.contains(location) {
+                        tracing::info!(tenant = %source, %crd, plugin = %location,
+                            "re-queueing every CR after a plugin reload");
+                        let _ = running.requeue.send(());
+                    }
+                }
+            }
+        }
+        self.publish(tenant);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::{test_fleet, test_options, test_tenant};
+    use super::*;
+
+    #[tokio::test]
+    async fn a_reload_retires_the_controllers_of_crds_removed_or_changed_and_keeps_the_rest() {
+        let fleet = test_fleet(test_options());
+        let source = TenantSource::Resource("t".into());
+        let (before, mut tenant) =
+            test_tenant(&fleet, &source, &[("Kept", 1), ("Changed", 1), ("Gone", 1)]).await;
+        // Controllers that run until told to stop.
+        let mut told = Vec::new();
+        for plan in before.crds() {
+            let (stop_tx, mut stop_rx) = watch::channel(false);
+            let (requeue, _) = mpsc::unbounded_channel();
+            told.push(stop_tx.subscribe());
+            tenant.running.insert(
+                plan.spec.crd_name(),
+                Running {
+                    spec: plan.spec.clone(),
+                    runtime: before.blueprint.spec.runtime.clone(),
+                    identity: None,
+                    plugins: BTreeSet::new(),
+                    stop: stop_tx,
+                    requeue,
+                    task: tokio::spawn(async move {
+                        let _ = stop_rx.wait_for(|s| *s).await;
+                    }),
+                },
+            );
+        }
+        // The next Blueprint: Kept as it was, Changed with more workers, Gone gone.
+        let (changed, _) = test_tenant(&fleet, &source, &[("Kept", 1), ("Changed", 5)]).await;
+        let acting = tenant.acting.clone();
+        let retired = Fleet::retire(&mut tenant, &changed, &acting);
+        let mut names: Vec<(String, bool)> = retired
+            .iter()
+            .map(|r| (r.name.clone(), r.removed))
+            .collect();
+        names.sort();
+        assert_eq!(
+            names,
+            [
+                ("changeds.g.example".to_string(), false),
+                ("gones.g.example".to_string(), true)
+            ]
+        );
+        assert_eq!(
+            tenant.running.keys().collect::<Vec<_>>(),
+            ["kepts.g.example"]
+        );
+        // Told to stop at once; they end when drained.
+        assert_eq!(told.iter().filter(|t| *t.borrow()).count(), 2);
+        fleet.drain(retired).await;
+        // The kept controller runs on.
+        assert!(!tenant.running["kepts.g.example"].task.is_finished());
+    }
+}
