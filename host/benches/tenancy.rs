@@ -101,6 +101,7 @@ fn options(reload: Duration) -> FleetOptions {
         resource_capabilities: false,
         tenant_egress: None,
         default_tenant_service_account: None,
+        tenant_identity_namespaces: None,
     }
 }
 

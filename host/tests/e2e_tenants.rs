@@ -852,6 +852,8 @@ async fn blueprint_resources_that_name_no_identity_each_act_as_their_own() {
     let options = FleetOptions {
         resources: true,
         default_tenant_service_account: Some(pattern.clone()),
+        // No namespace but the pattern's: tenants' identities live where the operator says.
+        tenant_identity_namespaces: Some(Vec::new()),
         ..FleetHost::options()
     };
     let rbac = FleetHost::rbac_options(&options, &[]);
@@ -862,6 +864,7 @@ async fn blueprint_resources_that_name_no_identity_each_act_as_their_own() {
     )
     .await;
     host.expect_forbidden();
+    support::served(&blueprint_resource()).await;
     let api: Api<DynamicObject> = Api::all_with(client(), &blueprint_resource());
     for (name, text) in [(&a, &text_a), (&b, &text_b)] {
         let mut doc: serde_json::Value = serde_yaml_ng::from_str(text).expect("yaml");
@@ -929,7 +932,34 @@ async fn blueprint_resources_that_name_no_identity_each_act_as_their_own() {
     assert_eq!(reason, "Forbidden", "{message}");
     assert!(message.contains(&sa_a.username()), "{message}");
     assert!(get(configmaps(), Some(&team_b), "reach-cm").await.is_none());
-    delete_blueprints(&[&a, &b]).await;
+    // A Blueprint resource naming a ServiceAccount outside the namespaces kept for tenants'
+    // identities (one in a tenant's namespace, whose token a pod there could mount):
+    // refused before anything is done as it.
+    let c = tag("c");
+    let elsewhere = inrun::blueprint::ServiceAccountRef {
+        namespace: team_a.clone(),
+        name: "tenant".into(),
+    };
+    let mut doc: serde_json::Value =
+        serde_yaml_ng::from_str(&identity_tenant(&format!("c.{group}"), Some(&elsewhere)))
+            .expect("yaml");
+    doc["metadata"]["name"] = c.as_str().into();
+    api.patch(
+        &c,
+        &PatchParams::apply("e2e-test").force(),
+        &Patch::Apply(&doc),
+    )
+    .await
+    .expect("apply Blueprint");
+    let (status, reason, message) = eventually("C's verdict", || accepted(&c)).await;
+    assert_eq!((status.as_str(), reason.as_str()), ("False", "NoIdentity"));
+    assert!(
+        message.contains(&format!(
+            "ServiceAccount {elsewhere} is not in a namespace the host keeps for tenants' identities ({accounts_ns}"
+        )),
+        "{message}"
+    );
+    delete_blueprints(&[&a, &b, &c]).await;
     host.stop().await;
 }
 

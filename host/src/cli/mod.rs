@@ -291,6 +291,13 @@ pub struct RunArgs {
     /// every tenant's rights. Unset, such a Blueprint is refused.
     #[arg(long, env = "INRUN_DEFAULT_TENANT_SERVICE_ACCOUNT", value_parser = parse_account_pattern)]
     pub default_tenant_service_account: Option<inrun::blueprint::AccountPattern>,
+    /// The namespaces (comma separated) a Blueprint resource's `spec.serviceAccount` may
+    /// live in, besides `--default-tenant-service-account`'s. A tenant's ServiceAccount
+    /// reads its kinds cluster-wide (its watches are): keep these namespaces for tenants'
+    /// identities, with no tenant running pods there that could mount its token. Unset:
+    /// any namespace.
+    #[arg(long, env = "INRUN_TENANT_IDENTITY_NAMESPACES", value_delimiter = ',')]
+    pub tenant_identity_namespaces: Vec<String>,
     /// How often Blueprint files and plugin sources are checked for changes; `0`
     /// turns reloading off.
     #[arg(long, env = "INRUN_RELOAD_INTERVAL", default_value = "10s", value_parser = parse_duration)]

@@ -128,6 +128,8 @@ pub(super) fn run(
             resource_capabilities: args.allow_resource_capabilities,
             tenant_egress,
             default_tenant_service_account: args.default_tenant_service_account.clone(),
+            tenant_identity_namespaces: (!args.tenant_identity_namespaces.is_empty())
+                .then(|| args.tenant_identity_namespaces.clone()),
         },
     );
     let flags = HostFlags {

@@ -297,6 +297,7 @@ impl FleetHost {
             resource_capabilities: false,
             tenant_egress: None,
             default_tenant_service_account: Some(tenant_accounts()),
+            tenant_identity_namespaces: None,
         }
     }
 

@@ -31,6 +31,22 @@ impl Fleet {
                 Some(pattern.for_blueprint(name)?)
             }
         };
+        if let (TenantSource::Resource(_), Some(sa), Some(allowed)) =
+            (source, &identity, &self.options.tenant_identity_namespaces)
+        {
+            let derived = self
+                .options
+                .default_tenant_service_account
+                .as_ref()
+                .map(|p| p.namespace.as_str());
+            if !allowed.contains(&sa.namespace) && derived != Some(sa.namespace.as_str()) {
+                let kept: Vec<&str> = allowed.iter().map(String::as_str).chain(derived).collect();
+                return Err(format!(
+                    "ServiceAccount {sa} is not in a namespace the host keeps for tenants' identities ({}; --tenant-identity-namespaces): a tenant's ServiceAccount reads its kinds cluster-wide, and its token must not be within reach of a tenant's pods",
+                    kept.join(", ")
+                ));
+            }
+        }
         // A Blueprint resource acts as a ServiceAccount only with its consent, named or
         // derived from the Blueprint's name: otherwise one tenant could name another's, or
         // take the name another's ServiceAccount was made for before that one exists.

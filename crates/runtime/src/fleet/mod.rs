@@ -70,6 +70,12 @@ pub struct FleetOptions {
     /// The identity of `Blueprint` resources that name no `spec.serviceAccount`, one a
     /// Blueprint (`--default-tenant-service-account`); `None`: such a Blueprint is refused.
     pub default_tenant_service_account: Option<inrun_blueprint::AccountPattern>,
+    /// The namespaces a Blueprint resource's `spec.serviceAccount` may live in
+    /// (`--tenant-identity-namespaces`), besides the default pattern's; `None`: any.
+    /// A tenant's ServiceAccount reads its kinds cluster-wide (its watches are), so it
+    /// belongs in a namespace the operator keeps, where no tenant runs pods that could
+    /// mount its token.
+    pub tenant_identity_namespaces: Option<Vec<String>>,
 }
 
 /// Where a tenant's Blueprint comes from.

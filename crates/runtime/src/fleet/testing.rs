@@ -33,6 +33,7 @@ pub(super) fn test_options() -> FleetOptions {
         resource_capabilities: false,
         tenant_egress: None,
         default_tenant_service_account: None,
+        tenant_identity_namespaces: None,
     }
 }
 
