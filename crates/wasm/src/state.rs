@@ -289,3 +289,34 @@ pub(super) fn truncate(text: &str, max: usize) -> &str {
     }
     &text[..end]
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: usize = 1 << 20;
+
+    #[test]
+    fn a_calls_memories_and_tables_are_capped_together_not_each() {
+        let mut limiter = Limiter {
+            max_bytes: 64 * MIB,
+            used: 0,
+            hit: false,
+            budget: None,
+            admission: None,
+        };
+        // Two memories of 30 MiB fit; a third does not, though each alone would.
+        assert!(limiter.memory_growing(0, 30 * MIB, None).expect("first"));
+        assert!(limiter.memory_growing(0, 30 * MIB, None).expect("second"));
+        let third = limiter.memory_growing(0, 30 * MIB, None);
+        assert!(third.is_err() && limiter.hit, "{third:?}");
+        // Tables count too: 16 bytes an element, so 4 MiB worth is past the cap now.
+        limiter.hit = false;
+        let table = limiter.table_growing(0, 4 * MIB / TABLE_ELEMENT_BYTES, None);
+        assert!(table.is_err() && limiter.hit, "{table:?}");
+        assert!(limiter.table_growing(0, 1024, None).expect("a small table"));
+        assert_eq!(limiter.used, 60 * MIB + 1024 * TABLE_ELEMENT_BYTES);
+        // Past the element cap a table is refused outright, whatever the bytes.
+        assert!(!limiter.table_growing(0, TABLE_ELEMENTS_MAX + 1, None).expect("refused"));
+    }
+}
