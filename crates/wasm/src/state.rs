@@ -310,9 +310,9 @@ mod tests {
         assert!(limiter.memory_growing(0, 30 * MIB, None).expect("second"));
         let third = limiter.memory_growing(0, 30 * MIB, None);
         assert!(third.is_err() && limiter.hit, "{third:?}");
-        // Tables count too: 16 bytes an element, so 4 MiB worth is past the cap now.
+        // Tables count too: 16 bytes an element, so 5 MiB worth is past the cap now.
         limiter.hit = false;
-        let table = limiter.table_growing(0, 4 * MIB / TABLE_ELEMENT_BYTES, None);
+        let table = limiter.table_growing(0, 5 * MIB / TABLE_ELEMENT_BYTES, None);
         assert!(table.is_err() && limiter.hit, "{table:?}");
         assert!(limiter.table_growing(0, 1024, None).expect("a small table"));
         assert_eq!(limiter.used, 60 * MIB + 1024 * TABLE_ELEMENT_BYTES);
