@@ -770,3 +770,48 @@ async fn shutdown_waits_for_a_package_call_in_flight_and_does_not_cancel_it() ->
     );
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_typed_status_schema_keeps_what_the_package_steps_store_in_status() -> TestResult {
+    let backend = Backend::default();
+    let port = backend.start().await;
+    let group = unique_group("pkg-typed");
+    // The Blueprint types its status (a `phase` of its own): the generated CRD keeps the
+    // host's fields and the package's stored identity beside it.
+    let text = blueprint(&group, port).replace(
+        "      kind: Thing\n",
+        "      kind: Thing\n      schema: {type: object, properties: {spec: {type: object, x-kubernetes-preserve-unknown-fields: true}, status: {type: object, properties: {phase: {type: string}}}}}\n",
+    );
+    let host = Host::start(&text).await;
+    let ns = ControlPlane::shared().namespace("pkg-typed").await?;
+    let ar = resource(&group, "Thing");
+    served(&ar).await;
+    let before = apiserver_writes().await;
+    apply_cr(
+        &ar,
+        &ns,
+        &thing_cr(&group, "one", "reconcileInterval: 1h", port, "size: 1"),
+    )
+    .await;
+    let cr = wait_ready(&ar, &ns, "one").await;
+    let after = apiserver_writes().await;
+    let status = &cr.data["status"];
+    assert_eq!(status["profile"], json!(format!("{ns}--one")));
+    assert_eq!(status["boundary"], json!(format!("http://127.0.0.1:{port}")));
+    assert_eq!(status["identity"].as_str().map(str::len), Some(64), "{status}");
+    assert_eq!(backend.calls("PUT").len(), 1, "converged once");
+    // Nothing pruned, so nothing written again: the same writes as with an open status.
+    let writes = writes_between(&before, &after, &[(&group, "things")]);
+    assert_eq!(
+        writes,
+        [
+            ("APPLY things".to_string(), 2),
+            ("APPLY things/status".to_string(), 2)
+        ]
+        .into(),
+        "writes per new CR"
+    );
+    assert_eq!(reconciles(&host.metrics, &format!("things.{group}")), 1);
+    host.stop().await;
+    Ok(())
+}

@@ -341,6 +341,32 @@ impl CrdSpec {
                 fields
                     .entry("observedGeneration")
                     .or_insert_with(|| json!({"type": "integer", "format": "int64"}));
+                // A package CR's stored identity and the request it handled: pruned, the
+                // identity guard would never hold and every pass would write them again.
+                if crd.reconcile.package.is_some() {
+                    for (field, description) in [
+                        (
+                            "profile",
+                            "The credentials profile the infrastructure was created with.",
+                        ),
+                        (
+                            "boundary",
+                            "The boundary the infrastructure was created in.",
+                        ),
+                        (
+                            "identity",
+                            "A hash of the state that names the infrastructure.",
+                        ),
+                        (
+                            "lastHandledReconcileAt",
+                            "The reconcile-request annotation last acted on.",
+                        ),
+                    ] {
+                        fields.entry(field).or_insert_with(
+                            || json!({"type": "string", "description": description}),
+                        );
+                    }
+                }
             }
         }
         let mut columns: Vec<Value> = crd
@@ -492,6 +518,18 @@ mod tests {
             );
         }
         assert_eq!(status["observedGeneration"]["type"], "integer");
+        assert!(status.get("identity").is_none(), "not a package: {status}");
+        // A package CRD's typed status keeps what the package steps store there too.
+        let p = crd(
+            "{ group: a.b, version: v1, kind: P, reconcile: { default: false, package: { location: ./p.wasm } }, schema: { type: object, properties: { status: { type: object, properties: { phase: { type: string } } } } } }",
+        );
+        let m = p.manifest();
+        let status = &m["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]
+            ["properties"];
+        for field in ["profile", "boundary", "identity", "lastHandledReconcileAt"] {
+            assert_eq!(status[field]["type"], "string", "{field}: {status}");
+        }
+        assert_eq!(status["phase"]["type"], "string");
     }
 
     #[test]

@@ -317,6 +317,10 @@ mod tests {
         assert!(limiter.table_growing(0, 1024, None).expect("a small table"));
         assert_eq!(limiter.used, 60 * MIB + 1024 * TABLE_ELEMENT_BYTES);
         // Past the element cap a table is refused outright, whatever the bytes.
-        assert!(!limiter.table_growing(0, TABLE_ELEMENTS_MAX + 1, None).expect("refused"));
+        assert!(
+            !limiter
+                .table_growing(0, TABLE_ELEMENTS_MAX + 1, None)
+                .expect("refused")
+        );
     }
 }
