@@ -18,7 +18,7 @@ kubeconfig="$(sed -n 's/^export KUBECONFIG=//p' "$log/cluster.out")"
 [ -n "$kubeconfig" ] || { cat "$log/cluster.out"; echo "control plane did not start" >&2; exit 1; }
 export KUBECONFIG="$kubeconfig"
 
-(cd "$dir" && exec ../../../target/debug/inrun run -b blueprint.yaml --install-crds) >"$log/inrun.log" 2>&1 &
+(cd "$dir" && exec ../../../target/debug/inrun run -b blueprint.yaml --install-crds --context inrun) >"$log/inrun.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 1 150); do kubectl get crd webapps.demo.inrun.dev >/dev/null 2>&1 && break; sleep 0.2; done
 kubectl wait --for=condition=Established crd/webapps.demo.inrun.dev --timeout=30s >/dev/null

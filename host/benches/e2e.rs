@@ -742,7 +742,8 @@ impl Process {
             ])
             .arg(blueprint)
             .arg("--kubeconfig")
-            .arg(cp.kubeconfig());
+            .arg(cp.kubeconfig())
+            .args(["--context", "inrun"]);
         Process::spawn(command, port, dir)
     }
 

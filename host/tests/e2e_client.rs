@@ -67,6 +67,29 @@ async fn the_named_context_is_the_one_used_and_an_unknown_one_is_refused_by_name
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(stderr.contains("kubeconfig context \"nope\""), "{stderr}");
+
+    // No context named, two in the kubeconfig, no in-cluster credentials: `inrun run` does
+    // not guess the cluster from the current context; it names the choices and stops.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_inrun"))
+        .args(["run", "--blueprint"])
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../deploy/examples/declarative/blueprint.yaml"
+        ))
+        .arg("--kubeconfig")
+        .arg(ControlPlane::shared().kubeconfig())
+        .args(["--console-port", "0", "--health-port", "0"])
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .stdin(std::process::Stdio::null())
+        .output()?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains(
+            "the kubeconfig has 2 contexts (inrun, inrun-unprivileged) and none is named: say which cluster to act on with --context"
+        ),
+        "{stderr}"
+    );
     Ok(())
 }
 

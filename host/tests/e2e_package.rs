@@ -797,8 +797,15 @@ async fn a_typed_status_schema_keeps_what_the_package_steps_store_in_status() ->
     let after = apiserver_writes().await;
     let status = &cr.data["status"];
     assert_eq!(status["profile"], json!(format!("{ns}--one")));
-    assert_eq!(status["boundary"], json!(format!("http://127.0.0.1:{port}")));
-    assert_eq!(status["identity"].as_str().map(str::len), Some(64), "{status}");
+    assert_eq!(
+        status["boundary"],
+        json!(format!("http://127.0.0.1:{port}"))
+    );
+    assert_eq!(
+        status["identity"].as_str().map(str::len),
+        Some(64),
+        "{status}"
+    );
     assert_eq!(backend.calls("PUT").len(), 1, "converged once");
     // Nothing pruned, so nothing written again: the same writes as with an open status.
     let writes = writes_between(&before, &after, &[(&group, "things")]);

@@ -37,6 +37,46 @@ pub enum ConnectError {
     /// The client could not be built.
     #[error("building the Kubernetes client")]
     Client(#[source] kube::Error),
+    /// Several contexts, none named, and no in-cluster credentials: which cluster to act
+    /// on is not guessed.
+    #[error(
+        "the kubeconfig has {} contexts ({}) and none is named: say which cluster to act on with --context",
+        .0.len(),
+        .0.join(", ")
+    )]
+    AmbiguousContext(Vec<String>),
+}
+
+/// Whether in-cluster credentials are there (a pod's ServiceAccount token and the API
+/// server's address in the environment).
+fn in_cluster() -> bool {
+    std::env::var_os("KUBERNETES_SERVICE_HOST").is_some()
+        && std::path::Path::new("/var/run/secrets/kubernetes.io/serviceaccount/token").exists()
+}
+
+/// Refuses `options` that name no context when the kubeconfig they would read has more
+/// than one and there are no in-cluster credentials: a host acting on the wrong cluster
+/// writes there, so the choice is the operator's, not the kubeconfig's current context.
+///
+/// # Errors
+/// [`ConnectError::AmbiguousContext`] naming the contexts; a kubeconfig that cannot be
+/// read is left to [`connect`] to report.
+pub fn ensure_explicit_context(options: &ConnectOptions) -> Result<(), ConnectError> {
+    if options.context.is_some() || (options.kubeconfig.is_none() && in_cluster()) {
+        return Ok(());
+    }
+    let read = match &options.kubeconfig {
+        Some(path) => Kubeconfig::read_from(path),
+        None => Kubeconfig::read(),
+    };
+    let Ok(kubeconfig) = read else {
+        return Ok(());
+    };
+    let names: Vec<String> = kubeconfig.contexts.iter().map(|c| c.name.clone()).collect();
+    if names.len() > 1 {
+        return Err(ConnectError::AmbiguousContext(names));
+    }
+    Ok(())
 }
 
 /// How to reach the API server.

@@ -77,12 +77,14 @@ pub(super) fn run(
     let engine = engine(cache, metrics.clone(), load_limits, Some(budgets(&args)))?;
     // Secrets are read from the cluster, so the client comes before the assembly.
     // Every client counts its requests (`rest_client_requests_total`).
+    let connect = inrun::kubeconfig::ConnectOptions {
+        kubeconfig: args.kubeconfig.clone(),
+        context: args.context.clone(),
+        request_timeout: Some(args.request_timeout),
+    };
+    inrun::kubeconfig::ensure_explicit_context(&connect)?;
     let connection = runtime.block_on(inrun::kubeconfig::connect_recording(
-        &inrun::kubeconfig::ConnectOptions {
-            kubeconfig: args.kubeconfig.clone(),
-            context: args.context.clone(),
-            request_timeout: Some(args.request_timeout),
-        },
+        &connect,
         Some(&metrics),
     ))?;
     let client = connection.client.clone();
