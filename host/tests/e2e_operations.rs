@@ -232,13 +232,19 @@ async fn metrics_move_with_reconciles_and_blueprint_matches_the_loaded_file() ->
     let text = webapp_blueprint(&group, "");
     let host = start(&text, generated(&text).await, true).await;
     let state = inrun::server::State::new(host.assembly.clone(), host.metrics.clone());
-    let router = inrun::server::probes(state.clone());
-    let console = inrun::server::console(state);
+    let router = inrun::server::probes(state.clone(), true);
+    let console = inrun::server::console(state.clone());
     let controller = format!("webapps.{group}");
 
     // The health port answers probes and scrapes, and shows nothing of the tenants: their
-    // endpoints, plugins and errors are on the console port (loopback by default).
-    for path in ["/", "/state", "/tenants", "/blueprint"] {
+    // endpoints, plugins and errors are on the console port (loopback by default). It
+    // serves the host's own Blueprint at /blueprint, as the console does, unless told not.
+    let (status, own) = call(&router, "/blueprint").await;
+    assert_eq!(status, 200);
+    assert_eq!(own, call(&console, "/blueprint").await.1);
+    let without = inrun::server::probes(state.clone(), false);
+    assert_eq!(call(&without, "/blueprint").await.0, 404);
+    for path in ["/", "/state", "/tenants"] {
         assert_eq!(
             call(&router, path).await.0,
             404,

@@ -405,6 +405,11 @@ pub struct RunArgs {
     /// endpoints and errors); 0 picks a free port.
     #[arg(long, env = "INRUN_CONSOLE_PORT", default_value_t = 8082)]
     pub console_port: u16,
+    /// Serve the host's own Blueprint (`--blueprint`, not tenants') at `/blueprint` on the
+    /// health port too; `--health-blueprint=false` keeps the health port to probes and
+    /// metrics.
+    #[arg(long, env = "INRUN_HEALTH_BLUEPRINT", default_value_t = true, action = clap::ArgAction::Set)]
+    pub health_blueprint: bool,
     /// Address the console port binds to: loopback unless the operator opens it.
     #[arg(long, env = "INRUN_CONSOLE_ADDRESS", default_value = "127.0.0.1")]
     pub console_address: std::net::IpAddr,

@@ -155,7 +155,7 @@ pub(super) fn run(
         let state = inrun::server::State::serving(fleet.clone(), metrics.clone());
         let (addr, server) = inrun::server::bind(
             std::net::SocketAddr::new(args.health_address, host.health_port),
-            inrun::server::probes(state.clone()),
+            inrun::server::probes(state.clone(), args.health_blueprint),
             rx.clone(),
         )
         .await?;

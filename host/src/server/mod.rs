@@ -37,6 +37,8 @@ pub trait Serving: Send + Sync {
     fn assemblies(&self) -> Vec<Arc<Assembly>>;
     /// Every tenant, with its plugins and any refused reload.
     fn tenants(&self) -> Vec<TenantView>;
+    /// The host's own Blueprint (`--blueprint`), not a tenant's.
+    fn own(&self) -> Option<Arc<Assembly>>;
 }
 
 /// One Blueprint fixed for the run.
@@ -49,6 +51,9 @@ impl Serving for Fixed {
     fn tenants(&self) -> Vec<TenantView> {
         Vec::new()
     }
+    fn own(&self) -> Option<Arc<Assembly>> {
+        Some(self.0.clone())
+    }
 }
 
 impl Serving for Fleet {
@@ -57,6 +62,9 @@ impl Serving for Fleet {
     }
     fn tenants(&self) -> Vec<TenantView> {
         self.views()
+    }
+    fn own(&self) -> Option<Arc<Assembly>> {
+        self.own_assembly()
     }
 }
 
@@ -110,9 +118,16 @@ pub enum ServeError {
     },
 }
 
-/// The health port's routes: probes and metrics, nothing about tenants.
-pub fn probes(state: State) -> Router {
-    Router::new()
+/// The health port's routes: probes, metrics and, with `blueprint`, the host's own
+/// Blueprint at `/blueprint` (what a console or script built to read `:healthPort/blueprint`
+/// reads); nothing about tenants, whose Blueprints are on the console port.
+pub fn probes(state: State, blueprint: bool) -> Router {
+    let router = if blueprint {
+        Router::new().route("/blueprint", get(own_blueprint))
+    } else {
+        Router::new()
+    };
+    router
         .route(
             "/healthz",
             get(|s: Extract<State>, q: RawQuery| probe(s, Probe::Liveness, None, q)),
@@ -213,6 +228,19 @@ async fn blueprint(Extract(state): Extract<State>) -> Response {
         }),
     };
     axum::Json(doc).into_response()
+}
+
+/// The host's own Blueprint, as `/blueprint` on the console shows one; 404 when the host
+/// serves only tenants.
+async fn own_blueprint(Extract(state): Extract<State>) -> Response {
+    match state.serving.own() {
+        Some(assembly) => axum::Json(blueprint::document(&assembly)).into_response(),
+        None => (
+            axum::http::StatusCode::NOT_FOUND,
+            "this host serves no Blueprint of its own (--blueprint); tenants' are on the console port\n",
+        )
+            .into_response(),
+    }
 }
 
 async fn tenants(Extract(state): Extract<State>) -> Response {

@@ -299,6 +299,17 @@ impl Fleet {
             .collect()
     }
 
+    /// The host's own Blueprint (`--blueprint`) as it serves; `None` when the host serves
+    /// only tenants, or before it loads.
+    pub fn own_assembly(&self) -> Option<Arc<Assembly>> {
+        let path = self.options.blueprint.as_ref()?;
+        let views = self.views.lock().unwrap_or_else(|p| p.into_inner());
+        views
+            .get(&TenantSource::File(path.clone()))?
+            .assembly
+            .clone()
+    }
+
     /// The runtime section of the host's own Blueprint (`--blueprint`), which alone sets
     /// host-wide settings such as the health port and leader election; `None` when the
     /// host serves only tenants.
