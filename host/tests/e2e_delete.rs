@@ -696,3 +696,67 @@ async fn deletion_waits_while_foreign_instances_of_a_managed_crd_exist() -> Test
     host.stop().await;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_orphan_on_delete_child_is_pruned_on_an_update_and_kept_when_its_cr_is_deleted()
+-> TestResult {
+    let group = unique_group("orphan-on-delete");
+    let kind = "Keeper";
+    // A string template: the `-extra` ConfigMap only while `spec.extra` is true; both
+    // say `orphan-on-delete`; pruning is on.
+    let text = blueprint(
+        &group,
+        kind,
+        "{}",
+        r#"      reconcile:
+        onReconcile:
+          - |
+            apiVersion: v1
+            kind: ConfigMap
+            metadata:
+              name: "{{ .metadata.name }}-data"
+              annotations: {inrun.dev/delete-policy: orphan-on-delete}
+            data: {a: b}
+            {% if .spec.extra %}
+            ---
+            apiVersion: v1
+            kind: ConfigMap
+            metadata:
+              name: "{{ .metadata.name }}-extra"
+              annotations: {inrun.dev/delete-policy: orphan-on-delete}
+            data: {a: b}
+            {% endif %}
+        managedResources: [{apiVersion: v1, kind: ConfigMap}]
+        prune: {enabled: true}
+"#,
+    );
+    let host = Host::start(&text).await;
+    let ns = ControlPlane::shared().namespace("orphan-on-delete").await?;
+    let ar = resource(&group, kind);
+    served(&ar).await;
+    apply_cr(&ar, &ns, &cr(&group, kind, "k", "{extra: true}")).await;
+    until_reconciled(&ar, &ns, "k").await;
+    for name in ["k-data", "k-extra"] {
+        eventually(name, || get(configmaps(), Some(&ns), name)).await;
+    }
+    // An update that drops `-extra` prunes it: orphan-on-delete keeps only on deletion.
+    apply_cr(&ar, &ns, &cr(&group, kind, "k", "{extra: false}")).await;
+    gone(&configmaps(), Some(&ns), "k-extra").await;
+    // Deleting the CR leaves `-data` in place, no longer owned.
+    delete_cr(&ar, &ns, "k").await;
+    gone(&ar, Some(&ns), "k").await;
+    let kept = get(configmaps(), Some(&ns), "k-data")
+        .await
+        .expect("the ConfigMap stays");
+    assert!(kept.metadata.deletion_timestamp.is_none());
+    assert!(
+        kept.metadata
+            .owner_references
+            .as_ref()
+            .is_none_or(Vec::is_empty),
+        "no longer owned: {:?}",
+        kept.metadata.owner_references
+    );
+    host.stop().await;
+    Ok(())
+}

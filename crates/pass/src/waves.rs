@@ -151,16 +151,41 @@ pub fn delete_stage(wave: i32, class: Class) -> (i32, u8) {
     (wave, 2 - class as u8)
 }
 
-/// Whether a delete policy annotation's value orphans the object.
+/// What happens to a child when it goes: its delete policy annotation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeletePolicy {
+    /// Deleted when the Result drops it and when the CR is deleted (the default).
+    Delete,
+    /// Left in place (and released) in both cases.
+    Orphan,
+    /// Deleted when the Result drops it (an update), left in place when the CR is deleted
+    /// (an uninstall): what an operator's CRDs or data want.
+    OrphanOnDelete,
+}
+
+impl DeletePolicy {
+    /// Whether the child stays when a later Result no longer holds it.
+    pub fn kept_on_prune(self) -> bool {
+        self == DeletePolicy::Orphan
+    }
+
+    /// Whether the child stays when its CR is deleted.
+    pub fn kept_on_delete(self) -> bool {
+        self != DeletePolicy::Delete
+    }
+}
+
+/// The delete policy an annotation's value names.
 ///
 /// # Errors
-/// A message when it is neither `delete` nor `orphan`.
-pub fn orphans(value: Option<&str>) -> Result<bool, String> {
+/// A message when it is none of `delete`, `orphan` and `orphan-on-delete`.
+pub fn delete_policy(value: Option<&str>) -> Result<DeletePolicy, String> {
     match value {
-        None | Some("delete") => Ok(false),
-        Some("orphan") => Ok(true),
+        None | Some("delete") => Ok(DeletePolicy::Delete),
+        Some("orphan") => Ok(DeletePolicy::Orphan),
+        Some("orphan-on-delete") => Ok(DeletePolicy::OrphanOnDelete),
         Some(other) => Err(format!(
-            "annotation {DELETE_POLICY} must be delete or orphan, not {other:?}"
+            "annotation {DELETE_POLICY} must be delete, orphan or orphan-on-delete, not {other:?}"
         )),
     }
 }
@@ -253,9 +278,14 @@ mod tests {
             wave(Some("first"), DELETE_ORDER),
             Err("annotation inrun.dev/delete-order must be an integer, not \"first\"".into())
         );
-        assert_eq!(orphans(None), Ok(false));
-        assert_eq!(orphans(Some("orphan")), Ok(true));
-        assert_eq!(orphans(Some("delete")), Ok(false));
-        assert!(orphans(Some("Orphan")).is_err());
+        assert_eq!(delete_policy(None), Ok(DeletePolicy::Delete));
+        assert_eq!(delete_policy(Some("delete")), Ok(DeletePolicy::Delete));
+        let orphan = delete_policy(Some("orphan")).expect("orphan");
+        assert!(orphan.kept_on_prune() && orphan.kept_on_delete());
+        let on_delete = delete_policy(Some("orphan-on-delete")).expect("orphan-on-delete");
+        assert!(!on_delete.kept_on_prune() && on_delete.kept_on_delete());
+        assert!(!DeletePolicy::Delete.kept_on_prune() && !DeletePolicy::Delete.kept_on_delete());
+        let bad = delete_policy(Some("Orphan")).unwrap_err();
+        assert!(bad.contains("delete, orphan or orphan-on-delete"), "{bad}");
     }
 }

@@ -187,7 +187,7 @@ pub async fn apply(
             waves::DELETE_ORDER,
         )
         .map_err(shape)?;
-        waves::orphans(waves::annotation(r, waves::DELETE_POLICY)).map_err(shape)?;
+        waves::delete_policy(waves::annotation(r, waves::DELETE_POLICY)).map_err(shape)?;
         let (api_version, kind) = (
             r["apiVersion"].as_str().unwrap_or_default(),
             r["kind"].as_str().unwrap_or_default(),
@@ -599,10 +599,22 @@ impl Listed {
             .map(String::as_str)
     }
 
-    /// Whether its delete policy leaves it in place (a value the host would not have
-    /// applied counts as `delete`).
+    /// Its delete policy (a value the host would not have applied counts as `delete`).
+    fn delete_policy(&self) -> waves::DeletePolicy {
+        waves::delete_policy(self.annotation(waves::DELETE_POLICY))
+            .unwrap_or(waves::DeletePolicy::Delete)
+    }
+
+    /// Whether its delete policy leaves it in place when its CR is deleted (`orphan`,
+    /// `orphan-on-delete`).
     pub fn orphans(&self) -> bool {
-        waves::orphans(self.annotation(waves::DELETE_POLICY)).unwrap_or(false)
+        self.delete_policy().kept_on_delete()
+    }
+
+    /// Whether its delete policy leaves it in place when a later Result drops it
+    /// (`orphan` only: `orphan-on-delete` is pruned on an update).
+    pub fn orphans_on_prune(&self) -> bool {
+        self.delete_policy().kept_on_prune()
     }
 
     /// Whether it is being deleted already.

@@ -18,7 +18,8 @@ const NAMED: usize = 3;
 
 /// Deletes children that `applied` no longer contains: only ones with the CR's owner label
 /// that the host applied, never kinds in `prune.keep`; instances of managed types first.
-/// A child whose delete policy says `orphan` is left in place instead, and a CRD or
+/// A child whose delete policy says `orphan` (not `orphan-on-delete`, which keeps it only
+/// when the CR is deleted) is left in place instead, and a CRD or
 /// APIService whose types have foreign instances is kept (said in [`Pruned::blocked`]).
 ///
 /// # Errors
@@ -47,7 +48,7 @@ pub async fn prune(
     let mut pruned = Pruned::default();
     let mut blocked = Vec::new();
     for child in &stale {
-        if child.orphans() {
+        if child.orphans_on_prune() {
             children::orphan(ctx, cr, child).await?;
             pruned.orphaned.push(child.key.clone());
             continue;
