@@ -305,6 +305,10 @@ pub struct RunArgs {
     /// Ceiling on any plugin's per-call deadline; a Blueprint asking for more is refused.
     #[arg(long, env = "INRUN_MAX_PLUGIN_DEADLINE", value_parser = parse_duration)]
     pub max_plugin_deadline: Option<std::time::Duration>,
+    /// Ceiling on any package call's deadline (`package.limits.deadline`): packages wait on
+    /// their backends, so hours are allowed; a Blueprint resource's stay within 30m.
+    #[arg(long, env = "INRUN_MAX_PACKAGE_DEADLINE", default_value = "6h", value_parser = parse_duration)]
+    pub max_package_deadline: std::time::Duration,
     /// Ceiling on any plugin's memory (e.g. `256Mi`).
     #[arg(long, env = "INRUN_MAX_PLUGIN_MEMORY", value_parser = parse_quantity)]
     pub max_plugin_memory: Option<usize>,

@@ -27,6 +27,7 @@ fn policy(args: &RunArgs) -> Policy {
         c.max_resources = args.max_plugin_resources.unwrap_or(c.max_resources);
     }
     policy.tenant_api_writes = args.tenant_api_writes;
+    policy.package_deadline = args.max_package_deadline;
     policy.tenant_size = inrun::assemble::TenantSize {
         crds: args.max_tenant_crds,
         plugins: args.max_tenant_plugins,

@@ -2,6 +2,7 @@
 
 use std::collections::HashMap;
 use std::path::Path;
+use std::time::Duration;
 
 use serde_json::Value;
 
@@ -174,7 +175,13 @@ fn reconciler(r: &mut Report<'_>, spec: &ReconcileSpec, at: &str) {
             package.pull_secret.as_ref(),
             &f,
         );
-        limits(r, &package.limits, &format!("{f}.limits"));
+        // Callbacks own their timeouts: a package may wait on its backend for hours.
+        limits_up_to(
+            r,
+            &package.limits,
+            &format!("{f}.limits"),
+            MAX_PACKAGE_CALL_TIME,
+        );
         super::capabilities::check(r, &package.capabilities, &format!("{f}.capabilities"));
         if package.capabilities.cluster.is_some() {
             r.add(
@@ -259,11 +266,22 @@ fn location(
 }
 
 fn limits(r: &mut Report<'_>, limits: &PluginLimits, at: &str) {
+    limits_up_to(r, limits, at, MAX_CALL_TIME);
+}
+
+/// The longest a package call may be given: a day.
+const MAX_PACKAGE_CALL_TIME: Duration = Duration::from_secs(24 * 3600);
+
+/// [`limits`], the deadline up to `max_deadline`.
+fn limits_up_to(r: &mut Report<'_>, limits: &PluginLimits, at: &str, max_deadline: Duration) {
     if let Some(deadline) = limits.deadline {
         r.check(
-            deadline <= MAX_CALL_TIME,
+            deadline <= max_deadline,
             format!("{at}.deadline"),
-            "must be at most 5m",
+            format!(
+                "must be at most {}",
+                inrun_contract::duration::format(max_deadline)
+            ),
         );
     }
     let sizes = [
@@ -606,6 +624,17 @@ mod tests {
                 format!("{AT}.constructor.limits.outputSize: must be between 1Ki and 64Mi"),
                 format!("{AT}.constructor.limits.resources: must be between 1 and 10000"),
             ]
+        );
+        // A package may wait on its backend for hours, not days.
+        let hours = super::super::tests::with_crds(&[
+            "{ group: demo.inrun.dev, version: v1, kind: WebApp, reconcile: { default: false, package: { location: ./p.wasm, limits: { deadline: 2h } } } }",
+        ]);
+        assert!(crate::from_str(&hours, "web.yaml").is_ok(), "{hours}");
+        assert_eq!(
+            reconcile(
+                "{ default: false, package: { location: ./p.wasm, limits: { deadline: 25h } } }"
+            ),
+            [format!("{AT}.package.limits.deadline: must be at most 24h")]
         );
     }
 

@@ -138,6 +138,9 @@ impl Default for TenantSize {
     }
 }
 
+/// [`Policy::package_deadline`]'s default: six hours.
+pub const DEFAULT_PACKAGE_CEILING: Duration = Duration::from_secs(6 * 3600);
+
 /// The operator's rules every Blueprint is held to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Policy {
@@ -148,6 +151,10 @@ pub struct Policy {
     /// The ceilings of Blueprint resources (tenants): [`Limits::tenant_ceilings`], or the
     /// operator's `--max-plugin-*` where set.
     pub tenant_ceilings: Limits,
+    /// The longest deadline a package call may be given (`inrun run
+    /// --max-package-deadline`): packages wait on backends, so hours, not the seconds of
+    /// a Request/Result call.
+    pub package_deadline: Duration,
     /// Writes a second a tenant (a `--tenants` file or a Blueprint resource, not the
     /// operator's `--blueprint`) may make to the API server; `0`: no limit.
     pub tenant_api_writes: u32,
@@ -177,6 +184,7 @@ impl Default for Policy {
             defaults: Limits::default(),
             ceilings: Limits::ceilings(),
             tenant_ceilings: Limits::tenant_ceilings(),
+            package_deadline: DEFAULT_PACKAGE_CEILING,
             tenant_api_writes: 0,
             tenant_size: TenantSize::default(),
             local_plugins: true,
@@ -760,10 +768,17 @@ impl Builder<'_> {
             ReconcilerKind::Package => {
                 let spec = r.package.as_ref()?;
                 let at_package = format!("{at}.package");
-                let mut limits = self.plugin_limits(&at_package, &spec.limits);
+                // Package calls have a ceiling of their own (hours): callbacks own their
+                // timeouts.
+                let mut policy = self.policy.clone();
+                policy.ceilings.deadline = self.policy.package_deadline;
+                let (mut limits, over) = limits_within(&spec.limits, &policy);
+                for (name, why) in over {
+                    self.problem(format!("{at_package}.limits.{name}"), why);
+                }
                 if spec.limits.deadline.is_none() {
                     limits.deadline =
-                        crate::package::DEFAULT_DEADLINE.min(self.policy.ceilings.deadline);
+                        crate::package::DEFAULT_DEADLINE.min(self.policy.package_deadline);
                 }
                 let grants = self.plugin_grants(&at_package, &spec.capabilities);
                 let slot = self.slot(&at_package)?;
@@ -866,6 +881,7 @@ mod tests {
                 max_resources: 10,
             },
             tenant_ceilings: Limits::tenant_ceilings(),
+            package_deadline: DEFAULT_PACKAGE_CEILING,
             tenant_api_writes: 0,
             tenant_size: TenantSize::default(),
             local_plugins: true,
@@ -929,5 +945,44 @@ mod tests {
             "{err}"
         );
         assert!(err.contains("t.yaml"), "{err}");
+    }
+
+    #[test]
+    fn a_package_call_may_be_given_hours_up_to_the_package_ceiling() {
+        let text = "apiVersion: inrun.dev/v1alpha1\nkind: Blueprint\nmetadata: { name: t }\nspec:\n  crds:\n    - group: t.inrun.dev\n      version: v1\n      kind: Thing\n      reconcile:\n        default: false\n        package: { location: ./missing.wasm, limits: { deadline: 2h } }\n";
+        let build = |policy: Policy| {
+            let bp = inrun_blueprint::from_str(text, "t.yaml").expect("blueprint");
+            let engine = Engine::new(inrun_wasm::EngineSettings {
+                pooling: false,
+                ..Default::default()
+            })
+            .expect("engine");
+            let services = Services::offline();
+            let plugins = PluginSet::new(engine, services.sources.clone());
+            let cx = BuildContext {
+                plugins: &plugins,
+                services: &services,
+                policy: &policy,
+            };
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime")
+                .block_on(Assembly::build(bp, cx))
+                .err()
+                .expect("refused: the plugin is missing")
+                .to_string()
+        };
+        // Far past the plugins' 5m ceiling, within the packages' 6h: only the missing file.
+        let err = build(Policy::default());
+        assert!(!err.contains("deadline"), "{err}");
+        let err = build(Policy {
+            package_deadline: Duration::from_secs(3600),
+            ..Policy::default()
+        });
+        assert!(
+            err.contains("spec.crds[0].reconcile.package.limits.deadline: 2h exceeds the host's ceiling of 1h"),
+            "{err}"
+        );
     }
 }

@@ -46,6 +46,10 @@ use inrun_reconcilers::plugins::{Change, PluginSet, SlotStatus};
 use inrun_reconcilers::sources::Location;
 use inrun_wasm::Engine;
 
+/// The longest a Blueprint resource's package call may take, whatever
+/// `--max-package-deadline` says: thirty minutes.
+const TENANT_PACKAGE_CEILING: Duration = Duration::from_secs(30 * 60);
+
 /// How the fleet finds its tenants and treats them.
 #[derive(Debug, Clone)]
 pub struct FleetOptions {
@@ -359,6 +363,8 @@ impl Fleet {
             policy.local_plugins = false;
             policy.foreign_secrets = false;
             policy.ceilings = policy.tenant_ceilings;
+            // A tenant's package call holds one of its call slots while it waits.
+            policy.package_deadline = policy.package_deadline.min(TENANT_PACKAGE_CEILING);
             policy.capabilities = self.options.resource_capabilities;
             // No list: a Blueprint resource calls out nowhere.
             policy.egress = Some(self.options.tenant_egress.clone().unwrap_or_else(|| {
