@@ -46,42 +46,14 @@ async fn the_named_context_is_the_one_used_and_an_unknown_one_is_refused_by_name
     assert_eq!(err.to_string(), "kubeconfig context \"nope\"");
 
     // The command says the same and stops before doing anything.
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_inrun"))
-        .args(["run", "--blueprint"])
-        .arg(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../deploy/examples/declarative/blueprint.yaml"
-        ))
-        .arg("--kubeconfig")
-        .arg(ControlPlane::shared().kubeconfig())
-        .args([
-            "--context",
-            "nope",
-            "--console-port",
-            "0",
-            "--health-port",
-            "0",
-        ])
-        .stdin(std::process::Stdio::null())
-        .output()?;
+    let out = inrun_run(&["--context", "nope"])?;
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(stderr.contains("kubeconfig context \"nope\""), "{stderr}");
 
     // No context named, two in the kubeconfig, no in-cluster credentials: `inrun run` does
     // not guess the cluster from the current context; it names the choices and stops.
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_inrun"))
-        .args(["run", "--blueprint"])
-        .arg(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../deploy/examples/declarative/blueprint.yaml"
-        ))
-        .arg("--kubeconfig")
-        .arg(ControlPlane::shared().kubeconfig())
-        .args(["--console-port", "0", "--health-port", "0"])
-        .env_remove("KUBERNETES_SERVICE_HOST")
-        .stdin(std::process::Stdio::null())
-        .output()?;
+    let out = inrun_run(&[])?;
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(
@@ -91,6 +63,24 @@ async fn the_named_context_is_the_one_used_and_an_unknown_one_is_refused_by_name
         "{stderr}"
     );
     Ok(())
+}
+
+/// `inrun run` of the declarative example on the harness's kubeconfig (two contexts), out
+/// of any cluster, with `args`; its output once it stopped.
+fn inrun_run(args: &[&str]) -> std::io::Result<std::process::Output> {
+    std::process::Command::new(env!("CARGO_BIN_EXE_inrun"))
+        .args(["run", "--blueprint"])
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../deploy/examples/declarative/blueprint.yaml"
+        ))
+        .arg("--kubeconfig")
+        .arg(ControlPlane::shared().kubeconfig())
+        .args(["--console-port", "0", "--health-port", "0"])
+        .args(args)
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .stdin(std::process::Stdio::null())
+        .output()
 }
 
 /// A token for ServiceAccount `sa` in `ns`, bound to the Secret `secret` (it stops being

@@ -864,18 +864,9 @@ async fn blueprint_resources_that_name_no_identity_each_act_as_their_own() {
     )
     .await;
     host.expect_forbidden();
-    support::served(&blueprint_resource()).await;
-    let api: Api<DynamicObject> = Api::all_with(client(), &blueprint_resource());
     for (name, text) in [(&a, &text_a), (&b, &text_b)] {
-        let mut doc: serde_json::Value = serde_yaml_ng::from_str(text).expect("yaml");
-        doc["metadata"]["name"] = name.as_str().into();
-        api.patch(
-            name,
-            &PatchParams::apply("e2e-test").force(),
-            &Patch::Apply(&doc),
-        )
-        .await
-        .expect("apply Blueprint");
+        let doc = serde_yaml_ng::from_str(text).expect("yaml");
+        support::put_blueprint_resource(name, doc).await;
     }
     // Before its ServiceAccount exists (and admits it by uid), a Blueprint acts as nobody.
     let (status, reason, message) = eventually("A's verdict", || accepted(&a)).await;
@@ -940,17 +931,9 @@ async fn blueprint_resources_that_name_no_identity_each_act_as_their_own() {
         namespace: team_a.clone(),
         name: "tenant".into(),
     };
-    let mut doc: serde_json::Value =
-        serde_yaml_ng::from_str(&identity_tenant(&format!("c.{group}"), Some(&elsewhere)))
-            .expect("yaml");
-    doc["metadata"]["name"] = c.as_str().into();
-    api.patch(
-        &c,
-        &PatchParams::apply("e2e-test").force(),
-        &Patch::Apply(&doc),
-    )
-    .await
-    .expect("apply Blueprint");
+    let doc = serde_yaml_ng::from_str(&identity_tenant(&format!("c.{group}"), Some(&elsewhere)))
+        .expect("yaml");
+    support::put_blueprint_resource(&c, doc).await;
     let (status, reason, message) = eventually("C's verdict", || accepted(&c)).await;
     assert_eq!((status.as_str(), reason.as_str()), ("False", "NoIdentity"));
     assert!(

@@ -762,25 +762,31 @@ async fn ensure_tenant_accounts(client: &Client) {
         .expect("the tenants' binding");
 }
 
+/// Server-side applies the Blueprint resource `doc` as `name`, as it is (no ServiceAccount
+/// made for it); what the API server holds then.
+pub async fn put_blueprint_resource(name: &str, mut doc: Value) -> DynamicObject {
+    let blueprints = inrun::fleet::blueprint_resource();
+    served(&blueprints).await;
+    doc["metadata"]["name"] = name.into();
+    let api: Api<DynamicObject> = Api::all_with(client(), &blueprints);
+    api.patch(
+        name,
+        &PatchParams::apply("e2e-test").force(),
+        &Patch::Apply(&doc),
+    )
+    .await
+    .expect("apply Blueprint")
+}
+
 /// Server-side applies the Blueprint resource `doc` as `name`. One that names no
 /// `spec.serviceAccount` acts as its own in [`TENANTS_NAMESPACE`] (on a fleet with
 /// [`FleetHost::options`]'s default): that ServiceAccount is created admitting it by uid,
 /// and, when a fleet serves Blueprint resources, this waits until the fleet has read that
 /// consent (its verdict no longer "no identity" for that ServiceAccount).
-pub async fn apply_blueprint_resource(name: &str, mut doc: Value) {
-    let blueprints = inrun::fleet::blueprint_resource();
-    served(&blueprints).await;
-    doc["metadata"]["name"] = name.into();
-    let api: Api<DynamicObject> = Api::all_with(client(), &blueprints);
-    let applied = api
-        .patch(
-            name,
-            &PatchParams::apply("e2e-test").force(),
-            &Patch::Apply(&doc),
-        )
-        .await
-        .expect("apply Blueprint");
-    if !doc["spec"]["serviceAccount"].is_null() {
+pub async fn apply_blueprint_resource(name: &str, doc: Value) {
+    let names_one = !doc["spec"]["serviceAccount"].is_null();
+    let applied = put_blueprint_resource(name, doc).await;
+    if names_one {
         return;
     }
     let uid = applied.metadata.uid.expect("uid");
@@ -804,6 +810,7 @@ pub async fn apply_blueprint_resource(name: &str, mut doc: Value) {
         return;
     }
     let derived = format!("{TENANTS_NAMESPACE}/{name}");
+    let api: Api<DynamicObject> = Api::all_with(client(), &inrun::fleet::blueprint_resource());
     eventually(&format!("Blueprint {name} to be admitted"), || async {
         let obj = api.get_opt(name).await.ok()??;
         let conditions = obj.data.pointer("/status/conditions")?.as_array()?.clone();

@@ -914,9 +914,8 @@ mod tests {
         assert_eq!(limits.memory_bytes, 2 << 30);
     }
 
-    #[test]
-    fn a_blueprint_over_a_ceiling_is_refused_with_the_field_named() {
-        let text = "apiVersion: inrun.dev/v1alpha1\nkind: Blueprint\nmetadata: { name: t }\nspec:\n  crds:\n    - group: t.inrun.dev\n      version: v1\n      kind: Thing\n      reconcile:\n        default: false\n        constructor: { location: ./missing.wasm, limits: { deadline: 30s } }\n";
+    /// Why the Blueprint `text` is refused under `policy`, assembled offline.
+    fn refusal(text: &str, policy: &Policy) -> String {
         let bp = inrun_blueprint::from_str(text, "t.yaml").expect("blueprint");
         let engine = Engine::new(inrun_wasm::EngineSettings {
             pooling: false,
@@ -925,21 +924,27 @@ mod tests {
         .expect("engine");
         let services = Services::offline();
         let plugins = PluginSet::new(engine, services.sources.clone());
-        let mut policy = Policy::default();
-        policy.ceilings.deadline = Duration::from_secs(5);
         let cx = BuildContext {
             plugins: &plugins,
             services: &services,
-            policy: &policy,
+            policy,
         };
-        let err = tokio::runtime::Builder::new_current_thread()
+        tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .expect("runtime")
             .block_on(Assembly::build(bp, cx))
             .err()
             .expect("refused")
-            .to_string();
+            .to_string()
+    }
+
+    #[test]
+    fn a_blueprint_over_a_ceiling_is_refused_with_the_field_named() {
+        let text = "apiVersion: inrun.dev/v1alpha1\nkind: Blueprint\nmetadata: { name: t }\nspec:\n  crds:\n    - group: t.inrun.dev\n      version: v1\n      kind: Thing\n      reconcile:\n        default: false\n        constructor: { location: ./missing.wasm, limits: { deadline: 30s } }\n";
+        let mut policy = Policy::default();
+        policy.ceilings.deadline = Duration::from_secs(5);
+        let err = refusal(text, &policy);
         assert!(
             err.contains("spec.crds[0].reconcile.constructor.limits.deadline: 30s exceeds the host's ceiling of 5s"),
             "{err}"
@@ -950,36 +955,16 @@ mod tests {
     #[test]
     fn a_package_call_may_be_given_hours_up_to_the_package_ceiling() {
         let text = "apiVersion: inrun.dev/v1alpha1\nkind: Blueprint\nmetadata: { name: t }\nspec:\n  crds:\n    - group: t.inrun.dev\n      version: v1\n      kind: Thing\n      reconcile:\n        default: false\n        package: { location: ./missing.wasm, limits: { deadline: 2h } }\n";
-        let build = |policy: Policy| {
-            let bp = inrun_blueprint::from_str(text, "t.yaml").expect("blueprint");
-            let engine = Engine::new(inrun_wasm::EngineSettings {
-                pooling: false,
-                ..Default::default()
-            })
-            .expect("engine");
-            let services = Services::offline();
-            let plugins = PluginSet::new(engine, services.sources.clone());
-            let cx = BuildContext {
-                plugins: &plugins,
-                services: &services,
-                policy: &policy,
-            };
-            tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("runtime")
-                .block_on(Assembly::build(bp, cx))
-                .err()
-                .expect("refused: the plugin is missing")
-                .to_string()
-        };
         // Far past the plugins' 5m ceiling, within the packages' 6h: only the missing file.
-        let err = build(Policy::default());
+        let err = refusal(text, &Policy::default());
         assert!(!err.contains("deadline"), "{err}");
-        let err = build(Policy {
-            package_deadline: Duration::from_secs(3600),
-            ..Policy::default()
-        });
+        let err = refusal(
+            text,
+            &Policy {
+                package_deadline: Duration::from_secs(3600),
+                ..Policy::default()
+            },
+        );
         assert!(
             err.contains("spec.crds[0].reconcile.package.limits.deadline: 2h exceeds the host's ceiling of 1h"),
             "{err}"
