@@ -167,6 +167,21 @@ async fn apply_blueprint(name: &str, text: &str) {
     support::apply_blueprint_resource(name, doc).await;
 }
 
+/// Waits until the Blueprint resource `name` is accepted, and checks it says `Serving`.
+async fn serving(what: &str, name: &str) {
+    let (status, reason, message) = eventually(what, || async {
+        accepted(name)
+            .await
+            .filter(|(status, _, _)| status == "True")
+    })
+    .await;
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("True", "Serving"),
+        "{message}"
+    );
+}
+
 /// The `Accepted` condition of a Blueprint resource: (status, reason, message).
 async fn accepted(name: &str) -> Option<(String, String, String)> {
     let obj = get(blueprint_resource(), None, name).await?;
@@ -616,17 +631,7 @@ async fn a_blueprint_resource_acts_as_its_service_account_and_rbac_fences_what_i
     assert!(message.contains("by name only"), "{message}");
     // Admitted by uid: served, at the next check, without touching the Blueprint.
     admit(&team_a, "tenant", &[&fenced_bp]).await;
-    let (status, reason, message) = eventually("the tenant to be accepted", || async {
-        accepted(&fenced_bp)
-            .await
-            .filter(|(status, _, _)| status == "True")
-    })
-    .await;
-    assert_eq!(
-        (status.as_str(), reason.as_str()),
-        ("True", "Serving"),
-        "{message}"
-    );
+    serving("the tenant to be accepted", &fenced_bp).await;
 
     // In its own namespace it reconciles, as the ServiceAccount.
     let fenced = resource(&group, "Fenced");
@@ -737,17 +742,7 @@ async fn a_blueprint_resource_acts_as_its_service_account_and_rbac_fences_what_i
         },
     ))
     .await;
-    let (status, reason, message) = eventually("the mended tenant to serve", || async {
-        accepted(&nobody_bp)
-            .await
-            .filter(|(status, _, _)| status == "True")
-    })
-    .await;
-    assert_eq!(
-        (status.as_str(), reason.as_str()),
-        ("True", "Serving"),
-        "{message}"
-    );
+    serving("the mended tenant to serve", &nobody_bp).await;
     // Consent withdrawn (the annotation no longer lists it): the serving tenant stops at the
     // next check, refused; admitted again, it serves again.
     admit(&team_a, "tenant", &[]).await;
@@ -764,12 +759,7 @@ async fn a_blueprint_resource_acts_as_its_service_account_and_rbac_fences_what_i
         "its controllers stopped"
     );
     admit(&team_a, "tenant", &[&fenced_bp]).await;
-    eventually("the tenant to serve again", || async {
-        accepted(&fenced_bp)
-            .await
-            .filter(|(status, _, _)| status == "True")
-    })
-    .await;
+    serving("the tenant to serve again", &fenced_bp).await;
 
     // The Blueprint deleted and created again by someone else under the same name: the
     // consent was for the one deleted, so the new one is refused.
@@ -884,12 +874,7 @@ async fn blueprint_resources_that_name_no_identity_each_act_as_their_own() {
         admit(&sa.namespace, &sa.name, &[name]).await;
     }
     for name in [&a, &b] {
-        eventually(&format!("{name} to serve"), || async {
-            accepted(name)
-                .await
-                .filter(|(status, _, _)| status == "True")
-        })
-        .await;
+        serving(&format!("{name} to serve"), name).await;
     }
     // Each writes in its own namespace, as its own ServiceAccount.
     let (fenced_a, fenced_b) = (resource(&group_a, "Fenced"), resource(&group_b, "Fenced"));
@@ -990,17 +975,7 @@ async fn a_tenant_draining_a_changed_controller_holds_up_no_other_tenants_load()
     // Meanwhile tenant B loads and serves.
     let other = unique_group("drain-quick");
     apply_blueprint(&quick, &declarative(&other, "Quick")).await;
-    let (status, reason, message) = eventually("B to serve", || async {
-        accepted(&quick)
-            .await
-            .filter(|(status, _, _)| status == "True")
-    })
-    .await;
-    assert_eq!(
-        (status.as_str(), reason.as_str()),
-        ("True", "Serving"),
-        "{message}"
-    );
+    serving("B to serve", &quick).await;
     // ... while A still drains: its reload has not finished, its reconcile still runs.
     let a = host.tenant(&slow).expect("A's tenant");
     assert_eq!(
