@@ -822,3 +822,70 @@ async fn a_typed_status_schema_keeps_what_the_package_steps_store_in_status() ->
     host.stop().await;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_package_cr_is_gated_and_checked_by_namespace_and_rules_before_any_call() -> TestResult {
+    let backend = Backend::default();
+    let port = backend.start().await;
+    let group = unique_group("pkg-rules");
+    let allowed = ControlPlane::shared().namespace("pkg-rules").await?;
+    let other = ControlPlane::shared().namespace("pkg-elsewhere").await?;
+    // Served only in `allowed`; held until `spec.go`; `spec.config.size` under 10.
+    let text = blueprint(&group, port).replace(
+        "      kind: Thing\n",
+        &format!(
+            "      kind: Thing\n      namespaces: {{include: [{allowed}]}}\n      preReconcile: [{{name: go, when: \"{{{{ .spec.go }}}}\", message: waiting for go}}]\n      validation: [{{rule: \"{{{{ .spec.config.size < 10 }}}}\", message: size must be under 10}}]\n"
+        ),
+    );
+    let host = Host::start(&text).await;
+    let ar = resource(&group, "Thing");
+    served(&ar).await;
+    // In a namespace the CRD does not serve: Invalid, and the backend never hears of it.
+    apply_cr(
+        &ar,
+        &other,
+        &thing_cr(&group, "away", "go: true", port, "size: 1"),
+    )
+    .await;
+    let cr = wait_reason(&ar, &other, "away", "Invalid").await;
+    let (_, _, message, _) = condition(&cr, "Ready").expect("Ready");
+    assert!(message.contains(&other), "{message}");
+    // Held by the gate until `go`, then converged.
+    apply_cr(
+        &ar,
+        &allowed,
+        &thing_cr(&group, "held", "go: false", port, "size: 1"),
+    )
+    .await;
+    let cr = wait_reason(&ar, &allowed, "held", "Gated").await;
+    assert_eq!(condition(&cr, "Ready").expect("Ready").2, "waiting for go");
+    // Breaking a validation rule: Invalid with the rule's message.
+    apply_cr(
+        &ar,
+        &allowed,
+        &thing_cr(&group, "big", "go: true", port, "size: 20"),
+    )
+    .await;
+    let cr = wait_reason(&ar, &allowed, "big", "Invalid").await;
+    assert!(
+        condition(&cr, "Ready")
+            .expect("Ready")
+            .2
+            .contains("size must be under 10"),
+        "{:?}",
+        condition(&cr, "Ready")
+    );
+    assert!(
+        backend.calls("PUT").is_empty() && backend.calls("GET").is_empty(),
+        "no call for a CR held back"
+    );
+    patch_cr(&ar, &allowed, "held", json!({"spec": {"go": true}})).await;
+    wait_ready(&ar, &allowed, "held").await;
+    assert_eq!(
+        backend.calls("PUT").len(),
+        1,
+        "converged once, once let through"
+    );
+    host.stop().await;
+    Ok(())
+}

@@ -448,6 +448,38 @@ pub async fn refuse(p: Pass<'_>, fx: &mut dyn Effects, message: String) -> Resul
     Ok(Done::default())
 }
 
+/// Step 1, the gate: `Some` when a `preReconcile` condition holds the CR back (held, to be
+/// checked again) and nothing else is to run.
+async fn gate(p: Pass<'_>, fx: &mut dyn Effects, tctx: &Context) -> Result<Option<Done>, Failure> {
+    match p.crd.gate(tctx) {
+        Ok(None) => Ok(None),
+        Ok(Some(message)) => {
+            hold(p, fx, tctx, Reason::Gated, message).await?;
+            Ok(Some(Done::after(GATE_RECHECK)))
+        }
+        Err(e) => Err(failed(p, fx, tctx, e.into()).await),
+    }
+}
+
+/// The gate, then the namespace and validation rules, for a CR whose next steps are not
+/// the Request/Result ones (a package's): `Some` when the CR is held and nothing else is
+/// to run. Whatever the reconciler, these happen on every reconcile.
+///
+/// # Errors
+/// [`Failure`] when the gate cannot be evaluated or the status cannot be written.
+pub async fn held_back(p: Pass<'_>, fx: &mut dyn Effects) -> Result<Option<Done>, Failure> {
+    let tctx = Context::new(p.object);
+    if let Some(done) = gate(p, fx, &tctx).await? {
+        return Ok(Some(done));
+    }
+    if let Err(e) = p.crd.validate(p.object, &tctx) {
+        let message = inrun_contract::errors::chain(&e);
+        hold(p, fx, &tctx, Reason::Invalid, message).await?;
+        return Ok(Some(Done::default()));
+    }
+    Ok(None)
+}
+
 /// The steps for a CR that is not being deleted.
 async fn reconcile(p: Pass<'_>, fx: &mut dyn Effects) -> Result<Done, Failure> {
     let (crd, object) = (p.crd, p.object);
@@ -455,13 +487,8 @@ async fn reconcile(p: Pass<'_>, fx: &mut dyn Effects) -> Result<Done, Failure> {
     let tctx = Context::new(object).with_target(target.as_deref());
 
     // 1. Gate.
-    match crd.gate(&tctx) {
-        Ok(None) => {}
-        Ok(Some(message)) => {
-            hold(p, fx, &tctx, Reason::Gated, message).await?;
-            return Ok(Done::after(GATE_RECHECK));
-        }
-        Err(e) => return Err(failed(p, fx, &tctx, e.into()).await),
+    if let Some(done) = gate(p, fx, &tctx).await? {
+        return Ok(done);
     }
 
     // 2. Prepare: the serve target, namespace and validation rules, then the Request.

@@ -547,6 +547,11 @@ pub async fn run(
         .object
         .pointer("/metadata/deletionTimestamp")
         .is_some_and(|t| !t.is_null());
+    // The gate, namespace rules and validation, as for any CR: a package CR they hold back
+    // makes no call at all.
+    if !deleting && let Some(done) = super::held_back(p, fx).await? {
+        return Ok(done);
+    }
     let mut run = Run {
         p,
         fx,
