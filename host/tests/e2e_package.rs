@@ -889,3 +889,42 @@ async fn a_package_cr_is_gated_and_checked_by_namespace_and_rules_before_any_cal
     host.stop().await;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_a_package_cr_deletes_what_was_created_not_what_its_spec_names_now() -> TestResult
+{
+    let backend = Backend::default();
+    let port = backend.start().await;
+    let group = unique_group("pkg-moved");
+    let host = Host::start(&blueprint(&group, port)).await;
+    let ns = ControlPlane::shared().namespace("pkg-moved").await?;
+    let ar = resource(&group, "Thing");
+    served(&ar).await;
+    let spec = "deletionPolicy: Delete";
+    apply_cr(&ar, &ns, &thing_cr(&group, "one", spec, port, "size: 1")).await;
+    wait_ready(&ar, &ns, "one").await;
+    // The spec now names another backend (its boundary): refused, nothing converged there.
+    let moved = thing_cr(&group, "one", spec, port + 1, "size: 1");
+    apply_cr(&ar, &ns, &moved).await;
+    wait_reason(&ar, &ns, "one", "IdentityChanged").await;
+    // Deleted so: nothing is deleted anywhere, the CR says why and stays.
+    let api: Api<DynamicObject> = Api::namespaced_with(client(), &ns, &ar);
+    api.delete("one", &DeleteParams::default()).await?;
+    let note = event(&ns, "one", "DeletionBlocked").await;
+    assert!(note.contains("its boundary changed"), "{note}");
+    assert!(backend.calls("DELETE").is_empty(), "nothing deleted");
+    assert!(
+        get(&ar, Some(&ns), "one").await.is_some(),
+        "held by its finalizer"
+    );
+    // Restored: what was created is deleted, and the CR goes.
+    apply_cr(&ar, &ns, &thing_cr(&group, "one", spec, port, "size: 1")).await;
+    eventually("the CR to be gone", || async {
+        get(&ar, Some(&ns), "one").await.is_none().then_some(())
+    })
+    .await;
+    assert_eq!(backend.calls("DELETE").len(), 1);
+    assert_eq!(backend.thing(&format!("{ns}--one")), None);
+    host.stop().await;
+    Ok(())
+}

@@ -305,6 +305,23 @@ impl Stored {
         }
     }
 
+    /// Which part of the identity `now` changes against this stored one, if any: the state,
+    /// the boundary or the profile (a part not stored yet changes nothing).
+    fn changed(&self, now: &Stored) -> Option<&'static str> {
+        self.identity.as_ref()?;
+        let differs =
+            |stored: &Option<String>, now: &Option<String>| stored.is_some() && stored != now;
+        if differs(&self.identity, &now.identity) {
+            Some("state")
+        } else if differs(&self.boundary, &now.boundary) {
+            Some("boundary")
+        } else if differs(&self.profile, &now.profile) {
+            Some("profile")
+        } else {
+            None
+        }
+    }
+
     fn from(id: &Identity) -> Self {
         Stored {
             profile: Some(id.profile.clone()),
@@ -628,10 +645,11 @@ impl Run<'_, '_> {
             }
         };
         let now = Stored::from(&identity);
-        if self.stored.identity.is_some() && self.stored.identity != now.identity {
+        if let Some(part) = self.stored.changed(&now) {
             tracing::warn!(
                 stored = self.stored.identity.as_deref().unwrap_or_default(),
                 now = now.identity.as_deref().unwrap_or_default(),
+                part,
                 "the spec now identifies other infrastructure than the CR was created for"
             );
             let c = Conditions::new(
@@ -644,7 +662,9 @@ impl Run<'_, '_> {
                 .end(
                     &c,
                     Reason::Invalid,
-                    "IdentityChanged: the spec identifies other infrastructure than the CR was created for",
+                    &format!(
+                        "IdentityChanged: the spec identifies other infrastructure than the CR was created for (its {part} changed)"
+                    ),
                     Done::default(),
                 )
                 .await;
@@ -765,6 +785,36 @@ impl Run<'_, '_> {
                 .await;
         }
         let opts = options(&self.p, common, Event::Deleting);
+        // What is deleted is what was created: a spec that names something else now (an
+        // edit refused as IdentityChanged) deletes nothing until it is restored.
+        if self.stored.identity.is_some() {
+            let identity = match self.pkg.identity(&opts).await {
+                Ok(id) => id,
+                Err(detail) => {
+                    return self
+                        .failed("IdentityFailed", "resolving the identity failed", detail)
+                        .await;
+                }
+            };
+            if let Some(part) = self.stored.changed(&Stored::from(&identity)) {
+                let c = Conditions::new(
+                    false,
+                    false,
+                    "IdentityChanged",
+                    "deletion refused: the spec now identifies other infrastructure than the CR was created for; restore the spec to delete what was created, or set deletionPolicy: Retain to leave it",
+                );
+                return self
+                    .end(
+                        &c,
+                        Reason::DeletionBlocked,
+                        &format!(
+                            "IdentityChanged: deletion refused, the spec identifies other infrastructure than the CR was created for (its {part} changed)"
+                        ),
+                        Done::default(),
+                    )
+                    .await;
+            }
+        }
         let seen = match self.observe(&opts).await? {
             Ok(o) => o,
             Err(done) => return Ok(done),

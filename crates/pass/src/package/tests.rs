@@ -15,6 +15,7 @@ struct Script {
     converge: Result<Workflow, String>,
     validation: Vec<String>,
     zone: Option<String>,
+    boundary: String,
     calls: Mutex<Vec<String>>,
 }
 
@@ -25,6 +26,7 @@ impl Script {
             converge: Ok(Workflow::completed()),
             validation: Vec::new(),
             zone: None,
+            boundary: "acct".into(),
             calls: Mutex::default(),
         }
     }
@@ -50,7 +52,7 @@ impl Infrastructure for Script {
     async fn identity(&self, opts: &Options) -> Result<Identity, String> {
         self.note("identity", opts);
         Ok(Identity {
-            boundary: "acct".into(),
+            boundary: self.boundary.clone(),
             profile: opts.profile.clone(),
             state: vec![Some(opts.name.clone()), self.zone.clone()],
         })
@@ -337,6 +339,47 @@ fn an_identity_that_changes_is_refused_before_any_effect() {
     pass(&object, &pkg, &mut fx).expect("pass");
     assert_eq!(pkg.calls(), ["validate changed", "identity changed"]);
     assert_eq!(ready(&after(&object, &fx)).1, "IdentityChanged");
+    // Another boundary (account, region) is other infrastructure too.
+    let mut pkg = Script::new(&[ABSENT]);
+    pkg.boundary = "other-acct".into();
+    let mut fx = Recorder::new(Some("ns".into()));
+    pass(&object, &pkg, &mut fx).expect("pass");
+    assert_eq!(ready(&after(&object, &fx)).1, "IdentityChanged");
+    assert!(
+        fx.events
+            .iter()
+            .any(|(_, n)| n.contains("its boundary changed")),
+        "{:?}",
+        fx.events
+    );
+}
+
+#[test]
+fn a_deletion_acts_on_what_was_created_not_on_what_the_spec_names_now() {
+    // The spec was edited to name other infrastructure (refused as IdentityChanged), then
+    // the CR deleted: nothing is deleted, the CR says why and keeps its finalizer.
+    let object = deleting("Delete");
+    let mut pkg = Script::new(&[READY, ABSENT]);
+    pkg.zone = Some("elsewhere".into());
+    let mut fx = Recorder::new(Some("ns".into()));
+    pass(&object, &pkg, &mut fx).expect("pass");
+    assert_eq!(pkg.calls(), ["identity deleting"]);
+    assert_eq!(ready(&after(&object, &fx)).1, "IdentityChanged");
+    assert!(fx.events.iter().any(|(r, _)| *r == Reason::DeletionBlocked));
+    assert!(fx.metadata_of(meta::FINALIZER_MANAGER).is_none());
+    // Restored, it deletes what was created.
+    let pkg = Script::new(&[READY, ABSENT]);
+    let mut fx = Recorder::new(Some("ns".into()));
+    pass(&object, &pkg, &mut fx).expect("pass");
+    assert_eq!(
+        pkg.calls(),
+        [
+            "identity deleting",
+            "observe deleting",
+            "delete deleting",
+            "observe deleting"
+        ]
+    );
 }
 
 fn deleting(policy: &str) -> Value {
@@ -368,7 +411,12 @@ fn delete_runs_suspended_observes_absence_and_honours_prevent_destroy() {
     pass(&object, &pkg, &mut fx).expect("pass");
     assert_eq!(
         pkg.calls(),
-        ["observe deleting", "delete deleting", "observe deleting"]
+        [
+            "identity deleting",
+            "observe deleting",
+            "delete deleting",
+            "observe deleting"
+        ]
     );
     assert!(
         fx.steps
