@@ -587,3 +587,55 @@ fn every_reason_of_the_hosts_events_is_one_a_reconciler_may_not_take() {
     let hosts: Vec<&str> = Reason::ALL.iter().map(|r| r.as_str()).collect();
     assert_eq!(hosts, inrun_contract::HOST_EVENT_REASONS);
 }
+
+#[test]
+fn the_gate_never_holds_a_cr_being_deleted() {
+    let gate = "      preReconcile:\n        - {name: ready, when: \"{{ .spec.go }}\", message: waiting for go}\n";
+    let a = assembly(gate, "");
+    let mut object = cr(json!({"go": false}));
+    deleting(&mut object);
+    let mut fx = Recorder::new(Some("ns".into()));
+    let done = run_pass(&a, &object, &mut fx).expect("pass");
+    assert_eq!(
+        fx.steps,
+        ["delete children 0", "release", "event Finalized"]
+    );
+    assert!(!done.holds);
+    assert!(fx.events.iter().all(|(r, _)| *r != Reason::Gated));
+}
+
+#[test]
+fn an_empty_result_prunes_only_when_allow_empty_says_so() {
+    // A reconciler that returns nothing (its one object only when `spec.phase` is set).
+    let text = r#"apiVersion: inrun.dev/v1alpha1
+kind: Blueprint
+metadata: {name: t}
+spec:
+  crds:
+    - group: t.inrun.dev
+      version: v1
+      kind: Thing
+      reconcile:
+        managedResources:
+          - {apiVersion: v1, kind: ConfigMap}
+        onReconcile:
+          - "{% if .spec.phase %}{apiVersion: v1, kind: ConfigMap, metadata: {name: a}}{% endif %}"
+        PRUNE
+"#;
+    let stale = ChildKey {
+        group: String::new(),
+        kind: "ConfigMap".into(),
+        namespace: Some("ns".into()),
+        name: "old".into(),
+    };
+    let pruned = |prune: &str| {
+        let a = assemble(&text.replace("PRUNE", prune));
+        let mut fx = Recorder::new(Some("ns".into()));
+        fx.existing = vec![stale.clone()];
+        run_pass(&a, &cr(json!({})), &mut fx).expect("pass");
+        fx.steps.iter().any(|s| s.starts_with("prune"))
+    };
+    // An empty Result is more often a reconciler's mistake than a wish to delete all.
+    assert!(!pruned("prune: {enabled: true}"));
+    assert!(pruned("prune: {enabled: true, allowEmpty: true}"));
+}
