@@ -763,6 +763,45 @@ impl Run<'_, '_> {
         if !finalized(&self.view) {
             return Ok(Done::default());
         }
+        // The Blueprint's finalizer settings hold for package CRs too: `remove` releases
+        // at once, and past `timeout` the CR is released whatever holds it (a
+        // prevent-destroy, a changed identity, a backend that keeps failing). The
+        // infrastructure is left in place then.
+        let finalizers = &self.p.runtime.finalizers;
+        if finalizers.remove {
+            return self
+                .release(
+                    "finalizers.remove: the CR was released and the infrastructure left in place",
+                )
+                .await;
+        }
+        let left = super::time_left(&self.view, finalizers.timeout, self.p.now);
+        if left == Some(Duration::ZERO) {
+            let timeout = finalizers
+                .timeout
+                .map(inrun_contract::duration::format)
+                .unwrap_or_default();
+            self.fx
+                .record(
+                    Reason::FinalizeTimeout,
+                    format!("finalizer timeout of {timeout} passed; releasing the CR; the infrastructure, if any, was left in place"),
+                )
+                .await;
+            return self.release("released at the finalizer timeout").await;
+        }
+        let done = self.delete_within(common).await?;
+        // Back by the timeout, whatever the step asked for.
+        Ok(match left {
+            Some(left) => Done {
+                after: Some(done.after.map_or(left, |a| a.min(left))),
+                ..done
+            },
+            None => done,
+        })
+    }
+
+    /// [`Run::delete`]'s steps while the finalizer timeout has not passed.
+    async fn delete_within(&mut self, common: &Common) -> Result<Done, Failure> {
         if common.deletion == DeletionPolicy::Retain {
             return self
                 .release("Retained: the infrastructure was left in place (deletionPolicy: Retain)")

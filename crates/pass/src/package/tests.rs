@@ -106,8 +106,19 @@ fn cr(spec: Value) -> Value {
 }
 
 fn pass(object: &Value, pkg: &Script, fx: &mut Recorder) -> Result<Done, Failure> {
+    pass_with(object, pkg, fx, |_| {})
+}
+
+/// [`pass`] with the Blueprint's runtime settings changed by `tweak`.
+fn pass_with(
+    object: &Value,
+    pkg: &Script,
+    fx: &mut Recorder,
+    tweak: impl FnOnce(&mut inrun_blueprint::RuntimeSpec),
+) -> Result<Done, Failure> {
     let a = assembly();
-    let runtime = a.blueprint.spec.runtime.clone();
+    let mut runtime = a.blueprint.spec.runtime.clone();
+    tweak(&mut runtime);
     let p = Pass {
         crd: &a.crds()[0],
         runtime: &runtime,
@@ -437,4 +448,41 @@ fn delete_runs_suspended_observes_absence_and_honours_prevent_destroy() {
     assert!(pkg.calls().is_empty());
     assert_eq!(ready(&after(&object, &fx)).1, "DestroyPrevented");
     assert!(fx.events.iter().any(|(r, _)| *r == Reason::DeletionBlocked));
+}
+
+#[test]
+fn the_finalizer_settings_release_a_package_cr_and_leave_its_infrastructure() {
+    // Held by prevent-destroy, deleted an hour ago.
+    let mut object = deleting("Delete");
+    object["metadata"]["annotations"] = json!({PREVENT_DESTROY: "true"});
+    object["metadata"]["deletionTimestamp"] = json!("2025-12-31T23:00:00Z");
+    let hours = |h: u64| Duration::from_secs(h * 3600);
+    // Within a 2h timeout: still held, and back when the hour left runs out.
+    let pkg = Script::new(&[READY]);
+    let mut fx = Recorder::new(Some("ns".into()));
+    let done = pass_with(&object, &pkg, &mut fx, |r| {
+        r.finalizers.timeout = Some(hours(2));
+    })
+    .expect("pass");
+    assert_eq!(ready(&after(&object, &fx)).1, "DestroyPrevented");
+    assert_eq!(done.after, Some(hours(1)));
+    // Past a 10m timeout: released, nothing asked of the package, the timeout told.
+    let pkg = Script::new(&[READY]);
+    let mut fx = Recorder::new(Some("ns".into()));
+    pass_with(&object, &pkg, &mut fx, |r| {
+        r.finalizers.timeout = Some(Duration::from_secs(600));
+    })
+    .expect("pass");
+    assert!(pkg.calls().is_empty(), "{:?}", pkg.calls());
+    assert!(fx.events.iter().any(|(r, _)| *r == Reason::FinalizeTimeout));
+    assert!(
+        fx.metadata_of(meta::FINALIZER_MANAGER)
+            .is_some_and(|m| m.finalizers.is_empty())
+    );
+    // `finalizers.remove`: released at once.
+    let pkg = Script::new(&[READY]);
+    let mut fx = Recorder::new(Some("ns".into()));
+    pass_with(&object, &pkg, &mut fx, |r| r.finalizers.remove = true).expect("pass");
+    assert!(pkg.calls().is_empty());
+    assert_eq!(fx.steps, ["metadata inrun-finalizer", "event Finalized"]);
 }
