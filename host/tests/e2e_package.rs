@@ -928,3 +928,50 @@ async fn deleting_a_package_cr_deletes_what_was_created_not_what_its_spec_names_
     host.stop().await;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_the_finalizer_timeout_a_held_package_cr_is_released_and_its_infrastructure_kept()
+-> TestResult {
+    let backend = Backend::default();
+    let port = backend.start().await;
+    let group = unique_group("pkg-timeout");
+    let text = blueprint(&group, port).replace(
+        "spec:\n  crds:\n",
+        "spec:\n  runtime: {finalizers: {timeout: 4s}}\n  crds:\n",
+    );
+    let host = Host::start(&text).await;
+    let ns = ControlPlane::shared().namespace("pkg-timeout").await?;
+    let ar = resource(&group, "Thing");
+    served(&ar).await;
+    apply_cr(
+        &ar,
+        &ns,
+        &thing_cr(&group, "kept", "deletionPolicy: Delete", port, "size: 1"),
+    )
+    .await;
+    wait_ready(&ar, &ns, "kept").await;
+    patch_cr(
+        &ar,
+        &ns,
+        "kept",
+        json!({"metadata": {"annotations": {"inrun.dev/prevent-destroy": "true"}}}),
+    )
+    .await;
+    let api: Api<DynamicObject> = Api::namespaced_with(client(), &ns, &ar);
+    api.delete("kept", &DeleteParams::default()).await?;
+    // Held by prevent-destroy, then released at the timeout: nothing deleted.
+    wait_reason(&ar, &ns, "kept", "DestroyPrevented").await;
+    eventually("the CR to be released", || async {
+        get(&ar, Some(&ns), "kept").await.is_none().then_some(())
+    })
+    .await;
+    let note = event(&ns, "kept", "FinalizeTimeout").await;
+    assert!(note.contains("left in place"), "{note}");
+    assert!(backend.calls("DELETE").is_empty());
+    assert!(
+        backend.thing(&format!("{ns}--kept")).is_some(),
+        "the infrastructure stays"
+    );
+    host.stop().await;
+    Ok(())
+}
