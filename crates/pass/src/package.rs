@@ -37,6 +37,7 @@ use super::{Done, Effects, Failure, Pass, Reason, Written};
 use inrun_contract::package::{
     Descriptor, Event, Identity, Observation, Options, Progress, Workflow,
 };
+use inrun_template::Context;
 
 /// The finalizer a package CR carries while its infrastructure may exist.
 pub const FINALIZER: &str = "inrun.dev/infrastructure";
@@ -335,7 +336,15 @@ impl Stored {
 /// read, and both conditions (transition times kept while a condition's status holds).
 fn desired(p: &Pass<'_>, view: &Value, stored: &Stored, c: &Conditions) -> Map<String, Value> {
     let now = meta::format_time(p.now);
-    let mut fields = Map::new();
+    // The CRD's `emit.status` and `emit.conditions`, as for any CR; the package steps' own
+    // fields win. A template that fails renders nothing here (the host's log says why).
+    let mut fields = match p.crd.status(&Context::new(view), None) {
+        Ok(emitted) => emitted,
+        Err(e) => {
+            tracing::warn!(error = %inrun_contract::errors::chain(&e), "emit.status of a package CR did not render");
+            Map::new()
+        }
+    };
     for (k, v) in [
         ("profile", &stored.profile),
         ("boundary", &stored.boundary),

@@ -486,3 +486,34 @@ fn the_finalizer_settings_release_a_package_cr_and_leave_its_infrastructure() {
     assert!(pkg.calls().is_empty());
     assert_eq!(fx.steps, ["metadata inrun-finalizer", "event Finalized"]);
 }
+
+#[test]
+fn a_package_cr_gets_the_crds_emitted_status_and_conditions_beside_its_own() {
+    let text = "apiVersion: inrun.dev/v1alpha1\nkind: Blueprint\nmetadata: {name: t}\nspec:\n  crds:\n    - {group: t.inrun.dev, version: v1, kind: Db, emit: {status: {size: \"{{ .spec.config.size }}\"}, conditions: [{type: Sized, status: \"{{ .spec.config.size > 0 }}\", reason: Sized, message: sized}]}}\n";
+    let a = crate::tests::assemble(text);
+    let runtime = a.blueprint.spec.runtime.clone();
+    let object = cr(json!({"config": {"size": 3}}));
+    let p = Pass {
+        crd: &a.crds()[0],
+        runtime: &runtime,
+        object: &object,
+        target: None,
+        now: "2026-01-01T00:00:00Z".parse().expect("time"),
+    };
+    let pkg = Script::new(&[ABSENT, READY]);
+    let mut fx = Recorder::new(Some("ns".into()));
+    futures::executor::block_on(run(p, &mut fx, &pkg)).expect("pass");
+    let o = after(&object, &fx);
+    assert_eq!(o["status"]["size"], 3, "{}", o["status"]);
+    assert!(o["status"]["identity"].is_string());
+    let types: Vec<&str> = o["status"]["conditions"]
+        .as_array()
+        .expect("conditions")
+        .iter()
+        .filter_map(|c| c["type"].as_str())
+        .collect();
+    for t in ["Ready", "Reconciling", "Sized"] {
+        assert!(types.contains(&t), "{types:?}");
+    }
+    assert_eq!(ready(&o).0, "True");
+}
