@@ -487,8 +487,19 @@ impl Run<'_, '_> {
         if finalized(&self.view) {
             return Ok(Ok(()));
         }
+        // The infrastructure finalizer, and `runtime.finalizers.names` as on any CR.
+        let mut finalizers = vec![FINALIZER.to_string()];
+        finalizers.extend(
+            self.p
+                .runtime
+                .finalizers
+                .names
+                .iter()
+                .filter(|n| n.as_str() != FINALIZER)
+                .cloned(),
+        );
         let held = Metadata {
-            finalizers: vec![FINALIZER.to_string()],
+            finalizers: finalizers.clone(),
             labels: [(
                 meta::MANAGED_BY.0.to_string(),
                 meta::MANAGED_BY.1.to_string(),
@@ -504,7 +515,7 @@ impl Run<'_, '_> {
         {
             return Ok(Err(Stale));
         }
-        self.view["metadata"]["finalizers"] = json!([FINALIZER]);
+        self.view["metadata"]["finalizers"] = json!(finalizers);
         Ok(Ok(()))
     }
 

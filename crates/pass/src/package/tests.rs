@@ -517,3 +517,16 @@ fn a_package_cr_gets_the_crds_emitted_status_and_conditions_beside_its_own() {
     }
     assert_eq!(ready(&o).0, "True");
 }
+
+#[test]
+fn a_package_cr_carries_the_blueprints_finalizer_names_beside_its_own() {
+    let object = cr(json!({"config": {"size": 1}}));
+    let pkg = Script::new(&[ABSENT, READY]);
+    let mut fx = Recorder::new(Some("ns".into()));
+    pass_with(&object, &pkg, &mut fx, |r| {
+        r.finalizers.names = vec!["example.com/audit".into()];
+    })
+    .expect("pass");
+    let held = fx.metadata_of(meta::FINALIZER_MANAGER).expect("finalizers");
+    assert_eq!(held.finalizers, [FINALIZER, "example.com/audit"]);
+}
