@@ -134,8 +134,18 @@ impl Common {
         };
         let interval = match field("reconcileInterval") {
             None => DEFAULT_INTERVAL,
-            Some(Value::String(s)) => inrun_contract::duration::parse(s)
-                .map_err(|e| format!("spec.reconcileInterval: {e}"))?,
+            Some(Value::String(s)) => {
+                let interval = inrun_contract::duration::parse(s)
+                    .map_err(|e| format!("spec.reconcileInterval: {e}"))?;
+                // Requeues run no sooner than a second: a shorter interval would not be
+                // what it says.
+                if interval < Duration::from_secs(1) {
+                    return Err(format!(
+                        "spec.reconcileInterval: {s} is under 1s, the shortest the host checks at"
+                    ));
+                }
+                interval
+            }
             Some(_) => {
                 return Err(
                     "spec.reconcileInterval: must be a string like 60s (ms, s, m or h)".into(),
@@ -521,10 +531,18 @@ impl Run<'_, '_> {
 
     /// Removes the package finalizer (at the resourceVersion read) and says why.
     async fn release(&mut self, note: &str) -> Result<Done, Failure> {
-        let none = Metadata::default();
+        // The finalizers go; the managed-by label stays until the CR does.
+        let released = Metadata {
+            labels: [(
+                meta::MANAGED_BY.0.to_string(),
+                meta::MANAGED_BY.1.to_string(),
+            )]
+            .into(),
+            ..Metadata::default()
+        };
         if self
             .fx
-            .versioned_metadata(meta::FINALIZER_MANAGER, &none)
+            .versioned_metadata(meta::FINALIZER_MANAGER, &released)
             .await?
             == Written::Stale
         {

@@ -157,15 +157,19 @@ fn common_fields_have_the_seeds_defaults_and_refuse_bad_values_by_field() {
             DeletionPolicy::Retain
         )
     );
-    let c = Common::of(&cr(json!({"reconcileInterval": "250ms", "deletionPolicy": "Delete", "suspend": true, "state": "stopped"})))
+    let c = Common::of(&cr(json!({"reconcileInterval": "1500ms", "deletionPolicy": "Delete", "suspend": true, "state": "stopped"})))
         .expect("set");
-    assert_eq!(c.interval, Duration::from_millis(250));
+    assert_eq!(c.interval, Duration::from_millis(1500));
     assert_eq!(c.deletion, DeletionPolicy::Delete);
     let c = Common::of(&cr(json!({"reconcileInterval": "1m30s"}))).expect("Kubernetes syntax");
     assert_eq!(c.interval, Duration::from_secs(90));
     for (spec, field) in [
         (json!({"reconcileInterval": "5x"}), "spec.reconcileInterval"),
         (json!({"reconcileInterval": "0s"}), "spec.reconcileInterval"),
+        (
+            json!({"reconcileInterval": "250ms"}),
+            "spec.reconcileInterval",
+        ),
         (json!({"reconcileInterval": "5d"}), "spec.reconcileInterval"),
         (json!({"reconcileInterval": 60}), "spec.reconcileInterval"),
         (json!({"deletionPolicy": "delete"}), "spec.deletionPolicy"),
@@ -410,6 +414,11 @@ fn retain_removes_only_the_finalizer_and_calls_nothing() {
     assert!(
         fx.metadata_of(meta::FINALIZER_MANAGER)
             .is_some_and(|m| m.finalizers.is_empty())
+    );
+    // The label that says who manages it stays while the CR goes.
+    assert!(
+        fx.metadata_of(meta::FINALIZER_MANAGER)
+            .is_some_and(|m| m.labels.contains_key(meta::MANAGED_BY.0))
     );
 }
 
