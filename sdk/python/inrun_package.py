@@ -169,8 +169,12 @@ def export_package(package: Any) -> type:
                 return []
             try:
                 problems = check(Options.from_wit(opts))
-            except Exception as e:  # noqa: BLE001
-                return [f"validate raised {type(e).__name__}: {e}"]
+            except Exception as e:  # noqa: BLE001 - logged, then the step fails
+                # Not a verdict on the spec (a backend down, a bug): the step fails, and
+                # the host tries it again with backoff, as any failed call. Only the
+                # problems it returns make the CR ValidationFailed.
+                error(f"validate raised {type(e).__name__}: {e}")
+                raise
             return [str(p) for p in problems or []]
 
         def identity(self, opts: Any) -> Any:

@@ -141,3 +141,32 @@ class ExportTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class PackageValidateTest(unittest.TestCase):
+    @staticmethod
+    def options():
+        from types import SimpleNamespace
+
+        return SimpleNamespace(
+            config="{}", profile="p", state="present", event=SimpleNamespace(name="CHANGED"),
+            resource=SimpleNamespace(group="g", version="v1", plural="dbs", kind="Db"),
+            namespace="ns", name="n",
+        )
+
+    def test_problems_judge_the_spec_and_an_exception_fails_the_step(self):
+        from inrun_package import export_package
+
+        class Judging:
+            def validate(self, opts):
+                return ["size: too big"]
+
+        self.assertEqual(export_package(Judging())().validate(self.options()), ["size: too big"])
+
+        class Failing:
+            def validate(self, opts):
+                raise ConnectionError("backend down")
+
+        # Raised through (a trap in the component): retried, not ValidationFailed.
+        with self.assertRaises(ConnectionError):
+            export_package(Failing())().validate(self.options())
