@@ -674,15 +674,10 @@ impl Run<'_, '_> {
                     .await;
             }
         }
-        let identity = match self.pkg.identity(&opts).await {
-            Ok(id) => id,
-            Err(detail) => {
-                return self
-                    .failed("IdentityFailed", "resolving the identity failed", detail)
-                    .await;
-            }
+        let now = match self.identify(&opts).await? {
+            Ok(now) => now,
+            Err(done) => return Ok(done),
         };
-        let now = Stored::from(&identity);
         if let Some(part) = self.stored.changed(&now) {
             tracing::warn!(
                 stored = self.stored.identity.as_deref().unwrap_or_default(),
@@ -838,6 +833,18 @@ impl Run<'_, '_> {
         })
     }
 
+    /// The package's `identity` for `opts`, as it would be stored; `Err` with the pass's
+    /// end when the call failed (said on the CR, retried).
+    async fn identify(&mut self, opts: &Options) -> Result<Result<Stored, Done>, Failure> {
+        match self.pkg.identity(opts).await {
+            Ok(id) => Ok(Ok(Stored::from(&id))),
+            Err(detail) => self
+                .failed("IdentityFailed", "resolving the identity failed", detail)
+                .await
+                .map(Err),
+        }
+    }
+
     /// [`Run::delete`]'s steps while the finalizer timeout has not passed.
     async fn delete_within(&mut self, common: &Common) -> Result<Done, Failure> {
         if common.deletion == DeletionPolicy::Retain {
@@ -865,15 +872,11 @@ impl Run<'_, '_> {
         // What is deleted is what was created: a spec that names something else now (an
         // edit refused as IdentityChanged) deletes nothing until it is restored.
         if self.stored.identity.is_some() {
-            let identity = match self.pkg.identity(&opts).await {
-                Ok(id) => id,
-                Err(detail) => {
-                    return self
-                        .failed("IdentityFailed", "resolving the identity failed", detail)
-                        .await;
-                }
+            let now = match self.identify(&opts).await? {
+                Ok(now) => now,
+                Err(done) => return Ok(done),
             };
-            if let Some(part) = self.stored.changed(&Stored::from(&identity)) {
+            if let Some(part) = self.stored.changed(&now) {
                 let c = Conditions::new(
                     false,
                     false,

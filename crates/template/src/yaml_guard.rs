@@ -324,6 +324,19 @@ fn double_escaped(text: &str) -> String {
 /// a typed field would be): no map, list, alias, tag, comment or quoting comes of it.
 fn reads_back(text: &str) -> bool {
     use serde_yaml_ng::Value as Yaml;
+    // Most values (names, images, numbers) are plain at a glance: no parse for them.
+    let first_ok = text
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_alphanumeric());
+    if first_ok
+        && text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_' | '/' | ':' | '@'))
+        && !text.ends_with(':')
+    {
+        return true;
+    }
     match serde_yaml_ng::from_str::<Yaml>(text) {
         Ok(Yaml::String(s)) => s == text,
         Ok(Yaml::Number(_) | Yaml::Bool(_)) => true,
@@ -448,6 +461,20 @@ mod tests {
     #[test]
     fn values_that_would_change_the_yaml_are_written_as_one_scalar() {
         assert!(reads_back("nginx:1.25") && reads_back("a, b") && reads_back("3"));
+        // The fast path agrees with the parse where it answers.
+        for plain in [
+            "web-1",
+            "registry.example/app:v1",
+            "user@host",
+            "null",
+            "1e3",
+            "True",
+        ] {
+            let parsed = serde_yaml_ng::from_str::<serde_yaml_ng::Value>(plain).expect("yaml");
+            assert!(!parsed.is_mapping() && !parsed.is_sequence(), "{plain}");
+            assert!(reads_back(plain), "{plain}");
+        }
+        assert!(!reads_back("a:") && !reads_back("- a"));
         assert!(!reads_back("{privileged: true}") && !reads_back("x: y") && !reads_back("*a"));
         assert!(!reads_back("a #b") && !reads_back("!!binary x") && !reads_back(" x"));
         assert_eq!(
