@@ -102,6 +102,7 @@ fn options(reload: Duration) -> FleetOptions {
         tenant_egress: None,
         default_tenant_service_account: None,
         tenant_identity_namespaces: None,
+        on_removal: Default::default(),
     }
 }
 

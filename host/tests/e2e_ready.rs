@@ -18,6 +18,8 @@ use kube::discovery::ApiResource;
 use serde_json::{Value, json};
 use support::*;
 
+/// One test at a time: the write counts are read from the API server's metrics, which
+/// count every test's writes, so no other test may write while one counts.
 static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// A Blueprint whose `Shop` gets a Deployment of `spec.replicas` and a ConfigMap whose
@@ -210,7 +212,10 @@ async fn a_cr_is_ready_only_once_its_deployment_is_available_and_kubectl_wait_ag
     .into_iter()
     .map(|(k, v)| (k.to_string(), v))
     .collect();
-    assert_eq!(writes, expected);
+    if writes != expected {
+        let events = all_events().await;
+        panic!("writes {writes:?}, expected {expected:?}; events: {events:#?}");
+    }
     assert_eq!(
         reconciles(&host.metrics, &crd) - reconciles_before,
         1,
@@ -366,6 +371,7 @@ spec:
 /// A plugin's own condition and event reach the CR, as `kubectl get` and `kubectl describe`
 /// show them; the host's `Ready` cannot be spoofed; an unchanged pass records no event again.
 async fn a_plugin_reports_a_condition_and_an_event(plugin_name: &str) -> TestResult {
+    let _turn = TURN.lock().await;
     let group = unique_group(&format!("reporter-{}", plugin_name.replace('_', "-")));
     let ar = resource(&group, "Report");
     let host = Host::start(&reporter_blueprint(&group, &plugin(plugin_name))).await;
@@ -479,6 +485,7 @@ async fn a_python_plugin_reports_a_condition_and_an_event() -> TestResult {
 
 #[tokio::test]
 async fn a_remote_reconciler_reports_conditions_and_events_in_its_result() -> TestResult {
+    let _turn = TURN.lock().await;
     let group = unique_group("remote-report");
     let ar = resource(&group, "Report");
     let app = axum::Router::new().route(

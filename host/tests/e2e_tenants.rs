@@ -844,6 +844,7 @@ async fn blueprint_resources_that_name_no_identity_each_act_as_their_own() {
         default_tenant_service_account: Some(pattern.clone()),
         // No namespace but the pattern's: tenants' identities live where the operator says.
         tenant_identity_namespaces: Some(Vec::new()),
+        on_removal: Default::default(),
         ..FleetHost::options()
     };
     let rbac = FleetHost::rbac_options(&options, &[]);
@@ -1359,4 +1360,136 @@ async fn blueprint_events_faster_than_the_reload_interval_do_not_starve_the_chec
     let _ = toucher.await;
     delete_blueprints(&[&noisy]).await;
     host.stop().await;
+}
+
+/// The finalizers on the CR `name` of `ar` in `default`.
+async fn finalizers_of(ar: &ApiResource, name: &str) -> Vec<String> {
+    get(ar, Some("default"), name)
+        .await
+        .and_then(|cr| cr.metadata.finalizers)
+        .unwrap_or_default()
+}
+
+/// Waits until the resource tenant `name` is gone from `host`.
+async fn tenant_gone(host: &FleetHost, name: &str) {
+    let source = TenantSource::Resource(name.to_string());
+    eventually(&format!("tenant {name} to go"), || async {
+        host.tenant(&source).is_none().then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_removed_tenants_crs_lose_the_hosts_finalizers_so_deleting_them_does_not_hang() {
+    let _alone = RESOURCE_TENANTS.lock().await;
+    let group = unique_group("release");
+    let host = FleetHost::start(FleetOptions {
+        resources: true,
+        ..FleetHost::options()
+    })
+    .await;
+    let name = format!("{}-bp", group.split('.').next().unwrap_or("t"));
+    let two = format!(
+        "{}{}",
+        declarative(&group, "Kept"),
+        declarative(&group, "Dropped")
+            .split_once("  crds:\n")
+            .map(|(_, crds)| crds)
+            .unwrap_or_default()
+    );
+    apply_blueprint(&name, &two).await;
+    serving("the Blueprint with two CRDs", &name).await;
+    let (kept, dropped) = (resource(&group, "Kept"), resource(&group, "Dropped"));
+    apply_cr(&kept, "default", &cr(&group, "Kept", "k1")).await;
+    apply_cr(&dropped, "default", &cr(&group, "Dropped", "d1")).await;
+    for (ar, n) in [(&kept, "k1"), (&dropped, "d1")] {
+        eventually(&format!("{n} to carry the host's finalizer"), || async {
+            finalizers_of(ar, n)
+                .await
+                .contains(&"inrun.dev/cleanup".to_string())
+                .then_some(())
+        })
+        .await;
+    }
+    // Someone else's finalizer on k1 stays whatever the host does.
+    Api::<DynamicObject>::namespaced_with(client(), "default", &kept)
+        .patch(
+            "k1",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"metadata": {"finalizers": ["inrun.dev/cleanup", "e2e.inrun.dev/keep"]}})),
+        )
+        .await
+        .expect("add a finalizer of the test's");
+
+    // The reload drops a CRD: its controller stops, and its CRs are let go. Deleting one
+    // is immediate (no controller would ever finish its cleanup).
+    apply_blueprint(&name, &declarative(&group, "Kept")).await;
+    eventually("d1 to lose the host's finalizer", || async {
+        finalizers_of(&dropped, "d1").await.is_empty().then_some(())
+    })
+    .await;
+    Api::<DynamicObject>::namespaced_with(client(), "default", &dropped)
+        .delete("d1", &Default::default())
+        .await
+        .expect("delete d1");
+    eventually("d1 to be gone", || async {
+        get(&dropped, Some("default"), "d1")
+            .await
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    assert_eq!(
+        finalizers_of(&kept, "k1").await,
+        ["inrun.dev/cleanup", "e2e.inrun.dev/keep"],
+        "the CRD kept is served on"
+    );
+
+    // The tenant removed: its CRs keep only others' finalizers, and their label.
+    delete_blueprints(&[&name]).await;
+    eventually("k1 to keep only the test's finalizer", || async {
+        (finalizers_of(&kept, "k1").await == ["e2e.inrun.dev/keep"]).then_some(())
+    })
+    .await;
+    let k1 = get(&kept, Some("default"), "k1").await.expect("k1");
+    assert_eq!(
+        k1.metadata.labels.unwrap_or_default()["app.kubernetes.io/managed-by"],
+        "inrun"
+    );
+    host.stop().await;
+
+    // `--on-tenant-removal keep`: the finalizers stay with the tenant gone.
+    let host = FleetHost::start(FleetOptions {
+        resources: true,
+        on_removal: inrun::runtime::release::OnRemoval::Keep,
+        ..FleetHost::options()
+    })
+    .await;
+    let other = unique_group("keep");
+    let kept_name = format!("{}-bp", other.split('.').next().unwrap_or("t"));
+    apply_blueprint(&kept_name, &declarative(&other, "Held")).await;
+    serving("the Blueprint whose CRs are kept", &kept_name).await;
+    let held = resource(&other, "Held");
+    apply_cr(&held, "default", &cr(&other, "Held", "h1")).await;
+    eventually("h1 to carry the host's finalizer", || async {
+        (finalizers_of(&held, "h1").await == ["inrun.dev/cleanup"]).then_some(())
+    })
+    .await;
+    delete_blueprints(&[&kept_name]).await;
+    tenant_gone(&host, &kept_name).await;
+    host.stop().await;
+    assert_eq!(finalizers_of(&held, "h1").await, ["inrun.dev/cleanup"]);
+
+    // Tidy up: the test's own finalizers go, and so do the CRs.
+    for (ar, n) in [(&kept, "k1"), (&held, "h1")] {
+        let api = Api::<DynamicObject>::namespaced_with(client(), "default", ar);
+        api.patch(
+            n,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"metadata": {"finalizers": null}})),
+        )
+        .await
+        .expect("drop finalizers");
+        api.delete(n, &Default::default()).await.expect("delete");
+    }
 }

@@ -146,7 +146,10 @@ async fn a_new_cr_costs_one_write_per_change_and_the_hosts_writes_never_wake_it(
     .map(|(k, v)| (k.to_string(), v))
     .collect();
     // "APPLY pairs" = the test's create + the host's finalizer.
-    assert_eq!(writes, expected);
+    if writes != expected {
+        let events = all_events().await;
+        panic!("writes {writes:?}, expected {expected:?}; events: {events:#?}");
+    }
     host.stop().await;
     Ok(())
 }

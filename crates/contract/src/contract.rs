@@ -200,7 +200,7 @@ pub const HOST_CONDITIONS: [&str; 2] = ["Reconciled", "Ready"];
 
 /// The reasons of the host's own events; a reconciler's event may not take one, so what
 /// the host says cannot be forged.
-pub const HOST_EVENT_REASONS: [&str; 13] = [
+pub const HOST_EVENT_REASONS: [&str; 14] = [
     "Reconciled",
     "ReconcileError",
     "Pruned",
@@ -214,6 +214,7 @@ pub const HOST_EVENT_REASONS: [&str; 13] = [
     "Ready",
     "Progressing",
     "ResourceFailed",
+    "Released",
 ];
 
 /// Most conditions one Result may set.

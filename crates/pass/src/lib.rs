@@ -43,7 +43,7 @@ const STALE_RETRY: Duration = Duration::from_millis(200);
 impl Reason {
     /// Every reason, for what must know them all (the reasons a reconciler's event may not
     /// take: [`inrun_contract::HOST_EVENT_REASONS`]).
-    pub const ALL: [Reason; 13] = [
+    pub const ALL: [Reason; 14] = [
         Reason::Reconciled,
         Reason::ReconcileError,
         Reason::Pruned,
@@ -57,6 +57,7 @@ impl Reason {
         Reason::Ready,
         Reason::Progressing,
         Reason::ResourceFailed,
+        Reason::Released,
     ];
 }
 
@@ -91,6 +92,9 @@ pub enum Reason {
     Progressing,
     /// A child failed and will not become ready without a change.
     ResourceFailed,
+    /// No tenant serves the CR's CRD any more: the host's finalizers were removed
+    /// without its cleanup.
+    Released,
 }
 
 impl Reason {
@@ -110,6 +114,7 @@ impl Reason {
             Reason::Ready => "Ready",
             Reason::Progressing => "Progressing",
             Reason::ResourceFailed => "ResourceFailed",
+            Reason::Released => "Released",
         }
     }
 
@@ -121,7 +126,8 @@ impl Reason {
             | Reason::Invalid
             | Reason::DeletionBlocked
             | Reason::DeletionFailed
-            | Reason::ResourceFailed => "Warning",
+            | Reason::ResourceFailed
+            | Reason::Released => "Warning",
             _ => "Normal",
         }
     }

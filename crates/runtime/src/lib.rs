@@ -22,6 +22,7 @@ pub mod kubeconfig;
 pub mod leader;
 pub mod metrics;
 mod pass;
+pub mod release;
 mod safeguard;
 pub mod settings;
 mod stores;

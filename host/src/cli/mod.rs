@@ -298,6 +298,14 @@ pub struct RunArgs {
     /// any namespace.
     #[arg(long, env = "INRUN_TENANT_IDENTITY_NAMESPACES", value_delimiter = ',')]
     pub tenant_identity_namespaces: Vec<String>,
+    /// What becomes of the host's finalizers on the CRs of a tenant removed (its Blueprint
+    /// resource deleted, its file gone) or of a CRD a reload dropped from its Blueprint:
+    /// `release` removes them once its controller stopped, so deleting such a CR or its
+    /// namespace does not hang (children go with the CR through owner references; its
+    /// cleanup and a package's infrastructure deletion do not run); `keep` leaves them
+    /// until a tenant serves the CRD again.
+    #[arg(long, env = "INRUN_ON_TENANT_REMOVAL", default_value = "release")]
+    pub on_tenant_removal: inrun::runtime::release::OnRemoval,
     /// How often Blueprint files and plugin sources are checked for changes; `0`
     /// turns reloading off.
     #[arg(long, env = "INRUN_RELOAD_INTERVAL", default_value = "10s", value_parser = parse_duration)]

@@ -133,6 +133,7 @@ pub(super) fn run(
             default_tenant_service_account: args.default_tenant_service_account.clone(),
             tenant_identity_namespaces: (!args.tenant_identity_namespaces.is_empty())
                 .then(|| args.tenant_identity_namespaces.clone()),
+            on_removal: args.on_tenant_removal,
         },
     );
     let flags = HostFlags {

@@ -298,6 +298,7 @@ impl FleetHost {
             tenant_egress: None,
             default_tenant_service_account: Some(tenant_accounts()),
             tenant_identity_namespaces: None,
+            on_removal: Default::default(),
         }
     }
 
@@ -683,6 +684,37 @@ pub async fn apiserver_writes() -> std::collections::BTreeMap<(String, String, S
             .or_insert(0.0) += n;
     }
     writes
+}
+
+/// Every event in the cluster, one line each (when, namespace, reason, what it regards,
+/// the note, who reported it): for a failed write count to say which event was extra.
+pub async fn all_events() -> Vec<String> {
+    let api: Api<Event> = Api::all(client());
+    let mut out: Vec<String> = api
+        .list(&ListParams::default())
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|e| {
+            let regarding = e.regarding.unwrap_or_default();
+            format!(
+                "{:?} {}/{} {} on {}/{} {:?} by {:?}/{:?} series {:?}",
+                e.event_time.map(|t| t.0),
+                e.metadata.namespace.unwrap_or_default(),
+                e.metadata.name.unwrap_or_default(),
+                e.reason.unwrap_or_default(),
+                regarding.kind.unwrap_or_default(),
+                regarding.name.unwrap_or_default(),
+                e.note.unwrap_or_default(),
+                e.reporting_controller,
+                e.reporting_instance,
+                e.series.map(|s| s.count),
+            )
+        })
+        .collect();
+    out.sort();
+    out
 }
 
 /// Writes counted between two [`apiserver_writes`] readings, for `resources` only

@@ -80,6 +80,9 @@ pub struct FleetOptions {
     /// belongs in a namespace the operator keeps, where no tenant runs pods that could
     /// mount its token.
     pub tenant_identity_namespaces: Option<Vec<String>>,
+    /// What becomes of the host's finalizers on the CRs of a tenant removed, or of a CRD
+    /// its reloaded Blueprint dropped (`--on-tenant-removal`).
+    pub on_removal: crate::release::OnRemoval,
 }
 
 /// Where a tenant's Blueprint comes from.

@@ -9,6 +9,8 @@ pub(super) struct Retired {
     /// Its CRD is gone from the Blueprint (not merely changed).
     removed: bool,
     running: Running,
+    /// Whom it acted as, to release its CRs as ([`Fleet::release`]).
+    shared: Shared,
 }
 
 pub(super) async fn stop(running: Running) {
@@ -59,6 +61,7 @@ impl Fleet {
                     removed: !wanted.contains_key(&name),
                     name,
                     running,
+                    shared: tenant.acting.shared.clone(),
                 });
             }
         }
@@ -66,13 +69,48 @@ impl Fleet {
     }
 
     /// Waits for `retired` controllers to stop (the caller holds no lock): a removed CRD's
-    /// series go; a changed one's stay for its new controller.
+    /// series go, and its CRs are released; a changed one's stay for its new controller.
     pub(super) async fn drain(&self, retired: Vec<Retired>) {
         for r in retired {
+            let (spec, runtime) = (r.running.spec.clone(), r.running.runtime.clone());
             stop(r.running).await;
             if r.removed {
                 self.shared.metrics.controller_retired(&r.name);
+                self.release(
+                    &r.shared,
+                    &spec,
+                    &runtime,
+                    "its Blueprint no longer declares this CRD",
+                )
+                .await;
             }
+        }
+    }
+
+    /// Removes the host's finalizers from the CRs of `crd`, whose controller stopped for
+    /// good, unless the operator keeps them (`--on-tenant-removal keep`); logs what it did.
+    pub(super) async fn release(
+        &self,
+        acting: &Shared,
+        crd: &CrdSpec,
+        runtime: &RuntimeSpec,
+        why: &str,
+    ) {
+        let name = crd.crd_name();
+        if self.options.on_removal == crate::release::OnRemoval::Keep {
+            tracing::info!(crd = %name, "{why}; its CRs keep the host's finalizers (--on-tenant-removal keep)");
+            return;
+        }
+        match crate::release::release(acting, crd, runtime, why).await {
+            Ok(done) if done.released > 0 => tracing::warn!(
+                crd = %name, released = done.released, deleting = done.deleting,
+                "{why}: the host's finalizers removed from its CRs, without cleanup"
+            ),
+            Ok(_) => {}
+            Err(e) => tracing::warn!(
+                crd = %name, error = %e,
+                "{why}, but its CRs could not be listed to remove the host's finalizers"
+            ),
         }
     }
 
@@ -142,11 +180,22 @@ impl Fleet {
             removed
         };
         if let Some(mut tenant) = removed {
-            tracing::info!(tenant = %source, "tenant removed; stopping its controllers (its CRDs and CRs stay)");
-            let names: Vec<String> = tenant.running.keys().cloned().collect();
+            tracing::info!(tenant = %source, "tenant removed; stopping its controllers (its CRDs and CRs stay, released unless --on-tenant-removal keep)");
+            let crds: Vec<(String, CrdSpec, RuntimeSpec)> = tenant
+                .running
+                .iter()
+                .map(|(name, r)| (name.clone(), r.spec.clone(), r.runtime.clone()))
+                .collect();
             Self::stop_all(&mut tenant).await;
-            for name in names {
+            for (name, spec, runtime) in crds {
                 self.shared.metrics.controller_retired(&name);
+                self.release(
+                    &tenant.acting.shared,
+                    &spec,
+                    &runtime,
+                    "its tenant was removed",
+                )
+                .await;
             }
             // Its compiled plugins go too (the engine keeps digests only for live slots).
             tenant.assembly = None;

@@ -34,6 +34,7 @@ pub(super) fn test_options() -> FleetOptions {
         tenant_egress: None,
         default_tenant_service_account: None,
         tenant_identity_namespaces: None,
+        on_removal: Default::default(),
     }
 }
 
