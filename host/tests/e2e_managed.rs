@@ -134,13 +134,30 @@ async fn a_component_ships_its_crd_operator_and_instance_in_waves_and_tears_down
     )
     .await;
 
+    // The instance goes in last, once what it may depend on is ready: its CRD Established,
+    // and its operator's Deployment available.
+    let gizmo = gizmos(&parts);
+    let message = eventually("the Component to wait for its operator", || async {
+        let cr = get(&ar, Some(&ns), "base").await?;
+        let (status, _, message) = reconciled(&cr)?;
+        (status == "False" && message.contains("before the managed instances")).then_some(message)
+    })
+    .await;
+    assert!(
+        message.contains("base-operator") && message.contains("replicas"),
+        "names the Deployment and what it waits for: {message}"
+    );
+    assert!(
+        get(&gizmo, Some(&ns), "base-own").await.is_none(),
+        "no instance before its operator is ready"
+    );
+    roll_out(&ns, "base-operator", 2).await;
     let cr = eventually("the Component to be Ready", || async {
         let cr = get(&ar, Some(&ns), "base").await?;
         (reconciled(&cr)?.0 == "True").then_some(cr)
     })
     .await;
     let uid = cr.metadata.uid.clone().unwrap_or_default();
-    let gizmo = gizmos(&parts);
     let own = get(&gizmo, Some(&ns), "base-own")
         .await
         .expect("the instance, applied once its CRD was Established");
@@ -269,6 +286,7 @@ async fn a_crd_the_result_stops_returning_is_not_pruned_under_foreign_instances(
         )
     };
     apply_cr(&ar, &ns, &component(true)).await;
+    roll_out_when_there(&ns, "shrink-operator").await;
     let gizmo = gizmos(&parts);
     served(&gizmo).await;
     eventually("the instance", || get(&gizmo, Some(&ns), "shrink-own")).await;

@@ -71,26 +71,6 @@ async fn create(ar: &ApiResource, ns: &str, name: &str) -> DynamicObject {
     .await
 }
 
-/// Writes the Deployment's status as its controller would: `available` of 2 replicas up.
-async fn roll_out(ns: &str, name: &str, available: i64) {
-    let api: Api<Deployment> = Api::namespaced(client(), ns);
-    let generation = api
-        .get(name)
-        .await
-        .expect("the Deployment")
-        .metadata
-        .generation;
-    api.patch_status(
-        name,
-        &PatchParams::default(),
-        &Patch::Merge(json!({"status": {
-            "observedGeneration": generation, "replicas": 2, "updatedReplicas": 2,
-            "readyReplicas": available, "availableReplicas": available}})),
-    )
-    .await
-    .expect("write the Deployment's status");
-}
-
 /// Waits until the CR's `Ready` condition is `status` with `reason`; returns the CR.
 async fn until(
     ar: &ApiResource,
@@ -271,13 +251,6 @@ async fn a_ready_when_rule_decides_for_its_kind_and_render_agrees_with_the_host(
     agree(&text, &cr, &ns).await;
     host.stop().await;
     Ok(())
-}
-
-/// Rolls the Deployment `name` out once the host has created it.
-async fn roll_out_when_there(ns: &str, name: &str) {
-    let api: Api<Deployment> = Api::namespaced(client(), ns);
-    eventually("the Deployment", || async { api.get_opt(name).await.ok()? }).await;
-    roll_out(ns, name, 2).await;
 }
 
 /// `inrun render` of the CR `cr` as the server has it, with its children as the server has

@@ -173,6 +173,16 @@ async fn a_component_costs_one_apply_per_child_and_a_status_per_wave_it_waits_fo
         ),
     )
     .await;
+    // The instance waits for its operator, rolled out here as its controller would.
+    eventually("the Component to wait for its operator", || async {
+        let cr = get(&ar, Some(&ns), "kit").await?;
+        reconciled(&cr)?
+            .2
+            .contains("before the managed instances")
+            .then_some(())
+    })
+    .await;
+    roll_out(&ns, "kit-operator", 2).await;
     eventually("the Component to be Ready", || async {
         let cr = get(&ar, Some(&ns), "kit").await?;
         (reconciled(&cr)?.0 == "True").then_some(())
@@ -206,10 +216,10 @@ async fn a_component_costs_one_apply_per_child_and_a_status_per_wave_it_waits_fo
     ] {
         assert_eq!(count(key), n, "{key}: {writes:?}");
     }
-    // Ready once, and Progressing for each wait (the CRD to be Established, the new type to
-    // be discovered): one to three status writes.
+    // Ready once, and Progressing for each wait (the operator to be ready, and maybe the
+    // CRD to be Established and the new type to be discovered): two to four status writes.
     let status = count("APPLY components/status");
-    assert!((1..=3).contains(&status), "{writes:?}");
+    assert!((2..=4).contains(&status), "{writes:?}");
     host.stop().await;
     Ok(())
 }

@@ -9,8 +9,10 @@
 //!   APIServices), then ordinary objects, then instances of managed types; delete goes the
 //!   other way round: instances, ordinary objects, foundations.
 //! - Each stage (wave and class) starts only when the one before is done: on apply, every
-//!   CRD of earlier stages `Established` and every APIService `Available`; on delete, every
-//!   object of the earlier stage gone.
+//!   CRD of earlier stages `Established` and every APIService `Available`, and before a
+//!   stage of instances every ordinary object of earlier stages whose kind's rules read its
+//!   status ready (the operator that serves them); on delete, every object of the earlier
+//!   stage gone.
 //! - Managed types are the types defined by CRDs and served by APIServices among the
 //!   objects, and the reconcile block's `managedTypes`.
 

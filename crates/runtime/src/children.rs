@@ -161,11 +161,55 @@ async fn closed(ctx: &Ctx, gates: &[Gate]) -> Result<Option<String>, ChildError>
     Ok(None)
 }
 
+/// A status-reading child of an earlier stage (a Deployment, a StatefulSet, a Job...), which
+/// the managed instances of later stages wait for: an instance is served by an operator the
+/// same Result may ship, so it goes in only once what it may depend on is ready.
+struct Prerequisite {
+    key: ChildKey,
+    kind: Kind,
+    /// The object as the apply returned it; `None` when nothing was written.
+    written: Option<DynamicObject>,
+}
+
+/// What the first prerequisite not yet ready (by its kind's rules, as for the CR's `Ready`)
+/// waits for, if any is not.
+async fn unready(ctx: &Ctx, prerequisites: &[Prerequisite]) -> Result<Option<String>, ChildError> {
+    for p in prerequisites {
+        let obj = match &p.written {
+            Some(obj) => Some(obj.clone()),
+            None => api_for(ctx, &p.kind, p.key.namespace.as_deref())
+                .get_opt(&p.key.name)
+                .await
+                .map_err(|error| ChildError::Api {
+                    action: "reading",
+                    child: p.key.to_string(),
+                    error,
+                })?,
+        };
+        let Some(obj) = obj else {
+            return Ok(Some(format!(
+                "waiting for {} to exist before the managed instances",
+                p.key
+            )));
+        };
+        let state = readiness::state(&serde_json::to_value(&obj).unwrap_or_default());
+        if state != readiness::State::Current {
+            return Ok(Some(format!(
+                "waiting for {} to be ready before the managed instances: {}",
+                p.key,
+                state.message().unwrap_or(state.as_str())
+            )));
+        }
+    }
+    Ok(None)
+}
+
 /// Applies every resource for `cr` in apply waves ([`waves`]); `owned` adds the owner
 /// label and, in the CR's namespace, a controller owner reference. A child already as
 /// desired is not written. A stage whose CRDs are not `Established` (APIServices not
-/// `Available`) yet ends the apply: [`Applied::waiting`] says what for, and a later pass
-/// goes on — nothing here waits.
+/// `Available`) yet ends the apply, and so does a stage of managed instances while a
+/// status-reading child of an earlier stage (the operator's Deployment) is not ready:
+/// [`Applied::waiting`] says what for, and a later pass goes on — nothing here waits.
 ///
 /// # Errors
 /// [`ChildError`] for the first resource that could not be applied.
@@ -199,12 +243,21 @@ pub async fn apply(
     ctx.children.ready().await;
     let mut applied = Applied::default();
     let mut gates: Vec<Gate> = Vec::new();
+    let mut prerequisites: Vec<Prerequisite> = Vec::new();
     let mut stage = None;
     for (this, index, resource) in order {
         if stage != Some(this) {
             if let Some(on) = closed(ctx, &gates).await? {
                 applied.waiting = Some(on);
                 return Ok(applied);
+            }
+            if this.1 == waves::Class::Instance as u8 {
+                if let Some(on) = unready(ctx, &prerequisites).await? {
+                    applied.waiting = Some(on);
+                    return Ok(applied);
+                }
+                // Ready once: a later stage of instances does not ask again.
+                prerequisites.clear();
             }
             if !gates.is_empty() {
                 // A type a CRD just defined is served now: its children's watch may start.
@@ -243,6 +296,12 @@ pub async fn apply(
         });
         if waves::defines_types(api_version, kind_name) {
             gates.push(Gate {
+                key: one.key,
+                kind: one.kind,
+                written: one.written,
+            });
+        } else if this.1 == waves::Class::Ordinary as u8 && readiness::reads_status(resource) {
+            prerequisites.push(Prerequisite {
                 key: one.key,
                 kind: one.kind,
                 written: one.written,

@@ -921,3 +921,31 @@ pub fn kubectl(args: &[&str], input: &str) -> std::process::Output {
     drop(stdin);
     child.wait_with_output().expect("kubectl")
 }
+
+/// Writes the Deployment's status as its controller would (there is none on the test
+/// control plane): `available` of 2 replicas up.
+pub async fn roll_out(ns: &str, name: &str, available: i64) {
+    let api: Api<k8s_openapi::api::apps::v1::Deployment> = Api::namespaced(client(), ns);
+    let generation = api
+        .get(name)
+        .await
+        .expect("the Deployment")
+        .metadata
+        .generation;
+    api.patch_status(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"status": {
+            "observedGeneration": generation, "replicas": 2, "updatedReplicas": 2,
+            "readyReplicas": available, "availableReplicas": available}})),
+    )
+    .await
+    .expect("write the Deployment's status");
+}
+
+/// Rolls the Deployment `name` out once the host has created it.
+pub async fn roll_out_when_there(ns: &str, name: &str) {
+    let api: Api<k8s_openapi::api::apps::v1::Deployment> = Api::namespaced(client(), ns);
+    eventually("the Deployment", || async { api.get_opt(name).await.ok()? }).await;
+    roll_out(ns, name, 2).await;
+}
