@@ -523,3 +523,48 @@ spec:
 async fn a_c_plugin_reports_a_condition_and_an_event() -> TestResult {
     a_plugin_reports_a_condition_and_an_event("inrun_test_reporter_c").await
 }
+
+#[tokio::test]
+async fn a_later_apply_wave_waits_until_the_deployment_of_an_earlier_one_is_available() -> TestResult
+{
+    let _turn = TURN.lock().await;
+    let group = unique_group("wave-ready");
+    // The ConfigMap is declared to come after the Deployment (apply wave 1).
+    let text = blueprint(&group, None).replace(
+        "            metadata: {name: \"{{ .metadata.name }}-config\"}",
+        "            metadata: {name: \"{{ .metadata.name }}-config\", annotations: {inrun.dev/apply-order: \"1\"}}",
+    );
+    assert!(text.contains("apply-order"), "{text}");
+    let host = Host::start(&text).await;
+    let ns = ControlPlane::shared().namespace("wave-ready").await?;
+    let ar = resource(&group, "Shop");
+    served(&ar).await;
+    create(&ar, &ns, "shop").await;
+
+    let cr = until(&ar, &ns, "shop", "False", "Progressing").await;
+    let message = eventually("the CR to wait for the Deployment", || async {
+        let cr = get(&ar, Some(&ns), "shop").await?;
+        let message = ready(&cr)?.2;
+        message.contains("before apply wave 1").then_some(message)
+    })
+    .await;
+    assert_eq!(
+        message,
+        format!(
+            "waiting for Deployment {ns}/shop to be ready before apply wave 1: 0/2 replicas updated"
+        )
+    );
+    assert_eq!(cr.metadata.generation, Some(1));
+    assert!(
+        get(configmaps(), Some(&ns), "shop-config").await.is_none(),
+        "nothing of wave 1 before wave 0 is ready"
+    );
+
+    // Available: the next pass (woken by the Deployment's change) applies wave 1.
+    roll_out(&ns, "shop", 2).await;
+    let cr = until(&ar, &ns, "shop", "True", "Ready").await;
+    assert_eq!(ready(&cr).expect("Ready").2, "all 2 resource(s) ready");
+    assert!(get(configmaps(), Some(&ns), "shop-config").await.is_some());
+    host.stop().await;
+    Ok(())
+}

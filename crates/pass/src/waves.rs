@@ -10,9 +10,9 @@
 //!   other way round: instances, ordinary objects, foundations.
 //! - Each stage (wave and class) starts only when the one before is done: on apply, every
 //!   CRD of earlier stages `Established` and every APIService `Available`, and before a
-//!   stage of instances every ordinary object of earlier stages whose kind's rules read its
-//!   status ready (the operator that serves them); on delete, every object of the earlier
-//!   stage gone.
+//!   later wave or a stage of instances every object of earlier stages whose kind's rules
+//!   read its status ready (the operator that serves them); on delete, every object of the
+//!   earlier stage gone.
 //! - Managed types are the types defined by CRDs and served by APIServices among the
 //!   objects, and the reconcile block's `managedTypes`.
 

@@ -162,8 +162,9 @@ async fn closed(ctx: &Ctx, gates: &[Gate]) -> Result<Option<String>, ChildError>
 }
 
 /// A status-reading child of an earlier stage (a Deployment, a StatefulSet, a Job...), which
-/// the managed instances of later stages wait for: an instance is served by an operator the
-/// same Result may ship, so it goes in only once what it may depend on is ready.
+/// later apply waves and the managed instances wait for: an instance is served by an
+/// operator the same Result may ship, and a wave is declared to come after the ones
+/// before, so each goes in only once what it may depend on is ready.
 struct Prerequisite {
     key: ChildKey,
     kind: Kind,
@@ -172,8 +173,12 @@ struct Prerequisite {
 }
 
 /// What the first prerequisite not yet ready (by its kind's rules, as for the CR's `Ready`)
-/// waits for, if any is not.
-async fn unready(ctx: &Ctx, prerequisites: &[Prerequisite]) -> Result<Option<String>, ChildError> {
+/// waits for, if any is not; `next` names the stage that waits.
+async fn unready(
+    ctx: &Ctx,
+    prerequisites: &[Prerequisite],
+    next: &str,
+) -> Result<Option<String>, ChildError> {
     for p in prerequisites {
         let obj = match &p.written {
             Some(obj) => Some(obj.clone()),
@@ -188,14 +193,14 @@ async fn unready(ctx: &Ctx, prerequisites: &[Prerequisite]) -> Result<Option<Str
         };
         let Some(obj) = obj else {
             return Ok(Some(format!(
-                "waiting for {} to exist before the managed instances",
+                "waiting for {} to exist before {next}",
                 p.key
             )));
         };
         let state = readiness::state(&serde_json::to_value(&obj).unwrap_or_default());
         if state != readiness::State::Current {
             return Ok(Some(format!(
-                "waiting for {} to be ready before the managed instances: {}",
+                "waiting for {} to be ready before {next}: {}",
                 p.key,
                 state.message().unwrap_or(state.as_str())
             )));
@@ -251,12 +256,19 @@ pub async fn apply(
                 applied.waiting = Some(on);
                 return Ok(applied);
             }
-            if this.1 == waves::Class::Instance as u8 {
-                if let Some(on) = unready(ctx, &prerequisites).await? {
+            let next = if stage.is_some_and(|(wave, _)| wave != this.0) {
+                Some(format!("apply wave {}", this.0))
+            } else if this.1 == waves::Class::Instance as u8 {
+                Some("the managed instances".to_string())
+            } else {
+                None
+            };
+            if let Some(next) = next {
+                if let Some(on) = unready(ctx, &prerequisites, &next).await? {
                     applied.waiting = Some(on);
                     return Ok(applied);
                 }
-                // Ready once: a later stage of instances does not ask again.
+                // Ready once: a later stage does not ask again.
                 prerequisites.clear();
             }
             if !gates.is_empty() {
@@ -300,7 +312,7 @@ pub async fn apply(
                 kind: one.kind,
                 written: one.written,
             });
-        } else if this.1 == waves::Class::Ordinary as u8 && readiness::reads_status(resource) {
+        } else if this.1 != waves::Class::Foundation as u8 && readiness::reads_status(resource) {
             prerequisites.push(Prerequisite {
                 key: one.key,
                 kind: one.kind,
