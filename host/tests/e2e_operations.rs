@@ -84,6 +84,7 @@ async fn start(blueprint: &str, client: Client, install_crds: bool) -> InProcess
         install_crds,
         instance: "ops-e2e".into(),
         metrics: metrics.clone(),
+        lock_namespace: None,
     };
     let task = tokio::spawn(inrun::runtime::run(assembly.clone(), client, options, rx));
     InProcess {

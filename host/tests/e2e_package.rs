@@ -975,3 +975,117 @@ async fn past_the_finalizer_timeout_a_held_package_cr_is_released_and_its_infras
     host.stop().await;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_crs_naming_one_thing_have_one_owner_and_the_other_takes_over_once_it_is_gone()
+-> TestResult {
+    let backend = Backend::default();
+    let port = backend.start().await;
+    let group = unique_group("pkg-lock");
+    let host = Host::start(&blueprint(&group, port)).await;
+    let ns = ControlPlane::shared().namespace("pkg-lock").await?;
+    let ar = resource(&group, "Thing");
+    served(&ar).await;
+    // Both name the profile `shared`: the same thing on the backend.
+    let shared = |name: &str, size: u8| {
+        thing_cr(
+            &group,
+            name,
+            "reconcileInterval: 1s",
+            port,
+            &format!("size: {size}, profile: shared"),
+        )
+    };
+    apply_cr(&ar, &ns, &shared("first", 1)).await;
+    let first = wait_ready(&ar, &ns, "first").await;
+    apply_cr(&ar, &ns, &shared("second", 3)).await;
+    let second = wait_reason(&ar, &ns, "second", "IdentityConflict").await;
+    let note = event(&ns, "second", "Invalid").await;
+    assert!(
+        note.contains(&format!(
+            "IdentityConflict: Thing {ns}/first already manages"
+        )),
+        "{note}"
+    );
+    // The second made no call that could change the thing, and holds nothing.
+    assert!(finalizers(&second).is_empty(), "{second:?}");
+    assert!(
+        second.data["status"].get("identity").is_none(),
+        "{second:?}"
+    );
+    assert_eq!(
+        backend.calls("PUT").len(),
+        1,
+        "converged once, by the first"
+    );
+    assert_eq!(backend.thing("shared").map(|t| t.size), Some(1));
+    // The lock is a Lease in the host's namespace, held by the first.
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(client(), support::identity::NAMESPACE);
+    let held: Vec<_> = leases
+        .list(&kube::api::ListParams::default().labels("inrun.dev/lock=package-identity"))
+        .await?
+        .items
+        .into_iter()
+        .filter(|l| {
+            l.spec.as_ref().and_then(|s| s.holder_identity.as_deref())
+                == first.metadata.uid.as_deref()
+        })
+        .collect();
+    assert_eq!(held.len(), 1, "one Lease held by the first");
+
+    // The first goes (deletionPolicy Retain: the thing stays): its claim goes with it, and
+    // the second, at its next check, claims the thing and converges it.
+    delete_and_wait(&ar, &ns, "first").await;
+    wait_ready(&ar, &ns, "second").await;
+    assert_eq!(backend.thing("shared").map(|t| t.size), Some(3));
+    let lease = leases
+        .get(&held[0].metadata.name.clone().unwrap_or_default())
+        .await?;
+    let second = get(&ar, Some(&ns), "second").await.expect("second");
+    assert_eq!(
+        lease.spec.and_then(|s| s.holder_identity),
+        second.metadata.uid
+    );
+
+    // The second goes while no host runs (its finalizer removed by hand): its Lease stays,
+    // naming a CR that is gone. After a restart, a third CR naming the thing takes it over;
+    // a fourth is refused, the lock having outlived the host that took it.
+    host.stop().await;
+    patch_cr(
+        &ar,
+        &ns,
+        "second",
+        json!({"metadata": {"finalizers": null}}),
+    )
+    .await;
+    delete_and_wait(&ar, &ns, "second").await;
+    let host = Host::start(&blueprint(&group, port)).await;
+    apply_cr(&ar, &ns, &shared("third", 2)).await;
+    let third = wait_ready(&ar, &ns, "third").await;
+    assert_eq!(backend.thing("shared").map(|t| t.size), Some(2));
+    let lease = leases
+        .get(&held[0].metadata.name.clone().unwrap_or_default())
+        .await?;
+    assert_eq!(
+        lease.spec.and_then(|s| s.holder_identity),
+        third.metadata.uid
+    );
+    apply_cr(&ar, &ns, &shared("fourth", 4)).await;
+    wait_reason(&ar, &ns, "fourth", "IdentityConflict").await;
+    assert_eq!(backend.thing("shared").map(|t| t.size), Some(2));
+    for name in ["third", "fourth"] {
+        delete_and_wait(&ar, &ns, name).await;
+    }
+    eventually("the Lease to go with its holder", || async {
+        leases
+            .get_opt(&held[0].metadata.name.clone().unwrap_or_default())
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    host.stop().await;
+    Ok(())
+}

@@ -381,6 +381,23 @@ pub fn required(blueprint: &Blueprint, options: &RbacOptions) -> Vec<Permission>
         p.namespace = Some(namespace);
         perms.push(p);
     }
+    // Package CRs' identity locks: Leases named after what they hold, in the host's
+    // namespace (a Blueprint resource may bring a package too).
+    let packages = blueprint
+        .spec
+        .crds
+        .iter()
+        .any(|c| blocks(c).any(|b| b.package.is_some()));
+    if packages || options.blueprint_resources {
+        let mut p = perm(
+            "coordination.k8s.io",
+            "leases",
+            &["get", "create", "update", "delete"],
+            "package CRs' identity locks: one owner per piece of infrastructure".into(),
+        );
+        p.namespace = Some(options.namespace.clone());
+        perms.push(p);
+    }
     let mut impersonated: Vec<&ServiceAccountRef> = blueprint
         .spec
         .service_account
@@ -1092,6 +1109,25 @@ spec:
         let role = docs.iter().find(|d| d["kind"] == "Role").expect("a Role");
         assert_eq!(role["metadata"]["namespace"], "ops");
         assert!(role["rules"].to_string().contains("leases"));
+    }
+
+    #[test]
+    fn a_package_crd_gets_its_identity_locks_in_the_hosts_namespace() {
+        let bp = inrun_blueprint::from_str(
+            "apiVersion: inrun.dev/v1alpha1\nkind: Blueprint\nmetadata: {name: t}\nspec:\n  crds:\n    - { group: a.b, version: v1, kind: P, reconcile: { default: false, package: { location: ./p.wasm } } }\n",
+            "p.yaml",
+        )
+        .expect("blueprint");
+        let options = RbacOptions {
+            namespace: "ops".into(),
+            ..RbacOptions::default()
+        };
+        let perms = required(&bp, &options);
+        let locks: Vec<_> = perms.iter().filter(|p| p.resource == "leases").collect();
+        assert_eq!(locks.len(), 1, "{locks:?}");
+        assert_eq!(locks[0].namespace.as_deref(), Some("ops"));
+        assert_eq!(locks[0].verbs, ["get", "create", "update", "delete"]);
+        assert!(locks[0].names.is_empty(), "named after what they hold");
     }
 
     #[test]

@@ -368,6 +368,27 @@ pub trait Effects: Send {
     ) -> Result<Teardown, EffectError>;
     /// Removes the host's finalizers from the CR.
     async fn release(&mut self) -> Result<(), EffectError>;
+    /// Claims for the CR the infrastructure a package's identity names (`boundary` and
+    /// the state identity's hash), host-wide and across restarts, so one thing has one
+    /// owner. Where nothing keeps such locks (offline), every claim holds.
+    async fn claim(&mut self, boundary: &str, identity: &str) -> Result<Claimed, EffectError> {
+        let _ = (boundary, identity);
+        Ok(Claimed::Held)
+    }
+    /// Lets go of what [`Effects::claim`] claimed, if the CR holds it. Never fails the
+    /// pass.
+    async fn unclaim(&mut self, boundary: &str, identity: &str) {
+        let _ = (boundary, identity);
+    }
+}
+
+/// What a claim of a package's identity found ([`Effects::claim`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Claimed {
+    /// The CR holds it (now, or already).
+    Held,
+    /// Another CR holds it: which (`Kind namespace/name`, when it is of the same kind).
+    Conflict(String),
 }
 
 /// One CR, as the pass sees it.

@@ -33,7 +33,7 @@ use sha2::{Digest, Sha256};
 
 use super::meta::{self, Metadata};
 use super::status;
-use super::{Done, Effects, Failure, Pass, Reason, Written};
+use super::{Claimed, Done, Effects, Failure, Pass, Reason, Written};
 use inrun_contract::package::{
     Descriptor, Event, Identity, Observation, Options, Progress, Workflow,
 };
@@ -549,6 +549,10 @@ impl Run<'_, '_> {
             return Ok(again());
         }
         self.fx.record(Reason::Finalized, note.to_string()).await;
+        // The CR is done with its infrastructure: another may claim it now.
+        if let (Some(boundary), Some(hash)) = (&self.stored.boundary, &self.stored.identity) {
+            self.fx.unclaim(boundary, hash).await;
+        }
         Ok(Done::default())
     }
 
@@ -702,6 +706,24 @@ impl Run<'_, '_> {
                 )
                 .await;
         }
+        if let Some(holder) = self.conflict(&now).await? {
+            let c = Conditions::new(
+                false,
+                false,
+                "IdentityConflict",
+                "another CR already manages the infrastructure this spec identifies; the event says which",
+            );
+            return self
+                .end(
+                    &c,
+                    Reason::Invalid,
+                    &format!(
+                        "IdentityConflict: {holder} already manages the infrastructure this spec identifies; nothing is done for this CR while it does"
+                    ),
+                    Done::after(common.interval),
+                )
+                .await;
+        }
         let first = self.stored.identity.is_none() || !finalized(&self.view);
         self.stored = now;
 
@@ -833,6 +855,21 @@ impl Run<'_, '_> {
         })
     }
 
+    /// Claims what `identity` names for the CR ([`Effects::claim`]); the CR holding it
+    /// instead, if another does.
+    async fn conflict(&mut self, identity: &Stored) -> Result<Option<String>, Failure> {
+        let (Some(boundary), Some(hash)) = (&identity.boundary, &identity.identity) else {
+            return Ok(None);
+        };
+        Ok(match self.fx.claim(boundary, hash).await? {
+            Claimed::Held => None,
+            Claimed::Conflict(holder) => {
+                tracing::warn!(%holder, "another CR manages the infrastructure this CR's spec identifies");
+                Some(holder)
+            }
+        })
+    }
+
     /// The package's `identity` for `opts`, as it would be stored; `Err` with the pass's
     /// end when the call failed (said on the CR, retried).
     async fn identify(&mut self, opts: &Options) -> Result<Result<Stored, Done>, Failure> {
@@ -871,11 +908,11 @@ impl Run<'_, '_> {
         let opts = options(&self.p, common, Event::Deleting);
         // What is deleted is what was created: a spec that names something else now (an
         // edit refused as IdentityChanged) deletes nothing until it is restored.
+        let now = match self.identify(&opts).await? {
+            Ok(now) => now,
+            Err(done) => return Ok(done),
+        };
         if self.stored.identity.is_some() {
-            let now = match self.identify(&opts).await? {
-                Ok(now) => now,
-                Err(done) => return Ok(done),
-            };
             if let Some(part) = self.stored.changed(&now) {
                 let c = Conditions::new(
                     false,
@@ -894,6 +931,17 @@ impl Run<'_, '_> {
                     )
                     .await;
             }
+        } else {
+            self.stored = now;
+        }
+        // Only the CR that holds the infrastructure deletes it: one that never did (it was
+        // refused as IdentityConflict) goes without touching it.
+        if let Some(holder) = self.conflict(&self.stored.clone()).await? {
+            return self
+                .release(&format!(
+                    "IdentityConflict: {holder} manages the infrastructure; the CR was released without deleting it"
+                ))
+                .await;
         }
         let seen = match self.observe(&opts).await? {
             Ok(o) => o,

@@ -8,8 +8,8 @@ use serde_json::{Map, Value};
 
 use super::meta::Metadata;
 use super::{
-    Applied, AppliedChild, ChildKey, EffectError, Effects, Observed, Pruned, Reason, Teardown,
-    Written,
+    Applied, AppliedChild, ChildKey, Claimed, EffectError, Effects, Observed, Pruned, Reason,
+    Teardown, Written,
 };
 use inrun_blueprint::ReconcileSpec;
 
@@ -47,6 +47,11 @@ pub struct Recorder {
     /// Whether the CR "changed on the server" since it was read: status and versioned
     /// metadata writes answer [`Written::Stale`].
     pub stale: bool,
+    /// Another CR holding every identity this one claims (`Kind ns/name`); `None`: every
+    /// claim holds.
+    pub held_by: Option<String>,
+    /// Identities let go of, as (boundary, state hash).
+    pub unclaimed: Vec<(String, String)>,
 }
 
 impl Recorder {
@@ -225,5 +230,17 @@ impl Effects for Recorder {
     async fn release(&mut self) -> Result<(), EffectError> {
         self.steps.push("release".into());
         Ok(())
+    }
+
+    async fn claim(&mut self, _boundary: &str, _identity: &str) -> Result<Claimed, EffectError> {
+        Ok(match &self.held_by {
+            Some(holder) => Claimed::Conflict(holder.clone()),
+            None => Claimed::Held,
+        })
+    }
+
+    async fn unclaim(&mut self, boundary: &str, identity: &str) {
+        self.unclaimed
+            .push((boundary.to_string(), identity.to_string()));
     }
 }

@@ -29,6 +29,8 @@ pub struct Ctx {
     pub namespaced: bool,
     /// Discovered kinds, shared by every controller.
     pub kinds: Arc<Kinds>,
+    /// Package CRs' identity locks, shared by every controller and tenant.
+    pub locks: Option<Arc<crate::locks::IdentityLocks>>,
     /// Event recorder.
     pub events: Events,
     /// Per-key retry delays.

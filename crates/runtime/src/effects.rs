@@ -15,7 +15,7 @@ use super::teardown;
 use inrun_blueprint::ReconcileSpec;
 use inrun_pass::meta::{self, Metadata};
 use inrun_pass::{
-    Applied, ChildKey, EffectError, Effects, Observed, Pruned, Reason, Teardown, Written,
+    Applied, ChildKey, Claimed, EffectError, Effects, Observed, Pruned, Reason, Teardown, Written,
 };
 
 /// One CR's effects.
@@ -46,6 +46,16 @@ impl<'a> ApiEffects<'a> {
 
     /// The CR's identity for an apply. The uid makes the API server refuse (409) an apply
     /// to a CR that is gone, which server-side apply would otherwise create anew.
+    /// The CR, as an identity lock names its holder.
+    fn holder(&self) -> crate::locks::Holder {
+        crate::locks::Holder {
+            uid: self.cr.metadata.uid.clone().unwrap_or_default(),
+            resource: self.ctx.cr_resource.clone(),
+            namespace: self.cr.metadata.namespace.clone(),
+            name: self.cr.metadata.name.clone().unwrap_or_default(),
+        }
+    }
+
     fn skeleton(&self) -> Value {
         let mut meta = json!({"name": self.cr.metadata.name, "uid": self.cr.metadata.uid});
         if let Some(ns) = &self.cr.metadata.namespace {
@@ -255,6 +265,29 @@ impl Effects for ApiEffects<'_> {
         teardown::tear_down(self.ctx, &self.cr, spec, forced)
             .await
             .map_err(child_error("deleting the CR's children"))
+    }
+
+    async fn claim(&mut self, boundary: &str, identity: &str) -> Result<Claimed, EffectError> {
+        let Some(locks) = &self.ctx.locks else {
+            return Ok(Claimed::Held);
+        };
+        locks
+            .claim(boundary, identity, &self.holder())
+            .await
+            .map_err(|e| {
+                EffectError::new("claiming the infrastructure's identity lock", ApiFailure(e))
+            })
+    }
+
+    async fn unclaim(&mut self, boundary: &str, identity: &str) {
+        let Some(locks) = &self.ctx.locks else {
+            return;
+        };
+        let uid = self.cr.metadata.uid.clone().unwrap_or_default();
+        if let Err(e) = locks.release(boundary, identity, &uid).await {
+            tracing::warn!(error = %e, lease = %crate::locks::lease_name(boundary, identity),
+                "could not let go of the identity lock; a later claim takes it over once the CR is gone");
+        }
     }
 
     async fn release(&mut self) -> Result<(), EffectError> {

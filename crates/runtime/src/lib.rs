@@ -20,6 +20,7 @@ pub mod identity;
 pub mod kinds;
 pub mod kubeconfig;
 pub mod leader;
+pub mod locks;
 pub mod metrics;
 mod pass;
 pub mod release;
@@ -66,6 +67,9 @@ pub struct RunOptions {
     pub instance: String,
     /// Where the controllers record.
     pub metrics: Arc<crate::metrics::Metrics>,
+    /// Where package CRs' identity locks are kept (Leases, written with `client`); `None`:
+    /// not kept, every claim holds.
+    pub lock_namespace: Option<String>,
 }
 
 /// Why the controller could not start.
@@ -120,6 +124,9 @@ pub struct Shared {
     pub impersonation: Option<identity::Impersonation>,
     /// Whom `client` acts as: `None` for the host's own identity.
     pub identity: Option<inrun_blueprint::ServiceAccountRef>,
+    /// Where package CRs claim the infrastructure they manage, one owner a thing, shared
+    /// by every tenant; `None`: claims are not kept (every claim holds).
+    pub locks: Option<Arc<locks::IdentityLocks>>,
 }
 
 impl Shared {
@@ -132,7 +139,19 @@ impl Shared {
             metrics: Arc::default(),
             impersonation: None,
             identity: None,
+            locks: None,
         }
+    }
+
+    /// The same, keeping package CRs' identity locks as Leases in `namespace`, written
+    /// with `client`'s (the host's own) credentials.
+    #[must_use]
+    pub fn with_locks(mut self, namespace: &str) -> Self {
+        self.locks = Some(Arc::new(locks::IdentityLocks::new(
+            self.client.clone(),
+            namespace,
+        )));
+        self
     }
 
     /// The same, able to act as tenants' ServiceAccounts (clients built from `config`,
@@ -331,6 +350,7 @@ pub fn controller(
         cr_resource: ar.clone(),
         namespaced: plan.spec.scope == Scope::Namespaced,
         kinds: shared.kinds.clone(),
+        locks: shared.locks.clone(),
         events: events::Events::new(client.clone(), shared.instance.clone()),
         // The backoff starts no lower than the requeue floor. A package's retries (its
         // failures, and re-observing infrastructure not ready yet) go from 1 s to 1 min
@@ -652,8 +672,11 @@ pub async fn run(
     if let Some(sa) = &assembly.blueprint.spec.service_account {
         return Err(RunError::Identity(sa.to_string()));
     }
-    let shared =
+    let mut shared =
         Shared::new(client, options.instance.clone()).with_metrics(options.metrics.clone());
+    if let Some(namespace) = &options.lock_namespace {
+        shared = shared.with_locks(namespace);
+    }
     let child_kinds = prepare(&shared, &assembly, options.install_crds).await?;
     let controllers: Vec<_> = child_kinds
         .into_iter()

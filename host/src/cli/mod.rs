@@ -431,6 +431,11 @@ pub struct RunArgs {
     /// Namespace of the Lease when the Blueprint names none (default: $POD_NAMESPACE, else `default`).
     #[arg(long, env = "INRUN_LEADER_ELECT_NAMESPACE")]
     pub leader_elect_namespace: Option<String>,
+    /// Namespace of the Leases that give each piece of infrastructure a package manages one
+    /// owner CR (default: $POD_NAMESPACE, else `default`); `inrun generate rbac` grants
+    /// them in its `--namespace`.
+    #[arg(long, env = "INRUN_LOCK_NAMESPACE")]
+    pub lock_namespace: Option<String>,
     /// Name of the Lease, over `runtime.leaderElection.leaseName` (default `inrun`): hosts
     /// sharing a namespace each need their own.
     #[arg(long, env = "INRUN_LEADER_ELECT_LEASE", value_parser = parse_lease_name)]

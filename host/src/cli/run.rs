@@ -114,9 +114,16 @@ pub(super) fn run(
     };
     let env = |k: &str| std::env::var(k).ok();
     let identity = settings::identity(args.identity.clone(), env);
+    let lock_namespace = args
+        .lock_namespace
+        .clone()
+        .or_else(|| env("POD_NAMESPACE"))
+        .unwrap_or_else(|| "default".into());
     let fleet = Fleet::new(
         Shared::new(client.clone(), identity.clone())
             .with_metrics(metrics.clone())
+            // Package CRs claim their infrastructure as the host, whoever they act as.
+            .with_locks(&lock_namespace)
             // Tenants that name a ServiceAccount act as it, on the host's credentials.
             .with_impersonation(connection.config, connection.fence.clone()),
         engine,

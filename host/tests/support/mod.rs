@@ -125,6 +125,8 @@ impl Host {
             install_crds: true,
             instance: "e2e".into(),
             metrics: metrics.clone(),
+            // Where the generated RBAC grants the host its Leases.
+            lock_namespace: Some(identity::NAMESPACE.into()),
         };
         let task = tokio::spawn(inrun::runtime::run(assembly, client, options, rx));
         Host {
@@ -259,6 +261,7 @@ impl FleetHost {
         let fleet = Fleet::new(
             Shared::new(client, "e2e".into())
                 .with_metrics(metrics.clone())
+                .with_locks(identity::NAMESPACE)
                 .with_impersonation(config, fence),
             engine,
             services,

@@ -5,8 +5,8 @@
 //! - `PUT /things/<profile>` with `{"size": n}`: 200 done, 202 still working;
 //! - `DELETE /things/<profile>`: 200 or 404 done, 202 still working.
 //!
-//! `config.size` (a whole number from 1) is the desired size; `config.zone` joins the
-//! state identity. Anything but a 2xx/404 answer fails the step with the service's body,
+//! `config.size` (a whole number from 1) is the desired size; the profile and `config.zone`
+//! are the state identity. Anything but a 2xx/404 answer fails the step with the service's body,
 //! so tests can check that such text never reaches the CR's status.
 
 use inrun_sdk::http::Request as HttpRequest;
@@ -61,9 +61,9 @@ impl Package for Infra {
         Ok(Identity {
             boundary: endpoint(opts)?.to_string(),
             profile: opts.profile.clone(),
+            // The thing is named by the profile: two CRs naming one profile name one thing.
             state: vec![
-                opts.namespace.clone(),
-                Some(opts.name.clone()),
+                Some(opts.profile.clone()),
                 opts.config
                     .get("zone")
                     .and_then(Value::as_str)

@@ -539,3 +539,68 @@ fn a_package_cr_carries_the_blueprints_finalizer_names_beside_its_own() {
     let held = fx.metadata_of(meta::FINALIZER_MANAGER).expect("finalizers");
     assert_eq!(held.finalizers, [FINALIZER, "example.com/audit"]);
 }
+
+#[test]
+fn a_cr_whose_infrastructure_another_cr_holds_changes_nothing_and_deletes_nothing() {
+    // Reconciling: refused after identifying, before the finalizer or any effect.
+    let object = cr(json!({}));
+    let pkg = Script::new(&[ABSENT]);
+    let mut fx = Recorder::new(Some("ns".into()));
+    fx.held_by = Some("Db ns/other".into());
+    let done = pass(&object, &pkg, &mut fx).expect("pass");
+    assert!(
+        pkg.calls()
+            .iter()
+            .all(|c| c.starts_with("validate") || c.starts_with("identity")),
+        "{:?}",
+        pkg.calls()
+    );
+    assert!(
+        fx.metadata_of(meta::FINALIZER_MANAGER).is_none(),
+        "no finalizer"
+    );
+    let seen = after(&object, &fx);
+    assert_eq!(ready(&seen).1, "IdentityConflict");
+    assert!(seen["status"].get("identity").is_none(), "{seen}");
+    assert!(
+        fx.events.iter().any(|(r, n)| *r == Reason::Invalid
+            && n.starts_with("IdentityConflict: Db ns/other already manages")),
+        "{:?}",
+        fx.events
+    );
+    assert!(done.after.is_some(), "checked again: the holder may go");
+
+    // Deleting with deletionPolicy Delete: released without a delete call.
+    let pkg = Script::new(&[READY]);
+    let mut fx = Recorder::new(Some("ns".into()));
+    fx.held_by = Some("Db ns/other".into());
+    pass(&deleting("Delete"), &pkg, &mut fx).expect("pass");
+    assert_eq!(pkg.calls(), ["identity deleting"]);
+    assert!(
+        fx.metadata_of(meta::FINALIZER_MANAGER)
+            .is_some_and(|m| m.finalizers.is_empty())
+    );
+    assert!(
+        fx.events
+            .iter()
+            .any(|(r, n)| *r == Reason::Finalized && n.contains("without deleting it")),
+        "{:?}",
+        fx.events
+    );
+}
+
+#[test]
+fn the_holder_lets_go_of_its_infrastructure_when_it_is_released() {
+    let pkg = Script::new(&[]);
+    let mut fx = Recorder::new(Some("ns".into()));
+    let object = deleting("Retain");
+    pass(&object, &pkg, &mut fx).expect("pass");
+    let stored = Stored::of(&object);
+    assert_eq!(
+        fx.unclaimed,
+        [(
+            stored.boundary.expect("a stored boundary"),
+            stored.identity.expect("a stored identity")
+        )]
+    );
+}
