@@ -113,45 +113,61 @@ async fn barrier(
 #[tokio::test]
 async fn a_new_cr_costs_one_write_per_change_and_the_hosts_writes_never_wake_it() -> TestResult {
     let _turn = TURN.lock().await;
-    let group = unique_group("new-cr-writes");
-    let crd = format!("pairs.{group}");
-    let ar = resource(&group, "Pair");
-    let host = Host::start(&blueprint(&group, "")).await;
-    let ns = ControlPlane::shared().namespace("writes").await?;
-    served(&ar).await;
-    let before = apiserver_writes().await;
-    create(&ar, &ns, "one", "blue").await;
-    until_ready(&ar, &ns, "one", "blue").await;
-    // One pass for the new CR; the barrier's is the second. Had the host's finalizer,
-    // child, status or event writes woken the CR, their passes would come first.
-    barrier(&host, &ar, &ns, "one", &crd, 2, "a").await;
-    let after = apiserver_writes().await;
-    assert_eq!(
-        reconciles(&host.metrics, &crd),
-        2,
-        "the host's own writes started passes"
-    );
-    let writes = writes_between(&before, &after, &counted(&group));
-    let expected: std::collections::BTreeMap<String, u64> = [
-        // The test's own: the CR's creation and the barrier's label.
-        ("APPLY pairs", 2),
-        ("PATCH pairs", 1),
-        // The host's: status once, each child once, one event.
-        ("APPLY pairs/status", 1),
-        ("APPLY configmaps", 1),
-        ("APPLY services", 1),
-        ("POST events", 1),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), v))
-    .collect();
-    // "APPLY pairs" = the test's create + the host's finalizer.
-    if writes != expected {
-        let events = all_events().await;
-        panic!("writes {writes:?}, expected {expected:?}; events: {events:#?}");
+    // A pass that fails (the API server refusing a request under load: a 429, a timeout)
+    // is retried, and its retry legitimately costs a `ReconcileError` event and a pass of
+    // its own: such an attempt says nothing of the steady cost. It is told, and counted
+    // again with a new host and CRD; the counts are asserted on an attempt without a
+    // failed pass.
+    for attempt in 1..=3 {
+        let group = unique_group("new-cr-writes");
+        let crd = format!("pairs.{group}");
+        let ar = resource(&group, "Pair");
+        let host = Host::start(&blueprint(&group, "")).await;
+        let ns = ControlPlane::shared().namespace("writes").await?;
+        served(&ar).await;
+        let before = apiserver_writes().await;
+        create(&ar, &ns, "one", "blue").await;
+        until_ready(&ar, &ns, "one", "blue").await;
+        // One pass for the new CR; the barrier's is the second. Had the host's finalizer,
+        // child, status or event writes woken the CR, their passes would come first.
+        barrier(&host, &ar, &ns, "one", &crd, 2, "a").await;
+        let after = apiserver_writes().await;
+        if host.metrics.reconciles(&crd, "error") > 0 {
+            let events = all_events().await;
+            eprintln!(
+                "attempt {attempt}: a pass failed, so its writes are not the steady cost; the cluster's events: {events:#?}"
+            );
+            host.stop().await;
+            continue;
+        }
+        assert_eq!(
+            reconciles(&host.metrics, &crd),
+            2,
+            "the host's own writes started passes"
+        );
+        let writes = writes_between(&before, &after, &counted(&group));
+        let expected: std::collections::BTreeMap<String, u64> = [
+            // The test's own: the CR's creation and the barrier's label.
+            ("APPLY pairs", 2),
+            ("PATCH pairs", 1),
+            // The host's: status once, each child once, one event.
+            ("APPLY pairs/status", 1),
+            ("APPLY configmaps", 1),
+            ("APPLY services", 1),
+            ("POST events", 1),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        // "APPLY pairs" = the test's create + the host's finalizer.
+        if writes != expected {
+            let events = all_events().await;
+            panic!("writes {writes:?}, expected {expected:?}; events: {events:#?}");
+        }
+        host.stop().await;
+        return Ok(());
     }
-    host.stop().await;
-    Ok(())
+    panic!("a pass failed in each of three attempts: the host's log says why");
 }
 
 #[tokio::test]
