@@ -92,8 +92,10 @@ fn written(object: &Value, fx: &Recorder) -> Value {
     after
 }
 
+/// Gate and Prepare write nothing for a CR they let through (what they do to one they
+/// hold back: `a_gated_cr_…`, `an_invalid_cr_…`); what follows them is in order.
 #[test]
-fn a_new_cr_goes_gate_prepare_maintain_reconcile_apply_status_and_event_in_that_order() {
+fn a_new_cr_let_through_goes_maintain_reconcile_apply_status_and_event_in_that_order() {
     let a = assembly("", "");
     let mut fx = Recorder::new(Some("ns".into()));
     let done = run_pass(&a, &cr(json!({"phase": "on"})), &mut fx).expect("pass");

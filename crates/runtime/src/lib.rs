@@ -189,6 +189,22 @@ impl Shared {
     }
 }
 
+/// The retry delays of a CRD's CRs, no shorter than the requeue floor: a package's (its
+/// failures, and re-observing infrastructure not there or not ready yet) go from 1 s to
+/// 1 min (seed 002) unless the Blueprint sets its own; anything else's follow
+/// `runtime.backoff`.
+fn retries(package: bool, runtime: &inrun_blueprint::RuntimeSpec) -> backoff::Backoff {
+    let (base, max) = if package && runtime.backoff == inrun_blueprint::BackoffSpec::default() {
+        (
+            inrun_pass::package::RETRY_BASE,
+            inrun_pass::package::RETRY_MAX,
+        )
+    } else {
+        (runtime.backoff.base, runtime.backoff.max)
+    };
+    backoff::Backoff::new(base.max(runtime.min_requeue), max.max(runtime.min_requeue))
+}
+
 /// The kinds one CRD's CRs may own.
 #[derive(Debug, Clone, Default)]
 pub struct CrdKinds {
@@ -352,22 +368,12 @@ pub fn controller(
         kinds: shared.kinds.clone(),
         locks: shared.locks.clone(),
         events: events::Events::new(client.clone(), shared.instance.clone()),
-        // The backoff starts no lower than the requeue floor. A package's retries (its
-        // failures, and re-observing infrastructure not ready yet) go from 1 s to 1 min
-        // unless the Blueprint sets its own.
-        backoff: {
-            let (base, max) = if plan.default.package.is_some()
-                && runtime.backoff == inrun_blueprint::BackoffSpec::default()
-            {
-                (
-                    inrun_pass::package::RETRY_BASE,
-                    inrun_pass::package::RETRY_MAX,
-                )
-            } else {
-                (runtime.backoff.base, runtime.backoff.max)
-            };
-            backoff::Backoff::new(base.max(runtime.min_requeue), max.max(runtime.min_requeue))
-        },
+        backoff: retries(
+            std::iter::once(&plan.default)
+                .chain(plan.targets.iter().map(|(_, t)| t))
+                .any(|block| block.package.is_some()),
+            &runtime,
+        ),
         runtime,
         queue: shared.metrics.controller(
             &plan.spec.crd_name(),
@@ -700,6 +706,29 @@ pub async fn run(
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
+    #[test]
+    fn a_packages_retries_double_from_one_second_up_to_one_minute_unless_the_blueprint_says() {
+        let runtime = inrun_blueprint::RuntimeSpec::default();
+        let b = super::retries(true, &runtime);
+        let delays: Vec<u64> = (0..9).map(|_| b.failed("ns/a", 1).as_secs()).collect();
+        assert_eq!(delays, [1, 2, 4, 8, 16, 32, 60, 60, 60]);
+        // An edit of the spec starts again at 1 s.
+        assert_eq!(b.failed("ns/a", 2), Duration::from_secs(1));
+        // Anything else follows runtime.backoff (up to 5 min by default).
+        let b = super::retries(false, &runtime);
+        let last = (0..12).map(|_| b.failed("ns/a", 1)).last();
+        assert_eq!(last, Some(runtime.backoff.max));
+        assert!(runtime.backoff.max > Duration::from_secs(60));
+        // A Blueprint's own backoff holds for packages too.
+        let mut own = runtime.clone();
+        own.backoff.max = Duration::from_secs(10);
+        let b = super::retries(true, &own);
+        let last = (0..12).map(|_| b.failed("ns/a", 1)).last();
+        assert_eq!(last, Some(Duration::from_secs(10)));
+    }
+
     #[test]
     fn only_kinds_of_groups_a_crd_could_define_are_waited_for() {
         assert!(super::may_be_defined_later("parts.example.com/v1"));

@@ -604,3 +604,65 @@ fn the_holder_lets_go_of_its_infrastructure_when_it_is_released() {
         )]
     );
 }
+
+#[test]
+fn a_pending_converge_is_observed_again_later_and_a_reported_failure_fails_the_step() {
+    let object = cr(json!({"config": {"size": 1}}));
+    // `pending`: the backend still works; no second observe now, observed again after the
+    // retry delay, converged no more meanwhile.
+    let mut pkg = Script::new(&[ABSENT]);
+    pkg.converge = Ok(Workflow::pending());
+    let mut fx = Recorder::new(Some("ns".into()));
+    let done = pass(&object, &pkg, &mut fx).expect("pass");
+    assert_eq!(
+        pkg.calls(),
+        [
+            "validate changed",
+            "identity changed",
+            "observe changed",
+            "converge changed"
+        ]
+    );
+    assert!(done.retry, "observed again after the retry delay");
+    let o = after(&object, &fx);
+    let (status, reason, message) = ready(&o);
+    assert_eq!((status.as_str(), reason.as_str()), ("False", "Progressing"));
+    assert!(message.contains("still working"), "{message}");
+
+    // `failed` with a detail: the step fails (retried with backoff); the detail stays in
+    // the host's log.
+    let mut pkg = Script::new(&[ABSENT]);
+    pkg.converge = Ok(Workflow::failed("quota=hunter2 exceeded"));
+    let mut fx = Recorder::new(Some("ns".into()));
+    let err = pass(&object, &pkg, &mut fx).expect_err("failed");
+    assert_eq!(err.condition(), "ConvergeFailed");
+    let o = after(&object, &fx);
+    assert_eq!(ready(&o).1, "ConvergeFailed");
+    assert!(!o["status"].to_string().contains("hunter2"));
+    assert!(fx.events.iter().all(|(_, n)| !n.contains("hunter2")));
+}
+
+#[test]
+fn a_pending_delete_keeps_the_finalizer_and_a_reported_failure_fails_the_step() {
+    let mut pkg = Script::new(&[READY]);
+    pkg.converge = Ok(Workflow::pending());
+    let mut fx = Recorder::new(Some("ns".into()));
+    let done = pass(&deleting("Delete"), &pkg, &mut fx).expect("pass");
+    assert_eq!(
+        pkg.calls(),
+        ["identity deleting", "observe deleting", "delete deleting"]
+    );
+    assert!(done.retry);
+    assert!(
+        fx.metadata_of(meta::FINALIZER_MANAGER).is_none(),
+        "the finalizer stays"
+    );
+    assert!(fx.unclaimed.is_empty(), "the thing is still held");
+
+    let mut pkg = Script::new(&[READY]);
+    pkg.converge = Ok(Workflow::failed("busy"));
+    let mut fx = Recorder::new(Some("ns".into()));
+    let err = pass(&deleting("Delete"), &pkg, &mut fx).expect_err("failed");
+    assert_eq!(err.condition(), "DeleteFailed");
+    assert!(fx.metadata_of(meta::FINALIZER_MANAGER).is_none());
+}
