@@ -104,6 +104,7 @@ impl ClusterReader for Stuck {
 
 fn config_map_reads(reader: Arc<dyn ClusterReader>) -> Grants {
     Grants {
+        credentials: None,
         cluster: Some(ClusterGrant {
             reads: vec![ReadGrant {
                 api_version: "v1".into(),
@@ -233,6 +234,7 @@ async fn fetch_reaches_a_granted_host_within_its_size_cap_and_no_other() {
     let allowed = server().await;
     let other = server().await;
     let grants = Grants {
+        credentials: None,
         cluster: None,
         http: Some(HttpGrant {
             hosts: vec![allowed.to_string()].into(),

@@ -31,12 +31,14 @@ struct Thing {
     ready: bool,
 }
 
-/// A call the backend answered: when, the method, and the host's event header.
+/// A call the backend answered: when, the method, the host's event header, and the
+/// credential it carried (`authorization`).
 #[derive(Debug, Clone)]
 struct Call {
     at: Instant,
     method: &'static str,
     event: String,
+    authorization: Option<String>,
 }
 
 #[derive(Default)]
@@ -70,10 +72,15 @@ impl Backend {
             .and_then(|v| v.to_str().ok())
             .unwrap_or_default()
             .to_string();
+        let authorization = headers
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
         self.lock().calls.push(Call {
             at: Instant::now(),
             method,
             event,
+            authorization,
         });
     }
 
@@ -1086,6 +1093,84 @@ async fn two_crs_naming_one_thing_have_one_owner_and_the_other_takes_over_once_i
             .then_some(())
     })
     .await;
+    host.stop().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_package_reads_the_credentials_the_blueprint_grants_in_its_crs_namespace_and_no_other()
+-> TestResult {
+    let backend = Backend::default();
+    let port = backend.start().await;
+    let group = unique_group("pkg-creds");
+    // Granted: key `token` of the Secret `backend` in the CR's namespace; nothing else.
+    let text = blueprint(&group, port).replace(
+        "            http: {hosts:",
+        "            credentials: [{secret: backend, keys: [token]}]\n            http: {hosts:",
+    );
+    assert!(text.contains("credentials"), "{text}");
+    let host = Host::start(&text).await;
+    let ns = ControlPlane::shared().namespace("pkg-creds").await?;
+    let ar = resource(&group, "Thing");
+    served(&ar).await;
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(client(), &ns);
+    let secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(json!({
+        "metadata": {"name": "backend"},
+        "stringData": {"token": "s3cr3t-t0ken", "admin": "root-password"},
+    }))?;
+    secrets.create(&Default::default(), &secret).await?;
+
+    apply_cr(
+        &ar,
+        &ns,
+        &thing_cr(
+            &group,
+            "granted",
+            "reconcileInterval: 1h",
+            port,
+            "size: 1, token: {secret: backend, key: token}",
+        ),
+    )
+    .await;
+    wait_ready(&ar, &ns, "granted").await;
+    let puts = backend.calls("PUT");
+    assert_eq!(puts.len(), 1);
+    assert_eq!(
+        puts[0].authorization.as_deref(),
+        Some("Bearer s3cr3t-t0ken"),
+        "the package sent the credential it read"
+    );
+
+    // A key the Blueprint does not grant: the step fails, and neither value nor key
+    // reaches the CR.
+    apply_cr(
+        &ar,
+        &ns,
+        &thing_cr(
+            &group,
+            "greedy",
+            "reconcileInterval: 1h",
+            port,
+            "size: 1, token: {secret: backend, key: admin}",
+        ),
+    )
+    .await;
+    let cr = wait_reason(&ar, &ns, "greedy", "ObserveFailed").await;
+    let shown = serde_json::to_string(&cr.data["status"])?;
+    assert!(
+        !shown.contains("root-password") && !shown.contains("s3cr3t"),
+        "{shown}"
+    );
+    for (_, note) in events(&ns, "greedy").await {
+        assert!(!note.contains("root-password"), "{note}");
+    }
+    assert!(
+        backend
+            .calls("GET")
+            .iter()
+            .all(|c| c.authorization.as_deref() != Some("Bearer root-password")),
+        "an ungranted key never reached the backend"
+    );
     host.stop().await;
     Ok(())
 }

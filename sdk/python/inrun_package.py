@@ -18,7 +18,8 @@ Every method receives the same ``Options``: ``config`` (``spec.config`` as a dic
 ``profile``, ``state``, ``event`` (``"changed"``, ``"interval"``, ``"requested"``,
 ``"retry"``, ``"deleting"``), ``resource`` (group, version, plural, kind), ``namespace`` and
 ``name``. ``raise Err("why")`` (or any exception) fails that step; its text reaches only
-the host's log, never the CR's status. ``fetch`` reaches the hosts the Blueprint grants.
+the host's log, never the CR's status. ``fetch`` reaches the hosts the Blueprint grants;
+``credential(name, key)`` reads the keys of Secrets it grants (in the CR's namespace).
 """
 
 from __future__ import annotations
@@ -30,9 +31,11 @@ from typing import Any, Dict, List, Optional, Tuple
 from inrun_sdk import Err, error
 
 try:  # Inside a component.
+    from wit_world.imports import credentials as _credentials
     from wit_world.imports import http as _http
     from wit_world.imports import infrastructure as _infra
 except ImportError:  # Natively (unit tests): no host to call.
+    _credentials = None
     _http = None
     _infra = None
 
@@ -43,6 +46,7 @@ __all__ = [
     "Options",
     "Response",
     "Workflow",
+    "credential",
     "export_package",
     "fetch",
 ]
@@ -137,6 +141,15 @@ def fetch(method: str, url: str, headers: Optional[List[Tuple[str, str]]] = None
     answer = _http.fetch(_http.Request(method=method, url=url, headers=list(headers or []),
                                        body=body))
     return Response(status=answer.status, headers=list(answer.headers), body=bytes(answer.body))
+
+
+def credential(name: str, key: str) -> str:
+    """The value of ``key`` in the Secret ``name`` of the CR's namespace, when the Blueprint
+    grants it (``package.capabilities.credentials``); ``Err`` says why not (never the value).
+    Keep it out of what the package returns: errors and details reach the host's log."""
+    if _credentials is None:
+        raise Err("credentials are only available inside the host")
+    return _credentials.get(name, key)
 
 
 def _guarded(what: str, run: Any) -> Any:

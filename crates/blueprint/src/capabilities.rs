@@ -1,4 +1,5 @@
-//! `capabilities` on a hook or constructor: what the plugin may reach beyond its sandbox.
+//! `capabilities` on a hook, constructor or package: what the plugin may reach beyond its
+//! sandbox.
 //! A plugin without this block gets nothing: no cluster reads, no network.
 
 use std::time::Duration;
@@ -17,12 +18,29 @@ pub struct Capabilities {
     /// Outbound HTTP.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub http: Option<HttpCapability>,
+    /// Keys of Secrets in the CR's namespace a package may read (packages only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub credentials: Vec<Credential>,
+}
+
+/// `capabilities.credentials[]`: one Secret in the CR's own namespace and the keys of it a
+/// package may read through the `credentials` import, as the identity the Blueprint acts
+/// as.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Credential {
+    /// The Secret's name (in the CR's namespace).
+    pub secret: String,
+    /// The keys of it the package may read.
+    pub keys: Vec<String>,
 }
 
 impl Capabilities {
     /// Whether nothing is granted.
     pub fn is_empty(&self) -> bool {
-        self.cluster.as_ref().is_none_or(|c| c.read.is_empty()) && self.http.is_none()
+        self.cluster.as_ref().is_none_or(|c| c.read.is_empty())
+            && self.http.is_none()
+            && self.credentials.is_empty()
     }
 
     /// The kinds the plugin may read (none without `cluster`).

@@ -156,7 +156,11 @@ fn named_secrets(block: &ReconcileSpec) -> Vec<(String, String)> {
 /// Whether any reconcile block reads a Secret (remote auth, external inputs, plugin pull
 /// secrets).
 fn reads_secrets(block: &ReconcileSpec) -> bool {
-    let remote = block.remote.as_ref().is_some_and(|r| r.auth.is_some());
+    let remote = block.remote.as_ref().is_some_and(|r| r.auth.is_some())
+        || block
+            .package
+            .as_ref()
+            .is_some_and(|p| !p.capabilities.credentials.is_empty());
     let pull = block.hooks.iter().any(|h| h.pull_secret.is_some())
         || block
             .constructor
@@ -264,7 +268,8 @@ fn child_permissions(blueprint: &Blueprint, crd: &CrdSpec, m: &ManagedResource) 
 /// A Secret a reconcile block reads: its name, and its namespace (`None`: the CR's own).
 type SecretName = (Option<String>, String);
 
-/// Every Secret a block names (remote auth, external inputs, plugin pull secrets).
+/// Every Secret a block names (remote auth, external inputs, plugin pull secrets, a
+/// package's credentials).
 fn secret_references(block: &ReconcileSpec) -> Vec<SecretName> {
     let pulls = block
         .hooks
@@ -290,7 +295,13 @@ fn secret_references(block: &ReconcileSpec) -> Vec<SecretName> {
                 .chain(e.redis.iter().filter_map(|r| r.secret_ref.as_ref()))
         }))
         .map(|r| (r.namespace.clone(), r.name.clone()));
-    pulls.chain(refs).collect()
+    // A package's credentials: Secrets of the CR's own namespace.
+    let credentials = block
+        .package
+        .iter()
+        .flat_map(|p| &p.capabilities.credentials)
+        .map(|c| (None, c.secret.clone()));
+    pulls.chain(refs).chain(credentials).collect()
 }
 
 /// `get` on exactly the Secrets the Blueprint names, never `list` or `watch` (the host
@@ -1128,6 +1139,19 @@ spec:
         assert_eq!(locks[0].namespace.as_deref(), Some("ops"));
         assert_eq!(locks[0].verbs, ["get", "create", "update", "delete"]);
         assert!(locks[0].names.is_empty(), "named after what they hold");
+
+        // Its credentials: those Secrets by name, in whatever namespace a CR lives.
+        let bp = inrun_blueprint::from_str(
+            "apiVersion: inrun.dev/v1alpha1\nkind: Blueprint\nmetadata: {name: t}\nspec:\n  crds:\n    - { group: a.b, version: v1, kind: P, reconcile: { default: false, package: { location: ./p.wasm, capabilities: { credentials: [ { secret: db-creds, keys: [password] } ] } } } }\n",
+            "p.yaml",
+        )
+        .expect("blueprint");
+        let perms = required(&bp, &options);
+        let secrets: Vec<_> = perms.iter().filter(|p| p.resource == "secrets").collect();
+        assert_eq!(secrets.len(), 1, "{secrets:?}");
+        assert_eq!(secrets[0].names, ["db-creds"]);
+        assert_eq!(secrets[0].verbs, ["get"]);
+        assert_eq!(secrets[0].namespace, None, "the CR's own, any of them");
     }
 
     #[test]

@@ -33,11 +33,13 @@ pub mod hooks {
 }
 
 /// The `package` world of `inrun:reconciler@0.2.0` (an infrastructure package). Its
-/// `host` and `http` imports are the 0.1.0 interfaces, served by the same implementation.
+/// `host` and `http` imports are the 0.1.0 interfaces, served by the same implementation;
+/// `credentials` is its own, async (it waits on the API server).
 pub mod package {
     wasmtime::component::bindgen!({
         path: "../../wit/0.2.0",
         world: "%package",
+        imports: { "inrun:reconciler/credentials": async },
         exports: { default: async },
         with: {
             "inrun:reconciler/host@0.1.0": super::reconciler::inrun::reconciler::host,

@@ -177,6 +177,11 @@ impl Engine {
             wasmtime::component::HasSelf<State>,
         >(&mut linker, |s| s)
         .map_err(LoadError::Engine)?;
+        super::bindings::package::inrun::reconciler0_2_0::credentials::add_to_linker::<
+            State,
+            wasmtime::component::HasSelf<State>,
+        >(&mut linker, |s| s)
+        .map_err(LoadError::Engine)?;
 
         let ticker = Arc::new(Ticker::default());
         spawn_ticker(engine.clone(), ticker.clone());

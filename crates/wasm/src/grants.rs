@@ -161,16 +161,52 @@ pub struct CannedReply {
     pub body: Vec<u8>,
 }
 
+/// Reads keys of Secrets for packages (`credentials`); the host implements it as the
+/// identity the Blueprint acts as.
+///
+/// Errors are messages for the guest, never the value.
+#[async_trait]
+pub trait SecretReader: Send + Sync {
+    /// The value of `key` in the Secret `name` in `namespace`, as text.
+    ///
+    /// # Errors
+    /// A message naming the Secret and key (never the value): missing, refused, not text,
+    /// the read failed.
+    async fn key(&self, namespace: &str, name: &str, key: &str) -> Result<String, String>;
+}
+
+/// A package's credentials: the Secrets (by name, in the CR's namespace) and the keys of
+/// each it may read, and who reads them.
+#[derive(Clone)]
+pub struct CredentialGrant {
+    /// Secret name and the keys granted of it, in Blueprint order.
+    pub secrets: Arc<[(String, Vec<String>)]>,
+    /// Who reads them.
+    pub reader: Arc<dyn SecretReader>,
+}
+
+impl CredentialGrant {
+    /// Whether `key` of the Secret `name` is granted.
+    pub fn allows(&self, name: &str, key: &str) -> bool {
+        self.secrets
+            .iter()
+            .any(|(n, keys)| n == name && keys.iter().any(|k| k == key))
+    }
+}
+
 /// Everything one plugin reference may use beyond its sandbox. Cheap to clone.
 ///
 /// # Guarantees
-/// `Grants::default()` grants nothing: every `cluster` and `http` call is refused.
+/// `Grants::default()` grants nothing: every `cluster`, `http` and `credentials` call is
+/// refused.
 #[derive(Clone, Default)]
 pub struct Grants {
     /// Cluster reads, if any.
     pub cluster: Option<ClusterGrant>,
     /// Outbound HTTP, if any.
     pub http: Option<HttpGrant>,
+    /// Keys of Secrets a package may read, if any.
+    pub credentials: Option<CredentialGrant>,
 }
 
 impl fmt::Debug for Grants {
@@ -178,6 +214,10 @@ impl fmt::Debug for Grants {
         f.debug_struct("Grants")
             .field("read", &self.cluster.as_ref().map(|c| &c.reads))
             .field("http", &self.http.as_ref().map(|h| &h.hosts))
+            .field(
+                "credentials",
+                &self.credentials.as_ref().map(|c| &c.secrets),
+            )
             .finish()
     }
 }
@@ -369,6 +409,7 @@ mod tests {
 
     fn reads(namespaces: Namespaces) -> Grants {
         Grants {
+            credentials: None,
             cluster: Some(ClusterGrant {
                 reads: vec![ReadGrant {
                     api_version: "v1".into(),

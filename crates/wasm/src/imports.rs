@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 
+use super::bindings::package::inrun::reconciler0_2_0::credentials;
 use super::bindings::reconciler::inrun::reconciler::{cluster, http};
 use super::grants::{self, HttpGrant, Scope};
 use super::state::State;
@@ -179,6 +180,47 @@ impl cluster::Host for State {
             Err(e) => Err(e),
         };
         self.answer("cluster", result)
+    }
+}
+
+/// Longest credential value handed to a guest, in bytes.
+const CREDENTIAL_MAX: usize = 64 * 1024;
+
+impl credentials::Host for State {
+    async fn get(&mut self, name: String, key: String) -> Result<String, String> {
+        let prepared = match (&self.grants.credentials, self.cr_namespace.clone()) {
+            (None, _) => Err(Failure::Refused(
+                "credentials: this package is granted none (package.capabilities.credentials)"
+                    .into(),
+            )),
+            (Some(grant), _) if !grant.allows(&name, &key) => Err(Failure::Refused(format!(
+                "credentials: key {key:?} of Secret {name:?} is not granted (package.capabilities.credentials)"
+            ))),
+            (Some(_), None) => Err(Failure::Refused(
+                "credentials: a cluster-scoped CR has no namespace to read Secrets in".into(),
+            )),
+            (Some(grant), Some(namespace)) => Ok((grant.reader.clone(), namespace)),
+        };
+        let left = self
+            .deadline
+            .saturating_duration_since(std::time::Instant::now());
+        let result = match prepared {
+            Ok((reader, namespace)) => {
+                let what = format!("credentials: key {key:?} of Secret {namespace}/{name}");
+                match tokio::time::timeout(left, reader.key(&namespace, &name, &key)).await {
+                    Err(_) => Err(Failure::Failed(format!(
+                        "{what}: the call's deadline passed while waiting"
+                    ))),
+                    Ok(Err(e)) => Err(Failure::Failed(format!("credentials: {e}"))),
+                    Ok(Ok(value)) if value.len() > CREDENTIAL_MAX => Err(Failure::Failed(format!(
+                        "{what}: longer than {CREDENTIAL_MAX} bytes"
+                    ))),
+                    Ok(Ok(value)) => Ok(value),
+                }
+            }
+            Err(e) => Err(e),
+        };
+        self.answer("credentials", result)
     }
 }
 

@@ -20,8 +20,8 @@ pub use cache::CompileCache;
 pub use engine::{Engine, EngineSettings};
 pub use error::{CallError, CallFailure, LoadError};
 pub use grants::{
-    CannedHttp, CannedReply, ClusterGrant, ClusterReader, Grants, HttpGrant, Namespaces, NoCluster,
-    ReadGrant, Scope, http_client, parse_label_selector,
+    CannedHttp, CannedReply, ClusterGrant, ClusterReader, CredentialGrant, Grants, HttpGrant,
+    Namespaces, NoCluster, ReadGrant, Scope, SecretReader, http_client, parse_label_selector,
 };
 pub use plugin::{Plugin, PluginInfo, World};
 

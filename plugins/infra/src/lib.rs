@@ -6,7 +6,8 @@
 //! - `DELETE /things/<profile>`: 200 or 404 done, 202 still working.
 //!
 //! `config.size` (a whole number from 1) is the desired size; the profile and `config.zone`
-//! are the state identity. Anything but a 2xx/404 answer fails the step with the service's body,
+//! are the state identity. `config.token: {secret, key}` sends that credential (read
+//! through the host) as a bearer token. Anything but a 2xx/404 answer fails the step with the service's body,
 //! so tests can check that such text never reaches the CR's status.
 
 use inrun_sdk::http::Request as HttpRequest;
@@ -33,6 +34,19 @@ fn url(opts: &Options) -> Result<String, String> {
 
 fn size(opts: &Options) -> Option<i64> {
     opts.config.get("size").and_then(Value::as_i64)
+}
+
+/// A request to the service, with the event and, when `config.token` names a Secret and
+/// key (`{secret, key}`), that credential as a bearer token.
+fn request(method: &str, opts: &Options) -> Result<HttpRequest, String> {
+    let mut request =
+        HttpRequest::new(method, &url(opts)?).header("x-inrun-event", opts.event.as_str());
+    if let Some(token) = opts.config.get("token") {
+        let field = |k: &str| token.get(k).and_then(Value::as_str).unwrap_or_default();
+        let value = inrun_sdk::package::credential(field("secret"), field("key"))?;
+        request = request.header("authorization", &format!("Bearer {value}"));
+    }
+    Ok(request)
 }
 
 fn failed(what: &str, status: u16, body: String) -> String {
@@ -73,9 +87,7 @@ impl Package for Infra {
     }
 
     fn observe(opts: &Options) -> Result<Observation, String> {
-        let answer = HttpRequest::get(&url(opts)?)
-            .header("x-inrun-event", opts.event.as_str())
-            .send()?;
+        let answer = request("GET", opts)?.send()?;
         match answer.status {
             404 => Ok(Observation::default()),
             200 => {
@@ -91,8 +103,7 @@ impl Package for Infra {
     }
 
     fn converge(opts: &Options) -> Result<Workflow, String> {
-        let answer = HttpRequest::new("PUT", &url(opts)?)
-            .header("x-inrun-event", opts.event.as_str())
+        let answer = request("PUT", opts)?
             .json(&json!({"size": size(opts)}))
             .send()?;
         match answer.status {
@@ -103,9 +114,7 @@ impl Package for Infra {
     }
 
     fn delete(opts: &Options) -> Result<Workflow, String> {
-        let answer = HttpRequest::new("DELETE", &url(opts)?)
-            .header("x-inrun-event", opts.event.as_str())
-            .send()?;
+        let answer = request("DELETE", opts)?.send()?;
         match answer.status {
             200 | 204 | 404 => Ok(Workflow::completed()),
             202 => Ok(Workflow::pending()),

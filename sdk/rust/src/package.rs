@@ -5,14 +5,25 @@
 //! `inrun:reconciler@0.2.0`, exported with [`export_package!`](crate::export_package).
 //!
 //! A package reaches its backend through [`http`](crate::http) (hosts the Blueprint
-//! grants); it sees no environment. Errors and [`Workflow::detail`] reach only the host's
-//! log: the CR's status carries generic reasons.
+//! grants) with the credentials [`credential`] reads (keys of Secrets the Blueprint
+//! grants, in the CR's namespace); it sees no environment. Errors and
+//! [`Workflow::detail`] reach only the host's log: the CR's status carries generic reasons.
 
 pub use inrun_contract::package::{
     Descriptor, Event, Identity, Observation, Options, Progress, Workflow,
 };
 
 use crate::bindings::package::inrun::reconciler0_2_0::infrastructure as wit;
+
+/// The value of `key` in the Secret `name` of the CR's namespace, when the Blueprint
+/// grants it (`package.capabilities.credentials`). Keep it out of what the package
+/// returns: an error text or a workflow detail reaches the host's log.
+///
+/// # Errors
+/// Why not: not granted, the Secret or key missing, the read failed (never the value).
+pub fn credential(name: &str, key: &str) -> Result<String, String> {
+    crate::bindings::package::inrun::reconciler0_2_0::credentials::get(name, key)
+}
 
 /// An infrastructure package. Every call receives the same [`Options`]; each must be
 /// idempotent (the host calls `converge` again after a retry, and `delete` again while the

@@ -50,6 +50,39 @@ pub(super) fn check(r: &mut Report<'_>, caps: &Capabilities, at: &str) {
     if let Some(http) = &caps.http {
         self::http(r, http, &format!("{at}.http"));
     }
+    let mut secrets = HashMap::new();
+    for (i, c) in caps.credentials.iter().enumerate() {
+        let f = format!("{at}.credentials[{i}]");
+        r.check(
+            names::is_dns_subdomain(&c.secret),
+            format!("{f}.secret"),
+            format!(
+                "{:?} must be a Secret's name (a lowercase DNS subdomain)",
+                c.secret
+            ),
+        );
+        if let Some(first) = first_seen(&mut secrets, c.secret.as_str(), i) {
+            r.add(
+                format!("{f}.secret"),
+                format!(
+                    "Secret {} is already listed at credentials[{first}]",
+                    c.secret
+                ),
+            );
+        }
+        r.check(
+            !c.keys.is_empty(),
+            format!("{f}.keys"),
+            "list the keys the package may read",
+        );
+        for (j, key) in c.keys.iter().enumerate() {
+            r.check(
+                names::is_secret_key(key),
+                format!("{f}.keys[{j}]"),
+                format!("{key:?} must be a Secret key (letters, digits, '-', '_' and '.')"),
+            );
+        }
+    }
 }
 
 fn http(r: &mut Report<'_>, http: &HttpCapability, at: &str) {

@@ -150,6 +150,7 @@ fn reconciler(r: &mut Report<'_>, spec: &ReconcileSpec, at: &str) {
         );
         limits(r, &hook.limits, &format!("{f}.limits"));
         super::capabilities::check(r, &hook.capabilities, &format!("{f}.capabilities"));
+        only_packages_read_credentials(r, &hook.capabilities, &f);
     }
     if let Some(constructor) = &spec.constructor {
         let f = format!("{at}.constructor");
@@ -162,6 +163,7 @@ fn reconciler(r: &mut Report<'_>, spec: &ReconcileSpec, at: &str) {
         );
         limits(r, &constructor.limits, &format!("{f}.limits"));
         super::capabilities::check(r, &constructor.capabilities, &format!("{f}.capabilities"));
+        only_packages_read_credentials(r, &constructor.capabilities, &f);
     }
     if let Some(remote) = &spec.remote {
         self::remote(r, remote, &format!("{at}.remote"));
@@ -190,6 +192,21 @@ fn reconciler(r: &mut Report<'_>, spec: &ReconcileSpec, at: &str) {
             );
         }
         package_only(r, spec, at);
+    }
+}
+
+/// `credentials` are a package's: a hook or constructor reads what it needs through
+/// `capabilities.cluster` and the reconcile block's `external` inputs.
+fn only_packages_read_credentials(
+    r: &mut Report<'_>,
+    caps: &crate::capabilities::Capabilities,
+    at: &str,
+) {
+    if !caps.credentials.is_empty() {
+        r.add(
+            format!("{at}.capabilities.credentials"),
+            "only a package reads credentials; a hook or constructor gets Secret values through the reconcile block's external inputs",
+        );
     }
 }
 
@@ -517,6 +534,35 @@ mod tests {
         ];
         want.sort();
         assert_eq!(got, want);
+    }
+
+    #[test]
+    fn credentials_are_a_packages_and_name_secrets_and_keys_well() {
+        let mut got = reconcile(
+            "{ default: false, package: { location: ./p.wasm, capabilities: { credentials: [ { secret: Bad_Name, keys: [] }, { secret: ok, keys: ['a/b'] }, { secret: ok, keys: [x] } ] } } }",
+        );
+        got.sort();
+        let f = format!("{AT}.package.capabilities.credentials");
+        let mut want = vec![
+            format!(
+                "{f}[0].secret: \"Bad_Name\" must be a Secret's name (a lowercase DNS subdomain)"
+            ),
+            format!("{f}[0].keys: list the keys the package may read"),
+            format!(
+                "{f}[1].keys[0]: \"a/b\" must be a Secret key (letters, digits, '-', '_' and '.')"
+            ),
+            format!("{f}[2].secret: Secret ok is already listed at credentials[1]"),
+        ];
+        want.sort();
+        assert_eq!(got, want);
+        assert_eq!(
+            reconcile(
+                "{ default: false, constructor: { location: ./c.wasm, capabilities: { credentials: [ { secret: s, keys: [k] } ] } } }"
+            ),
+            [format!(
+                "{AT}.constructor.capabilities.credentials: only a package reads credentials; a hook or constructor gets Secret values through the reconcile block's external inputs"
+            )]
+        );
     }
 
     #[test]

@@ -5,7 +5,23 @@ use std::sync::Arc;
 
 use super::Services;
 use inrun_blueprint::Capabilities;
-use inrun_wasm::{ClusterGrant, Grants, HttpGrant, Namespaces, ReadGrant};
+use inrun_wasm::{
+    ClusterGrant, CredentialGrant, Grants, HttpGrant, Namespaces, ReadGrant, SecretReader,
+};
+
+/// A package's `credentials` read through the host's secret source (as the identity the
+/// Blueprint acts as).
+struct SecretsReader(Arc<dyn crate::secrets::Secrets>);
+
+#[async_trait::async_trait]
+impl SecretReader for SecretsReader {
+    async fn key(&self, namespace: &str, name: &str, key: &str) -> Result<String, String> {
+        self.0
+            .get(namespace, name, key)
+            .await
+            .map_err(|e| inrun_contract::errors::chain(&e))
+    }
+}
 
 /// The grants `caps` describes, served by `services`. Empty capabilities grant nothing.
 pub fn grants(caps: &Capabilities, services: &Services) -> Grants {
@@ -36,6 +52,14 @@ pub fn grants(caps: &Capabilities, services: &Services) -> Grants {
                 .unwrap_or(usize::MAX),
             client: services.plugin_http.clone(),
             canned: services.canned_http.clone(),
+        }),
+        credentials: (!caps.credentials.is_empty()).then(|| CredentialGrant {
+            secrets: caps
+                .credentials
+                .iter()
+                .map(|c| (c.secret.clone(), c.keys.clone()))
+                .collect(),
+            reader: Arc::new(SecretsReader(Arc::clone(&services.secrets))),
         }),
     }
 }

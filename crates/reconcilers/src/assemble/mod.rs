@@ -589,7 +589,13 @@ impl Builder<'_> {
     /// The grants written at `field.capabilities`, if the policy lets this Blueprint grant
     /// any (a problem otherwise).
     fn plugin_grants(&mut self, field: &str, caps: &inrun_blueprint::Capabilities) -> Grants {
-        if !self.policy.capabilities && !caps.is_empty() {
+        // Credentials are the CR's own namespace's Secrets, read as the Blueprint's
+        // identity (its RBAC decides): not a capability the operator must allow.
+        let gated = inrun_blueprint::Capabilities {
+            credentials: Vec::new(),
+            ..caps.clone()
+        };
+        if !self.policy.capabilities && !gated.is_empty() {
             self.problem(
                 format!("{field}.capabilities"),
                 "this Blueprint may not grant capabilities to its plugins: the operator allows it for Blueprint resources with `inrun run --allow-resource-capabilities`".into(),
