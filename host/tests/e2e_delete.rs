@@ -760,3 +760,78 @@ async fn an_orphan_on_delete_child_is_pruned_on_an_update_and_kept_when_its_cr_i
     host.stop().await;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn foreign_instances_of_a_type_named_only_in_managed_types_hold_the_deletion() -> TestResult {
+    let group = unique_group("managed-types");
+    let gadgets_group = format!("gadgets.{group}");
+    // A type the CR's workload would create at run time: its CRD is not among the CR's
+    // children, only named in `managedTypes`.
+    let crd: CustomResourceDefinition = serde_json::from_value(gadget_crd(&gadgets_group))?;
+    install_crd(&client(), &crd).await?;
+    let blueprint_crd = format!(
+        r#"      reconcile:
+        onReconcile:
+          - apiVersion: v1
+            kind: ConfigMap
+            metadata: {{name: "{{{{ .metadata.name }}}}-settings"}}
+            data: {{a: b}}
+        managedResources:
+          - {{apiVersion: v1, kind: ConfigMap}}
+        managedTypes:
+          - {{group: "{gadgets_group}", kind: Gadget}}
+"#
+    );
+    let host = Host::start(&blueprint(&group, "Operator", "{}", &blueprint_crd)).await;
+    let ns = ControlPlane::shared().namespace("managed-types").await?;
+    let ar = resource(&group, "Operator");
+    served(&ar).await;
+    apply_cr(&ar, &ns, &cr(&group, "Operator", "op", "{}")).await;
+    until_reconciled(&ar, &ns, "op").await;
+
+    // Someone's Gadget, which the operator would serve: the CR's deletion waits for it.
+    let gadgets = ApiResource {
+        group: gadgets_group.clone(),
+        version: "v1".into(),
+        api_version: format!("{gadgets_group}/v1"),
+        kind: "Gadget".into(),
+        plural: "gadgets".into(),
+    };
+    let elsewhere = ControlPlane::shared()
+        .namespace("managed-types-user")
+        .await?;
+    let foreign: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": format!("{gadgets_group}/v1"),
+        "kind": "Gadget",
+        "metadata": {"name": "theirs"},
+        "spec": {"size": 2},
+    }))?;
+    let foreign_api: Api<DynamicObject> = Api::namespaced_with(client(), &elsewhere, &gadgets);
+    foreign_api.create(&PostParams::default(), &foreign).await?;
+
+    delete_cr(&ar, &ns, "op").await;
+    let note = event(&ns, "op", "DeletionBlocked").await;
+    assert!(
+        note.contains("Gadget") && note.contains(&format!("{elsewhere}/theirs")),
+        "{note}"
+    );
+    let cr = deleting(&ar, &ns, "op").await;
+    assert!(finalizers(&cr).contains(&"inrun.dev/cleanup".to_string()));
+    assert!(
+        get(configmaps(), Some(&ns), "op-settings")
+            .await
+            .is_some_and(|c| c.metadata.deletion_timestamp.is_none()),
+        "nothing is deleted while the foreign instance exists"
+    );
+
+    // It goes: the deletion proceeds, and the CR with it.
+    foreign_api
+        .delete("theirs", &DeleteParams::default())
+        .await?;
+    eventually("the CR to be gone", || async {
+        get(&ar, Some(&ns), "op").await.is_none().then_some(())
+    })
+    .await;
+    host.stop().await;
+    Ok(())
+}

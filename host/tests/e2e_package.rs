@@ -687,26 +687,29 @@ async fn a_spec_edit_during_a_converge_never_lets_the_stale_result_mark_the_new_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_python_package_converges_and_deletes_through_the_same_contract() -> TestResult {
+    same_contract("inrun_plugin_bucket_python", "py").await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_javascript_package_converges_and_deletes_through_the_same_contract() -> TestResult {
+    same_contract("inrun_test_infra_js", "js").await
+}
+
+/// The package `component` (another language's) converges a Thing `name`, refuses a spec
+/// its validation refuses with a generic reason, and deletes what it created.
+async fn same_contract(component: &str, name: &str) -> TestResult {
     let backend = Backend::default();
     let port = backend.start().await;
-    let group = unique_group("pkg-python");
-    let host = Host::start(&blueprint_for("inrun_plugin_bucket_python", &group, port)).await;
-    let ns = ControlPlane::shared().namespace("pkg-python").await?;
+    let group = unique_group(&format!("pkg-{name}"));
+    let host = Host::start(&blueprint_for(component, &group, port)).await;
+    let ns = ControlPlane::shared()
+        .namespace(&format!("pkg-{name}"))
+        .await?;
     let ar = resource(&group, "Thing");
-    apply_cr(
-        &ar,
-        &ns,
-        &thing_cr(
-            &group,
-            "py",
-            "reconcileInterval: 1h, deletionPolicy: Delete",
-            port,
-            "size: 3",
-        ),
-    )
-    .await;
-    let cr = wait_ready(&ar, &ns, "py").await;
-    let id = format!("{ns}--py");
+    let spec = "reconcileInterval: 1h, deletionPolicy: Delete";
+    apply_cr(&ar, &ns, &thing_cr(&group, name, spec, port, "size: 3")).await;
+    let cr = wait_ready(&ar, &ns, name).await;
+    let id = format!("{ns}--{name}");
     assert_eq!(
         backend.thing(&id),
         Some(Thing {
@@ -719,23 +722,12 @@ async fn a_python_package_converges_and_deletes_through_the_same_contract() -> T
     assert_eq!(cr.data["status"]["profile"], json!(id));
 
     // The package's own validation: a generic reason, no detail.
-    apply_cr(
-        &ar,
-        &ns,
-        &thing_cr(
-            &group,
-            "py",
-            "reconcileInterval: 1h, deletionPolicy: Delete",
-            port,
-            "size: 0",
-        ),
-    )
-    .await;
-    let cr = wait_reason(&ar, &ns, "py", "ValidationFailed").await;
+    apply_cr(&ar, &ns, &thing_cr(&group, name, spec, port, "size: 0")).await;
+    let cr = wait_reason(&ar, &ns, name, "ValidationFailed").await;
     let text = serde_json::to_string(&cr.data["status"])?;
     assert!(!text.contains("config.size"), "status: {text}");
 
-    delete_and_wait(&ar, &ns, "py").await;
+    delete_and_wait(&ar, &ns, name).await;
     assert_eq!(backend.calls("DELETE").len(), 1);
     assert!(backend.thing(&id).is_none());
     host.stop().await;

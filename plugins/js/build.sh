@@ -16,6 +16,7 @@ root="$(cd "$here/../.." && pwd)"
 out="${INRUN_PLUGIN_DIR:-$root/plugins/target/wasm32-wasip2/release}"
 wit="$root/wit"
 sdk="$root/sdk/js/inrun-sdk.js"
+package_sdk="$root/sdk/js/inrun-package.js"
 
 for tool in node npm; do
   command -v "$tool" >/dev/null || { echo "plugins/js/build.sh: $tool is required (Node.js 18 or newer)" >&2; exit 1; }
@@ -35,12 +36,13 @@ fi
 
 mkdir -p "$out"
 
-# name, world, entry module
+# name, world, entry module, WIT directory (default wit/, the 0.1.0 worlds)
 guests=(
   "inrun_plugin_webapp_js reconciler webapp/webapp.js"
   "inrun_plugin_hooks_js hooks hooks/hooks.js"
   "inrun_test_throw_js reconciler throw/throw.js"
   "inrun_test_spin_js reconciler spin/spin.js"
+  "inrun_test_infra_js %package infra/infra.js 0.2.0"
 )
 
 # True when $1 is missing or older than any file the guest is built from.
@@ -48,12 +50,13 @@ stale() {
   local target="$1" dir="$2"
   [[ -n "${INRUN_JS_FORCE:-}" || ! -f "$target" ]] && return 0
   local newer
-  newer="$(find "$here/$dir" "$sdk" "$wit" "$here/package-lock.json" "$here/build.sh" -newer "$target" -type f -print -quit)"
+  newer="$(find "$here/$dir" "$sdk" "$package_sdk" "$wit" "$here/package-lock.json" "$here/build.sh" -newer "$target" -type f -print -quit)"
   [[ -n "$newer" ]]
 }
 
 for guest in "${guests[@]}"; do
-  read -r name world entry <<<"$guest"
+  read -r name world entry version <<<"$guest"
+  guest_wit="$wit${version:+/$version}"
   target="$out/$name.wasm"
   if ! stale "$target" "$(dirname "$entry")"; then
     continue
@@ -63,7 +66,7 @@ for guest in "${guests[@]}"; do
   # http and fetch-event would import wasi:http, which the host does not grant. Run from
   # the repository root: componentize-js lets a module import files under the working
   # directory only, and the guests import sdk/js/inrun-sdk.js.
-  (cd "$root" && node "$cli" "plugins/js/$entry" --wit "$wit" --world-name "$world" \
+  (cd "$root" && node "$cli" "plugins/js/$entry" --wit "$guest_wit" --world-name "$world" \
       --disable http fetch-event --out "$tmp" </dev/null)
   mv -f "$tmp" "$target"
 done
