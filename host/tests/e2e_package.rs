@@ -695,6 +695,11 @@ async fn a_javascript_package_converges_and_deletes_through_the_same_contract() 
     same_contract("inrun_test_infra_js", "js").await
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_c_package_converges_and_deletes_through_the_same_contract() -> TestResult {
+    same_contract("inrun_test_infra_c", "c").await
+}
+
 /// The package `component` (another language's) converges a Thing `name`, refuses a spec
 /// its validation refuses with a generic reason, and deletes what it created.
 async fn same_contract(component: &str, name: &str) -> TestResult {

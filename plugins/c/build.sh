@@ -8,6 +8,8 @@
 #   plugins/target/wasm32-wasip2/release/inrun_plugin_hooks_c.wasm
 #   plugins/target/wasm32-wasip2/release/inrun_test_abort_c.wasm
 #   plugins/target/wasm32-wasip2/release/inrun_test_spin_c.wasm
+#   plugins/target/wasm32-wasip2/release/inrun_test_reporter_c.wasm
+#   plugins/target/wasm32-wasip2/release/inrun_test_infra_c.wasm (an infrastructure package)
 # Nothing is rebuilt when every output is newer than every source. Needs no stdin.
 set -euo pipefail
 
@@ -31,12 +33,13 @@ PLUGINS=(
   "inrun_test_abort_c:reconciler:abort"
   "inrun_test_spin_c:reconciler:spin"
   "inrun_test_reporter_c:reconciler:reporter:0.2.0"
+  "inrun_test_infra_c:package:infra:0.2.0"
 )
 
 log() { echo "plugins/c: $*" >&2; }
 
 # --- Up to date? --------------------------------------------------------------------
-sources=("$here/build.sh" "$sdk"/*.c "$sdk"/*.h "$wit"/*.wit "$wit"/0.2.0/*.wit)
+sources=("$here/build.sh" "$sdk"/*.c "$sdk"/*.h "$wit"/*.wit "$wit"/0.2.0/*.wit)  # inrun_package.[ch] included
 for p in "${PLUGINS[@]}"; do
   IFS=: read -r _ _ dir _ <<<"$p"
   sources+=("$here/$dir"/*.c)
@@ -92,12 +95,16 @@ CFLAGS=(--target=wasm32-wasi -Os -Wall -Wextra -Werror -std=c11
 LDFLAGS=(-Wl,--gc-sections -Wl,--strip-all -Wl,-z,stack-size=1048576)
 
 mkdir -p "$out" "$work"
-for world in reconciler hooks; do
+for world in reconciler hooks package; do
   for contract in 0.1.0 0.2.0; do
+    # The package world exists only in the 0.2.0 contract (`%package`: a WIT keyword).
+    [[ $world == package && $contract == 0.1.0 ]] && continue
     dir="$wit"
     [[ $contract == 0.2.0 ]] && dir="$wit/0.2.0"
+    spec="$world"
+    [[ $world == package ]] && spec="%package"
     rm -rf "$work/gen-$world-$contract"
-    if ! msg=$("$WIT_BINDGEN" c "$dir" --world "$world" --out-dir "$work/gen-$world-$contract" 2>&1); then
+    if ! msg=$("$WIT_BINDGEN" c "$dir" --world "$spec" --out-dir "$work/gen-$world-$contract" 2>&1); then
       echo "$msg" >&2
       exit 1
     fi
@@ -110,13 +117,17 @@ for p in "${PLUGINS[@]}"; do
   gen="$work/gen-$world-$contract"
   world_flag=INRUN_WORLD_RECONCILER
   [[ $world == hooks ]] && world_flag=INRUN_WORLD_HOOKS
+  [[ $world == package ]] && world_flag=INRUN_WORLD_PACKAGE
+  # A package links the package glue instead of the reconciler/hooks glue.
+  glue="$sdk/inrun.c"
+  [[ $world == package ]] && glue="$sdk/inrun_package.c"
   contract_flag=()
   [[ $contract == 0.2.0 ]] && contract_flag=(-DINRUN_CONTRACT_0_2_0)
   core="$work/$name.core.wasm"
   # $world_component_type.o carries the world's type: linking it embeds the WIT (what
   # `wasm-tools component embed` would do), so `component new` needs nothing else.
   clang "${CFLAGS[@]}" -D"$world_flag" "${contract_flag[@]}" -I"$sdk" -I"$gen" \
-    "$here/$dir"/*.c "$sdk/inrun.c" "$sdk/inrun_json.c" "$gen/$world.c" \
+    "$here/$dir"/*.c "$glue" "$sdk/inrun_json.c" "$gen/$world.c" \
     "$gen/${world}_component_type.o" "${LDFLAGS[@]}" -o "$core"
   # No --adapt: the SDK and these plugins import nothing from WASI (no stdio).
   "$WASM_TOOLS" component new "$core" -o "$out/$name.wasm.tmp"
