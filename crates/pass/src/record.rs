@@ -52,6 +52,10 @@ pub struct Recorder {
     pub held_by: Option<String>,
     /// Identities let go of, as (boundary, state hash).
     pub unclaimed: Vec<(String, String)>,
+    /// Where each step is also written, with what else a test notes there (a scripted
+    /// package's calls): one order across effects and calls. A status write that stores a
+    /// package's identity adds `status stores identity "…"`.
+    pub journal: Option<std::sync::Arc<std::sync::Mutex<Vec<String>>>>,
 }
 
 impl Recorder {
@@ -61,6 +65,16 @@ impl Recorder {
             namespace,
             ..Recorder::default()
         }
+    }
+
+    fn step(&mut self, step: String) {
+        if let Some(journal) = &self.journal {
+            journal
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(step.clone());
+        }
+        self.steps.push(step);
     }
 
     /// The metadata last written under `manager`.
@@ -94,7 +108,7 @@ impl Recorder {
 #[async_trait]
 impl Effects for Recorder {
     async fn children(&mut self, _spec: &ReconcileSpec) -> Result<Value, EffectError> {
-        self.steps.push("children".into());
+        self.step("children".into());
         Ok(self
             .children
             .clone()
@@ -108,7 +122,7 @@ impl Effects for Recorder {
         owned: bool,
     ) -> Result<Applied, EffectError> {
         let how = if owned { "owned" } else { "unowned" };
-        self.steps.push(format!("apply {} {how}", resources.len()));
+        self.step(format!("apply {} {how}", resources.len()));
         self.applied.extend(resources.iter().cloned());
         let children = resources
             .iter()
@@ -133,7 +147,7 @@ impl Effects for Recorder {
         api_version: &str,
         key: &ChildKey,
     ) -> Result<Observed, EffectError> {
-        self.steps.push(format!("observe {key}"));
+        self.step(format!("observe {key}"));
         let Some(observed) = &self.observed else {
             return Ok(Observed::Unknown);
         };
@@ -154,7 +168,7 @@ impl Effects for Recorder {
             .filter(|k| !keep.contains(*k))
             .cloned()
             .collect();
-        self.steps.push(format!("prune {}", deleted.len()));
+        self.step(format!("prune {}", deleted.len()));
         Ok(Pruned {
             deleted,
             ..Pruned::default()
@@ -166,7 +180,7 @@ impl Effects for Recorder {
         manager: &'static str,
         metadata: &Metadata,
     ) -> Result<(), EffectError> {
-        self.steps.push(format!("metadata {manager}"));
+        self.step(format!("metadata {manager}"));
         self.metadata.push((manager, metadata.clone()));
         Ok(())
     }
@@ -177,7 +191,7 @@ impl Effects for Recorder {
         metadata: &Metadata,
     ) -> Result<Written, EffectError> {
         if self.stale {
-            self.steps.push(format!("stale metadata {manager}"));
+            self.step(format!("stale metadata {manager}"));
             return Ok(Written::Stale);
         }
         self.metadata(manager, metadata).await?;
@@ -186,26 +200,32 @@ impl Effects for Recorder {
 
     async fn status(&mut self, status: &Map<String, Value>) -> Result<Written, EffectError> {
         if self.stale {
-            self.steps.push("stale status".into());
+            self.step("stale status".into());
             return Ok(Written::Stale);
         }
-        self.steps.push("status".into());
+        self.step("status".into());
+        if let (Some(journal), Some(identity)) = (&self.journal, status.get("identity")) {
+            journal
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(format!("status stores identity {identity}"));
+        }
         self.status = Some(status.clone());
         Ok(Written::Done)
     }
 
     async fn record(&mut self, reason: Reason, note: String) {
-        self.steps.push(format!("event {}", reason.as_str()));
+        self.step(format!("event {}", reason.as_str()));
         self.events.push((reason, note));
     }
 
     async fn emit(&mut self, event: &inrun_contract::Event) {
-        self.steps.push(format!("emit {}", event.reason));
+        self.step(format!("emit {}", event.reason));
         self.emitted.push(event.clone());
     }
 
     async fn delete(&mut self) -> Result<(), EffectError> {
-        self.steps.push("delete".into());
+        self.step("delete".into());
         Ok(())
     }
 
@@ -228,7 +248,7 @@ impl Effects for Recorder {
     }
 
     async fn release(&mut self) -> Result<(), EffectError> {
-        self.steps.push("release".into());
+        self.step("release".into());
         Ok(())
     }
 

@@ -11,6 +11,8 @@ use inrun_reconcilers::assemble::Assembly;
 
 /// A package that answers from a script and notes every call.
 struct Script {
+    /// Shared with the recorder, when set: calls and effects in one order.
+    journal: Option<std::sync::Arc<Mutex<Vec<String>>>>,
     observations: Mutex<VecDeque<Observation>>,
     converge: Result<Workflow, String>,
     validation: Vec<String>,
@@ -22,6 +24,7 @@ struct Script {
 impl Script {
     fn new(observations: &[Observation]) -> Self {
         Script {
+            journal: None,
             observations: Mutex::new(observations.iter().copied().collect()),
             converge: Ok(Workflow::completed()),
             validation: Vec::new(),
@@ -36,10 +39,17 @@ impl Script {
     }
 
     fn note(&self, call: &str, opts: &Options) {
+        let line = format!("{call} {}", opts.event.as_str());
+        if let Some(journal) = &self.journal {
+            journal
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(format!("call {line}"));
+        }
         self.calls
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .push(format!("{call} {}", opts.event.as_str()));
+            .push(line);
     }
 }
 
@@ -665,4 +675,31 @@ fn a_pending_delete_keeps_the_finalizer_and_a_reported_failure_fails_the_step() 
     let err = pass(&deleting("Delete"), &pkg, &mut fx).expect_err("failed");
     assert_eq!(err.condition(), "DeleteFailed");
     assert!(fx.metadata_of(meta::FINALIZER_MANAGER).is_none());
+}
+
+#[test]
+fn the_identity_and_finalizer_are_stored_before_the_first_call_that_could_create_anything() {
+    let journal = std::sync::Arc::new(Mutex::new(Vec::new()));
+    let mut pkg = Script::new(&[ABSENT, READY]);
+    pkg.journal = Some(journal.clone());
+    let mut fx = Recorder::new(Some("ns".into()));
+    fx.journal = Some(journal.clone());
+    pass(&cr(json!({"config": {"size": 1}})), &pkg, &mut fx).expect("pass");
+    let order = journal.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let at = |line: &str| {
+        order
+            .iter()
+            .position(|l| l.starts_with(line))
+            .unwrap_or_else(|| panic!("{line} in {order:?}"))
+    };
+    let hash = identity_hash(&[Some("a".into()), None]);
+    let stored = at(&format!("status stores identity \"{hash}\""));
+    // Observing creates nothing; the finalizer and the identity are written before it, so
+    // a thing a converge makes is always one the CR can find and delete again.
+    assert!(
+        at("metadata inrun-finalizer") < at("call observe"),
+        "{order:?}"
+    );
+    assert!(stored < at("call observe"), "{order:?}");
+    assert!(stored < at("call converge"), "{order:?}");
 }
