@@ -835,3 +835,98 @@ async fn foreign_instances_of_a_type_named_only_in_managed_types_hold_the_deleti
     host.stop().await;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wave_after_an_apiservice_waits_for_it_to_be_available_and_deletion_removes_it()
+-> TestResult {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            "inrun=debug,inrun_runtime=trace,inrun_pass=debug,kube_client=debug,kube_runtime=debug",
+        )
+        .with_test_writer()
+        .try_init(); // DEBUG
+    let group = unique_group("aggregated");
+    let served_group = format!("things.{group}");
+    let api_service = format!("v1alpha1.{served_group}");
+    // An APIService whose backend does not exist: the API server never marks it Available,
+    // so what comes after it waits.
+    let blueprint_crd = format!(
+        r#"      reconcile:
+        onReconcile:
+          - apiVersion: apiregistration.k8s.io/v1
+            kind: APIService
+            metadata: {{name: "{api_service}"}}
+            spec:
+              group: "{served_group}"
+              version: v1alpha1
+              service: {{namespace: "{{{{ .metadata.namespace }}}}", name: nowhere, port: 443}}
+              groupPriorityMinimum: 1000
+              versionPriority: 15
+              insecureSkipTLSVerify: true
+          - apiVersion: v1
+            kind: ConfigMap
+            metadata:
+              name: "{{{{ .metadata.name }}}}-after"
+              annotations: {{inrun.dev/apply-order: "1"}}
+            data: {{a: b}}
+        managedResources:
+          - {{apiVersion: apiregistration.k8s.io/v1, kind: APIService, clusterScoped: true}}
+          - {{apiVersion: v1, kind: ConfigMap}}
+        managedTypes:
+          - {{group: "{served_group}", kind: "*"}}
+"#
+    );
+    let host = Host::start(&blueprint(&group, "Gateway", "{}", &blueprint_crd)).await;
+    let ns = ControlPlane::shared().namespace("aggregated").await?;
+    let ar = resource(&group, "Gateway");
+    served(&ar).await;
+    apply_cr(&ar, &ns, &cr(&group, "Gateway", "gw", "{}")).await;
+    let message = eventually("the CR to wait for the APIService", || async {
+        let cr = get(&ar, Some(&ns), "gw").await?;
+        let (status, reason, message) = reconciled(&cr)?;
+        (status == "False" && reason == "Progressing" && message.contains("APIService"))
+            .then_some(message)
+    })
+    .await;
+    assert!(
+        message.contains(&api_service) && message.contains("Available"),
+        "{message}"
+    );
+    let services = ApiResource {
+        group: "apiregistration.k8s.io".into(),
+        version: "v1".into(),
+        api_version: "apiregistration.k8s.io/v1".into(),
+        kind: "APIService".into(),
+        plural: "apiservices".into(),
+    };
+    assert!(get(&services, None, &api_service).await.is_some());
+    assert!(
+        get(configmaps(), Some(&ns), "gw-after").await.is_none(),
+        "nothing of the next wave before the APIService is Available"
+    );
+
+    // Deleting: an aggregated API that cannot be asked has no instances to wait for, so
+    // the deletion goes ahead and removes the APIService. Asking it through the API server
+    // never answers (its backend does not exist): the host gives up on that after a few
+    // seconds instead of holding the deletion for as long as the request would last.
+    delete_cr(&ar, &ns, "gw").await;
+    tokio::time::sleep(Duration::from_secs(8)).await; // DEBUG
+    eprintln!(
+        "DEBUG {:?} {:?}",
+        get(&ar, Some(&ns), "gw").await.and_then(|c| reconciled(&c)),
+        events(&ns, "gw").await
+    );
+    eventually("the CR to be gone", || async {
+        get(&ar, Some(&ns), "gw").await.is_none().then_some(())
+    })
+    .await;
+    eventually("the APIService to be gone", || async {
+        get(&services, None, &api_service)
+            .await
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    host.stop().await;
+    Ok(())
+}

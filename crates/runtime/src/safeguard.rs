@@ -107,6 +107,9 @@ pub async fn foreign(
     declared: &[ManagedType],
 ) -> Found {
     let mut types: Vec<(ApiResource, Option<ChildKey>)> = Vec::new();
+    // Groups an APIService among the children serves: asked through it below, not again
+    // through `managedTypes` (which must name them).
+    let mut aggregated: Vec<String> = Vec::new();
     for child in children {
         let (api_version, kind) = (
             child.kind.resource.api_version.as_str(),
@@ -118,14 +121,27 @@ pub async fn foreign(
         if kind == waves::CRD.1 {
             types.extend(served_type(&child.obj.data).map(|t| (t, Some(child.key.clone()))));
         } else {
+            if let Some(group) = child
+                .obj
+                .data
+                .pointer("/spec/group")
+                .and_then(Value::as_str)
+            {
+                aggregated.push(group.to_string());
+            }
             for t in api_service_types(ctx, &child.obj.data).await {
                 types.push((t, Some(child.key.clone())));
             }
         }
     }
+    let declared: Vec<ManagedType> = declared
+        .iter()
+        .filter(|t| t.is_pattern() || !aggregated.contains(&t.group))
+        .cloned()
+        .collect();
     let mut found = Found::default();
     if !declared.is_empty() {
-        match declared_types(ctx, declared).await {
+        match declared_types(ctx, &declared).await {
             Ok(declared) => types.extend(declared.into_iter().map(|t| (t, None))),
             Err(error) => found.unchecked.push(Unchecked {
                 kind: "the types named in managedTypes".into(),
@@ -199,6 +215,10 @@ pub async fn foreign(
     found
 }
 
+/// How long discovery through the API server may take here: it may be proxied to an
+/// aggregated API's backend, which need not answer at all.
+const ASK_AGGREGATED: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// The kinds an APIService's group/version serves that can be listed; none when the
 /// aggregated API cannot be asked (it is not available, so neither are its instances).
 async fn api_service_types(ctx: &Ctx, api_service: &Value) -> Vec<ApiResource> {
@@ -207,7 +227,15 @@ async fn api_service_types(ctx: &Ctx, api_service: &Value) -> Vec<ApiResource> {
         return Vec::new();
     };
     let gv = format!("{group}/{version}");
-    match ctx.client.list_api_group_resources(&gv).await {
+    // The API server proxies this to the aggregated API's backend: one that does not
+    // answer would hold the pass (and the CR's deletion) as long as the request lasts.
+    let asked =
+        tokio::time::timeout(ASK_AGGREGATED, ctx.client.list_api_group_resources(&gv)).await;
+    let Ok(asked) = asked else {
+        tracing::debug!(api = %gv, "an APIService's types cannot be listed: it did not answer in time");
+        return Vec::new();
+    };
+    match asked {
         Ok(list) => list
             .resources
             .iter()
@@ -237,9 +265,19 @@ async fn declared_types(
         let groups: Vec<&str> = declared.iter().map(|t| t.group.as_str()).collect();
         discovery = discovery.filter(&groups);
     }
-    let discovery = discovery.run().await.map_err(|e| ChildError::Discovery {
-        error: inrun_contract::errors::chain(&e),
-    })?;
+    let discovery = match tokio::time::timeout(ASK_AGGREGATED, discovery.run()).await {
+        Ok(run) => run.map_err(|e| ChildError::Discovery {
+            error: inrun_contract::errors::chain(&e),
+        })?,
+        Err(_) => {
+            return Err(ChildError::Discovery {
+                error: format!(
+                    "the API server did not answer within {}s (an aggregated API it proxies to may be down)",
+                    ASK_AGGREGATED.as_secs()
+                ),
+            });
+        }
+    };
     let mut types = Vec::new();
     for group in discovery.groups() {
         for (ar, caps) in group.recommended_resources() {
