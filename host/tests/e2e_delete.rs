@@ -839,12 +839,6 @@ async fn foreign_instances_of_a_type_named_only_in_managed_types_hold_the_deleti
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wave_after_an_apiservice_waits_for_it_to_be_available_and_deletion_removes_it()
 -> TestResult {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            "inrun=debug,inrun_runtime=trace,inrun_pass=debug,kube_client=debug,kube_runtime=debug",
-        )
-        .with_test_writer()
-        .try_init(); // DEBUG
     let group = unique_group("aggregated");
     let served_group = format!("things.{group}");
     let api_service = format!("v1alpha1.{served_group}");
@@ -910,12 +904,6 @@ async fn a_wave_after_an_apiservice_waits_for_it_to_be_available_and_deletion_re
     // never answers (its backend does not exist): the host gives up on that after a few
     // seconds instead of holding the deletion for as long as the request would last.
     delete_cr(&ar, &ns, "gw").await;
-    tokio::time::sleep(Duration::from_secs(8)).await; // DEBUG
-    eprintln!(
-        "DEBUG {:?} {:?}",
-        get(&ar, Some(&ns), "gw").await.and_then(|c| reconciled(&c)),
-        events(&ns, "gw").await
-    );
     eventually("the CR to be gone", || async {
         get(&ar, Some(&ns), "gw").await.is_none().then_some(())
     })
