@@ -566,6 +566,30 @@ async fn a_requeue_after_zero_waits_for_the_requeue_floor() -> TestResult {
 }
 
 /// A namespaced CRD `Gadget` in `group`, as JSON.
+/// The Gadget type of `group`.
+fn gadgets(group: &str) -> ApiResource {
+    ApiResource {
+        group: group.into(),
+        version: "v1".into(),
+        api_version: format!("{group}/v1"),
+        kind: "Gadget".into(),
+        plural: "gadgets".into(),
+    }
+}
+
+/// Creates someone else's Gadget `theirs` in `namespace`; the API to reach it.
+async fn theirs(gadgets: &ApiResource, namespace: &str) -> anyhow::Result<Api<DynamicObject>> {
+    let foreign: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": gadgets.api_version,
+        "kind": "Gadget",
+        "metadata": {"name": "theirs"},
+        "spec": {"size": 2},
+    }))?;
+    let api: Api<DynamicObject> = Api::namespaced_with(client(), namespace, gadgets);
+    api.create(&PostParams::default(), &foreign).await?;
+    Ok(api)
+}
+
 fn gadget_crd(group: &str) -> serde_json::Value {
     json!({
         "apiVersion": "apiextensions.k8s.io/v1",
@@ -613,13 +637,7 @@ async fn deletion_waits_while_foreign_instances_of_a_managed_crd_exist() -> Test
     let ns = ControlPlane::shared().namespace("safeguard").await?;
     let ar = resource(&group, "Platform");
     served(&ar).await;
-    let gadgets = ApiResource {
-        group: gadgets_group.clone(),
-        version: "v1".into(),
-        api_version: format!("{gadgets_group}/v1"),
-        kind: "Gadget".into(),
-        plural: "gadgets".into(),
-    };
+    let gadgets = gadgets(&gadgets_group);
     let crds = ApiResource {
         group: "apiextensions.k8s.io".into(),
         version: "v1".into(),
@@ -648,14 +666,7 @@ async fn deletion_waits_while_foreign_instances_of_a_managed_crd_exist() -> Test
 
     // Someone else's Gadget, in another namespace.
     let elsewhere = ControlPlane::shared().namespace("safeguard-user").await?;
-    let foreign: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": format!("{gadgets_group}/v1"),
-        "kind": "Gadget",
-        "metadata": {"name": "theirs"},
-        "spec": {"size": 2},
-    }))?;
-    let foreign_api: Api<DynamicObject> = Api::namespaced_with(client(), &elsewhere, &gadgets);
-    foreign_api.create(&PostParams::default(), &foreign).await?;
+    let foreign_api = theirs(&gadgets, &elsewhere).await?;
 
     delete_cr(&ar, &ns, "base").await;
     let note = event(&ns, "base", "DeletionBlocked").await;
@@ -790,24 +801,11 @@ async fn foreign_instances_of_a_type_named_only_in_managed_types_hold_the_deleti
     until_reconciled(&ar, &ns, "op").await;
 
     // Someone's Gadget, which the operator would serve: the CR's deletion waits for it.
-    let gadgets = ApiResource {
-        group: gadgets_group.clone(),
-        version: "v1".into(),
-        api_version: format!("{gadgets_group}/v1"),
-        kind: "Gadget".into(),
-        plural: "gadgets".into(),
-    };
+    let gadgets = gadgets(&gadgets_group);
     let elsewhere = ControlPlane::shared()
         .namespace("managed-types-user")
         .await?;
-    let foreign: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": format!("{gadgets_group}/v1"),
-        "kind": "Gadget",
-        "metadata": {"name": "theirs"},
-        "spec": {"size": 2},
-    }))?;
-    let foreign_api: Api<DynamicObject> = Api::namespaced_with(client(), &elsewhere, &gadgets);
-    foreign_api.create(&PostParams::default(), &foreign).await?;
+    let foreign_api = theirs(&gadgets, &elsewhere).await?;
 
     delete_cr(&ar, &ns, "op").await;
     let note = event(&ns, "op", "DeletionBlocked").await;

@@ -182,20 +182,17 @@ async fn a_cr_is_ready_only_once_its_deployment_is_available_and_kubectl_wait_ag
     .await;
     let after = apiserver_writes().await;
     let writes = writes_between(&before, &after, &counted(&group));
-    let expected: std::collections::BTreeMap<String, u64> = [
-        // The test's, as the Deployment's controller.
-        ("PATCH deployments/status", 1),
-        // The host's: the status, and the event saying so. No child is written again.
-        ("APPLY shops/status", 1),
-        ("POST events", 1),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), v))
-    .collect();
-    if writes != expected {
-        let events = all_events().await;
-        panic!("writes {writes:?}, expected {expected:?}; events: {events:#?}");
-    }
+    assert_writes(
+        &writes,
+        &[
+            // The test's, as the Deployment's controller.
+            ("PATCH deployments/status", 1),
+            // The host's: the status, and the event saying so. No child is written again.
+            ("APPLY shops/status", 1),
+            ("POST events", 1),
+        ],
+    )
+    .await;
     assert_eq!(
         reconciles(&host.metrics, &crd) - reconciles_before,
         1,
@@ -225,13 +222,20 @@ async fn a_ready_when_rule_decides_for_its_kind_and_render_agrees_with_the_host(
     create(&ar, &ns, "shop").await;
     roll_out_when_there(&ns, "shop").await;
 
-    // The Deployment is available; the ConfigMap's rule is what holds the CR back.
+    // The Deployment is available; the ConfigMap's rule is what holds the CR back. (The
+    // ConfigMap is the first child, so `Ready` names it even while the host has not yet
+    // seen the roll-out: wait for the Deployment's own state too.)
     let cr = eventually("the ConfigMap to be named", || async {
         let cr = get(&ar, Some(&ns), "shop").await?;
-        ready(&cr)?
-            .2
-            .starts_with("ConfigMap shop-config: readyWhen")
-            .then_some(cr)
+        let deployment_current = cr.data["status"]["resources"]
+            .as_array()?
+            .iter()
+            .any(|r| r["kind"] == "Deployment" && r["state"] == "Current");
+        (deployment_current
+            && ready(&cr)?
+                .2
+                .starts_with("ConfigMap shop-config: readyWhen"))
+        .then_some(cr)
     })
     .await;
     assert_eq!(ready(&cr).expect("Ready").0, "False");

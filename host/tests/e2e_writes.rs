@@ -146,24 +146,21 @@ async fn a_new_cr_costs_one_write_per_change_and_the_hosts_writes_never_wake_it(
             "the host's own writes started passes"
         );
         let writes = writes_between(&before, &after, &counted(&group));
-        let expected: std::collections::BTreeMap<String, u64> = [
-            // The test's own: the CR's creation and the barrier's label.
-            ("APPLY pairs", 2),
-            ("PATCH pairs", 1),
-            // The host's: status once, each child once, one event.
-            ("APPLY pairs/status", 1),
-            ("APPLY configmaps", 1),
-            ("APPLY services", 1),
-            ("POST events", 1),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v))
-        .collect();
         // "APPLY pairs" = the test's create + the host's finalizer.
-        if writes != expected {
-            let events = all_events().await;
-            panic!("writes {writes:?}, expected {expected:?}; events: {events:#?}");
-        }
+        assert_writes(
+            &writes,
+            &[
+                // The test's own: the CR's creation and the barrier's label.
+                ("APPLY pairs", 2),
+                ("PATCH pairs", 1),
+                // The host's: status once, each child once, one event.
+                ("APPLY pairs/status", 1),
+                ("APPLY configmaps", 1),
+                ("APPLY services", 1),
+                ("POST events", 1),
+            ],
+        )
+        .await;
         host.stop().await;
         return Ok(());
     }

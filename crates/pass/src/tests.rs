@@ -641,3 +641,47 @@ spec:
     assert!(!pruned("prune: {enabled: true}"));
     assert!(pruned("prune: {enabled: true, allowEmpty: true}"));
 }
+
+#[test]
+fn a_cr_outside_the_crds_namespaces_is_invalid_before_anything_is_written_for_it() {
+    let rules = "      namespaces: {include: [team-a, team-b], exclude: [team-b]}\n";
+    let a = assembly(rules, "");
+    for ns in ["elsewhere", "team-b"] {
+        let mut object = cr(json!({"phase": "on"}));
+        object["metadata"]["namespace"] = json!(ns);
+        let mut fx = Recorder::new(Some(ns.into()));
+        run_pass(&a, &object, &mut fx).expect("pass");
+        assert_eq!(fx.steps, ["status", "event Invalid"], "{ns}");
+        assert!(fx.applied.is_empty() && fx.metadata.is_empty(), "{ns}");
+    }
+    let mut object = cr(json!({"phase": "on"}));
+    object["metadata"]["namespace"] = json!("team-a");
+    let mut fx = Recorder::new(Some("team-a".into()));
+    run_pass(&a, &object, &mut fx).expect("pass");
+    assert_eq!(fx.applied.len(), 1, "an included namespace is reconciled");
+}
+
+#[test]
+fn the_blueprints_finalizer_names_join_the_hosts_and_hold_the_cr_as_long() {
+    let a = assembly("", "");
+    let mut runtime = a.blueprint.spec.runtime.clone();
+    runtime.finalizers.names = vec!["example.com/drain".into()];
+    let object = cr(json!({"phase": "on"}));
+    let mut fx = Recorder::new(Some("ns".into()));
+    let p = Pass {
+        crd: &a.crds()[0],
+        runtime: &runtime,
+        object: &object,
+        target: None,
+        now: "2026-01-01T00:00:00Z".parse().expect("time"),
+    };
+    futures::executor::block_on(run(p, &mut fx)).expect("pass");
+    assert_eq!(
+        fx.metadata_of(meta::FINALIZER_MANAGER)
+            .map(|m| m.finalizers.clone()),
+        Some(vec![
+            meta::FINALIZER.to_string(),
+            "example.com/drain".into()
+        ])
+    );
+}

@@ -689,6 +689,20 @@ pub async fn apiserver_writes() -> std::collections::BTreeMap<(String, String, S
     writes
 }
 
+/// Asserts that `writes` (from [`writes_between`]) are `expected`; a mismatch lists the
+/// cluster's events, to tell which write was extra and whose.
+pub async fn assert_writes(
+    writes: &std::collections::BTreeMap<String, u64>,
+    expected: &[(&str, u64)],
+) {
+    let expected: std::collections::BTreeMap<String, u64> =
+        expected.iter().map(|(k, v)| (k.to_string(), *v)).collect();
+    if *writes != expected {
+        let events = all_events().await;
+        panic!("writes {writes:?}, expected {expected:?}; events: {events:#?}");
+    }
+}
+
 /// Every event in the cluster, one line each (when, namespace, reason, what it regards,
 /// the note, who reported it): for a failed write count to say which event was extra.
 pub async fn all_events() -> Vec<String> {
