@@ -724,11 +724,17 @@ impl Run<'_, '_> {
                 )
                 .await;
         }
-        let first = self.stored.identity.is_none() || !finalized(&self.view);
+        let unstored = self.stored.identity.is_none();
+        let first = unstored || !finalized(&self.view);
         self.stored = now;
 
         // Before anything may exist: the finalizer, the identity and Reconciling.
         if first && (self.hold().await?.is_err() || self.write(&RECONCILING).await?.is_err()) {
+            // The CR changed meanwhile: what it claimed is not stored anywhere yet, so it
+            // lets go (the next pass claims what the CR names then).
+            if unstored && let (Some(b), Some(h)) = (&self.stored.boundary, &self.stored.identity) {
+                self.fx.unclaim(b, h).await;
+            }
             return Ok(again());
         }
 

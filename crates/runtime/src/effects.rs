@@ -272,7 +272,7 @@ impl Effects for ApiEffects<'_> {
             return Ok(Claimed::Held);
         };
         locks
-            .claim(boundary, identity, &self.holder())
+            .claim(boundary, identity, &self.holder(), &self.ctx.client)
             .await
             .map_err(|e| {
                 EffectError::new("claiming the infrastructure's identity lock", ApiFailure(e))

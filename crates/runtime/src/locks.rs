@@ -117,6 +117,7 @@ impl IdentityLocks {
         boundary: &str,
         identity: &str,
         holder: &Holder,
+        asking: &Client,
     ) -> Result<Claim, kube::Error> {
         let name = lease_name(boundary, identity);
         if self.known().get(&name) == Some(&holder.uid) {
@@ -147,7 +148,7 @@ impl IdentityLocks {
                 self.known().insert(name, holder.uid.clone());
                 return Ok(Claim::Held);
             }
-            if !self.holder_gone(&lease, &current).await {
+            if !self.holder_gone(&lease, &current, holder, asking).await {
                 return Ok(Claim::Conflict(described(&lease, holder)));
             }
             // Its holder is gone: taken over, if no one changed the Lease since it was read.
@@ -237,9 +238,10 @@ impl IdentityLocks {
         }
     }
 
-    /// Whether the CR the Lease names (with uid `uid`) no longer exists. When the host may
-    /// not read it, it is taken to exist.
-    async fn holder_gone(&self, lease: &Lease, uid: &str) -> bool {
+    /// Whether the CR the Lease names (with uid `uid`) no longer exists. It is read as the
+    /// host, and, when the host may not (a tenant's kind), as `asking`'s client when the
+    /// holder is of `asking`'s own kind; when neither may read it, it is taken to exist.
+    async fn holder_gone(&self, lease: &Lease, uid: &str, asker: &Holder, asking: &Client) -> bool {
         let a = lease.annotations();
         let (Some(api_version), Some(kind), Some(plural), Some(name)) = (
             a.get(HOLDER_API_VERSION),
@@ -260,17 +262,24 @@ impl IdentityLocks {
             kind: kind.clone(),
             plural: plural.clone(),
         };
-        let api: Api<DynamicObject> = match a.get(HOLDER_NAMESPACE) {
-            Some(ns) => Api::namespaced_with(self.client.clone(), ns, &resource),
-            None => Api::all_with(self.client.clone(), &resource),
-        };
-        match api.get_opt(name).await {
-            Ok(None) => true,
-            Ok(Some(cr)) => cr.metadata.uid.as_deref() != Some(uid),
-            // The kind is no longer served: nothing of it exists.
-            Err(kube::Error::Api(e)) if e.code == 404 => true,
-            Err(_) => false,
+        let same_kind = resource.api_version == asker.resource.api_version
+            && resource.kind == asker.resource.kind;
+        let clients = std::iter::once(&self.client).chain(same_kind.then_some(asking));
+        for client in clients {
+            let api: Api<DynamicObject> = match a.get(HOLDER_NAMESPACE) {
+                Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
+                None => Api::all_with(client.clone(), &resource),
+            };
+            match api.get_opt(name).await {
+                Ok(None) => return true,
+                Ok(Some(cr)) => return cr.metadata.uid.as_deref() != Some(uid),
+                // The kind is no longer served: nothing of it exists.
+                Err(kube::Error::Api(e)) if e.code == 404 => return true,
+                Err(e) => tracing::debug!(error = %e, holder = %name,
+                    "could not read an identity lock's holder"),
+            }
         }
+        false
     }
 }
 

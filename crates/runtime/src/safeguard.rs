@@ -107,8 +107,10 @@ pub async fn foreign(
     declared: &[ManagedType],
 ) -> Found {
     let mut types: Vec<(ApiResource, Option<ChildKey>)> = Vec::new();
-    // Groups an APIService among the children serves: asked through it below, not again
-    // through `managedTypes` (which must name them).
+    let mut found = Found::default();
+    // Groups an unavailable APIService among the children serves: no instance of them can
+    // be reached, and asking (through the API server) would only wait; `managedTypes`
+    // naming them is not asked either.
     let mut aggregated: Vec<String> = Vec::new();
     for child in children {
         let (api_version, kind) = (
@@ -120,7 +122,7 @@ pub async fn foreign(
         }
         if kind == waves::CRD.1 {
             types.extend(served_type(&child.obj.data).map(|t| (t, Some(child.key.clone()))));
-        } else {
+        } else if !available(&child.obj.data) {
             if let Some(group) = child
                 .obj
                 .data
@@ -129,8 +131,17 @@ pub async fn foreign(
             {
                 aggregated.push(group.to_string());
             }
-            for t in api_service_types(ctx, &child.obj.data).await {
-                types.push((t, Some(child.key.clone())));
+        } else {
+            match api_service_types(ctx, &child.obj.data).await {
+                Ok(served) => {
+                    types.extend(served.into_iter().map(|t| (t, Some(child.key.clone()))));
+                }
+                // Available, but its types could not be asked: unchecked, never "none".
+                Err(error) => found.unchecked.push(Unchecked {
+                    kind: format!("the types of APIService {}", child.key.name),
+                    source: Some(child.key.clone()),
+                    error,
+                }),
             }
         }
     }
@@ -139,7 +150,6 @@ pub async fn foreign(
         .filter(|t| t.is_pattern() || !aggregated.contains(&t.group))
         .cloned()
         .collect();
-    let mut found = Found::default();
     if !declared.is_empty() {
         match declared_types(ctx, &declared).await {
             Ok(declared) => types.extend(declared.into_iter().map(|t| (t, None))),
@@ -219,40 +229,49 @@ pub async fn foreign(
 /// aggregated API's backend, which need not answer at all.
 const ASK_AGGREGATED: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// The kinds an APIService's group/version serves that can be listed; none when the
-/// aggregated API cannot be asked (it is not available, so neither are its instances).
-async fn api_service_types(ctx: &Ctx, api_service: &Value) -> Vec<ApiResource> {
+/// Whether an APIService says it is `Available`.
+fn available(api_service: &Value) -> bool {
+    api_service
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .any(|c| c["type"] == "Available" && c["status"] == "True")
+}
+
+/// The kinds an available APIService's group/version serves that can be listed.
+///
+/// # Errors
+/// When they cannot be asked in time: the API server proxies this to the aggregated API's
+/// backend, which would otherwise hold the pass as long as the request lasts.
+async fn api_service_types(ctx: &Ctx, api_service: &Value) -> Result<Vec<ApiResource>, ChildError> {
     let text = |p: &str| api_service.pointer(p).and_then(Value::as_str);
     let (Some(group), Some(version)) = (text("/spec/group"), text("/spec/version")) else {
-        return Vec::new();
+        return Ok(Vec::new());
     };
     let gv = format!("{group}/{version}");
-    // The API server proxies this to the aggregated API's backend: one that does not
-    // answer would hold the pass (and the CR's deletion) as long as the request lasts.
     let asked =
         tokio::time::timeout(ASK_AGGREGATED, ctx.client.list_api_group_resources(&gv)).await;
     let Ok(asked) = asked else {
-        tracing::debug!(api = %gv, "an APIService's types cannot be listed: it did not answer in time");
-        return Vec::new();
+        return Err(ChildError::Discovery {
+            error: format!("{gv} did not answer within {}s", ASK_AGGREGATED.as_secs()),
+        });
     };
-    match asked {
-        Ok(list) => list
-            .resources
-            .iter()
-            .filter(|r| !r.name.contains('/') && r.verbs.iter().any(|v| v == verbs::LIST))
-            .map(|r| ApiResource {
-                group: group.to_string(),
-                version: version.to_string(),
-                api_version: gv.clone(),
-                kind: r.kind.clone(),
-                plural: r.name.clone(),
-            })
-            .collect(),
-        Err(e) => {
-            tracing::debug!(api = %gv, error = %inrun_contract::errors::chain(&e), "an APIService's types cannot be listed");
-            Vec::new()
-        }
-    }
+    let list = asked.map_err(|e| ChildError::Discovery {
+        error: format!("{gv}: {}", inrun_contract::errors::chain(&e)),
+    })?;
+    Ok(list
+        .resources
+        .iter()
+        .filter(|r| !r.name.contains('/') && r.verbs.iter().any(|v| v == verbs::LIST))
+        .map(|r| ApiResource {
+            group: group.to_string(),
+            version: version.to_string(),
+            api_version: gv.clone(),
+            kind: r.kind.clone(),
+            plural: r.name.clone(),
+        })
+        .collect())
 }
 
 /// The served types `declared` names (wildcards resolved against discovery).

@@ -176,7 +176,9 @@ impl Fleet {
             let mut tenants = self.tenants.lock().await;
             let removed = tenants.remove(source);
             self.unpublish(source);
-            Self::forget_refusals(&mut tenants);
+            if removed.is_none() {
+                Self::forget_refusals(&mut tenants);
+            }
             removed
         };
         if let Some(mut tenant) = removed {
@@ -204,6 +206,10 @@ impl Fleet {
                 candidate.plugins.retain_used();
             }
             self.shared.metrics.tenant_retired(&source.to_string());
+            // Only now may a Blueprint refused for one of its CRDs serve it: had it started
+            // while this one's controllers drained and its CRs were released, the release
+            // would strip the new controller's finalizers.
+            Self::forget_refusals(&mut *self.tenants.lock().await);
         }
     }
 
