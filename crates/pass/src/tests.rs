@@ -50,10 +50,19 @@ fn cr(spec: Value) -> Value {
 }
 
 fn run_pass(a: &Assembly, object: &Value, fx: &mut Recorder) -> Result<Done, Failure> {
-    let runtime = a.blueprint.spec.runtime.clone();
+    run_pass_with(a, &a.blueprint.spec.runtime, object, fx)
+}
+
+/// [`run_pass`] with other runtime settings than the Blueprint's.
+fn run_pass_with(
+    a: &Assembly,
+    runtime: &inrun_blueprint::RuntimeSpec,
+    object: &Value,
+    fx: &mut Recorder,
+) -> Result<Done, Failure> {
     let p = Pass {
         crd: &a.crds()[0],
-        runtime: &runtime,
+        runtime,
         object,
         target: None,
         now: "2026-01-01T00:00:00Z".parse().expect("time"),
@@ -662,20 +671,12 @@ fn a_cr_outside_the_crds_namespaces_is_invalid_before_anything_is_written_for_it
 }
 
 #[test]
-fn the_blueprints_finalizer_names_join_the_hosts_and_hold_the_cr_as_long() {
+fn the_blueprints_finalizer_names_join_the_hosts_on_a_new_cr() {
     let a = assembly("", "");
     let mut runtime = a.blueprint.spec.runtime.clone();
     runtime.finalizers.names = vec!["example.com/drain".into()];
-    let object = cr(json!({"phase": "on"}));
     let mut fx = Recorder::new(Some("ns".into()));
-    let p = Pass {
-        crd: &a.crds()[0],
-        runtime: &runtime,
-        object: &object,
-        target: None,
-        now: "2026-01-01T00:00:00Z".parse().expect("time"),
-    };
-    futures::executor::block_on(run(p, &mut fx)).expect("pass");
+    run_pass_with(&a, &runtime, &cr(json!({"phase": "on"})), &mut fx).expect("pass");
     assert_eq!(
         fx.metadata_of(meta::FINALIZER_MANAGER)
             .map(|m| m.finalizers.clone()),
