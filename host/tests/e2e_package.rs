@@ -7,7 +7,7 @@
 
 mod support;
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -39,6 +39,9 @@ struct Call {
     method: &'static str,
     event: String,
     authorization: Option<String>,
+    /// The custom resource type the package was told it serves, as the Rust test guest
+    /// sends it (`group/version/plural/kind`).
+    resource: Option<String>,
 }
 
 #[derive(Default)]
@@ -72,15 +75,18 @@ impl Backend {
             .and_then(|v| v.to_str().ok())
             .unwrap_or_default()
             .to_string();
-        let authorization = headers
-            .get("authorization")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string);
+        let header = |name: &str| {
+            headers
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string)
+        };
         self.lock().calls.push(Call {
             at: Instant::now(),
             method,
             event,
-            authorization,
+            authorization: header("authorization"),
+            resource: header("x-inrun-resource"),
         });
     }
 
@@ -297,6 +303,13 @@ async fn a_package_converges_once_then_follows_drift_and_readiness_without_conve
         })
     );
     assert_eq!(backend.calls("PUT").len(), 1, "converged once");
+    // Every call is told the custom resource type it serves, as the Blueprint declares it.
+    let told: BTreeSet<_> = backend.lock().calls.iter().map(|c| c.resource.clone()).collect();
+    assert_eq!(
+        told,
+        [Some(format!("{group}/v1alpha1/things/Thing"))].into(),
+        "the package's resource descriptor"
+    );
     assert_eq!(finalizers(&cr), ["inrun.dev/infrastructure"]);
     let status = &cr.data["status"];
     assert_eq!(status["profile"], json!(id));
@@ -772,6 +785,19 @@ async fn shutdown_waits_for_a_package_call_in_flight_and_does_not_cancel_it() ->
         Some(2),
         "the converge ran to its end"
     );
+    // The host took the converge's answer and finished the pass before it stopped: it
+    // observed again and stored Ready. A host that stopped slowly for another reason, or
+    // cancelled the call, would have left the CR without it.
+    let cr = Api::<DynamicObject>::namespaced_with(client(), &ns, &ar)
+        .get("five")
+        .await?;
+    assert_eq!(
+        condition(&cr, "Ready").map(|c| (c.0, c.3)),
+        Some(("True".into(), 1)),
+        "the pass in flight ran to its end before the host stopped: {:?}",
+        cr.data["status"]
+    );
+    assert_eq!(backend.calls("PUT").len(), 1, "converged once, never retried");
     Ok(())
 }
 

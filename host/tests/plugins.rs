@@ -307,6 +307,26 @@ fn output_caps_apply_per_plugin() {
 }
 
 #[test]
+fn a_plugin_sees_no_environment_arguments_or_files_of_the_host() {
+    let engine = engine();
+    let hostile = load(&engine, "inrun_test_hostile");
+    let mut req = webapp_request();
+    req.args = json!({"mode": "ambient"});
+    let out = hostile
+        .reconcile_now(&req, &Limits::default())
+        .expect("reconcile");
+    let data = &out.resources[0]["data"];
+    // The host has an environment and a filesystem; the guest sees neither.
+    assert!(std::env::vars().next().is_some());
+    assert_eq!(data["env"], "[]", "no environment variable reaches a plugin");
+    assert_eq!(data["args"], "[]", "nor any argument");
+    for what in ["root", "cwd", "file"] {
+        let seen = data[what].as_str().unwrap_or_default();
+        assert!(seen.starts_with("error: "), "{what}: {seen}");
+    }
+}
+
+#[test]
 fn guest_output_is_captured_and_the_call_still_succeeds() {
     let engine = engine();
     let chatty = load(&engine, "inrun_test_chatty");

@@ -4,6 +4,8 @@
 //! - `huge`: one ConfigMap holding 32 MiB of data;
 //! - `deep`: one resource nested 100,000 arrays deep;
 //! - `utf8`: a resource whose text is not UTF-8 (the component model refuses to lift it);
+//! - `ambient`: one ConfigMap saying what the sandbox lets it see: its environment
+//!   variables, its arguments, and what reading `/`, `.` and `/etc/hostname` gave;
 //! - anything else: one ordinary ConfigMap.
 //!
 //! It speaks the raw WIT types: the SDK's typed outcome cannot express most of these.
@@ -20,6 +22,33 @@ fn config_map(name: &str, data: &str) -> String {
     format!(
         r#"{{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {{"name": "{name}"}}, "data": {{"v": "{data}"}}}}"#
     )
+}
+
+/// What the guest can reach without asking the host: each as JSON text.
+fn ambient() -> String {
+    let env: Vec<String> = std::env::vars().map(|(k, _)| k).collect();
+    let args: Vec<String> = std::env::args().collect();
+    let listed = |dir: &str| match std::fs::read_dir(dir) {
+        Ok(entries) => format!("listed {} entries", entries.count()),
+        Err(e) => format!("error: {e}"),
+    };
+    let read = match std::fs::read("/etc/hostname") {
+        Ok(bytes) => format!("read {} bytes", bytes.len()),
+        Err(e) => format!("error: {e}"),
+    };
+    serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "ambient"},
+        "data": {
+            "env": serde_json::to_string(&env).unwrap_or_default(),
+            "args": serde_json::to_string(&args).unwrap_or_default(),
+            "root": listed("/"),
+            "cwd": listed("."),
+            "file": read,
+        }
+    })
+    .to_string()
 }
 
 impl Guest for Hostile {
@@ -47,6 +76,7 @@ impl Guest for Hostile {
                 // the component model must refuse to lift.
                 vec![unsafe { String::from_utf8_unchecked(bad) }]
             }
+            "ambient" => vec![ambient()],
             _ => vec![config_map("fine", "ok")],
         };
         Ok(Outcome {

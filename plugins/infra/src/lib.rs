@@ -36,11 +36,17 @@ fn size(opts: &Options) -> Option<i64> {
     opts.config.get("size").and_then(Value::as_i64)
 }
 
-/// A request to the service, with the event and, when `config.token` names a Secret and
+/// A request to the service, with the event, the custom resource type the host says it
+/// serves (`group/version/plural/kind`) and, when `config.token` names a Secret and
 /// key (`{secret, key}`), that credential as a bearer token.
 fn request(method: &str, opts: &Options) -> Result<HttpRequest, String> {
-    let mut request =
-        HttpRequest::new(method, &url(opts)?).header("x-inrun-event", opts.event.as_str());
+    let r = &opts.resource;
+    let mut request = HttpRequest::new(method, &url(opts)?)
+        .header("x-inrun-event", opts.event.as_str())
+        .header(
+            "x-inrun-resource",
+            &format!("{}/{}/{}/{}", r.group, r.version, r.plural, r.kind),
+        );
     if let Some(token) = opts.config.get("token") {
         let field = |k: &str| token.get(k).and_then(Value::as_str).unwrap_or_default();
         let value = inrun_sdk::package::credential(field("secret"), field("key"))?;
