@@ -802,6 +802,71 @@ async fn shutdown_waits_for_a_package_call_in_flight_and_does_not_cancel_it() ->
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_crashed_mid_converge_is_recovered_by_the_next_from_what_the_cr_stores() -> TestResult
+{
+    let backend = Backend::default();
+    backend.lock().hold_put = true;
+    let port = backend.start().await;
+    let group = unique_group("pkg-crash");
+    let text = blueprint(&group, port);
+    let host = Host::start(&text).await;
+    let ns = ControlPlane::shared().namespace("pkg-crash").await?;
+    let ar = resource(&group, "Thing");
+    served(&ar).await;
+    let started = backend.put_started.notified();
+    apply_cr(
+        &ar,
+        &ns,
+        &thing_cr(&group, "six", "reconcileInterval: 1h", port, "size: 3"),
+    )
+    .await;
+    tokio::time::timeout(Duration::from_secs(60), started).await?;
+    // The identity was stored before the converge began; the host dies inside the call.
+    let api = Api::<DynamicObject>::namespaced_with(client(), &ns, &ar);
+    let before = api.get("six").await?;
+    let identity = before.data["status"]["identity"].clone();
+    assert_eq!(identity.as_str().map(str::len), Some(64), "{before:?}");
+    assert_eq!(
+        condition(&before, "Reconciling").map(|c| c.0),
+        Some("True".into())
+    );
+    host.crash().await;
+    assert!(backend.thing(&format!("{ns}--six")).is_none(), "never converged");
+
+    // The next host knows the work only from the CR: it observes, converges once, and
+    // finishes with the identity the first one stored.
+    backend.lock().hold_put = false;
+    let host = Host::start(&text).await;
+    let cr = wait_ready(&ar, &ns, "six").await;
+    assert_eq!(
+        backend.thing(&format!("{ns}--six")).map(|t| t.size),
+        Some(3)
+    );
+    assert_eq!(cr.data["status"]["identity"], identity, "the same identity");
+    assert_eq!(
+        backend.calls("PUT").len(),
+        2,
+        "the crashed converge and the one that finished it"
+    );
+    // A restart with nothing to do observes and converges nothing.
+    let gets = backend.calls("GET").len();
+    host.stop().await;
+    let host = Host::start(&text).await;
+    let crd = format!("things.{group}");
+    eventually("the next host's pass on the CR to end", || async {
+        (reconciles(&host.metrics, &crd) >= 1).then_some(())
+    })
+    .await;
+    assert!(backend.calls("GET").len() > gets, "the next host observed");
+    let cr = wait_ready(&ar, &ns, "six").await;
+    assert_eq!(backend.calls("PUT").len(), 2, "no converge after a clean restart");
+    assert_eq!(cr.data["status"]["identity"], identity);
+    host.stop().await;
+    backend.put_release.notify_one();
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_typed_status_schema_keeps_what_the_package_steps_store_in_status() -> TestResult {
     let backend = Backend::default();
     let port = backend.start().await;

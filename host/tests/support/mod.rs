@@ -35,6 +35,8 @@ pub struct Host {
     shutdown: watch::Sender<bool>,
     task: Option<JoinHandle<Result<(), RunError>>>,
     forbidden_expected: bool,
+    /// The host's write fence: closed when the test crashes the host.
+    fence: inrun::fence::Fence,
     _dir: tempfile::TempDir,
 }
 
@@ -106,7 +108,8 @@ impl Host {
         let metrics = Arc::new(inrun::metrics::Metrics::default());
         let parsed = inrun::blueprint::load(&path).unwrap_or_else(|e| panic!("blueprint: {e}"));
         let config = run.config(&[parsed]).await;
-        let client = counted_client(config, &metrics);
+        let fence = counting_fence(&metrics);
+        let client = inrun::fence::client(config, &fence).expect("client");
         let engine = Engine::new(EngineSettings {
             max_instances: 16,
             ..EngineSettings::default()
@@ -134,7 +137,19 @@ impl Host {
             shutdown: tx,
             task: Some(task),
             forbidden_expected: false,
+            fence,
             _dir: dir,
+        }
+    }
+
+    /// Crashes the host, as a SIGKILL would as far as the API server can tell: from now on
+    /// none of its writes, in flight or new, reaches the API server, and it stops without
+    /// finishing anything.
+    pub async fn crash(mut self) {
+        self.fence.close();
+        if let Some(task) = self.task.take() {
+            task.abort();
+            let _ = task.await;
         }
     }
 
