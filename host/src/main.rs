@@ -7,6 +7,13 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
+    // A plugin compile the host runs in a child process of its own program (not a command
+    // for people: it reads a module on stdin and writes compiled code on stdout).
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some(inrun::wasm::compiler::COMPILE_COMMAND) {
+        let code = inrun::wasm::compiler::child_main(&args[2..]);
+        return ExitCode::from(u8::try_from(code).unwrap_or(1));
+    }
     let cli = cli::Cli::parse();
     inrun::telemetry::init(&cli.log_filter(), cli.json_logs());
     match cli::execute(cli) {

@@ -304,7 +304,12 @@ async fn a_package_converges_once_then_follows_drift_and_readiness_without_conve
     );
     assert_eq!(backend.calls("PUT").len(), 1, "converged once");
     // Every call is told the custom resource type it serves, as the Blueprint declares it.
-    let told: BTreeSet<_> = backend.lock().calls.iter().map(|c| c.resource.clone()).collect();
+    let told: BTreeSet<_> = backend
+        .lock()
+        .calls
+        .iter()
+        .map(|c| c.resource.clone())
+        .collect();
     assert_eq!(
         told,
         [Some(format!("{group}/v1alpha1/things/Thing"))].into(),
@@ -797,7 +802,11 @@ async fn shutdown_waits_for_a_package_call_in_flight_and_does_not_cancel_it() ->
         "the pass in flight ran to its end before the host stopped: {:?}",
         cr.data["status"]
     );
-    assert_eq!(backend.calls("PUT").len(), 1, "converged once, never retried");
+    assert_eq!(
+        backend.calls("PUT").len(),
+        1,
+        "converged once, never retried"
+    );
     Ok(())
 }
 
@@ -831,7 +840,10 @@ async fn a_host_crashed_mid_converge_is_recovered_by_the_next_from_what_the_cr_s
         Some("True".into())
     );
     host.crash().await;
-    assert!(backend.thing(&format!("{ns}--six")).is_none(), "never converged");
+    assert!(
+        backend.thing(&format!("{ns}--six")).is_none(),
+        "never converged"
+    );
 
     // The next host knows the work only from the CR: it observes, converges once, and
     // finishes with the identity the first one stored.
@@ -859,7 +871,11 @@ async fn a_host_crashed_mid_converge_is_recovered_by_the_next_from_what_the_cr_s
     .await;
     assert!(backend.calls("GET").len() > gets, "the next host observed");
     let cr = wait_ready(&ar, &ns, "six").await;
-    assert_eq!(backend.calls("PUT").len(), 2, "no converge after a clean restart");
+    assert_eq!(
+        backend.calls("PUT").len(),
+        2,
+        "no converge after a clean restart"
+    );
     assert_eq!(cr.data["status"]["identity"], identity);
     host.stop().await;
     backend.put_release.notify_one();

@@ -6,7 +6,8 @@ use std::time::{Duration, Instant};
 
 use inrun::contract::{Outcome, Request};
 use inrun::wasm::{
-    CallFailure, CompileCache, Engine, EngineSettings, Grants, Limits, Plugin, World,
+    CallFailure, CompileCache, CompileFailure, Compiler, Engine, EngineSettings, Grants, Limits,
+    LoadError, Plugin, World,
 };
 use serde_json::json;
 
@@ -318,7 +319,10 @@ fn a_plugin_sees_no_environment_arguments_or_files_of_the_host() {
     let data = &out.resources[0]["data"];
     // The host has an environment and a filesystem; the guest sees neither.
     assert!(std::env::vars().next().is_some());
-    assert_eq!(data["env"], "[]", "no environment variable reaches a plugin");
+    assert_eq!(
+        data["env"], "[]",
+        "no environment variable reaches a plugin"
+    );
     assert_eq!(data["args"], "[]", "nor any argument");
     for what in ["root", "cwd", "file"] {
         let seen = data[what].as_str().unwrap_or_default();
@@ -632,4 +636,81 @@ async fn a_tenants_memory_is_summed_across_its_calls_and_given_back() {
         .reconcile(&webapp_request(), &Limits::default(), &Grants::default())
         .await
         .expect("tenant b");
+}
+
+/// An engine compiling in a child process of the `inrun` program under these limits.
+fn compiling_in_a_child(timeout: Duration, memory_bytes: u64) -> Engine {
+    Engine::new(EngineSettings {
+        compiler: Some(Compiler {
+            program: PathBuf::from(env!("CARGO_BIN_EXE_inrun")),
+            timeout,
+            memory_bytes,
+        }),
+        ..EngineSettings::default()
+    })
+    .expect("engine")
+}
+
+#[test]
+fn a_plugin_compiled_in_a_child_process_loads_and_runs_and_garbage_is_named() {
+    let engine = compiling_in_a_child(Duration::from_secs(120), 512 << 20);
+    let webapp = load(&engine, "inrun_plugin_webapp");
+    let out = webapp
+        .reconcile_now(&webapp_request(), &Limits::default())
+        .expect("reconcile");
+    assert_eq!(out.resources.len(), 2);
+    let err = engine.load("garbage", b"\0asm not really").unwrap_err();
+    assert!(matches!(err, LoadError::Compile { .. }), "{err:?}");
+    let text = inrun::errors::chain(&err);
+    assert!(text.contains("compiling plugin garbage"), "{text}");
+}
+
+#[test]
+fn a_compile_past_its_time_or_memory_limit_is_stopped_and_only_that_load_fails() {
+    // An 18 MB Python guest takes seconds and far more than 64 MiB to compile.
+    let python = plugin_dir().join("inrun_plugin_webapp_python.wasm");
+    let bytes = std::fs::read(&python).expect("the Python webapp: run `make plugins`");
+    let quick = compiling_in_a_child(Duration::from_millis(300), 512 << 20);
+    let started = Instant::now();
+    let err = quick.load("python", &bytes).unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            LoadError::CompileStopped {
+                source: CompileFailure::Time(_),
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "stopped at its limit, not at its end: {:?}",
+        started.elapsed()
+    );
+    assert!(
+        inrun::errors::chain(&err).contains("took longer than the limit of 0.3s"),
+        "{err}"
+    );
+    let small = compiling_in_a_child(Duration::from_secs(120), 64 << 20);
+    let err = small.load("python", &bytes).unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            LoadError::CompileStopped {
+                source: CompileFailure::Memory(_),
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(
+        inrun::errors::chain(&err).contains("more than its memory limit of 64 MiB"),
+        "{err}"
+    );
+    // The engine goes on loading what fits.
+    let webapp = load(&small, "inrun_plugin_webapp");
+    webapp
+        .reconcile_now(&webapp_request(), &Limits::default())
+        .expect("reconcile");
 }

@@ -62,7 +62,7 @@ impl Budgets {
 }
 
 /// The memory limit of this process's cgroup (v2, then v1), if it has one.
-fn container_memory_limit() -> Option<usize> {
+pub(crate) fn container_memory_limit() -> Option<usize> {
     [
         "/sys/fs/cgroup/memory.max",
         "/sys/fs/cgroup/memory/memory.limit_in_bytes",

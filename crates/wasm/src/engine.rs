@@ -11,6 +11,7 @@ use wasmtime::{Config, InstanceAllocationStrategy, PoolingAllocationConfig};
 
 use super::budget::{self, Budgets, TenantBudget};
 use super::cache::{self, CompileCache};
+use super::compiler::{CompileConfig, CompileFailure, Compiler};
 use super::state::State;
 use super::{Limits, LoadError, Observer, PluginId, Unobserved};
 
@@ -46,6 +47,9 @@ pub struct EngineSettings {
     /// What tenants share and what one may hold; `None`: [`Budgets::for_pool`] of
     /// `max_instances`.
     pub budgets: Option<Budgets>,
+    /// Compile in a child process under a time and memory limit; `None`: in this process,
+    /// unbounded (offline commands, tests of the engine itself).
+    pub compiler: Option<Compiler>,
 }
 
 impl Default for EngineSettings {
@@ -58,6 +62,7 @@ impl Default for EngineSettings {
             observer: Arc::new(Unobserved),
             load_limits: Limits::default(),
             budgets: None,
+            compiler: None,
         }
     }
 }
@@ -82,6 +87,9 @@ struct Inner {
     compiled: Mutex<HashMap<String, Component>>,
     /// Held by the compile in progress: one at a time, host-wide.
     compiling: Mutex<()>,
+    /// What the engine was built from, for a compiling child to build the same.
+    compile: CompileConfig,
+    compiler: Option<Compiler>,
     ticker: Arc<Ticker>,
     load_limits: Limits,
     budgets: Arc<budget::Shared>,
@@ -141,35 +149,12 @@ impl Engine {
         let budgets = settings
             .budgets
             .unwrap_or_else(|| Budgets::for_pool(settings.max_instances));
-        compile_threads(budgets.running);
-        let mut config = Config::new();
-        config.wasm_component_model(true);
-        config.epoch_interruption(true);
-        config.parallel_compilation(true);
-        if settings.pooling {
-            let mut pool = PoolingAllocationConfig::default();
-            let n = settings.max_instances;
-            pool.total_component_instances(n);
-            // Guests in interpreted languages bring several core modules each. A tenant
-            // holds at most a quarter of the calls ([`Budgets`]), so with these per
-            // component caps it holds at most a quarter of every other kind of slot too.
-            pool.max_core_instances_per_component(CORE_INSTANCES_PER_COMPONENT);
-            pool.max_memories_per_component(MEMORIES_PER_COMPONENT);
-            pool.max_tables_per_component(TABLES_PER_COMPONENT);
-            pool.total_core_instances(n * CORE_INSTANCES_PER_COMPONENT);
-            pool.total_memories(n * MEMORIES_PER_COMPONENT);
-            pool.total_tables(n * TABLES_PER_COMPONENT);
-            pool.max_memory_size(settings.max_memory_bytes);
-            pool.max_component_instance_size(1 << 20);
-            pool.max_core_instance_size(8 << 20);
-            pool.table_elements(100_000);
-            // Reset a slot's first pages with memset instead of returning them to the OS:
-            // the next instance then starts without page faults. Small guests fit entirely.
-            pool.linear_memory_keep_resident(2 << 20);
-            pool.table_keep_resident(64 << 10);
-            config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
-        }
-        let engine = wasmtime::Engine::new(&config).map_err(LoadError::Engine)?;
+        let compile = CompileConfig {
+            pooling: settings.pooling.then_some(settings.max_instances),
+            max_memory_bytes: settings.max_memory_bytes,
+            threads: budgets.running,
+        };
+        let engine = wasmtime_engine(&compile).map_err(LoadError::Engine)?;
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(LoadError::Engine)?;
         super::bindings::reconciler::Reconciler::add_to_linker::<
@@ -194,6 +179,8 @@ impl Engine {
                 engine_key,
                 compiled: Mutex::new(HashMap::new()),
                 compiling: Mutex::new(()),
+                compile,
+                compiler: settings.compiler,
                 ticker,
                 load_limits: settings.load_limits,
                 budgets: Arc::new(budget::Shared::new(budgets)),
@@ -318,7 +305,7 @@ impl Engine {
         let started = std::time::Instant::now();
         let loaded = match &self.inner.cache {
             Some(cache) => self.component_via_cache(cache, id, bytes),
-            None => self.compile(id, bytes).map(|c| (c, "compiled")),
+            None => self.compile(id, bytes).map(|c| (c.component, "compiled")),
         };
         drop(loading);
         let (component, source) = loaded?;
@@ -332,20 +319,62 @@ impl Engine {
 
     /// Compiles `bytes`, one compile at a time host-wide, on the compile threads
     /// ([`compile_threads`]): a tenant's large or numerous plugins queue behind each other
-    /// and never take more cores than guests may.
-    fn compile(&self, id: &PluginId, bytes: &[u8]) -> Result<Component, LoadError> {
+    /// and never take more cores than guests may. With a [`Compiler`], in a child process
+    /// under its time and memory limits; the compiled code comes back serialized too.
+    fn compile(&self, id: &PluginId, bytes: &[u8]) -> Result<Compiled, LoadError> {
         let _one_at_a_time = self
             .inner
             .compiling
             .lock()
             .unwrap_or_else(|p| p.into_inner());
-        let component =
-            Component::new(&self.inner.engine, bytes).map_err(|source| LoadError::Compile {
+        let compiled = match &self.inner.compiler {
+            Some(compiler) => self.compile_in_child(compiler, id, bytes)?,
+            None => Compiled {
+                component: Component::new(&self.inner.engine, bytes).map_err(|source| {
+                    LoadError::Compile {
+                        plugin: id.clone(),
+                        source,
+                    }
+                })?,
+                serialized: None,
+            },
+        };
+        self.observer.plugin_loaded("compiled");
+        Ok(compiled)
+    }
+
+    fn compile_in_child(
+        &self,
+        compiler: &Compiler,
+        id: &PluginId,
+        bytes: &[u8],
+    ) -> Result<Compiled, LoadError> {
+        let serialized = compiler
+            .compile(&self.inner.compile, &self.inner.engine_key, bytes)
+            .map_err(|failure| match failure {
+                CompileFailure::Invalid(text) => LoadError::Compile {
+                    plugin: id.clone(),
+                    source: wasmtime::Error::msg(text),
+                },
+                limit => LoadError::CompileStopped {
+                    plugin: id.clone(),
+                    source: limit,
+                },
+            })?;
+        // SAFETY: the bytes are `Engine::precompile_component` of an engine the child built
+        // from this engine's own settings (it checked the compatibility key), written by
+        // the host's own program; the module's author never handles them. Wasmtime still
+        // checks their header and version.
+        #[allow(unsafe_code)]
+        let component = unsafe { Component::deserialize(&self.inner.engine, &serialized) }
+            .map_err(|source| LoadError::Compile {
                 plugin: id.clone(),
                 source,
             })?;
-        self.observer.plugin_loaded("compiled");
-        Ok(component)
+        Ok(Compiled {
+            component,
+            serialized: Some(serialized),
+        })
     }
 
     /// The component from the compile cache, or compiled (and stored there); says which.
@@ -375,8 +404,11 @@ impl Engine {
                     "compiled plugin in cache is unusable; compiling again"),
             }
         }
-        let component = self.compile(id, bytes)?;
-        match component.serialize() {
+        let Compiled {
+            component,
+            serialized,
+        } = self.compile(id, bytes)?;
+        match serialized.map_or_else(|| component.serialize(), Ok) {
             Ok(serialized) => {
                 if let Err(e) = cache.store(&path, &serialized) {
                     tracing::warn!(plugin = %id, path = %path.display(), error = %e,
@@ -389,6 +421,47 @@ impl Engine {
         }
         Ok((component, "compiled"))
     }
+}
+
+/// A fresh compile: the component, and its serialized form when it came that way.
+struct Compiled {
+    component: Component,
+    serialized: Option<Vec<u8>>,
+}
+
+/// The wasmtime engine of `compile`: the host's, and a compiling child's alike
+/// ([`super::compiler`]); compiles fan out on `compile.threads` threads.
+pub(super) fn wasmtime_engine(
+    compile: &CompileConfig,
+) -> Result<wasmtime::Engine, wasmtime::Error> {
+    compile_threads(compile.threads);
+    let mut config = Config::new();
+    config.wasm_component_model(true);
+    config.epoch_interruption(true);
+    config.parallel_compilation(true);
+    if let Some(n) = compile.pooling {
+        let mut pool = PoolingAllocationConfig::default();
+        pool.total_component_instances(n);
+        // Guests in interpreted languages bring several core modules each. A tenant
+        // holds at most a quarter of the calls ([`Budgets`]), so with these per
+        // component caps it holds at most a quarter of every other kind of slot too.
+        pool.max_core_instances_per_component(CORE_INSTANCES_PER_COMPONENT);
+        pool.max_memories_per_component(MEMORIES_PER_COMPONENT);
+        pool.max_tables_per_component(TABLES_PER_COMPONENT);
+        pool.total_core_instances(n * CORE_INSTANCES_PER_COMPONENT);
+        pool.total_memories(n * MEMORIES_PER_COMPONENT);
+        pool.total_tables(n * TABLES_PER_COMPONENT);
+        pool.max_memory_size(compile.max_memory_bytes);
+        pool.max_component_instance_size(1 << 20);
+        pool.max_core_instance_size(8 << 20);
+        pool.table_elements(100_000);
+        // Reset a slot's first pages with memset instead of returning them to the OS:
+        // the next instance then starts without page faults. Small guests fit entirely.
+        pool.linear_memory_keep_resident(2 << 20);
+        pool.table_keep_resident(64 << 10);
+        config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+    }
+    wasmtime::Engine::new(&config)
 }
 
 /// Sizes the thread pool compiles fan out on (rayon's global pool, which Cranelift uses)

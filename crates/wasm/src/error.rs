@@ -26,6 +26,15 @@ pub enum LoadError {
         #[source]
         source: wasmtime::Error,
     },
+    /// The compile was stopped at a limit, or its process failed.
+    #[error("compiling plugin {plugin}")]
+    CompileStopped {
+        /// The plugin.
+        plugin: PluginId,
+        /// Which limit, or how the process failed.
+        #[source]
+        source: crate::compiler::CompileFailure,
+    },
     /// The component exports neither world's functions.
     #[error(
         "plugin {plugin} exports no Inrun world: not `reconciler` (`reconcile`), `hooks` (`functions`, `call`) nor `package` (`validate`, `identity`, `observe`, `converge`, `delete`); it exports: {exports}"

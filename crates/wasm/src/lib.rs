@@ -7,6 +7,7 @@ mod bindings;
 mod budget;
 mod cache;
 mod call;
+pub mod compiler;
 mod engine;
 mod error;
 mod grants;
@@ -17,6 +18,7 @@ mod state;
 
 pub use budget::{Budgets, TenantBudget, TokenBucket};
 pub use cache::CompileCache;
+pub use compiler::{CompileConfig, CompileFailure, Compiler};
 pub use engine::{Engine, EngineSettings};
 pub use error::{CallError, CallFailure, LoadError};
 pub use grants::{

@@ -32,7 +32,7 @@ pub fn execute(cli: Cli) -> anyhow::Result<()> {
         dir: cli.cache_dir,
         max_bytes: cli.cache_max_size,
     };
-    let quiet = || engine(&cache, Arc::new(Unobserved), Limits::default(), None);
+    let quiet = || engine(&cache, Arc::new(Unobserved), Limits::default(), None, None);
     match cli.command {
         Command::Render {
             blueprint,

@@ -381,6 +381,16 @@ pub struct RunArgs {
     /// check cannot keep the host compiling.
     #[arg(long, env = "INRUN_TENANT_COMPILE_BUDGET", default_value = "512Mi", value_parser = parse_quantity)]
     pub tenant_compile_budget: usize,
+    /// How long one plugin compile may take (e.g. `2m`); past it the compile is stopped and
+    /// that plugin's load fails. Compiles run one at a time, each in a child process of
+    /// this program, so a stopped compile frees what it held.
+    #[arg(long, env = "INRUN_COMPILE_TIMEOUT", default_value = "2m", value_parser = parse_duration)]
+    pub compile_timeout: std::time::Duration,
+    /// The most memory one plugin compile may allocate (e.g. `384Mi`); past it the compile
+    /// fails and that plugin's load with it. Default: three quarters of the container's
+    /// memory limit, 1Gi without one. An 18 MB Python or JavaScript guest needs about 400Mi.
+    #[arg(long, env = "INRUN_COMPILE_MEMORY", value_parser = parse_quantity)]
+    pub compile_memory: Option<usize>,
     /// A registry (host:port) spoken to over plain HTTP, e.g. one on loopback.
     #[arg(
         long = "insecure-registry",

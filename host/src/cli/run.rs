@@ -75,7 +75,23 @@ pub(super) fn run(
         output_bytes: d.output_bytes.min(c.output_bytes),
         max_resources: d.max_resources.min(c.max_resources),
     };
-    let engine = engine(cache, metrics.clone(), load_limits, Some(budgets(&args)))?;
+    // Tenants' plugins compile in a child process of this program, bounded in time and
+    // memory: a crafted module stops its own load, never the host.
+    let compiler = inrun::wasm::Compiler {
+        program: std::env::current_exe()
+            .map_err(|e| anyhow::anyhow!("finding this program, to compile plugins with: {e}"))?,
+        timeout: args.compile_timeout,
+        memory_bytes: args
+            .compile_memory
+            .map_or_else(inrun::wasm::Compiler::default_memory, |m| m as u64),
+    };
+    let engine = engine(
+        cache,
+        metrics.clone(),
+        load_limits,
+        Some(budgets(&args)),
+        Some(compiler),
+    )?;
     // Secrets are read from the cluster, so the client comes before the assembly.
     // Every client counts its requests (`rest_client_requests_total`).
     let connect = inrun::kubeconfig::ConnectOptions {

@@ -4,16 +4,18 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use inrun::wasm::{Budgets, CompileCache, Engine, EngineSettings, Limits, Observer};
+use inrun::wasm::{Budgets, CompileCache, Compiler, Engine, EngineSettings, Limits, Observer};
 
 /// The engine, with its compile cache as `cache` says, reporting plugin loads and host
 /// calls to `observer`; the calls a load makes run under `load_limits`; calls share what
-/// `budgets` says (`None`: the engine's defaults).
+/// `budgets` says (`None`: the engine's defaults); compiles run in a child process under
+/// `compiler`'s limits (`None`: in this process).
 pub(super) fn engine(
     cache: &CacheArgs,
     observer: Arc<dyn Observer>,
     load_limits: Limits,
     budgets: Option<Budgets>,
+    compiler: Option<Compiler>,
 ) -> anyhow::Result<Engine> {
     let dir = cache.dir.clone().unwrap_or_else(CompileCache::default_dir);
     let mut compiled = CompileCache::new(&dir)
@@ -27,6 +29,7 @@ pub(super) fn engine(
         observer,
         load_limits,
         budgets,
+        compiler,
         ..EngineSettings::default()
     })?)
 }

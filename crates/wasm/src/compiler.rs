@@ -1,0 +1,257 @@
+//! Compiles in a child process, so that a plugin's compile is bounded like its calls: it
+//! is stopped at a time limit, cannot take more memory than its limit (the kernel refuses
+//! the child's allocations past it, and the child is the first the OOM killer picks), and
+//! whatever a crafted module does to the compiler, the host keeps serving.
+//!
+//! The child is the host's own program run as `<program> <COMPILE_COMMAND> <config>`: it
+//! reads the module on standard input, builds an engine of the same [`CompileConfig`] as
+//! the host's (checked by the engines' compatibility key) and writes the compiled
+//! component on standard output, or why not on standard error.
+
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The subcommand the host's program runs a compile under (`inrun __compile-plugin`).
+pub const COMPILE_COMMAND: &str = "__compile-plugin";
+
+/// How compiles run out of process.
+#[derive(Debug, Clone)]
+pub struct Compiler {
+    /// The program to run: the host's own (`std::env::current_exe()`).
+    pub program: PathBuf,
+    /// How long one compile may take; past it the child is killed and the load fails.
+    pub timeout: Duration,
+    /// The most memory one compile may allocate (`RLIMIT_DATA` of the child).
+    pub memory_bytes: u64,
+}
+
+/// What decides the compiled code: the host's engine and the child's are built from the
+/// same one, so the child's output loads in the host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct CompileConfig {
+    /// The pooling allocator, with this many instances.
+    pub pooling: Option<u32>,
+    /// The largest linear memory a plugin may have.
+    pub max_memory_bytes: usize,
+    /// Threads a compile fans out on.
+    pub threads: usize,
+}
+
+/// Why a compile in a child process failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CompileFailure {
+    /// The module is not a valid component (the compiler's own message).
+    #[error("{0}")]
+    Invalid(String),
+    /// The compile ran past its time limit and was stopped.
+    #[error("the compile took longer than the limit of {}s and was stopped", .0.as_secs_f64())]
+    Time(Duration),
+    /// The compile needed more memory than its limit.
+    #[error("the compile needed more than its memory limit of {} MiB and was stopped", .0 >> 20)]
+    Memory(u64),
+    /// The child could not be run, or ended without an answer.
+    #[error("the compiler process failed: {0}")]
+    Process(String),
+}
+
+impl Compiler {
+    /// The default memory of one compile: three quarters of the container's memory limit
+    /// (384 MiB of 512 MiB: an 18 MB Python or JavaScript guest needs about 400 MB of
+    /// data to compile on two threads), 1 GiB without a limit. The child is the first the
+    /// kernel kills when the container runs out, so even a compile that fits its own
+    /// limit cannot take the host down with it.
+    pub fn default_memory() -> u64 {
+        crate::budget::container_memory_limit().map_or(1 << 30, |limit| limit as u64 / 4 * 3)
+    }
+}
+
+/// What the child's standard error says when an allocation failed past its limit.
+const OUT_OF_MEMORY: &str = "memory allocation of";
+
+impl Compiler {
+    /// Compiles `bytes` in a child process: the serialized component, for
+    /// `Component::deserialize` of an engine whose compatibility key is `engine_key`.
+    ///
+    /// # Errors
+    /// [`CompileFailure`]: an invalid module, a limit passed, or a child that failed.
+    pub fn compile(
+        &self,
+        config: &CompileConfig,
+        engine_key: &str,
+        bytes: &[u8],
+    ) -> Result<Vec<u8>, CompileFailure> {
+        let process = |e: std::io::Error| CompileFailure::Process(e.to_string());
+        let config_arg =
+            serde_json::to_string(config).map_err(|e| CompileFailure::Process(e.to_string()))?;
+        let mut child = Command::new(&self.program)
+            .arg(COMPILE_COMMAND)
+            .arg(config_arg)
+            .arg(engine_key)
+            .arg(self.memory_bytes.to_string())
+            .env_clear()
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| {
+                CompileFailure::Process(format!("running {}: {e}", self.program.display()))
+            })?;
+        // Feed and drain on threads of their own: a child blocked on a full pipe must not
+        // block the wait below.
+        let mut stdin = child
+            .stdin
+            .take()
+            .ok_or_else(|| process(std::io::ErrorKind::BrokenPipe.into()))?;
+        let input = bytes.to_vec();
+        let feeder = std::thread::spawn(move || {
+            let _ = stdin.write_all(&input);
+        });
+        let drain = |pipe: Option<Box<dyn Read + Send>>| {
+            std::thread::spawn(move || {
+                let mut out = Vec::new();
+                if let Some(mut pipe) = pipe {
+                    let _ = pipe.read_to_end(&mut out);
+                }
+                out
+            })
+        };
+        let stdout = drain(
+            child
+                .stdout
+                .take()
+                .map(|p| Box::new(p) as Box<dyn Read + Send>),
+        );
+        let stderr = drain(
+            child
+                .stderr
+                .take()
+                .map(|p| Box::new(p) as Box<dyn Read + Send>),
+        );
+        let started = Instant::now();
+        let status = loop {
+            if let Some(status) = child.try_wait().map_err(process)? {
+                break Some(status);
+            }
+            if started.elapsed() >= self.timeout {
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+            // Polling a child's exit: there is no portable wait with a timeout in std.
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let _ = feeder.join();
+        let out = stdout.join().unwrap_or_default();
+        let err = stderr.join().unwrap_or_default();
+        let Some(status) = status else {
+            return Err(CompileFailure::Time(self.timeout));
+        };
+        let err = String::from_utf8_lossy(&err).trim().to_string();
+        if status.success() {
+            return Ok(out);
+        }
+        if err.contains(OUT_OF_MEMORY) || status.code() == Some(NO_MEMORY) || killed(&status) {
+            return Err(CompileFailure::Memory(self.memory_bytes));
+        }
+        match status.code() {
+            Some(INVALID) => Err(CompileFailure::Invalid(err)),
+            _ => Err(CompileFailure::Process(format!("{status}: {err}"))),
+        }
+    }
+}
+
+/// The child's exit code for a module that is not a valid component.
+const INVALID: i32 = 3;
+/// The child's exit code when its memory limit refused it what it asked for without
+/// aborting (reading the module).
+const NO_MEMORY: i32 = 4;
+
+/// Killed by SIGKILL: not by us (a timeout returns before this), so by the kernel's OOM
+/// killer, which picks the compile first ([`child_main`]).
+fn killed(status: &std::process::ExitStatus) -> bool {
+    use std::os::unix::process::ExitStatusExt;
+    status.signal() == Some(9)
+}
+
+/// The child's side, run by the host's program for [`COMPILE_COMMAND`] with the rest of
+/// its arguments: limits itself, compiles standard input, and writes the compiled
+/// component to standard output. Returns the process's exit code.
+pub fn child_main(args: &[String]) -> i32 {
+    match child(args) {
+        Ok(()) => 0,
+        Err((code, message)) => {
+            eprintln!("{message}");
+            code
+        }
+    }
+}
+
+fn child(args: &[String]) -> Result<(), (i32, String)> {
+    let usage = || {
+        (
+            2,
+            format!("usage: {COMPILE_COMMAND} CONFIG ENGINE-KEY MEMORY-BYTES"),
+        )
+    };
+    let [config, key, memory] = args else {
+        return Err(usage());
+    };
+    let config: CompileConfig = serde_json::from_str(config).map_err(|_| usage())?;
+    // Compiled code does not depend on the pool (`the_pool_does_not_change_…`): the child
+    // reserves none.
+    let config = CompileConfig {
+        pooling: None,
+        ..config
+    };
+    let memory: u64 = memory.parse().map_err(|_| usage())?;
+    // The kernel picks this process first when memory runs out, never the host.
+    let _ = std::fs::write("/proc/self/oom_score_adj", "1000");
+    let limit = rustix::process::Rlimit {
+        current: Some(memory),
+        maximum: Some(memory),
+    };
+    rustix::process::setrlimit(rustix::process::Resource::Data, limit)
+        .map_err(|e| (1, format!("limiting the compile's memory: {e}")))?;
+    let engine = super::engine::wasmtime_engine(&config).map_err(|e| (1, format!("{e:#}")))?;
+    if super::cache::engine_key(&engine) != *key {
+        return Err((
+            1,
+            "the compiler's engine differs from the host's: is it the same program?".into(),
+        ));
+    }
+    let mut bytes = Vec::new();
+    std::io::stdin().read_to_end(&mut bytes).map_err(|e| {
+        let code = if e.kind() == std::io::ErrorKind::OutOfMemory {
+            NO_MEMORY
+        } else {
+            1
+        };
+        (code, format!("reading the module: {e}"))
+    })?;
+    let compiled = engine
+        .precompile_component(&bytes)
+        .map_err(|e| (INVALID, format!("{e:#}")))?;
+    std::io::stdout()
+        .write_all(&compiled)
+        .and_then(|()| std::io::stdout().flush())
+        .map_err(|e| (1, format!("writing the compiled component: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_child_without_the_pool_compiles_code_the_pooled_host_loads() {
+        let config = |pooling| CompileConfig {
+            pooling,
+            max_memory_bytes: 1 << 30,
+            threads: 1,
+        };
+        let key =
+            |c| crate::cache::engine_key(&crate::engine::wasmtime_engine(&c).expect("engine"));
+        assert_eq!(key(config(Some(64))), key(config(None)));
+    }
+}
