@@ -288,6 +288,17 @@ pub struct ServeTarget {
 }
 
 impl CrdSpec {
+    /// Whether a CR of this CRD may be reconciled by a package: its default block, or a
+    /// serve target's, is one.
+    pub fn serves_a_package(&self) -> bool {
+        self.reconcile.package.is_some()
+            || self
+                .serve
+                .iter()
+                .flat_map(|s| &s.targets)
+                .any(|t| t.reconcile.package.is_some())
+    }
+
     /// The CRD manifest for a Blueprint CRD: its schema (or an open one), a status
     /// subresource, and its printer columns.
     pub fn manifest(&self) -> Value {
@@ -295,9 +306,11 @@ impl CrdSpec {
         let mut schema = crd.schema.clone().unwrap_or_else(
             || json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}),
         );
+        // Whether any block serving this CRD, the default or a serve target's, is a package.
+        let package = crd.serves_a_package();
         // A package CR's common fields, typed where the schema types the spec (the host
         // checks their values, so a bad one is a condition on the CR, not a refused write).
-        if crd.reconcile.package.is_some()
+        if package
             && let Some(spec) = schema
                 .pointer_mut("/properties/spec/properties")
                 .and_then(Value::as_object_mut)
@@ -343,7 +356,7 @@ impl CrdSpec {
                     .or_insert_with(|| json!({"type": "integer", "format": "int64"}));
                 // A package CR's stored identity and the request it handled: pruned, the
                 // identity guard would never hold and every pass would write them again.
-                if crd.reconcile.package.is_some() {
+                if package {
                     for (field, description) in [
                         (
                             "profile",
@@ -530,6 +543,26 @@ mod tests {
             assert_eq!(status[field]["type"], "string", "{field}: {status}");
         }
         assert_eq!(status["phase"]["type"], "string");
+        // So does one whose package is a serve target's, with a typed spec as well.
+        let t = crd(
+            "{ group: a.b, version: v1, kind: T, serve: { targets: [ { name: infra, reconcile: { default: false, package: { location: ./p.wasm } } } ] }, schema: { type: object, properties: { spec: { type: object, properties: { size: { type: integer } } }, status: { type: object, properties: { phase: { type: string } } } } } }",
+        );
+        assert!(t.serves_a_package());
+        let m = t.manifest();
+        let schema = &m["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"];
+        for field in ["profile", "boundary", "identity", "lastHandledReconcileAt"] {
+            assert_eq!(
+                schema["status"]["properties"][field]["type"],
+                "string",
+                "{field}"
+            );
+        }
+        for field in ["state", "reconcileInterval", "config"] {
+            assert!(
+                schema["spec"]["properties"].get(field).is_some(),
+                "{field}: {schema}"
+            );
+        }
     }
 
     #[test]

@@ -368,12 +368,7 @@ pub fn controller(
         kinds: shared.kinds.clone(),
         locks: shared.locks.clone(),
         events: events::Events::new(client.clone(), shared.instance.clone()),
-        backoff: retries(
-            std::iter::once(&plan.default)
-                .chain(plan.targets.iter().map(|(_, t)| t))
-                .any(|block| block.package.is_some()),
-            &runtime,
-        ),
+        backoff: retries(plan.spec.serves_a_package(), &runtime),
         runtime,
         queue: shared.metrics.controller(
             &plan.spec.crd_name(),
