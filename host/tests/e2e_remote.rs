@@ -423,3 +423,159 @@ async fn render_calls_a_remote_reconciler_with_a_secret_from_the_command_line() 
     );
     Ok(())
 }
+
+/// A remote reconciler that holds every call until released, counting per kind the calls in
+/// flight (and the most at once) and per CR the calls made.
+#[derive(Clone)]
+struct Turnstile {
+    counts: Arc<Mutex<Counts>>,
+    held: Arc<tokio::sync::watch::Sender<bool>>,
+}
+
+#[derive(Default)]
+struct Counts {
+    in_flight: std::collections::HashMap<String, usize>,
+    most: std::collections::HashMap<String, usize>,
+    calls: std::collections::HashMap<String, usize>,
+}
+
+impl Turnstile {
+    fn counts(&self) -> std::sync::MutexGuard<'_, Counts> {
+        self.counts.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn hold(&self, held: bool) {
+        self.held.send_replace(held);
+    }
+
+    fn in_flight(&self, kind: &str) -> usize {
+        self.counts().in_flight.get(kind).copied().unwrap_or(0)
+    }
+
+    fn calls(&self, name: &str) -> usize {
+        self.counts().calls.get(name).copied().unwrap_or(0)
+    }
+}
+
+async fn turnstile_call(State(t): State<Turnstile>, body: Bytes) -> Response {
+    let req: Value = serde_json::from_slice(&body).unwrap_or_default();
+    let kind = req["object"]["kind"].as_str().unwrap_or_default().to_string();
+    let name = req["object"]["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    {
+        let mut c = t.counts();
+        let now = {
+            let n = c.in_flight.entry(kind.clone()).or_default();
+            *n += 1;
+            *n
+        };
+        let most = c.most.entry(kind.clone()).or_default();
+        *most = (*most).max(now);
+        *c.calls.entry(name).or_default() += 1;
+    }
+    let mut held = t.held.subscribe();
+    let _ = held.wait_for(|h| !*h).await;
+    *t.counts().in_flight.entry(kind).or_default() -= 1;
+    axum::Json(json!({"result": "ok"})).into_response()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_bound_the_calls_in_flight_and_changes_to_a_queued_cr_make_one_pass() -> TestResult
+{
+    let turnstile = Turnstile {
+        counts: Arc::default(),
+        held: Arc::new(tokio::sync::watch::channel(true).0),
+    };
+    let port = serve(
+        Router::new()
+            .route("/reconcile", axum::routing::post(turnstile_call))
+            .with_state(turnstile.clone()),
+    )
+    .await;
+    let group = unique_group("workers");
+    let crd = |kind: &str, workers: u32| {
+        format!(
+            r#"    - group: {group}
+      version: v1alpha1
+      kind: {kind}
+      workers: {workers}
+      reconcile:
+        default: false
+        remote: {{endpoint: "http://127.0.0.1:{port}/reconcile", timeout: 60s}}
+"#
+        )
+    };
+    let text = format!(
+        "apiVersion: inrun.dev/v1alpha1\nkind: Blueprint\nmetadata: {{name: e2e-workers}}\nspec:\n  crds:\n{}{}",
+        crd("Pool", 2),
+        crd("Line", 1)
+    );
+    let host = Host::start(&text).await;
+    let ns = ControlPlane::shared().namespace("workers").await?;
+    let (pool, line) = (resource(&group, "Pool"), resource(&group, "Line"));
+    served(&pool, &ns).await;
+    served(&line, &ns).await;
+    let cr = |kind: &str, name: &str, value: u32| {
+        format!("apiVersion: {group}/v1alpha1\nkind: {kind}\nmetadata: {{name: {name}}}\nspec: {{value: {value}}}\n")
+    };
+
+    // Four CRs of a CRD with two workers: two calls run, two wait for a worker.
+    for i in 0..4 {
+        apply_cr(&pool, &ns, &cr("Pool", &format!("p{i}"), 0)).await;
+    }
+    eventually("two calls in flight", || async {
+        (turnstile.in_flight("Pool") == 2).then_some(())
+    })
+    .await;
+    // A CR of another CRD is served meanwhile: workers are per CRD.
+    apply_cr(&line, &ns, &cr("Line", "first", 0)).await;
+    eventually("the other CRD's call", || async {
+        (turnstile.in_flight("Line") == 1).then_some(())
+    })
+    .await;
+    // While its only worker is held, a second Line CR is queued and changed five times.
+    apply_cr(&line, &ns, &cr("Line", "second", 0)).await;
+    for value in 1..=5 {
+        apply_cr(&line, &ns, &cr("Line", "second", value)).await;
+    }
+    let queued = get(&line, Some(&ns), "second").await.expect("second");
+    assert_eq!(queued.metadata.generation, Some(6));
+    assert_eq!(turnstile.calls("second"), 0, "queued behind the held call");
+    turnstile.hold(false);
+
+    for i in 0..4 {
+        let name = format!("p{i}");
+        eventually("every Pool CR reconciled", || async {
+            (ready(&get(&pool, Some(&ns), &name).await?)?.0 == "True").then_some(())
+        })
+        .await;
+    }
+    assert_eq!(
+        turnstile.counts().most.get("Pool").copied(),
+        Some(2),
+        "never more calls at once than workers"
+    );
+    // The queued CR: one pass, on its last generation.
+    eventually("the queued CR reconciled on its last spec", || async {
+        let cr = get(&line, Some(&ns), "second").await?;
+        let observed = cr.data["status"]["observedGeneration"].as_i64();
+        (observed == Some(6)).then_some(())
+    })
+    .await;
+    let crd_name = format!("lines.{group}");
+    eventually("both Line passes to end", || async {
+        (reconciles(&host.metrics, &crd_name) >= 2).then_some(())
+    })
+    .await;
+    assert_eq!(
+        turnstile.calls("second"),
+        1,
+        "five changes to a queued CR make one pass"
+    );
+    assert_eq!(reconciles(&host.metrics, &crd_name), 2);
+    assert_eq!(turnstile.counts().most.get("Line").copied(), Some(1));
+    host.stop().await;
+    Ok(())
+}
