@@ -916,3 +916,220 @@ async fn a_wave_after_an_apiservice_waits_for_it_to_be_available_and_deletion_re
     host.stop().await;
     Ok(())
 }
+
+/// What the fake aggregated API answers.
+#[derive(Default)]
+struct Aggregated {
+    /// One foreign Widget is listed.
+    foreign: bool,
+    /// Discovery answers 200 with a body that is no resource list.
+    garbled: bool,
+}
+
+/// An HTTPS listener on 127.0.0.1 for `axum::serve`: each connection is accepted and its
+/// TLS handshake done before it is handed over.
+struct TlsListener {
+    tcp: tokio::net::TcpListener,
+    acceptor: tokio_rustls::TlsAcceptor,
+}
+
+impl axum::serve::Listener for TlsListener {
+    type Io = tokio_rustls::server::TlsStream<tokio::net::TcpStream>;
+    type Addr = std::net::SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        loop {
+            let Ok((tcp, addr)) = self.tcp.accept().await else {
+                continue;
+            };
+            let handshake = self.acceptor.accept(tcp);
+            if let Ok(Ok(tls)) = tokio::time::timeout(Duration::from_secs(5), handshake).await {
+                return (tls, addr);
+            }
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<Self::Addr> {
+        self.tcp.local_addr()
+    }
+}
+
+/// Serves an aggregated API group `group/v1alpha1` with one namespaced kind, Widget, over
+/// HTTPS on 127.0.0.1 (the API server proxies to it); returns its port.
+async fn aggregated_api(
+    group: &str,
+    state: std::sync::Arc<std::sync::Mutex<Aggregated>>,
+    dir: &std::path::Path,
+) -> anyhow::Result<u16> {
+    use axum::response::IntoResponse as _;
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+
+    let certs = inrun_testenv::tls::TestCerts::generate(dir)?;
+    let config = rustls::ServerConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()?
+    .with_no_client_auth()
+    .with_single_cert(
+        vec![CertificateDer::from_pem_slice(&certs.cert_pem)?],
+        PrivateKeyDer::from_pem_slice(&certs.key_pem)?,
+    )?;
+    let listener = TlsListener {
+        tcp: tokio::net::TcpListener::bind("127.0.0.1:0").await?,
+        acceptor: tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config)),
+    };
+    let port = listener.tcp.local_addr()?.port();
+    let gv = format!("{group}/v1alpha1");
+    let app = axum::Router::new().fallback(move |uri: axum::http::Uri| {
+        let state = state.clone();
+        let gv = gv.clone();
+        async move {
+            let (foreign, garbled) = {
+                let s = state.lock().unwrap_or_else(|p| p.into_inner());
+                (s.foreign, s.garbled)
+            };
+            let path = uri.path();
+            if path == format!("/apis/{gv}") {
+                if garbled {
+                    return (axum::http::StatusCode::OK, "this is no resource list")
+                        .into_response();
+                }
+                return axum::Json(json!({
+                    "kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv,
+                    "resources": [{"name": "widgets", "singularName": "widget", "namespaced": true,
+                                   "kind": "Widget", "verbs": ["get", "list"]}]
+                }))
+                .into_response();
+            }
+            if path.starts_with(&format!("/apis/{gv}")) && path.ends_with("/widgets") {
+                let items = if foreign {
+                    vec![json!({"apiVersion": gv, "kind": "Widget",
+                                "metadata": {"name": "w1", "namespace": "team-x"}})]
+                } else {
+                    Vec::new()
+                };
+                return axum::Json(json!({"apiVersion": gv, "kind": "WidgetList",
+                                         "metadata": {}, "items": items}))
+                .into_response();
+            }
+            (axum::http::StatusCode::NOT_FOUND, "").into_response()
+        }
+    });
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    Ok(port)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_available_apiservices_foreign_instances_or_unanswerable_types_hold_the_deletion()
+-> TestResult {
+    let group = unique_group("served");
+    let served_group = format!("widgets.{group}");
+    let api_service = format!("v1alpha1.{served_group}");
+    let ns = ControlPlane::shared().namespace("served").await?;
+    let state = std::sync::Arc::new(std::sync::Mutex::new(Aggregated::default()));
+    let dir = tempfile::tempdir()?;
+    let port = aggregated_api(&served_group, state.clone(), dir.path()).await?;
+    // The API server reaches the backend through a Service; an ExternalName one names
+    // loopback (endpoints may not).
+    let services_api: Api<k8s_openapi::api::core::v1::Service> = Api::namespaced(client(), &ns);
+    services_api
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "metadata": {"name": "widgets"},
+                "spec": {"type": "ExternalName", "externalName": "localhost"}
+            }))?,
+        )
+        .await?;
+    let blueprint_crd = format!(
+        r#"      reconcile:
+        onReconcile:
+          - apiVersion: apiregistration.k8s.io/v1
+            kind: APIService
+            metadata: {{name: "{api_service}"}}
+            spec:
+              group: "{served_group}"
+              version: v1alpha1
+              service: {{namespace: "{ns}", name: widgets, port: {port}}}
+              groupPriorityMinimum: 1000
+              versionPriority: 15
+              insecureSkipTLSVerify: true
+        managedResources:
+          - {{apiVersion: apiregistration.k8s.io/v1, kind: APIService, clusterScoped: true}}
+        managedTypes:
+          - {{group: "{served_group}", kind: "*"}}
+"#
+    );
+    let host = Host::start(&blueprint(&group, "Gateway", "{}", &blueprint_crd)).await;
+    let ar = resource(&group, "Gateway");
+    served(&ar).await;
+    apply_cr(&ar, &ns, &cr(&group, "Gateway", "gw", "{}")).await;
+    let services = ApiResource {
+        group: "apiregistration.k8s.io".into(),
+        version: "v1".into(),
+        api_version: "apiregistration.k8s.io/v1".into(),
+        kind: "APIService".into(),
+        plural: "apiservices".into(),
+    };
+    eventually("the APIService to be Available", || async {
+        let s = get(&services, None, &api_service).await?;
+        (condition(&s, "Available")?.0 == "True").then_some(())
+    })
+    .await;
+    until_reconciled(&ar, &ns, "gw").await;
+
+    // A foreign Widget exists: the deletion waits, naming it, and nothing is deleted.
+    state.lock().unwrap_or_else(|p| p.into_inner()).foreign = true;
+    delete_cr(&ar, &ns, "gw").await;
+    let (_, _, message) = eventually("the deletion to be blocked", || async {
+        let ready = ready(&get(&ar, Some(&ns), "gw").await?)?;
+        (ready.1 == "DeletionBlocked").then_some(ready)
+    })
+    .await;
+    assert!(
+        message.contains("Widget") && message.contains("team-x/w1"),
+        "{message}"
+    );
+    assert!(get(&services, None, &api_service).await.is_some());
+
+    // Its types cannot be read any more while it stays Available: that holds the deletion
+    // too, saying why, rather than counting as no instances.
+    {
+        let mut s = state.lock().unwrap_or_else(|p| p.into_inner());
+        s.foreign = false;
+        s.garbled = true;
+    }
+    let (_, reason, message) = eventually("the deletion to be held unchecked", || async {
+        let ready = ready(&get(&ar, Some(&ns), "gw").await?)?;
+        (ready.1 != "DeletionBlocked").then_some(ready)
+    })
+    .await;
+    assert_eq!(reason, "DeletionFailed", "{message}");
+    assert!(
+        message.contains(&format!(
+            "APIService {api_service} serves {served_group}/v1alpha1, whose types could not be read"
+        )),
+        "{message}"
+    );
+    assert!(get(&services, None, &api_service).await.is_some());
+    assert!(get(&ar, Some(&ns), "gw").await.is_some());
+
+    // Answering again with no foreign Widget: the deletion goes ahead.
+    state.lock().unwrap_or_else(|p| p.into_inner()).garbled = false;
+    eventually("the CR to be gone", || async {
+        get(&ar, Some(&ns), "gw").await.is_none().then_some(())
+    })
+    .await;
+    eventually("the APIService to be gone", || async {
+        get(&services, None, &api_service)
+            .await
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    host.stop().await;
+    Ok(())
+}

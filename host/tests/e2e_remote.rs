@@ -459,7 +459,10 @@ impl Turnstile {
 
 async fn turnstile_call(State(t): State<Turnstile>, body: Bytes) -> Response {
     let req: Value = serde_json::from_slice(&body).unwrap_or_default();
-    let kind = req["object"]["kind"].as_str().unwrap_or_default().to_string();
+    let kind = req["object"]["kind"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
     let name = req["object"]["metadata"]["name"]
         .as_str()
         .unwrap_or_default()
@@ -518,7 +521,9 @@ async fn workers_bound_the_calls_in_flight_and_changes_to_a_queued_cr_make_one_p
     served(&pool, &ns).await;
     served(&line, &ns).await;
     let cr = |kind: &str, name: &str, value: u32| {
-        format!("apiVersion: {group}/v1alpha1\nkind: {kind}\nmetadata: {{name: {name}}}\nspec: {{value: {value}}}\n")
+        format!(
+            "apiVersion: {group}/v1alpha1\nkind: {kind}\nmetadata: {{name: {name}}}\nspec: {{value: {value}}}\n"
+        )
     };
 
     // Four CRs of a CRD with two workers: two calls run, two wait for a worker.

@@ -552,8 +552,7 @@ mod tests {
         let schema = &m["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"];
         for field in ["profile", "boundary", "identity", "lastHandledReconcileAt"] {
             assert_eq!(
-                schema["status"]["properties"][field]["type"],
-                "string",
+                schema["status"]["properties"][field]["type"], "string",
                 "{field}"
             );
         }

@@ -132,7 +132,7 @@ pub async fn foreign(
                 aggregated.push(group.to_string());
             }
         } else {
-            match api_service_types(ctx, &child.obj.data).await {
+            match api_service_types(ctx, &child.key.name, &child.obj.data).await {
                 Ok(served) => {
                     types.extend(served.into_iter().map(|t| (t, Some(child.key.clone()))));
                 }
@@ -244,7 +244,11 @@ fn available(api_service: &Value) -> bool {
 /// # Errors
 /// When they cannot be asked in time: the API server proxies this to the aggregated API's
 /// backend, which would otherwise hold the pass as long as the request lasts.
-async fn api_service_types(ctx: &Ctx, api_service: &Value) -> Result<Vec<ApiResource>, ChildError> {
+async fn api_service_types(
+    ctx: &Ctx,
+    name: &str,
+    api_service: &Value,
+) -> Result<Vec<ApiResource>, ChildError> {
     let text = |p: &str| api_service.pointer(p).and_then(Value::as_str);
     let (Some(group), Some(version)) = (text("/spec/group"), text("/spec/version")) else {
         return Ok(Vec::new());
@@ -254,11 +258,17 @@ async fn api_service_types(ctx: &Ctx, api_service: &Value) -> Result<Vec<ApiReso
         tokio::time::timeout(ASK_AGGREGATED, ctx.client.list_api_group_resources(&gv)).await;
     let Ok(asked) = asked else {
         return Err(ChildError::Discovery {
-            error: format!("{gv} did not answer within {}s", ASK_AGGREGATED.as_secs()),
+            error: format!(
+                "APIService {name} serves {gv}, which did not answer within {}s",
+                ASK_AGGREGATED.as_secs()
+            ),
         });
     };
     let list = asked.map_err(|e| ChildError::Discovery {
-        error: format!("{gv}: {}", inrun_contract::errors::chain(&e)),
+        error: format!(
+            "APIService {name} serves {gv}, whose types could not be read: {}",
+            inrun_contract::errors::chain(&e)
+        ),
     })?;
     Ok(list
         .resources
