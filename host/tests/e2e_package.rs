@@ -1278,3 +1278,52 @@ async fn a_package_reads_the_credentials_the_blueprint_grants_in_its_crs_namespa
     host.stop().await;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_blueprints_package_deadline_is_the_calls_deadline() -> TestResult {
+    let backend = Backend::default();
+    backend.lock().hold_put = true;
+    let port = backend.start().await;
+    let group = unique_group("pkg-deadline");
+    let text = blueprint(&group, port).replace(
+        "        package:\n",
+        "        package:\n          limits: {deadline: 2s}\n",
+    );
+    let host = Host::start(&text).await;
+    let ns = ControlPlane::shared().namespace("pkg-deadline").await?;
+    let ar = resource(&group, "Thing");
+    served(&ar).await;
+    apply_cr(
+        &ar,
+        &ns,
+        &thing_cr(&group, "seven", "reconcileInterval: 1h", port, "size: 1"),
+    )
+    .await;
+    // The converge the backend never answers is cut at the Blueprint's 2 s, not the 30 s
+    // a package call gets by default.
+    wait_reason(&ar, &ns, "seven", "ConvergeFailed").await;
+    let metrics = host.metrics.render();
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("inrun_plugin_calls_total{")
+                && l.contains("outcome=\"deadline\"")),
+        "a converge cut at its deadline: {metrics}"
+    );
+    // The call lasted the Blueprint's 2 s: one call falls between the histogram's 1 s and
+    // 2.5 s bounds (the default deadline would have let it run 30 s).
+    let count = |le: &str| -> f64 {
+        metrics
+            .lines()
+            .filter(|l| {
+                l.starts_with("inrun_plugin_call_duration_seconds_bucket{")
+                    && l.contains(&format!("le=\"{le}\""))
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    assert_eq!(count("2.5") - count("1.0"), 1.0, "{metrics}");
+    host.stop().await;
+    backend.put_release.notify_waiters();
+    Ok(())
+}

@@ -110,8 +110,10 @@ impl Host {
         let config = run.config(&[parsed]).await;
         let fence = counting_fence(&metrics);
         let client = inrun::fence::client(config, &fence).expect("client");
+        // Plugin loads and calls are recorded with the rest, as with `inrun run`.
         let engine = Engine::new(EngineSettings {
             max_instances: 16,
+            observer: metrics.clone(),
             ..EngineSettings::default()
         })
         .expect("engine");
