@@ -1301,7 +1301,15 @@ async fn the_blueprints_package_deadline_is_the_calls_deadline() -> TestResult {
     .await;
     // The converge the backend never answers is cut at the Blueprint's 2 s, not the 30 s
     // a package call gets by default.
-    wait_reason(&ar, &ns, "seven", "ConvergeFailed").await;
+    let cr = wait_reason(&ar, &ns, "seven", "ConvergeFailed").await;
+    // The CR says what stopped the call: the host's words, not the package's.
+    assert_eq!(
+        condition(&cr, "Ready").map(|c| c.2),
+        Some(
+            "converging the infrastructure failed: the call ran past its deadline of 2s (package.limits.deadline)"
+                .into()
+        )
+    );
     let metrics = host.metrics.render();
     assert!(
         metrics

@@ -25,6 +25,7 @@
 //! `inrun.dev/prevent-destroy` annotation is `"true"`, else calls `delete` (suspended or
 //! not) and removes the finalizer only once `observe` sees the thing gone.
 
+use std::borrow::Cow;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -52,41 +53,92 @@ pub const RETRY_BASE: Duration = Duration::from_secs(1);
 /// The longest retry delay.
 pub const RETRY_MAX: Duration = Duration::from_secs(60);
 
+/// A package call that failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallFailed {
+    /// Why, in the host's own words, when the host stopped the call or could not run it (a
+    /// deadline, a memory cap, a budget): shown on the CR. `None` when the package failed
+    /// in its own words, which may hold anything and go to the log only.
+    pub cause: Option<String>,
+    /// The whole account, the package's words included: for the log only.
+    pub detail: String,
+}
+
+impl From<String> for CallFailed {
+    /// A failure in the package's own words.
+    fn from(detail: String) -> Self {
+        CallFailed {
+            cause: None,
+            detail,
+        }
+    }
+}
+
+impl From<&str> for CallFailed {
+    /// A failure in the package's own words.
+    fn from(detail: &str) -> Self {
+        CallFailed::from(detail.to_string())
+    }
+}
+
+impl std::fmt::Display for CallFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.detail)
+    }
+}
+
+impl From<inrun_wasm::CallError> for CallFailed {
+    fn from(e: inrun_wasm::CallError) -> Self {
+        use inrun_wasm::CallFailure as F;
+        let cause = match &e.failure {
+            F::Deadline(d) => Some(format!(
+                "the call ran past its deadline of {} (package.limits.deadline)",
+                inrun_contract::duration::format(*d)
+            )),
+            F::Memory(bytes) => Some(format!(
+                "the call passed its memory cap of {} MiB (package.limits.memory)",
+                bytes >> 20
+            )),
+            F::Budget(budget) => Some(format!("the call was stopped by {budget}")),
+            F::Host(_) => Some("the host could not run the call".into()),
+            F::Trap { .. } => Some("the package trapped (the host's log says where)".into()),
+            F::BadOutput(_) => Some("the package's answer broke the contract".into()),
+            F::Returned(_) => None,
+        };
+        CallFailed {
+            cause,
+            detail: inrun_contract::errors::chain(&e),
+        }
+    }
+}
+
 /// What the pass calls: the package, behind a trait so the decisions can be tested with a
-/// scripted one. An `Err` is the call's failure text (for the log only).
+/// scripted one.
 #[async_trait]
 pub trait Infrastructure: Send + Sync {
     /// `validate`.
-    async fn validate(&self, opts: &Options) -> Result<Vec<String>, String>;
+    async fn validate(&self, opts: &Options) -> Result<Vec<String>, CallFailed>;
     /// `identity`.
-    async fn identity(&self, opts: &Options) -> Result<Identity, String>;
+    async fn identity(&self, opts: &Options) -> Result<Identity, CallFailed>;
     /// `observe`.
-    async fn observe(&self, opts: &Options) -> Result<Observation, String>;
+    async fn observe(&self, opts: &Options) -> Result<Observation, CallFailed>;
     /// `converge`, or `delete` when `delete` is true.
-    async fn workflow(&self, delete: bool, opts: &Options) -> Result<Workflow, String>;
+    async fn workflow(&self, delete: bool, opts: &Options) -> Result<Workflow, CallFailed>;
 }
 
 #[async_trait]
 impl Infrastructure for inrun_reconcilers::package::Package {
-    async fn validate(&self, opts: &Options) -> Result<Vec<String>, String> {
-        inrun_reconcilers::package::Package::validate(self, opts)
-            .await
-            .map_err(|e| inrun_contract::errors::chain(&e))
+    async fn validate(&self, opts: &Options) -> Result<Vec<String>, CallFailed> {
+        Ok(inrun_reconcilers::package::Package::validate(self, opts).await?)
     }
-    async fn identity(&self, opts: &Options) -> Result<Identity, String> {
-        inrun_reconcilers::package::Package::identity(self, opts)
-            .await
-            .map_err(|e| inrun_contract::errors::chain(&e))
+    async fn identity(&self, opts: &Options) -> Result<Identity, CallFailed> {
+        Ok(inrun_reconcilers::package::Package::identity(self, opts).await?)
     }
-    async fn observe(&self, opts: &Options) -> Result<Observation, String> {
-        inrun_reconcilers::package::Package::observe(self, opts)
-            .await
-            .map_err(|e| inrun_contract::errors::chain(&e))
+    async fn observe(&self, opts: &Options) -> Result<Observation, CallFailed> {
+        Ok(inrun_reconcilers::package::Package::observe(self, opts).await?)
     }
-    async fn workflow(&self, delete: bool, opts: &Options) -> Result<Workflow, String> {
-        inrun_reconcilers::package::Package::workflow(self, delete, opts)
-            .await
-            .map_err(|e| inrun_contract::errors::chain(&e))
+    async fn workflow(&self, delete: bool, opts: &Options) -> Result<Workflow, CallFailed> {
+        Ok(inrun_reconcilers::package::Package::workflow(self, delete, opts).await?)
     }
 }
 
@@ -274,7 +326,7 @@ struct Conditions {
     ready: bool,
     reconciling: bool,
     reason: &'static str,
-    message: &'static str,
+    message: Cow<'static, str>,
 }
 
 impl Conditions {
@@ -288,7 +340,7 @@ impl Conditions {
             ready,
             reconciling,
             reason,
-            message,
+            message: Cow::Borrowed(message),
         }
     }
 }
@@ -379,7 +431,7 @@ fn desired(p: &Pass<'_>, view: &Value, stored: &Stored, c: &Conditions) -> Map<S
         "Reconciling",
         truth(c.reconciling),
         c.reason,
-        c.message,
+        &c.message,
         &now,
     );
     if let Some(Value::Array(conditions)) = fields.get_mut("conditions") {
@@ -463,19 +515,30 @@ impl Run<'_, '_> {
         &mut self,
         reason: &'static str,
         message: &'static str,
-        detail: String,
+        failed: CallFailed,
     ) -> Result<Done, Failure> {
-        let c = Conditions::new(false, false, reason, message);
+        // The host's own account of a call it stopped is shown; the package's words are not.
+        let message = match &failed.cause {
+            Some(cause) => Cow::Owned(format!("{message}: {cause}")),
+            None => Cow::Borrowed(message),
+        };
+        let c = Conditions {
+            message,
+            ..Conditions::new(false, false, reason, "")
+        };
         match self.write(&c).await? {
             Ok(true) => {
                 self.fx
-                    .record(Reason::ReconcileError, format!("{reason}: {message}"))
+                    .record(Reason::ReconcileError, format!("{reason}: {}", c.message))
                     .await;
             }
             Ok(false) => {}
             Err(Stale) => return Ok(again()),
         }
-        Err(Failure::Package { reason, detail })
+        Err(Failure::Package {
+            reason,
+            detail: failed.detail,
+        })
     }
 
     async fn observe(&mut self, opts: &Options) -> Result<Result<Observation, Done>, Failure> {

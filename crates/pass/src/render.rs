@@ -230,7 +230,7 @@ impl crate::package::Infrastructure for DryRun<'_> {
     async fn validate(
         &self,
         opts: &inrun_contract::package::Options,
-    ) -> Result<Vec<String>, String> {
+    ) -> Result<Vec<String>, crate::package::CallFailed> {
         let answer = self.package.validate(opts).await;
         match &answer {
             Ok(problems) if problems.is_empty() => self.note("validate: valid".into()),
@@ -242,7 +242,7 @@ impl crate::package::Infrastructure for DryRun<'_> {
     async fn identity(
         &self,
         opts: &inrun_contract::package::Options,
-    ) -> Result<inrun_contract::package::Identity, String> {
+    ) -> Result<inrun_contract::package::Identity, crate::package::CallFailed> {
         let answer = self.package.identity(opts).await;
         match &answer {
             Ok(id) => self.note(format!(
@@ -258,7 +258,7 @@ impl crate::package::Infrastructure for DryRun<'_> {
     async fn observe(
         &self,
         opts: &inrun_contract::package::Options,
-    ) -> Result<inrun_contract::package::Observation, String> {
+    ) -> Result<inrun_contract::package::Observation, crate::package::CallFailed> {
         let answer = self.package.observe(opts).await;
         match &answer {
             Ok(o) => self.note(format!(
@@ -273,7 +273,7 @@ impl crate::package::Infrastructure for DryRun<'_> {
         &self,
         delete: bool,
         _opts: &inrun_contract::package::Options,
-    ) -> Result<inrun_contract::package::Workflow, String> {
+    ) -> Result<inrun_contract::package::Workflow, crate::package::CallFailed> {
         let what = if delete { "delete" } else { "converge" };
         self.note(format!("{what}: would run (not offline)"));
         Ok(inrun_contract::package::Workflow::pending())

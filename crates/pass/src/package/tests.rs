@@ -14,7 +14,7 @@ struct Script {
     /// Shared with the recorder, when set: calls and effects in one order.
     journal: Option<std::sync::Arc<Mutex<Vec<String>>>>,
     observations: Mutex<VecDeque<Observation>>,
-    converge: Result<Workflow, String>,
+    converge: Result<Workflow, CallFailed>,
     validation: Vec<String>,
     zone: Option<String>,
     boundary: String,
@@ -55,11 +55,11 @@ impl Script {
 
 #[async_trait]
 impl Infrastructure for Script {
-    async fn validate(&self, opts: &Options) -> Result<Vec<String>, String> {
+    async fn validate(&self, opts: &Options) -> Result<Vec<String>, CallFailed> {
         self.note("validate", opts);
         Ok(self.validation.clone())
     }
-    async fn identity(&self, opts: &Options) -> Result<Identity, String> {
+    async fn identity(&self, opts: &Options) -> Result<Identity, CallFailed> {
         self.note("identity", opts);
         Ok(Identity {
             boundary: self.boundary.clone(),
@@ -67,7 +67,7 @@ impl Infrastructure for Script {
             state: vec![Some(opts.name.clone()), self.zone.clone()],
         })
     }
-    async fn observe(&self, opts: &Options) -> Result<Observation, String> {
+    async fn observe(&self, opts: &Options) -> Result<Observation, CallFailed> {
         self.note("observe", opts);
         Ok(self
             .observations
@@ -76,7 +76,7 @@ impl Infrastructure for Script {
             .pop_front()
             .unwrap_or_default())
     }
-    async fn workflow(&self, delete: bool, opts: &Options) -> Result<Workflow, String> {
+    async fn workflow(&self, delete: bool, opts: &Options) -> Result<Workflow, CallFailed> {
         self.note(if delete { "delete" } else { "converge" }, opts);
         self.converge.clone()
     }
@@ -352,6 +352,69 @@ fn a_failed_converge_shows_a_generic_reason_and_never_the_packages_text() {
             .contains("hunter2")
     );
     assert_eq!(pkg.calls(), ["validate changed"]);
+}
+
+#[test]
+fn a_call_the_host_stopped_says_why_on_the_cr_but_not_in_the_packages_words() {
+    let mut pkg = Script::new(&[ABSENT]);
+    pkg.converge = Err(CallFailed {
+        cause: Some("the call ran past its deadline of 2s (package.limits.deadline)".into()),
+        detail: "plugin infra exceeded its 2s deadline; stderr: token=hunter2".into(),
+    });
+    let object = cr(json!({"config": {"size": 1}}));
+    let mut fx = Recorder::new(Some("ns".into()));
+    let err = pass(&object, &pkg, &mut fx).expect_err("failed");
+    assert!(matches!(&err, Failure::Package { detail, .. } if detail.contains("hunter2")));
+    let o = after(&object, &fx);
+    assert_eq!(
+        ready(&o),
+        (
+            "False".to_string(),
+            "ConvergeFailed".to_string(),
+            "converging the infrastructure failed: the call ran past its deadline of 2s (package.limits.deadline)"
+                .to_string()
+        )
+    );
+    assert!(
+        fx.events
+            .iter()
+            .any(|(_, n)| n.contains("ran past its deadline of 2s")),
+        "{:?}",
+        fx.events
+    );
+    let text = serde_json::to_string(&o["status"]).expect("json");
+    assert!(!text.contains("hunter2"), "{text}");
+}
+
+#[test]
+fn the_host_names_what_stopped_a_call_and_never_what_the_guest_said() {
+    use inrun_wasm::{CallError, CallFailure, PluginId};
+    let failed = |failure| {
+        CallFailed::from(CallError {
+            plugin: PluginId {
+                name: "infra".into(),
+                digest: "d".into(),
+            },
+            failure,
+        })
+    };
+    let deadline = failed(CallFailure::Deadline(std::time::Duration::from_secs(90)));
+    assert_eq!(
+        deadline.cause.as_deref(),
+        Some("the call ran past its deadline of 1m30s (package.limits.deadline)")
+    );
+    assert!(deadline.detail.contains("infra"), "{}", deadline.detail);
+    let trapped = failed(CallFailure::Trap {
+        reason: "unreachable".into(),
+        stderr: Some("panicked: token=hunter2".into()),
+    });
+    assert!(!trapped.cause.expect("a cause").contains("hunter2"));
+    assert!(trapped.detail.contains("hunter2"), "the log keeps it all");
+    let returned = failed(CallFailure::Returned("token=hunter2".into()));
+    assert_eq!(
+        returned.cause, None,
+        "the package's own words are not shown"
+    );
 }
 
 #[test]
