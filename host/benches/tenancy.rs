@@ -61,8 +61,14 @@ struct Running {
 
 async fn start(options: FleetOptions) -> Running {
     let client = ControlPlane::shared().client();
+    // Compiles run as `inrun run` runs them: in a child process of the inrun program.
     let engine = Engine::new(EngineSettings {
         max_instances: 32,
+        compiler: Some(inrun::wasm::Compiler {
+            program: PathBuf::from(env!("CARGO_BIN_EXE_inrun")),
+            timeout: Duration::from_secs(120),
+            memory_bytes: inrun::wasm::Compiler::default_memory(),
+        }),
         ..EngineSettings::default()
     })
     .expect("engine");

@@ -884,13 +884,7 @@ async fn a_wave_after_an_apiservice_waits_for_it_to_be_available_and_deletion_re
         message.contains(&api_service) && message.contains("Available"),
         "{message}"
     );
-    let services = ApiResource {
-        group: "apiregistration.k8s.io".into(),
-        version: "v1".into(),
-        api_version: "apiregistration.k8s.io/v1".into(),
-        kind: "APIService".into(),
-        plural: "apiservices".into(),
-    };
+    let services = api_services();
     assert!(get(&services, None, &api_service).await.is_some());
     assert!(
         get(configmaps(), Some(&ns), "gw-after").await.is_none(),
@@ -915,6 +909,17 @@ async fn a_wave_after_an_apiservice_waits_for_it_to_be_available_and_deletion_re
     .await;
     host.stop().await;
     Ok(())
+}
+
+/// `apiregistration.k8s.io/v1` APIServices.
+fn api_services() -> ApiResource {
+    ApiResource {
+        group: "apiregistration.k8s.io".into(),
+        version: "v1".into(),
+        api_version: "apiregistration.k8s.io/v1".into(),
+        kind: "APIService".into(),
+        plural: "apiservices".into(),
+    }
 }
 
 /// What the fake aggregated API answers.
@@ -1067,13 +1072,7 @@ async fn an_available_apiservices_foreign_instances_or_unanswerable_types_hold_t
     let ar = resource(&group, "Gateway");
     served(&ar).await;
     apply_cr(&ar, &ns, &cr(&group, "Gateway", "gw", "{}")).await;
-    let services = ApiResource {
-        group: "apiregistration.k8s.io".into(),
-        version: "v1".into(),
-        api_version: "apiregistration.k8s.io/v1".into(),
-        kind: "APIService".into(),
-        plural: "apiservices".into(),
-    };
+    let services = api_services();
     eventually("the APIService to be Available", || async {
         let s = get(&services, None, &api_service).await?;
         (condition(&s, "Available")?.0 == "True").then_some(())
