@@ -330,23 +330,23 @@ pub async fn render(
         let now = Timestamp::now();
         Timestamp::from_second(now.as_second()).unwrap_or(now)
     });
-    if finalizing {
-        // As the API server shows a CR being deleted: a deletion timestamp, and the
-        // finalizer that holds it.
-        object["metadata"]["deletionTimestamp"] = Value::String(meta::format_time(now));
-        let finalizer = if crd.default.package.is_some() {
-            crate::package::FINALIZER
-        } else {
-            meta::FINALIZER
-        };
-        object["metadata"]["finalizers"] = serde_json::json!([finalizer]);
-    }
     // Offline there is no later pass to resync.
     let runtime = RuntimeSpec {
         resync: None,
         ..assembly.blueprint.spec.runtime.clone()
     };
     let (target, plan) = route(crd, &object, target);
+    if finalizing {
+        // As the API server shows a CR being deleted: a deletion timestamp, and the
+        // finalizer of the block that serves it (a package's, on a serve target too).
+        object["metadata"]["deletionTimestamp"] = Value::String(meta::format_time(now));
+        let finalizer = if plan.package.is_some() {
+            crate::package::FINALIZER
+        } else {
+            meta::FINALIZER
+        };
+        object["metadata"]["finalizers"] = serde_json::json!([finalizer]);
+    }
     let mut fx = Recorder::new(
         object
             .pointer("/metadata/namespace")
