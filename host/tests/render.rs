@@ -282,23 +282,7 @@ fn each_tenant_example_validates_on_its_own_and_the_blueprint_crd_is_printed() {
 /// Renders `cr` (YAML text) through `blueprint` (YAML text), both written to a scratch
 /// directory; the JSON output.
 fn render_texts(blueprint: &str, cr: &str) -> Value {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let bp = dir.path().join("blueprint.yaml");
-    std::fs::write(&bp, blueprint).expect("write blueprint");
-    let file = dir.path().join("cr.yaml");
-    std::fs::write(&file, cr).expect("write cr");
-    let args = [
-        "render",
-        "-b",
-        &bp.display().to_string(),
-        "-f",
-        &file.display().to_string(),
-        "-o",
-        "json",
-    ];
-    let (ok, stdout, stderr) = inrun(&args);
-    assert!(ok, "render failed: {stderr}");
-    serde_json::from_str(&stdout).expect("render prints JSON")
+    render_texts_with(blueprint, cr, &[])
 }
 
 /// A backend with no things: every request gets a 404; the methods are noted.
@@ -369,6 +353,54 @@ fn a_package_renders_its_reads_and_the_converge_it_would_run_without_running_it(
     assert_eq!(out["status"]["profile"], "team--db");
     assert_eq!(out["ready"]["reason"], "Progressing");
     // Only the read reached the backend: render never converges.
+    assert_eq!(*seen.lock().unwrap_or_else(|p| p.into_inner()), ["GET"]);
+}
+
+/// Renders `cr` through the Blueprint with extra arguments (a target, `--finalizing`).
+fn render_texts_with(blueprint: &str, cr: &str, extra: &[&str]) -> Value {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bp = dir.path().join("blueprint.yaml");
+    std::fs::write(&bp, blueprint).expect("write blueprint");
+    let file = dir.path().join("cr.yaml");
+    std::fs::write(&file, cr).expect("write cr");
+    let (bp, file) = (bp.display().to_string(), file.display().to_string());
+    let mut args = vec!["render", "-b", &bp, "-f", &file, "-o", "json"];
+    args.extend_from_slice(extra);
+    let (ok, stdout, stderr) = inrun(&args);
+    assert!(ok, "render failed: {stderr}");
+    serde_json::from_str(&stdout).expect("render prints JSON")
+}
+
+#[test]
+fn finalizing_through_a_package_serve_target_runs_the_packages_deletion() {
+    let (port, seen) = empty_backend();
+    // Templates by default; a serve target that is a package.
+    let blueprint = format!(
+        "apiVersion: inrun.dev/v1alpha1\nkind: Blueprint\nmetadata: {{name: p}}\nspec:\n  crds:\n    - group: infra.example.com\n      version: v1\n      kind: Db\n      reconcile:\n        onReconcile:\n          - {{apiVersion: v1, kind: ConfigMap, metadata: {{name: cm}}}}\n        managedResources:\n          - {{apiVersion: v1, kind: ConfigMap}}\n      serve:\n        targets:\n          - name: infra\n            reconcile:\n              default: false\n              package:\n                location: \"{}\"\n                capabilities: {{http: {{hosts: [\"127.0.0.1:{port}\"]}}}}\n",
+        plugin("inrun_test_infra")
+    );
+    let cr = format!(
+        "apiVersion: infra.example.com/v1\nkind: Db\nmetadata: {{name: db, namespace: team}}\nspec: {{deletionPolicy: Delete, config: {{endpoint: \"http://127.0.0.1:{port}\", size: 2}}}}\n"
+    );
+    let out = render_texts_with(&blueprint, &cr, &["--target", "infra", "--finalizing"]);
+    assert_eq!(out["reconciler"], "package");
+    // The CR holds the package's finalizer, so its deletion asks the package what is there
+    // (held by the default block's finalizer instead, the package has nothing to release).
+    let calls: Vec<&str> = out["infrastructure"]
+        .as_array()
+        .expect("infrastructure")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(
+        calls.iter().any(|c| c.starts_with("observe: exists false")),
+        "{calls:?}"
+    );
+    assert_eq!(
+        out["events"],
+        serde_json::json!(["Finalized: Deleted: the infrastructure is gone"])
+    );
+    // Only the read reached the backend.
     assert_eq!(*seen.lock().unwrap_or_else(|p| p.into_inner()), ["GET"]);
 }
 

@@ -293,6 +293,7 @@ pub(super) fn truncate(text: &str, max: usize) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::budget::Hit;
 
     const MIB: usize = 1 << 20;
 
@@ -322,5 +323,144 @@ mod tests {
                 .table_growing(0, TABLE_ELEMENTS_MAX + 1, None)
                 .expect("refused")
         );
+    }
+
+    /// A component of `n` core instances, each with a linear memory of its own, exporting
+    /// `run(pages)`: every memory grows by `pages` (a refused growth traps); returns `n`.
+    fn memories(n: usize) -> Vec<u8> {
+        let instances: String = (0..n)
+            .map(|i| format!("(core instance $i{i} (instantiate $m))\n"))
+            .collect();
+        let imports: String = (0..n)
+            .map(|i| format!("(import \"i{i}\" \"grow\" (func $g{i} (param i32) (result i32)))\n"))
+            .collect();
+        let calls: String = (0..n)
+            .map(|i| {
+                format!(
+                    "(if (i32.lt_s (call $g{i} (local.get 0)) (i32.const 0)) (then unreachable))\n"
+                )
+            })
+            .collect();
+        let with: String = (0..n)
+            .map(|i| format!("(with \"i{i}\" (instance $i{i}))"))
+            .collect();
+        let text = format!(
+            "(component
+              (core module $m
+                (memory (export \"memory\") 0)
+                (func (export \"grow\") (param i32) (result i32) (memory.grow (local.get 0))))
+              {instances}
+              (core module $main
+                {imports}
+                (func (export \"run\") (param i32) (result i32)
+                  {calls}
+                  (i32.const {n})))
+              (core instance $main (instantiate $main {with}))
+              (func $run (param \"pages\" u32) (result u32) (canon lift (core func $main \"run\")))
+              (export \"run\" (func $run)))"
+        );
+        wat::parse_str(text).expect("component text")
+    }
+
+    /// Instantiates `bytes` in a fresh store of `engine` under a call cap of `cap` bytes
+    /// (admitted under the engine's tenant budget) and grows each memory by `pages`.
+    async fn grow(
+        engine: &crate::Engine,
+        bytes: &[u8],
+        cap: usize,
+        pages: u32,
+    ) -> (wasmtime::Result<u32>, wasmtime::Store<State>) {
+        let deadline = Instant::now() + std::time::Duration::from_secs(10);
+        let admission = engine.admit(deadline).await.expect("admitted");
+        let mut store = wasmtime::Store::new(
+            engine.wasmtime(),
+            State::new(
+                Arc::new(PluginId {
+                    name: "memories".into(),
+                    digest: String::new(),
+                }),
+                cap,
+                Some(admission),
+                Grants::default(),
+                None,
+                deadline,
+                Arc::new(crate::Unobserved),
+            ),
+        );
+        store.limiter(|s| &mut s.limiter);
+        store.set_epoch_deadline(u64::MAX / 2);
+        let component =
+            wasmtime::component::Component::new(engine.wasmtime(), bytes).expect("compiles");
+        let result = async {
+            let instance = engine
+                .linker()
+                .instantiate_async(&mut store, &component)
+                .await?;
+            let run = instance.get_typed_func::<(u32,), (u32,)>(&mut store, "run")?;
+            Ok(run.call_async(&mut store, (pages,)).await?.0)
+        }
+        .await;
+        (result, store)
+    }
+
+    #[tokio::test]
+    async fn a_real_components_memories_count_together_against_its_cap_and_its_tenants_budget() {
+        let engine = crate::Engine::new(crate::EngineSettings {
+            max_instances: 8,
+            ..Default::default()
+        })
+        .expect("engine");
+        let budget = |memory_bytes| {
+            Some(crate::TenantBudget {
+                calls: 4,
+                memory_bytes,
+                log_lines_per_second: 100,
+            })
+        };
+        let four = memories(4);
+        let a = engine.for_tenant("a", budget(40 * MIB));
+        // Each memory of 6 MiB (96 pages) alone fits a 20 MiB cap; the four together do not.
+        let (capped, store) = grow(&a, &four, 20 * MIB, 96).await;
+        assert!(capped.is_err() && store.data().limiter.hit, "{capped:?}");
+        assert!(store.data().limiter.budget.is_none());
+        drop(store);
+        // Under a 32 MiB cap the four (24 MiB in all) run.
+        let (first, holding) = grow(&a, &four, 32 * MIB, 96).await;
+        assert_eq!(first.expect("24 MiB in all fits"), 4);
+        assert_eq!(holding.data().limiter.used, 24 * MIB);
+        // While that call holds its 24 MiB, a second one of the same tenant passes the
+        // tenant's 40 MiB at its third memory: it fails on the budget, not on its cap.
+        let (second, store) = grow(&a, &four, 32 * MIB, 96).await;
+        assert!(second.is_err(), "{second:?}");
+        let hit = store
+            .data()
+            .limiter
+            .budget
+            .as_ref()
+            .expect("a budget was hit");
+        assert!(matches!(hit, Hit::TenantMemory { .. }), "{hit}");
+        assert!(
+            !store.data().limiter.hit,
+            "the call's own cap was not reached"
+        );
+        drop(store);
+        // Another tenant's call is untouched by A's budget.
+        let b = engine.for_tenant("b", budget(40 * MIB));
+        let (other, _) = grow(&b, &four, 32 * MIB, 96).await;
+        assert_eq!(other.expect("B's own budget"), 4);
+        drop(holding);
+        // More memories than a component may define: its load is refused, naming them.
+        let id = PluginId {
+            name: "sixteen".into(),
+            digest: "0".repeat(64),
+        };
+        let refused = b.component(&id, &memories(16)).expect_err("16 memories");
+        let mut text = refused.to_string();
+        let mut cause = std::error::Error::source(&refused);
+        while let Some(c) = cause {
+            text = format!("{text}: {c}");
+            cause = c.source();
+        }
+        assert!(text.contains("16 Wasm linear memories"), "{text}");
     }
 }
