@@ -318,6 +318,16 @@ fn empty_backend() -> (u16, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
     (port, seen)
 }
 
+/// The package calls a render printed, in order.
+fn infrastructure(out: &Value) -> Vec<&str> {
+    out["infrastructure"]
+        .as_array()
+        .expect("infrastructure")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect()
+}
+
 #[test]
 fn a_package_renders_its_reads_and_the_converge_it_would_run_without_running_it() {
     let (port, seen) = empty_backend();
@@ -331,12 +341,7 @@ fn a_package_renders_its_reads_and_the_converge_it_would_run_without_running_it(
         ),
     );
     assert_eq!(out["reconciler"], "package");
-    let calls: Vec<&str> = out["infrastructure"]
-        .as_array()
-        .expect("infrastructure")
-        .iter()
-        .filter_map(Value::as_str)
-        .collect();
+    let calls = infrastructure(&out);
     assert_eq!(calls.len(), 4, "{calls:?}");
     assert_eq!(calls[0], "validate: valid");
     assert!(
@@ -386,12 +391,7 @@ fn finalizing_through_a_package_serve_target_runs_the_packages_deletion() {
     assert_eq!(out["reconciler"], "package");
     // The CR holds the package's finalizer, so its deletion asks the package what is there
     // (held by the default block's finalizer instead, the package has nothing to release).
-    let calls: Vec<&str> = out["infrastructure"]
-        .as_array()
-        .expect("infrastructure")
-        .iter()
-        .filter_map(Value::as_str)
-        .collect();
+    let calls = infrastructure(&out);
     assert!(
         calls.iter().any(|c| c.starts_with("observe: exists false")),
         "{calls:?}"
