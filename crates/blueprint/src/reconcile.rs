@@ -453,7 +453,7 @@ pub struct PruneSpec {
 impl PruneSpec {
     /// Whether objects of `api_version`/`kind` are in `keep`. The core group is `""`.
     pub fn keeps(&self, api_version: &str, kind: &str) -> bool {
-        let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
+        let group = inrun_contract::api_version::group_of(api_version);
         self.keep.iter().any(|entry| match entry.split_once('/') {
             Some((g, k)) => g == group && k == kind,
             None => entry == kind,

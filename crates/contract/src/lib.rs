@@ -2,6 +2,7 @@
 //! and the intent form of resources, with the duration format they share. No I/O, no
 //! engine, no client: the lowest layer, which everything else builds on.
 
+pub mod api_version;
 mod contract;
 pub mod duration;
 pub mod errors;

@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 
+use inrun_contract::api_version::group_of;
 use serde_json::{Value, json};
 
 use inrun_blueprint::{
@@ -120,10 +121,6 @@ fn resource_of<'a>(blueprint: &Blueprint, api_version: &'a str, kind: &str) -> (
 }
 
 /// The group of an `apiVersion` (`""` for `v1`).
-fn group_of(api_version: &str) -> &str {
-    api_version.rsplit_once('/').map_or("", |(g, _)| g)
-}
-
 pub use inrun_blueprint::default_plural as plural;
 
 /// Every reconcile block of a CRD: its own and each serve target's.

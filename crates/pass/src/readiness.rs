@@ -72,9 +72,7 @@ const BUILT_IN_GROUPS: [&str; 19] = [
 /// nothing back for it.
 pub fn reads_status(desired: &Value) -> bool {
     let kind = text(desired, "/kind").unwrap_or_default();
-    let group = text(desired, "/apiVersion")
-        .and_then(|a| a.rsplit_once('/'))
-        .map_or("", |(g, _)| g);
+    let group = text(desired, "/apiVersion").map_or("", inrun_contract::api_version::group_of);
     match (group, kind) {
         ("apps", "Deployment" | "StatefulSet" | "DaemonSet" | "ReplicaSet")
         | ("batch", "Job")
@@ -194,9 +192,7 @@ fn is_true(v: &Value, kind: &str) -> bool {
 /// The state of `child`, a whole object as the API server returns it.
 pub fn state(child: &Value) -> State {
     let kind = text(child, "/kind").unwrap_or_default();
-    let group = text(child, "/apiVersion")
-        .and_then(|a| a.rsplit_once('/'))
-        .map_or("", |(g, _)| g);
+    let group = text(child, "/apiVersion").map_or("", inrun_contract::api_version::group_of);
     // A controller that has not seen the latest spec says nothing about it yet.
     if let (Some(generation), Some(seen)) = (
         int(child, "/metadata/generation"),

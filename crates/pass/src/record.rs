@@ -95,9 +95,7 @@ impl Recorder {
         };
         let api_version = text("/apiVersion").unwrap_or_default();
         ChildKey {
-            group: api_version
-                .rsplit_once('/')
-                .map_or(String::new(), |(g, _)| g.to_string()),
+            group: inrun_contract::api_version::group_of(&api_version).to_string(),
             kind: text("/kind").unwrap_or_default(),
             namespace: text("/metadata/namespace").or_else(|| self.namespace.clone()),
             name: text("/metadata/name").unwrap_or_default(),

@@ -19,6 +19,7 @@
 use std::collections::HashSet;
 
 use inrun_blueprint::ManagedType;
+use inrun_contract::api_version::group_of;
 use serde_json::Value;
 
 /// Annotation on a child: its apply wave (an integer, default 0).
@@ -44,10 +45,6 @@ pub enum Class {
     Ordinary,
     /// An instance of a managed type: applied last, deleted first.
     Instance,
-}
-
-fn group_of(api_version: &str) -> &str {
-    api_version.rsplit_once('/').map_or("", |(g, _)| g)
 }
 
 /// Whether `api_version`/`kind` is a CRD or an APIService (a type-defining object).
@@ -109,7 +106,7 @@ impl ManagedTypes {
     /// the objects (so it may not be served before they are ready).
     pub fn brought(&self, api_version: &str, kind: &str) -> bool {
         let group = group_of(api_version);
-        let version = api_version.rsplit_once('/').map_or(api_version, |(_, v)| v);
+        let version = inrun_contract::api_version::split(api_version).1;
         self.defined
             .contains(&(group.to_string(), kind.to_string()))
             || self

@@ -20,6 +20,7 @@ use super::context::Ctx;
 use super::kinds::{Kind, UnknownKind};
 use super::stores::child_id;
 use inrun_contract::CREATE_ONLY_ANNOTATION;
+use inrun_contract::api_version::group_of;
 use inrun_pass::meta::{OWNER_UID, RECONCILER_MANAGER};
 use inrun_pass::{Applied, AppliedChild, ChildKey, Observed, readiness, waves};
 
@@ -91,10 +92,6 @@ impl ChildError {
             _ => None,
         }
     }
-}
-
-fn group_of(api_version: &str) -> &str {
-    api_version.rsplit_once('/').map_or("", |(g, _)| g)
 }
 
 pub(super) fn api_for(ctx: &Ctx, kind: &Kind, namespace: Option<&str>) -> Api<DynamicObject> {

@@ -63,7 +63,7 @@ impl Kinds {
         if let Some(k) = self.known.read().await.get(&key) {
             return Ok(k.clone());
         }
-        let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+        let (group, version) = inrun_contract::api_version::split(api_version);
         let gvk = GroupVersionKind::gvk(group, version, kind);
         let (resource, caps) =
             kube::discovery::pinned_kind(client, &gvk)

@@ -322,9 +322,7 @@ pub async fn prepare(
 /// Whether a kind of `api_version` may be served later: its group could be a CRD's (it
 /// has a dot; the built-in groups without one, core included, never gain kinds).
 fn may_be_defined_later(api_version: &str) -> bool {
-    api_version
-        .rsplit_once('/')
-        .is_some_and(|(group, _)| group.contains('.'))
+    inrun_contract::api_version::group_of(api_version).contains('.')
 }
 
 /// One CRD's controller: watches its CRs and the children they own and runs the pass,

@@ -251,10 +251,8 @@ impl IdentityLocks {
         ) else {
             return false;
         };
-        let (group, version) = match api_version.rsplit_once('/') {
-            Some((g, v)) => (g.to_string(), v.to_string()),
-            None => (String::new(), api_version.clone()),
-        };
+        let (group, version) = inrun_contract::api_version::split(api_version);
+        let (group, version) = (group.to_string(), version.to_string());
         let resource = ApiResource {
             group,
             version,

@@ -408,7 +408,7 @@ fn managed_types(r: &mut Report<'_>, spec: &ReconcileSpec, at: &str) {
     // a name, a CRD child's deletion safeguard could never look.
     let instances_named = !spec.managed_types.is_empty()
         || spec.managed_resources.iter().any(|m| {
-            let group = m.api_version.rsplit_once('/').map_or("", |(g, _)| g);
+            let group = inrun_contract::api_version::group_of(&m.api_version);
             group.contains('.') && !group.ends_with(".k8s.io")
         });
     // An APIService serves a whole group, which only a `kind: "*"` entry names.
