@@ -15,7 +15,11 @@ fn main() -> ExitCode {
         return ExitCode::from(u8::try_from(code).unwrap_or(1));
     }
     let cli = cli::Cli::parse();
-    inrun::telemetry::init(&cli.log_filter(), cli.json_logs());
+    if let Err(e) = inrun::telemetry::init(&cli.log_filter(), cli.json_logs()) {
+        // Logging is not up: say it where the user looks.
+        eprintln!("error: {}", inrun::errors::chain(&e));
+        return ExitCode::FAILURE;
+    }
     match cli::execute(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -65,10 +65,65 @@ async fn the_named_context_is_the_one_used_and_an_unknown_one_is_refused_by_name
     Ok(())
 }
 
+#[test]
+fn a_bad_plugin_ca_or_log_filter_stops_inrun_run_naming_it_instead_of_being_replaced() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ca = dir.path().join("ca.pem");
+    std::fs::write(
+        &ca,
+        "-----BEGIN CERTIFICATE-----\nnot base64 at all\n-----END CERTIFICATE-----\n",
+    )
+    .expect("write ca");
+    let ca = ca.display().to_string();
+    let stderr = refused(&["--context", "inrun", "--plugin-ca", &ca]);
+    assert!(
+        stderr.contains("the --plugin-ca certificates: "),
+        "{stderr}"
+    );
+    let stderr = refused(&["--context", "inrun", "--log", "inrun=loud"]);
+    assert!(
+        stderr.contains("log filter \"inrun=loud\" (--log, INRUN_LOG or RUST_LOG) is not valid"),
+        "{stderr}"
+    );
+}
+
+/// The standard error of `inrun run` with `args`, which must stop on its own with a
+/// failure within a minute (a host that went on serving instead is killed and fails the
+/// test).
+fn refused(args: &[&str]) -> String {
+    let mut child = inrun_run_command(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn inrun run");
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("inrun run {args:?} went on running");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().expect("stderr"), &mut stderr)
+        .expect("read stderr");
+    assert!(!status.success(), "{stderr}");
+    stderr
+}
+
 /// `inrun run` of the declarative example on the harness's kubeconfig (two contexts), out
 /// of any cluster, with `args`; its output once it stopped.
 fn inrun_run(args: &[&str]) -> std::io::Result<std::process::Output> {
-    std::process::Command::new(env!("CARGO_BIN_EXE_inrun"))
+    inrun_run_command(args).output()
+}
+
+/// The command line of [`inrun_run`].
+fn inrun_run_command(args: &[&str]) -> std::process::Command {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_inrun"));
+    command
         .args(["run", "--blueprint"])
         .arg(concat!(
             env!("CARGO_MANIFEST_DIR"),
@@ -79,8 +134,8 @@ fn inrun_run(args: &[&str]) -> std::io::Result<std::process::Output> {
         .args(["--console-port", "0", "--health-port", "0"])
         .args(args)
         .env_remove("KUBERNETES_SERVICE_HOST")
-        .stdin(std::process::Stdio::null())
-        .output()
+        .stdin(std::process::Stdio::null());
+    command
 }
 
 /// A token for ServiceAccount `sa` in `ns`, bound to the Secret `secret` (it stops being

@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use anyhow::Context;
 use inrun::assemble::{Policy, Services};
 use inrun::fleet::{Fleet, FleetOptions};
 use inrun::metrics::Metrics;
@@ -120,6 +121,7 @@ pub(super) fn run(
             extra_roots,
         },
     )
+    .context("the --plugin-ca certificates")?
     // Plugins granted cluster reads are served from watch caches on this client.
     .with_cluster(Arc::new(WatchCache::new(client.clone())));
     // The health port first, so a pod's probes are answered while plugins compile: its

@@ -274,6 +274,7 @@ impl FleetHost {
         let fence = counting_fence(&metrics);
         let client = inrun::fence::client(config.clone(), &fence).expect("client");
         let services = Services::with_sources(Arc::new(KubeSecrets::new(client.clone())), sources)
+            .expect("plugin sources")
             .with_cluster(Arc::new(WatchCache::new(client.clone())));
         let fleet = Fleet::new(
             Shared::new(client, "e2e".into())

@@ -39,25 +39,31 @@ impl std::fmt::Debug for Services {
 impl Services {
     /// Services reading secrets from `secrets`, fetching plugins with default options
     /// (public roots, HTTPS registries only).
+    ///
+    /// # Panics
+    /// Never in practice: the default options hold nothing that could be refused.
     pub fn new(secrets: Arc<dyn Secrets>) -> Self {
         Self::with_sources(secrets, SourceOptions::default())
+            .expect("the default plugin source client builds")
     }
 
     /// Services reading secrets from `secrets`, fetching plugins with `options` (extra
     /// trusted roots, registries spoken over plain HTTP).
-    pub fn with_sources(secrets: Arc<dyn Secrets>, options: SourceOptions) -> Self {
+    ///
+    /// # Errors
+    /// [`SourceError`] when `options` cannot be used (a trusted root that is not PEM): the
+    /// operator's option is refused, never replaced by defaults.
+    pub fn with_sources(
+        secrets: Arc<dyn Secrets>,
+        options: SourceOptions,
+    ) -> Result<Self, crate::sources::SourceError> {
         // Building a rustls client with bundled roots does not fail in practice; should it,
         // the default client is the same minus the user agent.
         let http = crate::remote::http_client().unwrap_or_else(|e| {
             tracing::warn!(error = %e, "building the HTTP client; using the default one");
             reqwest::Client::new()
         });
-        let sources = Sources::new(secrets.clone(), options).unwrap_or_else(|e| {
-            tracing::warn!(error = %inrun_contract::errors::chain(&e),
-                "building the plugin source client with the given options; using defaults");
-            Sources::new(secrets.clone(), SourceOptions::default())
-                .expect("the default plugin source client builds")
-        });
+        let sources = Sources::new(secrets.clone(), options)?;
         let plugin_http = inrun_wasm::http_client().unwrap_or_else(|e| {
             tracing::warn!(error = %e, "building the plugin HTTP client; using a plain one");
             reqwest::Client::builder()
@@ -65,7 +71,7 @@ impl Services {
                 .build()
                 .unwrap_or_default()
         });
-        Services {
+        Ok(Services {
             secrets,
             http,
             sources,
@@ -73,7 +79,7 @@ impl Services {
             plugin_http,
             canned_http: None,
             canned_external: None,
-        }
+        })
     }
 
     /// The same services, with plugins' cluster reads served by `reader`.
