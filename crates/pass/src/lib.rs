@@ -906,13 +906,11 @@ async fn finalize(p: Pass<'_>, fx: &mut dyn Effects) -> Result<Done, Failure> {
         Err(error) => {
             // Said on the CR, once per cause; retried with backoff, and never past the
             // timeout, which releases the CR whatever fails.
+            // The error says the step and why ("deleting the CR's children: …").
             let reason = error.condition.unwrap_or("DeletionFailed");
-            let message = format!(
-                "deleting the children failed: {}",
-                inrun_contract::errors::chain(&error)
-            );
+            let message = inrun_contract::errors::chain(&error);
+            tracing::warn!(error = %message, "the CR's children could not be deleted");
             blocked(p, fx, reason, Reason::DeletionFailed, message).await?;
-            tracing::warn!(error = %inrun_contract::errors::chain(&error), "deleting the children failed");
             return Ok(Done {
                 after: left,
                 retry: true,

@@ -32,6 +32,8 @@ pub struct Recorder {
     pub waiting: Option<String>,
     /// What a teardown answers; `None`: every existing child deleted.
     pub teardown: Option<Teardown>,
+    /// Why a teardown fails, as the API client would say it (before `teardown`).
+    pub teardown_fails: Option<String>,
     /// One line per effect, in order: `apply 2 owned`, `metadata inrun-finalizer`, ...
     pub steps: Vec<String>,
     /// Every resource applied, in the Result's order.
@@ -235,6 +237,12 @@ impl Effects for Recorder {
         let how = if forced { " forced" } else { "" };
         self.steps
             .push(format!("delete children {}{how}", self.existing.len()));
+        if let Some(why) = &self.teardown_fails {
+            return Err(EffectError::new(
+                "deleting the CR's children",
+                std::io::Error::other(why.clone()),
+            ));
+        }
         if let Some(answer) = self.teardown.clone() {
             return Ok(answer);
         }

@@ -292,6 +292,26 @@ fn a_deletion_blocked_or_mid_wave_keeps_the_finalizer_and_says_why() {
 }
 
 #[test]
+fn a_teardown_that_fails_says_the_step_and_why_once_and_keeps_the_finalizer() {
+    let a = assembly("", "");
+    let mut object = cr(json!({"phase": "on"}));
+    deleting(&mut object);
+    let mut fx = Recorder::new(Some("ns".into()));
+    fx.teardown_fails = Some("the API server is gone".into());
+    let done = run_pass(&a, &object, &mut fx).expect("pass");
+    assert!(done.retry, "retried with backoff");
+    let status = fx.status.as_ref().expect("status");
+    let ready = &status["conditions"][0];
+    assert_eq!(ready["reason"], "DeletionFailed");
+    // The step is named once, then the cause: no prefix repeated by the pass.
+    assert_eq!(
+        ready["message"],
+        "deleting the CR's children: the API server is gone"
+    );
+    assert!(!fx.steps.iter().any(|s| s == "release"), "{:?}", fx.steps);
+}
+
+#[test]
 fn after_the_finalizer_timeout_the_teardown_is_forced_and_what_it_spared_is_told() {
     let a = assembly("", "");
     let mut object = cr(json!({"phase": "on"}));
