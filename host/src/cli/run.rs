@@ -15,6 +15,10 @@ use inrun::secrets::KubeSecrets;
 use inrun::sources::SourceOptions;
 
 use super::RunArgs;
+
+/// How long the health and console servers have, once the host stops, to send what they
+/// are answering.
+const SERVER_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 use super::setup::{engine, read};
 
 /// The `--max-plugin-*` ceilings over the default policy, for Blueprint files and
@@ -216,8 +220,19 @@ pub(super) fn run(
                 fleet.run(rx).await?;
             }
         }
-        server.abort();
-        console.abort();
+        // The probe and console servers stop on the same signal once what they are
+        // answering is sent (a scrape, a probe), for a few seconds at most.
+        let stopped = tokio::time::timeout(SERVER_GRACE, async {
+            for (port, server) in [("health", server), ("console", console)] {
+                if let Ok(Err(e)) = server.await {
+                    tracing::warn!(port, error = %inrun::errors::chain(&e), "serving stopped with an error");
+                }
+            }
+        })
+        .await;
+        if stopped.is_err() {
+            tracing::warn!(grace = ?SERVER_GRACE, "the health and console ports did not stop in time; cut off");
+        }
         Ok::<_, anyhow::Error>(())
     })
 }
