@@ -57,6 +57,7 @@ use inrun_blueprint::Scope;
 use inrun_pass::waves;
 use inrun_reconcilers::assemble::Assembly;
 pub use kinds::{Kind, Kinds};
+use triggers::ChildChange;
 
 /// How to run.
 #[derive(Debug, Clone)]
@@ -551,9 +552,11 @@ fn child_watch(
     .filter_map(move |event| {
         let kind = (group.as_str(), kind_name.as_str());
         let woken = match &event {
-            Ok(watcher::Event::Apply(c)) => child_event(&triggers, kind, c, false, false),
-            Ok(watcher::Event::InitApply(c)) => child_event(&triggers, kind, c, false, true),
-            Ok(watcher::Event::Delete(c)) => child_event(&triggers, kind, c, true, false),
+            Ok(watcher::Event::Apply(c)) => child_event(&triggers, kind, c, ChildChange::Applied),
+            Ok(watcher::Event::InitApply(c)) => {
+                child_event(&triggers, kind, c, ChildChange::Listed)
+            }
+            Ok(watcher::Event::Delete(c)) => child_event(&triggers, kind, c, ChildChange::Deleted),
             _ => None,
         };
         futures::future::ready(woken)
@@ -639,8 +642,7 @@ fn child_event(
     triggers: &triggers::Triggers,
     (group, kind): (&str, &str),
     child: &PartialObjectMeta<DynamicObject>,
-    deleted: bool,
-    initial: bool,
+    change: ChildChange,
 ) -> Option<ObjectRef<cached::CachedCr>> {
     let meta = &child.metadata;
     let owner = meta.labels.as_ref()?.get(OWNER_UID)?;
@@ -651,7 +653,7 @@ fn child_event(
         meta.name.as_deref().unwrap_or_default(),
     );
     let rv = meta.resource_version.as_deref().unwrap_or_default();
-    triggers.child_changed(owner, &id, rv, deleted, initial)
+    triggers.child_changed(owner, &id, rv, change)
 }
 
 /// Reconciles every CR of every CRD in `assembly` until `shutdown` turns true; reconciles

@@ -30,6 +30,17 @@ fn tag(text: &str) -> Tag {
     Tag(h.finish())
 }
 
+/// What a child's watch event says of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChildChange {
+    /// Created or changed.
+    Applied,
+    /// Seen by a list of its kind (the watch starting, or starting again after a gap).
+    Listed,
+    /// Gone.
+    Deleted,
+}
+
 /// Trigger state of one CRD's controller.
 pub struct Triggers {
     /// The CRD's resource, for the references a child event wakes.
@@ -167,16 +178,15 @@ impl Triggers {
     }
 
     /// The CR a child event should wake, if any: none for the host's own write or delete,
-    /// none while that CR's pass runs (the event is held for [`Triggers::end`]). `initial`
-    /// marks events of a (re)list: they wake the CR only when the child differs from what
-    /// the host last applied (a relist after a gap), never at start-up.
+    /// none while that CR's pass runs (the event is held for [`Triggers::end`]). A child
+    /// [`ChildChange::Listed`] wakes the CR only when it differs from what the host last
+    /// applied (a relist after a gap), never at start-up.
     pub fn child_changed(
         &self,
         owner_uid: &str,
         child_id: &str,
         rv: &str,
-        deleted: bool,
-        initial: bool,
+        change: ChildChange,
     ) -> Option<ObjectRef<CachedCr>> {
         let (id, rv) = (tag(child_id), tag(rv));
         let mut inner = self.lock();
@@ -186,13 +196,14 @@ impl Triggers {
             None => ObjectRef::new_with(&key, self.resource.clone()),
         };
         let state = inner.crs.entry(key).or_default();
-        if deleted {
+        if change == ChildChange::Deleted {
             if state.deleted.remove(&id) {
                 return None;
             }
             state.applied.remove(&id);
         } else if state.is_own(id, rv)
-            || (initial && state.applied.get(&id).is_none_or(|(_, r)| *r == rv))
+            || (change == ChildChange::Listed
+                && state.applied.get(&id).is_none_or(|(_, r)| *r == rv))
         {
             return None;
         }
@@ -397,14 +408,14 @@ mod tests {
         t.begin("a/web");
         // The host's own child apply, seen before the apply's answer came back.
         assert!(
-            t.child_changed("u1", "cm/a/web", "5", false, false)
+            t.child_changed("u1", "cm/a/web", "5", ChildChange::Applied)
                 .is_none()
         );
         t.applied("a/web", "cm/a/web", 7, "5");
         assert!(!t.end("a/web"), "only the host's own write arrived");
         t.begin("a/web");
         assert!(
-            t.child_changed("u1", "cm/a/web", "6", false, false)
+            t.child_changed("u1", "cm/a/web", "6", ChildChange::Applied)
                 .is_none()
         );
         assert!(
@@ -413,11 +424,11 @@ mod tests {
         );
         // After the pass, a foreign edit wakes the CR at once.
         assert!(
-            t.child_changed("u1", "cm/a/web", "8", false, false)
+            t.child_changed("u1", "cm/a/web", "8", ChildChange::Applied)
                 .is_some()
         );
         assert!(
-            t.child_changed("u1", "cm/a/web", "5", false, false)
+            t.child_changed("u1", "cm/a/web", "5", ChildChange::Applied)
                 .is_none()
         );
     }
@@ -428,16 +439,16 @@ mod tests {
         assert!(changed(&t, &cr("1", 1, json!({}), json!({}))));
         t.deleting("a/web", "cm/a/old");
         assert!(
-            t.child_changed("u1", "cm/a/old", "9", true, false)
+            t.child_changed("u1", "cm/a/old", "9", ChildChange::Deleted)
                 .is_none()
         );
         assert!(
-            t.child_changed("u1", "cm/a/web", "9", true, false)
+            t.child_changed("u1", "cm/a/web", "9", ChildChange::Deleted)
                 .is_some()
         );
         // Unknown owner: nothing to wake.
         assert!(
-            t.child_changed("u2", "cm/a/web", "9", true, false)
+            t.child_changed("u2", "cm/a/web", "9", ChildChange::Deleted)
                 .is_none()
         );
     }
@@ -448,16 +459,16 @@ mod tests {
         assert!(changed(&t, &cr("1", 1, json!({}), json!({}))));
         // Start-up: nothing remembered, nothing woken.
         assert!(
-            t.child_changed("u1", "cm/a/web", "5", false, true)
+            t.child_changed("u1", "cm/a/web", "5", ChildChange::Listed)
                 .is_none()
         );
         t.applied("a/web", "cm/a/web", 7, "5");
         assert!(
-            t.child_changed("u1", "cm/a/web", "5", false, true)
+            t.child_changed("u1", "cm/a/web", "5", ChildChange::Listed)
                 .is_none()
         );
         assert!(
-            t.child_changed("u1", "cm/a/web", "6", false, true)
+            t.child_changed("u1", "cm/a/web", "6", ChildChange::Listed)
                 .is_some()
         );
     }
