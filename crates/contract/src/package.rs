@@ -18,6 +18,26 @@ pub struct Descriptor {
     pub kind: String,
 }
 
+/// Which of a package's two calls that change infrastructure: both answer a workflow
+/// outcome.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Change {
+    /// `converge`: make the thing as the spec says.
+    Converge,
+    /// `delete`: remove the thing.
+    Delete,
+}
+
+impl Change {
+    /// The call's name: `converge` or `delete`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Change::Converge => "converge",
+            Change::Delete => "delete",
+        }
+    }
+}
+
 /// What woke the CR.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

@@ -36,7 +36,7 @@ use super::meta::{self, Metadata};
 use super::status;
 use super::{Claimed, Done, Effects, Failure, Pass, Reason, Written};
 use inrun_contract::package::{
-    Descriptor, Event, Identity, Observation, Options, Progress, Workflow,
+    Change, Descriptor, Event, Identity, Observation, Options, Progress, Workflow,
 };
 use inrun_template::Context;
 
@@ -122,8 +122,8 @@ pub trait Infrastructure: Send + Sync {
     async fn identity(&self, opts: &Options) -> Result<Identity, CallFailed>;
     /// `observe`.
     async fn observe(&self, opts: &Options) -> Result<Observation, CallFailed>;
-    /// `converge`, or `delete` when `delete` is true.
-    async fn workflow(&self, delete: bool, opts: &Options) -> Result<Workflow, CallFailed>;
+    /// `converge` or `delete`, as `change` says.
+    async fn workflow(&self, change: Change, opts: &Options) -> Result<Workflow, CallFailed>;
 }
 
 #[async_trait]
@@ -137,8 +137,8 @@ impl Infrastructure for inrun_reconcilers::package::Package {
     async fn observe(&self, opts: &Options) -> Result<Observation, CallFailed> {
         Ok(inrun_reconcilers::package::Package::observe(self, opts).await?)
     }
-    async fn workflow(&self, delete: bool, opts: &Options) -> Result<Workflow, CallFailed> {
-        Ok(inrun_reconcilers::package::Package::workflow(self, delete, opts).await?)
+    async fn workflow(&self, change: Change, opts: &Options) -> Result<Workflow, CallFailed> {
+        Ok(inrun_reconcilers::package::Package::workflow(self, change, opts).await?)
     }
 }
 
@@ -833,7 +833,7 @@ impl Run<'_, '_> {
         if new_work && self.write(&RECONCILING).await?.is_err() {
             return Ok(again());
         }
-        let outcome = match self.pkg.workflow(false, &opts).await {
+        let outcome = match self.pkg.workflow(Change::Converge, &opts).await {
             Ok(w) => w,
             Err(detail) => {
                 return self
@@ -1023,7 +1023,7 @@ impl Run<'_, '_> {
         if self.write(&deleting).await?.is_err() {
             return Ok(again());
         }
-        let outcome = match self.pkg.workflow(true, &opts).await {
+        let outcome = match self.pkg.workflow(Change::Delete, &opts).await {
             Ok(w) => w,
             Err(detail) => {
                 return self

@@ -271,11 +271,10 @@ impl crate::package::Infrastructure for DryRun<'_> {
     }
     async fn workflow(
         &self,
-        delete: bool,
+        change: inrun_contract::package::Change,
         _opts: &inrun_contract::package::Options,
     ) -> Result<inrun_contract::package::Workflow, crate::package::CallFailed> {
-        let what = if delete { "delete" } else { "converge" };
-        self.note(format!("{what}: would run (not offline)"));
+        self.note(format!("{}: would run (not offline)", change.name()));
         Ok(inrun_contract::package::Workflow::pending())
     }
 }

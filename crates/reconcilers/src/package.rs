@@ -7,7 +7,7 @@ use async_trait::async_trait;
 
 use super::{ReconcileError, Reconciler, ReconcilerKind};
 use crate::plugins::PluginSlot;
-use inrun_contract::package::{Identity, Observation, Options, Workflow};
+use inrun_contract::package::{Change, Identity, Observation, Options, Workflow};
 use inrun_contract::{Outcome, Request};
 use inrun_wasm::{CallError, Grants, Limits, Plugin, World};
 
@@ -77,13 +77,13 @@ impl Package {
             .await
     }
 
-    /// `converge`, or `delete` when `delete` is true.
+    /// `converge` or `delete`, as `change` says.
     ///
     /// # Errors
     /// [`CallError`] when the call failed or the package returned an error.
-    pub async fn workflow(&self, delete: bool, opts: &Options) -> Result<Workflow, CallError> {
+    pub async fn workflow(&self, change: Change, opts: &Options) -> Result<Workflow, CallError> {
         self.plugin()
-            .package_workflow(delete, opts, &self.limits, &self.grants)
+            .package_workflow(change, opts, &self.limits, &self.grants)
             .await
     }
 }

@@ -2,7 +2,7 @@
 //! with the plugin's limits and grants, like a reconcile, and each answer checked against
 //! the output cap before the host reads it.
 
-use inrun_contract::package::{Event, Identity, Observation, Options, Progress, Workflow};
+use inrun_contract::package::{Change, Event, Identity, Observation, Options, Progress, Workflow};
 use serde_json::Value;
 
 use super::bindings::package::inrun::reconciler0_2_0::infrastructure as wit;
@@ -115,22 +115,21 @@ impl Plugin {
         .await
     }
 
-    /// `converge` (or, with `delete` true, `delete`): a workflow outcome.
+    /// `converge` or `delete`, as `change` says: a workflow outcome.
     ///
     /// # Errors
     /// [`CallError`], also for an `err` the package returned.
     pub async fn package_workflow(
         &self,
-        delete: bool,
+        change: Change,
         opts: &Options,
         limits: &Limits,
         grants: &Grants,
     ) -> Result<Workflow, CallError> {
         self.observed(async {
-            let export = if delete {
-                Export::Delete
-            } else {
-                Export::Converge
+            let export = match change {
+                Change::Converge => Export::Converge,
+                Change::Delete => Export::Delete,
             };
             let Answer::Workflow(answer) = self.package_call(export, opts, limits, grants).await?
             else {

@@ -76,8 +76,8 @@ impl Infrastructure for Script {
             .pop_front()
             .unwrap_or_default())
     }
-    async fn workflow(&self, delete: bool, opts: &Options) -> Result<Workflow, CallFailed> {
-        self.note(if delete { "delete" } else { "converge" }, opts);
+    async fn workflow(&self, change: Change, opts: &Options) -> Result<Workflow, CallFailed> {
+        self.note(change.name(), opts);
         self.converge.clone()
     }
 }
