@@ -75,12 +75,14 @@ fn a_bad_plugin_ca_or_log_filter_stops_inrun_run_naming_it_instead_of_being_repl
     )
     .expect("write ca");
     let ca = ca.display().to_string();
-    let stderr = refused(&["--context", "inrun", "--plugin-ca", &ca]);
+    // Both stop before the host reads or writes anything, so the context is the user with
+    // no permissions at all: the refusal needs no rights.
+    let stderr = refused(&["--context", "inrun-unprivileged", "--plugin-ca", &ca]);
     assert!(
         stderr.contains("the --plugin-ca certificates: "),
         "{stderr}"
     );
-    let stderr = refused(&["--context", "inrun", "--log", "inrun=loud"]);
+    let stderr = refused(&["--context", "inrun-unprivileged", "--log", "inrun=loud"]);
     assert!(
         stderr.contains("log filter \"inrun=loud\" (--log, INRUN_LOG or RUST_LOG) is not valid"),
         "{stderr}"

@@ -904,9 +904,9 @@ async fn finalize(p: Pass<'_>, fx: &mut dyn Effects) -> Result<Done, Failure> {
     let teardown = match fx.tear_down(&rplan.spec, forced).await {
         Ok(teardown) => teardown,
         Err(error) => {
-            // Said on the CR, once per cause; retried with backoff, and never past the
-            // timeout, which releases the CR whatever fails.
-            // The error says the step and why ("deleting the CR's children: …").
+            // Said on the CR, once per cause, in the error's own words (the step, then
+            // why); retried with backoff, and never past the timeout, which releases the
+            // CR whatever fails.
             let reason = error.condition.unwrap_or("DeletionFailed");
             let message = inrun_contract::errors::chain(&error);
             tracing::warn!(error = %message, "the CR's children could not be deleted");

@@ -455,12 +455,7 @@ mod tests {
             digest: "0".repeat(64),
         };
         let refused = b.component(&id, &memories(16)).expect_err("16 memories");
-        let mut text = refused.to_string();
-        let mut cause = std::error::Error::source(&refused);
-        while let Some(c) = cause {
-            text = format!("{text}: {c}");
-            cause = c.source();
-        }
+        let text = inrun_contract::errors::chain(&refused);
         assert!(text.contains("16 Wasm linear memories"), "{text}");
     }
 }
