@@ -7,7 +7,7 @@
 /// The `reconciler` world (Inrun's constructor kind).
 pub mod reconciler {
     wasmtime::component::bindgen!({
-        path: "../../wit",
+        path: "../../../wit",
         world: "reconciler",
         imports: {
             "inrun:reconciler/cluster": async,
@@ -20,7 +20,7 @@ pub mod reconciler {
 /// The `hooks` world.
 pub mod hooks {
     wasmtime::component::bindgen!({
-        path: "../../wit",
+        path: "../../../wit",
         world: "hooks",
         exports: { default: async },
         with: {
@@ -37,7 +37,7 @@ pub mod hooks {
 /// `credentials` is its own, async (it waits on the API server).
 pub mod package {
     wasmtime::component::bindgen!({
-        path: "../../wit/0.2.0",
+        path: "../../../wit/0.2.0",
         world: "%package",
         imports: { "inrun:reconciler/credentials": async },
         exports: { default: async },
@@ -52,7 +52,7 @@ pub mod package {
 /// that carries conditions and events. Its imports are the 0.1.0 interfaces.
 pub mod reconciler2 {
     wasmtime::component::bindgen!({
-        path: "../../wit/0.2.0",
+        path: "../../../wit/0.2.0",
         world: "reconciler",
         exports: { default: async },
         with: {
@@ -68,7 +68,7 @@ pub mod reconciler2 {
 /// [`reconciler2`].
 pub mod hooks2 {
     wasmtime::component::bindgen!({
-        path: "../../wit/0.2.0",
+        path: "../../../wit/0.2.0",
         world: "hooks",
         exports: { default: async },
         with: {

@@ -1116,7 +1116,7 @@ mod tests {
         let names = exported(&text);
         let path = concat!(
             env!("CARGO_MANIFEST_DIR"),
-            "/../../deploy/grafana/inrun.json"
+            "/../../../deploy/grafana/inrun.json"
         );
         let dashboard = std::fs::read_to_string(path).expect("the dashboard");
         let queried = dashboard::metric_names(&dashboard).expect("a dashboard");

@@ -7,7 +7,7 @@ use super::{BlueprintError, from_str};
 /// A file under `host/tests/fixtures/blueprints` (shared with the host's tests).
 pub fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../host/tests/fixtures/blueprints")
+        .join("../../tests/fixtures/blueprints")
         .join(name)
 }
 

@@ -309,7 +309,7 @@ mod tests {
     #[test]
     fn every_problem_in_every_crd_is_collected() {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../../host/tests/fixtures/blueprints/bad/many-problems.yaml");
+            .join("../../tests/fixtures/blueprints/bad/many-problems.yaml");
         let err = load(&path).expect_err("many problems");
         let file = path.display().to_string();
         let got: Vec<String> = err.problems().iter().map(ToString::to_string).collect();
