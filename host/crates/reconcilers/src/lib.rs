@@ -1,19 +1,25 @@
 //! Reconcilers turn a Request into an Outcome; none of them writes to the API server.
 //! Beside the five kinds (declarative templates, Wasm hooks and constructors, remote
 //! endpoints, infrastructure packages) live what they are built from: plugin sources and slots, secrets,
-//! `reconcile.external` calls, and the [`assemble`]d Blueprint that ties them to CRDs.
+//! `reconcile.external` calls, the [`assemble`]d Blueprint that ties them to CRDs, and
+//! the [`plan`] steps over it that need no cluster.
 
 pub mod api;
 pub mod assemble;
 pub mod declarative;
 pub mod egress;
 pub mod external;
-pub mod package;
+pub mod infrastructure;
+pub mod plan;
 pub mod plugins;
 pub mod remote;
 pub mod secrets;
 pub mod sources;
 pub mod wasm;
+
+// The old path of [`infrastructure`], kept while callers move to the new one.
+#[doc(hidden)]
+pub use infrastructure as package;
 
 use async_trait::async_trait;
 

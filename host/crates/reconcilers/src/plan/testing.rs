@@ -1,0 +1,18 @@
+//! A one-CRD assembly for the plan's unit tests.
+
+use crate::assemble::Assembly;
+
+/// An assembly of one declarative CRD whose reconcile block ends with `extra` (YAML lines
+/// indented under `reconcile:`).
+pub(super) fn assembly(extra: &str) -> Assembly {
+    let text = format!(
+        "apiVersion: inrun.dev/v1alpha1\nkind: Blueprint\nmetadata: {{name: t}}\nspec:\n  crds:\n    - group: t.inrun.dev\n      version: v1\n      kind: Thing\n      reconcile:\n        onReconcile: []\n{extra}"
+    );
+    let bp = inrun_blueprint::from_str(&text, "t.yaml").expect("blueprint");
+    let engine = inrun_wasm::Engine::new(inrun_wasm::EngineSettings {
+        pooling: false,
+        ..Default::default()
+    })
+    .expect("engine");
+    futures::executor::block_on(Assembly::from_blueprint(bp, &engine)).expect("assembly")
+}
