@@ -352,20 +352,7 @@ pub async fn push(
 ) -> Result<String, SourceError> {
     let shown = with_scheme(reference);
     let location = Location::parse(&shown, None, std::path::Path::new(""))?;
-    let Location::Oci { reference, digest } = &location else {
-        return Err(LocationError::BadLocation {
-            location: shown,
-            reason: "must be an oci:// reference".into(),
-        }
-        .into());
-    };
-    if digest.is_some() {
-        return Err(LocationError::BadLocation {
-            location: shown,
-            reason: "names a digest; push to a :tag".into(),
-        }
-        .into());
-    }
+    let reference = tag_of(&location, &shown)?;
     if !is_component(component) {
         return Err(SourceError::NotAComponent);
     }
@@ -377,63 +364,109 @@ pub async fn push(
     let client = client(&options, &shown)?;
     let target = parse_reference(&shown, reference)?;
     let failed = |action| registry_error(action, &shown, reference, &auth);
-
-    let layer_digest = sha256(component);
-    let mut config = json!({
-        "created": "1970-01-01T00:00:00Z",
-        "architecture": "wasm",
-        "os": "wasip2",
-        "layerDigests": [layer_digest],
-    });
-    if meta != &ComponentMeta::default() {
-        config["component"] = json!({
-            "exports": meta.exports,
-            "imports": meta.imports,
-            "target": meta.target,
-        });
-    }
-    let config = serde_json::to_vec(&config).map_err(|source| SourceError::BadManifest {
-        location: shown.clone(),
-        source,
-    })?;
-    let config_digest = sha256(&config);
-    let manifest = OciImageManifest {
-        media_type: Some(OCI_IMAGE_MEDIA_TYPE.to_string()),
-        config: descriptor(WASM_CONFIG_MEDIA_TYPE, &config_digest, config.len()),
-        layers: vec![descriptor(
-            WASM_LAYER_MEDIA_TYPE,
-            &layer_digest,
-            component.len(),
-        )],
-        ..OciImageManifest::default()
-    };
-    let body = serde_json::to_vec(&manifest).map_err(|source| SourceError::BadManifest {
-        location: shown.clone(),
-        source,
-    })?;
-    let manifest_digest = sha256(&body);
+    let artifact = Artifact::of(component, meta, &shown)?;
 
     client
         .auth(&target, &auth.auth, RegistryOperation::Push)
         .await
         .map_err(failed("signing in to push"))?;
     client
-        .push_blob(&target, component.to_vec(), &layer_digest)
+        .push_blob(&target, component.to_vec(), &artifact.layer_digest)
         .await
         .map_err(failed("pushing the component layer to"))?;
     client
-        .push_blob(&target, config, &config_digest)
+        .push_blob(&target, artifact.config, &artifact.config_digest)
         .await
         .map_err(failed("pushing the config to"))?;
     client
         .push_manifest_raw(
             &target,
-            body,
+            artifact.manifest,
             reqwest::header::HeaderValue::from_static(OCI_IMAGE_MEDIA_TYPE),
         )
         .await
         .map_err(failed("pushing the manifest to"))?;
-    Ok(manifest_digest)
+    Ok(artifact.manifest_digest)
+}
+
+/// The reference a push goes to: an `oci://` one, naming a tag, not a digest.
+///
+/// # Errors
+/// [`LocationError::BadLocation`] for another scheme or a digest.
+fn tag_of<'a>(location: &'a Location, shown: &str) -> Result<&'a str, SourceError> {
+    let Location::Oci { reference, digest } = location else {
+        return Err(LocationError::BadLocation {
+            location: shown.to_string(),
+            reason: "must be an oci:// reference".into(),
+        }
+        .into());
+    };
+    if digest.is_some() {
+        return Err(LocationError::BadLocation {
+            location: shown.to_string(),
+            reason: "names a digest; push to a :tag".into(),
+        }
+        .into());
+    }
+    Ok(reference)
+}
+
+/// A Wasm OCI artifact's config and manifest, serialized, with the digests the registry
+/// checks them by.
+struct Artifact {
+    layer_digest: String,
+    config: Vec<u8>,
+    config_digest: String,
+    manifest: Vec<u8>,
+    manifest_digest: String,
+}
+
+impl Artifact {
+    /// The artifact for `component`: its config (created at the Unix epoch, so the same
+    /// component and metadata give the same digest) and a manifest of one layer.
+    ///
+    /// # Errors
+    /// [`SourceError::BadManifest`] when the config or manifest cannot be serialized.
+    fn of(component: &[u8], meta: &ComponentMeta, shown: &str) -> Result<Self, SourceError> {
+        let bad = |source| SourceError::BadManifest {
+            location: shown.to_string(),
+            source,
+        };
+        let layer_digest = sha256(component);
+        let mut config = json!({
+            "created": "1970-01-01T00:00:00Z",
+            "architecture": "wasm",
+            "os": "wasip2",
+            "layerDigests": [layer_digest],
+        });
+        if meta != &ComponentMeta::default() {
+            config["component"] = json!({
+                "exports": meta.exports,
+                "imports": meta.imports,
+                "target": meta.target,
+            });
+        }
+        let config = serde_json::to_vec(&config).map_err(bad)?;
+        let config_digest = sha256(&config);
+        let manifest = OciImageManifest {
+            media_type: Some(OCI_IMAGE_MEDIA_TYPE.to_string()),
+            config: descriptor(WASM_CONFIG_MEDIA_TYPE, &config_digest, config.len()),
+            layers: vec![descriptor(
+                WASM_LAYER_MEDIA_TYPE,
+                &layer_digest,
+                component.len(),
+            )],
+            ..OciImageManifest::default()
+        };
+        let manifest = serde_json::to_vec(&manifest).map_err(bad)?;
+        Ok(Artifact {
+            manifest_digest: sha256(&manifest),
+            layer_digest,
+            config,
+            config_digest,
+            manifest,
+        })
+    }
 }
 
 fn descriptor(media_type: &str, digest: &str, size: usize) -> OciDescriptor {

@@ -211,31 +211,7 @@ impl Registry {
         service: Option<&str>,
         scope: &str,
     ) -> Result<String, OciDistributionError> {
-        let mut realm_url = reqwest::Url::parse(realm).map_err(|_| {
-            OciDistributionError::GenericError(Some(format!(
-                "the registry's token realm {:?} is not a URL",
-                excerpt(realm)
-            )))
-        })?;
-        // Credentials go to the realm: over https, or in the clear only to the insecure
-        // registry's own host.
-        let registry_host = reqwest::Url::parse(&self.base)
-            .ok()
-            .and_then(|u| u.host_str().map(str::to_string));
-        if realm_url.scheme() != "https"
-            && !(self.insecure && realm_url.host_str().map(str::to_string) == registry_host)
-        {
-            return Err(OciDistributionError::GenericError(Some(format!(
-                "the registry's token realm {realm_url} is not https"
-            ))));
-        }
-        {
-            let mut query = realm_url.query_pairs_mut();
-            if let Some(service) = service {
-                query.append_pair("service", service);
-            }
-            query.append_pair("scope", scope);
-        }
+        let realm_url = self.realm_url(realm, service, scope)?;
         let mut request = self.http.get(realm_url.as_str());
         if let Some((user, password)) = &self.credentials {
             request = request.header(AUTHORIZATION, header(&basic(user, password), url)?);
@@ -266,6 +242,41 @@ impl Registry {
                     "the registry's token reply holds no token".into(),
                 ))
             })
+    }
+
+    /// The token request's URL: the realm, with the service and scope asked for.
+    /// Credentials go to the realm: over https, or in the clear only to the insecure
+    /// registry's own host.
+    fn realm_url(
+        &self,
+        realm: &str,
+        service: Option<&str>,
+        scope: &str,
+    ) -> Result<reqwest::Url, OciDistributionError> {
+        let mut realm_url = reqwest::Url::parse(realm).map_err(|_| {
+            OciDistributionError::GenericError(Some(format!(
+                "the registry's token realm {:?} is not a URL",
+                excerpt(realm)
+            )))
+        })?;
+        let registry_host = reqwest::Url::parse(&self.base)
+            .ok()
+            .and_then(|u| u.host_str().map(str::to_string));
+        if realm_url.scheme() != "https"
+            && !(self.insecure && realm_url.host_str().map(str::to_string) == registry_host)
+        {
+            return Err(OciDistributionError::GenericError(Some(format!(
+                "the registry's token realm {realm_url} is not https"
+            ))));
+        }
+        {
+            let mut query = realm_url.query_pairs_mut();
+            if let Some(service) = service {
+                query.append_pair("service", service);
+            }
+            query.append_pair("scope", scope);
+        }
+        Ok(realm_url)
     }
 }
 
