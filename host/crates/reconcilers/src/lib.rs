@@ -9,6 +9,7 @@ pub mod assemble;
 pub mod declarative;
 pub mod egress;
 pub mod external;
+pub mod http;
 pub mod infrastructure;
 pub mod plan;
 pub mod plugins;

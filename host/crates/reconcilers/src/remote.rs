@@ -8,12 +8,12 @@ use async_trait::async_trait;
 use serde_json::Value;
 
 use super::{ReconcileError, Reconciler, ReconcilerKind, finish};
+use crate::http::{Bounded, EXCERPT_MAX, read_bounded, truncate};
+// The old paths of the shared HTTP helpers, kept while callers move to `crate::http`.
+pub use crate::http::{excerpt, http_client};
 use crate::secrets::{SecretError, Secrets};
 use inrun_blueprint::{RemoteSpec, SecretRef};
 use inrun_contract::{Outcome, Request};
-
-/// Longest excerpt of a reply body put in an error message, in characters.
-pub const EXCERPT_MAX: usize = 200;
 
 /// Largest reply accepted, in bytes.
 pub const REPLY_MAX: usize = 16 * 1024 * 1024;
@@ -260,63 +260,6 @@ impl Reconciler for Remote {
     }
 }
 
-pub(crate) enum Bounded {
-    TooLarge,
-    Transport(reqwest::Error),
-}
-
-/// The body, read chunk by chunk and given up on as soon as it passes `max` bytes.
-pub(crate) async fn read_bounded(
-    mut response: reqwest::Response,
-    max: usize,
-) -> Result<Vec<u8>, Bounded> {
-    let mut body = Vec::new();
-    while let Some(chunk) = response.chunk().await.map_err(Bounded::Transport)? {
-        if body.len() + chunk.len() > max {
-            return Err(Bounded::TooLarge);
-        }
-        body.extend_from_slice(&chunk);
-    }
-    Ok(body)
-}
-
-/// The start of a body as text, at most [`EXCERPT_MAX`] characters on one line.
-pub fn excerpt(body: &[u8]) -> String {
-    let text = String::from_utf8_lossy(body);
-    let one_line: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
-    if one_line.is_empty() {
-        "(empty body)".into()
-    } else {
-        truncate(&one_line, EXCERPT_MAX)
-    }
-}
-
-fn truncate(text: &str, max: usize) -> String {
-    if text.chars().count() > max {
-        text.chars().take(max).collect::<String>() + "…"
-    } else {
-        text.to_string()
-    }
-}
-
-/// The HTTP client shared by remote reconcilers and external calls: rustls, and
-///
-/// - **no redirects**: a 3xx is the endpoint's answer, an error naming its status. A
-///   redirect would carry the call, its Request and its bearer token to a host the
-///   Blueprint never named;
-/// - **no proxy from the environment** (`HTTP_PROXY`, `HTTPS_PROXY`, `ALL_PROXY`): calls go
-///   where the Blueprint says, not through whatever the host's environment holds.
-///
-/// # Errors
-/// The client's error when TLS cannot be set up.
-pub fn http_client() -> Result<reqwest::Client, reqwest::Error> {
-    reqwest::Client::builder()
-        .user_agent(concat!("inrun/", env!("CARGO_PKG_VERSION")))
-        .redirect(reqwest::redirect::Policy::none())
-        .no_proxy()
-        .build()
-}
-
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -436,14 +379,5 @@ pub(crate) mod tests {
             0,
             "the redirect was not followed"
         );
-    }
-
-    #[test]
-    fn excerpts_are_one_bounded_line() {
-        let long = "x\n".repeat(1000);
-        let e = excerpt(long.as_bytes());
-        assert!(e.chars().count() <= EXCERPT_MAX + 1);
-        assert!(!e.contains('\n'));
-        assert_eq!(excerpt(b""), "(empty body)");
     }
 }

@@ -59,7 +59,7 @@ impl Services {
     ) -> Result<Self, crate::sources::SourceError> {
         // Building a rustls client with bundled roots does not fail in practice; should it,
         // the default client is the same minus the user agent.
-        let http = crate::remote::http_client().unwrap_or_else(|e| {
+        let http = crate::http::http_client().unwrap_or_else(|e| {
             tracing::warn!(error = %e, "building the HTTP client; using the default one");
             reqwest::Client::new()
         });

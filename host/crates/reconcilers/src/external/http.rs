@@ -3,7 +3,7 @@
 use serde_json::{Map, Value, json};
 
 use super::{CallError, number};
-use crate::remote::{Bounded, excerpt, read_bounded};
+use crate::http::{Bounded, excerpt, read_bounded};
 
 /// The largest `http` or `prometheus` reply read: a reply feeds templates, and more than
 /// this is an endpoint misbehaving, not data to render.
