@@ -39,10 +39,6 @@ struct Made {
     package: Option<Arc<Package>>,
 }
 
-/// A block whose plugin did not load (told while fetching): it is not built further, so
-/// its other fields are not compiled and told about.
-struct Unloaded;
-
 impl Made {
     /// A reconciler that calls no plugin.
     fn alone(reconciler: Arc<dyn Reconciler>) -> Self {
@@ -53,6 +49,11 @@ impl Made {
         }
     }
 }
+
+/// A block whose plugin did not load (told while fetching): it is not built further, so
+/// its other fields are not compiled and told about.
+struct Unloaded;
+
 impl Builder<'_> {
     /// Tells a problem with this CRD's `field`.
     fn problem(&mut self, field: String, message: String) {

@@ -8,8 +8,6 @@ mod request;
 mod route;
 mod status;
 
-pub use route::TARGET_ANNOTATION;
-
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -3,9 +3,7 @@
 use serde_json::Value;
 
 use super::{CrdPlan, ReconcilePlan, StepError};
-
-/// The annotation that picks a serve target when the Blueprint names no selector.
-pub const TARGET_ANNOTATION: &str = "inrun.dev/target";
+use inrun_blueprint::DEFAULT_TARGET_ANNOTATION;
 
 impl CrdPlan {
     /// The serve target a CR selects: `explicit` if given, else the selector's annotation or
@@ -19,7 +17,7 @@ impl CrdPlan {
         let picked = match (&serve.selector.field, &serve.selector.annotation) {
             (Some(field), _) => field.get(object),
             (None, annotation) => {
-                let key = annotation.as_deref().unwrap_or(TARGET_ANNOTATION);
+                let key = annotation.as_deref().unwrap_or(DEFAULT_TARGET_ANNOTATION);
                 object
                     .pointer("/metadata/annotations")
                     .and_then(|a| a.get(key))
