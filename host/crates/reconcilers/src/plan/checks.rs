@@ -162,3 +162,46 @@ fn text_at(object: &Value, pointer: &str) -> String {
         .unwrap_or_default()
         .to_string()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::assembly;
+    use super::*;
+    use serde_json::json;
+
+    fn outcome(resources: Vec<Value>) -> Outcome {
+        Outcome {
+            resources,
+            ..Outcome::default()
+        }
+    }
+
+    #[test]
+    fn the_fence_refuses_kinds_not_managed_and_types_whose_instances_it_cannot_list() {
+        let a = assembly(
+            "        managedResources:\n          - {apiVersion: v1, kind: ConfigMap}\n          - {apiVersion: apiextensions.k8s.io/v1, kind: CustomResourceDefinition}\n        managedTypes:\n          - {group: y.dev, kind: \"*\"}\n",
+        );
+        let plan = &a.crds()[0].default;
+        let config = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}});
+        assert!(plan.fence(&outcome(vec![config.clone()]), "n").is_ok());
+        let secret = json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "s", "namespace": "n"}});
+        let err = plan
+            .fence(&outcome(vec![config.clone(), secret]), "n")
+            .unwrap_err();
+        assert!(
+            matches!(&err, StepError::Forbidden { index: 1, kind, namespace: Some(ns), .. }
+                if kind == "Secret" && ns == "n"),
+            "{err}"
+        );
+        let crd = json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": "widgets.x.dev"},
+            "spec": {"group": "x.dev", "names": {"kind": "Widget", "plural": "widgets"}}});
+        let err = plan.fence(&outcome(vec![crd]), "n").unwrap_err();
+        assert!(
+            matches!(&err, StepError::UndeclaredType { index: 0, defines, .. }
+                if defines == "Widget.x.dev (resource widgets)"),
+            "{err}"
+        );
+    }
+}
