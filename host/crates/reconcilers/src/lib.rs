@@ -1,8 +1,9 @@
 //! Reconcilers turn a Request into an Outcome; none of them writes to the API server.
 //! Beside the five kinds (declarative templates, Wasm hooks and constructors, remote
-//! endpoints, infrastructure packages) live what they are built from: plugin sources and slots, secrets,
-//! `reconcile.external` calls, the [`assemble`]d Blueprint that ties them to CRDs, and
-//! the [`plan`] steps over it that need no cluster.
+//! endpoints, infrastructure packages) live what they are built from: plugin sources and
+//! slots, secrets, the HTTP client they share, `reconcile.external` calls, the
+//! [`assemble`]d Blueprint that ties them to CRDs, and the [`plan`] steps over it that
+//! need no cluster.
 
 pub mod api;
 pub mod assemble;

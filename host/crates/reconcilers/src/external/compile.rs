@@ -147,14 +147,9 @@ impl Compiler<'_> {
             .iter()
             .filter_map(|(k, v)| Some((k.clone(), self.text(format!("{f}.headers.{k}"), v)?)))
             .collect();
-        let body = h
-            .body
-            .as_ref()
-            .map(|b| self.value(format!("{f}.body"), b.clone()));
-        let body = match body {
-            Some(Some(body)) => Some(body),
+        let body = match &h.body {
+            Some(b) => Some(self.value(format!("{f}.body"), b.clone())?),
             None => None,
-            Some(None) => return None,
         };
         Some(Call::Http {
             url: url?,
