@@ -158,7 +158,7 @@ pub(super) fn plugin(
     match command {
         PluginCommand::Inspect(args) => inspect(runtime, cache, &args),
         PluginCommand::Push(args) => push(runtime, cache, &args),
-        PluginCommand::New(args) => new(&args),
+        PluginCommand::New(args) => new_project(&args),
     }
 }
 
@@ -213,7 +213,7 @@ fn push(
 }
 
 /// Makes the project and says how to build, test and render it.
-fn new(args: &NewArgs) -> anyhow::Result<()> {
+fn new_project(args: &NewArgs) -> anyhow::Result<()> {
     let lang = scaffold::Lang::from(args.lang);
     let project = scaffold::new_plugin(lang, &args.name, &args.dir, args.sdk.as_deref())?;
     println!("created {}", project.display());
