@@ -3,7 +3,7 @@
 
 use inrun::assemble::Policy;
 
-use super::RunArgs;
+use super::args::RunArgs;
 
 /// The `--max-plugin-*` ceilings over the default policy, for Blueprint files and
 /// Blueprint resources alike where set.
