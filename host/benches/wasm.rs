@@ -6,13 +6,15 @@ mod common;
 
 use common::{plugin_dir, write_section};
 
+use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use inrun::contract::Request;
 use inrun::reconcilers::Reconciler;
 use inrun::reconcilers::remote::{Remote, http_client};
 use inrun::reconcilers::wasm::Constructor;
-use inrun::wasm::{CompileCache, Engine, EngineSettings, Grants, Limits};
+use inrun::wasm::{CompileCache, Engine, EngineSettings, Grants, Limits, Plugin};
 use serde_json::{Value, json};
 
 /// Median and 90th percentile of `iters` runs of `f`, after `warmup` untimed runs.
@@ -121,8 +123,23 @@ fn remote_server(server: &tokio::runtime::Runtime) -> String {
 
 fn main() {
     let dir = plugin_dir();
-    // Every example plugin (the WebApp constructors in other languages are in the
-    // languages bench); ones not built are skipped.
+    let cache_dir = tempfile::tempdir().expect("tempdir");
+    let engine = Engine::new(EngineSettings {
+        cache: Some(CompileCache::new(cache_dir.path()).expect("cache")),
+        ..EngineSettings::default()
+    })
+    .expect("engine");
+    let load_rows = load_rows(&engine, &dir);
+    let iters = 5_000;
+    let rows = call_rows(&engine, &dir, iters);
+    let section = section(iters, &rows, &load_rows);
+    println!("{section}");
+    write_section("wasm", &section);
+}
+
+/// Compile (cold) and cached load, one row per plugin built: every example plugin (the
+/// WebApp constructors in other languages are in the languages bench).
+fn load_rows(engine: &Engine, dir: &Path) -> Vec<String> {
     let plugins = [
         "inrun_plugin_webapp",
         "inrun_plugin_labels_hooks",
@@ -130,15 +147,6 @@ fn main() {
         "inrun_plugin_hooks_js",
         "inrun_plugin_hooks_python",
     ];
-    let mut rows = Vec::new();
-
-    // Compile (cold) and cached load, per plugin.
-    let cache_dir = tempfile::tempdir().expect("tempdir");
-    let engine = Engine::new(EngineSettings {
-        cache: Some(CompileCache::new(cache_dir.path()).expect("cache")),
-        ..EngineSettings::default()
-    })
-    .expect("engine");
     let mut load_rows = Vec::new();
     for name in plugins {
         let Ok(bytes) = std::fs::read(dir.join(format!("{name}.wasm"))) else {
@@ -161,15 +169,18 @@ fn main() {
             compile.as_secs_f64() / cached.as_secs_f64()
         ));
     }
+    load_rows
+}
 
-    // Instantiate + call, against native.
+/// Instantiate + call of the webapp constructor, against the same logic natively and
+/// behind a remote endpoint: one row per mode, each timed `iters` times.
+fn call_rows(engine: &Engine, dir: &Path, iters: usize) -> Vec<String> {
     let webapp = engine
         .load_file(&dir.join("inrun_plugin_webapp.wasm"))
         .expect("webapp");
     let object = webapp_object();
     let req = Request::for_object(object.clone(), json!({}));
     let limits = Limits::default();
-    let iters = 5_000;
     let (wasm_med, wasm_p90) = measure(200, iters, || {
         futures::executor::block_on(webapp.reconcile(&req, &limits, &Grants::default()))
             .expect("wasm reconcile");
@@ -182,31 +193,79 @@ fn main() {
     let (native_med, native_p90) = measure(200, iters, || {
         std::hint::black_box(inrun_plugin_webapp::reconcile(&sdk_req).expect("native"));
     });
-    // The whole reconciler path the runtime takes: async trait, blocking pool, checks, intents.
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .expect("rt");
-    let constructor = std::sync::Arc::new(
+    let shared_req = Arc::new(req.clone());
+    let (path_med, path_p90) = through_trait(&runtime, webapp, limits, &shared_req, iters);
+    let (remote_med, remote_p90) = through_remote(&runtime, shared_req, iters);
+    vec![
+        format!(
+            "| Wasm: fresh instance + `reconcile` (WASI context built only if used), polled to completion | {} | {} | {:.1}× |",
+            us(wasm_med),
+            us(wasm_p90),
+            wasm_med.as_secs_f64() / native_json_med.as_secs_f64()
+        ),
+        format!(
+            "| Wasm through the `Reconciler` trait, awaited on a runtime worker as the controller does (contract checks, intent expansion) | {} | {} | {:.1}× |",
+            us(path_med),
+            us(path_p90),
+            path_med.as_secs_f64() / native_json_med.as_secs_f64()
+        ),
+        format!(
+            "| remote: HTTP POST over loopback (keep-alive) to the same logic natively (axum), through the `Reconciler` trait | {} | {} | {:.1}× |",
+            us(remote_med),
+            us(remote_p90),
+            remote_med.as_secs_f64() / native_json_med.as_secs_f64()
+        ),
+        format!(
+            "| native: same logic, same JSON boundary (object in as text, resources out as text) | {} | {} | 1.0× |",
+            us(native_json_med),
+            us(native_json_p90)
+        ),
+        format!(
+            "| native: same logic, typed values, no JSON | {} | {} | {:.2}× |",
+            us(native_med),
+            us(native_p90),
+            native_med.as_secs_f64() / native_json_med.as_secs_f64()
+        ),
+    ]
+}
+
+/// The whole reconciler path the runtime takes: async trait, blocking pool, checks,
+/// intents.
+fn through_trait(
+    runtime: &tokio::runtime::Runtime,
+    webapp: Plugin,
+    limits: Limits,
+    req: &Arc<Request>,
+    iters: usize,
+) -> (Duration, Duration) {
+    let constructor = Arc::new(
         Constructor::new(
-            inrun::plugins::PluginSlot::fixed(webapp.clone()),
+            inrun::plugins::PluginSlot::fixed(webapp),
             limits,
             Grants::default(),
         )
         .expect("constructor"),
     );
-    let shared_req = std::sync::Arc::new(req.clone());
-    let (path_med, path_p90) = {
-        let (c, r) = (constructor.clone(), shared_req.clone());
-        measure_async(&runtime, 200, iters, move || {
-            let (c, r) = (c.clone(), r.clone());
-            async move {
-                c.reconcile(&r).await.expect("reconcile");
-            }
-        })
-    };
-    // The same logic behind loopback HTTP, through the remote reconciler (keep-alive).
+    let (c, r) = (constructor, req.clone());
+    measure_async(runtime, 200, iters, move || {
+        let (c, r) = (c.clone(), r.clone());
+        async move {
+            c.reconcile(&r).await.expect("reconcile");
+        }
+    })
+}
+
+/// The same logic behind loopback HTTP, through the remote reconciler (keep-alive).
+fn through_remote(
+    runtime: &tokio::runtime::Runtime,
+    req: Arc<Request>,
+    iters: usize,
+) -> (Duration, Duration) {
     let server = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
@@ -217,29 +276,22 @@ fn main() {
         auth: None,
         timeout: Duration::from_secs(10),
     };
-    let remote = std::sync::Arc::new(Remote::new(
+    let remote = Arc::new(Remote::new(
         &spec,
         http_client().expect("http client"),
-        std::sync::Arc::new(inrun::secrets::StaticSecrets::new()),
+        Arc::new(inrun::secrets::StaticSecrets::new()),
     ));
-    let (remote_med, remote_p90) = measure_async(&runtime, 200, iters, move || {
-        let (c, r) = (remote.clone(), shared_req.clone());
+    measure_async(runtime, 200, iters, move || {
+        let (c, r) = (remote.clone(), req.clone());
         async move {
             c.reconcile(&r).await.expect("remote");
         }
-    });
-    rows.push(format!("| Wasm: fresh instance + `reconcile` (WASI context built only if used), polled to completion | {} | {} | {:.1}× |", us(wasm_med), us(wasm_p90), wasm_med.as_secs_f64() / native_json_med.as_secs_f64()));
-    rows.push(format!("| Wasm through the `Reconciler` trait, awaited on a runtime worker as the controller does (contract checks, intent expansion) | {} | {} | {:.1}× |", us(path_med), us(path_p90), path_med.as_secs_f64() / native_json_med.as_secs_f64()));
-    rows.push(format!("| remote: HTTP POST over loopback (keep-alive) to the same logic natively (axum), through the `Reconciler` trait | {} | {} | {:.1}× |", us(remote_med), us(remote_p90), remote_med.as_secs_f64() / native_json_med.as_secs_f64()));
-    rows.push(format!("| native: same logic, same JSON boundary (object in as text, resources out as text) | {} | {} | 1.0× |", us(native_json_med), us(native_json_p90)));
-    rows.push(format!(
-        "| native: same logic, typed values, no JSON | {} | {} | {:.2}× |",
-        us(native_med),
-        us(native_p90),
-        native_med.as_secs_f64() / native_json_med.as_secs_f64()
-    ));
+    })
+}
 
-    let section = format!(
+/// The "Wasm plugins" section of BENCHMARKS.md.
+fn section(iters: usize, rows: &[String], load_rows: &[String]) -> String {
+    format!(
         "## Wasm plugins\n\n\
          `make bench` (`cargo bench -p inrun --bench wasm`), release build, {iters} calls per row after warm-up, one run.\n\n\
          ### Instantiate + call: the `webapp` constructor vs the same Rust logic compiled natively, and behind a remote (HTTP) endpoint\n\n\
@@ -249,7 +301,5 @@ fn main() {
          | plugin | size | cold compile (median of 5) | cached load (median of 20) | speed-up |\n|---|---|---|---|---|\n{}\n",
         rows.join("\n"),
         load_rows.join("\n")
-    );
-    println!("{section}");
-    write_section("wasm", &section);
+    )
 }

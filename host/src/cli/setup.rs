@@ -4,7 +4,16 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use inrun::wasm::{Budgets, CompileCache, Compiler, Engine, EngineSettings, Limits, Observer};
+use anyhow::Context;
+use inrun::wasm::{
+    Budgets, CompileCache, Compiler, Engine, EngineSettings, Limits, Observer, Unobserved,
+};
+
+/// The engine of a one-shot command: nothing observes it, loads run under the default
+/// limits, calls share the engine's default budgets, and compiles run in this process.
+pub(super) fn quiet_engine(cache: &CacheArgs) -> anyhow::Result<Engine> {
+    engine(cache, Arc::new(Unobserved), Limits::default(), None, None)
+}
 
 /// The engine, with its compile cache as `cache` says, reporting plugin loads and host
 /// calls to `observer`; the calls a load makes run under `load_limits`; calls share what
@@ -19,7 +28,7 @@ pub(super) fn engine(
 ) -> anyhow::Result<Engine> {
     let dir = cache.dir.clone().unwrap_or_else(CompileCache::default_dir);
     let mut compiled = CompileCache::new(&dir)
-        .map_err(|e| anyhow::anyhow!("creating compile cache {}: {e}", dir.display()))?;
+        .with_context(|| format!("creating compile cache {}", dir.display()))?;
     if let Some(max) = cache.max_bytes {
         compiled = compiled.with_max_bytes(max as u64);
     }
@@ -45,5 +54,5 @@ pub(super) struct CacheArgs {
 
 /// The bytes of `path`, named by the flag that gave it when it cannot be read.
 pub(super) fn read(path: &Path, flag: &str) -> anyhow::Result<Vec<u8>> {
-    std::fs::read(path).map_err(|e| anyhow::anyhow!("reading {flag} {}: {e}", path.display()))
+    std::fs::read(path).with_context(|| format!("reading {flag} {}", path.display()))
 }

@@ -1,10 +1,38 @@
 //! `inrun test`: runs every golden case under a directory and prints `ok`/`FAIL` per case,
 //! a diff for each that differs, and a summary line.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use inrun::golden::{self, Verdict};
 use inrun::wasm::Engine;
+
+use super::setup::{CacheArgs, quiet_engine};
+
+/// What `inrun test` is given.
+#[derive(clap::Args)]
+pub struct TestArgs {
+    /// Where the cases are. A case without `blueprint` in its `case.yaml` uses the
+    /// nearest `blueprint.yaml` in its directory or above, looked for no higher than the
+    /// current directory, or DIR's parent when DIR is not under the current directory.
+    #[arg(default_value = "tests", env = "INRUN_TEST_DIR")]
+    dir: PathBuf,
+    /// Write each case's output to its `expected.yaml` instead of comparing.
+    #[arg(long, env = "INRUN_TEST_UPDATE")]
+    update: bool,
+}
+
+/// Runs the cases `args.dir` holds with a quiet engine.
+///
+/// # Errors
+/// As [`run`].
+pub(super) fn test(
+    runtime: &tokio::runtime::Runtime,
+    cache: &CacheArgs,
+    args: &TestArgs,
+) -> anyhow::Result<()> {
+    let engine = quiet_engine(cache)?;
+    runtime.block_on(run(&engine, &args.dir, args.update))
+}
 
 /// Runs the cases under `dir`. Each case's Blueprint is looked for no higher than the
 /// current directory, or `dir`'s parent when `dir` is not under it

@@ -13,7 +13,11 @@ mod templates;
 
 use std::path::{Path, PathBuf};
 
-pub use sdk::SDK_DIR;
+/// Where a project keeps its SDK packages.
+pub const SDK_DIR: &str = ".sdk";
+
+/// The SDK packages' version (the workspace's): a project depends on `^` this.
+const SDK_VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// What `inrun plugin new` warns, and a project's README says, when the project is made
 /// without `--sdk`: its build would ask public registries for an unpublished name.
@@ -47,7 +51,7 @@ pub enum ScaffoldError {
     #[error(
         "{}: no {package}; --sdk names the directory `make sdk` writes (dist/sdk/ in an Inrun {} checkout)",
         dir.display(),
-        templates::SDK_VERSION
+        SDK_VERSION
     )]
     SdkPackage {
         /// The directory given.
@@ -213,7 +217,7 @@ mod tests {
     /// A directory laid out as `make sdk` writes it (the packages' contents are stand-ins).
     fn sdk_dir() -> tempfile::TempDir {
         let dir = tempfile::tempdir().expect("tempdir");
-        let v = templates::SDK_VERSION;
+        let v = SDK_VERSION;
         for (path, text) in [
             (format!("crates/inrun-sdk-{v}/Cargo.toml"), "sdk"),
             (format!("crates/inrun-sdk-{v}/src/lib.rs"), "lib"),
@@ -236,7 +240,7 @@ mod tests {
     fn with_sdk_each_language_takes_the_copied_packages_and_no_registry() {
         let sdk = sdk_dir();
         let dir = tempfile::tempdir().expect("tempdir");
-        let v = templates::SDK_VERSION;
+        let v = SDK_VERSION;
 
         let rust = new_plugin(Lang::Rust, "r", dir.path(), Some(sdk.path())).expect("rust");
         assert_eq!(
@@ -321,7 +325,7 @@ mod tests {
     #[test]
     fn an_sdk_directory_without_the_package_is_refused_before_anything_is_written() {
         let sdk = sdk_dir();
-        let v = templates::SDK_VERSION;
+        let v = SDK_VERSION;
         std::fs::remove_file(sdk.path().join(format!("inrun-sdk-{v}.tgz"))).expect("rm");
         let dir = tempfile::tempdir().expect("tempdir");
         let err = new_plugin(Lang::Js, "j", dir.path(), Some(sdk.path())).unwrap_err();

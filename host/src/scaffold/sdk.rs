@@ -4,11 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::{Lang, ScaffoldError};
-use crate::scaffold::templates::SDK_VERSION;
-
-/// Where a project keeps its SDK packages.
-pub const SDK_DIR: &str = ".sdk";
+use super::{Lang, SDK_DIR, SDK_VERSION, ScaffoldError};
 
 /// One package to copy: its name in DIR and in the project's `.sdk/` (a file, or for Rust
 /// a directory: the `.crate` unpacked, which `make sdk` writes beside it).

@@ -1,11 +1,8 @@
 //! The files of a new plugin project, per language, compiled into the binary (with the WIT
 //! and the C SDK), so a project depends on nothing of the checkout `inrun` was built from.
 
-use super::Lang;
-use super::sdk::SDK_DIR;
+use super::{Lang, SDK_DIR, SDK_VERSION};
 
-/// The SDK packages' version (the workspace's): a project depends on `^` this.
-pub const SDK_VERSION: &str = env!("CARGO_PKG_VERSION");
 /// componentize-py, pinned in a Python project's requirements.txt (as plugins/python does).
 pub const COMPONENTIZE_PY: &str = "0.25.1";
 /// componentize-js and the preview2 shim it needs, pinned in a JavaScript project's

@@ -1,0 +1,283 @@
+//! `inrun run`: builds the client, the engine, the sources and the fleet from the command
+//! line, then serves the health port and runs the fleet, under the Lease when election is
+//! on. Decisions live in the runtime (`HostSettings`, `Fleet`); this is wiring.
+
+mod args;
+mod limits;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use anyhow::Context;
+use inrun::assemble::Services;
+use inrun::fleet::{Fleet, FleetOptions};
+use inrun::kubeconfig::Connection;
+use inrun::leader::{Keeper, LeaderConfig};
+use inrun::metrics::Metrics;
+use inrun::runtime::settings::{self, HostFlags, HostSettings};
+use inrun::runtime::{Shared, WatchCache};
+use inrun::secrets::KubeSecrets;
+use inrun::server::ServeError;
+use inrun::sources::SourceOptions;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+pub use args::{LogFormat, RunArgs};
+
+use super::setup::{CacheArgs, engine, read};
+
+/// How long the health and console servers have, once the host stops, to send what they
+/// are answering.
+const SERVER_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Runs the host until SIGINT or SIGTERM: everything is built here, outside the async
+/// runtime, then [`serve`] runs in it.
+///
+/// # Errors
+/// A flag's file cannot be read, the cluster cannot be reached, the `--blueprint` is
+/// invalid or cannot start, or a port cannot be bound.
+pub(super) fn run(
+    runtime: &tokio::runtime::Runtime,
+    args: RunArgs,
+    cache: &CacheArgs,
+) -> anyhow::Result<()> {
+    // One registry for the process, handed to everything that records.
+    let metrics = Arc::new(Metrics::default());
+    inrun::runtime::set_max_cr_bytes(args.max_cr_size);
+    let load_limits = limits::load_limits(&args);
+    let compiler = compiler(&args)?;
+    let budgets = limits::budgets(&args);
+    let engine = engine(
+        cache,
+        metrics.clone(),
+        load_limits,
+        Some(budgets),
+        Some(compiler),
+    )?;
+    // Secrets are read from the cluster, so the client comes before the assembly.
+    let connection = connect(runtime, &args, &metrics)?;
+    let tenant_egress =
+        inrun::egress::Egress::new(&args.tenant_egress, connection.apiserver.clone())?;
+    let services = services(&args, &connection)?;
+    // The health port first, so a pod's probes are answered while plugins compile: its
+    // port may come from the Blueprint's runtime, read here without compiling anything.
+    let host_runtime = match &args.blueprint {
+        Some(path) => Some(inrun::blueprint::load(path)?.spec.runtime),
+        None => None,
+    };
+    let env = |k: &str| std::env::var(k).ok();
+    let identity = settings::identity(args.identity.clone(), env);
+    let keeper = Keeper {
+        client: connection.lease_client.clone(),
+        fence: connection.fence.clone(),
+    };
+    let fleet = Fleet::new(
+        shared(&args, connection, identity.clone(), &metrics),
+        engine,
+        services,
+        fleet_options(&args, tenant_egress),
+    );
+    let host = HostSettings::resolve(host_flags(&args), identity, host_runtime.as_ref(), env);
+    runtime.block_on(serve(&args, host, fleet, keeper, metrics))
+}
+
+/// Tenants' plugins compile in a child process of this program, bounded in time and
+/// memory: a crafted module stops its own load, never the host.
+fn compiler(args: &RunArgs) -> anyhow::Result<inrun::wasm::Compiler> {
+    Ok(inrun::wasm::Compiler {
+        program: std::env::current_exe()
+            .context("finding this program, to compile plugins with")?,
+        timeout: args.compile_timeout,
+        memory_bytes: args
+            .compile_memory
+            .map_or_else(inrun::wasm::Compiler::default_memory, |m| m as u64),
+    })
+}
+
+/// The cluster as `--kubeconfig` and `--context` say; every client counts its requests
+/// (`rest_client_requests_total`).
+fn connect(
+    runtime: &tokio::runtime::Runtime,
+    args: &RunArgs,
+    metrics: &Metrics,
+) -> anyhow::Result<Connection> {
+    let connect = inrun::kubeconfig::ConnectOptions {
+        kubeconfig: args.kubeconfig.clone(),
+        context: args.context.clone(),
+        request_timeout: Some(args.request_timeout),
+    };
+    inrun::kubeconfig::ensure_explicit_context(&connect)?;
+    Ok(runtime.block_on(inrun::kubeconfig::connect_recording(
+        &connect,
+        Some(metrics),
+    ))?)
+}
+
+/// What reconcilers call besides the cluster: secrets read from it, plugin sources that
+/// trust `--plugin-ca` and `--insecure-registry`, and cluster reads for plugins granted
+/// them, served from watch caches on this client.
+fn services(args: &RunArgs, connection: &Connection) -> anyhow::Result<Services> {
+    let client = &connection.client;
+    let extra_roots = match &args.plugin_ca {
+        Some(path) => vec![read(path, "--plugin-ca")?],
+        None => Vec::new(),
+    };
+    Ok(Services::with_sources(
+        Arc::new(KubeSecrets::new(client.clone())),
+        SourceOptions {
+            insecure_registries: args.insecure_registries.clone(),
+            extra_roots,
+        },
+    )
+    .context("the --plugin-ca certificates")?
+    .with_cluster(Arc::new(WatchCache::new(client.clone()))))
+}
+
+/// What every tenant's controllers share: the client, this replica's `identity`, the
+/// metrics, the Leases of package infrastructure, and impersonation for tenants.
+fn shared(
+    args: &RunArgs,
+    connection: Connection,
+    identity: String,
+    metrics: &Arc<Metrics>,
+) -> Shared {
+    let lock_namespace = args
+        .lock_namespace
+        .clone()
+        .or_else(|| std::env::var("POD_NAMESPACE").ok())
+        .unwrap_or_else(|| "default".into());
+    Shared::new(connection.client.clone(), identity)
+        .with_metrics(metrics.clone())
+        // Package CRs claim their infrastructure as the host, whoever they act as.
+        .with_locks(&lock_namespace)
+        // Tenants that name a ServiceAccount act as it, on the host's credentials.
+        .with_impersonation(connection.config, connection.fence.clone())
+}
+
+/// Which tenants the fleet serves and what it holds them to.
+fn fleet_options(args: &RunArgs, tenant_egress: inrun::egress::Egress) -> FleetOptions {
+    FleetOptions {
+        policy: limits::policy(args),
+        blueprint: args.blueprint.clone(),
+        tenants: args.tenants.clone(),
+        resources: args.blueprint_resources,
+        reload: (!args.reload_interval.is_zero()).then_some(args.reload_interval),
+        install_crds: args.install_crds,
+        resource_capabilities: args.allow_resource_capabilities,
+        tenant_egress: Some(tenant_egress),
+        default_tenant_service_account: args.default_tenant_service_account.clone(),
+        tenant_identity_namespaces: (!args.tenant_identity_namespaces.is_empty())
+            .then(|| args.tenant_identity_namespaces.clone()),
+        on_removal: args.on_tenant_removal,
+    }
+}
+
+/// The flags that override the Blueprint's `runtime` section.
+fn host_flags(args: &RunArgs) -> HostFlags {
+    HostFlags {
+        health_port: args.health_port,
+        leader_elect: args.leader_elect,
+        leader_elect_namespace: args.leader_elect_namespace.clone(),
+        leader_elect_lease: args.leader_elect_lease.clone(),
+    }
+}
+
+/// Serves the health port, loads the fleet, opens the console and runs the fleet until
+/// the stop signal; then lets the ports finish what they are answering.
+async fn serve(
+    args: &RunArgs,
+    host: HostSettings,
+    fleet: Arc<Fleet>,
+    keeper: Keeper,
+    metrics: Arc<Metrics>,
+) -> anyhow::Result<()> {
+    let stop = stop_on_signal();
+    // `/readyz` fails, naming what loads, until the plugins are compiled and the
+    // controllers' caches have synced.
+    let loaded = Arc::new(AtomicBool::new(false));
+    metrics.health().add_startup_checks(loaded.clone());
+    let state = inrun::server::State::serving(fleet.clone(), metrics.clone());
+    let (addr, health) = inrun::server::bind(
+        SocketAddr::new(args.health_address, host.health_port),
+        inrun::server::probes(state.clone(), args.health_blueprint),
+        stop.clone(),
+    )
+    .await?;
+    tracing::info!(%addr, "health port listening");
+    load(&fleet, &loaded).await?;
+    let (addr, console) = inrun::server::bind(
+        SocketAddr::new(args.console_address, args.console_port),
+        inrun::server::console(state),
+        stop.clone(),
+    )
+    .await?;
+    tracing::info!(%addr, "console port listening");
+    run_fleet(fleet, host.leader, keeper, stop, metrics).await?;
+    stop_servers(health, console).await;
+    Ok(())
+}
+
+/// A flag that turns true on SIGINT or SIGTERM.
+fn stop_on_signal() -> watch::Receiver<bool> {
+    let (tx, rx) = watch::channel(false);
+    tokio::spawn(async move {
+        inrun::kubeconfig::shutdown_signal().await;
+        tracing::info!("shutting down: finishing reconciles in flight");
+        let _ = tx.send(true);
+    });
+    rx
+}
+
+/// Loads the Blueprints and compiles their plugins, then sets `loaded` for `/readyz`.
+async fn load(fleet: &Fleet, loaded: &AtomicBool) -> anyhow::Result<()> {
+    // A broken `--blueprint` stops the host here, before it waits for a lease.
+    let started = std::time::Instant::now();
+    fleet.load_initial().await?;
+    loaded.store(true, Ordering::Release);
+    tracing::info!(
+        took_ms = started.elapsed().as_millis() as u64,
+        "Blueprint loaded"
+    );
+    Ok(())
+}
+
+/// Runs the fleet until `stop`: while holding the Lease when `leader` is set, else as the
+/// leader from the start.
+async fn run_fleet(
+    fleet: Arc<Fleet>,
+    leader: Option<LeaderConfig>,
+    keeper: Keeper,
+    stop: watch::Receiver<bool>,
+    metrics: Arc<Metrics>,
+) -> anyhow::Result<()> {
+    match leader {
+        Some(config) => {
+            inrun::leader::run(keeper, config, stop, metrics, move |stop| fleet.run(stop)).await?;
+        }
+        None => {
+            metrics.health().set_leader(true);
+            fleet.run(stop).await?;
+        }
+    }
+    Ok(())
+}
+
+/// The probe and console servers stop on the same signal once what they are answering is
+/// sent (a scrape, a probe), for [`SERVER_GRACE`] at most.
+async fn stop_servers(
+    health: JoinHandle<Result<(), ServeError>>,
+    console: JoinHandle<Result<(), ServeError>>,
+) {
+    let stopped = tokio::time::timeout(SERVER_GRACE, async {
+        for (port, server) in [("health", health), ("console", console)] {
+            if let Ok(Err(e)) = server.await {
+                tracing::warn!(port, error = %inrun::errors::chain(&e), "serving stopped with an error");
+            }
+        }
+    })
+    .await;
+    if stopped.is_err() {
+        tracing::warn!(grace = ?SERVER_GRACE, "the health and console ports did not stop in time; cut off");
+    }
+}
