@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 
 use inrun::contract::Request;
 use inrun::reconcilers::Reconciler;
-use inrun::reconcilers::remote::{Remote, http_client};
+use inrun::reconcilers::http::http_client;
+use inrun::reconcilers::remote::Remote;
 use inrun::reconcilers::wasm::Constructor;
 use inrun::wasm::{CompileCache, Engine, EngineSettings, Grants, Limits, Plugin};
 use serde_json::{Value, json};

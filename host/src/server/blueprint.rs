@@ -4,7 +4,8 @@
 use serde_json::{Value, json};
 
 use inrun_blueprint::ReconcileSpec;
-use inrun_reconcilers::assemble::{Assembly, ReconcilePlan, limits};
+use inrun_reconcilers::assemble::{Assembly, limits};
+use inrun_reconcilers::plan::ReconcilePlan;
 
 fn limits_json(l: &inrun_blueprint::PluginLimits) -> Value {
     let l = limits(l);

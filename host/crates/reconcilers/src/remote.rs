@@ -10,7 +10,7 @@ use serde_json::Value;
 use super::{ReconcileError, Reconciler, ReconcilerKind, finish};
 use crate::http::{Bounded, EXCERPT_MAX, read_bounded, truncate};
 // The old paths of the shared HTTP helpers, kept while callers move to `crate::http`.
-pub use crate::http::{excerpt, http_client};
+use crate::http::excerpt;
 use crate::secrets::{SecretError, Secrets};
 use inrun_blueprint::{RemoteSpec, SecretRef};
 use inrun_contract::{Outcome, Request};
@@ -263,6 +263,7 @@ impl Reconciler for Remote {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::http::http_client;
     use crate::secrets::StaticSecrets;
     use serde_json::json;
 
