@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use crate::infrastructure::Infrastructure;
 use crate::{EffectError, Failure, Pass, Reason, meta, record::Recorder, route, run};
 use inrun_blueprint::RuntimeSpec;
 use inrun_reconcilers::assemble::{Assembly, PassError};
@@ -79,7 +80,7 @@ pub enum RenderError {
     #[error("{reason}: {detail}")]
     Package {
         /// The generic reason.
-        reason: &'static str,
+        reason: crate::ConditionReason,
         /// What the package said.
         detail: String,
     },
@@ -212,7 +213,7 @@ pub struct RenderOutput {
 /// through; `converge` and `delete` change the infrastructure, so they are only noted, and
 /// answer `pending` (the host would observe again later).
 struct DryRun<'a> {
-    package: &'a dyn crate::package::Infrastructure,
+    package: &'a dyn crate::infrastructure::Infrastructure,
     calls: std::sync::Mutex<Vec<String>>,
 }
 
@@ -226,11 +227,11 @@ impl DryRun<'_> {
 }
 
 #[async_trait::async_trait]
-impl crate::package::Infrastructure for DryRun<'_> {
+impl crate::infrastructure::Infrastructure for DryRun<'_> {
     async fn validate(
         &self,
         opts: &inrun_contract::package::Options,
-    ) -> Result<Vec<String>, crate::package::CallFailed> {
+    ) -> Result<Vec<String>, crate::infrastructure::CallFailed> {
         let answer = self.package.validate(opts).await;
         match &answer {
             Ok(problems) if problems.is_empty() => self.note("validate: valid".into()),
@@ -242,14 +243,14 @@ impl crate::package::Infrastructure for DryRun<'_> {
     async fn identity(
         &self,
         opts: &inrun_contract::package::Options,
-    ) -> Result<inrun_contract::package::Identity, crate::package::CallFailed> {
+    ) -> Result<inrun_contract::package::Identity, crate::infrastructure::CallFailed> {
         let answer = self.package.identity(opts).await;
         match &answer {
             Ok(id) => self.note(format!(
                 "identity: boundary {}, profile {}, hash {}",
                 id.boundary,
                 id.profile,
-                crate::package::identity_hash(&id.state)
+                crate::infrastructure::identity_hash(&id.state)
             )),
             Err(e) => self.note(format!("identity failed: {e}")),
         }
@@ -258,7 +259,7 @@ impl crate::package::Infrastructure for DryRun<'_> {
     async fn observe(
         &self,
         opts: &inrun_contract::package::Options,
-    ) -> Result<inrun_contract::package::Observation, crate::package::CallFailed> {
+    ) -> Result<inrun_contract::package::Observation, crate::infrastructure::CallFailed> {
         let answer = self.package.observe(opts).await;
         match &answer {
             Ok(o) => self.note(format!(
@@ -273,7 +274,7 @@ impl crate::package::Infrastructure for DryRun<'_> {
         &self,
         change: inrun_contract::package::Change,
         _opts: &inrun_contract::package::Options,
-    ) -> Result<inrun_contract::package::Workflow, crate::package::CallFailed> {
+    ) -> Result<inrun_contract::package::Workflow, crate::infrastructure::CallFailed> {
         self.note(format!("{}: would run (not offline)", change.name()));
         Ok(inrun_contract::package::Workflow::pending())
     }
@@ -340,7 +341,7 @@ pub async fn render(
         // finalizer of the block that serves it (a package's, on a serve target too).
         object["metadata"]["deletionTimestamp"] = Value::String(meta::format_time(now));
         let finalizer = if plan.package.is_some() {
-            crate::package::FINALIZER
+            crate::infrastructure::FINALIZER
         } else {
             meta::FINALIZER
         };
@@ -353,21 +354,19 @@ pub async fn render(
             .map(str::to_string),
     );
     fx.observed = input.observed;
+    let dry = plan.package.as_deref().map(|package| DryRun {
+        package,
+        calls: std::sync::Mutex::default(),
+    });
     let p = Pass {
         crd,
         runtime: &runtime,
         object: &object,
         target: target.as_deref(),
         now,
+        infrastructure: dry.as_ref().map(|d| d as &dyn Infrastructure),
     };
-    let dry = plan.package.as_deref().map(|package| DryRun {
-        package,
-        calls: std::sync::Mutex::default(),
-    });
-    let done = match &dry {
-        Some(dry) => crate::package::run(p, &mut fx, dry).await?,
-        None => run(p, &mut fx).await?,
-    };
+    let done = run(p, &mut fx).await?;
     let infrastructure = dry
         .map(|d| {
             d.calls
@@ -425,7 +424,7 @@ pub async fn render(
     // A retry starts at the package's first retry delay.
     let after = done
         .after
-        .or(done.retry.then_some(crate::package::RETRY_BASE));
+        .or(done.retry.then_some(crate::infrastructure::RETRY_BASE));
     let requeue_after = after
         .filter(|_| gated.is_none())
         .map(inrun_contract::duration::format);
