@@ -11,7 +11,7 @@ use inrun_reconcilers::assemble::{DEFAULT_REQUEUE, ReconcilePlan};
 use inrun_template::Context;
 
 use crate::effects::{EffectError, Effects, Teardown};
-use crate::reconcile::{StatusWrite, held, namespace, prepare, write_status};
+use crate::reconcile::{StatusWrite, kept_verdict, namespace, prepare, write_status};
 use crate::status::Ready;
 use crate::{
     ConditionReason, Done, Failure, Pass, Reason, SAFEGUARD_RECHECK, WAVE_RECHECK, meta, route,
@@ -176,7 +176,7 @@ async fn blocked(
     event: Reason,
     message: String,
 ) -> Result<(), Failure> {
-    let verdict = held(p.object, Ready::not(reason, message.clone()));
+    let verdict = kept_verdict(p.object, Ready::not(reason, message.clone()));
     if write_status(p, fx, kept_status(p.object), &verdict).await? != StatusWrite::Unchanged {
         fx.record(event, message).await;
     }
@@ -186,7 +186,7 @@ async fn blocked(
 /// Says what a deletion in waves waits for, in status (`Ready` false, reason
 /// `Finalizing`); no event: the waves are progress, not a problem.
 async fn progress(p: Pass<'_>, fx: &mut dyn Effects, message: String) -> Result<(), Failure> {
-    let verdict = held(p.object, Ready::not(ConditionReason::Finalizing, message));
+    let verdict = kept_verdict(p.object, Ready::not(ConditionReason::Finalizing, message));
     write_status(p, fx, kept_status(p.object), &verdict).await?;
     Ok(())
 }

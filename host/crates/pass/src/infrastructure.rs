@@ -16,16 +16,19 @@
 //!    `observe` again.
 //!
 //! Every metadata and status write carries the resourceVersion the pass read (or its own
-//! last write returned): a CR edited meanwhile answers [`Written::Stale`], and the result
-//! is dropped for the pass that edit starts; a stale converge never marks a newer
-//! generation ready. Status holds generic reasons only: a package's error text and its
+//! last write returned): a CR edited meanwhile answers
+//! [`Written::Stale`](crate::Written::Stale), and the result is dropped for the pass that
+//! edit starts; a stale converge never marks a newer generation ready. Status holds generic reasons only: a package's error text and its
 //! validation details go to the host's log.
 //!
 //! Deletion: `Retain` removes the finalizer and calls nothing; `Delete` refuses while the
 //! `inrun.dev/prevent-destroy` annotation is `"true"`, else calls `delete` (suspended or
-//! not) and removes the finalizer only once `observe` sees the thing gone.//!
+//! not) and removes the finalizer only once `observe` sees the thing gone.
+//!
 //! [`run`] is the entry (the crate's [`crate::run`] calls it for a CR a package serves);
-//! the steps are in `reconcile` (2–4) and `delete`, what they share in `run`.
+//! the steps are in `reconcile.rs` (2–4) and `delete.rs`, what they share in `run.rs`
+//! (`Run`); the spec in `spec.rs`, the identity in `identity.rs`, the status
+//! in `conditions.rs`, the package's calls in `call.rs`.
 
 mod call;
 mod conditions;

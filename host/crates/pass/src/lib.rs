@@ -4,7 +4,7 @@
 //! call [`run`], so they cannot disagree.
 //!
 //! Start reading at [`run`]: it routes a CR to the package steps ([`infrastructure`]), the
-//! deletion steps ([`finalize`]) or the reconcile steps ([`reconcile`], numbered 1–7).
+//! deletion steps (`finalize.rs`) or the reconcile steps (`reconcile.rs`, numbered 1–7).
 
 mod effects;
 mod failure;
@@ -34,6 +34,8 @@ pub use effects::{
     Written,
 };
 pub use failure::Failure;
+/// The old name of [`infrastructure`], for the runtime's `inrun_pass::package::…` paths.
+pub use infrastructure as package;
 pub use infrastructure::{Infrastructure, retry_bounds};
 pub use inrun_reconcilers::assemble::{DEFAULT_REQUEUE, Next, PassError};
 pub use reason::{ConditionReason, Reason};
@@ -82,6 +84,7 @@ pub struct Done {
 }
 
 impl Done {
+    /// Run again after `after`.
     pub(crate) fn after(after: Duration) -> Self {
         Done {
             after: Some(after),
@@ -103,8 +106,8 @@ pub fn route<'p>(
 }
 
 /// Runs the pass for one CR. A CR served by a package ([`route`]) gets the package steps
-/// ([`infrastructure::run`]); any other gets the deletion steps ([`finalize::finalize`])
-/// when it has a deletion timestamp, else the reconcile steps ([`reconcile::reconcile`]).
+/// ([`infrastructure::run`]); any other gets the deletion steps (`finalize.rs`) when it has
+/// a deletion timestamp, else the reconcile steps (`reconcile.rs`).
 ///
 /// # Errors
 /// [`Failure`] when a step failed; the CR's status and events already say why.

@@ -56,9 +56,7 @@ impl Reason {
         Reason::ResourceFailed,
         Reason::Released,
     ];
-}
 
-impl Reason {
     /// The event's `reason` text.
     pub fn as_str(self) -> &'static str {
         match self {

@@ -159,7 +159,8 @@ async fn maintain(p: Pass<'_>, fx: &mut dyn Effects) -> Result<Option<Done>, Fai
     if meta::differs(p.object, meta::FINALIZER_MANAGER, &maintained) {
         fx.metadata(meta::FINALIZER_MANAGER, &maintained).await?;
     }
-    if !meta::cleanup_at(p.object).is_some_and(|at| at <= p.now) {
+    let due = meta::cleanup_at(p.object).is_some_and(|at| at <= p.now);
+    if !due {
         return Ok(None);
     }
     fx.delete().await?;
@@ -195,7 +196,7 @@ async fn waiting(
     fields: Map<String, Value>,
     on: String,
 ) -> Result<Done, Failure> {
-    let verdict = held(p.object, Ready::not(ConditionReason::Progressing, on));
+    let verdict = kept_verdict(p.object, Ready::not(ConditionReason::Progressing, on));
     if write_status(p, fx, fields, &verdict).await? == StatusWrite::Stale {
         return Ok(Done::after(STALE_RETRY));
     }
@@ -294,7 +295,7 @@ async fn assess(
 
 /// `Reconciled` and `Ready` both saying `condition` (a failed, held or waiting pass), the
 /// children's states as the last pass that judged them wrote them.
-pub(crate) fn held(object: &Value, condition: Ready) -> status::Verdict {
+pub(crate) fn kept_verdict(object: &Value, condition: Ready) -> status::Verdict {
     status::Verdict {
         resources: object.pointer("/status/resources").cloned(),
         ..status::Verdict::both(condition)
@@ -426,7 +427,7 @@ pub(crate) async fn write_status(
 async fn failed(p: Pass<'_>, fx: &mut dyn Effects, ctx: &Context, failure: Failure) -> Failure {
     let message = inrun_contract::errors::chain(&failure);
     let fields = p.crd.status(ctx, None).unwrap_or_default();
-    let verdict = held(p.object, Ready::not(failure.condition(), message.clone()));
+    let verdict = kept_verdict(p.object, Ready::not(failure.condition(), message.clone()));
     if let Err(e) = write_status(p, fx, fields, &verdict).await {
         tracing::warn!(error = %inrun_contract::errors::chain(&e), "could not write the failure to status");
     }
@@ -457,7 +458,7 @@ async fn hold(
         Held::Invalid => (ConditionReason::Invalid, Reason::Invalid),
         Held::Gated => (ConditionReason::Gated, Reason::Gated),
     };
-    let verdict = held(p.object, Ready::not(condition, message.clone()));
+    let verdict = kept_verdict(p.object, Ready::not(condition, message.clone()));
     if matches!(
         write_status(p, fx, fields, &verdict).await?,
         StatusWrite::Written { .. }

@@ -776,3 +776,26 @@ fn the_identity_and_finalizer_are_stored_before_the_first_call_that_could_create
     assert!(stored < at("call observe"), "{order:?}");
     assert!(stored < at("call converge"), "{order:?}");
 }
+
+#[test]
+fn a_packages_retries_go_from_one_second_to_one_minute_unless_the_blueprint_says() {
+    let a = assembly();
+    let runtime = a.blueprint.spec.runtime.clone();
+    let floor = |d: Duration| d.max(runtime.min_requeue);
+    let mut spec = a.crds()[0].spec.clone();
+    // Not a package: runtime.backoff.
+    assert_eq!(
+        retry_bounds(&spec, &runtime),
+        (floor(runtime.backoff.base), floor(runtime.backoff.max))
+    );
+    spec.reconcile.package =
+        Some(serde_json::from_value(json!({"location": "oci://example/db"})).expect("plugin"));
+    assert_eq!(
+        retry_bounds(&spec, &runtime),
+        (floor(RETRY_BASE), floor(RETRY_MAX))
+    );
+    // A Blueprint's own backoff holds for packages too.
+    let mut own = runtime.clone();
+    own.backoff.max = Duration::from_secs(10);
+    assert_eq!(retry_bounds(&spec, &own).1, floor(Duration::from_secs(10)));
+}
