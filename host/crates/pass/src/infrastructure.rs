@@ -18,24 +18,25 @@
 //! Every metadata and status write carries the resourceVersion the pass read (or its own
 //! last write returned): a CR edited meanwhile answers
 //! [`Written::Stale`](crate::Written::Stale), and the result is dropped for the pass that
-//! edit starts; a stale converge never marks a newer generation ready. Status holds generic reasons only: a package's error text and its
-//! validation details go to the host's log.
+//! edit starts; a stale converge never marks a newer generation ready. Status holds
+//! generic reasons only: a package's error text and its validation details go to the
+//! host's log.
 //!
 //! Deletion: `Retain` removes the finalizer and calls nothing; `Delete` refuses while the
 //! `inrun.dev/prevent-destroy` annotation is `"true"`, else calls `delete` (suspended or
 //! not) and removes the finalizer only once `observe` sees the thing gone.
 //!
 //! [`run`] is the entry (the crate's [`crate::run`] calls it for a CR a package serves);
-//! the steps are in `reconcile.rs` (2–4) and `delete.rs`, what they share in `run.rs`
-//! (`Run`); the spec in `spec.rs`, the identity in `identity.rs`, the status
-//! in `conditions.rs`, the package's calls in `call.rs`.
+//! the steps are in `reconcile.rs` (2–4) and `delete.rs`, what they share in `shared.rs`
+//! (`Run`); the spec in `spec.rs`, the identity in `identity.rs`, the status in
+//! `conditions.rs`, the package's calls in `call.rs`.
 
 mod call;
 mod conditions;
 mod delete;
 mod identity;
 mod reconcile;
-mod run;
+mod shared;
 mod spec;
 
 use std::time::Duration;
@@ -47,7 +48,7 @@ pub use call::{CallFailed, Infrastructure};
 use conditions::Conditions;
 use identity::Stored;
 pub use identity::identity_hash;
-use run::Run;
+use shared::Run;
 use spec::finalized;
 pub use spec::{Common, DeletionPolicy};
 

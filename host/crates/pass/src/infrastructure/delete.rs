@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::PREVENT_DESTROY;
 use super::conditions::Conditions;
-use super::run::{Run, again, log_detail, retry};
+use super::shared::{Run, again, log_detail, retry};
 use super::spec::{Common, DeletionPolicy, annotation, finalized, options};
 use crate::finalize::time_left;
 use crate::{ConditionReason, Done, Failure, Reason};

@@ -5,7 +5,7 @@ use serde_json::Value;
 
 use super::conditions::{Conditions, RECONCILING};
 use super::identity::Stored;
-use super::run::{Run, again, log_detail, retry};
+use super::shared::{Run, again, log_detail, retry};
 use super::spec::{Common, event, finalized, generation, options};
 use crate::{ConditionReason, Done, Failure, Reason, status};
 use inrun_contract::package::{Change, Observation, Options, Progress};
