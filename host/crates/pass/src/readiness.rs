@@ -6,6 +6,7 @@ use serde_json::{Value, json};
 
 use super::AppliedChild;
 use super::status::{Ready, Verdict};
+use crate::ConditionReason;
 
 /// How far a child is.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -105,17 +106,17 @@ pub fn verdict(children: &[(AppliedChild, State)], summary: String, cr_namespace
     let first = |f: fn(&State) -> bool| children.iter().find(|(_, s)| f(s));
     let ready = if let Some((c, s)) = first(|s| matches!(s, State::Failed(_))) {
         Ready::not(
-            "ResourceFailed",
+            ConditionReason::ResourceFailed,
             format!("{}: {}", name(c), s.message().unwrap_or_default()),
         )
     } else if let Some((c, s)) = first(|s| matches!(s, State::InProgress(_))) {
         Ready::not(
-            "Progressing",
+            ConditionReason::Progressing,
             format!("{}: {}", name(c), s.message().unwrap_or_default()),
         )
     } else if let Some((c, s)) = first(|s| matches!(s, State::Unknown(_))) {
         Ready::unknown(
-            "Progressing",
+            ConditionReason::Progressing,
             format!("{}: {}", name(c), s.message().unwrap_or_default()),
         )
     } else {
@@ -123,7 +124,7 @@ pub fn verdict(children: &[(AppliedChild, State)], summary: String, cr_namespace
             0 => "no resources to wait for".to_string(),
             n => format!("all {n} resource(s) ready"),
         };
-        Ready::yes("Ready", message)
+        Ready::yes(ConditionReason::Ready, message)
     };
     let resources = children
         .iter()
@@ -145,7 +146,7 @@ pub fn verdict(children: &[(AppliedChild, State)], summary: String, cr_namespace
         })
         .collect();
     Verdict {
-        reconciled: Some(Ready::yes("Reconciled", summary)),
+        reconciled: Some(Ready::yes(ConditionReason::Reconciled, summary)),
         ready,
         resources: Some(Value::Array(resources)),
     }

@@ -8,9 +8,10 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use crate::infrastructure::Infrastructure;
 use crate::{EffectError, Failure, Pass, Reason, meta, record::Recorder, route, run};
 use inrun_blueprint::RuntimeSpec;
-use inrun_reconcilers::assemble::{Assembly, PassError};
+use inrun_reconcilers::assemble::{Assembly, CrdPlan, PassError, ReconcilePlan};
 use inrun_reconcilers::{ReconcileError, ReconcilerKind};
 
 /// The type of [`RenderInput::now`].
@@ -79,7 +80,7 @@ pub enum RenderError {
     #[error("{reason}: {detail}")]
     Package {
         /// The generic reason.
-        reason: &'static str,
+        reason: crate::ConditionReason,
         /// What the package said.
         detail: String,
     },
@@ -212,11 +213,18 @@ pub struct RenderOutput {
 /// through; `converge` and `delete` change the infrastructure, so they are only noted, and
 /// answer `pending` (the host would observe again later).
 struct DryRun<'a> {
-    package: &'a dyn crate::package::Infrastructure,
+    package: &'a dyn crate::infrastructure::Infrastructure,
     calls: std::sync::Mutex<Vec<String>>,
 }
 
 impl DryRun<'_> {
+    /// The calls noted, in order.
+    fn calls(self) -> Vec<String> {
+        self.calls
+            .into_inner()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     fn note(&self, call: String) {
         self.calls
             .lock()
@@ -226,11 +234,11 @@ impl DryRun<'_> {
 }
 
 #[async_trait::async_trait]
-impl crate::package::Infrastructure for DryRun<'_> {
+impl crate::infrastructure::Infrastructure for DryRun<'_> {
     async fn validate(
         &self,
         opts: &inrun_contract::package::Options,
-    ) -> Result<Vec<String>, crate::package::CallFailed> {
+    ) -> Result<Vec<String>, crate::infrastructure::CallFailed> {
         let answer = self.package.validate(opts).await;
         match &answer {
             Ok(problems) if problems.is_empty() => self.note("validate: valid".into()),
@@ -242,14 +250,14 @@ impl crate::package::Infrastructure for DryRun<'_> {
     async fn identity(
         &self,
         opts: &inrun_contract::package::Options,
-    ) -> Result<inrun_contract::package::Identity, crate::package::CallFailed> {
+    ) -> Result<inrun_contract::package::Identity, crate::infrastructure::CallFailed> {
         let answer = self.package.identity(opts).await;
         match &answer {
             Ok(id) => self.note(format!(
                 "identity: boundary {}, profile {}, hash {}",
                 id.boundary,
                 id.profile,
-                crate::package::identity_hash(&id.state)
+                crate::infrastructure::identity_hash(&id.state)
             )),
             Err(e) => self.note(format!("identity failed: {e}")),
         }
@@ -258,7 +266,7 @@ impl crate::package::Infrastructure for DryRun<'_> {
     async fn observe(
         &self,
         opts: &inrun_contract::package::Options,
-    ) -> Result<inrun_contract::package::Observation, crate::package::CallFailed> {
+    ) -> Result<inrun_contract::package::Observation, crate::infrastructure::CallFailed> {
         let answer = self.package.observe(opts).await;
         match &answer {
             Ok(o) => self.note(format!(
@@ -273,7 +281,7 @@ impl crate::package::Infrastructure for DryRun<'_> {
         &self,
         change: inrun_contract::package::Change,
         _opts: &inrun_contract::package::Options,
-    ) -> Result<inrun_contract::package::Workflow, crate::package::CallFailed> {
+    ) -> Result<inrun_contract::package::Workflow, crate::infrastructure::CallFailed> {
         self.note(format!("{}: would run (not offline)", change.name()));
         Ok(inrun_contract::package::Workflow::pending())
     }
@@ -303,26 +311,7 @@ pub async fn render(
     finalizing: bool,
 ) -> Result<RenderOutput, RenderError> {
     let mut object = input.object;
-    let text = |p: &str| {
-        object
-            .pointer(p)
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string()
-    };
-    let (api_version, kind) = (text("/apiVersion"), text("/kind"));
-    let crd = assembly
-        .crd_for(&api_version, &kind)
-        .ok_or_else(|| RenderError::UnknownKind {
-            api_version: api_version.clone(),
-            kind: kind.clone(),
-            known: assembly
-                .crds()
-                .iter()
-                .map(|c| format!("{} {}", c.spec.api_version(), c.spec.kind))
-                .collect::<Vec<_>>()
-                .join(", "),
-        })?;
+    let crd = crd_of(assembly, &object)?;
     // Whole seconds: the deletion timestamp below is written to the second, and the time
     // left before a finalizer timeout must not depend on the sub-second the render ran.
     let now = input.now.unwrap_or_else(|| {
@@ -336,15 +325,7 @@ pub async fn render(
     };
     let (target, plan) = route(crd, &object, target);
     if finalizing {
-        // As the API server shows a CR being deleted: a deletion timestamp, and the
-        // finalizer of the block that serves it (a package's, on a serve target too).
-        object["metadata"]["deletionTimestamp"] = Value::String(meta::format_time(now));
-        let finalizer = if plan.package.is_some() {
-            crate::package::FINALIZER
-        } else {
-            meta::FINALIZER
-        };
-        object["metadata"]["finalizers"] = serde_json::json!([finalizer]);
+        being_deleted(&mut object, plan, now);
     }
     let mut fx = Recorder::new(
         object
@@ -353,28 +334,20 @@ pub async fn render(
             .map(str::to_string),
     );
     fx.observed = input.observed;
+    let dry = plan.package.as_deref().map(|package| DryRun {
+        package,
+        calls: std::sync::Mutex::default(),
+    });
     let p = Pass {
         crd,
         runtime: &runtime,
         object: &object,
         target: target.as_deref(),
         now,
+        infrastructure: dry.as_ref().map(|d| d as &dyn Infrastructure),
     };
-    let dry = plan.package.as_deref().map(|package| DryRun {
-        package,
-        calls: std::sync::Mutex::default(),
-    });
-    let done = match &dry {
-        Some(dry) => crate::package::run(p, &mut fx, dry).await?,
-        None => run(p, &mut fx).await?,
-    };
-    let infrastructure = dry
-        .map(|d| {
-            d.calls
-                .into_inner()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-        })
-        .unwrap_or_default();
+    let done = run(p, &mut fx).await?;
+    let infrastructure = dry.map(DryRun::calls).unwrap_or_default();
     // A package's own validation is shown with its problems (in `infrastructure`): offline
     // they are the developer's to read.
     if let Some((_, message)) = fx
@@ -390,32 +363,7 @@ pub async fn render(
         .iter()
         .find(|(r, _)| *r == Reason::Gated)
         .map(|(_, m)| m.clone());
-    // No status written: the CR already shows what the pass wants.
-    let mut status = fx
-        .status
-        .clone()
-        .or_else(|| object.get("status").and_then(Value::as_object).cloned())
-        .unwrap_or_default();
-    let ready = crate::status::ready_now(&serde_json::json!({"status": status})).map(
-        |(status, reason, message)| ReadyOutput {
-            status,
-            reason,
-            message,
-        },
-    );
-    let conditions = match status.remove("conditions") {
-        Some(Value::Array(all)) => all
-            .into_iter()
-            .map(|mut c| {
-                if let Some(c) = c.as_object_mut() {
-                    c.remove("lastTransitionTime");
-                }
-                c
-            })
-            .collect(),
-        _ => Vec::new(),
-    };
-    status.remove("observedGeneration");
+    let shown = Shown::of(&fx, &object);
     let decorated = fx
         .metadata_of(meta::RECONCILER_MANAGER)
         .cloned()
@@ -425,7 +373,7 @@ pub async fn render(
     // A retry starts at the package's first retry delay.
     let after = done
         .after
-        .or(done.retry.then_some(crate::package::RETRY_BASE));
+        .or(done.retry.then_some(crate::infrastructure::RETRY_BASE));
     let requeue_after = after
         .filter(|_| gated.is_none())
         .map(inrun_contract::duration::format);
@@ -435,23 +383,108 @@ pub async fn render(
         target,
         gated,
         resources: std::mem::take(&mut fx.applied),
-        status,
-        ready,
-        conditions,
+        status: shown.status,
+        ready: shown.ready,
+        conditions: shown.conditions,
         labels: decorated.labels,
         annotations,
-        events: fx
-            .events
-            .iter()
-            .map(|(r, n)| format!("{}: {n}", r.as_str()))
-            .chain(fx.emitted.iter().map(|e| match e.kind.as_str() {
-                "Warning" => format!("{} (Warning): {}", e.reason, e.message),
-                _ => format!("{}: {}", e.reason, e.message),
-            }))
-            .collect(),
+        events: events(&fx),
         requeue_after,
         requeue_holds: done.holds,
         cleanup_after: done.cleanup.map(inrun_contract::duration::format),
         infrastructure,
     })
+}
+
+/// The CRD plan for `object`'s apiVersion and kind.
+fn crd_of<'a>(assembly: &'a Assembly, object: &Value) -> Result<&'a CrdPlan, RenderError> {
+    let text = |p: &str| {
+        object
+            .pointer(p)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string()
+    };
+    let (api_version, kind) = (text("/apiVersion"), text("/kind"));
+    assembly
+        .crd_for(&api_version, &kind)
+        .ok_or_else(|| RenderError::UnknownKind {
+            api_version: api_version.clone(),
+            kind: kind.clone(),
+            known: assembly
+                .crds()
+                .iter()
+                .map(|c| format!("{} {}", c.spec.api_version(), c.spec.kind))
+                .collect::<Vec<_>>()
+                .join(", "),
+        })
+}
+
+/// `object` as the API server shows a CR being deleted: a deletion timestamp, and the
+/// finalizer of the block that serves it (a package's, on a serve target too).
+fn being_deleted(object: &mut Value, plan: &ReconcilePlan, now: Timestamp) {
+    object["metadata"]["deletionTimestamp"] = Value::String(meta::format_time(now));
+    let finalizer = if plan.package.is_some() {
+        crate::infrastructure::FINALIZER
+    } else {
+        meta::FINALIZER
+    };
+    object["metadata"]["finalizers"] = serde_json::json!([finalizer]);
+}
+
+/// The status as `inrun render` shows it: the fields, the `Ready` condition, and every
+/// condition without its transition time.
+struct Shown {
+    status: Map<String, Value>,
+    ready: Option<ReadyOutput>,
+    conditions: Vec<Value>,
+}
+
+impl Shown {
+    /// The status `fx` wrote, or (no status written: the CR already shows what the pass
+    /// wants) `object`'s.
+    fn of(fx: &Recorder, object: &Value) -> Self {
+        let mut status = fx
+            .status
+            .clone()
+            .or_else(|| object.get("status").and_then(Value::as_object).cloned())
+            .unwrap_or_default();
+        let ready = crate::status::ready_now(&serde_json::json!({"status": status})).map(
+            |(status, reason, message)| ReadyOutput {
+                status,
+                reason,
+                message,
+            },
+        );
+        let conditions = match status.remove("conditions") {
+            Some(Value::Array(all)) => all
+                .into_iter()
+                .map(|mut c| {
+                    if let Some(c) = c.as_object_mut() {
+                        c.remove("lastTransitionTime");
+                    }
+                    c
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
+        status.remove("observedGeneration");
+        Shown {
+            status,
+            ready,
+            conditions,
+        }
+    }
+}
+
+/// The events `fx` recorded, the host's and then the reconciler's, as `Reason: note`.
+fn events(fx: &Recorder) -> Vec<String> {
+    fx.events
+        .iter()
+        .map(|(r, n)| format!("{}: {n}", r.as_str()))
+        .chain(fx.emitted.iter().map(|e| match e.kind.as_str() {
+            "Warning" => format!("{} (Warning): {}", e.reason, e.message),
+            _ => format!("{}: {}", e.reason, e.message),
+        }))
+        .collect()
 }

@@ -6,6 +6,7 @@ use serde_json::{Map, Value, json};
 
 use super::fields::owned_keys;
 use super::meta::STATUS_MANAGER;
+use crate::ConditionReason;
 
 /// Longest condition message, in characters.
 const MESSAGE_MAX: usize = 1000;
@@ -15,16 +16,15 @@ const MESSAGE_MAX: usize = 1000;
 pub struct Ready {
     /// `True`, `False` or `Unknown`.
     pub status: &'static str,
-    /// CamelCase reason: `Ready`, `Reconciled`, `Progressing`, `ResourceFailed`,
-    /// `ReconcileError`, `Invalid`, `Gated`, `Finalizing`, `DeletionBlocked`.
-    pub reason: &'static str,
+    /// Why.
+    pub reason: ConditionReason,
     /// For people; bounded and free of secrets.
     pub message: String,
 }
 
 impl Ready {
     /// A true condition with `reason`.
-    pub fn yes(reason: &'static str, message: String) -> Self {
+    pub fn yes(reason: ConditionReason, message: String) -> Self {
         Ready {
             status: "True",
             reason,
@@ -33,7 +33,7 @@ impl Ready {
     }
 
     /// A false condition with `reason`.
-    pub fn not(reason: &'static str, message: String) -> Self {
+    pub fn not(reason: ConditionReason, message: String) -> Self {
         Ready {
             status: "False",
             reason,
@@ -42,7 +42,7 @@ impl Ready {
     }
 
     /// A condition whose truth is not known (offline, children not observed).
-    pub fn unknown(reason: &'static str, message: String) -> Self {
+    pub fn unknown(reason: ConditionReason, message: String) -> Self {
         Ready {
             status: "Unknown",
             reason,
@@ -128,14 +128,19 @@ pub fn desired(
             object,
             "Reconciled",
             r.status,
-            r.reason,
+            r.reason.as_str(),
             &r.message,
             now,
         ));
     }
     let r = &verdict.ready;
     conditions.push(condition(
-        object, "Ready", r.status, r.reason, &r.message, now,
+        object,
+        "Ready",
+        r.status,
+        r.reason.as_str(),
+        &r.message,
+        now,
     ));
     fields.insert("observedGeneration".into(), json!(generation));
     fields.insert("conditions".into(), Value::Array(conditions));
@@ -281,7 +286,10 @@ mod tests {
     use super::*;
 
     fn ok() -> Verdict {
-        Verdict::both(Ready::yes("Reconciled", "applied 2 resource(s)".into()))
+        Verdict::both(Ready::yes(
+            ConditionReason::Reconciled,
+            "applied 2 resource(s)".into(),
+        ))
     }
 
     #[test]
@@ -382,7 +390,7 @@ mod tests {
         let failed = desired(
             &object,
             Map::new(),
-            &Verdict::both(Ready::not("ReconcileError", "boom".into())),
+            &Verdict::both(Ready::not(ConditionReason::ReconcileError, "boom".into())),
             "t1",
         );
         let written = json!({"metadata": {"generation": 1}, "status": failed});

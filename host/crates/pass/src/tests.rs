@@ -4,7 +4,7 @@
 use super::record::Recorder;
 use super::*;
 use inrun_reconcilers::assemble::Assembly;
-use serde_json::json;
+use serde_json::{Map, Value, json};
 
 fn assembly(crd_extra: &str, reconcile_extra: &str) -> Assembly {
     let text = format!(
@@ -66,6 +66,7 @@ fn run_pass_with(
         object,
         target: None,
         now: "2026-01-01T00:00:00Z".parse().expect("time"),
+        infrastructure: None,
     };
     futures::executor::block_on(run(p, fx))
 }
@@ -333,6 +334,7 @@ fn after_the_finalizer_timeout_the_teardown_is_forced_and_what_it_spared_is_told
         object: &object,
         target: None,
         now: "2026-01-01T00:00:05Z".parse().expect("time"),
+        infrastructure: None,
     };
     futures::executor::block_on(run(p, &mut fx)).expect("pass");
     assert_eq!(
@@ -397,6 +399,7 @@ fn a_result_requeue_asks_again_and_a_resync_is_the_longest_wait() {
         object: &object,
         target: None,
         now: "2026-01-01T00:00:00Z".parse().expect("time"),
+        infrastructure: None,
     };
     let done = futures::executor::block_on(run(p, &mut fx)).expect("pass");
     assert_eq!(done.after, Some(Duration::from_secs(30)));

@@ -72,15 +72,13 @@ pub async fn reconcile(cached: Arc<CachedCr>, ctx: Arc<Ctx>) -> Result<Action, R
             object: &object,
             target: None,
             now: k8s_openapi::jiff::Timestamp::now(),
+            infrastructure: None,
         };
         let run = async {
             if let Some(message) = cached.too_large() {
                 return pass::refuse(p, &mut fx, message).await;
             }
-            match &plan.package {
-                Some(package) => pass::package::run(p, &mut fx, package.as_ref()).await,
-                None => pass::run(p, &mut fx).await,
-            }
+            pass::run(p, &mut fx).await
         };
         let (result, panicked) = match guarded(run).await {
             Ok(result) => (result.map_err(ReconcileError::Pass), false),

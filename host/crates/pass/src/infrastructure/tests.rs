@@ -5,8 +5,16 @@
 use std::collections::VecDeque;
 use std::sync::Mutex;
 
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde_json::{Value, json};
+
+use super::identity::Stored;
 use super::*;
 use crate::record::Recorder;
+use crate::{meta, status};
+use inrun_contract::package::{Change, Identity, Observation, Options, Workflow};
 use inrun_reconcilers::assemble::Assembly;
 
 /// A package that answers from a script and notes every call.
@@ -135,6 +143,7 @@ fn pass_with(
         object,
         target: None,
         now: "2026-01-01T00:00:00Z".parse().expect("time"),
+        infrastructure: None,
     };
     futures::executor::block_on(run(p, fx, pkg))
 }
@@ -328,11 +337,11 @@ fn a_failed_converge_shows_a_generic_reason_and_never_the_packages_text() {
     assert!(matches!(
         err,
         Failure::Package {
-            reason: "ConvergeFailed",
+            reason: ConditionReason::ConvergeFailed,
             ..
         }
     ));
-    assert_eq!(err.condition(), "ConvergeFailed");
+    assert_eq!(err.condition(), ConditionReason::ConvergeFailed);
     let o = after(&object, &fx);
     assert_eq!(ready(&o).1, "ConvergeFailed");
     let text = serde_json::to_string(&o["status"]).expect("json");
@@ -581,6 +590,7 @@ fn a_package_cr_gets_the_crds_emitted_status_and_conditions_beside_its_own() {
         object: &object,
         target: None,
         now: "2026-01-01T00:00:00Z".parse().expect("time"),
+        infrastructure: None,
     };
     let pkg = Script::new(&[ABSENT, READY]);
     let mut fx = Recorder::new(Some("ns".into()));
@@ -708,7 +718,7 @@ fn a_pending_converge_is_observed_again_later_and_a_reported_failure_fails_the_s
     pkg.converge = Ok(Workflow::failed("quota=hunter2 exceeded"));
     let mut fx = Recorder::new(Some("ns".into()));
     let err = pass(&object, &pkg, &mut fx).expect_err("failed");
-    assert_eq!(err.condition(), "ConvergeFailed");
+    assert_eq!(err.condition(), ConditionReason::ConvergeFailed);
     let o = after(&object, &fx);
     assert_eq!(ready(&o).1, "ConvergeFailed");
     assert!(!o["status"].to_string().contains("hunter2"));
@@ -736,7 +746,7 @@ fn a_pending_delete_keeps_the_finalizer_and_a_reported_failure_fails_the_step() 
     pkg.converge = Ok(Workflow::failed("busy"));
     let mut fx = Recorder::new(Some("ns".into()));
     let err = pass(&deleting("Delete"), &pkg, &mut fx).expect_err("failed");
-    assert_eq!(err.condition(), "DeleteFailed");
+    assert_eq!(err.condition(), ConditionReason::DeleteFailed);
     assert!(fx.metadata_of(meta::FINALIZER_MANAGER).is_none());
 }
 
@@ -765,4 +775,27 @@ fn the_identity_and_finalizer_are_stored_before_the_first_call_that_could_create
     );
     assert!(stored < at("call observe"), "{order:?}");
     assert!(stored < at("call converge"), "{order:?}");
+}
+
+#[test]
+fn a_packages_retries_go_from_one_second_to_one_minute_unless_the_blueprint_says() {
+    let a = assembly();
+    let runtime = a.blueprint.spec.runtime.clone();
+    let floor = |d: Duration| d.max(runtime.min_requeue);
+    let mut spec = a.crds()[0].spec.clone();
+    // Not a package: runtime.backoff.
+    assert_eq!(
+        retry_bounds(&spec, &runtime),
+        (floor(runtime.backoff.base), floor(runtime.backoff.max))
+    );
+    spec.reconcile.package =
+        Some(serde_json::from_value(json!({"location": "oci://example/db"})).expect("plugin"));
+    assert_eq!(
+        retry_bounds(&spec, &runtime),
+        (floor(RETRY_BASE), floor(RETRY_MAX))
+    );
+    // A Blueprint's own backoff holds for packages too.
+    let mut own = runtime.clone();
+    own.backoff.max = Duration::from_secs(10);
+    assert_eq!(retry_bounds(&spec, &own).1, floor(Duration::from_secs(10)));
 }

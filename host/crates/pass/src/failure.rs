@@ -1,0 +1,42 @@
+//! A pass that failed, and the `Ready` reason it shows.
+
+use inrun_reconcilers::ReconcileError;
+use inrun_reconcilers::assemble::PassError;
+
+use crate::{ConditionReason, EffectError};
+
+/// A pass that failed; it is retried with per-key backoff.
+#[derive(Debug, thiserror::Error)]
+pub enum Failure {
+    /// The reconciler failed.
+    #[error(transparent)]
+    Reconcile(#[from] ReconcileError),
+    /// A step around the reconciler failed (template, fence, external call).
+    #[error(transparent)]
+    Pass(#[from] PassError),
+    /// A read or write failed.
+    #[error(transparent)]
+    Effect(#[from] EffectError),
+    /// An infrastructure package's call failed or reported failure. `detail` is the
+    /// package's text: for the log, never for status or events.
+    #[error("{reason}: {detail}")]
+    Package {
+        /// The generic reason on the CR (`ConvergeFailed`, `ObserveFailed`, ...).
+        reason: ConditionReason,
+        /// What the package said.
+        detail: String,
+    },
+}
+
+impl Failure {
+    /// The `Ready` condition's reason for this failure.
+    pub fn condition(&self) -> ConditionReason {
+        match self {
+            Failure::Effect(EffectError {
+                condition: Some(c), ..
+            }) => *c,
+            Failure::Package { reason, .. } => *reason,
+            _ => ConditionReason::ReconcileError,
+        }
+    }
+}
