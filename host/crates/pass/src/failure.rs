@@ -1,7 +1,7 @@
 //! A pass that failed, and the `Ready` reason it shows.
 
 use inrun_reconcilers::ReconcileError;
-use inrun_reconcilers::assemble::PassError;
+use inrun_reconcilers::plan::StepError;
 
 use crate::{ConditionReason, EffectError};
 
@@ -13,7 +13,7 @@ pub enum Failure {
     Reconcile(#[from] ReconcileError),
     /// A step around the reconciler failed (template, fence, external call).
     #[error(transparent)]
-    Pass(#[from] PassError),
+    Step(#[from] StepError),
     /// A read or write failed.
     #[error(transparent)]
     Effect(#[from] EffectError),

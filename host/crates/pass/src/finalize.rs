@@ -7,7 +7,7 @@ use k8s_openapi::jiff::Timestamp;
 use serde_json::{Map, Value};
 
 use inrun_contract::{Outcome, Request};
-use inrun_reconcilers::assemble::{DEFAULT_REQUEUE, ReconcilePlan};
+use inrun_reconcilers::plan::{DEFAULT_REQUEUE, ReconcilePlan};
 use inrun_template::Context;
 
 use crate::effects::{EffectError, Effects, Teardown};

@@ -27,7 +27,7 @@ use k8s_openapi::jiff::Timestamp;
 use serde_json::Value;
 
 use inrun_blueprint::RuntimeSpec;
-use inrun_reconcilers::assemble::{CrdPlan, ReconcilePlan};
+use inrun_reconcilers::plan::{CrdPlan, ReconcilePlan};
 
 pub use effects::{
     Applied, AppliedChild, ChildKey, Claimed, EffectError, Effects, Observed, Pruned, Teardown,
@@ -37,7 +37,7 @@ pub use failure::Failure;
 /// The old name of [`infrastructure`], for the runtime's `inrun_pass::package::…` paths.
 pub use infrastructure as package;
 pub use infrastructure::{Infrastructure, retry_bounds};
-pub use inrun_reconcilers::assemble::{DEFAULT_REQUEUE, Next, PassError};
+pub use inrun_reconcilers::plan::{DEFAULT_REQUEUE, Next, StepError};
 pub use reason::{ConditionReason, Reason};
 pub use reconcile::{held_back, refuse};
 

@@ -6,7 +6,7 @@
 use serde_json::{Map, Value};
 
 use inrun_contract::{Outcome, Request};
-use inrun_reconcilers::assemble::{Next, ReconcilePlan};
+use inrun_reconcilers::plan::{Next, ReconcilePlan};
 use inrun_template::Context;
 
 use crate::effects::{AppliedChild, Effects, Observed, Written};

@@ -11,7 +11,8 @@ use serde_json::{Map, Value};
 use crate::infrastructure::Infrastructure;
 use crate::{EffectError, Failure, Pass, Reason, meta, record::Recorder, route, run};
 use inrun_blueprint::RuntimeSpec;
-use inrun_reconcilers::assemble::{Assembly, CrdPlan, PassError, ReconcilePlan};
+use inrun_reconcilers::assemble::Assembly;
+use inrun_reconcilers::plan::{CrdPlan, ReconcilePlan, StepError};
 use inrun_reconcilers::{ReconcileError, ReconcilerKind};
 
 /// The type of [`RenderInput::now`].
@@ -65,7 +66,7 @@ pub enum RenderError {
     },
     /// A step before or after the reconciler failed.
     #[error(transparent)]
-    Pass(#[from] PassError),
+    Step(#[from] StepError),
     /// The reconciler failed.
     #[error("reconcile failed")]
     Reconcile(#[from] ReconcileError),
@@ -90,7 +91,7 @@ impl From<Failure> for RenderError {
     fn from(f: Failure) -> Self {
         match f {
             Failure::Reconcile(e) => RenderError::Reconcile(e),
-            Failure::Pass(e) => RenderError::Pass(e),
+            Failure::Step(e) => RenderError::Step(e),
             Failure::Effect(e) => RenderError::Effect(e),
             Failure::Package { reason, detail } => RenderError::Package { reason, detail },
         }

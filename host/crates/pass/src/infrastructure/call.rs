@@ -78,17 +78,17 @@ pub trait Infrastructure: Send + Sync {
 }
 
 #[async_trait]
-impl Infrastructure for inrun_reconcilers::package::Package {
+impl Infrastructure for inrun_reconcilers::infrastructure::Package {
     async fn validate(&self, opts: &Options) -> Result<Vec<String>, CallFailed> {
-        Ok(inrun_reconcilers::package::Package::validate(self, opts).await?)
+        Ok(inrun_reconcilers::infrastructure::Package::validate(self, opts).await?)
     }
     async fn identity(&self, opts: &Options) -> Result<Identity, CallFailed> {
-        Ok(inrun_reconcilers::package::Package::identity(self, opts).await?)
+        Ok(inrun_reconcilers::infrastructure::Package::identity(self, opts).await?)
     }
     async fn observe(&self, opts: &Options) -> Result<Observation, CallFailed> {
-        Ok(inrun_reconcilers::package::Package::observe(self, opts).await?)
+        Ok(inrun_reconcilers::infrastructure::Package::observe(self, opts).await?)
     }
     async fn workflow(&self, change: Change, opts: &Options) -> Result<Workflow, CallFailed> {
-        Ok(inrun_reconcilers::package::Package::workflow(self, change, opts).await?)
+        Ok(inrun_reconcilers::infrastructure::Package::workflow(self, change, opts).await?)
     }
 }
