@@ -51,7 +51,7 @@ impl Fleet {
         // derived from the Blueprint's name: otherwise one tenant could name another's, or
         // take the name another's ServiceAccount was made for before that one exists.
         if let (TenantSource::Resource(name), Some(sa)) = (source, &identity) {
-            crate::identity::admits(&self.shared.client, sa, name, None).await?;
+            crate::impersonation::admits(&self.shared.client, sa, name, None).await?;
         }
         let budget = &blueprint.spec.runtime.budget;
         if identity == current.identity && *budget == current.budget {
@@ -84,7 +84,7 @@ impl Fleet {
 
     /// Asks again, for every Blueprint resource serving as a ServiceAccount (named or
     /// derived), whether that ServiceAccount still admits it
-    /// ([`crate::identity::admits`]). One whose consent is gone stops serving (its
+    /// ([`crate::impersonation::admits`]). One whose consent is gone stops serving (its
     /// controllers stop; its CRDs and CRs stay) and is refused with `NoIdentity`; it serves
     /// again once admitted, at a later check.
     pub(super) async fn recheck_consent(self: &Arc<Self>) {
@@ -106,7 +106,7 @@ impl Fleet {
                 continue;
             };
             let admitted =
-                crate::identity::admits(&self.shared.client, &sa, name, uid.as_deref()).await;
+                crate::impersonation::admits(&self.shared.client, &sa, name, uid.as_deref()).await;
             let Err(why) = admitted else {
                 continue;
             };
