@@ -21,6 +21,7 @@ mod shared;
 mod startup;
 
 // One CRD's controller: its watches, queue, and the pass's effects.
+mod apply;
 mod backoff;
 mod cached;
 mod child_watches;
@@ -56,11 +57,11 @@ pub mod settings;
 /// The module's former name, kept for callers outside this crate.
 pub use impersonation as identity;
 
+pub use apply::APPLIED_HASH;
 pub use cache::WatchCache;
 pub use cached::{
     DEFAULT_MAX_BODY as DEFAULT_MAX_CR_BYTES, set_max_body_bytes as set_max_cr_bytes,
 };
-pub use children::APPLIED_HASH;
 pub use controller::{controller, run};
 pub use events::Reason;
 pub use inrun_pass::meta::{CLEANUP_AT, FINALIZER, OWNER_UID, RECONCILER_MANAGER};
