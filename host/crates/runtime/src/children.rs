@@ -50,10 +50,42 @@ pub enum ChildError {
         held: String,
     },
     /// Discovery of the API server's types failed.
-    #[error("discovering the API server's types: {error}")]
-    Discovery {
-        /// Why.
-        error: String,
+    #[error("discovering the API server's types")]
+    Discovery(#[source] kube::Error),
+    /// Discovery did not answer in time.
+    #[error(
+        "discovering the API server's types: the API server did not answer within {}s (an aggregated API it proxies to may be down)",
+        .within.as_secs()
+    )]
+    DiscoveryTimedOut {
+        /// How long it waited.
+        within: std::time::Duration,
+    },
+    /// An available APIService's group/version did not tell its types in time.
+    #[error(
+        "discovering the API server's types: APIService {api_service} serves {served}, which did not answer within {}s",
+        .within.as_secs()
+    )]
+    ServedTypesTimedOut {
+        /// The APIService.
+        api_service: String,
+        /// The group/version it serves.
+        served: String,
+        /// How long it waited.
+        within: std::time::Duration,
+    },
+    /// An available APIService's types could not be read.
+    #[error(
+        "discovering the API server's types: APIService {api_service} serves {served}, whose types could not be read"
+    )]
+    ServedTypes {
+        /// The APIService.
+        api_service: String,
+        /// The group/version it serves.
+        served: String,
+        /// The API server's error.
+        #[source]
+        source: kube::Error,
     },
     /// The API call failed.
     #[error("{action} {child}: {}", ApiFailure::text(error))]

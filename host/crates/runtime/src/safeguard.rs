@@ -284,18 +284,16 @@ async fn api_service_types(
     let asked =
         tokio::time::timeout(ASK_AGGREGATED, ctx.client.list_api_group_resources(&gv)).await;
     let Ok(asked) = asked else {
-        return Err(ChildError::Discovery {
-            error: format!(
-                "APIService {name} serves {gv}, which did not answer within {}s",
-                ASK_AGGREGATED.as_secs()
-            ),
+        return Err(ChildError::ServedTypesTimedOut {
+            api_service: name.to_string(),
+            served: gv,
+            within: ASK_AGGREGATED,
         });
     };
-    let list = asked.map_err(|e| ChildError::Discovery {
-        error: format!(
-            "APIService {name} serves {gv}, whose types could not be read: {}",
-            inrun_contract::errors::chain(&e)
-        ),
+    let list = asked.map_err(|source| ChildError::ServedTypes {
+        api_service: name.to_string(),
+        served: gv.clone(),
+        source,
     })?;
     Ok(list
         .resources
@@ -322,15 +320,10 @@ async fn declared_types(
         discovery = discovery.filter(&groups);
     }
     let discovery = match tokio::time::timeout(ASK_AGGREGATED, discovery.run()).await {
-        Ok(run) => run.map_err(|e| ChildError::Discovery {
-            error: inrun_contract::errors::chain(&e),
-        })?,
+        Ok(run) => run.map_err(ChildError::Discovery)?,
         Err(_) => {
-            return Err(ChildError::Discovery {
-                error: format!(
-                    "the API server did not answer within {}s (an aggregated API it proxies to may be down)",
-                    ASK_AGGREGATED.as_secs()
-                ),
+            return Err(ChildError::DiscoveryTimedOut {
+                within: ASK_AGGREGATED,
             });
         }
     };

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use kube::Client;
 
-use crate::impersonation::Impersonation;
+use crate::impersonation::{IdentityError, Impersonation};
 use crate::kinds::Kinds;
 use crate::{fence, locks};
 
@@ -81,14 +81,22 @@ impl Shared {
     /// and metrics stay shared.
     ///
     /// # Errors
-    /// A message when this host cannot impersonate or the client cannot be built.
-    pub fn acting_as(&self, sa: &inrun_blueprint::ServiceAccountRef) -> Result<Shared, String> {
-        let impersonation = self.impersonation.as_ref().ok_or_else(|| {
-            format!("the Blueprint runs as ServiceAccount {sa}, but this host was started without a way to impersonate")
-        })?;
+    /// [`IdentityError::NoImpersonation`] when this host cannot impersonate,
+    /// [`IdentityError::Client`] when the client cannot be built.
+    pub fn acting_as(
+        &self,
+        sa: &inrun_blueprint::ServiceAccountRef,
+    ) -> Result<Shared, IdentityError> {
+        let impersonation = self
+            .impersonation
+            .as_ref()
+            .ok_or_else(|| IdentityError::NoImpersonation { sa: sa.clone() })?;
         let client = impersonation
             .client(sa)
-            .map_err(|e| format!("a client acting as ServiceAccount {sa}: {e}"))?;
+            .map_err(|source| IdentityError::Client {
+                sa: sa.clone(),
+                source,
+            })?;
         Ok(Shared {
             client,
             identity: Some(sa.clone()),

@@ -18,17 +18,19 @@ impl Fleet {
         current: &Acting,
         candidate: Option<&Acting>,
         blueprint: &Blueprint,
-    ) -> Result<Acting, String> {
+    ) -> Result<Acting, IdentityError> {
         let identity = match (source, &blueprint.spec.service_account) {
             (_, Some(sa)) => Some(sa.clone()),
             (TenantSource::File(_), None) => None,
             (TenantSource::Resource(name), None) => {
                 let Some(pattern) = &self.options.default_tenant_service_account else {
-                    return Err(
-                        "a Blueprint resource acts as a Kubernetes identity: set spec.serviceAccount {namespace, name}, or start the host with --default-tenant-service-account namespace/{name}".into(),
-                    );
+                    return Err(IdentityError::Unnamed);
                 };
-                Some(pattern.for_blueprint(name)?)
+                Some(
+                    pattern
+                        .for_blueprint(name)
+                        .map_err(IdentityError::Derived)?,
+                )
             }
         };
         if let (TenantSource::Resource(_), Some(sa), Some(allowed)) =
@@ -41,10 +43,10 @@ impl Fleet {
                 .map(|p| p.namespace.as_str());
             if !allowed.contains(&sa.namespace) && derived != Some(sa.namespace.as_str()) {
                 let kept: Vec<&str> = allowed.iter().map(String::as_str).chain(derived).collect();
-                return Err(format!(
-                    "ServiceAccount {sa} is not in a namespace the host keeps for tenants' identities ({}; --tenant-identity-namespaces): a tenant's ServiceAccount reads its kinds cluster-wide, and its token must not be within reach of a tenant's pods",
-                    kept.join(", ")
-                ));
+                return Err(IdentityError::NamespaceNotKept {
+                    sa: sa.clone(),
+                    kept: kept.join(", "),
+                });
             }
         }
         // A Blueprint resource acts as a ServiceAccount only with its consent, named or
@@ -119,7 +121,12 @@ impl Fleet {
     }
 
     /// Stops the tenant of `source` serving, if it still acts as `sa`: its consent is gone.
-    pub(super) async fn withdraw(&self, source: TenantSource, sa: ServiceAccountRef, why: String) {
+    pub(super) async fn withdraw(
+        &self,
+        source: TenantSource,
+        sa: ServiceAccountRef,
+        why: IdentityError,
+    ) {
         let (object, stopped) = {
             let mut tenants = self.tenants.lock().await;
             let Some(tenant) = tenants.get_mut(&source) else {
@@ -128,7 +135,7 @@ impl Fleet {
             if tenant.acting.identity.as_ref() != Some(&sa) || tenant.error.is_some() {
                 return;
             }
-            let message = FleetError::Identity(why).to_string();
+            let message = inrun_contract::errors::chain(&FleetError::Identity(why));
             tracing::error!(tenant = %source, error = %message, "consent withdrawn; the tenant stops serving");
             let stopped: Vec<Running> = std::mem::take(&mut tenant.running).into_values().collect();
             tenant.assembly = None;

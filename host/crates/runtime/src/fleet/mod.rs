@@ -37,6 +37,7 @@ use serde::Serialize;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
+use crate::impersonation::IdentityError;
 use crate::{self as runtime, RunError, Shared};
 use inrun_blueprint::{
     self as blueprint, Blueprint, BlueprintError, CrdSpec, RuntimeSpec, ServiceAccountRef,
@@ -155,11 +156,11 @@ pub enum FleetError {
     #[error(transparent)]
     Claimed(BlueprintError),
     /// The `Blueprint` CRD could not be installed or read.
-    #[error("the Blueprint custom resource definition: {0}")]
-    Resources(String),
+    #[error("the Blueprint custom resource definition")]
+    Resources(#[source] crate::crds::CrdError),
     /// The tenant has no identity to act as, or it cannot be assumed.
-    #[error("{0}")]
-    Identity(String),
+    #[error(transparent)]
+    Identity(#[from] IdentityError),
 }
 
 impl FleetError {
