@@ -441,13 +441,12 @@ async fn shape(
         .and_then(Value::as_str)
         .ok_or(ChildError::NoName(index))?
         .to_string();
-    let cr_ns = cr.metadata.namespace.clone();
     let namespace = if kind.namespaced {
         let ns = obj
             .pointer("/metadata/namespace")
             .and_then(Value::as_str)
             .map(str::to_string)
-            .or(cr_ns.clone());
+            .or_else(|| cr.metadata.namespace.clone());
         obj["metadata"]["namespace"] = json!(ns);
         ns
     } else {
@@ -462,12 +461,7 @@ async fn shape(
         .and_then(|a| a.remove(CREATE_ONLY_ANNOTATION))
         .is_some();
     if ownership == Ownership::Owned {
-        add_owner(
-            ctx,
-            cr,
-            &mut obj,
-            kind.namespaced && namespace.is_some() && namespace == cr_ns,
-        );
+        add_owner(ctx, cr, &mut obj, &kind, namespace.as_deref());
     }
     let key = ChildKey {
         group: group_of(api_version).to_string(),
@@ -483,12 +477,13 @@ async fn shape(
     })
 }
 
-/// Marks `obj` as `cr`'s: its owner label, and, `referenced` (a namespaced child in the
-/// namespace of a namespaced CR), a controller owner reference.
-fn add_owner(ctx: &Ctx, cr: &DynamicObject, obj: &mut Value, referenced: bool) {
+/// Marks `obj`, of `kind`, in `namespace`, as `cr`'s: its owner label, and, for a child in
+/// the namespace of a namespaced CR, a controller owner reference.
+fn add_owner(ctx: &Ctx, cr: &DynamicObject, obj: &mut Value, kind: &Kind, namespace: Option<&str>) {
     let uid = cr.metadata.uid.clone().unwrap_or_default();
     obj["metadata"]["labels"][OWNER_UID] = json!(uid);
-    if referenced && ctx.namespaced {
+    let in_crs_namespace = namespace.is_some() && namespace == cr.metadata.namespace.as_deref();
+    if kind.namespaced && in_crs_namespace && ctx.namespaced {
         obj["metadata"]["ownerReferences"] = json!([{
             "apiVersion": ctx.cr_resource.api_version,
             "kind": ctx.cr_resource.kind,

@@ -352,7 +352,7 @@ pub async fn run(
     // `client` is used as given: acting with it for a Blueprint that names another
     // identity would widen what that Blueprint may do.
     if let Some(sa) = &assembly.blueprint.spec.service_account {
-        return Err(RunError::Identity(sa.to_string()));
+        return Err(RunError::Identity(sa.clone()));
     }
     let mut shared =
         Shared::new(client, options.instance.clone()).with_metrics(options.metrics.clone());

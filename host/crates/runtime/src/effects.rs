@@ -268,7 +268,11 @@ impl Effects for ApiEffects<'_> {
         spec: &ReconcileSpec,
         forced: bool,
     ) -> Result<Teardown, EffectError> {
-        teardown::tear_down(self.ctx, &self.cr, spec, forced)
+        // Forced (the finalizer timeout passed), it never fails: the CR is released.
+        if forced {
+            return Ok(teardown::forced_tear_down(self.ctx, &self.cr, spec).await);
+        }
+        teardown::tear_down(self.ctx, &self.cr, spec)
             .await
             .map_err(child_error("deleting the CR's children"))
     }

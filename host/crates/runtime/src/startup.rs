@@ -31,7 +31,7 @@ pub enum RunError {
     #[error(
         "the Blueprint acts as ServiceAccount {0} (spec.serviceAccount); serve it through the fleet (`inrun run`), which impersonates it"
     )]
-    Identity(String),
+    Identity(inrun_blueprint::ServiceAccountRef),
 }
 
 /// The kinds one CRD's CRs may own.

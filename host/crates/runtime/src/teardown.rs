@@ -115,19 +115,16 @@ async fn child_kinds(ctx: &Ctx, spec: &ReconcileSpec) -> Result<Vec<crate::Kind>
     children::served_kinds(ctx, entries).await
 }
 
-/// Tears down `cr`'s children (see [`inrun_pass::Effects::tear_down`]).
+/// Tears down `cr`'s children (see [`inrun_pass::Effects::tear_down`]); once the
+/// finalizer timeout passed, [`forced_tear_down`] does instead.
 ///
 /// # Errors
-/// [`ChildError`] for the first failed list, delete or orphaning; never when `forced`.
+/// [`ChildError`] for the first failed list, delete or orphaning.
 pub async fn tear_down(
     ctx: &Ctx,
     cr: &DynamicObject,
     spec: &ReconcileSpec,
-    forced: bool,
 ) -> Result<Teardown, ChildError> {
-    if forced {
-        return Ok(forced_tear_down(ctx, cr, spec).await);
-    }
     let all = every_child(ctx, cr, spec).await?;
     // Nothing is deleted when every child stays: nothing to guard.
     let guarded = all.iter().any(|c| !c.orphans());
@@ -198,7 +195,7 @@ pub async fn tear_down(
 /// all at once; never a CRD or APIService whose types have foreign instances, or whose
 /// instances could not be checked (those are orphaned); what could not be listed, deleted
 /// or orphaned is left in place and named in [`Teardown::Done::spared`].
-async fn forced_tear_down(ctx: &Ctx, cr: &DynamicObject, spec: &ReconcileSpec) -> Teardown {
+pub async fn forced_tear_down(ctx: &Ctx, cr: &DynamicObject, spec: &ReconcileSpec) -> Teardown {
     let mut notes: Vec<String> = Vec::new();
     // Kind by kind: a kind that cannot be listed leaves only its own children unhandled.
     // Those with the CR as owner may still be garbage-collected once it is gone.
