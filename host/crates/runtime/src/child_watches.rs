@@ -5,10 +5,11 @@
 use std::sync::Arc;
 
 use futures::StreamExt;
+use futures::stream::BoxStream;
 use kube::Client;
 use kube::api::{Api, DynamicObject};
 use kube::core::PartialObjectMeta;
-use kube::runtime::reflector::{ObjectRef, reflector, store::Writer};
+use kube::runtime::reflector::{ObjectRef, Store, reflector, store::Writer};
 use kube::runtime::{WatchStreamExt, watcher};
 
 use crate::cached::CachedCr;
@@ -25,8 +26,8 @@ pub(crate) fn child_watch(
     triggers: &Arc<triggers::Triggers>,
     stores: &stores::ChildStores,
 ) -> (
-    futures::stream::BoxStream<'static, ObjectRef<CachedCr>>,
-    kube::runtime::reflector::Store<PartialObjectMeta<DynamicObject>>,
+    BoxStream<'static, ObjectRef<CachedCr>>,
+    Store<PartialObjectMeta<DynamicObject>>,
 ) {
     // `Api<PartialObjectMeta<_>>` asks for metadata only.
     let api: Api<PartialObjectMeta<DynamicObject>> = Api::all_with(client.clone(), &kind.resource);
@@ -64,7 +65,7 @@ pub(crate) fn child_watch(
 /// (deleted behind the host's back, say) has no event to wake its CR.
 pub(crate) async fn lazy_watches(
     ctx: Arc<Ctx>,
-    crs: kube::runtime::reflector::Store<CachedCr>,
+    crs: Store<CachedCr>,
     mut pending: Vec<(String, String)>,
     woken: tokio::sync::mpsc::UnboundedSender<ObjectRef<CachedCr>>,
 ) {
@@ -80,29 +81,7 @@ pub(crate) async fn lazy_watches(
                 match ctx.kinds.resolve(&ctx.client, &api_version, &kind).await {
                     Ok(resolved) => {
                         tracing::info!(kind = %format!("{api_version} {kind}"), "the API server serves this kind now; watching its children");
-                        let (watch, store) =
-                            child_watch(&ctx.client, &resolved, &ctx.triggers, &ctx.children);
-                        watches.push(watch);
-                        let crs = crs.clone();
-                        let resource = ctx.cr_resource.clone();
-                        let every_cr = futures::stream::once(async move {
-                            let _ = store.wait_until_ready().await;
-                            crs.state()
-                                .iter()
-                                .map(|cr| {
-                                    let r = ObjectRef::new_with(
-                                        cr.metadata.name.as_deref().unwrap_or_default(),
-                                        resource.clone(),
-                                    );
-                                    match cr.metadata.namespace.as_deref() {
-                                        Some(ns) => r.within(ns),
-                                        None => r,
-                                    }
-                                })
-                                .collect::<Vec<_>>()
-                        })
-                        .flat_map(futures::stream::iter);
-                        watches.push(every_cr.boxed());
+                        watches.extend(newly_served(&ctx, &crs, &resolved));
                     }
                     Err(_) => still.push((api_version, kind)),
                 }
@@ -127,6 +106,36 @@ pub(crate) async fn lazy_watches(
             }
         }
     }
+}
+
+/// The watch of `kind`'s children, served since the controller started, and a stream
+/// that yields every CR of `crs` once that watch has listed.
+fn newly_served(
+    ctx: &Ctx,
+    crs: &Store<CachedCr>,
+    kind: &kinds::Kind,
+) -> [BoxStream<'static, ObjectRef<CachedCr>>; 2] {
+    let (watch, store) = child_watch(&ctx.client, kind, &ctx.triggers, &ctx.children);
+    let crs = crs.clone();
+    let resource = ctx.cr_resource.clone();
+    let every_cr = futures::stream::once(async move {
+        let _ = store.wait_until_ready().await;
+        crs.state()
+            .iter()
+            .map(|cr| {
+                let r = ObjectRef::new_with(
+                    cr.metadata.name.as_deref().unwrap_or_default(),
+                    resource.clone(),
+                );
+                match cr.metadata.namespace.as_deref() {
+                    Some(ns) => r.within(ns),
+                    None => r,
+                }
+            })
+            .collect::<Vec<_>>()
+    })
+    .flat_map(futures::stream::iter);
+    [watch, every_cr.boxed()]
 }
 
 /// The CR a child's watch event wakes, if any.

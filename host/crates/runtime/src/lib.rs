@@ -14,6 +14,12 @@
 //!   `children.rs` holds what both share.
 //! - [`fleet`]: the tenants, one controller set per Blueprint, loaded and reloaded.
 //! - [`Shared`] (`shared.rs`): what every controller of a host shares.
+//!
+//! One CR's way through: a watch event (`controller.rs`, `child_watches.rs`) wakes it
+//! unless the host wrote the change itself (`triggers.rs`); the reconcile fn (`pass.rs`)
+//! runs [`inrun_pass`], whose reads and writes are `effects.rs`, which applies children
+//! (`apply.rs`), prunes or releases them (`teardown.rs`, guarded by `safeguard.rs`) and
+//! records events (`events.rs`).
 
 // Start-up and wiring.
 mod controller;
