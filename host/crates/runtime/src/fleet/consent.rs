@@ -10,8 +10,8 @@ impl Fleet {
     /// current clients when that did not change.
     ///
     /// # Errors
-    /// Why, for a Blueprint resource with neither, or when the host cannot act as the
-    /// ServiceAccount (a [`FleetError::Identity`]).
+    /// [`IdentityError`] for a Blueprint resource with neither, one whose ServiceAccount
+    /// does not admit it, or when the host cannot act as the ServiceAccount.
     pub(super) async fn acting(
         &self,
         source: &TenantSource,
@@ -19,36 +19,7 @@ impl Fleet {
         candidate: Option<&Acting>,
         blueprint: &Blueprint,
     ) -> Result<Acting, IdentityError> {
-        let identity = match (source, &blueprint.spec.service_account) {
-            (_, Some(sa)) => Some(sa.clone()),
-            (TenantSource::File(_), None) => None,
-            (TenantSource::Resource(name), None) => {
-                let Some(pattern) = &self.options.default_tenant_service_account else {
-                    return Err(IdentityError::Unnamed);
-                };
-                Some(
-                    pattern
-                        .for_blueprint(name)
-                        .map_err(IdentityError::Derived)?,
-                )
-            }
-        };
-        if let (TenantSource::Resource(_), Some(sa), Some(allowed)) =
-            (source, &identity, &self.options.tenant_identity_namespaces)
-        {
-            let derived = self
-                .options
-                .default_tenant_service_account
-                .as_ref()
-                .map(|p| p.namespace.as_str());
-            if !allowed.contains(&sa.namespace) && derived != Some(sa.namespace.as_str()) {
-                let kept: Vec<&str> = allowed.iter().map(String::as_str).chain(derived).collect();
-                return Err(IdentityError::NamespaceNotKept {
-                    sa: sa.clone(),
-                    kept: kept.join(", "),
-                });
-            }
-        }
+        let identity = self.identity_of(source, blueprint)?;
         // A Blueprint resource acts as a ServiceAccount only with its consent, named or
         // derived from the Blueprint's name: otherwise one tenant could name another's, or
         // take the name another's ServiceAccount was made for before that one exists.
@@ -82,6 +53,50 @@ impl Fleet {
             budget: budget.clone(),
             plugins: self.plugin_set(source, budget, sources),
         })
+    }
+
+    /// The ServiceAccount `blueprint` of `source` names, or for a Blueprint resource that
+    /// names none the one derived from its name; `None`, a file's acts as the host.
+    ///
+    /// # Errors
+    /// [`IdentityError`] for a Blueprint resource with neither, or a ServiceAccount outside
+    /// the namespaces kept for tenants' identities.
+    fn identity_of(
+        &self,
+        source: &TenantSource,
+        blueprint: &Blueprint,
+    ) -> Result<Option<ServiceAccountRef>, IdentityError> {
+        let identity = match (source, &blueprint.spec.service_account) {
+            (_, Some(sa)) => Some(sa.clone()),
+            (TenantSource::File(_), None) => None,
+            (TenantSource::Resource(name), None) => {
+                let Some(pattern) = &self.options.default_tenant_service_account else {
+                    return Err(IdentityError::Unnamed);
+                };
+                Some(
+                    pattern
+                        .for_blueprint(name)
+                        .map_err(IdentityError::Derived)?,
+                )
+            }
+        };
+        if let (TenantSource::Resource(_), Some(sa), Some(allowed)) =
+            (source, &identity, &self.options.tenant_identity_namespaces)
+        {
+            let derived = self
+                .options
+                .default_tenant_service_account
+                .as_ref()
+                .map(|p| p.namespace.as_str());
+            if !allowed.contains(&sa.namespace) && derived != Some(sa.namespace.as_str()) {
+                let kept: Vec<&str> = allowed.iter().map(String::as_str).chain(derived).collect();
+                return Err(IdentityError::NamespaceNotKept {
+                    sa: sa.clone(),
+                    kept: kept.join(", "),
+                });
+            }
+        }
+        Ok(identity)
     }
 
     /// Asks again, for every Blueprint resource serving as a ServiceAccount (named or
