@@ -1,35 +1,24 @@
-//! The CR's children: applied by server-side apply (field manager `inrun-reconciler`,
-//! forced) in waves, owned and labelled — and only when the desired object differs from
-//! what the host last applied or the child drifted. Pruning and deleting them go through
-//! the helpers here from [`super::teardown`].
+//! The child API that applying ([`super::apply`]), pruning and releasing
+//! ([`super::teardown`]) and the pass's effects share: reading, listing, deleting and
+//! orphaning a CR's children, and the errors of all of them.
 //!
-//! Adoption is explicit: an existing object the CR does not own (no `inrun.dev/owner-uid`
-//! of its uid) is never taken over unless its `managedResources` entry says `adopt: true`,
-//! and prune, release and `request.children` touch only objects the host applied for the
-//! CR (its owner label and the host's field manager), never a same-named stranger.
-
-use std::sync::Arc;
+//! Prune, release and `request.children` touch only objects the host applied for the CR
+//! (its owner label and the host's field manager), never a same-named stranger.
 
 use std::collections::HashSet;
 
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
-use kube::core::PartialObjectMeta;
 use serde_json::{Value, json};
 
+use super::apply::APPLIED_HASH;
 use super::context::Ctx;
 use super::kinds::{Kind, UnknownKind};
 use super::stores::child_id;
-use inrun_contract::CREATE_ONLY_ANNOTATION;
-use inrun_contract::api_version::group_of;
 use inrun_pass::meta::{OWNER_UID, RECONCILER_MANAGER};
-use inrun_pass::{Applied, AppliedChild, ChildKey, Observed, readiness, waves};
+use inrun_pass::{ChildKey, Observed, waves};
 
-/// Annotation on every child the host applies: a hash of the object it sent, so a later
-/// pass (or another replica, or the host after a restart) knows the child is as desired
-/// without writing it again.
-pub const APPLIED_HASH: &str = "inrun.dev/applied";
-
-fn id_of(key: &ChildKey) -> String {
+/// The child's id in the triggers' records of what the host wrote.
+pub(super) fn id_of(key: &ChildKey) -> String {
     child_id(&key.group, &key.kind, key.namespace.as_deref(), &key.name)
 }
 
@@ -61,10 +50,42 @@ pub enum ChildError {
         held: String,
     },
     /// Discovery of the API server's types failed.
-    #[error("discovering the API server's types: {error}")]
-    Discovery {
-        /// Why.
-        error: String,
+    #[error("discovering the API server's types")]
+    Discovery(#[source] kube::Error),
+    /// Discovery did not answer in time.
+    #[error(
+        "discovering the API server's types: the API server did not answer within {}s (an aggregated API it proxies to may be down)",
+        .within.as_secs()
+    )]
+    DiscoveryTimedOut {
+        /// How long it waited.
+        within: std::time::Duration,
+    },
+    /// An available APIService's group/version did not tell its types in time.
+    #[error(
+        "discovering the API server's types: APIService {api_service} serves {served}, which did not answer within {}s",
+        .within.as_secs()
+    )]
+    ServedTypesTimedOut {
+        /// The APIService.
+        api_service: String,
+        /// The group/version it serves.
+        served: String,
+        /// How long it waited.
+        within: std::time::Duration,
+    },
+    /// An available APIService's types could not be read.
+    #[error(
+        "discovering the API server's types: APIService {api_service} serves {served}, whose types could not be read"
+    )]
+    ServedTypes {
+        /// The APIService.
+        api_service: String,
+        /// The group/version it serves.
+        served: String,
+        /// The API server's error.
+        #[source]
+        source: kube::Error,
     },
     /// The API call failed.
     #[error("{action} {child}: {}", ApiFailure::text(error))]
@@ -101,225 +122,6 @@ pub(super) fn api_for(ctx: &Ctx, kind: &Kind, namespace: Option<&str>) -> Api<Dy
     }
 }
 
-/// A CRD or APIService applied in an earlier stage, which later stages wait for.
-struct Gate {
-    key: ChildKey,
-    kind: Kind,
-    /// The object as the apply returned it; `None` when nothing was written.
-    written: Option<DynamicObject>,
-}
-
-/// The condition that opens a gate of `kind`: an APIService's `Available`, a CRD's
-/// `Established`.
-fn gate_condition(kind: &str) -> &'static str {
-    if kind == waves::API_SERVICE.1 {
-        "Available"
-    } else {
-        "Established"
-    }
-}
-
-/// Whether a CRD is `Established` or an APIService `Available`.
-fn gate_open(obj: &DynamicObject, kind: &str) -> bool {
-    let condition = gate_condition(kind);
-    obj.data
-        .pointer("/status/conditions")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .any(|c| c["type"] == condition && c["status"] == "True")
-}
-
-/// What the first closed gate waits for, if any gate is closed.
-async fn closed(ctx: &Ctx, gates: &[Gate]) -> Result<Option<String>, ChildError> {
-    for gate in gates {
-        let obj = match &gate.written {
-            Some(obj) => Some(obj.clone()),
-            None => api_for(ctx, &gate.kind, None)
-                .get_opt(&gate.key.name)
-                .await
-                .map_err(|error| ChildError::Api {
-                    action: "reading",
-                    child: gate.key.to_string(),
-                    error,
-                })?,
-        };
-        let Some(obj) = obj else {
-            return Ok(Some(format!("waiting for {} to exist", gate.key)));
-        };
-        if !gate_open(&obj, &gate.key.kind) {
-            return Ok(Some(format!(
-                "waiting for {} to be {} before the next wave",
-                gate.key,
-                gate_condition(&gate.key.kind)
-            )));
-        }
-    }
-    Ok(None)
-}
-
-/// A status-reading child of an earlier stage (a Deployment, a StatefulSet, a Job...), which
-/// later apply waves and the managed instances wait for: an instance is served by an
-/// operator the same Result may ship, and a wave is declared to come after the ones
-/// before, so each goes in only once what it may depend on is ready.
-struct Prerequisite {
-    key: ChildKey,
-    kind: Kind,
-    /// The object as the apply returned it; `None` when nothing was written.
-    written: Option<DynamicObject>,
-}
-
-/// What the first prerequisite not yet ready (by its kind's rules, as for the CR's `Ready`)
-/// waits for, if any is not; `next` names the stage that waits.
-async fn unready(
-    ctx: &Ctx,
-    prerequisites: &[Prerequisite],
-    next: &str,
-) -> Result<Option<String>, ChildError> {
-    for p in prerequisites {
-        let obj = match &p.written {
-            Some(obj) => Some(obj.clone()),
-            None => api_for(ctx, &p.kind, p.key.namespace.as_deref())
-                .get_opt(&p.key.name)
-                .await
-                .map_err(|error| ChildError::Api {
-                    action: "reading",
-                    child: p.key.to_string(),
-                    error,
-                })?,
-        };
-        let Some(obj) = obj else {
-            return Ok(Some(format!(
-                "waiting for {} to exist before {next}",
-                p.key
-            )));
-        };
-        let state = readiness::state(&serde_json::to_value(&obj).unwrap_or_default());
-        if state != readiness::State::Current {
-            return Ok(Some(format!(
-                "waiting for {} to be ready before {next}: {}",
-                p.key,
-                state.message().unwrap_or(state.as_str())
-            )));
-        }
-    }
-    Ok(None)
-}
-
-/// Applies every resource for `cr` in apply waves ([`waves`]); `owned` adds the owner
-/// label and, in the CR's namespace, a controller owner reference. A child already as
-/// desired is not written. A stage whose CRDs are not `Established` (APIServices not
-/// `Available`) yet ends the apply, and so does a stage of managed instances while a
-/// status-reading child of an earlier stage (the operator's Deployment) is not ready:
-/// [`Applied::waiting`] says what for, and a later pass goes on — nothing here waits.
-///
-/// # Errors
-/// [`ChildError`] for the first resource that could not be applied.
-pub async fn apply(
-    ctx: &Ctx,
-    cr: &DynamicObject,
-    spec: &inrun_blueprint::ReconcileSpec,
-    resources: &[Value],
-    owned: bool,
-) -> Result<Applied, ChildError> {
-    let types = waves::ManagedTypes::of(resources, &spec.managed_types);
-    let mut order = Vec::with_capacity(resources.len());
-    for (index, r) in resources.iter().enumerate() {
-        let shape = |problem| ChildError::Shape { index, problem };
-        let wave = waves::wave(waves::annotation(r, waves::APPLY_ORDER), waves::APPLY_ORDER)
-            .map_err(shape)?;
-        waves::wave(
-            waves::annotation(r, waves::DELETE_ORDER),
-            waves::DELETE_ORDER,
-        )
-        .map_err(shape)?;
-        waves::delete_policy(waves::annotation(r, waves::DELETE_POLICY)).map_err(shape)?;
-        let (api_version, kind) = (
-            r["apiVersion"].as_str().unwrap_or_default(),
-            r["kind"].as_str().unwrap_or_default(),
-        );
-        let stage = waves::apply_stage(wave, waves::class(api_version, kind, &types));
-        order.push((stage, index, r));
-    }
-    order.sort_by_key(|(stage, index, _)| (*stage, *index));
-    ctx.children.ready().await;
-    let mut applied = Applied::default();
-    let mut gates: Vec<Gate> = Vec::new();
-    let mut prerequisites: Vec<Prerequisite> = Vec::new();
-    let mut stage = None;
-    for (this, index, resource) in order {
-        if stage != Some(this) {
-            if let Some(on) = closed(ctx, &gates).await? {
-                applied.waiting = Some(on);
-                return Ok(applied);
-            }
-            let next = if stage.is_some_and(|(wave, _)| wave != this.0) {
-                Some(format!("apply wave {}", this.0))
-            } else if this.1 == waves::Class::Instance as u8 {
-                Some("the managed instances".to_string())
-            } else {
-                None
-            };
-            if let Some(next) = next {
-                if let Some(on) = unready(ctx, &prerequisites, &next).await? {
-                    applied.waiting = Some(on);
-                    return Ok(applied);
-                }
-                // Ready once: a later stage does not ask again.
-                prerequisites.clear();
-            }
-            if !gates.is_empty() {
-                // A type a CRD just defined is served now: its children's watch may start.
-                ctx.kinds_changed.notify_one();
-            }
-            gates.clear();
-            stage = Some(this);
-        }
-        let api_version = resource["apiVersion"].as_str().unwrap_or_default();
-        let kind_name = resource["kind"].as_str().unwrap_or_default();
-        let adopt = spec
-            .managed_resources
-            .iter()
-            .any(|m| m.adopt && m.api_version == api_version && m.kind == kind_name);
-        let one = match apply_one(ctx, cr, index, resource, owned, adopt).await {
-            // Established, but discovery does not show the new type yet: a moment later it does.
-            Err(ChildError::Kind(e)) if types.brought(api_version, kind_name) => {
-                applied.waiting = Some(format!("waiting for the API server to serve {e}"));
-                return Ok(applied);
-            }
-            result => result?,
-        };
-        applied.written += usize::from(one.written.is_some());
-        applied.keys.insert(one.key.clone());
-        applied.children.push(AppliedChild {
-            index,
-            api_version: api_version.to_string(),
-            key: one.key.clone(),
-            // Kept only for a child whose readiness is judged on it: the rest are current
-            // once applied, and converting every written object would cost each pass.
-            object: one
-                .written
-                .as_ref()
-                .filter(|_| readiness::judged_on_object(spec, resource))
-                .and_then(|o| serde_json::to_value(o).ok()),
-        });
-        if waves::defines_types(api_version, kind_name) {
-            gates.push(Gate {
-                key: one.key,
-                kind: one.kind,
-                written: one.written,
-            });
-        } else if this.1 != waves::Class::Foundation as u8 && readiness::reads_status(resource) {
-            prerequisites.push(Prerequisite {
-                key: one.key,
-                kind: one.kind,
-                written: one.written,
-            });
-        }
-    }
-    Ok(applied)
-}
-
 /// The child `key` of `api_version`, whole, as the server has it now.
 ///
 /// # Errors
@@ -344,218 +146,6 @@ pub async fn observe(ctx: &Ctx, api_version: &str, key: &ChildKey) -> Result<Obs
             .unwrap_or(Observed::Missing),
         None => Observed::Missing,
     })
-}
-
-/// A hash of the object as the host sends it: the first 8 bytes of its sha256, so every
-/// replica and every build of the host computes the same stamp (std's hasher may change
-/// between Rust releases, which would rewrite every child after an upgrade).
-fn hash_of(obj: &Value) -> u64 {
-    use sha2::{Digest, Sha256};
-    let digest = Sha256::digest(obj.to_string().as_bytes());
-    let mut first = [0u8; 8];
-    first.copy_from_slice(&digest[..8]);
-    u64::from_be_bytes(first)
-}
-
-/// Whether nobody but the host has written the child's fields since the host's last
-/// apply: in its managed fields (status aside), the host's entry is the newest.
-fn untouched(child: &PartialObjectMeta<DynamicObject>) -> bool {
-    let entries: Vec<_> = child
-        .metadata
-        .managed_fields
-        .iter()
-        .flatten()
-        .filter(|m| m.subresource.as_deref().unwrap_or_default().is_empty())
-        .collect();
-    let Some(ours) = entries.iter().find(|m| {
-        m.manager.as_deref() == Some(RECONCILER_MANAGER) && m.operation.as_deref() == Some("Apply")
-    }) else {
-        return false;
-    };
-    entries.iter().all(|m| {
-        std::ptr::eq(*m, *ours) || matches!((&m.time, &ours.time), (Some(t), Some(o)) if t.0 < o.0)
-    })
-}
-
-/// One child an apply covered.
-struct One {
-    key: ChildKey,
-    kind: Kind,
-    /// The object as written; `None` when it was already as desired.
-    written: Option<DynamicObject>,
-}
-
-/// Applies one child unless it is already as desired. An owned child that exists without
-/// the CR's owner label is refused ([`ChildError::Conflict`]) unless `adopt`.
-async fn apply_one(
-    ctx: &Ctx,
-    cr: &DynamicObject,
-    index: usize,
-    resource: &Value,
-    owned: bool,
-    adopt: bool,
-) -> Result<One, ChildError> {
-    let api_version = resource["apiVersion"].as_str().unwrap_or_default();
-    let kind_name = resource["kind"].as_str().unwrap_or_default();
-    let kind = ctx
-        .kinds
-        .resolve(&ctx.client, api_version, kind_name)
-        .await?;
-    check_shape(resource).map_err(|problem| ChildError::Shape { index, problem })?;
-    let mut obj = resource.clone();
-    let name = obj
-        .pointer("/metadata/name")
-        .and_then(Value::as_str)
-        .ok_or(ChildError::NoName(index))?
-        .to_string();
-    let cr_ns = cr.metadata.namespace.clone();
-    let namespace = if kind.namespaced {
-        let ns = obj
-            .pointer("/metadata/namespace")
-            .and_then(Value::as_str)
-            .map(str::to_string)
-            .or(cr_ns.clone());
-        obj["metadata"]["namespace"] = json!(ns);
-        ns
-    } else {
-        if let Some(meta) = obj["metadata"].as_object_mut() {
-            meta.remove("namespace");
-        }
-        None
-    };
-    let create_only = obj
-        .pointer_mut("/metadata/annotations")
-        .and_then(Value::as_object_mut)
-        .and_then(|a| a.remove(CREATE_ONLY_ANNOTATION))
-        .is_some();
-    if owned {
-        let uid = cr.metadata.uid.clone().unwrap_or_default();
-        obj["metadata"]["labels"][OWNER_UID] = json!(uid);
-        if kind.namespaced && namespace.is_some() && namespace == cr_ns && ctx.namespaced {
-            obj["metadata"]["ownerReferences"] = json!([{
-                "apiVersion": ctx.cr_resource.api_version,
-                "kind": ctx.cr_resource.kind,
-                "name": cr.metadata.name,
-                "uid": uid,
-                "controller": true,
-                "blockOwnerDeletion": true,
-            }]);
-        }
-    }
-    let key = ChildKey {
-        group: group_of(api_version).to_string(),
-        kind: kind_name.to_string(),
-        namespace: namespace.clone(),
-        name: name.clone(),
-    };
-    let api = api_for(ctx, &kind, namespace.as_deref());
-    let err = |action, error| ChildError::Api {
-        action,
-        child: key.to_string(),
-        error,
-    };
-    let hash = hash_of(&obj);
-    let id = id_of(&key);
-    let cr_key = Ctx::key(cr);
-    let live = if owned {
-        ctx.children.get(&kind, namespace.as_deref(), &name)
-    } else {
-        None
-    };
-    let uid = cr.metadata.uid.as_deref().unwrap_or_default();
-    // The cache holds only objects with an owner label: one whose label names another CR
-    // is someone else's, and one the cache lacks (or a cache that has not listed yet, such
-    // as a kind watched only since a CRD child defined it) may still exist — ask, and judge
-    // what the server answers as a cached child would be judged.
-    let current: Option<Arc<PartialObjectMeta<DynamicObject>>> = match live {
-        Some(Some(child)) => Some(child),
-        _ if owned || create_only => api
-            .get_metadata_opt(&name)
-            .await
-            .map_err(|e| err("reading", e))?
-            .map(Arc::new),
-        _ => None,
-    };
-    let holder = current.as_ref().map(|c| owner_of(&c.metadata));
-    if create_only && holder.is_some() {
-        return Ok(One {
-            key,
-            kind,
-            written: None,
-        });
-    }
-    if owned
-        && !adopt
-        && let Some(held) = holder.filter(|h| h.as_deref() != Some(uid))
-    {
-        return Err(ChildError::Conflict {
-            child: key.to_string(),
-            held: match held {
-                Some(other) => format!("its {OWNER_UID} label names another CR, uid {other}"),
-                None => format!("it has no {OWNER_UID} label"),
-            },
-        });
-    }
-    if let Some(child) = current.as_deref().filter(|_| owned) {
-        let stamped = child
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(APPLIED_HASH))
-            .is_some_and(|h| *h == format!("{hash:016x}"));
-        let same_version = child
-            .metadata
-            .resource_version
-            .as_deref()
-            .is_some_and(|rv| ctx.triggers.applied_as(&cr_key, &id, hash, rv));
-        if stamped
-            && (same_version || untouched(child))
-            && child.metadata.deletion_timestamp.is_none()
-        {
-            return Ok(One {
-                key,
-                kind,
-                written: None,
-            });
-        }
-    }
-    obj["metadata"]["annotations"][APPLIED_HASH] = json!(format!("{hash:016x}"));
-    let written = api
-        .patch(
-            &name,
-            &PatchParams::apply(RECONCILER_MANAGER).force(),
-            &Patch::Apply(&obj),
-        )
-        .await
-        .map_err(|e| err("applying", e))?;
-    if let Some(rv) = &written.metadata.resource_version {
-        ctx.triggers.applied(&cr_key, &id, hash, rv);
-    }
-    Ok(One {
-        key,
-        kind,
-        written: Some(written),
-    })
-}
-
-/// The host edits `metadata`, `metadata.labels`, `metadata.annotations` and
-/// `metadata.namespace` of every child: they must be a map, maps of strings, and a string.
-fn check_shape(resource: &Value) -> Result<(), String> {
-    let meta = match resource.get("metadata") {
-        Some(Value::Object(m)) => m,
-        _ => return Err("metadata is not an object".into()),
-    };
-    for field in ["labels", "annotations"] {
-        match meta.get(field) {
-            None | Some(Value::Null) => {}
-            Some(Value::Object(m)) if m.values().all(Value::is_string) => {}
-            Some(_) => return Err(format!("metadata.{field} is not a map of strings")),
-        }
-    }
-    match meta.get("namespace") {
-        None | Some(Value::Null) | Some(Value::String(_)) => Ok(()),
-        Some(_) => Err("metadata.namespace is not a string".into()),
-    }
 }
 
 /// Children of `cr` of one kind, across namespaces, by the owner label (whoever applied
@@ -627,17 +217,14 @@ pub async fn observed(
     Ok(Value::Object(grouped))
 }
 
-/// The owner uid an object's label names, if any.
-fn owner_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Option<String> {
-    meta.labels.as_ref()?.get(OWNER_UID).cloned()
-}
-
+/// Whether the host applied `obj` (its field manager has an `Apply` entry).
 fn applied_by_host(obj: &DynamicObject) -> bool {
     obj.metadata.managed_fields.iter().flatten().any(|m| {
         m.manager.as_deref() == Some(RECONCILER_MANAGER) && m.operation.as_deref() == Some("Apply")
     })
 }
 
+/// The key of a listed child of `kind`.
 fn key_of(obj: &DynamicObject, kind: &Kind) -> ChildKey {
     ChildKey {
         group: kind.resource.group.clone(),
@@ -814,23 +401,4 @@ pub(super) async fn served_kinds(
         }
     }
     Ok(kinds)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::check_shape;
-    use serde_json::json;
-
-    #[test]
-    fn children_whose_metadata_the_host_cannot_edit_are_refused_not_panicked_on() {
-        assert!(check_shape(&json!({"metadata": {"name": "a", "labels": {"x": "y"}}})).is_ok());
-        for bad in [
-            json!({"metadata": "a"}),
-            json!({"metadata": {"name": "a", "labels": "x"}}),
-            json!({"metadata": {"name": "a", "annotations": {"x": 1}}}),
-            json!({"metadata": {"name": "a", "namespace": 3}}),
-        ] {
-            assert!(check_shape(&bad).is_err(), "{bad}");
-        }
-    }
 }

@@ -9,6 +9,7 @@ use async_trait::async_trait;
 use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams};
 use serde_json::{Map, Value, json};
 
+use super::apply::{self, Ownership};
 use super::children::{self, ChildError};
 use super::context::Ctx;
 use super::teardown;
@@ -127,7 +128,12 @@ impl Effects for ApiEffects<'_> {
         resources: &[Value],
         owned: bool,
     ) -> Result<Applied, EffectError> {
-        children::apply(self.ctx, &self.cr, spec, resources, owned)
+        let ownership = if owned {
+            Ownership::Owned
+        } else {
+            Ownership::Unowned
+        };
+        apply::apply(self.ctx, &self.cr, spec, resources, ownership)
             .await
             .map_err(child_error("applying the Result's resources"))
     }
@@ -262,7 +268,11 @@ impl Effects for ApiEffects<'_> {
         spec: &ReconcileSpec,
         forced: bool,
     ) -> Result<Teardown, EffectError> {
-        teardown::tear_down(self.ctx, &self.cr, spec, forced)
+        // Forced (the finalizer timeout passed), it never fails: the CR is released.
+        if forced {
+            return Ok(teardown::forced_tear_down(self.ctx, &self.cr, spec).await);
+        }
+        teardown::tear_down(self.ctx, &self.cr, spec)
             .await
             .map_err(child_error("deleting the CR's children"))
     }

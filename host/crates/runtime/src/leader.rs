@@ -15,6 +15,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::Client;
 use kube::api::{Api, ObjectMeta, PostParams};
 use tokio::sync::watch;
+use tokio::task::{JoinError, JoinHandle};
 
 /// How the Lease is kept.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -227,23 +228,80 @@ where
         config: config.clone(),
         observed: None,
     };
-    let attempt_timeout = config.retry_period.max(Duration::from_secs(1));
     let lease = config.lease_name.clone();
     metrics.leader_election(&lease, false);
     tracing::info!(lease = %config.lease_name, namespace = %config.namespace, identity = %config.identity, "waiting for the leader-election lease");
-    let mut acquired;
+    let Some(acquired) = acquire(&mut elector, &mut shutdown).await? else {
+        return Ok(());
+    };
+    tracing::info!(identity = %config.identity, "became the leader");
+    // Leadership counts from when the winning request was sent: the API server may have
+    // stored it (and others seen it) at any moment after that.
+    let mut deadline = acquired + config.renew_deadline;
+    fence.open();
+    metrics.leader_election(&lease, true);
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let mut task = tokio::spawn(work(stop_rx));
+    let lost = match lead(&mut elector, &mut deadline, &mut shutdown, &mut task).await {
+        Term::Shutdown => false,
+        Term::Lost => true,
+        Term::WorkEnded(finished) => {
+            // The work ended by itself (a startup error): give the lease back.
+            fence.close();
+            metrics.leader_election(&lease, false);
+            if let Err(e) = elector.release().await {
+                tracing::warn!(error = %inrun_contract::errors::chain(&e), "releasing the lease");
+            }
+            return work_outcome(finished);
+        }
+    };
+    if lost {
+        // Lost: refuse writes before anything else, abandoning those in flight.
+        fence.close();
+    }
+    // Stop reconciling at once: controllers finish what is in flight and start nothing new.
+    let _ = stop_tx.send(true);
+    metrics.leader_election(&lease, false);
+    let finished = drain(&mut elector, &fence, deadline, &mut task).await;
+    fence.close();
+    if lost {
+        tracing::error!("lost the leader-election lease; stopped reconciling");
+        return Err(LeaderError::Lost {
+            namespace: config.namespace,
+            name: config.lease_name,
+        });
+    }
+    if let Err(e) = elector.release().await {
+        tracing::warn!(error = %inrun_contract::errors::chain(&e), "releasing the lease");
+    } else {
+        tracing::info!("released the leader-election lease");
+    }
+    work_outcome(finished)
+}
+
+/// Tries for the lease every retry period until this replica holds it. Returns when the
+/// winning request was sent, or `None` once `shutdown` turns true.
+///
+/// # Errors
+/// [`LeaderError::Forbidden`] when the host may not use its Lease.
+async fn acquire(
+    elector: &mut Elector,
+    shutdown: &mut watch::Receiver<bool>,
+) -> Result<Option<Instant>, LeaderError> {
+    let retry_period = elector.config.retry_period;
+    let attempt_timeout = retry_period.max(Duration::from_secs(1));
     loop {
         if *shutdown.borrow() {
-            return Ok(());
+            return Ok(None);
         }
-        acquired = Instant::now();
+        let sent = Instant::now();
         match tokio::time::timeout(attempt_timeout, elector.try_acquire_or_renew()).await {
-            Ok(Ok(Attempt::Held)) => break,
+            Ok(Ok(Attempt::Held)) => return Ok(Some(sent)),
             Ok(Ok(Attempt::Other)) => {}
             Ok(Err(kube::Error::Api(e))) if e.code == 403 => {
                 return Err(LeaderError::Forbidden {
-                    namespace: config.namespace,
-                    name: config.lease_name,
+                    namespace: elector.config.namespace.clone(),
+                    name: elector.config.lease_name.clone(),
                     source: kube::Error::Api(e),
                 });
             }
@@ -253,93 +311,92 @@ where
             Err(_) => tracing::warn!("trying to acquire the lease timed out"),
         }
         tokio::select! {
-            () = tokio::time::sleep(config.retry_period) => {}
-            () = stopped(&mut shutdown) => return Ok(()),
+            () = tokio::time::sleep(retry_period) => {}
+            () = stopped(shutdown) => return Ok(None),
         }
     }
-    tracing::info!(identity = %config.identity, "became the leader");
-    // Leadership counts from when the winning request was sent: the API server may have
-    // stored it (and others seen it) at any moment after that.
-    let mut deadline = acquired + config.renew_deadline;
-    fence.open();
-    metrics.leader_election(&lease, true);
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let mut task = tokio::spawn(work(stop_rx));
-    let outcome = loop {
+}
+
+/// How a term as leader ended.
+enum Term<T> {
+    /// `shutdown` turned true.
+    Shutdown,
+    /// The lease was not renewed by `deadline`, or another replica holds it.
+    Lost,
+    /// The work ended by itself, with this outcome.
+    WorkEnded(T),
+}
+
+/// Leads while `task` runs: renews the lease every retry period, each success moving
+/// `deadline` to the renew deadline after the renewal was sent.
+async fn lead<T>(
+    elector: &mut Elector,
+    deadline: &mut Instant,
+    shutdown: &mut watch::Receiver<bool>,
+    task: &mut JoinHandle<T>,
+) -> Term<Result<T, JoinError>> {
+    let (retry_period, renew_deadline) =
+        (elector.config.retry_period, elector.config.renew_deadline);
+    loop {
         tokio::select! {
-            () = tokio::time::sleep(config.retry_period) => {}
-            () = tokio::time::sleep_until(deadline.into()) => break Err(()),
-            () = stopped(&mut shutdown) => break Ok(()),
-            finished = &mut task => {
-                // The work ended by itself (a startup error): give the lease back.
-                fence.close();
-                metrics.leader_election(&lease, false);
-                if let Err(e) = elector.release().await {
-                    tracing::warn!(error = %inrun_contract::errors::chain(&e), "releasing the lease");
-                }
-                return match finished {
-                    Ok(Ok(())) => Ok(()),
-                    Ok(Err(e)) => Err(LeaderError::Work(Box::new(e))),
-                    Err(join) => Err(LeaderError::Work(Box::new(join))),
-                };
-            }
+            () = tokio::time::sleep(retry_period) => {}
+            () = tokio::time::sleep_until((*deadline).into()) => return Term::Lost,
+            () = stopped(shutdown) => return Term::Shutdown,
+            finished = &mut *task => return Term::WorkEnded(finished),
         }
         let sent = Instant::now();
-        match tokio::time::timeout_at(deadline.into(), elector.try_acquire_or_renew()).await {
-            Ok(Ok(Attempt::Held)) => deadline = sent + config.renew_deadline,
-            Ok(Ok(Attempt::Other)) => break Err(()),
+        match tokio::time::timeout_at((*deadline).into(), elector.try_acquire_or_renew()).await {
+            Ok(Ok(Attempt::Held)) => *deadline = sent + renew_deadline,
+            Ok(Ok(Attempt::Other)) => return Term::Lost,
             Ok(Err(e)) => {
                 tracing::warn!(error = %inrun_contract::errors::chain(&e), "renewing the lease")
             }
             Err(_) => tracing::warn!("renewing the lease timed out"),
         }
-        if Instant::now() >= deadline {
-            break Err(());
+        if Instant::now() >= *deadline {
+            return Term::Lost;
         }
-    };
-    if outcome.is_err() {
-        // Lost: refuse writes before anything else, abandoning those in flight.
-        fence.close();
     }
-    // Stop reconciling at once: controllers finish what is in flight and start nothing new.
-    let _ = stop_tx.send(true);
-    metrics.leader_election(&lease, false);
-    // While they finish after a shutdown, the lease is still renewed; writes stay fenced
-    // by the same deadline either way.
-    let finished = loop {
+}
+
+/// Waits for `task`, told to stop, to finish. While it finishes after a shutdown, the
+/// lease is still renewed; writes stay fenced by the same deadline either way (`fence`
+/// closes at `deadline`, or when another replica holds the lease).
+async fn drain<T>(
+    elector: &mut Elector,
+    fence: &crate::fence::Fence,
+    mut deadline: Instant,
+    task: &mut JoinHandle<T>,
+) -> Result<T, JoinError> {
+    let (retry_period, renew_deadline) =
+        (elector.config.retry_period, elector.config.renew_deadline);
+    loop {
         tokio::select! {
-            finished = &mut task => break finished,
+            finished = &mut *task => return finished,
             () = tokio::time::sleep_until(deadline.into()), if fence.is_open() => fence.close(),
-            () = tokio::time::sleep(config.retry_period), if fence.is_open() => {
+            () = tokio::time::sleep(retry_period), if fence.is_open() => {
                 let sent = Instant::now();
                 match tokio::time::timeout_at(deadline.into(), elector.try_acquire_or_renew()).await {
-                    Ok(Ok(Attempt::Held)) => deadline = sent + config.renew_deadline,
+                    Ok(Ok(Attempt::Held)) => deadline = sent + renew_deadline,
                     Ok(Ok(Attempt::Other)) => fence.close(),
                     _ => {}
                 }
             }
         }
-    };
-    fence.close();
-    match outcome {
-        Ok(()) => {
-            if let Err(e) = elector.release().await {
-                tracing::warn!(error = %inrun_contract::errors::chain(&e), "releasing the lease");
-            } else {
-                tracing::info!("released the leader-election lease");
-            }
-            match finished {
-                Ok(Ok(())) => Ok(()),
-                Ok(Err(e)) => Err(LeaderError::Work(Box::new(e))),
-                Err(join) => Err(LeaderError::Work(Box::new(join))),
-            }
-        }
-        Err(()) => {
-            tracing::error!("lost the leader-election lease; stopped reconciling");
-            Err(LeaderError::Lost {
-                namespace: config.namespace,
-                name: config.lease_name,
-            })
-        }
+    }
+}
+
+/// The work's outcome as leadership's.
+///
+/// # Errors
+/// [`LeaderError::Work`] when the work failed or panicked.
+fn work_outcome<E>(finished: Result<Result<(), E>, JoinError>) -> Result<(), LeaderError>
+where
+    E: std::error::Error + Send + Sync + 'static,
+{
+    match finished {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(LeaderError::Work(Box::new(e))),
+        Err(join) => Err(LeaderError::Work(Box::new(join))),
     }
 }

@@ -77,7 +77,7 @@ pub async fn release(
 ) -> Result<Released, kube::Error> {
     let client = &shared.client;
     let events = Events::new(client.clone(), shared.instance.clone());
-    let resource = crate::cr_resource(crd);
+    let resource = crate::controller::cr_resource(crd);
     let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
     let names = ours(runtime);
     let mut done = Released::default();

@@ -106,12 +106,59 @@ pub async fn foreign(
     children: &[&Listed],
     declared: &[ManagedType],
 ) -> Found {
-    let mut types: Vec<(ApiResource, Option<ChildKey>)> = Vec::new();
     let mut found = Found::default();
-    // Groups an unavailable APIService among the children serves: no instance of them can
-    // be reached, and asking (through the API server) would only wait; `managedTypes`
-    // naming them is not asked either.
-    let mut aggregated: Vec<String> = Vec::new();
+    let (mut types, aggregated) = defined_types(ctx, children, &mut found.unchecked).await;
+    let declared: Vec<ManagedType> = declared
+        .iter()
+        .filter(|t| t.is_pattern() || !aggregated.contains(&t.group))
+        .cloned()
+        .collect();
+    if !declared.is_empty() {
+        match declared_types(ctx, &declared).await {
+            Ok(declared) => types.extend(declared.into_iter().map(|t| (t, None))),
+            Err(error) => found.unchecked.push(Unchecked {
+                kind: "the types named in managedTypes".into(),
+                source: None,
+                error,
+            }),
+        }
+    }
+    let uid = cr.metadata.uid.clone().unwrap_or_default();
+    let mut seen = HashSet::new();
+    for (ty, source) in types {
+        if !seen.insert((ty.api_version.clone(), ty.kind.clone())) {
+            continue;
+        }
+        match instances(ctx, &uid, &ty).await {
+            Ok(None) => {}
+            Ok(Some((count, names))) => found.foreign.push(Foreign {
+                kind: ty.kind.clone(),
+                source,
+                count,
+                names,
+            }),
+            Err(error) => found.unchecked.push(Unchecked {
+                kind: ty.kind.clone(),
+                source,
+                error,
+            }),
+        }
+    }
+    found
+}
+
+/// The types `children` define, each with the child that defines it (a CRD's, and an
+/// available APIService's as discovery tells them; one whose types could not be asked is
+/// added to `unchecked`), and the groups an unavailable APIService among them serves: no
+/// instance of those can be reached, and asking (through the API server) would only wait;
+/// `managedTypes` naming them is not asked either.
+async fn defined_types(
+    ctx: &Ctx,
+    children: &[&Listed],
+    unchecked: &mut Vec<Unchecked>,
+) -> (Vec<(ApiResource, Option<ChildKey>)>, Vec<String>) {
+    let mut types = Vec::new();
+    let mut aggregated = Vec::new();
     for child in children {
         let (api_version, kind) = (
             child.kind.resource.api_version.as_str(),
@@ -137,7 +184,7 @@ pub async fn foreign(
                     types.extend(served.into_iter().map(|t| (t, Some(child.key.clone()))));
                 }
                 // Available, but its types could not be asked: unchecked, never "none".
-                Err(error) => found.unchecked.push(Unchecked {
+                Err(error) => unchecked.push(Unchecked {
                     kind: format!("the types of APIService {}", child.key.name),
                     source: Some(child.key.clone()),
                     error,
@@ -145,84 +192,64 @@ pub async fn foreign(
             }
         }
     }
-    let declared: Vec<ManagedType> = declared
-        .iter()
-        .filter(|t| t.is_pattern() || !aggregated.contains(&t.group))
-        .cloned()
-        .collect();
-    if !declared.is_empty() {
-        match declared_types(ctx, &declared).await {
-            Ok(declared) => types.extend(declared.into_iter().map(|t| (t, None))),
-            Err(error) => found.unchecked.push(Unchecked {
-                kind: "the types named in managedTypes".into(),
-                source: None,
+    (types, aggregated)
+}
+
+/// The instances of `ty` not labelled as the CR's of `uid`, if any: how many (as far as
+/// the API server tells) and the first few names (`namespace/name` or `name`, then "and
+/// more" when there are). A type the API server no longer serves has none.
+///
+/// # Errors
+/// [`ChildError::Api`] when they cannot be listed.
+async fn instances(
+    ctx: &Ctx,
+    uid: &str,
+    ty: &ApiResource,
+) -> Result<Option<(String, Vec<String>)>, ChildError> {
+    let api: Api<DynamicObject> = Api::all_with(ctx.client.clone(), ty);
+    // `!=` also matches objects without the label at all.
+    let params = ListParams::default()
+        .labels(&format!("{OWNER_UID}!={uid}"))
+        .limit(NAMED);
+    let list = match api.list(&params).await {
+        Ok(list) => list,
+        Err(kube::Error::Api(e)) if e.code == 404 => return Ok(None),
+        Err(error) => {
+            return Err(ChildError::Api {
+                action: "listing",
+                child: format!("instances of {}", ty.kind),
                 error,
-            }),
+            });
         }
+    };
+    if list.items.is_empty() {
+        return Ok(None);
     }
-    let uid = cr.metadata.uid.clone().unwrap_or_default();
-    let mut seen = HashSet::new();
-    for (ty, source) in types {
-        if !seen.insert((ty.api_version.clone(), ty.kind.clone())) {
-            continue;
-        }
-        let api: Api<DynamicObject> = Api::all_with(ctx.client.clone(), &ty);
-        // `!=` also matches objects without the label at all.
-        let params = ListParams::default()
-            .labels(&format!("{OWNER_UID}!={uid}"))
-            .limit(NAMED);
-        let list = match api.list(&params).await {
-            Ok(list) => list,
-            Err(kube::Error::Api(e)) if e.code == 404 => continue,
-            Err(error) => {
-                found.unchecked.push(Unchecked {
-                    kind: ty.kind.clone(),
-                    source,
-                    error: ChildError::Api {
-                        action: "listing",
-                        child: format!("instances of {}", ty.kind),
-                        error,
-                    },
-                });
-                continue;
+    let more = list
+        .metadata
+        .continue_
+        .as_deref()
+        .is_some_and(|c| !c.is_empty());
+    let mut names: Vec<String> = list
+        .items
+        .iter()
+        .map(|o| {
+            let name = o.metadata.name.as_deref().unwrap_or_default();
+            match &o.metadata.namespace {
+                Some(ns) => format!("{ns}/{name}"),
+                None => name.to_string(),
             }
-        };
-        if list.items.is_empty() {
-            continue;
-        }
-        let more = list
-            .metadata
-            .continue_
-            .as_deref()
-            .is_some_and(|c| !c.is_empty());
-        let names: Vec<String> = list
-            .items
-            .iter()
-            .map(|o| {
-                let name = o.metadata.name.as_deref().unwrap_or_default();
-                match &o.metadata.namespace {
-                    Some(ns) => format!("{ns}/{name}"),
-                    None => name.to_string(),
-                }
-            })
-            .collect();
-        let count = match list.metadata.remaining_item_count {
-            Some(rest) => (names.len() as i64 + rest).to_string(),
-            None if more => format!("{} or more", names.len()),
-            None => names.len().to_string(),
-        };
-        let mut names = names;
-        if more {
-            names.push("and more".into());
-        }
-        found.foreign.push(Foreign {
-            kind: ty.kind.clone(),
-            source,
-            count,
-            names,
-        });
+        })
+        .collect();
+    let count = match list.metadata.remaining_item_count {
+        Some(rest) => (names.len() as i64 + rest).to_string(),
+        None if more => format!("{} or more", names.len()),
+        None => names.len().to_string(),
+    };
+    if more {
+        names.push("and more".into());
     }
-    found
+    Ok(Some((count, names)))
 }
 
 /// How long discovery through the API server may take here: it may be proxied to an
@@ -257,18 +284,16 @@ async fn api_service_types(
     let asked =
         tokio::time::timeout(ASK_AGGREGATED, ctx.client.list_api_group_resources(&gv)).await;
     let Ok(asked) = asked else {
-        return Err(ChildError::Discovery {
-            error: format!(
-                "APIService {name} serves {gv}, which did not answer within {}s",
-                ASK_AGGREGATED.as_secs()
-            ),
+        return Err(ChildError::ServedTypesTimedOut {
+            api_service: name.to_string(),
+            served: gv,
+            within: ASK_AGGREGATED,
         });
     };
-    let list = asked.map_err(|e| ChildError::Discovery {
-        error: format!(
-            "APIService {name} serves {gv}, whose types could not be read: {}",
-            inrun_contract::errors::chain(&e)
-        ),
+    let list = asked.map_err(|source| ChildError::ServedTypes {
+        api_service: name.to_string(),
+        served: gv.clone(),
+        source,
     })?;
     Ok(list
         .resources
@@ -295,15 +320,10 @@ async fn declared_types(
         discovery = discovery.filter(&groups);
     }
     let discovery = match tokio::time::timeout(ASK_AGGREGATED, discovery.run()).await {
-        Ok(run) => run.map_err(|e| ChildError::Discovery {
-            error: inrun_contract::errors::chain(&e),
-        })?,
+        Ok(run) => run.map_err(ChildError::Discovery)?,
         Err(_) => {
-            return Err(ChildError::Discovery {
-                error: format!(
-                    "the API server did not answer within {}s (an aggregated API it proxies to may be down)",
-                    ASK_AGGREGATED.as_secs()
-                ),
+            return Err(ChildError::DiscoveryTimedOut {
+                within: ASK_AGGREGATED,
             });
         }
     };

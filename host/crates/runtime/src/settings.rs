@@ -1,4 +1,4 @@
-//! Host-wide settings of `inrun run` — the health port, this replica's identity, leader
+//! Host-wide settings of `inrun run` — the health port, this replica's name, leader
 //! election — resolved in one place from the command line, the host's own Blueprint
 //! (`--blueprint`; never a tenant's, which may not move the host's port or lease) and the
 //! environment.
@@ -26,8 +26,8 @@ pub struct HostFlags {
 pub struct HostSettings {
     /// The health port (0: any free port).
     pub health_port: u16,
-    /// This replica's name.
-    pub identity: String,
+    /// This replica's name ([`replica_name`]), as [`crate::Shared`]'s `instance`.
+    pub instance: String,
     /// The Lease to hold before reconciling; `None` runs without election.
     pub leader: Option<LeaderConfig>,
 }
@@ -35,19 +35,25 @@ pub struct HostSettings {
 /// This replica's name in events and the Lease: `given` (`--identity`), else the host name
 /// (`HOSTNAME` through `env`) and the process id. Known before any Blueprint is read, since
 /// loading the host Blueprint already records events.
-pub fn identity(given: Option<String>, env: impl Fn(&str) -> Option<String>) -> String {
+pub fn replica_name(given: Option<String>, env: impl Fn(&str) -> Option<String>) -> String {
     given.unwrap_or_else(|| {
         let host = env("HOSTNAME").unwrap_or_else(|| "inrun".into());
         format!("{host}-{}", std::process::id())
     })
 }
 
+/// [`replica_name`], by its former name, for the command line's wiring.
+pub fn identity(given: Option<String>, env: impl Fn(&str) -> Option<String>) -> String {
+    replica_name(given, env)
+}
+
 impl HostSettings {
     /// Resolves `flags` over `host` (the `--blueprint` tenant's runtime section, `None`
-    /// without one) for the replica `identity`, reading `POD_NAMESPACE` through `env`.
+    /// without one) for the replica named `instance`, reading `POD_NAMESPACE` through
+    /// `env`.
     pub fn resolve(
         flags: HostFlags,
-        identity: String,
+        instance: String,
         host: Option<&RuntimeSpec>,
         env: impl Fn(&str) -> Option<String>,
     ) -> HostSettings {
@@ -64,14 +70,14 @@ impl HostSettings {
                 .or(flags.leader_elect_namespace)
                 .or_else(|| env("POD_NAMESPACE"))
                 .unwrap_or_else(|| "default".into()),
-            identity: identity.clone(),
+            identity: instance.clone(),
             lease_duration: le.lease_duration,
             renew_deadline: le.renew_deadline,
             retry_period: le.retry_period,
         });
         HostSettings {
             health_port: flags.health_port.unwrap_or(spec.health_port),
-            identity,
+            instance,
             leader,
         }
     }
@@ -91,10 +97,10 @@ mod tests {
 
     #[test]
     fn without_a_host_blueprint_the_defaults_and_flags_decide() {
-        let s = HostSettings::resolve(HostFlags::default(), identity(None, env), None, env);
+        let s = HostSettings::resolve(HostFlags::default(), replica_name(None, env), None, env);
         assert_eq!(s.health_port, RuntimeSpec::default().health_port);
-        assert!(s.identity.starts_with("pod-7-"), "{}", s.identity);
-        assert_eq!(identity(Some("me".into()), env), "me");
+        assert!(s.instance.starts_with("pod-7-"), "{}", s.instance);
+        assert_eq!(replica_name(Some("me".into()), env), "me");
         assert_eq!(s.leader, None);
     }
 

@@ -115,19 +115,16 @@ async fn child_kinds(ctx: &Ctx, spec: &ReconcileSpec) -> Result<Vec<crate::Kind>
     children::served_kinds(ctx, entries).await
 }
 
-/// Tears down `cr`'s children (see [`inrun_pass::Effects::tear_down`]).
+/// Tears down `cr`'s children (see [`inrun_pass::Effects::tear_down`]); once the
+/// finalizer timeout passed, [`forced_tear_down`] does instead.
 ///
 /// # Errors
-/// [`ChildError`] for the first failed list, delete or orphaning; never when `forced`.
+/// [`ChildError`] for the first failed list, delete or orphaning.
 pub async fn tear_down(
     ctx: &Ctx,
     cr: &DynamicObject,
     spec: &ReconcileSpec,
-    forced: bool,
 ) -> Result<Teardown, ChildError> {
-    if forced {
-        return Ok(forced_tear_down(ctx, cr, spec).await);
-    }
     let all = every_child(ctx, cr, spec).await?;
     // Nothing is deleted when every child stays: nothing to guard.
     let guarded = all.iter().any(|c| !c.orphans());
@@ -144,15 +141,7 @@ pub async fn tear_down(
     }
     let mut deleted = Vec::new();
     let mut orphaned = Vec::new();
-    let values: Vec<Value> = all.iter().map(Listed::value).collect();
-    let types = waves::ManagedTypes::of(&values, &spec.managed_types);
-    let mut stages: BTreeMap<(i32, u8), Vec<&Listed>> = BTreeMap::new();
-    for child in &all {
-        stages
-            .entry(child.delete_stage(&types))
-            .or_default()
-            .push(child);
-    }
+    let stages = by_delete_stage(&all, spec);
     let last = stages.keys().next_back().copied();
     for (stage, group) in stages {
         let mut left = Vec::new();
@@ -171,20 +160,7 @@ pub async fn tear_down(
         }
         // The last wave is not waited for: nothing comes after it.
         if !left.is_empty() && Some(stage) != last {
-            let mut names: Vec<String> = left.iter().take(NAMED).map(ToString::to_string).collect();
-            if left.len() > NAMED {
-                names.push(format!("{} more", left.len() - NAMED));
-            }
-            return Ok(Teardown::Waiting(format!(
-                "waiting for {} to be gone before the next wave (delete wave {}, {})",
-                names.join(", "),
-                stage.0,
-                [
-                    "instances of managed types",
-                    "ordinary objects",
-                    "CRDs, APIServices and Namespaces"
-                ][usize::from(stage.1)]
-            )));
+            return Ok(Teardown::Waiting(waiting_for(&left, stage)));
         }
     }
     Ok(Teardown::Done {
@@ -194,59 +170,55 @@ pub async fn tear_down(
     })
 }
 
+/// `all` by delete stage, first to go first.
+fn by_delete_stage<'a>(
+    all: &'a [Listed],
+    spec: &ReconcileSpec,
+) -> BTreeMap<(i32, u8), Vec<&'a Listed>> {
+    let values: Vec<Value> = all.iter().map(Listed::value).collect();
+    let types = waves::ManagedTypes::of(&values, &spec.managed_types);
+    let mut stages: BTreeMap<(i32, u8), Vec<&Listed>> = BTreeMap::new();
+    for child in all {
+        stages
+            .entry(child.delete_stage(&types))
+            .or_default()
+            .push(child);
+    }
+    stages
+}
+
+/// What the next delete wave waits for: `left`, of the delete stage `stage`, to be gone.
+fn waiting_for(left: &[&ChildKey], stage: (i32, u8)) -> String {
+    let mut names: Vec<String> = left.iter().take(NAMED).map(ToString::to_string).collect();
+    if left.len() > NAMED {
+        names.push(format!("{} more", left.len() - NAMED));
+    }
+    format!(
+        "waiting for {} to be gone before the next wave (delete wave {}, {})",
+        names.join(", "),
+        stage.0,
+        [
+            "instances of managed types",
+            "ordinary objects",
+            "CRDs, APIServices and Namespaces"
+        ][usize::from(stage.1)]
+    )
+}
+
 /// The finalizer timeout passed: the CR is released whatever fails. Deletes what it may,
 /// all at once; never a CRD or APIService whose types have foreign instances, or whose
 /// instances could not be checked (those are orphaned); what could not be listed, deleted
 /// or orphaned is left in place and named in [`Teardown::Done::spared`].
-async fn forced_tear_down(ctx: &Ctx, cr: &DynamicObject, spec: &ReconcileSpec) -> Teardown {
+pub async fn forced_tear_down(ctx: &Ctx, cr: &DynamicObject, spec: &ReconcileSpec) -> Teardown {
     let mut notes: Vec<String> = Vec::new();
-    // Kind by kind: a kind that cannot be listed leaves only its own children unhandled.
-    // Those with the CR as owner may still be garbage-collected once it is gone.
-    let mut all = Vec::new();
-    match child_kinds(ctx, spec).await {
-        Ok(kinds) => {
-            for kind in kinds {
-                let name = kind.resource.kind.clone();
-                match children::listed(ctx, cr, vec![kind]).await {
-                    Ok(found) => all.extend(found),
-                    Err(e) => notes.push(format!(
-                        "its {name} children, which could not be listed ({}): not deleted by the host",
-                        inrun_contract::errors::chain(&e)
-                    )),
-                }
-            }
-        }
-        Err(e) => notes.push(format!(
-            "its children, whose kinds could not be looked up ({}): not deleted by the host",
-            inrun_contract::errors::chain(&e)
-        )),
-    }
+    let all = listable_children(ctx, cr, spec, &mut notes).await;
     let refs: Vec<&Listed> = all.iter().collect();
     let found = if all.iter().any(|c| !c.orphans()) {
         safeguard::foreign(ctx, cr, &refs, &spec.managed_types).await
     } else {
         safeguard::Found::default()
     };
-    let mut spare: HashSet<&ChildKey> = HashSet::new();
-    for f in &found.foreign {
-        if let Some(source) = &f.source {
-            spare.insert(source);
-            notes.push(format!("{source}, with foreign instances of {f}"));
-        }
-    }
-    for u in &found.unchecked {
-        let why = inrun_contract::errors::chain(&u.error);
-        match &u.source {
-            Some(source) => {
-                spare.insert(source);
-                notes.push(format!(
-                    "{source}, whose {} instances could not be checked ({why})",
-                    u.kind
-                ));
-            }
-            None => notes.push(format!("{} unchecked ({why})", u.kind)),
-        }
-    }
+    let spare = spared(&found, &mut notes);
     let mut deleted = Vec::new();
     let mut orphaned = Vec::new();
     for child in &all {
@@ -274,4 +246,61 @@ async fn forced_tear_down(ctx: &Ctx, cr: &DynamicObject, spec: &ReconcileSpec) -
         orphaned,
         spared: (!notes.is_empty()).then(|| notes.join("; ")),
     }
+}
+
+/// The CR's children of every kind that can be listed, kind by kind: a kind that cannot be
+/// listed leaves only its own children unhandled, noted in `notes`. Those with the CR as
+/// owner may still be garbage-collected once it is gone.
+async fn listable_children(
+    ctx: &Ctx,
+    cr: &DynamicObject,
+    spec: &ReconcileSpec,
+    notes: &mut Vec<String>,
+) -> Vec<Listed> {
+    let mut all = Vec::new();
+    match child_kinds(ctx, spec).await {
+        Ok(kinds) => {
+            for kind in kinds {
+                let name = kind.resource.kind.clone();
+                match children::listed(ctx, cr, vec![kind]).await {
+                    Ok(found) => all.extend(found),
+                    Err(e) => notes.push(format!(
+                        "its {name} children, which could not be listed ({}): not deleted by the host",
+                        inrun_contract::errors::chain(&e)
+                    )),
+                }
+            }
+        }
+        Err(e) => notes.push(format!(
+            "its children, whose kinds could not be looked up ({}): not deleted by the host",
+            inrun_contract::errors::chain(&e)
+        )),
+    }
+    all
+}
+
+/// The children a forced teardown orphans instead of deleting: those defining types with
+/// foreign instances, or whose instances could not be checked; each noted in `notes`.
+fn spared<'a>(found: &'a safeguard::Found, notes: &mut Vec<String>) -> HashSet<&'a ChildKey> {
+    let mut spare: HashSet<&ChildKey> = HashSet::new();
+    for f in &found.foreign {
+        if let Some(source) = &f.source {
+            spare.insert(source);
+            notes.push(format!("{source}, with foreign instances of {f}"));
+        }
+    }
+    for u in &found.unchecked {
+        let why = inrun_contract::errors::chain(&u.error);
+        match &u.source {
+            Some(source) => {
+                spare.insert(source);
+                notes.push(format!(
+                    "{source}, whose {} instances could not be checked ({why})",
+                    u.kind
+                ));
+            }
+            None => notes.push(format!("{} unchecked ({why})", u.kind)),
+        }
+    }
+    spare
 }

@@ -55,7 +55,7 @@ impl Fleet {
 
     /// Reserves `assembly`'s CRDs for `source` while it prepares them outside the tenants
     /// lock (the caller holds it); the refusal if another tenant reserved one first. The
-    /// reservation ends when `apply` does ([`Reserved`]).
+    /// reservation ends when `load_tenant` does ([`Reserved`]).
     pub(super) fn reserve(&self, assembly: &Assembly, source: &TenantSource) -> Option<FleetError> {
         let mut reserved = self.reserved.lock().unwrap_or_else(|p| p.into_inner());
         for plan in assembly.crds() {

@@ -10,48 +10,21 @@ impl Fleet {
     /// current clients when that did not change.
     ///
     /// # Errors
-    /// Why, for a Blueprint resource with neither, or when the host cannot act as the
-    /// ServiceAccount (a [`FleetError::Identity`]).
+    /// [`IdentityError`] for a Blueprint resource with neither, one whose ServiceAccount
+    /// does not admit it, or when the host cannot act as the ServiceAccount.
     pub(super) async fn acting(
         &self,
         source: &TenantSource,
         current: &Acting,
         candidate: Option<&Acting>,
         blueprint: &Blueprint,
-    ) -> Result<Acting, String> {
-        let identity = match (source, &blueprint.spec.service_account) {
-            (_, Some(sa)) => Some(sa.clone()),
-            (TenantSource::File(_), None) => None,
-            (TenantSource::Resource(name), None) => {
-                let Some(pattern) = &self.options.default_tenant_service_account else {
-                    return Err(
-                        "a Blueprint resource acts as a Kubernetes identity: set spec.serviceAccount {namespace, name}, or start the host with --default-tenant-service-account namespace/{name}".into(),
-                    );
-                };
-                Some(pattern.for_blueprint(name)?)
-            }
-        };
-        if let (TenantSource::Resource(_), Some(sa), Some(allowed)) =
-            (source, &identity, &self.options.tenant_identity_namespaces)
-        {
-            let derived = self
-                .options
-                .default_tenant_service_account
-                .as_ref()
-                .map(|p| p.namespace.as_str());
-            if !allowed.contains(&sa.namespace) && derived != Some(sa.namespace.as_str()) {
-                let kept: Vec<&str> = allowed.iter().map(String::as_str).chain(derived).collect();
-                return Err(format!(
-                    "ServiceAccount {sa} is not in a namespace the host keeps for tenants' identities ({}; --tenant-identity-namespaces): a tenant's ServiceAccount reads its kinds cluster-wide, and its token must not be within reach of a tenant's pods",
-                    kept.join(", ")
-                ));
-            }
-        }
+    ) -> Result<Acting, IdentityError> {
+        let identity = self.identity_of(source, blueprint)?;
         // A Blueprint resource acts as a ServiceAccount only with its consent, named or
         // derived from the Blueprint's name: otherwise one tenant could name another's, or
         // take the name another's ServiceAccount was made for before that one exists.
         if let (TenantSource::Resource(name), Some(sa)) = (source, &identity) {
-            crate::identity::admits(&self.shared.client, sa, name, None).await?;
+            crate::impersonation::admits(&self.shared.client, sa, name, None).await?;
         }
         let budget = &blueprint.spec.runtime.budget;
         if identity == current.identity && *budget == current.budget {
@@ -82,9 +55,53 @@ impl Fleet {
         })
     }
 
+    /// The ServiceAccount `blueprint` of `source` names, or for a Blueprint resource that
+    /// names none the one derived from its name; `None`, a file's acts as the host.
+    ///
+    /// # Errors
+    /// [`IdentityError`] for a Blueprint resource with neither, or a ServiceAccount outside
+    /// the namespaces kept for tenants' identities.
+    fn identity_of(
+        &self,
+        source: &TenantSource,
+        blueprint: &Blueprint,
+    ) -> Result<Option<ServiceAccountRef>, IdentityError> {
+        let identity = match (source, &blueprint.spec.service_account) {
+            (_, Some(sa)) => Some(sa.clone()),
+            (TenantSource::File(_), None) => None,
+            (TenantSource::Resource(name), None) => {
+                let Some(pattern) = &self.options.default_tenant_service_account else {
+                    return Err(IdentityError::Unnamed);
+                };
+                Some(
+                    pattern
+                        .for_blueprint(name)
+                        .map_err(IdentityError::Derived)?,
+                )
+            }
+        };
+        if let (TenantSource::Resource(_), Some(sa), Some(allowed)) =
+            (source, &identity, &self.options.tenant_identity_namespaces)
+        {
+            let derived = self
+                .options
+                .default_tenant_service_account
+                .as_ref()
+                .map(|p| p.namespace.as_str());
+            if !allowed.contains(&sa.namespace) && derived != Some(sa.namespace.as_str()) {
+                let kept: Vec<&str> = allowed.iter().map(String::as_str).chain(derived).collect();
+                return Err(IdentityError::NamespaceNotKept {
+                    sa: sa.clone(),
+                    kept: kept.join(", "),
+                });
+            }
+        }
+        Ok(identity)
+    }
+
     /// Asks again, for every Blueprint resource serving as a ServiceAccount (named or
     /// derived), whether that ServiceAccount still admits it
-    /// ([`crate::identity::admits`]). One whose consent is gone stops serving (its
+    /// ([`crate::impersonation::admits`]). One whose consent is gone stops serving (its
     /// controllers stop; its CRDs and CRs stay) and is refused with `NoIdentity`; it serves
     /// again once admitted, at a later check.
     pub(super) async fn recheck_consent(self: &Arc<Self>) {
@@ -106,7 +123,7 @@ impl Fleet {
                 continue;
             };
             let admitted =
-                crate::identity::admits(&self.shared.client, &sa, name, uid.as_deref()).await;
+                crate::impersonation::admits(&self.shared.client, &sa, name, uid.as_deref()).await;
             let Err(why) = admitted else {
                 continue;
             };
@@ -119,7 +136,12 @@ impl Fleet {
     }
 
     /// Stops the tenant of `source` serving, if it still acts as `sa`: its consent is gone.
-    pub(super) async fn withdraw(&self, source: TenantSource, sa: ServiceAccountRef, why: String) {
+    pub(super) async fn withdraw(
+        &self,
+        source: TenantSource,
+        sa: ServiceAccountRef,
+        why: IdentityError,
+    ) {
         let (object, stopped) = {
             let mut tenants = self.tenants.lock().await;
             let Some(tenant) = tenants.get_mut(&source) else {
@@ -128,7 +150,7 @@ impl Fleet {
             if tenant.acting.identity.as_ref() != Some(&sa) || tenant.error.is_some() {
                 return;
             }
-            let message = FleetError::Identity(why).to_string();
+            let message = inrun_contract::errors::chain(&FleetError::Identity(why));
             tracing::error!(tenant = %source, error = %message, "consent withdrawn; the tenant stops serving");
             let stopped: Vec<Running> = std::mem::take(&mut tenant.running).into_values().collect();
             tenant.assembly = None;

@@ -91,7 +91,7 @@ impl Fleet {
                 return;
             }
             let loaded = blueprint::load(&path);
-            let _ = fleet.apply(source, print, loaded).await;
+            let _ = fleet.load_tenant(source, print, loaded).await;
         });
     }
 

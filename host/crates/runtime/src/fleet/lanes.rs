@@ -20,6 +20,15 @@ pub(super) struct Lane {
     draining: bool,
 }
 
+/// What a job queued in a lane that has a job running or waiting does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum WhenBusy {
+    /// It waits, instead of the one waiting (the newer one sees the newer state).
+    Replace,
+    /// It is dropped.
+    Skip,
+}
+
 impl Fleet {
     /// Runs `job` in `source`'s lane: after the job of the tenant that runs now, if any,
     /// and instead of one still waiting (the newer one sees the newer state).
@@ -28,7 +37,7 @@ impl Fleet {
         F: FnOnce(Arc<Self>) -> Fut + Send + 'static,
         Fut: std::future::Future<Output = ()> + Send + 'static,
     {
-        self.queue(source, job, true);
+        self.queue(source, job, WhenBusy::Replace);
     }
 
     /// [`Fleet::enqueue`], unless the lane has a job running or waiting.
@@ -37,10 +46,11 @@ impl Fleet {
         F: FnOnce(Arc<Self>) -> Fut + Send + 'static,
         Fut: std::future::Future<Output = ()> + Send + 'static,
     {
-        self.queue(source, job, false);
+        self.queue(source, job, WhenBusy::Skip);
     }
 
-    pub(super) fn queue<F, Fut>(self: &Arc<Self>, source: TenantSource, job: F, when_busy: bool)
+    /// Puts `job` in `source`'s lane, draining it in a task unless one already does.
+    fn queue<F, Fut>(self: &Arc<Self>, source: TenantSource, job: F, when_busy: WhenBusy)
     where
         F: FnOnce(Arc<Self>) -> Fut + Send + 'static,
         Fut: std::future::Future<Output = ()> + Send + 'static,
@@ -48,7 +58,7 @@ impl Fleet {
         let mut lanes = self.lanes.lock().unwrap_or_else(|p| p.into_inner());
         let lane = lanes.entry(source).or_default().clone();
         let mut state = lane.lock().unwrap_or_else(|p| p.into_inner());
-        if !when_busy && (state.draining || state.pending.is_some()) {
+        if when_busy == WhenBusy::Skip && (state.draining || state.pending.is_some()) {
             return;
         }
         state.pending = Some(Box::new(move |fleet| Box::pin(job(fleet))));

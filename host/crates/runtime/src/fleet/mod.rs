@@ -37,6 +37,7 @@ use serde::Serialize;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
+use crate::impersonation::IdentityError;
 use crate::{self as runtime, RunError, Shared};
 use inrun_blueprint::{
     self as blueprint, Blueprint, BlueprintError, CrdSpec, RuntimeSpec, ServiceAccountRef,
@@ -155,11 +156,11 @@ pub enum FleetError {
     #[error(transparent)]
     Claimed(BlueprintError),
     /// The `Blueprint` CRD could not be installed or read.
-    #[error("the Blueprint custom resource definition: {0}")]
-    Resources(String),
+    #[error("the Blueprint custom resource definition")]
+    Resources(#[source] crate::crds::CrdError),
     /// The tenant has no identity to act as, or it cannot be assumed.
-    #[error("{0}")]
-    Identity(String),
+    #[error(transparent)]
+    Identity(#[from] IdentityError),
 }
 
 impl FleetError {
@@ -456,7 +457,7 @@ impl Fleet {
                 let mut tenant = tenant;
                 let started = match (serving, prepared) {
                     (Some((a, acting)), Some(Ok(kinds))) => {
-                        Self::start(&mut tenant, &acting, a, kinds, &tenants).map_or(Ok(()), Err)
+                        Self::serve(&mut tenant, &acting, a, kinds, &tenants).map_or(Ok(()), Err)
                     }
                     (_, Some(Err(e))) => Err(FleetError::from(e)),
                     _ => Ok(()),
@@ -545,10 +546,10 @@ impl Fleet {
     /// identity check and the plugins' fetch and compile run without the tenants lock, so
     /// other tenants load, reload and report meanwhile. `None`: the fleet is shutting down
     /// and nothing changed.
-    async fn apply(
+    async fn load_tenant(
         &self,
         source: TenantSource,
-        print: u64,
+        fingerprint: u64,
         loaded: Result<Blueprint, BlueprintError>,
     ) -> Option<Result<(), Refusal>> {
         let (policy, current, candidate) = {
@@ -658,9 +659,9 @@ impl Fleet {
                         .remove(&source)
                         .unwrap_or_else(|| self.new_tenant(source.clone()));
                 }
-                let started = Self::start(&mut tenant, &acting, assembly, kinds, &tenants)
+                let started = Self::serve(&mut tenant, &acting, assembly, kinds, &tenants)
                     .map_or(Ok(()), Err);
-                // Serving, `start` made it the tenant's; refused, it waits for a retry.
+                // Serving, `serve` made it the tenant's; refused, it waits for a retry.
                 tenant.candidate = (started.is_err() && acting.identity != tenant.acting.identity)
                     .then_some(acting);
                 started
@@ -675,7 +676,7 @@ impl Fleet {
         let name = source.to_string();
         let outcome = match result {
             Ok(()) => {
-                tenant.fingerprint = Some(print);
+                tenant.fingerprint = Some(fingerprint);
                 tenant.failed = None;
                 tenant.error = None;
                 if !first {
@@ -699,7 +700,7 @@ impl Fleet {
                 // without touching the Blueprint (RBAC, the ServiceAccount): tried again at
                 // every check. Anything else waits for the Blueprint to change.
                 let retried = matches!(e, FleetError::Run(_) | FleetError::Identity(_));
-                tenant.failed = (!retried).then_some(print);
+                tenant.failed = (!retried).then_some(fingerprint);
                 let repeated = tenant.error.as_ref() == Some(&message);
                 tenant.error = Some(message.clone());
                 if !repeated {

@@ -46,7 +46,7 @@ impl Fleet {
             tenants.get(&source).and_then(|t| t.error.clone())
         };
         let loaded = blueprint::from_str(&object.text, &source.to_string());
-        let Some(result) = self.apply(source.clone(), print, loaded).await else {
+        let Some(result) = self.load_tenant(source.clone(), print, loaded).await else {
             return;
         };
         let mut tenants = self.tenants.lock().await;

@@ -30,10 +30,14 @@ pub fn blueprint_resource() -> ApiResource {
 }
 
 /// Installs (or requires) the CRD and waits until it is served.
-pub(super) async fn ensure_crd(client: &kube::Client, install: bool) -> Result<(), String> {
-    crate::crds::ensure_manifest(client, BLUEPRINT_CRD, blueprint_crd(), install)
-        .await
-        .map_err(|e| inrun_contract::errors::chain(&e))
+///
+/// # Errors
+/// [`crate::crds::CrdError`] when it is missing, cannot be installed, or is not served.
+pub(super) async fn ensure_crd(
+    client: &kube::Client,
+    install: bool,
+) -> Result<(), crate::crds::CrdError> {
+    crate::crds::ensure_manifest(client, BLUEPRINT_CRD, blueprint_crd(), install).await
 }
 
 /// One Blueprint resource, as the tenant loader reads it.

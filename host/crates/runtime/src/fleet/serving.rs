@@ -119,7 +119,7 @@ impl Fleet {
     /// of its CRDs by now (the refusal returned), then starts the controllers of CRDs
     /// `tenant` does not run (those removed or changed were retired first:
     /// [`Fleet::retire`]).
-    pub(super) fn start(
+    pub(super) fn serve(
         tenant: &mut Tenant,
         acting: &Acting,
         assembly: Arc<Assembly>,

@@ -1,0 +1,113 @@
+//! What every controller of a host shares: the client, discovered kinds, metrics, whom it
+//! acts as, and the identity locks; and how a single-Blueprint run is configured.
+
+use std::sync::Arc;
+
+use kube::Client;
+
+use crate::impersonation::{IdentityError, Impersonation};
+use crate::kinds::Kinds;
+use crate::{fence, locks};
+
+/// How to run.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    /// Install (server-side apply) the Blueprint's CRDs instead of requiring them.
+    pub install_crds: bool,
+    /// This replica's name, for events (e.g. the pod name).
+    pub instance: String,
+    /// Where the controllers record.
+    pub metrics: Arc<crate::metrics::Metrics>,
+    /// Where package CRs' identity locks are kept (Leases, written with `client`); `None`:
+    /// not kept, every claim holds.
+    pub lock_namespace: Option<String>,
+}
+
+/// Everything one CRD's controller needs besides its plan.
+#[derive(Clone)]
+pub struct Shared {
+    /// The API client.
+    pub client: Client,
+    /// Kinds discovered so far, shared by every controller.
+    pub kinds: Arc<Kinds>,
+    /// This replica's name, for events.
+    pub instance: String,
+    /// Where controllers record; its [`health::Health`] is what `/readyz` reads.
+    pub metrics: Arc<crate::metrics::Metrics>,
+    /// How clients acting as a tenant's ServiceAccount are built; `None`: this host
+    /// cannot impersonate, and a Blueprint that names an identity is refused.
+    pub impersonation: Option<Impersonation>,
+    /// Whom `client` acts as: `None` for the host's own identity.
+    pub identity: Option<inrun_blueprint::ServiceAccountRef>,
+    /// Where package CRs claim the infrastructure they manage, one owner a thing, shared
+    /// by every tenant; `None`: claims are not kept (every claim holds).
+    pub locks: Option<Arc<locks::IdentityLocks>>,
+}
+
+impl Shared {
+    /// State shared by controllers started on `client`.
+    pub fn new(client: Client, instance: String) -> Self {
+        Shared {
+            client,
+            kinds: Arc::new(Kinds::default()),
+            instance,
+            metrics: Arc::default(),
+            impersonation: None,
+            identity: None,
+            locks: None,
+        }
+    }
+
+    /// The same, keeping package CRs' identity locks as Leases in `namespace`, written
+    /// with `client`'s (the host's own) credentials.
+    #[must_use]
+    pub fn with_locks(mut self, namespace: &str) -> Self {
+        self.locks = Some(Arc::new(locks::IdentityLocks::new(
+            self.client.clone(),
+            namespace,
+        )));
+        self
+    }
+
+    /// The same, able to act as tenants' ServiceAccounts (clients built from `config`,
+    /// the host's own, writing only while `fence` is open).
+    #[must_use]
+    pub fn with_impersonation(mut self, config: kube::Config, fence: fence::Fence) -> Self {
+        self.impersonation = Some(Impersonation::new(config, fence));
+        self
+    }
+
+    /// The same state acting as `sa`: its client impersonates the ServiceAccount; kinds
+    /// and metrics stay shared.
+    ///
+    /// # Errors
+    /// [`IdentityError::NoImpersonation`] when this host cannot impersonate,
+    /// [`IdentityError::Client`] when the client cannot be built.
+    pub fn acting_as(
+        &self,
+        sa: &inrun_blueprint::ServiceAccountRef,
+    ) -> Result<Shared, IdentityError> {
+        let impersonation = self
+            .impersonation
+            .as_ref()
+            .ok_or_else(|| IdentityError::NoImpersonation { sa: sa.clone() })?;
+        let client = impersonation
+            .client(sa)
+            .map_err(|source| IdentityError::Client {
+                sa: sa.clone(),
+                source,
+            })?;
+        Ok(Shared {
+            client,
+            identity: Some(sa.clone()),
+            ..self.clone()
+        })
+    }
+
+    /// The same, recording into `metrics`.
+    #[must_use]
+    pub fn with_metrics(mut self, metrics: Arc<crate::metrics::Metrics>) -> Self {
+        self.metrics = metrics;
+        self
+    }
+}
