@@ -862,7 +862,7 @@ pub async fn apply_blueprint_resource(name: &str, doc: Value) {
     let sa = serde_json::json!({
         "apiVersion": "v1", "kind": "ServiceAccount",
         "metadata": {"name": name, "namespace": TENANTS_NAMESPACE,
-            "annotations": {inrun::runtime::identity::ADMITS: format!("{name}={uid}")}},
+            "annotations": {inrun::runtime::impersonation::ADMITS: format!("{name}={uid}")}},
     });
     if accounts
         .patch(

@@ -141,11 +141,11 @@ impl EffectError {
         }
     }
 
-    /// The same error, reported with `condition` as the `Ready` reason (a text that names
-    /// no [`ConditionReason`] leaves it `ReconcileError`).
+    /// The same error, reported with `condition` as the `Ready` reason instead of
+    /// `ReconcileError`.
     #[must_use]
-    pub fn with_condition(mut self, condition: impl TryInto<ConditionReason>) -> Self {
-        self.condition = condition.try_into().ok();
+    pub fn with_condition(mut self, condition: ConditionReason) -> Self {
+        self.condition = Some(condition);
         self
     }
 }

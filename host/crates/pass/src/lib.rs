@@ -34,8 +34,6 @@ pub use effects::{
     Written,
 };
 pub use failure::Failure;
-/// The old name of [`infrastructure`], for the runtime's `inrun_pass::package::…` paths.
-pub use infrastructure as package;
 pub use infrastructure::{Infrastructure, retry_bounds};
 pub use inrun_reconcilers::plan::{DEFAULT_REQUEUE, Next, StepError};
 pub use reason::{ConditionReason, Reason};

@@ -143,32 +143,6 @@ pub enum ConditionReason {
 }
 
 impl ConditionReason {
-    /// Every reason.
-    pub const ALL: [ConditionReason; 22] = [
-        ConditionReason::Reconciled,
-        ConditionReason::Ready,
-        ConditionReason::Progressing,
-        ConditionReason::ResourceFailed,
-        ConditionReason::ReconcileError,
-        ConditionReason::Invalid,
-        ConditionReason::Gated,
-        ConditionReason::Finalizing,
-        ConditionReason::DeletionBlocked,
-        ConditionReason::DeletionFailed,
-        ConditionReason::Conflict,
-        ConditionReason::Forbidden,
-        ConditionReason::ValidationFailed,
-        ConditionReason::IdentityChanged,
-        ConditionReason::IdentityConflict,
-        ConditionReason::IdentityFailed,
-        ConditionReason::ObserveFailed,
-        ConditionReason::ConvergeFailed,
-        ConditionReason::DeleteFailed,
-        ConditionReason::DestroyPrevented,
-        ConditionReason::Deleting,
-        ConditionReason::Suspended,
-    ];
-
     /// The condition's `reason` text.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -201,18 +175,5 @@ impl ConditionReason {
 impl std::fmt::Display for ConditionReason {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
-    }
-}
-
-/// A reason named by its text (an [`EffectError`](crate::EffectError)'s condition, as the
-/// runtime's child errors name it); `Err` with the text when it is none of them.
-impl TryFrom<&str> for ConditionReason {
-    type Error = String;
-
-    fn try_from(text: &str) -> Result<Self, Self::Error> {
-        ConditionReason::ALL
-            .into_iter()
-            .find(|r| r.as_str() == text)
-            .ok_or_else(|| text.to_string())
     }
 }

@@ -1,5 +1,5 @@
 //! An infrastructure package: a `package`-world component the host drives through
-//! validate, identity, observe, converge and delete (`inrun_pass::package` decides when).
+//! validate, identity, observe, converge and delete (`inrun_pass::infrastructure` decides when).
 
 use std::sync::Arc;
 

@@ -21,8 +21,6 @@ pub mod wasm;
 
 // The old path of [`infrastructure`], kept while callers move to the new one.
 #[doc(hidden)]
-pub use infrastructure as package;
-
 use async_trait::async_trait;
 
 use inrun_contract::intent::{self, IntentDefaults};

@@ -15,7 +15,7 @@ use super::context::Ctx;
 use super::kinds::{Kind, UnknownKind};
 use super::stores::child_id;
 use inrun_pass::meta::{OWNER_UID, RECONCILER_MANAGER};
-use inrun_pass::{ChildKey, Observed, waves};
+use inrun_pass::{ChildKey, ConditionReason, Observed, waves};
 
 /// The child's id in the triggers' records of what the host wrote.
 pub(super) fn id_of(key: &ChildKey) -> String {
@@ -103,13 +103,13 @@ pub(crate) use inrun_reconcilers::api::ApiFailure;
 
 impl ChildError {
     /// The `Ready` reason it deserves, when more telling than `ReconcileError`.
-    pub fn condition(&self) -> Option<&'static str> {
+    pub fn condition(&self) -> Option<ConditionReason> {
         match self {
-            ChildError::Conflict { .. } => Some("Conflict"),
+            ChildError::Conflict { .. } => Some(ConditionReason::Conflict),
             ChildError::Api {
                 error: kube::Error::Api(e),
                 ..
-            } if e.code == 403 => Some("Forbidden"),
+            } if e.code == 403 => Some(ConditionReason::Forbidden),
             _ => None,
         }
     }

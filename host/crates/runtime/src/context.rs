@@ -13,7 +13,8 @@ use super::kinds::Kinds;
 use super::stores::ChildStores;
 use super::triggers::Triggers;
 use inrun_blueprint::RuntimeSpec;
-use inrun_reconcilers::assemble::{Assembly, CrdPlan};
+use inrun_reconcilers::assemble::Assembly;
+use inrun_reconcilers::plan::CrdPlan;
 
 /// Shared state of one CRD's controller.
 pub struct Ctx {

@@ -19,7 +19,7 @@ use crate::child_watches::{child_watch, lazy_watches};
 use crate::context::Ctx;
 use crate::shared::{RunOptions, Shared};
 use crate::startup::{CrdKinds, RunError, prepare};
-use crate::{backoff, events, pass, stores, triggers};
+use crate::{backoff, events, reconcile, stores, triggers};
 use inrun_blueprint::Scope;
 use inrun_reconcilers::assemble::Assembly;
 
@@ -34,20 +34,15 @@ pub(crate) fn cr_resource(crd: &inrun_blueprint::CrdSpec) -> ApiResource {
     }
 }
 
-/// The retry delays of a CRD's CRs, no shorter than the requeue floor: a package's (its
-/// failures, and re-observing infrastructure not there or not ready yet) go from 1 s to
-/// 1 min (seed 002) unless the Blueprint sets its own; anything else's follow
-/// `runtime.backoff`.
-fn retries(package: bool, runtime: &inrun_blueprint::RuntimeSpec) -> backoff::Backoff {
-    let (base, max) = if package && runtime.backoff == inrun_blueprint::BackoffSpec::default() {
-        (
-            inrun_pass::package::RETRY_BASE,
-            inrun_pass::package::RETRY_MAX,
-        )
-    } else {
-        (runtime.backoff.base, runtime.backoff.max)
-    };
-    backoff::Backoff::new(base.max(runtime.min_requeue), max.max(runtime.min_requeue))
+/// The per-CR backoff of a CRD's controller: the pass picks its bounds
+/// ([`inrun_pass::retry_bounds`]: a package's own, or `runtime.backoff`, above the requeue
+/// floor).
+fn retries(
+    crd: &inrun_blueprint::CrdSpec,
+    runtime: &inrun_blueprint::RuntimeSpec,
+) -> backoff::Backoff {
+    let (base, max) = inrun_pass::retry_bounds(crd, runtime);
+    backoff::Backoff::new(base, max)
 }
 
 /// One CRD's controller: watches its CRs and the children they own and runs the pass,
@@ -125,7 +120,7 @@ fn context(
         kinds: shared.kinds.clone(),
         locks: shared.locks.clone(),
         events: events::Events::new(client, shared.instance.clone()),
-        backoff: retries(plan.spec.serves_a_package(), &runtime),
+        backoff: retries(&plan.spec, &runtime),
         queue: shared.metrics.controller(
             &plan.spec.crd_name(),
             usize::try_from(workers).unwrap_or(usize::MAX),
@@ -299,7 +294,7 @@ async fn run_until_stopped(running: Running) {
         .graceful_shutdown_on(async move {
             let _ = stop_on.wait_for(|s| *s).await;
         })
-        .run(pass::reconcile, pass::error_policy, ctx)
+        .run(reconcile::reconcile, reconcile::error_policy, ctx)
         .for_each(|result| {
             match result {
                 // A CR deleted before its turn: what was queued for it will not run.
@@ -385,23 +380,14 @@ mod tests {
     use std::time::Duration;
 
     #[test]
-    fn a_packages_retries_double_from_one_second_up_to_one_minute_unless_the_blueprint_says() {
-        let runtime = inrun_blueprint::RuntimeSpec::default();
-        let b = super::retries(true, &runtime);
+    fn a_packages_retries_double_from_one_second_up_to_one_minute() {
+        let b = super::backoff::Backoff::new(
+            inrun_pass::infrastructure::RETRY_BASE,
+            inrun_pass::infrastructure::RETRY_MAX,
+        );
         let delays: Vec<u64> = (0..9).map(|_| b.failed("ns/a", 1).as_secs()).collect();
         assert_eq!(delays, [1, 2, 4, 8, 16, 32, 60, 60, 60]);
         // An edit of the spec starts again at 1 s.
         assert_eq!(b.failed("ns/a", 2), Duration::from_secs(1));
-        // Anything else follows runtime.backoff (up to 5 min by default).
-        let b = super::retries(false, &runtime);
-        let last = (0..12).map(|_| b.failed("ns/a", 1)).last();
-        assert_eq!(last, Some(runtime.backoff.max));
-        assert!(runtime.backoff.max > Duration::from_secs(60));
-        // A Blueprint's own backoff holds for packages too.
-        let mut own = runtime.clone();
-        own.backoff.max = Duration::from_secs(10);
-        let b = super::retries(true, &own);
-        let last = (0..12).map(|_| b.failed("ns/a", 1)).last();
-        assert_eq!(last, Some(Duration::from_secs(10)));
     }
 }

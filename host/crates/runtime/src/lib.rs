@@ -35,7 +35,7 @@ mod children;
 mod context;
 mod effects;
 mod events;
-mod pass;
+mod reconcile;
 mod safeguard;
 mod stores;
 mod teardown;
@@ -61,8 +61,6 @@ pub mod metrics;
 pub mod settings;
 
 /// The module's former name, kept for callers outside this crate.
-pub use impersonation as identity;
-
 pub use apply::APPLIED_HASH;
 pub use cache::WatchCache;
 pub use cached::{

@@ -14,7 +14,7 @@ use serde_json::json;
 
 use crate::events::Events;
 use inrun_blueprint::{CrdSpec, RuntimeSpec};
-use inrun_pass::{Reason, meta, package};
+use inrun_pass::{Reason, infrastructure, meta};
 
 /// What the host does with the finalizers of CRs no tenant serves any more
 /// (`--on-tenant-removal`).
@@ -53,7 +53,7 @@ pub struct Released {
 /// package's, and `runtime.finalizers.names`.
 fn ours(runtime: &RuntimeSpec) -> Vec<String> {
     let mut names = meta::finalizers(runtime);
-    names.push(package::FINALIZER.to_string());
+    names.push(infrastructure::FINALIZER.to_string());
     names
 }
 

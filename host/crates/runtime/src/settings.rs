@@ -42,11 +42,6 @@ pub fn replica_name(given: Option<String>, env: impl Fn(&str) -> Option<String>)
     })
 }
 
-/// [`replica_name`], by its former name, for the command line's wiring.
-pub fn identity(given: Option<String>, env: impl Fn(&str) -> Option<String>) -> String {
-    replica_name(given, env)
-}
-
 impl HostSettings {
     /// Resolves `flags` over `host` (the `--blueprint` tenant's runtime section, `None`
     /// without one) for the replica named `instance`, reading `POD_NAMESPACE` through

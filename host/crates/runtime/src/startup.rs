@@ -4,7 +4,8 @@
 use std::collections::HashSet;
 
 use inrun_pass::waves;
-use inrun_reconcilers::assemble::{Assembly, CrdPlan};
+use inrun_reconcilers::assemble::Assembly;
+use inrun_reconcilers::plan::CrdPlan;
 
 use crate::shared::Shared;
 use crate::{access, crds, kinds};

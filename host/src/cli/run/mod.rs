@@ -67,7 +67,7 @@ pub(super) fn run(
         None => None,
     };
     let env = |k: &str| std::env::var(k).ok();
-    let identity = settings::identity(args.identity.clone(), env);
+    let identity = settings::replica_name(args.identity.clone(), env);
     let keeper = Keeper {
         client: connection.lease_client.clone(),
         fence: connection.fence.clone(),

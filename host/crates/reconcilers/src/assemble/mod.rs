@@ -12,11 +12,9 @@ pub use grants::grants;
 pub use limits::{DEFAULT_PACKAGE_CEILING, Policy, TenantSize, limits, limits_within};
 pub use services::Services;
 
-// The plan's types, at the path callers used before they had a module of their own.
-pub use crate::plan::{CrdPlan, DEFAULT_REQUEUE, Next, PassError, ReconcilePlan, StepError};
-
 use std::path::Path;
 
+use crate::plan::{CrdPlan, ReconcilePlan};
 use crate::plugins::PluginSet;
 use builder::Builder;
 use inrun_blueprint::{self as blueprint, Blueprint, BlueprintError};

@@ -141,9 +141,6 @@ pub enum StepError {
     },
 }
 
-/// The old name of [`StepError`], kept while callers move to the new one.
-pub type PassError = StepError;
-
 /// When to reconcile again after a successful pass.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Next {

@@ -4,10 +4,7 @@
 use super::*;
 
 /// A tenant's Blueprint refused for a CRD another tenant has: why, at the CRD's field.
-pub(super) fn claim_refusal(
-    plan: &inrun_reconcilers::assemble::CrdPlan,
-    why: String,
-) -> FleetError {
+pub(super) fn claim_refusal(plan: &inrun_reconcilers::plan::CrdPlan, why: String) -> FleetError {
     FleetError::Claimed(BlueprintError::Invalid {
         problems: vec![blueprint::Problem::new(
             &plan.spec.source.file,

@@ -86,7 +86,7 @@ pub async fn reconcile(cached: Arc<CachedCr>, ctx: Arc<Ctx>) -> Result<Action, R
         };
         let changed_meanwhile = ctx.triggers.end(&key);
         // When the pass itself asked to run again: `None` waits for a change.
-        let own = match &result {
+        let requested = match &result {
             Ok(done) => {
                 tracing::debug!(?done, "reconciled");
                 // Not there yet (a package's infrastructure): the retry delay, which an
@@ -112,7 +112,7 @@ pub async fn reconcile(cached: Arc<CachedCr>, ctx: Arc<Ctx>) -> Result<Action, R
             Err(_) => None,
         };
         let error = result.as_ref().err();
-        let again = record(
+        let again = record_finished(
             &ctx.metrics,
             &ctx.queue,
             in_flight,
@@ -121,7 +121,7 @@ pub async fn reconcile(cached: Arc<CachedCr>, ctx: Arc<Ctx>) -> Result<Action, R
                 plugins: &plugins,
                 error: error.map(|e| e as &(dyn std::error::Error + 'static)),
                 panicked,
-                own,
+                requested,
                 changed: changed_meanwhile,
             },
         );
@@ -137,7 +137,7 @@ pub async fn reconcile(cached: Arc<CachedCr>, ctx: Arc<Ctx>) -> Result<Action, R
     .await
 }
 
-/// How a pass ended, for [`record`].
+/// How a pass ended, for [`record_finished`].
 struct Ended<'a> {
     key: &'a str,
     plugins: &'a [String],
@@ -145,7 +145,7 @@ struct Ended<'a> {
     error: Option<&'a (dyn std::error::Error + 'static)>,
     panicked: bool,
     /// When the pass itself asked to run again (`None`: at the next change).
-    own: Option<Duration>,
+    requested: Option<Duration>,
     /// Someone else changed the CR or a child while the pass ran.
     changed: bool,
 }
@@ -156,7 +156,7 @@ struct Ended<'a> {
 /// once — as client-go re-queues an item added while it was processing: a plain add,
 /// not a retry. A requeue the pass asked for is a retry, as controller-runtime's
 /// `AddAfter` and `AddRateLimited` count it.
-fn record(
+fn record_finished(
     metrics: &crate::metrics::Metrics,
     queue: &crate::metrics::WorkQueue,
     in_flight: crate::metrics::InFlight,
@@ -168,7 +168,7 @@ fn record(
         Finished {
             key: ended.key,
             plugins: ended.plugins,
-            result: ReconcileResult::classify(failed, ended.own),
+            result: ReconcileResult::classify(failed, ended.requested),
             error: ended.error,
             panicked: ended.panicked,
         },
@@ -179,13 +179,13 @@ fn record(
     if ended.changed {
         queue.queued(ended.key);
     }
-    if let Some(after) = ended.own {
+    if let Some(after) = ended.requested {
         queue.requeued(ended.key, after);
     }
     if ended.changed {
         Some(Duration::ZERO)
     } else {
-        ended.own
+        ended.requested
     }
 }
 
@@ -218,12 +218,12 @@ mod tests {
     use super::*;
     use crate::metrics::Metrics;
 
-    /// Records one pass of `ns/a` that asked for `own` while `changed` arrived, as
+    /// Records one pass of `ns/a` that asked for `requested` while `changed` arrived, as
     /// [`reconcile`] does; returns when the CR runs again.
     fn pass(
         m: &Metrics,
         queue: &crate::metrics::WorkQueue,
-        own: Option<Duration>,
+        requested: Option<Duration>,
         changed: bool,
     ) -> Option<Duration> {
         let ended = Ended {
@@ -231,10 +231,10 @@ mod tests {
             plugins: &[],
             error: None,
             panicked: false,
-            own,
+            requested,
             changed,
         };
-        record(m, queue, queue.started("ns/a"), ended)
+        record_finished(m, queue, queue.started("ns/a"), ended)
     }
 
     #[test]
