@@ -14,6 +14,7 @@ fn main() -> ExitCode {
         let code = inrun::wasm::compiler::child_main(&args[2..]);
         return ExitCode::from(u8::try_from(code).unwrap_or(1));
     }
+    inrun::sources::install_tls_provider();
     let cli = cli::Cli::parse();
     if let Err(e) = inrun::telemetry::init(&cli.log_filter(), cli.json_logs()) {
         // Logging is not up: say it where the user looks.

@@ -14,6 +14,7 @@ use support::{FleetHost, apply_cr, client, configmaps, eventually, get, resource
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn moving_an_oci_tag_reloads_the_plugin_of_a_blueprint_resource() {
+    inrun::sources::install_tls_provider();
     let registry = Registry::start_with_auth("team", "s3cret-pass")
         .await
         .expect("registry");

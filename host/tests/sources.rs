@@ -64,6 +64,8 @@ fn tls_options(registry: &Registry) -> SourceOptions {
 
 #[tokio::test]
 async fn a_pushed_component_pulls_back_by_tag_and_by_digest() -> anyhow::Result<()> {
+    // The process has no TLS provider until one is installed, as `inrun` does at start.
+    inrun::sources::install_tls_provider();
     let registry = Registry::start().await?;
     let sources = plain_sources(&registry);
     let bytes = webapp();
@@ -100,6 +102,7 @@ async fn a_pushed_component_pulls_back_by_tag_and_by_digest() -> anyhow::Result<
 
 #[tokio::test]
 async fn a_wrong_digest_is_refused_naming_both() -> anyhow::Result<()> {
+    inrun::sources::install_tls_provider();
     let registry = Registry::start().await?;
     let sources = plain_sources(&registry);
     let reference = registry.reference("webapp:pinned");
@@ -127,6 +130,7 @@ async fn a_wrong_digest_is_refused_naming_both() -> anyhow::Result<()> {
 
 #[tokio::test]
 async fn pulls_and_pushes_use_the_registry_credentials() -> anyhow::Result<()> {
+    inrun::sources::install_tls_provider();
     let registry = Registry::start_with_auth("alice", "wonder-land").await?;
     let options = tls_options(&registry);
     let reference = registry.reference("private/webapp:1");
@@ -219,6 +223,7 @@ async fn pulls_and_pushes_use_the_registry_credentials() -> anyhow::Result<()> {
 
 #[tokio::test]
 async fn moving_a_tag_changes_its_version() -> anyhow::Result<()> {
+    inrun::sources::install_tls_provider();
     let registry = Registry::start().await?;
     let sources = plain_sources(&registry);
     let options = plain_options(&registry);
@@ -255,11 +260,11 @@ async fn moving_a_tag_changes_its_version() -> anyhow::Result<()> {
 
 #[tokio::test]
 async fn an_artifact_whose_layer_is_not_wasm_is_refused() -> anyhow::Result<()> {
+    inrun::sources::install_tls_provider();
     use oci_client::client::{ClientConfig, ClientProtocol, Config, ImageLayer};
     use oci_client::secrets::RegistryAuth;
 
     let registry = Registry::start().await?;
-    let _ = rustls::crypto::ring::default_provider().install_default();
     let client = oci_client::Client::try_from(ClientConfig {
         protocol: ClientProtocol::HttpsExcept(vec![registry.host.clone()]),
         ..ClientConfig::default()
@@ -293,6 +298,7 @@ async fn an_artifact_whose_layer_is_not_wasm_is_refused() -> anyhow::Result<()> 
 
 #[tokio::test]
 async fn pushing_something_that_is_not_a_component_is_refused() -> anyhow::Result<()> {
+    inrun::sources::install_tls_provider();
     let registry = Registry::start().await?;
     let core_module = b"\0asm\x01\x00\x00\x00".to_vec();
     let err = push(
@@ -405,6 +411,7 @@ async fn answer(
 
 #[tokio::test]
 async fn https_locations_are_fetched_only_with_their_digest() -> anyhow::Result<()> {
+    inrun::sources::install_tls_provider();
     let bytes = webapp();
     let (server, ca_pem) =
         HttpsFiles::start(HashMap::from([("/plugins/webapp.wasm", bytes.clone())])).await?;
@@ -469,6 +476,7 @@ async fn https_locations_are_fetched_only_with_their_digest() -> anyhow::Result<
 
 #[tokio::test]
 async fn a_file_version_is_the_sha256_of_its_content() -> anyhow::Result<()> {
+    inrun::sources::install_tls_provider();
     let dir = tempfile::tempdir()?;
     std::fs::write(dir.path().join("h.wasm"), b"one")?;
     let location = Location::parse("h.wasm", None, dir.path())?;
@@ -544,6 +552,7 @@ async fn hostile_registry() -> anyhow::Result<(String, Arc<std::sync::atomic::At
 #[tokio::test]
 async fn a_hostile_registry_is_read_only_so_far_and_never_followed_elsewhere() -> anyhow::Result<()>
 {
+    inrun::sources::install_tls_provider();
     let (host, sent) = hostile_registry().await?;
     let sources = Sources::new(
         Arc::new(StaticSecrets::new()),

@@ -273,6 +273,7 @@ impl FleetHost {
         let config = run.config(&file_tenants(&options)).await;
         let fence = counting_fence(&metrics);
         let client = inrun::fence::client(config.clone(), &fence).expect("client");
+        inrun::sources::install_tls_provider();
         let services = Services::with_sources(Arc::new(KubeSecrets::new(client.clone())), sources)
             .expect("plugin sources")
             .with_cluster(Arc::new(WatchCache::new(client.clone())));

@@ -22,6 +22,14 @@ pub use dockerconfig::Credentials;
 pub use inrun_blueprint::location::{Location, LocationError};
 pub use oci::{ComponentMeta, WASM_CONFIG_MEDIA_TYPE, WASM_LAYER_MEDIA_TYPE, push, with_scheme};
 
+/// Makes ring the process's TLS provider, once, before the first pull or push: the OCI
+/// client (reqwest underneath) is built without a provider of its own, and ring is the one
+/// the rest of the host uses. `inrun` calls it at start; a program that embeds [`Sources`]
+/// or [`push`] calls it first. A provider already installed is kept.
+pub fn install_tls_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
 /// The largest component fetched; a server sending more is cut off, not buffered.
 pub const MAX_MODULE_SIZE: u64 = 64 << 20;
 

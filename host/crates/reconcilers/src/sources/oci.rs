@@ -80,9 +80,6 @@ pub(super) fn registry_of(reference: &str) -> String {
 /// A client for one operation: the client keeps the first credentials it sees per
 /// registry, so sharing one across pull secrets would mix them up.
 fn client(options: &SourceOptions, location: &str) -> Result<Client, SourceError> {
-    // reqwest under the OCI client is built without a crypto provider of its own; ring is
-    // the one the rest of the host uses. Installing fails only when one is already set.
-    let _ = rustls::crypto::ring::default_provider().install_default();
     let config = ClientConfig {
         protocol: ClientProtocol::HttpsExcept(options.insecure_registries.clone()),
         extra_root_certificates: options
