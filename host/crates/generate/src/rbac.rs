@@ -217,8 +217,8 @@ fn plugin_read_permissions(
 }
 
 /// Verbs on children that change them, granted per namespace when the Blueprint bounds
-/// where children may go.
-const CHILD_WRITE_VERBS_HOST: &[&str] = &["create", "patch", "update", "delete"];
+/// where children may go (or a tenant's writes are confined).
+const CHILD_WRITE_VERBS: &[&str] = &["create", "patch", "update", "delete"];
 
 /// The namespaces children of `m` may be written in, when the Blueprint bounds them: the
 /// namespaces `crd`'s CRs are reconciled in (its `namespaces.include`) and those `m` lists
@@ -252,11 +252,8 @@ fn child_permissions(blueprint: &Blueprint, crd: &CrdSpec, m: &ManagedResource) 
         None => vec![perm(group, &resource, CHILD_VERBS, why)],
         Some(namespaces) => {
             let mut perms = vec![perm(group, &resource, READ_VERBS, why.clone())];
-            for ns in namespaces {
-                let mut p = perm(group, &resource, CHILD_WRITE_VERBS_HOST, why.clone());
-                p.namespace = Some(ns);
-                perms.push(p);
-            }
+            let write = perm(group, &resource, CHILD_WRITE_VERBS, why);
+            perms.extend(scoped(write, false, &namespaces));
             perms
         }
     }
@@ -332,80 +329,131 @@ fn secret_permissions(mut refs: Vec<SecretName>) -> Vec<Permission> {
 /// watch (cluster-wide: the host keeps one watch cache per kind).
 pub fn required(blueprint: &Blueprint, options: &RbacOptions) -> Vec<Permission> {
     let mut perms = Vec::new();
-    let mut crd_names = Vec::new();
-    let mut secret_refs = Vec::new();
     for crd in &blueprint.spec.crds {
-        let cr_plural = crd.plural();
-        let what = format!("{} CRs", crd.kind);
-        perms.push(perm(&crd.group, &cr_plural, CR_VERBS, what.clone()));
         perms.push(perm(
             &crd.group,
-            &format!("{cr_plural}/status"),
-            &["get", "patch", "update"],
-            format!("{what}: status"),
+            &crd.plural(),
+            CR_VERBS,
+            format!("{} CRs", crd.kind),
         ));
-        perms.push(perm(
-            &crd.group,
-            &format!("{cr_plural}/finalizers"),
-            &["update"],
-            format!("{what}: finalizers and owner references"),
-        ));
-        crd_names.push(crd.crd_name());
+        perms.extend(cr_subresource_permissions(crd));
         for block in blocks(crd) {
-            secret_refs.extend(secret_references(block));
             for m in &block.managed_resources {
                 perms.extend(child_permissions(blueprint, crd, m));
             }
-            perms.extend(plugin_read_permissions(blueprint, crd, block));
-            perms.extend(managed_type_permissions(crd, block));
+            perms.extend(block_read_permissions(blueprint, crd, block));
         }
     }
-    perms.push(perm(
+    perms.push(event_permission());
+    perms.extend(crd_permissions(crd_names(blueprint), options.install_crds));
+    let secret_refs = all_blocks(blueprint).flat_map(secret_references).collect();
+    perms.extend(secret_permissions(secret_refs));
+    perms.extend(leader_election_permissions(blueprint, options));
+    perms.extend(identity_lock_permissions(blueprint, options));
+    perms.extend(impersonation_permissions(blueprint, options));
+    if options.blueprint_resources {
+        perms.extend(blueprint_resource_permissions(options.install_crds));
+    }
+    merge(perms)
+}
+
+/// Every reconcile block of every CRD of `blueprint`.
+fn all_blocks(blueprint: &Blueprint) -> impl Iterator<Item = &ReconcileSpec> {
+    blueprint.spec.crds.iter().flat_map(blocks)
+}
+
+/// The names of the CRDs `blueprint` declares.
+fn crd_names(blueprint: &Blueprint) -> Vec<String> {
+    blueprint.spec.crds.iter().map(CrdSpec::crd_name).collect()
+}
+
+/// Writing a CRD's status and its finalizers (and owner references).
+fn cr_subresource_permissions(crd: &CrdSpec) -> [Permission; 2] {
+    let cr_plural = crd.plural();
+    [
+        perm(
+            &crd.group,
+            &format!("{cr_plural}/status"),
+            &["get", "patch", "update"],
+            format!("{} CRs: status", crd.kind),
+        ),
+        perm(
+            &crd.group,
+            &format!("{cr_plural}/finalizers"),
+            &["update"],
+            format!("{} CRs: finalizers and owner references", crd.kind),
+        ),
+    ]
+}
+
+/// What every block needs read cluster-wide besides its children: the kinds granted to
+/// its plugins, and the instances of its managed types.
+fn block_read_permissions(
+    blueprint: &Blueprint,
+    crd: &CrdSpec,
+    block: &ReconcileSpec,
+) -> Vec<Permission> {
+    let mut perms = plugin_read_permissions(blueprint, crd, block);
+    perms.extend(managed_type_permissions(crd, block));
+    perms
+}
+
+/// Events on CRs, cluster-wide unless a tenant's writes are confined.
+fn event_permission() -> Permission {
+    perm(
         "events.k8s.io",
         "events",
         &["create", "patch"],
         "events on CRs".into(),
-    ));
-    perms.extend(crd_permissions(crd_names, options.install_crds));
-    perms.extend(secret_permissions(secret_refs));
+    )
+}
+
+/// The leader-election Lease, by name in its namespace, and creating it; none without
+/// leader election.
+fn leader_election_permissions(blueprint: &Blueprint, options: &RbacOptions) -> Vec<Permission> {
     let le = &blueprint.spec.runtime.leader_election;
-    if le.enabled {
-        let namespace = le.namespace.clone().unwrap_or(options.namespace.clone());
-        let mut p = perm(
-            "coordination.k8s.io",
-            "leases",
-            &["get", "update", "patch"],
-            "the leader-election Lease".into(),
-        );
-        p.names = vec![le.lease_name.clone()];
-        p.namespace = Some(namespace.clone());
-        perms.push(p);
-        let mut p = perm(
-            "coordination.k8s.io",
-            "leases",
-            &["create"],
-            "creating the leader-election Lease".into(),
-        );
-        p.namespace = Some(namespace);
-        perms.push(p);
+    if !le.enabled {
+        return Vec::new();
     }
-    // Package CRs' identity locks: Leases named after what they hold, in the host's
-    // namespace (a Blueprint resource may bring a package too).
-    let packages = blueprint
-        .spec
-        .crds
-        .iter()
-        .any(|c| blocks(c).any(|b| b.package.is_some()));
-    if packages || options.blueprint_resources {
-        let mut p = perm(
-            "coordination.k8s.io",
-            "leases",
-            &["get", "create", "update", "delete"],
-            "package CRs' identity locks: one owner per piece of infrastructure".into(),
-        );
-        p.namespace = Some(options.namespace.clone());
-        perms.push(p);
+    let namespace = le.namespace.clone().unwrap_or(options.namespace.clone());
+    let mut held = perm(
+        "coordination.k8s.io",
+        "leases",
+        &["get", "update", "patch"],
+        "the leader-election Lease".into(),
+    );
+    held.names = vec![le.lease_name.clone()];
+    held.namespace = Some(namespace.clone());
+    let mut create = perm(
+        "coordination.k8s.io",
+        "leases",
+        &["create"],
+        "creating the leader-election Lease".into(),
+    );
+    create.namespace = Some(namespace);
+    vec![held, create]
+}
+
+/// Package CRs' identity locks: Leases named after what they hold, in the host's
+/// namespace (a Blueprint resource may bring a package too).
+fn identity_lock_permissions(blueprint: &Blueprint, options: &RbacOptions) -> Option<Permission> {
+    let packages = all_blocks(blueprint).any(|b| b.package.is_some());
+    if !packages && !options.blueprint_resources {
+        return None;
     }
+    let mut p = perm(
+        "coordination.k8s.io",
+        "leases",
+        &["get", "create", "update", "delete"],
+        "package CRs' identity locks: one owner per piece of infrastructure".into(),
+    );
+    p.namespace = Some(options.namespace.clone());
+    Some(p)
+}
+
+/// Acting as the tenants' ServiceAccounts: each one named (the Blueprint's own and
+/// `options.impersonate`) by name, and the namespace of `options.tenant_accounts` whole.
+fn impersonation_permissions(blueprint: &Blueprint, options: &RbacOptions) -> Vec<Permission> {
     let mut impersonated: Vec<&ServiceAccountRef> = blueprint
         .spec
         .service_account
@@ -414,18 +462,21 @@ pub fn required(blueprint: &Blueprint, options: &RbacOptions) -> Vec<Permission>
         .collect();
     impersonated.sort();
     impersonated.dedup();
-    for sa in impersonated {
-        // `get`: a Blueprint resource may act as it only if it admits that Blueprint.
-        let mut p = perm(
-            "",
-            "serviceaccounts",
-            &["get", "impersonate"],
-            format!("acting as the tenant's ServiceAccount {sa}"),
-        );
-        p.names = vec![sa.name.clone()];
-        p.namespace = Some(sa.namespace.clone());
-        perms.push(p);
-    }
+    let mut perms: Vec<Permission> = impersonated
+        .into_iter()
+        .map(|sa| {
+            // `get`: a Blueprint resource may act as it only if it admits that Blueprint.
+            let mut p = perm(
+                "",
+                "serviceaccounts",
+                &["get", "impersonate"],
+                format!("acting as the tenant's ServiceAccount {sa}"),
+            );
+            p.names = vec![sa.name.clone()];
+            p.namespace = Some(sa.namespace.clone());
+            p
+        })
+        .collect();
     if let Some(pattern) = &options.tenant_accounts {
         // Names are not known before the Blueprints exist: the whole namespace, which the
         // operator keeps for tenants' identities. Each still admits its Blueprint by uid.
@@ -438,48 +489,52 @@ pub fn required(blueprint: &Blueprint, options: &RbacOptions) -> Vec<Permission>
         p.namespace = Some(pattern.namespace.clone());
         perms.push(p);
     }
-    if options.blueprint_resources {
-        perms.push(perm(
+    perms
+}
+
+/// Serving `Blueprint` resources: reading them, writing their status, reading (and with
+/// `install_crds`, installing) the Blueprint CRD.
+fn blueprint_resource_permissions(install_crds: bool) -> Vec<Permission> {
+    let mut perms = vec![
+        perm(
             "inrun.dev",
             "blueprints",
             &["get", "list", "watch"],
             "Blueprint resources: one tenant each".into(),
-        ));
-        perms.push(perm(
+        ),
+        perm(
             "inrun.dev",
             "blueprints/status",
             &["get", "patch"],
             "Blueprint resources: whether each is accepted".into(),
-        ));
-        let mut p = perm(
+        ),
+    ];
+    let mut crd = perm(
+        "apiextensions.k8s.io",
+        "customresourcedefinitions",
+        if install_crds {
+            &["get", "patch"]
+        } else {
+            &["get"]
+        },
+        "the Blueprint CRD".into(),
+    );
+    crd.names = vec![inrun_blueprint::BLUEPRINT_CRD.to_string()];
+    perms.push(crd);
+    if install_crds {
+        // Creating takes no name: RBAC cannot scope it to the Blueprint CRD.
+        perms.push(perm(
             "apiextensions.k8s.io",
             "customresourcedefinitions",
-            if options.install_crds {
-                &["get", "patch"]
-            } else {
-                &["get"]
-            },
-            "the Blueprint CRD".into(),
-        );
-        p.names = vec![inrun_blueprint::BLUEPRINT_CRD.to_string()];
-        perms.push(p);
-        if options.install_crds {
-            // Creating takes no name: RBAC cannot scope it to the Blueprint CRD.
-            perms.push(perm(
-                "apiextensions.k8s.io",
-                "customresourcedefinitions",
-                &["create"],
-                "installing the Blueprint CRD".into(),
-            ));
-        }
+            &["create"],
+            "installing the Blueprint CRD".into(),
+        ));
     }
-    merge(perms)
+    perms
 }
 
 /// Verbs on a tenant's own CRs beyond reading them.
 const CR_WRITE_VERBS: &[&str] = &["patch", "update", "delete"];
-/// Verbs on a tenant's children beyond reading them.
-const CHILD_WRITE_VERBS: &[&str] = &["create", "patch", "update", "delete"];
 
 /// What a tenant's ServiceAccount needs to run `blueprint` when the host acts as it, its
 /// writes confined to `namespaces`: reading its CRs, their children's kinds and the kinds
@@ -500,110 +555,114 @@ pub fn tenant_required(
     options: &RbacOptions,
 ) -> Vec<Permission> {
     let mut perms = Vec::new();
-    let scoped = |perms: &mut Vec<Permission>, p: Permission, cluster: bool| {
-        if cluster {
-            perms.push(p);
-        } else {
-            for ns in namespaces {
-                let mut p = p.clone();
-                p.namespace = Some(ns.clone());
-                perms.push(p);
-            }
-        }
-    };
-    let mut secrets = false;
-    let mut named = Vec::new();
-    let mut cluster_scoped_crs = false;
-    let mut crd_names = Vec::new();
     for crd in &blueprint.spec.crds {
-        let cr_plural = crd.plural();
-        let what = format!("{} CRs", crd.kind);
-        let cluster_crs = crd.scope == Scope::Cluster;
-        cluster_scoped_crs |= cluster_crs;
-        perms.push(perm(&crd.group, &cr_plural, READ_VERBS, what.clone()));
-        scoped(
-            &mut perms,
-            perm(&crd.group, &cr_plural, CR_WRITE_VERBS, what.clone()),
-            cluster_crs,
-        );
-        scoped(
-            &mut perms,
-            perm(
-                &crd.group,
-                &format!("{cr_plural}/status"),
-                &["get", "patch", "update"],
-                format!("{what}: status"),
-            ),
-            cluster_crs,
-        );
-        scoped(
-            &mut perms,
-            perm(
-                &crd.group,
-                &format!("{cr_plural}/finalizers"),
-                &["update"],
-                format!("{what}: finalizers and owner references"),
-            ),
-            cluster_crs,
-        );
-        crd_names.push(crd.crd_name());
+        perms.extend(tenant_cr_permissions(crd, namespaces));
         for block in blocks(crd) {
-            secrets |= reads_secrets(block);
-            named.extend(named_secrets(block));
             for m in &block.managed_resources {
-                let (group, resource) = resource_of(blueprint, &m.api_version, &m.kind);
-                let why = format!("{} children of {} CRs", m.kind, crd.kind);
-                perms.push(perm(group, &resource, READ_VERBS, why.clone()));
-                scoped(
-                    &mut perms,
-                    perm(group, &resource, CHILD_WRITE_VERBS, why),
-                    m.cluster_scoped,
-                );
+                perms.extend(tenant_child_permissions(blueprint, crd, m, namespaces));
             }
-            perms.extend(plugin_read_permissions(blueprint, crd, block));
-            perms.extend(managed_type_permissions(crd, block));
+            perms.extend(block_read_permissions(blueprint, crd, block));
         }
     }
-    let events = perm(
-        "events.k8s.io",
-        "events",
-        &["create", "patch"],
-        "events on CRs".into(),
-    );
+    perms.extend(tenant_event_permissions(blueprint, namespaces));
+    perms.extend(tenant_secret_permissions(blueprint, namespaces));
+    perms.extend(crd_permissions(crd_names(blueprint), options.install_crds));
+    merge(perms)
+}
+
+/// `p` cluster-wide when `cluster`, else one copy in each of `namespaces`.
+fn scoped(p: Permission, cluster: bool, namespaces: &[String]) -> Vec<Permission> {
+    if cluster {
+        return vec![p];
+    }
+    namespaces
+        .iter()
+        .map(|ns| {
+            let mut p = p.clone();
+            p.namespace = Some(ns.clone());
+            p
+        })
+        .collect()
+}
+
+/// Reading a tenant's CRs cluster-wide; writing them, their status and finalizers in
+/// `namespaces` (cluster-wide for cluster-scoped CRs).
+fn tenant_cr_permissions(crd: &CrdSpec, namespaces: &[String]) -> Vec<Permission> {
+    let cr_plural = crd.plural();
+    let what = format!("{} CRs", crd.kind);
+    let cluster = crd.scope == Scope::Cluster;
+    let mut perms = vec![perm(&crd.group, &cr_plural, READ_VERBS, what.clone())];
+    let write = perm(&crd.group, &cr_plural, CR_WRITE_VERBS, what);
+    let writes = std::iter::once(write).chain(cr_subresource_permissions(crd));
+    perms.extend(writes.flat_map(|p| scoped(p, cluster, namespaces)));
+    perms
+}
+
+/// Reading `m`'s children cluster-wide; writing them in `namespaces` (cluster-wide for a
+/// kind marked `clusterScoped`).
+fn tenant_child_permissions(
+    blueprint: &Blueprint,
+    crd: &CrdSpec,
+    m: &ManagedResource,
+    namespaces: &[String],
+) -> Vec<Permission> {
+    let (group, resource) = resource_of(blueprint, &m.api_version, &m.kind);
+    let why = format!("{} children of {} CRs", m.kind, crd.kind);
+    let mut perms = vec![perm(group, &resource, READ_VERBS, why.clone())];
+    let write = perm(group, &resource, CHILD_WRITE_VERBS, why);
+    perms.extend(scoped(write, m.cluster_scoped, namespaces));
+    perms
+}
+
+/// Events in `namespaces`, and in `default` for cluster-scoped CRs.
+fn tenant_event_permissions(blueprint: &Blueprint, namespaces: &[String]) -> Vec<Permission> {
+    let events = event_permission();
+    let cluster_scoped_crs = blueprint
+        .spec
+        .crds
+        .iter()
+        .any(|crd| crd.scope == Scope::Cluster);
+    let mut perms = Vec::new();
     if cluster_scoped_crs && !namespaces.iter().any(|n| n == "default") {
         let mut p = events.clone();
         p.namespace = Some("default".into());
         p.why = "events on cluster-scoped CRs".into();
         perms.push(p);
     }
-    scoped(&mut perms, events, false);
+    perms.extend(scoped(events, false, namespaces));
+    perms
+}
+
+/// The Secrets a tenant reads: each one its Blueprint names in a namespace of its own, by
+/// name there; any in `namespaces` when a block reads Secrets of the CR's namespace.
+fn tenant_secret_permissions(blueprint: &Blueprint, namespaces: &[String]) -> Vec<Permission> {
+    let mut named: Vec<(String, String)> = all_blocks(blueprint).flat_map(named_secrets).collect();
     named.sort();
     named.dedup();
-    for (namespace, name) in named {
-        let mut p = perm(
-            "",
-            "secrets",
-            &["get"],
-            format!("the Secret {namespace}/{name} the Blueprint names"),
-        );
-        p.names = vec![name];
-        p.namespace = Some(namespace);
-        perms.push(p);
-    }
-    if secrets {
-        scoped(
-            &mut perms,
-            perm(
+    let mut perms: Vec<Permission> = named
+        .into_iter()
+        .map(|(namespace, name)| {
+            let mut p = perm(
                 "",
                 "secrets",
                 &["get"],
-                "Secrets named by remote auth, external inputs or pull secrets".into(),
-            ),
-            false,
+                format!("the Secret {namespace}/{name} the Blueprint names"),
+            );
+            p.names = vec![name];
+            p.namespace = Some(namespace);
+            p
+        })
+        .collect();
+    if all_blocks(blueprint).any(reads_secrets) {
+        let any = perm(
+            "",
+            "secrets",
+            &["get"],
+            "Secrets named by remote auth, external inputs or pull secrets".into(),
         );
+        perms.extend(scoped(any, false, namespaces));
     }
-    perms.extend(crd_permissions(crd_names, options.install_crds));
-    merge(perms)
+    perms
 }
 
 /// Merges permissions on the same group, resource, names and namespace.
@@ -1044,7 +1103,7 @@ spec:
         written.sort();
         assert_eq!(written, ["blog", "shared", "shop"]);
         for p in cm.iter().filter(|p| p.namespace.is_some()) {
-            assert_eq!(p.verbs, CHILD_WRITE_VERBS_HOST);
+            assert_eq!(p.verbs, CHILD_WRITE_VERBS);
         }
         // `*` and cluster-scoped kinds: anywhere.
         for resource in ["deployments", "namespaces"] {

@@ -29,31 +29,22 @@ impl Plugin {
     ) -> Result<Outcome, CallError> {
         self.observed(async {
             let wit_req = to_wit_request(req);
-            let (mut store, pre, _busy) = self.store(limits, grants, cr_namespace(req)).await?;
-            let result = bounded(limits, async {
-                match pre {
-                    Pre::Reconciler(pre) => match pre.instantiate_async(&mut store).await {
-                        Ok(guest) => guest
-                            .call_reconcile(&mut store, &wit_req)
-                            .await
-                            .map(|r| r.map(Answer::V1)),
-                        Err(e) => Err(e),
-                    },
-                    Pre::Reconciler2(pre) => match pre.instantiate_async(&mut store).await {
-                        Ok(guest) => guest
-                            .call_reconcile(&mut store, &wit_req)
-                            .await
-                            .map(|r| r.map(Answer::V2)),
-                        Err(e) => Err(e),
-                    },
-                    Pre::Hooks(_) | Pre::Hooks2(_) | Pre::Package(_) => Err(wasmtime::format_err!(
-                        "a {} component has no `reconcile`",
-                        self.world().name()
-                    )),
+            let call = async |store: &mut Store<State>, pre: &Pre| match pre {
+                Pre::Reconciler(pre) => {
+                    let guest = pre.instantiate_async(&mut *store).await?;
+                    let answer = guest.call_reconcile(store, &wit_req).await?;
+                    Ok(answer.map(Answer::V1))
                 }
-            })
-            .await;
-            let raw = self.settle(result, &mut store, limits)?;
+                Pre::Reconciler2(pre) => {
+                    let guest = pre.instantiate_async(&mut *store).await?;
+                    let answer = guest.call_reconcile(store, &wit_req).await?;
+                    Ok(answer.map(Answer::V2))
+                }
+                Pre::Hooks(_) | Pre::Hooks2(_) | Pre::Package(_) => Err(self.lacks("`reconcile`")),
+            };
+            let raw = self
+                .in_fresh_store(limits, grants, cr_namespace(req), call)
+                .await?;
             self.finish(raw, limits, None)
         })
         .await
@@ -73,30 +64,26 @@ impl Plugin {
     ) -> Result<Outcome, CallError> {
         self.observed(async {
             let wit_req = to_wit_request(req);
-            let (mut store, pre, _busy) = self.store(limits, grants, cr_namespace(req)).await?;
-            let result = bounded(limits, async {
-                match pre {
-                    Pre::Hooks(pre) => match pre.instantiate_async(&mut store).await {
-                        Ok(guest) => guest
-                            .call_call(&mut store, function, &wit_req, &to_wit_outcome(current))
-                            .await
-                            .map(|r| r.map(Answer::V1)),
-                        Err(e) => Err(e),
-                    },
-                    Pre::Hooks2(pre) => match pre.instantiate_async(&mut store).await {
-                        Ok(guest) => guest
-                            .call_call(&mut store, function, &wit_req, &to_wit_outcome2(current))
-                            .await
-                            .map(|r| r.map(Answer::V2)),
-                        Err(e) => Err(e),
-                    },
-                    Pre::Reconciler(_) | Pre::Reconciler2(_) | Pre::Package(_) => Err(
-                        wasmtime::format_err!("a {} component has no hooks", self.world().name()),
-                    ),
+            let call = async |store: &mut Store<State>, pre: &Pre| match pre {
+                Pre::Hooks(pre) => {
+                    let guest = pre.instantiate_async(&mut *store).await?;
+                    let current = to_wit_outcome(current);
+                    let answer = guest.call_call(store, function, &wit_req, &current).await?;
+                    Ok(answer.map(Answer::V1))
                 }
-            })
-            .await;
-            let raw = self.settle(result, &mut store, limits)?;
+                Pre::Hooks2(pre) => {
+                    let guest = pre.instantiate_async(&mut *store).await?;
+                    let current = to_wit_outcome2(current);
+                    let answer = guest.call_call(store, function, &wit_req, &current).await?;
+                    Ok(answer.map(Answer::V2))
+                }
+                Pre::Reconciler(_) | Pre::Reconciler2(_) | Pre::Package(_) => {
+                    Err(self.lacks("hooks"))
+                }
+            };
+            let raw = self
+                .in_fresh_store(limits, grants, cr_namespace(req), call)
+                .await?;
             self.finish(raw, limits, Some(current))
         })
         .await
@@ -105,24 +92,41 @@ impl Plugin {
     /// Asks a hooks component which functions it serves.
     pub(super) async fn call_functions(&self, limits: &Limits) -> Result<Vec<String>, CallError> {
         self.observed(async {
-            let (mut store, pre, _busy) = self.store(limits, &Grants::default(), None).await?;
-            let result = bounded(limits, async {
-                match pre {
-                    Pre::Hooks(pre) => match pre.instantiate_async(&mut store).await {
-                        Ok(guest) => guest.call_functions(&mut store).await,
-                        Err(e) => Err(e),
-                    },
-                    Pre::Hooks2(pre) => match pre.instantiate_async(&mut store).await {
-                        Ok(guest) => guest.call_functions(&mut store).await,
-                        Err(e) => Err(e),
-                    },
-                    Pre::Reconciler(_) | Pre::Reconciler2(_) | Pre::Package(_) => Ok(Vec::new()),
+            let call = async |store: &mut Store<State>, pre: &Pre| match pre {
+                Pre::Hooks(pre) => {
+                    let guest = pre.instantiate_async(&mut *store).await?;
+                    guest.call_functions(store).await
                 }
-            })
-            .await;
-            self.settle(result, &mut store, limits)
+                Pre::Hooks2(pre) => {
+                    let guest = pre.instantiate_async(&mut *store).await?;
+                    guest.call_functions(store).await
+                }
+                Pre::Reconciler(_) | Pre::Reconciler2(_) | Pre::Package(_) => Ok(Vec::new()),
+            };
+            self.in_fresh_store(limits, &Grants::default(), None, call)
+                .await
         })
         .await
+    }
+
+    /// One call in a fresh store ([`Plugin::store`]): `call` instantiates the component in
+    /// it and calls an export, within the deadline ([`bounded`]); then what the guest
+    /// printed is logged and a failure becomes a [`CallError`] ([`Plugin::settle`]).
+    pub(super) async fn in_fresh_store<R>(
+        &self,
+        limits: &Limits,
+        grants: &Grants,
+        cr_namespace: Option<String>,
+        call: impl AsyncFnOnce(&mut Store<State>, &Pre) -> wasmtime::Result<R>,
+    ) -> Result<R, CallError> {
+        let (mut store, pre, _busy) = self.store(limits, grants, cr_namespace).await?;
+        let result = bounded(limits, call(&mut store, pre)).await;
+        self.settle(result, &mut store, limits)
+    }
+
+    /// The error of a call to an export this plugin's world does not have.
+    pub(super) fn lacks(&self, export: &str) -> wasmtime::Error {
+        wasmtime::format_err!("a {} component has no {export}", self.world().name())
     }
 
     /// Runs one call, telling the engine's observer how it ended and how long it took:

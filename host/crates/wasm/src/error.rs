@@ -170,7 +170,11 @@ mod tests {
             failure: CallFailure::Deadline(Duration::from_millis(300)),
         };
         let text = inrun_contract::errors::chain(&err);
-        assert_eq!(text.matches("exceeded its 0.3s deadline").count(), 1, "{text}");
+        assert_eq!(
+            text.matches("exceeded its 0.3s deadline").count(),
+            1,
+            "{text}"
+        );
         assert!(text.starts_with("plugin spin"), "{text}");
     }
 }
