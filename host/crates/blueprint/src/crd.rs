@@ -302,87 +302,50 @@ impl CrdSpec {
     /// The CRD manifest for a Blueprint CRD: its schema (or an open one), a status
     /// subresource, and its printer columns.
     pub fn manifest(&self) -> Value {
-        let crd = self;
-        let mut schema = crd.schema.clone().unwrap_or_else(
+        let columns = self.printer_column_manifests();
+        let mut version = json!({
+            "name": self.version,
+            "served": true,
+            "storage": true,
+            "schema": {"openAPIV3Schema": self.schema_manifest()},
+            "subresources": {"status": {}},
+        });
+        if !columns.is_empty() {
+            version["additionalPrinterColumns"] = json!(columns);
+        }
+        json!({
+            "apiVersion": "apiextensions.k8s.io/v1",
+            "kind": "CustomResourceDefinition",
+            "metadata": {"name": self.crd_name(), "labels": {"app.kubernetes.io/managed-by": "inrun"}},
+            "spec": {
+                "group": self.group,
+                "names": self.names_manifest(),
+                "scope": match self.scope { Scope::Cluster => "Cluster", Scope::Namespaced => "Namespaced" },
+                "versions": [version],
+            },
+        })
+    }
+
+    /// The schema the API server checks CRs against: the Blueprint's (or an open one),
+    /// with the fields the host reads and writes added where it leaves them out.
+    fn schema_manifest(&self) -> Value {
+        let mut schema = self.schema.clone().unwrap_or_else(
             || json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}),
         );
         // Whether any block serving this CRD, the default or a serve target's, is a package.
-        let package = crd.serves_a_package();
-        // A package CR's common fields, typed where the schema types the spec (the host
-        // checks their values, so a bad one is a condition on the CR, not a refused write).
-        if package
-            && let Some(spec) = schema
-                .pointer_mut("/properties/spec/properties")
-                .and_then(Value::as_object_mut)
-        {
-            for (field, def) in [
-                (
-                    "state",
-                    json!({"type": "string", "description": "What the infrastructure should be; the package interprets it (default running)."}),
-                ),
-                (
-                    "suspend",
-                    json!({"type": "boolean", "description": "Stop converging (deletion still runs)."}),
-                ),
-                (
-                    "reconcileInterval",
-                    json!({"type": "string", "description": "How often the infrastructure is checked, as Kubernetes writes durations: 30s, 1m30s, 1.5h (default 60s)."}),
-                ),
-                (
-                    "deletionPolicy",
-                    json!({"type": "string", "enum": ["Retain", "Delete"], "description": "Retain (default) leaves the infrastructure when the CR is deleted; Delete deletes it first."}),
-                ),
-                (
-                    "config",
-                    json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true, "description": "The package's options; config.profile names the credentials profile (default <namespace>--<name>)."}),
-                ),
-            ] {
-                spec.entry(field).or_insert(def);
-            }
+        let package = self.serves_a_package();
+        if package {
+            add_package_spec_fields(&mut schema);
         }
-        // The host writes status whatever the schema says about it: an open status, or,
-        // in a typed one, the fields the host writes (else the API server would prune
-        // them and every pass would write them again).
-        if let Some(props) = schema.get_mut("properties").and_then(Value::as_object_mut) {
-            let status = props.entry("status").or_insert_with(
-                || json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}),
-            );
-            if let Some(fields) = status.get_mut("properties").and_then(Value::as_object_mut) {
-                let open_list = || json!({"type": "array", "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}});
-                fields.entry("conditions").or_insert_with(open_list);
-                fields.entry("resources").or_insert_with(open_list);
-                fields
-                    .entry("observedGeneration")
-                    .or_insert_with(|| json!({"type": "integer", "format": "int64"}));
-                // A package CR's stored identity and the request it handled: pruned, the
-                // identity guard would never hold and every pass would write them again.
-                if package {
-                    for (field, description) in [
-                        (
-                            "profile",
-                            "The credentials profile the infrastructure was created with.",
-                        ),
-                        (
-                            "boundary",
-                            "The boundary the infrastructure was created in.",
-                        ),
-                        (
-                            "identity",
-                            "A hash of the state that names the infrastructure.",
-                        ),
-                        (
-                            "lastHandledReconcileAt",
-                            "The reconcile-request annotation last acted on.",
-                        ),
-                    ] {
-                        fields.entry(field).or_insert_with(
-                            || json!({"type": "string", "description": description}),
-                        );
-                    }
-                }
-            }
-        }
-        let mut columns: Vec<Value> = crd
+        add_host_status_fields(&mut schema, package);
+        schema
+    }
+
+    /// The Blueprint's printer columns, then `Ready`, `Reason` and `Age` unless it names
+    /// them itself: `kubectl get` shows whether each CR is ready, why not, and its age
+    /// (which it drops once a CRD has columns of its own).
+    fn printer_column_manifests(&self) -> Vec<Value> {
+        let mut columns: Vec<Value> = self
             .printer_columns
             .iter()
             .map(|c| {
@@ -396,8 +359,6 @@ impl CrdSpec {
                 col
             })
             .collect();
-        // `kubectl get` shows whether each CR is ready, why not, and its age (which it
-        // drops once a CRD has columns of its own) unless the Blueprint names them itself.
         for (name, type_, path, description) in [
             (
                 "Ready",
@@ -418,7 +379,7 @@ impl CrdSpec {
                 "Since when the CR exists",
             ),
         ] {
-            if !crd
+            if !self
                 .printer_columns
                 .iter()
                 .any(|c| c.name.eq_ignore_ascii_case(name))
@@ -426,38 +387,105 @@ impl CrdSpec {
                 columns.push(json!({"name": name, "type": type_, "jsonPath": path, "description": description}));
             }
         }
-        let kind_lower = crd.kind.to_lowercase();
+        columns
+    }
+
+    /// `spec.names`: kind, list kind, plural, singular, categories and short names.
+    fn names_manifest(&self) -> Value {
         let mut names = json!({
-            "kind": crd.kind,
-            "listKind": format!("{}List", crd.kind),
-            "plural": crd.plural(),
-            "singular": kind_lower,
-            "categories": crd.categories(),
+            "kind": self.kind,
+            "listKind": format!("{}List", self.kind),
+            "plural": self.plural(),
+            "singular": self.kind.to_lowercase(),
+            "categories": self.categories(),
         });
-        if !crd.short_names.is_empty() {
-            names["shortNames"] = json!(crd.short_names);
+        if !self.short_names.is_empty() {
+            names["shortNames"] = json!(self.short_names);
         }
-        let mut version = json!({
-            "name": crd.version,
-            "served": true,
-            "storage": true,
-            "schema": {"openAPIV3Schema": schema},
-            "subresources": {"status": {}},
-        });
-        if !columns.is_empty() {
-            version["additionalPrinterColumns"] = json!(columns);
-        }
-        json!({
-            "apiVersion": "apiextensions.k8s.io/v1",
-            "kind": "CustomResourceDefinition",
-            "metadata": {"name": crd.crd_name(), "labels": {"app.kubernetes.io/managed-by": "inrun"}},
-            "spec": {
-                "group": crd.group,
-                "names": names,
-                "scope": match crd.scope { Scope::Cluster => "Cluster", Scope::Namespaced => "Namespaced" },
-                "versions": [version],
-            },
-        })
+        names
+    }
+}
+
+/// A package CR's common fields, typed where the schema types the spec (the host checks
+/// their values, so a bad one is a condition on the CR, not a refused write).
+fn add_package_spec_fields(schema: &mut Value) {
+    let Some(spec) = schema
+        .pointer_mut("/properties/spec/properties")
+        .and_then(Value::as_object_mut)
+    else {
+        return;
+    };
+    for (field, def) in [
+        (
+            "state",
+            json!({"type": "string", "description": "What the infrastructure should be; the package interprets it (default running)."}),
+        ),
+        (
+            "suspend",
+            json!({"type": "boolean", "description": "Stop converging (deletion still runs)."}),
+        ),
+        (
+            "reconcileInterval",
+            json!({"type": "string", "description": "How often the infrastructure is checked, as Kubernetes writes durations: 30s, 1m30s, 1.5h (default 60s)."}),
+        ),
+        (
+            "deletionPolicy",
+            json!({"type": "string", "enum": ["Retain", "Delete"], "description": "Retain (default) leaves the infrastructure when the CR is deleted; Delete deletes it first."}),
+        ),
+        (
+            "config",
+            json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true, "description": "The package's options; config.profile names the credentials profile (default <namespace>--<name>)."}),
+        ),
+    ] {
+        spec.entry(field).or_insert(def);
+    }
+}
+
+/// The host writes status whatever the schema says about it: an open status, or, in a
+/// typed one, the fields the host writes (else the API server would prune them and every
+/// pass would write them again).
+fn add_host_status_fields(schema: &mut Value, package: bool) {
+    let Some(props) = schema.get_mut("properties").and_then(Value::as_object_mut) else {
+        return;
+    };
+    let status = props
+        .entry("status")
+        .or_insert_with(|| json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}));
+    let Some(fields) = status.get_mut("properties").and_then(Value::as_object_mut) else {
+        return;
+    };
+    let open_list = || json!({"type": "array", "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}});
+    fields.entry("conditions").or_insert_with(open_list);
+    fields.entry("resources").or_insert_with(open_list);
+    fields
+        .entry("observedGeneration")
+        .or_insert_with(|| json!({"type": "integer", "format": "int64"}));
+    // A package CR's stored identity and the request it handled: pruned, the identity
+    // guard would never hold and every pass would write them again.
+    if !package {
+        return;
+    }
+    for (field, description) in [
+        (
+            "profile",
+            "The credentials profile the infrastructure was created with.",
+        ),
+        (
+            "boundary",
+            "The boundary the infrastructure was created in.",
+        ),
+        (
+            "identity",
+            "A hash of the state that names the infrastructure.",
+        ),
+        (
+            "lastHandledReconcileAt",
+            "The reconcile-request annotation last acted on.",
+        ),
+    ] {
+        fields
+            .entry(field)
+            .or_insert_with(|| json!({"type": "string", "description": description}));
     }
 }
 

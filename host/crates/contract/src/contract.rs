@@ -566,47 +566,10 @@ impl Outcome {
             );
         }
         for (i, c) in self.conditions.iter().enumerate() {
-            if !is_condition_type(&c.kind) {
-                return report(
-                    format!("conditions[{i}].type"),
-                    format!(
-                        "{:?} is not a condition type (CamelCase, optionally under a DNS prefix)",
-                        c.kind
-                    ),
-                );
-            }
-            if !["True", "False", "Unknown"].contains(&c.status.as_str()) {
-                return report(
-                    format!("conditions[{i}].status"),
-                    format!("{:?} is not True, False or Unknown", c.status),
-                );
-            }
-            if !c.reason.is_empty() && !is_reason(&c.reason) {
-                return report(
-                    format!("conditions[{i}].reason"),
-                    format!("{:?} is not a CamelCase reason", c.reason),
-                );
-            }
+            check_condition(i, c)?;
         }
         for (i, e) in self.events.iter().enumerate() {
-            if !["Normal", "Warning"].contains(&e.kind.as_str()) {
-                return report(
-                    format!("events[{i}].type"),
-                    format!("{:?} is not Normal or Warning", e.kind),
-                );
-            }
-            if !is_reason(&e.reason) {
-                return report(
-                    format!("events[{i}].reason"),
-                    format!("{:?} is not a CamelCase reason", e.reason),
-                );
-            }
-            if HOST_EVENT_REASONS.contains(&e.reason.as_str()) {
-                return report(
-                    format!("events[{i}].reason"),
-                    format!("{:?} is a reason of the host's own events", e.reason),
-                );
-            }
+            check_event(i, e)?;
         }
         Ok(())
     }
@@ -625,6 +588,57 @@ impl Outcome {
         self.events.push(event);
         self
     }
+}
+
+/// One condition follows Kubernetes' rules: a condition type, a status, a reason.
+fn check_condition(i: usize, c: &Condition) -> Result<(), OutcomeError> {
+    let report = |field: String, problem: String| Err(OutcomeError::Report { field, problem });
+    if !is_condition_type(&c.kind) {
+        return report(
+            format!("conditions[{i}].type"),
+            format!(
+                "{:?} is not a condition type (CamelCase, optionally under a DNS prefix)",
+                c.kind
+            ),
+        );
+    }
+    if !["True", "False", "Unknown"].contains(&c.status.as_str()) {
+        return report(
+            format!("conditions[{i}].status"),
+            format!("{:?} is not True, False or Unknown", c.status),
+        );
+    }
+    if !c.reason.is_empty() && !is_reason(&c.reason) {
+        return report(
+            format!("conditions[{i}].reason"),
+            format!("{:?} is not a CamelCase reason", c.reason),
+        );
+    }
+    Ok(())
+}
+
+/// One event follows Kubernetes' rules, and is not one of the host's own.
+fn check_event(i: usize, e: &Event) -> Result<(), OutcomeError> {
+    let report = |field: String, problem: String| Err(OutcomeError::Report { field, problem });
+    if !["Normal", "Warning"].contains(&e.kind.as_str()) {
+        return report(
+            format!("events[{i}].type"),
+            format!("{:?} is not Normal or Warning", e.kind),
+        );
+    }
+    if !is_reason(&e.reason) {
+        return report(
+            format!("events[{i}].reason"),
+            format!("{:?} is not a CamelCase reason", e.reason),
+        );
+    }
+    if HOST_EVENT_REASONS.contains(&e.reason.as_str()) {
+        return report(
+            format!("events[{i}].reason"),
+            format!("{:?} is a reason of the host's own events", e.reason),
+        );
+    }
+    Ok(())
 }
 
 #[cfg(test)]

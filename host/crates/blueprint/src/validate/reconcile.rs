@@ -11,7 +11,10 @@ use super::refs::secret_ref;
 use super::{MAX_CALL_TIME, Report, first_seen};
 use crate::location::{Location, LocationError};
 use crate::quantity::Quantity;
-use crate::reconcile::{PluginLimits, PruneSpec, ReconcileSpec, RemoteSpec, RequestSpec};
+use crate::reconcile::{
+    HookSpec, PluginLimits, PluginSpec, PruneSpec, ReconcileSpec, RemoteSpec, RequestSpec,
+    RequeueSpec,
+};
 use crate::refs::PullSecretRef;
 
 /// Checks `spec`, whose field path is `at` (e.g. `spec.crds[0].reconcile`).
@@ -34,7 +37,16 @@ pub(super) fn check(r: &mut Report<'_>, spec: &ReconcileSpec, at: &str) {
     }
     managed_resources(r, spec, at);
     managed_types(r, spec, at);
-    for (i, entry) in spec.prune.keep.iter().enumerate() {
+    prune_keep(r, &spec.prune, at);
+    if let Some(requeue) = &spec.requeue {
+        self::requeue(r, requeue, &format!("{at}.requeue"));
+    }
+    external_calls(r, spec, at);
+}
+
+/// `prune.keep`: each entry a Kind or group/Kind.
+fn prune_keep(r: &mut Report<'_>, prune: &PruneSpec, at: &str) {
+    for (i, entry) in prune.keep.iter().enumerate() {
         let ok = match entry.split_once('/') {
             Some((group, kind)) => names::is_dns_subdomain(group) && names::is_kind(kind),
             None => names::is_kind(entry),
@@ -45,28 +57,33 @@ pub(super) fn check(r: &mut Report<'_>, spec: &ReconcileSpec, at: &str) {
             format!("{entry:?} must be Kind or group/Kind, e.g. PersistentVolumeClaim or apps/StatefulSet"),
         );
     }
-    if let Some(requeue) = &spec.requeue {
-        let f = format!("{at}.requeue");
-        if requeue.after.is_none() && requeue.when.is_none() && requeue.or_when.is_empty() {
-            r.add(&f, "set after, when, or both");
-        }
-        if !requeue.or_when.is_empty() && requeue.when.is_none() {
-            r.add(
-                format!("{f}.or"),
-                "or adds alternatives to when, so it needs when",
-            );
-        }
-        if requeue.when.as_ref().is_some_and(|w| w.trim().is_empty()) {
-            r.add(format!("{f}.when"), "must not be empty");
-        }
-        for (i, alt) in requeue.or_when.iter().enumerate() {
-            r.check(
-                !alt.trim().is_empty(),
-                format!("{f}.or[{i}]"),
-                "must not be empty",
-            );
-        }
+}
+
+/// `requeue` (at `f`): something to wait for, `or` only beside `when`, no empty condition.
+fn requeue(r: &mut Report<'_>, requeue: &RequeueSpec, f: &str) {
+    if requeue.after.is_none() && requeue.when.is_none() && requeue.or_when.is_empty() {
+        r.add(f, "set after, when, or both");
     }
+    if !requeue.or_when.is_empty() && requeue.when.is_none() {
+        r.add(
+            format!("{f}.or"),
+            "or adds alternatives to when, so it needs when",
+        );
+    }
+    if requeue.when.as_ref().is_some_and(|w| w.trim().is_empty()) {
+        r.add(format!("{f}.when"), "must not be empty");
+    }
+    for (i, alt) in requeue.or_when.iter().enumerate() {
+        r.check(
+            !alt.trim().is_empty(),
+            format!("{f}.or[{i}]"),
+            "must not be empty",
+        );
+    }
+}
+
+/// `external`: each call named once, and each valid.
+fn external_calls(r: &mut Report<'_>, spec: &ReconcileSpec, at: &str) {
     let mut seen = HashMap::new();
     for (i, call) in spec.external.iter().enumerate() {
         let f = format!("{at}.external[{i}]");
@@ -83,115 +100,139 @@ pub(super) fn check(r: &mut Report<'_>, spec: &ReconcileSpec, at: &str) {
 /// Which reconciler: `default` decides between templates (+ hooks) and constructor / remote.
 fn reconciler(r: &mut Report<'_>, spec: &ReconcileSpec, at: &str) {
     if spec.default {
-        if spec.constructor.is_some() {
-            r.add(
-                format!("{at}.constructor"),
-                "a constructor needs default: false",
-            );
-        }
-        if spec.remote.is_some() {
-            r.add(
-                format!("{at}.remote"),
-                "a remote reconciler needs default: false",
-            );
-        }
-        if spec.package.is_some() {
-            r.add(format!("{at}.package"), "a package needs default: false");
-        }
+        templates_only(r, spec, at);
     } else {
-        let chosen = [
-            spec.constructor.is_some(),
-            spec.remote.is_some(),
-            spec.package.is_some(),
-        ];
-        match chosen.iter().filter(|c| **c).count() {
-            0 => r.add(
-                at,
-                "default: false needs a constructor, a remote or a package",
-            ),
-            1 => {}
-            _ if spec.package.is_none() => {
-                r.add(at, "set only one of constructor and remote");
-            }
-            _ => r.add(at, "set only one of constructor, remote and package"),
-        }
-        if !spec.hooks.is_empty() {
-            r.add(
-                format!("{at}.hooks"),
-                "hooks adjust what templates render, so they need default: true",
-            );
-        }
-        for (list, templates) in [
-            ("onCreate", &spec.on_create),
-            ("onReconcile", &spec.on_reconcile),
-            ("onDelete", &spec.on_delete),
-        ] {
-            if !templates.is_empty() {
-                r.add(
-                    format!("{at}.{list}"),
-                    "templates need default: true; with default: false the reconciler returns the resources",
-                );
-            }
-        }
+        one_reconciler(r, spec, at);
     }
     for (i, hook) in spec.hooks.iter().enumerate() {
-        let f = format!("{at}.hooks[{i}]");
-        location(
-            r,
-            &hook.location,
-            hook.digest.as_deref(),
-            hook.pull_secret.as_ref(),
-            &f,
-        );
-        r.check(
-            !hook.function.trim().is_empty(),
-            format!("{f}.function"),
-            "must not be empty",
-        );
-        limits(r, &hook.limits, &format!("{f}.limits"));
-        super::capabilities::check(r, &hook.capabilities, &format!("{f}.capabilities"));
-        only_packages_read_credentials(r, &hook.capabilities, &f);
+        self::hook(r, hook, &format!("{at}.hooks[{i}]"));
     }
     if let Some(constructor) = &spec.constructor {
-        let f = format!("{at}.constructor");
-        location(
-            r,
-            &constructor.location,
-            constructor.digest.as_deref(),
-            constructor.pull_secret.as_ref(),
-            &f,
-        );
-        limits(r, &constructor.limits, &format!("{f}.limits"));
-        super::capabilities::check(r, &constructor.capabilities, &format!("{f}.capabilities"));
-        only_packages_read_credentials(r, &constructor.capabilities, &f);
+        self::constructor(r, constructor, &format!("{at}.constructor"));
     }
     if let Some(remote) = &spec.remote {
         self::remote(r, remote, &format!("{at}.remote"));
     }
     if let Some(package) = &spec.package {
-        let f = format!("{at}.package");
-        location(
-            r,
-            &package.location,
-            package.digest.as_deref(),
-            package.pull_secret.as_ref(),
-            &f,
+        self::package(r, package, &format!("{at}.package"));
+        package_only(r, spec, at);
+    }
+}
+
+/// `default: true`: templates (and hooks) reconcile, so no constructor, remote or package.
+fn templates_only(r: &mut Report<'_>, spec: &ReconcileSpec, at: &str) {
+    if spec.constructor.is_some() {
+        r.add(
+            format!("{at}.constructor"),
+            "a constructor needs default: false",
         );
-        // Callbacks own their timeouts: a package may wait on its backend for hours.
-        limits_up_to(
-            r,
-            &package.limits,
-            &format!("{f}.limits"),
-            MAX_PACKAGE_CALL_TIME,
+    }
+    if spec.remote.is_some() {
+        r.add(
+            format!("{at}.remote"),
+            "a remote reconciler needs default: false",
         );
-        super::capabilities::check(r, &package.capabilities, &format!("{f}.capabilities"));
-        if package.capabilities.cluster.is_some() {
+    }
+    if spec.package.is_some() {
+        r.add(format!("{at}.package"), "a package needs default: false");
+    }
+}
+
+/// `default: false`: exactly one of constructor, remote and package, and no templates or
+/// hooks for it to ignore.
+fn one_reconciler(r: &mut Report<'_>, spec: &ReconcileSpec, at: &str) {
+    let chosen = [
+        spec.constructor.is_some(),
+        spec.remote.is_some(),
+        spec.package.is_some(),
+    ];
+    match chosen.iter().filter(|c| **c).count() {
+        0 => r.add(
+            at,
+            "default: false needs a constructor, a remote or a package",
+        ),
+        1 => {}
+        _ if spec.package.is_none() => {
+            r.add(at, "set only one of constructor and remote");
+        }
+        _ => r.add(at, "set only one of constructor, remote and package"),
+    }
+    if !spec.hooks.is_empty() {
+        r.add(
+            format!("{at}.hooks"),
+            "hooks adjust what templates render, so they need default: true",
+        );
+    }
+    for (list, templates) in [
+        ("onCreate", &spec.on_create),
+        ("onReconcile", &spec.on_reconcile),
+        ("onDelete", &spec.on_delete),
+    ] {
+        if !templates.is_empty() {
             r.add(
-                format!("{f}.capabilities.cluster"),
-                "a package manages infrastructure outside Kubernetes and reads no cluster objects; grant http instead",
+                format!("{at}.{list}"),
+                "templates need default: true; with default: false the reconciler returns the resources",
             );
         }
-        package_only(r, spec, at);
+    }
+}
+
+/// One hook (at `f`): where it comes from, a function name, its limits and capabilities.
+fn hook(r: &mut Report<'_>, hook: &HookSpec, f: &str) {
+    location(
+        r,
+        &hook.location,
+        hook.digest.as_deref(),
+        hook.pull_secret.as_ref(),
+        f,
+    );
+    r.check(
+        !hook.function.trim().is_empty(),
+        format!("{f}.function"),
+        "must not be empty",
+    );
+    limits(r, &hook.limits, &format!("{f}.limits"));
+    super::capabilities::check(r, &hook.capabilities, &format!("{f}.capabilities"));
+    only_packages_read_credentials(r, &hook.capabilities, f);
+}
+
+/// The constructor (at `f`): where it comes from, its limits and capabilities.
+fn constructor(r: &mut Report<'_>, constructor: &PluginSpec, f: &str) {
+    location(
+        r,
+        &constructor.location,
+        constructor.digest.as_deref(),
+        constructor.pull_secret.as_ref(),
+        f,
+    );
+    limits(r, &constructor.limits, &format!("{f}.limits"));
+    super::capabilities::check(r, &constructor.capabilities, &format!("{f}.capabilities"));
+    only_packages_read_credentials(r, &constructor.capabilities, f);
+}
+
+/// The package (at `f`): where it comes from, its limits and capabilities, which reach
+/// outside the cluster only.
+fn package(r: &mut Report<'_>, package: &PluginSpec, f: &str) {
+    location(
+        r,
+        &package.location,
+        package.digest.as_deref(),
+        package.pull_secret.as_ref(),
+        f,
+    );
+    // Callbacks own their timeouts: a package may wait on its backend for hours.
+    limits_up_to(
+        r,
+        &package.limits,
+        &format!("{f}.limits"),
+        MAX_PACKAGE_CALL_TIME,
+    );
+    super::capabilities::check(r, &package.capabilities, &format!("{f}.capabilities"));
+    if package.capabilities.cluster.is_some() {
+        r.add(
+            format!("{f}.capabilities.cluster"),
+            "a package manages infrastructure outside Kubernetes and reads no cluster objects; grant http instead",
+        );
     }
 }
 
