@@ -304,20 +304,23 @@ fn link(
     world: World,
     id: &PluginId,
 ) -> Result<Pre, LoadError> {
-    let link = |source| LoadError::Link {
+    let unlinked = |source| LoadError::Link {
         plugin: id.clone(),
         source,
     };
-    let instance_pre = engine.linker().instantiate_pre(component).map_err(link)?;
+    let instance_pre = engine
+        .linker()
+        .instantiate_pre(component)
+        .map_err(unlinked)?;
     Ok(match world {
         World::Reconciler => match ReconcilerPre::new(instance_pre.clone()) {
             Ok(pre) => Pre::Reconciler(pre),
-            Err(_) => Pre::Reconciler2(Reconciler2Pre::new(instance_pre).map_err(link)?),
+            Err(_) => Pre::Reconciler2(Reconciler2Pre::new(instance_pre).map_err(unlinked)?),
         },
         World::Hooks => match HooksPre::new(instance_pre.clone()) {
             Ok(pre) => Pre::Hooks(pre),
-            Err(_) => Pre::Hooks2(Hooks2Pre::new(instance_pre).map_err(link)?),
+            Err(_) => Pre::Hooks2(Hooks2Pre::new(instance_pre).map_err(unlinked)?),
         },
-        World::Package => Pre::Package(PackagePre::new(instance_pre).map_err(link)?),
+        World::Package => Pre::Package(PackagePre::new(instance_pre).map_err(unlinked)?),
     })
 }
