@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
-use super::engine::TICK;
+use super::ticker::TICK;
 
 /// Host-wide budgets and the default share of one tenant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

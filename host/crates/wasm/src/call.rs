@@ -161,7 +161,7 @@ impl Plugin {
         limits: &Limits,
         grants: &Grants,
         cr_namespace: Option<String>,
-    ) -> Result<(Store<State>, &Pre, super::engine::Busy), CallError> {
+    ) -> Result<(Store<State>, &Pre, super::ticker::Busy), CallError> {
         let inner = self.inner();
         let deadline = Instant::now() + limits.deadline;
         let admission = inner

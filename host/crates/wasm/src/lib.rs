@@ -15,6 +15,7 @@ mod imports;
 mod package;
 mod plugin;
 mod state;
+mod ticker;
 
 pub use budget::{Budgets, TenantBudget, TokenBucket};
 pub use cache::CompileCache;
