@@ -8,6 +8,7 @@ mod budget;
 mod cache;
 mod call;
 pub mod compiler;
+mod convert;
 mod engine;
 mod error;
 mod grants;
