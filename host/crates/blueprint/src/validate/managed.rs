@@ -47,6 +47,8 @@ pub(super) fn resource_template(
     }
 }
 
+/// `managedTypes`: a group or pattern and a kind or `*` each, present where the deletion
+/// safeguard needs to list foreign instances.
 pub(super) fn managed_types(r: &mut Report<'_>, spec: &ReconcileSpec, at: &str) {
     // The generated RBAC lets the host list only the instances a Blueprint names: without
     // a name, a CRD child's deletion safeguard could never look.
@@ -93,6 +95,7 @@ pub(super) fn managed_types(r: &mut Report<'_>, spec: &ReconcileSpec, at: &str) 
     }
 }
 
+/// `managedResources`: each kind named properly and once.
 pub(super) fn managed_resources(r: &mut Report<'_>, spec: &ReconcileSpec, at: &str) {
     let mut seen = HashMap::new();
     for (i, m) in spec.managed_resources.iter().enumerate() {

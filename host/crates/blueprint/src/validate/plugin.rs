@@ -135,6 +135,7 @@ fn location(
     }
 }
 
+/// A hook's or constructor's `limits`: the deadline up to the longest call.
 fn limits(r: &mut Report<'_>, limits: &PluginLimits, at: &str) {
     limits_up_to(r, limits, at, MAX_CALL_TIME);
 }
