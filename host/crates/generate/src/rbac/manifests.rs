@@ -13,14 +13,11 @@ use super::{Permission, RbacOptions, required, tenant_required};
 /// ([`crate::roles::user_roles`]).
 pub fn manifests(blueprint: &Blueprint, options: &RbacOptions) -> Vec<Value> {
     let perms = required(blueprint, options);
-    let subject = json!([{
-        "kind": "ServiceAccount",
-        "name": options.service_account,
-        "namespace": options.namespace,
-    }]);
-    let mut docs = documents(&perms, &options.name, &subject);
-    docs.extend(crate::roles::user_roles(blueprint, &options.name));
-    docs
+    let host = ServiceAccountRef {
+        namespace: options.namespace.clone(),
+        name: options.service_account.clone(),
+    };
+    bound_to(&host, &perms, blueprint, options)
 }
 
 /// The manifests a tenant's ServiceAccount `sa` needs ([`tenant_required`]): a
@@ -38,12 +35,23 @@ pub fn tenant_manifests(
         namespaces.to_vec()
     };
     let perms = tenant_required(blueprint, &namespaces, options);
+    bound_to(sa, &perms, blueprint, options)
+}
+
+/// The documents for `perms`, bound to the ServiceAccount `sa`, then the users' aggregated
+/// roles.
+fn bound_to(
+    sa: &ServiceAccountRef,
+    perms: &[Permission],
+    blueprint: &Blueprint,
+    options: &RbacOptions,
+) -> Vec<Value> {
     let subject = json!([{
         "kind": "ServiceAccount",
         "name": sa.name,
         "namespace": sa.namespace,
     }]);
-    let mut docs = documents(&perms, &options.name, &subject);
+    let mut docs = documents(perms, &options.name, &subject);
     docs.extend(crate::roles::user_roles(blueprint, &options.name));
     docs
 }
