@@ -127,7 +127,7 @@ impl Plugin {
     }
 
     /// The error of a call to an export this plugin's world does not have.
-    pub(super) fn lacks(&self, export: &str) -> wasmtime::Error {
+    fn lacks(&self, export: &str) -> wasmtime::Error {
         wasmtime::format_err!("a {} component has no {export}", self.world().name())
     }
 
