@@ -51,9 +51,24 @@ pub enum CompileFailure {
     /// The compile needed more memory than its limit.
     #[error("the compile needed more than its memory limit of {} MiB and was stopped", .0 >> 20)]
     Memory(u64),
-    /// The child could not be run, or ended without an answer.
+    /// The child ended without an answer (its exit status and what it wrote to stderr).
     #[error("the compiler process failed: {0}")]
     Process(String),
+    /// The child could not be started.
+    #[error("the compiler process failed: running {}", program.display())]
+    Spawn {
+        /// The program that was run.
+        program: PathBuf,
+        /// Why it could not be.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Talking to the child failed: its standard input, or waiting for it.
+    #[error("the compiler process failed")]
+    Io(#[source] std::io::Error),
+    /// The compile settings could not be written for the child.
+    #[error("the compiler process failed")]
+    Settings(#[source] serde_json::Error),
 }
 
 impl Compiler {
@@ -88,7 +103,7 @@ impl Compiler {
         let mut stdin = child
             .stdin
             .take()
-            .ok_or_else(|| process(std::io::ErrorKind::BrokenPipe.into()))?;
+            .ok_or_else(|| CompileFailure::Io(std::io::ErrorKind::BrokenPipe.into()))?;
         let input = bytes.to_vec();
         let feeder = std::thread::spawn(move || {
             let _ = stdin.write_all(&input);
@@ -108,8 +123,7 @@ impl Compiler {
     /// The child, told the compile settings, the engine's key and its memory limit, with
     /// piped standard streams and no environment.
     fn spawn(&self, config: &CompileConfig, engine_key: &str) -> Result<Child, CompileFailure> {
-        let config_arg =
-            serde_json::to_string(config).map_err(|e| CompileFailure::Process(e.to_string()))?;
+        let config_arg = serde_json::to_string(config).map_err(CompileFailure::Settings)?;
         Command::new(&self.program)
             .arg(COMPILE_COMMAND)
             .arg(config_arg)
@@ -120,8 +134,9 @@ impl Compiler {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
-            .map_err(|e| {
-                CompileFailure::Process(format!("running {}: {e}", self.program.display()))
+            .map_err(|source| CompileFailure::Spawn {
+                program: self.program.clone(),
+                source,
             })
     }
 
@@ -130,7 +145,7 @@ impl Compiler {
     fn wait(&self, child: &mut Child) -> Result<Option<ExitStatus>, CompileFailure> {
         let started = Instant::now();
         loop {
-            if let Some(status) = child.try_wait().map_err(process)? {
+            if let Some(status) = child.try_wait().map_err(CompileFailure::Io)? {
                 return Ok(Some(status));
             }
             if started.elapsed() >= self.timeout {
@@ -163,11 +178,6 @@ impl Compiler {
             _ => Err(CompileFailure::Process(format!("{status}: {err}"))),
         }
     }
-}
-
-/// A child that could not be run or waited for.
-fn process(e: std::io::Error) -> CompileFailure {
-    CompileFailure::Process(e.to_string())
 }
 
 /// Reads `pipe` to its end on a thread of its own.
