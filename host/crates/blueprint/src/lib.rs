@@ -15,6 +15,7 @@ mod external;
 pub mod fieldpath;
 mod load;
 pub mod location;
+mod manifest;
 mod model;
 mod parse;
 mod plugins;

@@ -99,28 +99,7 @@ impl Location {
             return oci(location, reference, digest);
         }
         if location.starts_with("https://") {
-            let url = url::Url::parse(location).map_err(|_| bad("is not a valid URL"))?;
-            if url.host_str().is_none_or(str::is_empty) {
-                return Err(bad("has no host"));
-            }
-            if !url.username().is_empty() || url.password().is_some() {
-                // The message shows the URL without them.
-                let mut shown = url.clone();
-                let _ = shown.set_username("");
-                let _ = shown.set_password(None);
-                return Err(LocationError::BadLocation {
-                    location: shown.to_string(),
-                    reason: "holds credentials; https:// plugin locations are fetched without any"
-                        .into(),
-                });
-            }
-            let digest = digest.ok_or_else(|| LocationError::MissingDigest {
-                location: location.to_string(),
-            })?;
-            return Ok(Location::Https {
-                url: location.to_string(),
-                digest: digest.to_string(),
-            });
+            return https(location, digest);
         }
         if location.starts_with("http://") {
             return Err(bad(
@@ -235,6 +214,35 @@ fn has_scheme(location: &str) -> bool {
     })
 }
 
+/// An `https://` URL with a host, no credentials, and a digest.
+fn https(location: &str, digest: Option<&str>) -> Result<Location, LocationError> {
+    let bad = |reason: &str| LocationError::BadLocation {
+        location: location.to_string(),
+        reason: reason.to_string(),
+    };
+    let url = url::Url::parse(location).map_err(|_| bad("is not a valid URL"))?;
+    if url.host_str().is_none_or(str::is_empty) {
+        return Err(bad("has no host"));
+    }
+    if !url.username().is_empty() || url.password().is_some() {
+        // The message shows the URL without them.
+        let mut shown = url.clone();
+        let _ = shown.set_username("");
+        let _ = shown.set_password(None);
+        return Err(LocationError::BadLocation {
+            location: shown.to_string(),
+            reason: "holds credentials; https:// plugin locations are fetched without any".into(),
+        });
+    }
+    let digest = digest.ok_or_else(|| LocationError::MissingDigest {
+        location: location.to_string(),
+    })?;
+    Ok(Location::Https {
+        url: location.to_string(),
+        digest: digest.to_string(),
+    })
+}
+
 /// `registry/repo:tag`, `registry/repo@sha256:...` or both; the registry must be named
 /// (a host with a dot or a port, or `localhost`) so no default registry is ever implied.
 fn oci(location: &str, reference: &str, digest: Option<&str>) -> Result<Location, LocationError> {
@@ -264,31 +272,47 @@ fn oci(location: &str, reference: &str, digest: Option<&str>) -> Result<Location
     if tag.is_none() && in_reference.is_none() {
         return Err(bad("needs a :tag or an @sha256: digest"));
     }
-    let repo_ok = !repo.is_empty()
+    if !repository_chars_ok(repo) {
+        return Err(bad(
+            "has an invalid repository name (lowercase letters, digits, '.', '_', '-', '/')",
+        ));
+    }
+    if tag.is_some_and(|tag| !tag_ok(tag)) {
+        return Err(bad("has an invalid tag"));
+    }
+    if !repository_edges_ok(repo) || !registry_ok(registry) {
+        return Err(bad("is not a valid OCI reference"));
+    }
+    Ok(Location::Oci {
+        reference: reference.to_string(),
+        digest: one_digest(location, in_reference, digest)?,
+    })
+}
+
+/// Repository components of lowercase letters, digits, `.`, `_` and `-`, none empty.
+fn repository_chars_ok(repo: &str) -> bool {
+    !repo.is_empty()
         && repo.split('/').all(|part| {
             !part.is_empty()
                 && part
                     .bytes()
                     .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"._-".contains(&b))
-        });
-    if !repo_ok {
-        return Err(bad(
-            "has an invalid repository name (lowercase letters, digits, '.', '_', '-', '/')",
-        ));
-    }
-    if let Some(tag) = tag {
-        let tag_ok = !tag.is_empty()
-            && tag.len() <= 128
-            && tag
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
-        if !tag_ok {
-            return Err(bad("has an invalid tag"));
-        }
-    }
-    // The distribution spec's grammar: every repository component starts and ends with a
-    // letter or digit; the registry is a host name or address with an optional port.
-    let edges_ok = repo.split('/').all(|part| {
+        })
+}
+
+/// A tag of at most 128 letters, digits, `.`, `_` and `-`.
+fn tag_ok(tag: &str) -> bool {
+    !tag.is_empty()
+        && tag.len() <= 128
+        && tag
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+}
+
+/// The distribution spec's grammar: every repository component starts and ends with a
+/// letter or digit.
+fn repository_edges_ok(repo: &str) -> bool {
+    repo.split('/').all(|part| {
         part.bytes()
             .next()
             .is_some_and(|b| b.is_ascii_alphanumeric())
@@ -296,31 +320,34 @@ fn oci(location: &str, reference: &str, digest: Option<&str>) -> Result<Location
                 .bytes()
                 .last()
                 .is_some_and(|b| b.is_ascii_alphanumeric())
-    });
+    })
+}
+
+/// The registry is a host name or address with an optional port.
+fn registry_ok(registry: &str) -> bool {
     let (host, port) = registry.rsplit_once(':').unwrap_or((registry, "1"));
-    let host_ok = !host.is_empty()
+    !host.is_empty()
         && host
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b".-".contains(&b))
         && !port.is_empty()
-        && port.bytes().all(|b| b.is_ascii_digit());
-    if !edges_ok || !host_ok {
-        return Err(bad("is not a valid OCI reference"));
+        && port.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// The digest of the reference or of the `digest` field; both must agree when both are set.
+fn one_digest(
+    location: &str,
+    in_reference: Option<&str>,
+    field: Option<&str>,
+) -> Result<Option<String>, LocationError> {
+    match (in_reference, field) {
+        (Some(a), Some(b)) if a != b => Err(LocationError::ConflictingDigest {
+            location: location.to_string(),
+            in_reference: a.to_string(),
+            field: b.to_string(),
+        }),
+        (a, b) => Ok(a.or(b).map(str::to_string)),
     }
-    let digest = match (in_reference, digest) {
-        (Some(a), Some(b)) if a != b => {
-            return Err(LocationError::ConflictingDigest {
-                location: location.to_string(),
-                in_reference: a.to_string(),
-                field: b.to_string(),
-            });
-        }
-        (a, b) => a.or(b).map(str::to_string),
-    };
-    Ok(Location::Oci {
-        reference: reference.to_string(),
-        digest,
-    })
 }
 
 #[cfg(test)]

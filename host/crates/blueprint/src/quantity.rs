@@ -118,39 +118,48 @@ impl Quantity {
                 scale,
             )
         } else {
-            let exponent: i32 = match suffix {
-                "" => 0,
-                "E" => 18,
-                s => match DECIMAL.iter().find(|(d, _)| *d == s) {
-                    Some((_, e)) => *e,
-                    None => match s.strip_prefix(['e', 'E']) {
-                        Some(e) if !e.is_empty() => e.parse().map_err(|_| err("a bad exponent"))?,
-                        _ => {
-                            return Err(err(if s == "K" || s == "KB" || s == "Gb" || s == "MB" {
-                                "Kubernetes writes k for 1000 and Ki for 1024"
-                            } else {
-                                "the suffix must be one of Ki Mi Gi Ti Pi Ei, n u m k M G T P E, or an exponent like e3"
-                            }));
-                        }
-                    },
-                },
-            };
-            let shift = i64::from(exponent) - i64::from(scale);
-            if shift >= 0 {
-                let k = u32::try_from(shift).map_err(|_| err("too large"))?;
-                match 10u128.checked_pow(k) {
-                    Some(f) => mantissa.checked_mul(f).ok_or_else(|| err("too large"))?,
-                    None if mantissa == 0 => 0,
-                    None => return Err(err("too large")),
-                }
-            } else {
-                let k = u32::try_from(-shift).unwrap_or(u32::MAX);
-                div_pow10_ceil(mantissa, k)
-            }
+            let exponent = decimal_exponent(suffix).map_err(err)?;
+            times_pow10(mantissa, i64::from(exponent) - i64::from(scale)).map_err(err)?
         };
         u64::try_from(bytes)
             .map(Quantity)
             .map_err(|_| err("too large"))
+    }
+}
+
+/// The power of ten a decimal suffix (`k`, `M`, ..., or an exponent like `e3`) stands for.
+fn decimal_exponent(suffix: &str) -> Result<i32, &'static str> {
+    Ok(match suffix {
+        "" => 0,
+        "E" => 18,
+        s => match DECIMAL.iter().find(|(d, _)| *d == s) {
+            Some((_, e)) => *e,
+            None => match s.strip_prefix(['e', 'E']) {
+                Some(e) if !e.is_empty() => e.parse().map_err(|_| "a bad exponent")?,
+                _ => {
+                    return Err(if s == "K" || s == "KB" || s == "Gb" || s == "MB" {
+                        "Kubernetes writes k for 1000 and Ki for 1024"
+                    } else {
+                        "the suffix must be one of Ki Mi Gi Ti Pi Ei, n u m k M G T P E, or an exponent like e3"
+                    });
+                }
+            },
+        },
+    })
+}
+
+/// `mantissa * 10^shift`, rounded up when `shift` is negative.
+fn times_pow10(mantissa: u128, shift: i64) -> Result<u128, &'static str> {
+    if shift >= 0 {
+        let k = u32::try_from(shift).map_err(|_| "too large")?;
+        match 10u128.checked_pow(k) {
+            Some(f) => mantissa.checked_mul(f).ok_or("too large"),
+            None if mantissa == 0 => Ok(0),
+            None => Err("too large"),
+        }
+    } else {
+        let k = u32::try_from(-shift).unwrap_or(u32::MAX);
+        Ok(div_pow10_ceil(mantissa, k))
     }
 }
 

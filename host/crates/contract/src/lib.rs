@@ -3,10 +3,14 @@
 //! engine, no client: the lowest layer, which everything else builds on.
 
 pub mod api_version;
-mod contract;
 pub mod duration;
 pub mod errors;
 pub mod intent;
+mod outcome;
 pub mod package;
+mod report;
+mod request;
 
-pub use contract::*;
+pub use outcome::*;
+pub use report::*;
+pub use request::*;

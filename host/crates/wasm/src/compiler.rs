@@ -10,7 +10,7 @@
 
 use std::io::{Read, Write};
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 /// The subcommand the host's program runs a compile under (`inrun __compile-plugin`).
@@ -51,9 +51,24 @@ pub enum CompileFailure {
     /// The compile needed more memory than its limit.
     #[error("the compile needed more than its memory limit of {} MiB and was stopped", .0 >> 20)]
     Memory(u64),
-    /// The child could not be run, or ended without an answer.
+    /// The child ended without an answer (its exit status and what it wrote to stderr).
     #[error("the compiler process failed: {0}")]
     Process(String),
+    /// The child could not be started.
+    #[error("the compiler process failed: running {}", program.display())]
+    Spawn {
+        /// The program that was run.
+        program: PathBuf,
+        /// Why it could not be.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Talking to the child failed: its standard input, or waiting for it.
+    #[error("the compiler process failed")]
+    Io(#[source] std::io::Error),
+    /// The compile settings could not be written for the child.
+    #[error("the compiler process failed")]
+    Settings(#[source] serde_json::Error),
 }
 
 impl Compiler {
@@ -82,10 +97,34 @@ impl Compiler {
         engine_key: &str,
         bytes: &[u8],
     ) -> Result<Vec<u8>, CompileFailure> {
-        let process = |e: std::io::Error| CompileFailure::Process(e.to_string());
-        let config_arg =
-            serde_json::to_string(config).map_err(|e| CompileFailure::Process(e.to_string()))?;
-        let mut child = Command::new(&self.program)
+        let mut child = self.spawn(config, engine_key)?;
+        // Feed and drain on threads of their own: a child blocked on a full pipe must not
+        // block the wait below.
+        let mut stdin = child
+            .stdin
+            .take()
+            .ok_or_else(|| CompileFailure::Io(std::io::ErrorKind::BrokenPipe.into()))?;
+        let input = bytes.to_vec();
+        let feeder = std::thread::spawn(move || {
+            let _ = stdin.write_all(&input);
+        });
+        let stdout = drain(child.stdout.take());
+        let stderr = drain(child.stderr.take());
+        let status = self.wait(&mut child)?;
+        let _ = feeder.join();
+        let out = stdout.join().unwrap_or_default();
+        let err = stderr.join().unwrap_or_default();
+        let Some(status) = status else {
+            return Err(CompileFailure::Time(self.timeout));
+        };
+        self.verdict(status, out, &err)
+    }
+
+    /// The child, told the compile settings, the engine's key and its memory limit, with
+    /// piped standard streams and no environment.
+    fn spawn(&self, config: &CompileConfig, engine_key: &str) -> Result<Child, CompileFailure> {
+        let config_arg = serde_json::to_string(config).map_err(CompileFailure::Settings)?;
+        Command::new(&self.program)
             .arg(COMPILE_COMMAND)
             .arg(config_arg)
             .arg(engine_key)
@@ -95,60 +134,39 @@ impl Compiler {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
-            .map_err(|e| {
-                CompileFailure::Process(format!("running {}: {e}", self.program.display()))
-            })?;
-        // Feed and drain on threads of their own: a child blocked on a full pipe must not
-        // block the wait below.
-        let mut stdin = child
-            .stdin
-            .take()
-            .ok_or_else(|| process(std::io::ErrorKind::BrokenPipe.into()))?;
-        let input = bytes.to_vec();
-        let feeder = std::thread::spawn(move || {
-            let _ = stdin.write_all(&input);
-        });
-        let drain = |pipe: Option<Box<dyn Read + Send>>| {
-            std::thread::spawn(move || {
-                let mut out = Vec::new();
-                if let Some(mut pipe) = pipe {
-                    let _ = pipe.read_to_end(&mut out);
-                }
-                out
+            .map_err(|source| CompileFailure::Spawn {
+                program: self.program.clone(),
+                source,
             })
-        };
-        let stdout = drain(
-            child
-                .stdout
-                .take()
-                .map(|p| Box::new(p) as Box<dyn Read + Send>),
-        );
-        let stderr = drain(
-            child
-                .stderr
-                .take()
-                .map(|p| Box::new(p) as Box<dyn Read + Send>),
-        );
+    }
+
+    /// The child's exit status, or `None` once it ran past the time limit (then it is
+    /// killed).
+    fn wait(&self, child: &mut Child) -> Result<Option<ExitStatus>, CompileFailure> {
         let started = Instant::now();
-        let status = loop {
-            if let Some(status) = child.try_wait().map_err(process)? {
-                break Some(status);
+        loop {
+            if let Some(status) = child.try_wait().map_err(CompileFailure::Io)? {
+                return Ok(Some(status));
             }
             if started.elapsed() >= self.timeout {
                 let _ = child.kill();
                 let _ = child.wait();
-                break None;
+                return Ok(None);
             }
             // Polling a child's exit: there is no portable wait with a timeout in std.
             std::thread::sleep(Duration::from_millis(20));
-        };
-        let _ = feeder.join();
-        let out = stdout.join().unwrap_or_default();
-        let err = stderr.join().unwrap_or_default();
-        let Some(status) = status else {
-            return Err(CompileFailure::Time(self.timeout));
-        };
-        let err = String::from_utf8_lossy(&err).trim().to_string();
+        }
+    }
+
+    /// What a finished child's exit status and standard error say: the compiled
+    /// component (`out`), or why there is none.
+    fn verdict(
+        &self,
+        status: ExitStatus,
+        out: Vec<u8>,
+        err: &[u8],
+    ) -> Result<Vec<u8>, CompileFailure> {
+        let err = String::from_utf8_lossy(err).trim().to_string();
         if status.success() {
             return Ok(out);
         }
@@ -160,6 +178,17 @@ impl Compiler {
             _ => Err(CompileFailure::Process(format!("{status}: {err}"))),
         }
     }
+}
+
+/// Reads `pipe` to its end on a thread of its own.
+fn drain(pipe: Option<impl Read + Send + 'static>) -> std::thread::JoinHandle<Vec<u8>> {
+    std::thread::spawn(move || {
+        let mut out = Vec::new();
+        if let Some(mut pipe) = pipe {
+            let _ = pipe.read_to_end(&mut out);
+        }
+        out
+    })
 }
 
 /// The child's exit code for a module that is not a valid component.

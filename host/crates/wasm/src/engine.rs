@@ -3,8 +3,7 @@
 //! idle host wakes for nothing), and components cached by digest.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
 
 use wasmtime::component::{Component, Linker};
 use wasmtime::{Config, InstanceAllocationStrategy, PoolingAllocationConfig};
@@ -13,6 +12,7 @@ use super::budget::{self, Budgets, TenantBudget};
 use super::cache::{self, CompileCache};
 use super::compiler::{CompileConfig, CompileFailure, Compiler};
 use super::state::State;
+use super::ticker::{Busy, Ticker};
 use super::{Limits, LoadError, Observer, PluginId, Unobserved};
 
 /// Core instances one component may create (an interpreted language's guest brings
@@ -22,9 +22,6 @@ const CORE_INSTANCES_PER_COMPONENT: u32 = 32;
 const MEMORIES_PER_COMPONENT: u32 = 4;
 /// Tables one component may define.
 const TABLES_PER_COMPONENT: u32 = 16;
-
-/// How often the epoch advances; deadlines are rounded up to this.
-pub(super) const TICK: Duration = Duration::from_millis(1);
 
 /// Engine-wide settings.
 #[derive(Debug, Clone)]
@@ -97,37 +94,7 @@ struct Inner {
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        self.ticker.lock().stop = true;
-        self.ticker.wake.notify_all();
-    }
-}
-
-/// Calls in flight, which the epoch ticker waits for.
-#[derive(Default)]
-struct Ticker {
-    state: Mutex<TickerState>,
-    wake: Condvar,
-}
-
-#[derive(Default)]
-struct TickerState {
-    active: usize,
-    stop: bool,
-}
-
-impl Ticker {
-    fn lock(&self) -> MutexGuard<'_, TickerState> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-}
-
-/// A call in flight: while one is alive, the epoch advances and deadlines fire.
-pub(super) struct Busy(Arc<Ticker>);
-
-impl Drop for Busy {
-    fn drop(&mut self) {
-        let mut state = self.0.lock();
-        state.active = state.active.saturating_sub(1);
+        self.ticker.stop();
     }
 }
 
@@ -168,8 +135,7 @@ impl Engine {
         >(&mut linker, |s| s)
         .map_err(LoadError::Engine)?;
 
-        let ticker = Arc::new(Ticker::default());
-        spawn_ticker(engine.clone(), ticker.clone());
+        let ticker = Ticker::start(engine.clone());
         let engine_key = cache::engine_key(&engine);
         Ok(Engine {
             inner: Arc::new(Inner {
@@ -192,10 +158,7 @@ impl Engine {
 
     /// Marks a call in flight until the guard drops; the epoch ticker runs meanwhile.
     pub(super) fn busy(&self) -> Busy {
-        let ticker = &self.inner.ticker;
-        ticker.lock().active += 1;
-        ticker.wake.notify_one();
-        Busy(ticker.clone())
+        self.inner.ticker.busy()
     }
 
     /// The limits of the calls a load makes ([`EngineSettings::load_limits`]).
@@ -494,31 +457,5 @@ impl<'a> Loading<'a> {
 impl Drop for Loading<'_> {
     fn drop(&mut self) {
         self.observer.plugin_loading(self.plugin, false);
-    }
-}
-
-/// Advances the engine's epoch every [`TICK`] while a call is in flight, so a call's
-/// deadline interrupts it even inside a tight loop; sleeps on a condition variable
-/// otherwise; ends when the engine is dropped.
-fn spawn_ticker(engine: wasmtime::Engine, ticker: Arc<Ticker>) {
-    let spawned = std::thread::Builder::new()
-        .name("inrun-epoch".into())
-        .spawn(move || {
-            loop {
-                let state = ticker.lock();
-                let state = ticker
-                    .wake
-                    .wait_while(state, |s| s.active == 0 && !s.stop)
-                    .unwrap_or_else(|p| p.into_inner());
-                if state.stop {
-                    break;
-                }
-                drop(state);
-                std::thread::sleep(TICK);
-                engine.increment_epoch();
-            }
-        });
-    if let Err(e) = spawned {
-        tracing::error!(error = %e, "could not start the Wasm epoch ticker; deadlines will not fire");
     }
 }

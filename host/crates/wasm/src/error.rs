@@ -88,9 +88,11 @@ pub enum LoadError {
     },
 }
 
-/// A call that failed. Only this call is affected; the next call starts afresh.
+/// A call that failed. Only this call is affected; the next call starts afresh. The
+/// message names the plugin; what went wrong is its source, so
+/// `inrun_contract::errors::chain` prints `plugin <id>: <failure>`.
 #[derive(Debug, thiserror::Error)]
-#[error("plugin {plugin} {failure}")]
+#[error("plugin {plugin}")]
 pub struct CallError {
     /// Which plugin.
     pub plugin: PluginId,
@@ -152,4 +154,27 @@ fn stderr_suffix(stderr: &Option<String>) -> String {
         .as_ref()
         .map(|s| format!(" (stderr: {s})"))
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_call_errors_chain_names_the_plugin_and_the_failure_once() {
+        let err = CallError {
+            plugin: PluginId {
+                name: "spin".into(),
+                digest: "sha256:abc".into(),
+            },
+            failure: CallFailure::Deadline(Duration::from_millis(300)),
+        };
+        let text = inrun_contract::errors::chain(&err);
+        assert_eq!(
+            text.matches("exceeded its 0.3s deadline").count(),
+            1,
+            "{text}"
+        );
+        assert!(text.starts_with("plugin spin"), "{text}");
+    }
 }

@@ -273,36 +273,7 @@ async fn fetch(
     if let Some(body) = req.body {
         builder = builder.body(body);
     }
-    let exchange = async {
-        let mut response = builder.send().await.map_err(|e| describe(&e))?;
-        if response.content_length().is_some_and(|n| n > cap as u64) {
-            return Err(too_large(cap));
-        }
-        let status = response.status().as_u16();
-        let headers = response
-            .headers()
-            .iter()
-            .map(|(k, v)| {
-                (
-                    k.as_str().to_string(),
-                    String::from_utf8_lossy(v.as_bytes()).into_owned(),
-                )
-            })
-            .collect();
-        let mut body = Vec::new();
-        while let Some(chunk) = response.chunk().await.map_err(|e| describe(&e))? {
-            if body.len() + chunk.len() > cap {
-                return Err(too_large(cap));
-            }
-            body.extend_from_slice(&chunk);
-        }
-        Ok(http::Response {
-            status,
-            headers,
-            body,
-        })
-    };
-    let failed = match tokio::time::timeout(limit, exchange).await {
+    let failed = match tokio::time::timeout(limit, exchange(builder, cap)).await {
         Ok(Ok(response)) => return Ok(response),
         Ok(Err(e)) => format!("{what}: {e}"),
         Err(_) if limit < grant.timeout => {
@@ -314,6 +285,38 @@ async fn fetch(
         ),
     };
     Err(Failure::Failed(failed))
+}
+
+/// Sends the request and reads its response, refusing a body larger than `cap` bytes
+/// before it is all read.
+async fn exchange(builder: reqwest::RequestBuilder, cap: usize) -> Result<http::Response, String> {
+    let mut response = builder.send().await.map_err(|e| describe(&e))?;
+    if response.content_length().is_some_and(|n| n > cap as u64) {
+        return Err(too_large(cap));
+    }
+    let status = response.status().as_u16();
+    let headers = response
+        .headers()
+        .iter()
+        .map(|(k, v)| {
+            (
+                k.as_str().to_string(),
+                String::from_utf8_lossy(v.as_bytes()).into_owned(),
+            )
+        })
+        .collect();
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await.map_err(|e| describe(&e))? {
+        if body.len() + chunk.len() > cap {
+            return Err(too_large(cap));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(http::Response {
+        status,
+        headers,
+        body,
+    })
 }
 
 fn too_large(cap: usize) -> String {

@@ -8,6 +8,7 @@ mod budget;
 mod cache;
 mod call;
 pub mod compiler;
+mod convert;
 mod engine;
 mod error;
 mod grants;
@@ -15,6 +16,7 @@ mod imports;
 mod package;
 mod plugin;
 mod state;
+mod ticker;
 
 pub use budget::{Budgets, TenantBudget, TokenBucket};
 pub use cache::CompileCache;

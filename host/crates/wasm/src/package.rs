@@ -6,8 +6,7 @@ use inrun_contract::package::{Change, Event, Identity, Observation, Options, Pro
 use serde_json::Value;
 
 use super::bindings::package::inrun::reconciler0_2_0::infrastructure as wit;
-use super::bindings::package::{Package, PackagePre};
-use super::call::{bounded, truncate_owned};
+use super::call::truncate_owned;
 use super::grants::Grants;
 use super::plugin::{Plugin, Pre};
 use super::state::State;
@@ -157,33 +156,24 @@ impl Plugin {
         grants: &Grants,
     ) -> Result<Answer, CallError> {
         let wit_opts = to_wit(opts);
-        let (mut store, pre, _busy) = self.store(limits, grants, opts.namespace.clone()).await?;
-        let result = bounded(limits, async {
+        let call = async |store: &mut wasmtime::Store<State>, pre: &Pre| {
             let Pre::Package(pre) = pre else {
                 return Err(wasmtime::format_err!(
                     "a {} component is not a package",
                     self.world().name()
                 ));
             };
-            let guest = instantiate(pre, &mut store).await?;
+            let guest = pre.instantiate_async(&mut *store).await?;
             Ok(match export {
-                Export::Validate => {
-                    Answer::Errors(guest.call_validate(&mut store, &wit_opts).await?)
-                }
-                Export::Identity => {
-                    Answer::Identity(guest.call_identity(&mut store, &wit_opts).await?)
-                }
-                Export::Observe => {
-                    Answer::Observation(guest.call_observe(&mut store, &wit_opts).await?)
-                }
-                Export::Converge => {
-                    Answer::Workflow(guest.call_converge(&mut store, &wit_opts).await?)
-                }
-                Export::Delete => Answer::Workflow(guest.call_delete(&mut store, &wit_opts).await?),
+                Export::Validate => Answer::Errors(guest.call_validate(store, &wit_opts).await?),
+                Export::Identity => Answer::Identity(guest.call_identity(store, &wit_opts).await?),
+                Export::Observe => Answer::Observation(guest.call_observe(store, &wit_opts).await?),
+                Export::Converge => Answer::Workflow(guest.call_converge(store, &wit_opts).await?),
+                Export::Delete => Answer::Workflow(guest.call_delete(store, &wit_opts).await?),
             })
-        })
-        .await;
-        self.settle(result, &mut store, limits)
+        };
+        self.in_fresh_store(limits, grants, opts.namespace.clone(), call)
+            .await
     }
 
     fn returned(&self, message: String) -> CallError {
@@ -205,13 +195,6 @@ impl Plugin {
             )),
         })
     }
-}
-
-async fn instantiate(
-    pre: &PackagePre<State>,
-    store: &mut wasmtime::Store<State>,
-) -> wasmtime::Result<Package> {
-    pre.instantiate_async(store).await
 }
 
 fn to_wit(opts: &Options) -> wit::Options {

@@ -73,6 +73,16 @@ pub(super) enum Pre {
     Package(PackagePre<State>),
 }
 
+impl Pre {
+    /// The contract version the component's exports are typed as.
+    fn contract(&self) -> &'static str {
+        match self {
+            Pre::Reconciler(_) | Pre::Hooks(_) => "0.1.0",
+            Pre::Reconciler2(_) | Pre::Hooks2(_) | Pre::Package(_) => "0.2.0",
+        }
+    }
+}
+
 /// A component ready to be called. Cheap to clone; calls may run concurrently.
 #[derive(Clone)]
 pub struct Plugin {
@@ -93,6 +103,8 @@ impl std::fmt::Debug for Plugin {
 }
 
 impl Plugin {
+    /// A loaded plugin: `component` sorted into its world, linked against the host's
+    /// imports, and (for a hooks component) asked which functions it serves.
     pub(super) fn new(
         engine: Engine,
         id: Arc<PluginId>,
@@ -107,54 +119,14 @@ impl Plugin {
             .map(|(name, _)| name.to_string())
             .collect();
         let imports: Vec<String> = ty.imports(wt).map(|(name, _)| name.to_string()).collect();
-        let has = |n: &str| exports.iter().any(|e| e == n);
-        let world = if has("reconcile") {
-            World::Reconciler
-        } else if has("functions") && has("call") {
-            World::Hooks
-        } else if ["validate", "identity", "observe", "converge", "delete"]
-            .iter()
-            .all(|f| has(f))
-        {
-            World::Package
-        } else {
-            return Err(LoadError::UnknownWorld {
-                plugin: (*id).clone(),
-                exports: if exports.is_empty() {
-                    "nothing".into()
-                } else {
-                    exports.join(", ")
-                },
-            });
-        };
-        let link = |source| LoadError::Link {
-            plugin: (*id).clone(),
-            source,
-        };
-        let instance_pre = engine.linker().instantiate_pre(&component).map_err(link)?;
-        // A `reconciler` or `hooks` export typed as 0.1.0 has it; else it may be 0.2.0's
-        // (its outcome has more fields). The error told is the 0.2.0 one: the newest.
-        let pre = match world {
-            World::Reconciler => match ReconcilerPre::new(instance_pre.clone()) {
-                Ok(pre) => Pre::Reconciler(pre),
-                Err(_) => Pre::Reconciler2(Reconciler2Pre::new(instance_pre).map_err(link)?),
-            },
-            World::Hooks => match HooksPre::new(instance_pre.clone()) {
-                Ok(pre) => Pre::Hooks(pre),
-                Err(_) => Pre::Hooks2(Hooks2Pre::new(instance_pre).map_err(link)?),
-            },
-            World::Package => Pre::Package(PackagePre::new(instance_pre).map_err(link)?),
-        };
-        let contract = match pre {
-            Pre::Reconciler(_) | Pre::Hooks(_) => "0.1.0",
-            Pre::Reconciler2(_) | Pre::Hooks2(_) | Pre::Package(_) => "0.2.0",
-        };
+        let world = world_of(&exports, &id)?;
+        let pre = link(&engine, &component, world, &id)?;
         let info = PluginInfo {
             name: id.name.clone(),
             sha256: id.digest_ref(),
             size,
             world,
-            contract,
+            contract: pre.contract(),
             exports,
             functions: Vec::new(),
             imports,
@@ -168,27 +140,7 @@ impl Plugin {
             }),
         };
         if world == World::Hooks {
-            // Loading is synchronous. The call runs on a runtime of its own, on a thread of
-            // its own, so its outer deadline holds (a guest asleep in a WASI wait is stopped)
-            // wherever the load is called from, with or without a runtime around it.
-            let functions = std::thread::scope(|scope| {
-                scope
-                    .spawn(|| {
-                        let runtime = tokio::runtime::Builder::new_current_thread()
-                            .enable_time()
-                            .build()
-                            .map_err(|e| CallError {
-                                plugin: (*plugin.inner.id).clone(),
-                                failure: CallFailure::Host(e.into()),
-                            })?;
-                        // The operator's ceilings hold here too, not only for calls.
-                        let limits = *plugin.inner.engine.load_limits();
-                        runtime.block_on(plugin.call_functions(&limits))
-                    })
-                    .join()
-                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-            })
-            .map_err(|e| LoadError::Functions {
+            let functions = plugin.ask_functions().map_err(|e| LoadError::Functions {
                 plugin: (*plugin.inner.id).clone(),
                 source: Box::new(e),
             })?;
@@ -197,6 +149,30 @@ impl Plugin {
             }
         }
         Ok(plugin)
+    }
+
+    /// The functions a hooks component serves. Loading is synchronous: the call runs on a
+    /// runtime of its own, on a thread of its own, so its outer deadline holds (a guest
+    /// asleep in a WASI wait is stopped) wherever the load is called from, with or without
+    /// a runtime around it.
+    fn ask_functions(&self) -> Result<Vec<String>, CallError> {
+        std::thread::scope(|scope| {
+            scope
+                .spawn(|| {
+                    let runtime = tokio::runtime::Builder::new_current_thread()
+                        .enable_time()
+                        .build()
+                        .map_err(|e| CallError {
+                            plugin: (*self.inner.id).clone(),
+                            failure: CallFailure::Host(e.into()),
+                        })?;
+                    // The operator's ceilings hold here too, not only for calls.
+                    let limits = *self.inner.engine.load_limits();
+                    runtime.block_on(self.call_functions(&limits))
+                })
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+        })
     }
 
     /// The engine it was compiled by.
@@ -293,4 +269,58 @@ impl Engine {
         let component = self.component(&id, bytes)?;
         Plugin::new(self.clone(), Arc::new(id), component, bytes.len())
     }
+}
+
+/// The world a component implements, from the functions it exports.
+fn world_of(exports: &[String], id: &PluginId) -> Result<World, LoadError> {
+    let has = |n: &str| exports.iter().any(|e| e == n);
+    if has("reconcile") {
+        Ok(World::Reconciler)
+    } else if has("functions") && has("call") {
+        Ok(World::Hooks)
+    } else if ["validate", "identity", "observe", "converge", "delete"]
+        .iter()
+        .all(|f| has(f))
+    {
+        Ok(World::Package)
+    } else {
+        Err(LoadError::UnknownWorld {
+            plugin: id.clone(),
+            exports: if exports.is_empty() {
+                "nothing".into()
+            } else {
+                exports.join(", ")
+            },
+        })
+    }
+}
+
+/// `component` linked against the host's imports, typed as the `world` it implements. A
+/// `reconciler` or `hooks` export typed as 0.1.0 has it; else it may be 0.2.0's (its
+/// outcome has more fields). The error told is the 0.2.0 one: the newest.
+fn link(
+    engine: &Engine,
+    component: &Component,
+    world: World,
+    id: &PluginId,
+) -> Result<Pre, LoadError> {
+    let unlinked = |source| LoadError::Link {
+        plugin: id.clone(),
+        source,
+    };
+    let instance_pre = engine
+        .linker()
+        .instantiate_pre(component)
+        .map_err(unlinked)?;
+    Ok(match world {
+        World::Reconciler => match ReconcilerPre::new(instance_pre.clone()) {
+            Ok(pre) => Pre::Reconciler(pre),
+            Err(_) => Pre::Reconciler2(Reconciler2Pre::new(instance_pre).map_err(unlinked)?),
+        },
+        World::Hooks => match HooksPre::new(instance_pre.clone()) {
+            Ok(pre) => Pre::Hooks(pre),
+            Err(_) => Pre::Hooks2(Hooks2Pre::new(instance_pre).map_err(unlinked)?),
+        },
+        World::Package => Pre::Package(PackagePre::new(instance_pre).map_err(unlinked)?),
+    })
 }

@@ -10,6 +10,15 @@ use crate::quantity::Quantity;
 
 /// Checks `caps`, whose field path is `at` (e.g. `spec.crds[0].reconcile.constructor.capabilities`).
 pub(super) fn check(r: &mut Report<'_>, caps: &Capabilities, at: &str) {
+    cluster_reads(r, caps, at);
+    if let Some(http) = &caps.http {
+        self::http(r, http, &format!("{at}.http"));
+    }
+    credentials(r, caps, at);
+}
+
+/// `cluster.read`: each kind named properly, once, with namespaces only when it has them.
+fn cluster_reads(r: &mut Report<'_>, caps: &Capabilities, at: &str) {
     let mut seen = HashMap::new();
     for (i, read) in caps.reads().iter().enumerate() {
         let f = format!("{at}.cluster.read[{i}]");
@@ -47,9 +56,10 @@ pub(super) fn check(r: &mut Report<'_>, caps: &Capabilities, at: &str) {
             );
         }
     }
-    if let Some(http) = &caps.http {
-        self::http(r, http, &format!("{at}.http"));
-    }
+}
+
+/// `credentials`: each a Secret named once, with the keys the package may read.
+fn credentials(r: &mut Report<'_>, caps: &Capabilities, at: &str) {
     let mut secrets = HashMap::new();
     for (i, c) in caps.credentials.iter().enumerate() {
         let f = format!("{at}.credentials[{i}]");

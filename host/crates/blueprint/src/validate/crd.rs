@@ -11,6 +11,24 @@ use crate::error::Problem;
 pub(super) fn check(c: &CrdSpec) -> Vec<Problem> {
     let mut r = Report::new(&c.source.file, Some(&c.kind));
     let at = c.source.field();
+    identity(&mut r, c, &at);
+    schema_and_columns(&mut r, c, &at);
+    if let Some(workers) = c.workers {
+        check_workers(&mut r, workers, &format!("{at}.workers"));
+    }
+    namespaces(&mut r, c, &at);
+    gates(&mut r, c, &at);
+    emit(&mut r, c, &at);
+    reconcile::check(&mut r, &c.reconcile, &format!("{at}.reconcile"));
+    if let Some(serve) = &c.serve {
+        serve_targets(&mut r, serve, &format!("{at}.serve"));
+    }
+    r.problems
+}
+
+/// The names the API server knows the CRD by: group, version, kind, plural, short names
+/// and categories.
+fn identity(r: &mut Report<'_>, c: &CrdSpec, at: &str) {
     r.check(
         is_api_group(&c.group),
         format!("{at}.group"),
@@ -53,6 +71,11 @@ pub(super) fn check(c: &CrdSpec) -> Vec<Problem> {
         format!("{at}.plural"),
         "plural.group must be at most 253 characters",
     );
+}
+
+/// The schema is an object; each printer column has a name, a type Kubernetes knows and
+/// a field path.
+fn schema_and_columns(r: &mut Report<'_>, c: &CrdSpec, at: &str) {
     if let Some(schema) = &c.schema {
         r.check(
             schema.is_object(),
@@ -81,11 +104,10 @@ pub(super) fn check(c: &CrdSpec) -> Vec<Problem> {
             "must be a path starting with a dot, e.g. .status.phase",
         );
     }
-    if let Some(workers) = c.workers {
-        check_workers(&mut r, workers, &format!("{at}.workers"));
-    }
-    namespaces(&mut r, c, &at);
-    gates(&mut r, c, &at);
+}
+
+/// `emit`: status field names, and condition types the CR may carry (not the host's).
+fn emit(r: &mut Report<'_>, c: &CrdSpec, at: &str) {
     for key in c.emit.status.keys().filter(|k| k.is_empty()) {
         r.add(
             format!("{at}.emit.status"),
@@ -120,11 +142,6 @@ pub(super) fn check(c: &CrdSpec) -> Vec<Problem> {
             _ => r.add(f, "needs a `type` (text) and a `status`"),
         }
     }
-    reconcile::check(&mut r, &c.reconcile, &format!("{at}.reconcile"));
-    if let Some(serve) = &c.serve {
-        serve_targets(&mut r, serve, &format!("{at}.serve"));
-    }
-    r.problems
 }
 
 fn namespaces(r: &mut Report<'_>, c: &CrdSpec, at: &str) {

@@ -2,7 +2,7 @@
 
 use super::refs::secret_ref;
 use super::{MAX_CALL_TIME, Report, names};
-use crate::external::{ExternalCall, HttpMethod, OnError};
+use crate::external::{ExternalCall, HttpCall, HttpMethod, OnError};
 use crate::refs::SecretRef;
 
 /// Whether a URL template's scheme, host and port are literal text: the first template
@@ -54,43 +54,7 @@ pub(super) fn check(r: &mut Report<'_>, call: &ExternalCall, at: &str) {
         _ => {}
     }
     if let Some(http) = &call.http {
-        let f = format!("{at}.http");
-        r.check(
-            !http.url.trim().is_empty(),
-            format!("{f}.url"),
-            "must not be empty",
-        );
-        if http.method == HttpMethod::Get && http.body.is_some() {
-            r.add(format!("{f}.body"), "a body needs method: POST");
-        }
-        for name in http.headers.keys().filter(|n| n.trim().is_empty()) {
-            r.add(
-                format!("{f}.headers"),
-                format!("{name:?}: header names must not be empty"),
-            );
-        }
-        for name in http.headers.keys().filter(|n| {
-            ["host", "content-length", "transfer-encoding", "connection"]
-                .contains(&n.trim().to_ascii_lowercase().as_str())
-        }) {
-            r.add(
-                format!("{f}.headers.{name}"),
-                "is set by the host from the URL and body: a Blueprint may not choose it (a Host header would reach another site behind the same address)",
-            );
-        }
-        if let Some(secret) = &http.secret_ref {
-            secret_ref(r, secret, &format!("{f}.secretRef"));
-            r.check(
-                host_is_fixed(&http.url),
-                format!("{f}.url"),
-                "a call that carries a secretRef token must name its scheme and host without templates (templates may fill in the path and query): otherwise whoever writes the CR decides where the token goes",
-            );
-            r.check(
-                !http.url.contains("{%"),
-                format!("{f}.url"),
-                "a call that carries a secretRef token may use only {{ }} expressions in its URL: each is percent-encoded, so whoever writes the CR fills in a value but cannot change the path or query",
-            );
-        }
+        self::http(r, http, &format!("{at}.http"));
     }
     if let Some(prom) = &call.prometheus {
         let f = format!("{at}.prometheus");
@@ -121,6 +85,47 @@ pub(super) fn check(r: &mut Report<'_>, call: &ExternalCall, at: &str) {
             redis.command.first().is_some_and(|c| !c.trim().is_empty()),
             format!("{f}.command"),
             "must name a command, e.g. [GET, key]",
+        );
+    }
+}
+
+/// An HTTP call (at `f`): a URL, a body only with POST, no header the host sets, and a
+/// token only to a fixed host.
+fn http(r: &mut Report<'_>, http: &HttpCall, f: &str) {
+    r.check(
+        !http.url.trim().is_empty(),
+        format!("{f}.url"),
+        "must not be empty",
+    );
+    if http.method == HttpMethod::Get && http.body.is_some() {
+        r.add(format!("{f}.body"), "a body needs method: POST");
+    }
+    for name in http.headers.keys().filter(|n| n.trim().is_empty()) {
+        r.add(
+            format!("{f}.headers"),
+            format!("{name:?}: header names must not be empty"),
+        );
+    }
+    for name in http.headers.keys().filter(|n| {
+        ["host", "content-length", "transfer-encoding", "connection"]
+            .contains(&n.trim().to_ascii_lowercase().as_str())
+    }) {
+        r.add(
+            format!("{f}.headers.{name}"),
+            "is set by the host from the URL and body: a Blueprint may not choose it (a Host header would reach another site behind the same address)",
+        );
+    }
+    if let Some(secret) = &http.secret_ref {
+        secret_ref(r, secret, &format!("{f}.secretRef"));
+        r.check(
+            host_is_fixed(&http.url),
+            format!("{f}.url"),
+            "a call that carries a secretRef token must name its scheme and host without templates (templates may fill in the path and query): otherwise whoever writes the CR decides where the token goes",
+        );
+        r.check(
+            !http.url.contains("{%"),
+            format!("{f}.url"),
+            "a call that carries a secretRef token may use only {{ }} expressions in its URL: each is percent-encoded, so whoever writes the CR fills in a value but cannot change the path or query",
         );
     }
 }

@@ -3,7 +3,9 @@
 mod capabilities;
 mod crd;
 mod external;
+mod managed;
 pub(crate) mod names;
+mod plugin;
 mod reconcile;
 mod refs;
 

@@ -2,24 +2,28 @@
 //! subresources, managed kinds, events, CRDs and (only when needed) Secrets, plus a Role
 //! for the leader-election Lease. [`required`] is the single list both the generated
 //! manifests and the startup access check (`runtime::access`) use, so they cannot drift.
+//! [`tenant_required`] is what a tenant's ServiceAccount needs when the host acts as it.
 
-use std::collections::BTreeMap;
+mod blocks;
+mod host;
+mod manifests;
+mod tenant;
 
-use inrun_contract::api_version::group_of;
-use serde_json::{Value, json};
+pub use host::required;
+pub use manifests::{manifests, tenant_manifests};
+pub use tenant::tenant_required;
 
-use inrun_blueprint::{
-    Blueprint, CrdSpec, ManagedResource, ReadKind, ReconcileSpec, Scope, ServiceAccountRef,
-};
+use inrun_blueprint::ServiceAccountRef;
 
-/// Verbs on the CRs themselves: watch them, patch metadata, delete after `cleanup`.
-const CR_VERBS: &[&str] = &["get", "list", "watch", "patch", "update", "delete"];
+/// The resource (plural) Kubernetes gives a kind by default.
+pub use inrun_blueprint::default_plural as plural;
+
 /// Verbs on kinds plugins are granted to read: the host serves reads from a watch cache.
 const READ_VERBS: &[&str] = &["get", "list", "watch"];
-/// Verbs on children: watch, server-side apply, prune and finalize.
-const CHILD_VERBS: &[&str] = &[
-    "get", "list", "watch", "create", "patch", "update", "delete",
-];
+
+/// Verbs on children that change them, granted per namespace when the Blueprint bounds
+/// where children may go (or a tenant's writes are confined).
+const CHILD_WRITE_VERBS: &[&str] = &["create", "patch", "update", "delete"];
 
 /// One permission: `verbs` on `resources` of `group`, cluster-wide unless `namespace`.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -74,31 +78,7 @@ impl Default for RbacOptions {
     }
 }
 
-/// Listing the instances of a block's `managedTypes` (the deletion safeguard looks for
-/// foreign ones): every resource of the named group, or of every group for a pattern.
-fn managed_type_permissions(crd: &CrdSpec, block: &ReconcileSpec) -> Vec<Permission> {
-    block
-        .managed_types
-        .iter()
-        .map(|t| {
-            let group = if t.is_pattern() {
-                "*"
-            } else {
-                t.group.as_str()
-            };
-            perm(
-                group,
-                "*",
-                &["list"],
-                format!(
-                    "foreign instances of managed types {}/{} of {} CRs",
-                    t.group, t.kind, crd.kind
-                ),
-            )
-        })
-        .collect()
-}
-
+/// `verbs` on every object of `resource` in `group`, cluster-wide, for the reason `why`.
 fn perm(group: &str, resource: &str, verbs: &[&str], why: String) -> Permission {
     Permission {
         group: group.into(),
@@ -110,500 +90,19 @@ fn perm(group: &str, resource: &str, verbs: &[&str], why: String) -> Permission 
     }
 }
 
-/// The API group and resource (plural) of `kind`: a kind the Blueprint itself declares
-/// keeps its declared plural.
-fn resource_of<'a>(blueprint: &Blueprint, api_version: &'a str, kind: &str) -> (&'a str, String) {
-    let group = group_of(api_version);
-    let resource = blueprint
-        .crd(group, kind)
-        .map_or_else(|| plural(kind), CrdSpec::plural);
-    (group, resource)
-}
-
-/// The group of an `apiVersion` (`""` for `v1`).
-pub use inrun_blueprint::default_plural as plural;
-
-/// Every reconcile block of a CRD: its own and each serve target's.
-fn blocks(crd: &CrdSpec) -> impl Iterator<Item = &ReconcileSpec> {
-    std::iter::once(&crd.reconcile).chain(
-        crd.serve
-            .iter()
-            .flat_map(|s| s.targets.iter().map(|t| &t.reconcile)),
-    )
-}
-
-/// The kinds a block's hooks and constructor are granted to read.
-fn plugin_reads(block: &ReconcileSpec) -> impl Iterator<Item = &ReadKind> {
-    block
-        .hooks
-        .iter()
-        .map(|h| &h.capabilities)
-        .chain(block.constructor.iter().map(|c| &c.capabilities))
-        .flat_map(|caps| caps.reads())
-}
-
-/// The Secrets a block names in a namespace of their own: (namespace, name).
-fn named_secrets(block: &ReconcileSpec) -> Vec<(String, String)> {
-    secret_references(block)
-        .into_iter()
-        .filter_map(|(ns, name)| Some((ns?, name)))
-        .collect()
-}
-
-/// Whether any reconcile block reads a Secret (remote auth, external inputs, plugin pull
-/// secrets).
-fn reads_secrets(block: &ReconcileSpec) -> bool {
-    let remote = block.remote.as_ref().is_some_and(|r| r.auth.is_some())
-        || block
-            .package
-            .as_ref()
-            .is_some_and(|p| !p.capabilities.credentials.is_empty());
-    let pull = block.hooks.iter().any(|h| h.pull_secret.is_some())
-        || block
-            .constructor
-            .iter()
-            .chain(&block.package)
-            .any(|c| c.pull_secret.is_some());
-    let external = block.external.iter().any(|e| {
-        e.http.as_ref().is_some_and(|h| h.secret_ref.is_some())
-            || e.postgres.as_ref().is_some_and(|p| p.secret_ref.is_some())
-            || e.redis.as_ref().is_some_and(|r| r.secret_ref.is_some())
-    });
-    remote || external || pull
-}
-
-/// Reading (and with `install`, installing) the CRDs named `names`; none without names.
-fn crd_permissions(names: Vec<String>, install: bool) -> Vec<Permission> {
-    if names.is_empty() {
-        return Vec::new();
+/// `p` cluster-wide when `cluster`, else one copy in each of `namespaces`.
+fn scoped(p: Permission, cluster: bool, namespaces: &[String]) -> Vec<Permission> {
+    if cluster {
+        return vec![p];
     }
-    let verbs: &[&str] = if install { &["get", "patch"] } else { &["get"] };
-    let mut read = perm(
-        "apiextensions.k8s.io",
-        "customresourcedefinitions",
-        verbs,
-        "the Blueprint's CRDs".into(),
-    );
-    read.names = names;
-    let mut out = vec![read];
-    if install {
-        out.push(perm(
-            "apiextensions.k8s.io",
-            "customresourcedefinitions",
-            &["create"],
-            "installing the Blueprint's CRDs".into(),
-        ));
-    }
-    out
-}
-
-/// Cluster-wide reads of every kind `block` grants its plugins.
-fn plugin_read_permissions(
-    blueprint: &Blueprint,
-    crd: &CrdSpec,
-    block: &ReconcileSpec,
-) -> Vec<Permission> {
-    plugin_reads(block)
-        .map(|read| {
-            let (group, resource) = resource_of(blueprint, &read.api_version, &read.kind);
-            perm(
-                group,
-                &resource,
-                READ_VERBS,
-                format!("{} reads granted to plugins of {} CRs", read.kind, crd.kind),
-            )
-        })
-        .collect()
-}
-
-/// Verbs on children that change them, granted per namespace when the Blueprint bounds
-/// where children may go.
-const CHILD_WRITE_VERBS_HOST: &[&str] = &["create", "patch", "update", "delete"];
-
-/// The namespaces children of `m` may be written in, when the Blueprint bounds them: the
-/// namespaces `crd`'s CRs are reconciled in (its `namespaces.include`) and those `m` lists
-/// besides. `None`: anywhere (CRs in any namespace, `*`, or a cluster-scoped kind or CR).
-fn child_namespaces(crd: &CrdSpec, m: &ManagedResource) -> Option<Vec<String>> {
-    if m.cluster_scoped
-        || crd.scope == Scope::Cluster
-        || crd.namespaces.include.is_empty()
-        || m.namespaces.iter().any(|n| n == "*")
-    {
-        return None;
-    }
-    let mut namespaces: Vec<String> = crd
-        .namespaces
-        .include
+    namespaces
         .iter()
-        .chain(&m.namespaces)
-        .cloned()
-        .collect();
-    namespaces.sort();
-    namespaces.dedup();
-    Some(namespaces)
-}
-
-/// Watching `m`'s children cluster-wide (the host's watches are), and writing them where
-/// [`child_namespaces`] allows.
-fn child_permissions(blueprint: &Blueprint, crd: &CrdSpec, m: &ManagedResource) -> Vec<Permission> {
-    let (group, resource) = resource_of(blueprint, &m.api_version, &m.kind);
-    let why = format!("{} children of {} CRs", m.kind, crd.kind);
-    match child_namespaces(crd, m) {
-        None => vec![perm(group, &resource, CHILD_VERBS, why)],
-        Some(namespaces) => {
-            let mut perms = vec![perm(group, &resource, READ_VERBS, why.clone())];
-            for ns in namespaces {
-                let mut p = perm(group, &resource, CHILD_WRITE_VERBS_HOST, why.clone());
-                p.namespace = Some(ns);
-                perms.push(p);
-            }
-            perms
-        }
-    }
-}
-
-/// A Secret a reconcile block reads: its name, and its namespace (`None`: the CR's own).
-type SecretName = (Option<String>, String);
-
-/// Every Secret a block names (remote auth, external inputs, plugin pull secrets, a
-/// package's credentials).
-fn secret_references(block: &ReconcileSpec) -> Vec<SecretName> {
-    let pulls = block
-        .hooks
-        .iter()
-        .filter_map(|h| h.pull_secret.as_ref())
-        .chain(
-            block
-                .constructor
-                .iter()
-                .chain(&block.package)
-                .filter_map(|c| c.pull_secret.as_ref()),
-        )
-        .map(|p| (Some(p.namespace.clone()), p.name.clone()));
-    let refs = block
-        .remote
-        .iter()
-        .filter_map(|r| r.auth.as_ref().map(|a| &a.secret_ref))
-        .chain(block.external.iter().flat_map(|e| {
-            e.http
-                .iter()
-                .filter_map(|h| h.secret_ref.as_ref())
-                .chain(e.postgres.iter().filter_map(|p| p.secret_ref.as_ref()))
-                .chain(e.redis.iter().filter_map(|r| r.secret_ref.as_ref()))
-        }))
-        .map(|r| (r.namespace.clone(), r.name.clone()));
-    // A package's credentials: Secrets of the CR's own namespace.
-    let credentials = block
-        .package
-        .iter()
-        .flat_map(|p| &p.capabilities.credentials)
-        .map(|c| (None, c.secret.clone()));
-    pulls.chain(refs).chain(credentials).collect()
-}
-
-/// `get` on exactly the Secrets the Blueprint names, never `list` or `watch` (the host
-/// reads each by name): by name in its namespace, or by name in every namespace for a
-/// reference that takes the CR's own.
-fn secret_permissions(mut refs: Vec<SecretName>) -> Vec<Permission> {
-    refs.sort();
-    refs.dedup();
-    refs.into_iter()
-        .map(|(namespace, name)| {
-            let why = match &namespace {
-                Some(ns) => format!("the Secret {ns}/{name} the Blueprint names"),
-                None => format!("the Secret {name} in a CR's namespace, which the Blueprint names"),
-            };
-            let mut p = perm("", "secrets", &["get"], why);
-            p.names = vec![name];
-            p.namespace = namespace;
+        .map(|ns| {
+            let mut p = p.clone();
+            p.namespace = Some(ns.clone());
             p
         })
         .collect()
-}
-
-/// The permissions the host needs to run `blueprint`, merged per group/resource.
-///
-/// # Guarantees
-/// Secrets appear only by name (`get` on each Secret a remote reconciler's `auth`, an
-/// external input or a pull secret names), or as a kind a plugin is granted to read;
-/// children are written only in the namespaces the Blueprint allows when it bounds them;
-/// CRD writes only with `install_crds`;
-/// the Lease only with leader election. Every kind a plugin may read gets get, list and
-/// watch (cluster-wide: the host keeps one watch cache per kind).
-pub fn required(blueprint: &Blueprint, options: &RbacOptions) -> Vec<Permission> {
-    let mut perms = Vec::new();
-    let mut crd_names = Vec::new();
-    let mut secret_refs = Vec::new();
-    for crd in &blueprint.spec.crds {
-        let cr_plural = crd.plural();
-        let what = format!("{} CRs", crd.kind);
-        perms.push(perm(&crd.group, &cr_plural, CR_VERBS, what.clone()));
-        perms.push(perm(
-            &crd.group,
-            &format!("{cr_plural}/status"),
-            &["get", "patch", "update"],
-            format!("{what}: status"),
-        ));
-        perms.push(perm(
-            &crd.group,
-            &format!("{cr_plural}/finalizers"),
-            &["update"],
-            format!("{what}: finalizers and owner references"),
-        ));
-        crd_names.push(crd.crd_name());
-        for block in blocks(crd) {
-            secret_refs.extend(secret_references(block));
-            for m in &block.managed_resources {
-                perms.extend(child_permissions(blueprint, crd, m));
-            }
-            perms.extend(plugin_read_permissions(blueprint, crd, block));
-            perms.extend(managed_type_permissions(crd, block));
-        }
-    }
-    perms.push(perm(
-        "events.k8s.io",
-        "events",
-        &["create", "patch"],
-        "events on CRs".into(),
-    ));
-    perms.extend(crd_permissions(crd_names, options.install_crds));
-    perms.extend(secret_permissions(secret_refs));
-    let le = &blueprint.spec.runtime.leader_election;
-    if le.enabled {
-        let namespace = le.namespace.clone().unwrap_or(options.namespace.clone());
-        let mut p = perm(
-            "coordination.k8s.io",
-            "leases",
-            &["get", "update", "patch"],
-            "the leader-election Lease".into(),
-        );
-        p.names = vec![le.lease_name.clone()];
-        p.namespace = Some(namespace.clone());
-        perms.push(p);
-        let mut p = perm(
-            "coordination.k8s.io",
-            "leases",
-            &["create"],
-            "creating the leader-election Lease".into(),
-        );
-        p.namespace = Some(namespace);
-        perms.push(p);
-    }
-    // Package CRs' identity locks: Leases named after what they hold, in the host's
-    // namespace (a Blueprint resource may bring a package too).
-    let packages = blueprint
-        .spec
-        .crds
-        .iter()
-        .any(|c| blocks(c).any(|b| b.package.is_some()));
-    if packages || options.blueprint_resources {
-        let mut p = perm(
-            "coordination.k8s.io",
-            "leases",
-            &["get", "create", "update", "delete"],
-            "package CRs' identity locks: one owner per piece of infrastructure".into(),
-        );
-        p.namespace = Some(options.namespace.clone());
-        perms.push(p);
-    }
-    let mut impersonated: Vec<&ServiceAccountRef> = blueprint
-        .spec
-        .service_account
-        .iter()
-        .chain(&options.impersonate)
-        .collect();
-    impersonated.sort();
-    impersonated.dedup();
-    for sa in impersonated {
-        // `get`: a Blueprint resource may act as it only if it admits that Blueprint.
-        let mut p = perm(
-            "",
-            "serviceaccounts",
-            &["get", "impersonate"],
-            format!("acting as the tenant's ServiceAccount {sa}"),
-        );
-        p.names = vec![sa.name.clone()];
-        p.namespace = Some(sa.namespace.clone());
-        perms.push(p);
-    }
-    if let Some(pattern) = &options.tenant_accounts {
-        // Names are not known before the Blueprints exist: the whole namespace, which the
-        // operator keeps for tenants' identities. Each still admits its Blueprint by uid.
-        let mut p = perm(
-            "",
-            "serviceaccounts",
-            &["get", "impersonate"],
-            format!("acting as each Blueprint resource's own ServiceAccount {pattern}"),
-        );
-        p.namespace = Some(pattern.namespace.clone());
-        perms.push(p);
-    }
-    if options.blueprint_resources {
-        perms.push(perm(
-            "inrun.dev",
-            "blueprints",
-            &["get", "list", "watch"],
-            "Blueprint resources: one tenant each".into(),
-        ));
-        perms.push(perm(
-            "inrun.dev",
-            "blueprints/status",
-            &["get", "patch"],
-            "Blueprint resources: whether each is accepted".into(),
-        ));
-        let mut p = perm(
-            "apiextensions.k8s.io",
-            "customresourcedefinitions",
-            if options.install_crds {
-                &["get", "patch"]
-            } else {
-                &["get"]
-            },
-            "the Blueprint CRD".into(),
-        );
-        p.names = vec![inrun_blueprint::BLUEPRINT_CRD.to_string()];
-        perms.push(p);
-        if options.install_crds {
-            // Creating takes no name: RBAC cannot scope it to the Blueprint CRD.
-            perms.push(perm(
-                "apiextensions.k8s.io",
-                "customresourcedefinitions",
-                &["create"],
-                "installing the Blueprint CRD".into(),
-            ));
-        }
-    }
-    merge(perms)
-}
-
-/// Verbs on a tenant's own CRs beyond reading them.
-const CR_WRITE_VERBS: &[&str] = &["patch", "update", "delete"];
-/// Verbs on a tenant's children beyond reading them.
-const CHILD_WRITE_VERBS: &[&str] = &["create", "patch", "update", "delete"];
-
-/// What a tenant's ServiceAccount needs to run `blueprint` when the host acts as it, its
-/// writes confined to `namespaces`: reading its CRs, their children's kinds and the kinds
-/// granted to plugins cluster-wide (the host's watches are), writing CRs, children,
-/// events and reading Secrets only in `namespaces` (cluster-scoped CRs and kinds marked
-/// `clusterScoped` cluster-wide). With no namespaces, what the host checks before a
-/// tenant's controllers start: everything cluster-wide, nothing else.
-///
-/// # Guarantees
-/// Secrets are readable cluster-wide only when the Blueprint manages Secrets or grants its
-/// plugins reads of them (its watches are cluster-wide); the Secrets its references name
-/// are readable by name in their own namespace, others only in `namespaces`. No write
-/// reaches a namespace not listed unless the Blueprint declares the kind cluster-scoped
-/// (events of cluster-scoped CRs go to `default`).
-pub fn tenant_required(
-    blueprint: &Blueprint,
-    namespaces: &[String],
-    options: &RbacOptions,
-) -> Vec<Permission> {
-    let mut perms = Vec::new();
-    let scoped = |perms: &mut Vec<Permission>, p: Permission, cluster: bool| {
-        if cluster {
-            perms.push(p);
-        } else {
-            for ns in namespaces {
-                let mut p = p.clone();
-                p.namespace = Some(ns.clone());
-                perms.push(p);
-            }
-        }
-    };
-    let mut secrets = false;
-    let mut named = Vec::new();
-    let mut cluster_scoped_crs = false;
-    let mut crd_names = Vec::new();
-    for crd in &blueprint.spec.crds {
-        let cr_plural = crd.plural();
-        let what = format!("{} CRs", crd.kind);
-        let cluster_crs = crd.scope == Scope::Cluster;
-        cluster_scoped_crs |= cluster_crs;
-        perms.push(perm(&crd.group, &cr_plural, READ_VERBS, what.clone()));
-        scoped(
-            &mut perms,
-            perm(&crd.group, &cr_plural, CR_WRITE_VERBS, what.clone()),
-            cluster_crs,
-        );
-        scoped(
-            &mut perms,
-            perm(
-                &crd.group,
-                &format!("{cr_plural}/status"),
-                &["get", "patch", "update"],
-                format!("{what}: status"),
-            ),
-            cluster_crs,
-        );
-        scoped(
-            &mut perms,
-            perm(
-                &crd.group,
-                &format!("{cr_plural}/finalizers"),
-                &["update"],
-                format!("{what}: finalizers and owner references"),
-            ),
-            cluster_crs,
-        );
-        crd_names.push(crd.crd_name());
-        for block in blocks(crd) {
-            secrets |= reads_secrets(block);
-            named.extend(named_secrets(block));
-            for m in &block.managed_resources {
-                let (group, resource) = resource_of(blueprint, &m.api_version, &m.kind);
-                let why = format!("{} children of {} CRs", m.kind, crd.kind);
-                perms.push(perm(group, &resource, READ_VERBS, why.clone()));
-                scoped(
-                    &mut perms,
-                    perm(group, &resource, CHILD_WRITE_VERBS, why),
-                    m.cluster_scoped,
-                );
-            }
-            perms.extend(plugin_read_permissions(blueprint, crd, block));
-            perms.extend(managed_type_permissions(crd, block));
-        }
-    }
-    let events = perm(
-        "events.k8s.io",
-        "events",
-        &["create", "patch"],
-        "events on CRs".into(),
-    );
-    if cluster_scoped_crs && !namespaces.iter().any(|n| n == "default") {
-        let mut p = events.clone();
-        p.namespace = Some("default".into());
-        p.why = "events on cluster-scoped CRs".into();
-        perms.push(p);
-    }
-    scoped(&mut perms, events, false);
-    named.sort();
-    named.dedup();
-    for (namespace, name) in named {
-        let mut p = perm(
-            "",
-            "secrets",
-            &["get"],
-            format!("the Secret {namespace}/{name} the Blueprint names"),
-        );
-        p.names = vec![name];
-        p.namespace = Some(namespace);
-        perms.push(p);
-    }
-    if secrets {
-        scoped(
-            &mut perms,
-            perm(
-                "",
-                "secrets",
-                &["get"],
-                "Secrets named by remote auth, external inputs or pull secrets".into(),
-            ),
-            false,
-        );
-    }
-    perms.extend(crd_permissions(crd_names, options.install_crds));
-    merge(perms)
 }
 
 /// Merges permissions on the same group, resource, names and namespace.
@@ -629,110 +128,10 @@ fn merge(perms: Vec<Permission>) -> Vec<Permission> {
     merged
 }
 
-/// RBAC rules for a set of permissions: one rule per group, verbs and names.
-fn rules<'a>(perms: impl Iterator<Item = &'a Permission>) -> Vec<Value> {
-    let mut grouped: BTreeMap<(String, Vec<String>, Vec<String>), Vec<String>> = BTreeMap::new();
-    for p in perms {
-        grouped
-            .entry((p.group.clone(), p.verbs.clone(), p.names.clone()))
-            .or_default()
-            .push(p.resource.clone());
-    }
-    grouped
-        .into_iter()
-        .map(|((group, verbs, names), resources)| {
-            let mut rule = json!({"apiGroups": [group], "resources": resources, "verbs": verbs});
-            if !names.is_empty() {
-                rule["resourceNames"] = json!(names);
-            }
-            rule
-        })
-        .collect()
-}
-
-/// The manifests: ClusterRole and ClusterRoleBinding, and when leader election is on, a
-/// Role and RoleBinding for the Lease in its namespace; then the users' aggregated roles
-/// ([`crate::roles::user_roles`]).
-pub fn manifests(blueprint: &Blueprint, options: &RbacOptions) -> Vec<Value> {
-    let perms = required(blueprint, options);
-    let subject = json!([{
-        "kind": "ServiceAccount",
-        "name": options.service_account,
-        "namespace": options.namespace,
-    }]);
-    let mut docs = documents(&perms, &options.name, &subject);
-    docs.extend(crate::roles::user_roles(blueprint, &options.name));
-    docs
-}
-
-/// The manifests a tenant's ServiceAccount `sa` needs ([`tenant_required`]): a
-/// ClusterRole and binding for what is cluster-wide, a Role and binding in each of
-/// `namespaces` (the ServiceAccount's own when empty) for its writes there.
-pub fn tenant_manifests(
-    blueprint: &Blueprint,
-    sa: &ServiceAccountRef,
-    namespaces: &[String],
-    options: &RbacOptions,
-) -> Vec<Value> {
-    let namespaces = if namespaces.is_empty() {
-        vec![sa.namespace.clone()]
-    } else {
-        namespaces.to_vec()
-    };
-    let perms = tenant_required(blueprint, &namespaces, options);
-    let subject = json!([{
-        "kind": "ServiceAccount",
-        "name": sa.name,
-        "namespace": sa.namespace,
-    }]);
-    let mut docs = documents(&perms, &options.name, &subject);
-    docs.extend(crate::roles::user_roles(blueprint, &options.name));
-    docs
-}
-
-/// ClusterRole and binding for the cluster-wide `perms`, Role and binding per namespace
-/// for the rest, all named `name` and bound to `subject`.
-fn documents(perms: &[Permission], name: &str, subject: &Value) -> Vec<Value> {
-    let labels =
-        json!({"app.kubernetes.io/name": "inrun", "app.kubernetes.io/managed-by": "inrun"});
-    let mut docs = vec![
-        json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRole",
-            "metadata": {"name": name, "labels": labels},
-            "rules": rules(perms.iter().filter(|p| p.namespace.is_none())),
-        }),
-        json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRoleBinding",
-            "metadata": {"name": name, "labels": labels},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
-            "subjects": subject,
-        }),
-    ];
-    let namespaces: std::collections::BTreeSet<&String> =
-        perms.iter().filter_map(|p| p.namespace.as_ref()).collect();
-    for ns in namespaces {
-        docs.push(json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "Role",
-            "metadata": {"name": name, "namespace": ns, "labels": labels},
-            "rules": rules(perms.iter().filter(|p| p.namespace.as_ref() == Some(ns))),
-        }));
-        docs.push(json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "RoleBinding",
-            "metadata": {"name": name, "namespace": ns, "labels": labels},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
-            "subjects": subject,
-        }));
-    }
-    docs
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use inrun_blueprint::Blueprint;
 
     fn blueprint(extra: &str) -> Blueprint {
         let text = format!(
@@ -1044,7 +443,7 @@ spec:
         written.sort();
         assert_eq!(written, ["blog", "shared", "shop"]);
         for p in cm.iter().filter(|p| p.namespace.is_some()) {
-            assert_eq!(p.verbs, CHILD_WRITE_VERBS_HOST);
+            assert_eq!(p.verbs, CHILD_WRITE_VERBS);
         }
         // `*` and cluster-scoped kinds: anywhere.
         for resource in ["deployments", "namespaces"] {

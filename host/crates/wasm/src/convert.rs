@@ -1,0 +1,299 @@
+//! Requests into their WIT form, and outcomes out of it: a guest's outcome is checked
+//! against the plugin's output limits and parsed, and the first problem is its reason.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+
+use super::Limits;
+use super::bindings;
+use inrun_contract::{Cleanup, Outcome, Request};
+
+pub(super) fn to_wit_request(req: &Request) -> bindings::Request {
+    bindings::Request {
+        key: req.key.clone(),
+        api_version: req.api_version.clone(),
+        kind: req.kind.clone(),
+        object: req.object.to_string(),
+        args: req.args.to_string(),
+        finalizing: req.finalizing,
+        target: req.target.clone(),
+        children: req.children.as_ref().map(Value::to_string),
+    }
+}
+
+pub(super) fn to_wit_outcome(o: &Outcome) -> bindings::Outcome {
+    bindings::Outcome {
+        status: o
+            .status
+            .as_ref()
+            .map(|s| Value::Object(s.clone()).to_string()),
+        resources: o.resources.iter().map(Value::to_string).collect(),
+        labels: o
+            .labels
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+        annotations: o
+            .annotations
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+        requeue: o.requeue,
+        requeue_after_ms: o
+            .requeue_after
+            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+        cleanup: o.cleanup.map(|c| bindings::Cleanup {
+            after_seconds: u32::try_from(c.after.as_secs()).unwrap_or(u32::MAX),
+        }),
+    }
+}
+
+pub(super) fn to_wit_outcome2(o: &Outcome) -> bindings::Outcome2 {
+    let v1 = to_wit_outcome(o);
+    bindings::Outcome2 {
+        status: v1.status,
+        resources: v1.resources,
+        labels: v1.labels,
+        annotations: v1.annotations,
+        requeue: v1.requeue,
+        requeue_after_ms: v1.requeue_after_ms,
+        cleanup: v1.cleanup,
+        conditions: o
+            .conditions
+            .iter()
+            .map(|c| bindings::Condition2 {
+                type_: c.kind.clone(),
+                status: c.truth(),
+                reason: c.reason.clone(),
+                message: c.message.clone(),
+            })
+            .collect(),
+        events: o
+            .events
+            .iter()
+            .map(|e| bindings::Event2 {
+                type_: if e.is_warning() {
+                    bindings::EventType::Warning
+                } else {
+                    bindings::EventType::Normal
+                },
+                reason: e.reason.clone(),
+                message: e.message.clone(),
+            })
+            .collect(),
+    }
+}
+
+/// A 0.2.0 outcome: the 0.1.0 checks, then its conditions and events (their text counted
+/// in the output size).
+pub(super) fn from_wit_outcome2(o: bindings::Outcome2, limits: &Limits) -> Result<Outcome, String> {
+    let reports: usize = o
+        .conditions
+        .iter()
+        .map(|c| c.type_.len() + c.reason.len() + c.message.len())
+        .chain(o.events.iter().map(|e| e.reason.len() + e.message.len()))
+        .sum();
+    let v1 = bindings::Outcome {
+        status: o.status,
+        resources: o.resources,
+        labels: o.labels,
+        annotations: o.annotations,
+        requeue: o.requeue,
+        requeue_after_ms: o.requeue_after_ms,
+        cleanup: o.cleanup,
+    };
+    if reports > limits.output_bytes {
+        return Err(format!(
+            "{reports} bytes of conditions and events, more than its output limit of {} bytes",
+            limits.output_bytes
+        ));
+    }
+    let budget = Limits {
+        output_bytes: limits.output_bytes - reports,
+        ..*limits
+    };
+    let mut outcome = from_wit_outcome(v1, &budget)?;
+    outcome.conditions = o
+        .conditions
+        .into_iter()
+        .map(|c| inrun_contract::Condition::of(c.type_, c.status, c.reason, c.message))
+        .collect();
+    outcome.events = o
+        .events
+        .into_iter()
+        .map(|e| {
+            let warning = matches!(e.type_, bindings::EventType::Warning);
+            inrun_contract::Event::of(warning, e.reason, e.message)
+        })
+        .collect();
+    Ok(outcome)
+}
+
+/// Checks sizes and parses the JSON a plugin returned. The reason names the first problem.
+pub(super) fn from_wit_outcome(o: bindings::Outcome, limits: &Limits) -> Result<Outcome, String> {
+    let size: usize = o.status.as_ref().map_or(0, String::len)
+        + o.resources.iter().map(String::len).sum::<usize>()
+        + o.labels
+            .iter()
+            .chain(&o.annotations)
+            .map(|(k, v)| k.len() + v.len())
+            .sum::<usize>();
+    if size > limits.output_bytes {
+        return Err(format!(
+            "{size} bytes of output, more than its limit of {} bytes",
+            limits.output_bytes
+        ));
+    }
+    if o.resources.len() > limits.max_resources {
+        return Err(format!(
+            "{} resources, more than its limit of {}",
+            o.resources.len(),
+            limits.max_resources
+        ));
+    }
+    let status = match o.status {
+        None => None,
+        Some(text) => match serde_json::from_str::<Value>(&text) {
+            Ok(Value::Object(map)) => Some(map),
+            Ok(Value::Null) => None,
+            Ok(_) => return Err("status is not a JSON object".into()),
+            Err(e) => return Err(format!("status is not JSON: {e}")),
+        },
+    };
+    let mut resources = Vec::with_capacity(o.resources.len());
+    for (i, text) in o.resources.iter().enumerate() {
+        match serde_json::from_str::<Value>(text) {
+            Ok(v @ Value::Object(_)) => resources.push(v),
+            Ok(_) => return Err(format!("resources[{i}] is not a JSON object")),
+            Err(e) => return Err(format!("resources[{i}] is not JSON: {e}")),
+        }
+    }
+    let to_map = |pairs: Vec<(String, String)>| pairs.into_iter().collect::<BTreeMap<_, _>>();
+    Ok(Outcome {
+        status: status
+            .filter(|m: &Map<String, Value>| !m.is_empty())
+            .or(None),
+        resources,
+        labels: to_map(o.labels),
+        annotations: to_map(o.annotations),
+        requeue: o.requeue,
+        requeue_after: o.requeue_after_ms.map(Duration::from_millis),
+        cleanup: o.cleanup.map(|c| Cleanup {
+            after: Duration::from_secs(u64::from(c.after_seconds)),
+        }),
+        ..Outcome::default()
+    })
+}
+
+/// Property tests over what a guest hands back: any strings in the WIT outcome decode to an
+/// outcome within the limits, or to a reason, never a panic. `PROPTEST_CASES` sets how
+/// many (256 by default; `make fuzz` runs many more).
+#[cfg(test)]
+mod fuzz {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn text() -> impl Strategy<Value = String> {
+        prop_oneof![
+            prop::sample::select(vec![
+                "{}".to_string(),
+                "null".into(),
+                "[]".into(),
+                r#"{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}}"#.into(),
+                "[".repeat(200),
+                "{\"a\": ".repeat(50),
+                "\u{0}".into(),
+                "1e999999".into(),
+                r#""\ud800""#.into(),
+            ]),
+            ".{0,64}",
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(
+            std::env::var("PROPTEST_CASES").ok().and_then(|c| c.parse().ok()).unwrap_or(256)
+        ))]
+        #[test]
+        fn any_guest_outcome_decodes_within_limits_or_is_refused(
+            status in proptest::option::of(text()),
+            resources in prop::collection::vec(text(), 0..8),
+            labels in prop::collection::vec((".{0,16}", ".{0,16}"), 0..4),
+            requeue_after_ms in proptest::option::of(any::<u64>()),
+            after_seconds in proptest::option::of(any::<u32>()),
+            max_resources in 0usize..6,
+        ) {
+            let limits = Limits { max_resources, output_bytes: 512, ..Limits::default() };
+            let o = bindings::Outcome {
+                status,
+                resources,
+                labels: labels.clone(),
+                annotations: labels,
+                requeue: false,
+                requeue_after_ms,
+                cleanup: after_seconds.map(|after_seconds| bindings::Cleanup { after_seconds }),
+            };
+            if let Ok(outcome) = from_wit_outcome(o, &limits) {
+                prop_assert!(outcome.resources.len() <= max_resources);
+                prop_assert!(outcome.resources.iter().all(Value::is_object));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outcome_over_the_size_limit_is_refused() {
+        let limits = Limits {
+            output_bytes: 10,
+            ..Limits::default()
+        };
+        let o = bindings::Outcome {
+            status: None,
+            resources: vec![r#"{"kind":"ConfigMap","data":"0123456789"}"#.into()],
+            labels: vec![],
+            annotations: vec![],
+            requeue: false,
+            requeue_after_ms: None,
+            cleanup: None,
+        };
+        let err = from_wit_outcome(o, &limits).unwrap_err();
+        assert!(err.contains("more than its limit of 10 bytes"), "{err}");
+    }
+
+    #[test]
+    fn resource_that_is_not_json_is_named() {
+        let o = bindings::Outcome {
+            status: Some("{}".into()),
+            resources: vec!["{}".into(), "not json".into()],
+            labels: vec![],
+            annotations: vec![],
+            requeue: false,
+            requeue_after_ms: None,
+            cleanup: None,
+        };
+        let err = from_wit_outcome(o, &Limits::default()).unwrap_err();
+        assert!(err.starts_with("resources[1] is not JSON"), "{err}");
+    }
+
+    #[test]
+    fn outcome_round_trips_through_wit() {
+        let o = Outcome {
+            status: serde_json::json!({"phase": "Ready"}).as_object().cloned(),
+            resources: vec![serde_json::json!({"kind": "ConfigMap"})],
+            labels: [("a".to_string(), "b".to_string())].into(),
+            requeue_after: Some(Duration::from_millis(1500)),
+            cleanup: Some(Cleanup {
+                after: Duration::from_secs(30),
+            }),
+            ..Outcome::default()
+        };
+        let back = from_wit_outcome(to_wit_outcome(&o), &Limits::default()).unwrap();
+        assert_eq!(back, o);
+    }
+}
