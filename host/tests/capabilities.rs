@@ -196,7 +196,7 @@ async fn a_read_that_never_answers_ends_at_the_calls_deadline() {
         "took {:?}",
         started.elapsed()
     );
-    let text = err.to_string();
+    let text = inrun::errors::chain(&err);
     assert!(text.contains("deadline"), "{text}");
 }
 
@@ -261,18 +261,21 @@ async fn fetch_reaches_a_granted_host_within_its_size_cap_and_no_other() {
 
     let err = call(format!("http://{other}/hello")).await.unwrap_err();
     assert!(
-        err.to_string().contains(&format!(
+        inrun::errors::chain(&err).contains(&format!(
             "HTTP to {other} is not granted to plugin inrun_test_fetcher"
         )),
         "{err}"
     );
     let err = call(format!("http://{allowed}/big")).await.unwrap_err();
     assert!(
-        err.to_string().contains("maxResponseSize of 1024 bytes"),
+        inrun::errors::chain(&err).contains("maxResponseSize of 1024 bytes"),
         "{err}"
     );
     let err = call(format!("http://user:pw@{allowed}/hello"))
         .await
         .unwrap_err();
-    assert!(err.to_string().contains("user name or password"), "{err}");
+    assert!(
+        inrun::errors::chain(&err).contains("user name or password"),
+        "{err}"
+    );
 }

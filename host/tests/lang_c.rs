@@ -249,8 +249,7 @@ fn the_c_webapp_returns_its_error_message() {
     let err = reconcile_now(&webapp, &req, &Limits::default()).unwrap_err();
     assert!(matches!(err.failure, CallFailure::Returned(_)), "{err:?}");
     assert!(
-        err.to_string()
-            .contains("spec.replicas: expected an integer"),
+        inrun::errors::chain(&err).contains("spec.replicas: expected an integer"),
         "{err}"
     );
     // A CR that is not a JSON object has no spec.
@@ -285,7 +284,7 @@ fn an_endless_loop_in_c_hits_its_deadline_and_the_next_call_works() {
     let took = started.elapsed();
     assert!(matches!(err.failure, CallFailure::Deadline(_)), "{err:?}");
     assert!(
-        err.to_string().contains("exceeded its 0.3s deadline"),
+        inrun::errors::chain(&err).contains("exceeded its 0.3s deadline"),
         "{err}"
     );
     assert!(
@@ -372,7 +371,7 @@ fn the_c_hooks_transform_an_outcome_exactly_like_the_rust_hooks() {
     let bad = Request::for_object(json!({}), json!({"team": 7}));
     for hooks in [&rust, &c] {
         let err = hook_now(hooks, "add-labels", &bad, &Outcome::default()).unwrap_err();
-        assert!(err.to_string().contains("args.team: "), "{err}");
+        assert!(inrun::errors::chain(&err).contains("args.team: "), "{err}");
     }
 }
 

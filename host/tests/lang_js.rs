@@ -331,7 +331,7 @@ fn a_thrown_exception_fails_only_its_call_with_the_exception_text() {
 
     let err = reconcile(&throw, &generous).unwrap_err();
     assert!(matches!(err.failure, CallFailure::Returned(_)), "{err:?}");
-    let text = err.to_string();
+    let text = inrun::errors::chain(&err);
     assert!(
         text.starts_with("plugin inrun_test_throw_js@sha256:"),
         "{text}"
@@ -357,7 +357,7 @@ fn an_endless_loop_hits_its_deadline_and_the_next_call_works() {
     let took = started.elapsed();
     assert!(matches!(err.failure, CallFailure::Deadline(_)), "{err:?}");
     assert!(
-        err.to_string().contains("exceeded its 0.3s deadline"),
+        inrun::errors::chain(&err).contains("exceeded its 0.3s deadline"),
         "{err}"
     );
     assert!(
@@ -396,7 +396,7 @@ fn hook_functions_are_listed_and_an_unknown_one_is_refused() {
     ))
     .unwrap_err();
     assert!(
-        err.to_string().contains(
+        inrun::errors::chain(&err).contains(
             "unknown hook function `nope`; this plugin has: add-labels, annotate, add-sidecar"
         ),
         "{err}"

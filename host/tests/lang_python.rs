@@ -288,7 +288,7 @@ fn an_uncaught_exception_fails_only_its_call_with_the_exception_text() {
     assert_eq!(raise.world(), World::Reconciler);
     let err = reconcile(&raise, &request(json!({"image": "x"})), &limits(5000)).unwrap_err();
     assert!(matches!(err.failure, CallFailure::Returned(_)), "{err:?}");
-    let text = err.to_string();
+    let text = inrun::errors::chain(&err);
     assert!(
         text.starts_with("plugin inrun_test_raise_python@sha256:"),
         "{text}"
@@ -315,7 +315,7 @@ fn an_endless_loop_exceeds_its_deadline_and_the_next_call_works() {
     let took = started.elapsed();
     assert!(matches!(err.failure, CallFailure::Deadline(_)), "{err:?}");
     assert!(
-        err.to_string().contains("exceeded its 0.5s deadline"),
+        inrun::errors::chain(&err).contains("exceeded its 0.5s deadline"),
         "{err}"
     );
     assert!(

@@ -117,7 +117,7 @@ fn webapp_error_result_names_the_plugin_and_its_message() {
     req.object["spec"] = json!({});
     let err = webapp.reconcile_now(&req, &Limits::default()).unwrap_err();
     assert!(matches!(err.failure, CallFailure::Returned(_)), "{err:?}");
-    let text = err.to_string();
+    let text = inrun::errors::chain(&err);
     assert!(
         text.starts_with("plugin inrun_plugin_webapp@sha256:"),
         "{text}"
@@ -210,7 +210,7 @@ fn endless_loop_hits_its_deadline_within_twice_the_limit_and_the_next_call_works
     let took = started.elapsed();
     assert!(matches!(err.failure, CallFailure::Deadline(_)), "{err:?}");
     assert!(
-        err.to_string().contains("exceeded its 0.3s deadline"),
+        inrun::errors::chain(&err).contains("exceeded its 0.3s deadline"),
         "{err}"
     );
     assert!(
@@ -242,8 +242,7 @@ fn unbounded_allocation_hits_the_memory_cap_and_the_next_call_works() {
     let err = hog.reconcile_now(&webapp_request(), &limits).unwrap_err();
     assert!(matches!(err.failure, CallFailure::Memory(_)), "{err:?}");
     assert!(
-        err.to_string()
-            .contains("exceeded its memory cap of 32 MiB"),
+        inrun::errors::chain(&err).contains("exceeded its memory cap of 32 MiB"),
         "{err}"
     );
     let webapp = load(&engine, "inrun_plugin_webapp");
@@ -279,7 +278,7 @@ fn garbage_output_is_a_bad_outcome_naming_the_resource() {
         .reconcile_now(&webapp_request(), &Limits::default())
         .unwrap_err();
     assert!(matches!(err.failure, CallFailure::BadOutput(_)), "{err:?}");
-    assert!(err.to_string().contains("is not JSON"), "{err}");
+    assert!(inrun::errors::chain(&err).contains("is not JSON"), "{err}");
 }
 
 #[test]
@@ -292,7 +291,7 @@ fn output_caps_apply_per_plugin() {
     };
     let err = webapp.reconcile_now(&webapp_request(), &tiny).unwrap_err();
     assert!(
-        err.to_string().contains("more than its limit of 64 bytes"),
+        inrun::errors::chain(&err).contains("more than its limit of 64 bytes"),
         "{err}"
     );
     let one = Limits {
@@ -301,8 +300,7 @@ fn output_caps_apply_per_plugin() {
     };
     let err = webapp.reconcile_now(&webapp_request(), &one).unwrap_err();
     assert!(
-        err.to_string()
-            .contains("2 resources, more than its limit of 1"),
+        inrun::errors::chain(&err).contains("2 resources, more than its limit of 1"),
         "{err}"
     );
 }

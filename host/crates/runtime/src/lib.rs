@@ -7,7 +7,7 @@
 //! # Where to start reading
 //!
 //! - [`controller()`] (`controller.rs`): one CRD's controller, wired step by step; its
-//!   reconcile fn is in `pass.rs`, which runs the pass with the effects of `effects.rs`
+//!   reconcile fn is in `reconcile.rs`, which runs the pass with the effects of `effects.rs`
 //!   against the API server.
 //! - `startup.rs`: what is checked before a controller starts ([`prepare`]).
 //! - `apply.rs` and `teardown.rs`: how children are written, and pruned or released;
@@ -16,7 +16,7 @@
 //! - [`Shared`] (`shared.rs`): what every controller of a host shares.
 //!
 //! One CR's way through: a watch event (`controller.rs`, `child_watches.rs`) wakes it
-//! unless the host wrote the change itself (`triggers.rs`); the reconcile fn (`pass.rs`)
+//! unless the host wrote the change itself (`triggers.rs`); the reconcile fn (`reconcile.rs`)
 //! runs [`inrun_pass`], whose reads and writes are `effects.rs`, which applies children
 //! (`apply.rs`), prunes or releases them (`teardown.rs`, guarded by `safeguard.rs`) and
 //! records events (`events.rs`).

@@ -169,6 +169,7 @@ mod tests {
             },
             failure: CallFailure::Deadline(Duration::from_millis(300)),
         };
+        assert_eq!(inrun_contract::errors::repeated_cause(&err), None);
         let text = inrun_contract::errors::chain(&err);
         assert_eq!(
             text.matches("exceeded its 0.3s deadline").count(),
