@@ -138,11 +138,9 @@ fn rbac(args: RbacArgs) -> anyhow::Result<Vec<Value>> {
 /// `--namespace`/`--service-account`.
 fn tenant_account(blueprint: &Blueprint, args: &RbacArgs) -> anyhow::Result<ServiceAccountRef> {
     let derived = match &args.default_tenant_service_account {
-        Some(pattern) if blueprint.spec.service_account.is_none() => Some(
-            pattern
-                .for_blueprint(&blueprint.metadata.name)
-                .map_err(anyhow::Error::msg)?,
-        ),
+        Some(pattern) if blueprint.spec.service_account.is_none() => {
+            Some(pattern.for_blueprint(&blueprint.metadata.name)?)
+        }
         _ => None,
     };
     Ok(blueprint

@@ -38,13 +38,13 @@ pub(crate) fn parse_lease_name(text: &str) -> Result<String, String> {
 /// A ServiceAccount as `namespace/name`.
 pub(crate) fn parse_service_account(
     text: &str,
-) -> Result<inrun::blueprint::ServiceAccountRef, String> {
+) -> Result<inrun::blueprint::ServiceAccountRef, inrun::blueprint::AccountError> {
     inrun::blueprint::ServiceAccountRef::parse(text)
 }
 
 /// A ServiceAccount per Blueprint, as `namespace/…{name}…`.
 pub(crate) fn parse_account_pattern(
     text: &str,
-) -> Result<inrun::blueprint::AccountPattern, String> {
+) -> Result<inrun::blueprint::AccountPattern, inrun::blueprint::AccountError> {
     inrun::blueprint::AccountPattern::parse(text)
 }

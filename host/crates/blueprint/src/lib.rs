@@ -45,7 +45,8 @@ pub use external::{
 pub use fieldpath::{FieldPath, FieldPathError};
 pub use load::{from_str, load, load_all};
 pub use model::{
-    API_VERSION, AccountPattern, Blueprint, BlueprintSpec, KIND, Metadata, ServiceAccountRef,
+    API_VERSION, AccountError, AccountPattern, Blueprint, BlueprintSpec, KIND, Metadata,
+    ServiceAccountRef,
 };
 pub use plugins::{PluginRef, PluginRole};
 pub use quantity::{Quantity, QuantityError};

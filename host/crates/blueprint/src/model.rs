@@ -98,37 +98,103 @@ impl ServiceAccountRef {
     /// Parses `namespace/name` (the form flags take).
     ///
     /// # Errors
-    /// A message saying what is wrong.
-    pub fn parse(text: &str) -> Result<Self, String> {
-        let (namespace, name) = text
-            .split_once('/')
-            .ok_or_else(|| format!("{text:?}: expected namespace/name"))?;
+    /// [`AccountError`] saying what is wrong with `text`.
+    pub fn parse(text: &str) -> Result<Self, AccountError> {
+        let (namespace, name) = split_account(text)?;
         let sa = ServiceAccountRef {
             namespace: namespace.to_string(),
             name: name.to_string(),
         };
         match sa.problem() {
-            Some(why) => Err(format!("{text:?}: {why}")),
+            Some(why) => Err(AccountError::Invalid {
+                text: text.to_string(),
+                why,
+            }),
             None => Ok(sa),
         }
     }
 
     /// What is wrong with the names, if anything.
-    pub fn problem(&self) -> Option<String> {
+    pub fn problem(&self) -> Option<NameProblem> {
         if !crate::validate::names::is_dns_label(&self.namespace) {
-            return Some(format!(
-                "namespace {:?} must be a lowercase DNS label",
-                self.namespace
-            ));
+            return Some(NameProblem::Namespace(self.namespace.clone()));
         }
         if !crate::validate::names::is_dns_subdomain(&self.name) {
-            return Some(format!(
-                "name {:?} must be a lowercase DNS subdomain",
-                self.name
-            ));
+            return Some(NameProblem::Name(self.name.clone()));
         }
         None
     }
+}
+
+/// What is wrong with a ServiceAccount's names.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NameProblem {
+    /// The namespace is not a DNS label.
+    #[error("namespace {0:?} must be a lowercase DNS label")]
+    Namespace(String),
+    /// The name is not a DNS subdomain.
+    #[error("name {0:?} must be a lowercase DNS subdomain")]
+    Name(String),
+}
+
+/// A ServiceAccount or a pattern of them that cannot be used, as written (`text`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AccountError {
+    /// Not `namespace/name`.
+    #[error("{text:?}: expected namespace/name")]
+    NotNamespaced {
+        /// What was written.
+        text: String,
+    },
+    /// A name that Kubernetes would refuse.
+    #[error("{text:?}: {why}")]
+    Invalid {
+        /// What was written.
+        text: String,
+        /// Which part is wrong.
+        why: NameProblem,
+    },
+    /// A pattern without `{name}`: one ServiceAccount would serve every Blueprint resource.
+    #[error(
+        "{text:?}: one ServiceAccount for every Blueprint resource would give each the union of all their rights; name one each with {{name}}, the Blueprint's name (e.g. {namespace}/{{name}})"
+    )]
+    Shared {
+        /// What was written.
+        text: String,
+        /// Its namespace.
+        namespace: String,
+    },
+    /// A pattern with `{name}` more than once.
+    #[error("{text:?}: {{name}} may appear once")]
+    NameTwice {
+        /// What was written.
+        text: String,
+    },
+    /// A pattern whose names would not be valid ones, as a one-letter Blueprint name shows.
+    #[error("{text:?}: {derived}")]
+    Pattern {
+        /// What was written.
+        text: String,
+        /// What it derives, and why that is refused.
+        derived: Box<AccountError>,
+    },
+    /// The name a pattern derives for a Blueprint resource is not a valid one (too long,
+    /// say).
+    #[error("the ServiceAccount derived from {pattern}: {why}")]
+    Derived {
+        /// The pattern, as `namespace/…{name}…`.
+        pattern: String,
+        /// Which part is wrong.
+        why: NameProblem,
+    },
+}
+
+/// `namespace` and `name` of `namespace/name`.
+fn split_account(text: &str) -> Result<(&str, &str), AccountError> {
+    text.split_once('/')
+        .ok_or_else(|| AccountError::NotNamespaced {
+            text: text.to_string(),
+        })
 }
 
 /// The ServiceAccount each `Blueprint` resource that names none acts as, derived from its
@@ -150,18 +216,19 @@ impl AccountPattern {
     /// Parses `namespace/name` whose name holds [`Self::NAME`] once.
     ///
     /// # Errors
-    /// A message saying what is wrong; a fixed name is refused, saying why.
-    pub fn parse(text: &str) -> Result<Self, String> {
-        let (namespace, name) = text
-            .split_once('/')
-            .ok_or_else(|| format!("{text:?}: expected namespace/name"))?;
+    /// [`AccountError`] saying what is wrong; a fixed name is refused, saying why.
+    pub fn parse(text: &str) -> Result<Self, AccountError> {
+        let (namespace, name) = split_account(text)?;
         let Some((prefix, suffix)) = name.split_once(Self::NAME) else {
-            return Err(format!(
-                "{text:?}: one ServiceAccount for every Blueprint resource would give each the union of all their rights; name one each with {{name}}, the Blueprint's name (e.g. {namespace}/{{name}})"
-            ));
+            return Err(AccountError::Shared {
+                text: text.to_string(),
+                namespace: namespace.to_string(),
+            });
         };
         if suffix.contains(Self::NAME) {
-            return Err(format!("{text:?}: {{name}} may appear once"));
+            return Err(AccountError::NameTwice {
+                text: text.to_string(),
+            });
         }
         let pattern = AccountPattern {
             namespace: namespace.to_string(),
@@ -169,23 +236,30 @@ impl AccountPattern {
             suffix: suffix.to_string(),
         };
         // Checked with a one-letter Blueprint name: the rest must make a valid name.
-        pattern
-            .for_blueprint("x")
-            .map_err(|why| format!("{text:?}: {why}"))?;
-        Ok(pattern)
+        match pattern.for_blueprint("x") {
+            Err(derived) => Err(AccountError::Pattern {
+                text: text.to_string(),
+                derived: Box::new(derived),
+            }),
+            Ok(_) => Ok(pattern),
+        }
     }
 
     /// The ServiceAccount the Blueprint resource `blueprint` acts as.
     ///
     /// # Errors
-    /// When the derived name is not a valid ServiceAccount name (too long, say).
-    pub fn for_blueprint(&self, blueprint: &str) -> Result<ServiceAccountRef, String> {
+    /// [`AccountError::Derived`] when the derived name is not a valid ServiceAccount name
+    /// (too long, say).
+    pub fn for_blueprint(&self, blueprint: &str) -> Result<ServiceAccountRef, AccountError> {
         let sa = ServiceAccountRef {
             namespace: self.namespace.clone(),
             name: format!("{}{blueprint}{}", self.prefix, self.suffix),
         };
         match sa.problem() {
-            Some(why) => Err(format!("the ServiceAccount derived from {self}: {why}")),
+            Some(why) => Err(AccountError::Derived {
+                pattern: self.to_string(),
+                why,
+            }),
             None => Ok(sa),
         }
     }
@@ -222,12 +296,38 @@ mod tests {
         assert_eq!(sa.to_string(), "inrun-tenants/t-team-b");
         assert_ne!(sa, p.for_blueprint("team-a").expect("sa"));
         let shared = AccountPattern::parse("inrun-tenants/tenant").unwrap_err();
-        assert!(shared.contains("union of all their rights"), "{shared}");
-        assert!(AccountPattern::parse("inrun-tenants/{name}-{name}").is_err());
-        assert!(AccountPattern::parse("Bad_NS/{name}").is_err());
-        assert!(AccountPattern::parse("{name}").is_err());
+        assert!(matches!(shared, AccountError::Shared { .. }), "{shared}");
+        assert!(
+            shared.to_string().contains("union of all their rights"),
+            "{shared}"
+        );
+        assert!(matches!(
+            AccountPattern::parse("inrun-tenants/{name}-{name}"),
+            Err(AccountError::NameTwice { .. })
+        ));
+        assert!(matches!(
+            AccountPattern::parse("Bad_NS/{name}"),
+            Err(AccountError::Pattern { .. })
+        ));
+        assert!(matches!(
+            AccountPattern::parse("{name}"),
+            Err(AccountError::NotNamespaced { .. })
+        ));
         let long = "a".repeat(260);
         let too_long = p.for_blueprint(&long).unwrap_err();
-        assert!(too_long.contains("inrun-tenants/t-{name}"), "{too_long}");
+        assert!(
+            matches!(
+                too_long,
+                AccountError::Derived {
+                    why: NameProblem::Name(_),
+                    ..
+                }
+            ),
+            "{too_long}"
+        );
+        assert!(
+            too_long.to_string().contains("inrun-tenants/t-{name}"),
+            "{too_long}"
+        );
     }
 }

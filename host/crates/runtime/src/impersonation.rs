@@ -24,8 +24,8 @@ pub enum IdentityError {
     )]
     Unnamed,
     /// The ServiceAccount derived from the Blueprint resource's name is not a valid one.
-    #[error("{0}")]
-    Derived(String),
+    #[error(transparent)]
+    Derived(inrun_blueprint::AccountError),
     /// The ServiceAccount is outside the namespaces the host keeps for tenants' identities.
     #[error(
         "ServiceAccount {sa} is not in a namespace the host keeps for tenants' identities ({kept}; --tenant-identity-namespaces): a tenant's ServiceAccount reads its kinds cluster-wide, and its token must not be within reach of a tenant's pods"

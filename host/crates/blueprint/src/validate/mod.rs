@@ -95,7 +95,7 @@ pub(super) fn document(bp: &Blueprint) -> Vec<Problem> {
     );
     runtime(&mut r, &bp.spec.runtime);
     if let Some(why) = bp.spec.service_account.as_ref().and_then(|sa| sa.problem()) {
-        r.add("spec.serviceAccount", why);
+        r.add("spec.serviceAccount", why.to_string());
     }
     r.problems
 }
