@@ -78,44 +78,45 @@ impl ExternalCalls {
                 };
             let value = match outcome {
                 Ok(v) => v,
-                Err(source) => self.failed(c, source)?,
+                Err(source) => match self.default_instead(c, &source) {
+                    Some(default) => default,
+                    None => {
+                        return Err(ExternalError {
+                            name: c.name.clone(),
+                            kind: c.call.kind(),
+                            source,
+                        });
+                    }
+                },
             };
             results.insert(c.name.clone(), value);
         }
         Ok(Value::Object(results))
     }
 
-    /// What the call `c`, failed with `source`, yields: its `default` under `onError:
-    /// default`, told a few times a second at most; else the error. A call that canned
-    /// answers do not answer fails whatever its `onError` says.
-    fn failed(&self, c: &Compiled, source: CallError) -> Result<Value, ExternalError> {
-        let fatal = matches!(source, CallError::NotCanned { .. });
-        let error = ExternalError {
-            name: c.name.clone(),
-            kind: c.call.kind(),
-            source,
-        };
-        match c.on_error {
-            _ if fatal => Err(error),
-            OnError::Fail => Err(error),
-            OnError::Default => {
-                let error = inrun_contract::errors::chain(&error);
-                let tell = self
-                    .told
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .take(std::time::Instant::now())
-                    .is_ok();
-                if tell {
-                    tracing::info!(external.name = %c.name, %error,
-                        "external call failed; using its default");
-                } else {
-                    tracing::debug!(external.name = %c.name, %error,
-                        "external call failed; using its default");
-                }
-                Ok(c.default.clone())
-            }
+    /// What the call `c`, failed with `source`, yields instead of failing the pass: its
+    /// `default` under `onError: default`, told a few times a second at most; `None` when
+    /// the failure stands. A call that canned answers do not answer fails whatever its
+    /// `onError` says.
+    fn default_instead(&self, c: &Compiled, source: &CallError) -> Option<Value> {
+        if matches!(source, CallError::NotCanned { .. }) || c.on_error == OnError::Fail {
+            return None;
         }
+        let error = inrun_contract::errors::chain(source);
+        let tell = self
+            .told
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take(std::time::Instant::now())
+            .is_ok();
+        if tell {
+            tracing::info!(external.name = %c.name, external.kind = c.call.kind(), %error,
+                "external call failed; using its default");
+        } else {
+            tracing::debug!(external.name = %c.name, external.kind = c.call.kind(), %error,
+                "external call failed; using its default");
+        }
+        Some(c.default.clone())
     }
 }
 
