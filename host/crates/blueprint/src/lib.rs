@@ -7,6 +7,10 @@
 //! ```text
 //! blueprints/web.yaml: crd WebApp: spec.crds[0].reconcile.prune.kep: unknown field `kep`, expected one of `enabled`, `keep`, `allowEmpty` at line 12 column 9
 //! ```
+//!
+//! Start reading at [`load`] (`load.rs`: files to a checked [`Blueprint`]); the model is in
+//! `model.rs`, `crd.rs` and `reconcile.rs`, and each family of checks in a file of
+//! `validate/`.
 
 mod capabilities;
 mod crd;

@@ -1,6 +1,9 @@
 //! Manifests an operator applies before running the host: the Blueprint's CRDs, the
-//! minimal RBAC the host needs for it, and the roles of the people who create its CRs. Pure functions of the Blueprint; nothing here talks
-//! to a cluster.
+//! minimal RBAC the host needs for it, and the roles of the people who create its CRs.
+//! Pure functions of the Blueprint; nothing here talks to a cluster.
+//!
+//! Start reading at [`rbac`] (`rbac/mod.rs`: the permissions a Blueprint needs, with the
+//! host's and a tenant's in `host.rs` and `tenant.rs`).
 
 mod blueprint_crd;
 pub mod rbac;

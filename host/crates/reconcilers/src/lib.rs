@@ -4,6 +4,9 @@
 //! slots, secrets, the HTTP client they share, `reconcile.external` calls, the
 //! [`assemble`]d Blueprint that ties them to CRDs, and the [`plan`] steps over it that
 //! need no cluster.
+//!
+//! Start reading at [`Reconciler`] and [`assemble::Assembly`]; then [`plan`], whose steps
+//! the pass calls in order: `route.rs`, `checks.rs`, `request.rs`, `status.rs`.
 
 pub mod api;
 pub mod assemble;

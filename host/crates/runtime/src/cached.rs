@@ -30,7 +30,7 @@ const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 /// kind could otherwise fill the host's memory with CRs of a megabyte and more.
 static MAX_BODY: AtomicUsize = AtomicUsize::new(DEFAULT_MAX_BODY);
 
-/// [`MAX_BODY`]'s default.
+/// The default of the largest CR body the cache keeps.
 pub const DEFAULT_MAX_BODY: usize = 256 * 1024;
 
 /// Sets the largest CR body the cache keeps, for every controller of this process.

@@ -50,7 +50,7 @@ fn retries(
 /// queues every CR of the CRD (after a plugin it calls was reloaded).
 ///
 /// A CR is reconciled when it or one of its children changes other than by the host's own
-/// write (see [`triggers`]), on a requeue, and on `requeue`; children are watched by
+/// write (see `triggers.rs`), on a requeue, and on `requeue`; children are watched by
 /// metadata only, and mapped to their CR through an index by owner uid.
 pub fn controller(
     shared: &Shared,

@@ -32,7 +32,7 @@ pub struct Shared {
     pub kinds: Arc<Kinds>,
     /// This replica's name, for events.
     pub instance: String,
-    /// Where controllers record; its [`health::Health`] is what `/readyz` reads.
+    /// Where controllers record; its `health::Health` is what `/readyz` reads.
     pub metrics: Arc<crate::metrics::Metrics>,
     /// How clients acting as a tenant's ServiceAccount are built; `None`: this host
     /// cannot impersonate, and a Blueprint that names an identity is refused.

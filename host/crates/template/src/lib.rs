@@ -33,6 +33,9 @@
 //!   line leaves no blank line in YAML output; trailing newlines are kept.
 //!
 //! Compile once at Blueprint load (syntax errors surface there), render per reconcile.
+//!
+//! Start reading at [`Engine`] (`engine.rs`); `gopath.rs` turns Go-style paths into
+//! minijinja, `compiled.rs` holds what a compile yields.
 
 mod compiled;
 mod context;

@@ -33,7 +33,7 @@ pub const DEFAULT_CACHE_BYTES: u64 = 256 * 1024 * 1024;
 const STALE_TEMP: std::time::Duration = std::time::Duration::from_secs(3600);
 
 impl CompileCache {
-    /// Uses `dir`, creating it if needed, with the default cap ([`DEFAULT_CACHE_BYTES`]).
+    /// Uses `dir`, creating it if needed, with the default cap (`DEFAULT_CACHE_BYTES`).
     ///
     /// # Errors
     /// The directory cannot be created.

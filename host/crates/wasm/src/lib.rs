@@ -2,6 +2,10 @@
 //! fresh sandboxed store per call with a deadline and a memory cap, and the capabilities a
 //! Blueprint grants (cluster reads through a [`ClusterReader`], outbound HTTP). Nothing here
 //! knows about Kubernetes types; plugins see only the WIT contract.
+//!
+//! Start reading at [`Engine`] (`engine.rs`) and [`Plugin`] (`plugin.rs`: a compiled
+//! component and its calls); `call.rs` is one call in its fresh store (the deadline and
+//! memory cap), `imports.rs` and `grants.rs` what a plugin may reach.
 
 mod bindings;
 mod budget;

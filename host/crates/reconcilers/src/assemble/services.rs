@@ -51,7 +51,7 @@ impl Services {
     /// trusted roots, registries spoken over plain HTTP).
     ///
     /// # Errors
-    /// [`SourceError`] when `options` cannot be used (a trusted root that is not PEM): the
+    /// [`SourceError`](crate::sources::SourceError) when `options` cannot be used (a trusted root that is not PEM): the
     /// operator's option is refused, never replaced by defaults.
     pub fn with_sources(
         secrets: Arc<dyn Secrets>,

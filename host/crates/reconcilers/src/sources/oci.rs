@@ -338,7 +338,7 @@ pub fn with_scheme(reference: &str) -> String {
 ///
 /// # Errors
 /// [`SourceError::NotAComponent`] for bytes that are not a component;
-/// [`SourceError::BadLocation`] for a reference without a tag; [`SourceError::Unauthorized`]
+/// [`SourceError::Location`] for a reference without a tag; [`SourceError::Unauthorized`]
 /// or [`SourceError::Registry`] when the registry refuses.
 pub async fn push(
     component: &[u8],
