@@ -197,6 +197,14 @@ async fn wait_turn(gate: Arc<Gate>, seat: u64, lane: u64, notify: Arc<Notify>) {
 mod tests {
     use super::*;
 
+    /// Makes `seat`'s turn last as long as a test needs: a loaded machine may take longer
+    /// than a turn's few milliseconds between two of its lines.
+    fn hold_long(gate: &Gate, seat: &Seat) {
+        for turn in gate.lock().turns.iter_mut().filter(|t| t.0 == seat.id) {
+            turn.2 = Some(Instant::now() + Duration::from_secs(60));
+        }
+    }
+
     #[tokio::test]
     async fn the_gate_hands_turns_to_the_other_tenant_first() {
         let gate = Arc::new(Gate::new(1));
@@ -206,6 +214,7 @@ mod tests {
         a1.take_turn().await;
         // Nobody else waits: a1 goes on.
         assert!(a1.at_tick().is_none());
+        hold_long(&gate, &a1);
         // a2 and then b wait; at a1's next tick, b (another lane) goes first.
         let a2_wait = a2.at_tick().expect("a2 waits");
         let b_wait = b.at_tick().expect("b waits");
@@ -228,6 +237,7 @@ mod tests {
         let gate = Arc::new(Gate::new(1));
         let a = Seat::new(gate.clone(), 1);
         a.take_turn().await;
+        hold_long(&gate, &a);
         let b = Seat::new(gate.clone(), 2);
         let b_wait = b.at_tick().expect("b waits");
         // a ends; the turn goes to b, whose wait is busy elsewhere for longer than a turn.
