@@ -306,7 +306,7 @@ fn output_caps_apply_per_plugin() {
 }
 
 #[test]
-fn a_plugin_sees_no_environment_arguments_or_files_of_the_host() {
+fn a_plugin_sees_no_environment_or_files_of_the_host_and_only_its_name_as_argv() {
     let engine = engine();
     let hostile = load(&engine, "inrun_test_hostile");
     let mut req = webapp_request();
@@ -321,7 +321,10 @@ fn a_plugin_sees_no_environment_arguments_or_files_of_the_host() {
         data["env"], "[]",
         "no environment variable reaches a plugin"
     );
-    assert_eq!(data["args"], "[]", "nor any argument");
+    assert_eq!(
+        data["args"], r#"["inrun_test_hostile"]"#,
+        "no argument but argv[0], the plugin's own name"
+    );
     for what in ["root", "cwd", "file"] {
         let seen = data[what].as_str().unwrap_or_default();
         assert!(seen.starts_with("error: "), "{what}: {seen}");

@@ -223,9 +223,10 @@ impl State {
     }
 }
 
-/// A WASI context that grants nothing: no environment, arguments, preopened directories,
-/// network or inherited stdio. Stdout and stderr go to bounded in-memory pipes.
-fn sealed_wasi() -> (WasiCtx, Stdio) {
+/// A WASI context that grants nothing: no environment, preopened directories, network or
+/// inherited stdio, and no argument but argv[0], `name`. Stdout and stderr go to bounded
+/// in-memory pipes.
+fn sealed_wasi(name: &str) -> (WasiCtx, Stdio) {
     let stdio = Stdio {
         stdout: MemoryOutputPipe::new(STDIO_CAPTURE),
         stderr: MemoryOutputPipe::new(STDIO_CAPTURE),
@@ -236,6 +237,9 @@ fn sealed_wasi() -> (WasiCtx, Stdio) {
         .allow_tcp(false)
         .allow_udp(false)
         .allow_ip_name_lookup(false)
+        // Programs expect an argv[0] (Go's runtime and libraries such as klog read it at
+        // start); the plugin's own name grants nothing.
+        .arg(name)
         .build();
     (ctx, stdio)
 }
@@ -244,7 +248,8 @@ impl WasiView for State {
     fn ctx(&mut self) -> WasiCtxView<'_> {
         // Built on the guest's first WASI call: most reconcilers never make one, and a
         // context costs about as much as the rest of instantiation.
-        let (ctx, _) = self.wasi.get_or_insert_with(sealed_wasi);
+        let name = &self.plugin.name;
+        let (ctx, _) = self.wasi.get_or_insert_with(|| sealed_wasi(name));
         WasiCtxView {
             ctx,
             table: &mut self.table,

@@ -61,18 +61,7 @@ impl Assembly {
         engine: &Engine,
         services: &Services,
     ) -> Result<Self, BlueprintError> {
-        let blueprint = blueprint::load(path)?;
-        let plugins = PluginSet::new(engine.clone(), services.sources.clone());
-        let policy = Policy::default();
-        Self::build(
-            blueprint,
-            BuildContext {
-                plugins: &plugins,
-                services,
-                policy: &policy,
-            },
-        )
-        .await
+        Self::build_alone(blueprint::load(path)?, engine, services).await
     }
 
     /// Assembles a parsed Blueprint with [`Services::offline`]. For Blueprints without
@@ -84,14 +73,23 @@ impl Assembly {
         blueprint: Blueprint,
         engine: &Engine,
     ) -> Result<Self, BlueprintError> {
-        let services = Services::offline();
+        Self::build_alone(blueprint, engine, &Services::offline()).await
+    }
+
+    /// Assembles `blueprint` on its own: a plugin set of its own and the default limits
+    /// policy (what a tenant of a fleet shares with others is not in play).
+    async fn build_alone(
+        blueprint: Blueprint,
+        engine: &Engine,
+        services: &Services,
+    ) -> Result<Self, BlueprintError> {
         let plugins = PluginSet::new(engine.clone(), services.sources.clone());
         let policy = Policy::default();
         Self::build(
             blueprint,
             BuildContext {
                 plugins: &plugins,
-                services: &services,
+                services,
                 policy: &policy,
             },
         )
