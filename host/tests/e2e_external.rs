@@ -104,15 +104,6 @@ spec:
     )
 }
 
-/// Waits until the host has installed the CRD and the API server serves it.
-async fn served(ar: &kube::discovery::ApiResource) {
-    let api: Api<kube::api::DynamicObject> = Api::all_with(client(), ar);
-    eventually(&format!("{} to be served", ar.kind), || async {
-        api.list(&Default::default()).await.ok().map(|_| ())
-    })
-    .await;
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn external_values_from_postgres_redis_and_prometheus_reach_args_children_and_status()
 -> TestResult {

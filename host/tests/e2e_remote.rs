@@ -162,15 +162,6 @@ async fn put_token(ns: &str, token: &str) -> TestResult {
     Ok(())
 }
 
-/// Waits until the host has installed the CRD and the API server serves it.
-async fn served(ar: &kube::discovery::ApiResource, ns: &str) {
-    let api: Api<kube::api::DynamicObject> = Api::namespaced_with(client(), ns, ar);
-    eventually(&format!("{} to be served", ar.kind), || async {
-        api.list(&Default::default()).await.ok().map(|_| ())
-    })
-    .await;
-}
-
 fn cr(group: &str, kind: &str, name: &str) -> String {
     format!(
         "apiVersion: {group}/v1alpha1\nkind: {kind}\nmetadata: {{name: {name}}}\nspec: {{image: 'nginx:1.27'}}\n"
@@ -185,7 +176,7 @@ async fn remote_reconciler_gets_the_documented_request_and_its_result_is_applied
     put_token(&ns, TOKEN).await?;
     let host = Host::start(&blueprint(&group, &endpoint, closed_port().await)).await;
     let ar = resource(&group, "WebApp");
-    served(&ar, &ns).await;
+    served(&ar).await;
     apply_cr(&ar, &ns, &cr(&group, "WebApp", "shop")).await;
 
     // The Result is applied: the child, the CR's status and labels.
@@ -319,8 +310,8 @@ async fn each_remote_failure_is_a_reconcile_error_and_the_host_keeps_going() -> 
     put_token(&ns, TOKEN).await?;
     let host = Host::start(&blueprint(&group, &endpoint, closed_port().await)).await;
     let ar = resource(&group, "WebApp");
-    served(&ar, &ns).await;
-    served(&resource(&group, "Refused"), &ns).await;
+    served(&ar).await;
+    served(&resource(&group, "Refused")).await;
     let expected = [
         (
             "status500",
@@ -518,8 +509,8 @@ async fn workers_bound_the_calls_in_flight_and_changes_to_a_queued_cr_make_one_p
     let host = Host::start(&text).await;
     let ns = ControlPlane::shared().namespace("workers").await?;
     let (pool, line) = (resource(&group, "Pool"), resource(&group, "Line"));
-    served(&pool, &ns).await;
-    served(&line, &ns).await;
+    served(&pool).await;
+    served(&line).await;
     let cr = |kind: &str, name: &str, value: u32| {
         format!(
             "apiVersion: {group}/v1alpha1\nkind: {kind}\nmetadata: {{name: {name}}}\nspec: {{value: {value}}}\n"

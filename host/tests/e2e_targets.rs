@@ -10,8 +10,7 @@ use axum::Router;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use inrun_testenv::{ControlPlane, TestResult};
-use kube::api::{Api, DynamicObject};
-use kube::discovery::ApiResource;
+use kube::api::Api;
 use serde_json::{Value, json};
 use support::*;
 
@@ -118,14 +117,6 @@ spec:
               prune: {{enabled: true}}
 "#
     )
-}
-
-async fn served(ar: &ApiResource) {
-    let api: Api<DynamicObject> = Api::all_with(client(), ar);
-    eventually(&format!("{} to be served", ar.kind), || async {
-        api.list(&Default::default()).await.ok().map(|_| ())
-    })
-    .await;
 }
 
 fn app(group: &str, name: &str, target: &str, extra: bool) -> String {
