@@ -380,14 +380,34 @@ mod tests {
     use std::time::Duration;
 
     #[test]
-    fn a_packages_retries_double_from_one_second_up_to_one_minute() {
-        let b = super::backoff::Backoff::new(
-            inrun_pass::infrastructure::RETRY_BASE,
-            inrun_pass::infrastructure::RETRY_MAX,
+    fn a_packages_retries_double_from_one_second_up_to_one_minute_unless_the_blueprint_says() {
+        let bp = inrun_blueprint::from_str(
+            "apiVersion: inrun.dev/v1alpha1\nkind: Blueprint\nmetadata: {name: t}\nspec:\n  crds:\n    - {group: t.inrun.dev, version: v1, kind: Db}\n",
+            "t.yaml",
+        )
+        .expect("blueprint");
+        let runtime = bp.spec.runtime.clone();
+        let plain = bp.spec.crds[0].clone();
+        let mut package = plain.clone();
+        package.reconcile.package = Some(
+            serde_json::from_value(serde_json::json!({"location": "oci://example/db"}))
+                .expect("plugin"),
         );
+        let b = super::retries(&package, &runtime);
         let delays: Vec<u64> = (0..9).map(|_| b.failed("ns/a", 1).as_secs()).collect();
         assert_eq!(delays, [1, 2, 4, 8, 16, 32, 60, 60, 60]);
         // An edit of the spec starts again at 1 s.
         assert_eq!(b.failed("ns/a", 2), Duration::from_secs(1));
+        // Anything else follows runtime.backoff (up to 5 min by default).
+        let b = super::retries(&plain, &runtime);
+        let last = (0..12).map(|_| b.failed("ns/a", 1)).last();
+        assert_eq!(last, Some(runtime.backoff.max));
+        assert!(runtime.backoff.max > Duration::from_secs(60));
+        // A Blueprint's own backoff holds for packages too.
+        let mut own = runtime.clone();
+        own.backoff.max = Duration::from_secs(10);
+        let b = super::retries(&package, &own);
+        let last = (0..12).map(|_| b.failed("ns/a", 1)).last();
+        assert_eq!(last, Some(Duration::from_secs(10)));
     }
 }
