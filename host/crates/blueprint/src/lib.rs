@@ -56,8 +56,8 @@ pub use plugins::{PluginRef, PluginRole};
 pub use quantity::{Quantity, QuantityError};
 pub use reconcile::{
     HookSpec, ManagedResource, ManagedType, ObjectFilter, PluginLimits, PluginSpec, PruneSpec,
-    ReconcileSpec, ReconcilerKind, RemoteAuth, RemoteSpec, RequestSpec, RequeueSpec, TYPE_DEFINING,
-    default_plural,
+    ReconcileSpec, ReconcilerKind, RemoteAuth, RemoteSpec, RequestSpec, RequeueSpec, Reuse,
+    TYPE_DEFINING, default_plural,
 };
 pub use refs::{PullSecretRef, SecretRef};
 pub use runtime::{BackoffSpec, BudgetSpec, FinalizersSpec, LeaderElectionSpec, RuntimeSpec};

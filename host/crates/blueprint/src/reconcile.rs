@@ -331,6 +331,21 @@ pub struct PluginLimits {
     /// How many resources one outcome may hold (1 to 10000).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<u32>,
+    /// Let one instance of the plugin serve several calls (off: a fresh instance for
+    /// every call). Faster for interpreted and Go guests, but what the plugin keeps in
+    /// its globals is seen by the next CR it serves (of the same tenant, and of the same
+    /// namespace when the plugin reads the cluster or credentials).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reuse: Option<Reuse>,
+}
+
+/// `limits.reuse`: how long one instance of a plugin lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Reuse {
+    /// Calls one instance serves before it is discarded (2 to 10000). It is discarded
+    /// sooner after any failed call.
+    pub calls: u32,
 }
 
 /// `remote`: an HTTP endpoint that answers the Request with a Result.

@@ -14,7 +14,11 @@ use sha2::{Digest, Sha256};
 /// so a reader never sees a torn file and concurrent writers of one entry are harmless.
 /// An entry that fails to load is recompiled and replaced.
 ///
-/// The directory must be writable only by the host: loading an entry runs its code.
+/// Loading an entry runs its code, so the directory is one only the host's user may write
+/// to: given one that others may write (a pod's `emptyDir` is 0777), the cache uses a
+/// private subdirectory of it (`uid-<euid>`, 0700). Entries are mapped when loaded, not
+/// read, and only entries the host's user alone could have written are
+/// ([`CompileCache::owned_entry`]).
 ///
 /// The directory holds at most [`CompileCache::max_bytes`] of entries: storing one evicts
 /// the least recently used others (a load marks an entry used), and an entry larger than
@@ -40,6 +44,11 @@ impl CompileCache {
     pub fn new(dir: impl Into<PathBuf>) -> std::io::Result<Self> {
         let dir = dir.into();
         std::fs::create_dir_all(&dir)?;
+        let dir = if is_private(&dir) {
+            dir
+        } else {
+            private_subdir(&dir)?
+        };
         Ok(CompileCache {
             dir,
             max_bytes: DEFAULT_CACHE_BYTES,
@@ -121,6 +130,14 @@ impl CompileCache {
         base.join("inrun").join("wasm")
     }
 
+    /// Whether the entry at `path` can only have been written by this process's user:
+    /// it is a regular file of that user, writable by no one else, in a directory of that
+    /// user that no one else may write to. Only such an entry is mapped when loaded.
+    pub(super) fn owned_entry(&self, path: &Path) -> bool {
+        is_private(&self.dir)
+            && std::fs::symlink_metadata(path).is_ok_and(|m| m.is_file() && private(&m))
+    }
+
     /// The directory.
     pub fn dir(&self) -> &Path {
         &self.dir
@@ -158,6 +175,43 @@ impl CompileCache {
         self.evict(path);
         Ok(())
     }
+}
+
+/// Whether a file or directory belongs to this process's user and no one else may write it.
+fn private(meta: &std::fs::Metadata) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    meta.uid() == rustix::process::geteuid().as_raw() && meta.mode() & 0o022 == 0
+}
+
+/// Whether `dir` is a directory only this process's user may write to.
+fn is_private(dir: &Path) -> bool {
+    std::fs::symlink_metadata(dir).is_ok_and(|m| m.is_dir() && private(&m))
+}
+
+/// `dir/uid-<euid>`, made (mode 0700) when missing: the cache's directory when `dir` is
+/// one others may write to (a pod's `emptyDir` is 0777), so that entries are only ever
+/// written by the host.
+///
+/// # Errors
+/// It cannot be made, or exists and is someone else's or writable by others.
+fn private_subdir(dir: &Path) -> std::io::Result<PathBuf> {
+    use std::os::unix::fs::DirBuilderExt;
+    let sub = dir.join(format!("uid-{}", rustix::process::geteuid().as_raw()));
+    match std::fs::DirBuilder::new().mode(0o700).create(&sub) {
+        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(e),
+        _ => {}
+    }
+    if is_private(&sub) {
+        return Ok(sub);
+    }
+    Err(std::io::Error::new(
+        std::io::ErrorKind::PermissionDenied,
+        format!(
+            "{} is not a directory of this user that only it may write to; \
+             the compile cache runs the code it holds, so it refuses to use it",
+            sub.display()
+        ),
+    ))
 }
 
 /// A uniquely named temporary file in `dir` (process id + counter + time).
@@ -268,6 +322,55 @@ mod tests {
         cache.store(&entry, b"one").unwrap();
         assert!(!stale.exists(), "a dead writer's file goes");
         assert!(fresh.exists(), "a writer's file in progress stays");
+    }
+
+    #[test]
+    fn a_directory_others_may_write_gets_a_private_subdirectory_and_only_own_entries_map() {
+        use std::os::unix::fs::PermissionsExt;
+        let shared = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(shared.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+        let cache = CompileCache::new(shared.path()).unwrap();
+        assert_ne!(cache.dir(), shared.path(), "entries go to a subdirectory");
+        assert!(cache.dir().starts_with(shared.path()));
+        let mode = std::fs::metadata(cache.dir()).unwrap().permissions().mode();
+        assert_eq!(
+            mode & 0o777,
+            0o700,
+            "only the host's user may use it: {mode:o}"
+        );
+        // Made again, it is the same directory.
+        assert_eq!(CompileCache::new(shared.path()).unwrap().dir(), cache.dir());
+
+        let entry = cache.entry("a", "e");
+        cache.store(&entry, b"compiled").unwrap();
+        assert!(
+            cache.owned_entry(&entry),
+            "an entry the host wrote is mapped"
+        );
+        std::fs::set_permissions(&entry, std::fs::Permissions::from_mode(0o666)).unwrap();
+        assert!(
+            !cache.owned_entry(&entry),
+            "an entry others may write is only read"
+        );
+        let link = cache.entry("b", "e");
+        std::os::unix::fs::symlink(&entry, &link).unwrap();
+        assert!(!cache.owned_entry(&link), "a link is never mapped");
+        assert!(!cache.owned_entry(&cache.entry("missing", "e")));
+    }
+
+    #[test]
+    fn a_private_subdirectory_someone_else_opened_up_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let shared = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(shared.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+        let sub = shared
+            .path()
+            .join(format!("uid-{}", rustix::process::geteuid().as_raw()));
+        std::fs::create_dir(&sub).unwrap();
+        std::fs::set_permissions(&sub, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let err = CompileCache::new(shared.path()).unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::PermissionDenied);
+        assert!(err.to_string().contains("refuses to use it"), "{err}");
     }
 
     #[test]

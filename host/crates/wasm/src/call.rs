@@ -11,7 +11,8 @@ use super::convert::{
     from_wit_outcome, from_wit_outcome2, to_wit_outcome, to_wit_outcome2, to_wit_request,
 };
 use super::grants::Grants;
-use super::plugin::{Plugin, Pre};
+use super::plugin::Plugin;
+use super::reuse::{Guest, Kept, Key};
 use super::state::State;
 use super::{CallError, CallFailure, Limits};
 use inrun_contract::{Outcome, Request};
@@ -31,21 +32,19 @@ impl Plugin {
     ) -> Result<Outcome, CallError> {
         self.observed(async {
             let wit_req = to_wit_request(req);
-            let call = async |store: &mut Store<State>, pre: &Pre| match pre {
-                Pre::Reconciler(pre) => {
-                    let guest = pre.instantiate_async(&mut *store).await?;
-                    let answer = guest.call_reconcile(store, &wit_req).await?;
-                    Ok(answer.map(Answer::V1))
+            let call = async |store: &mut Store<State>, guest: &Guest| match guest {
+                Guest::Reconciler(guest) => {
+                    Ok(guest.call_reconcile(store, &wit_req).await?.map(Answer::V1))
                 }
-                Pre::Reconciler2(pre) => {
-                    let guest = pre.instantiate_async(&mut *store).await?;
-                    let answer = guest.call_reconcile(store, &wit_req).await?;
-                    Ok(answer.map(Answer::V2))
+                Guest::Reconciler2(guest) => {
+                    Ok(guest.call_reconcile(store, &wit_req).await?.map(Answer::V2))
                 }
-                Pre::Hooks(_) | Pre::Hooks2(_) | Pre::Package(_) => Err(self.lacks("`reconcile`")),
+                Guest::Hooks(_) | Guest::Hooks2(_) | Guest::Package(_) => {
+                    Err(self.lacks("`reconcile`"))
+                }
             };
             let raw = self
-                .in_fresh_store(limits, grants, cr_namespace(req), call)
+                .in_store(limits, grants, cr_namespace(req), call, Some(Result::is_ok))
                 .await?;
             self.finish(raw, limits, None)
         })
@@ -66,25 +65,23 @@ impl Plugin {
     ) -> Result<Outcome, CallError> {
         self.observed(async {
             let wit_req = to_wit_request(req);
-            let call = async |store: &mut Store<State>, pre: &Pre| match pre {
-                Pre::Hooks(pre) => {
-                    let guest = pre.instantiate_async(&mut *store).await?;
+            let call = async |store: &mut Store<State>, guest: &Guest| match guest {
+                Guest::Hooks(guest) => {
                     let current = to_wit_outcome(current);
                     let answer = guest.call_call(store, function, &wit_req, &current).await?;
                     Ok(answer.map(Answer::V1))
                 }
-                Pre::Hooks2(pre) => {
-                    let guest = pre.instantiate_async(&mut *store).await?;
+                Guest::Hooks2(guest) => {
                     let current = to_wit_outcome2(current);
                     let answer = guest.call_call(store, function, &wit_req, &current).await?;
                     Ok(answer.map(Answer::V2))
                 }
-                Pre::Reconciler(_) | Pre::Reconciler2(_) | Pre::Package(_) => {
+                Guest::Reconciler(_) | Guest::Reconciler2(_) | Guest::Package(_) => {
                     Err(self.lacks("hooks"))
                 }
             };
             let raw = self
-                .in_fresh_store(limits, grants, cr_namespace(req), call)
+                .in_store(limits, grants, cr_namespace(req), call, Some(Result::is_ok))
                 .await?;
             self.finish(raw, limits, Some(current))
         })
@@ -94,36 +91,65 @@ impl Plugin {
     /// Asks a hooks component which functions it serves.
     pub(super) async fn call_functions(&self, limits: &Limits) -> Result<Vec<String>, CallError> {
         self.observed(async {
-            let call = async |store: &mut Store<State>, pre: &Pre| match pre {
-                Pre::Hooks(pre) => {
-                    let guest = pre.instantiate_async(&mut *store).await?;
-                    guest.call_functions(store).await
-                }
-                Pre::Hooks2(pre) => {
-                    let guest = pre.instantiate_async(&mut *store).await?;
-                    guest.call_functions(store).await
-                }
-                Pre::Reconciler(_) | Pre::Reconciler2(_) | Pre::Package(_) => Ok(Vec::new()),
+            let call = async |store: &mut Store<State>, guest: &Guest| match guest {
+                Guest::Hooks(guest) => guest.call_functions(store).await,
+                Guest::Hooks2(guest) => guest.call_functions(store).await,
+                Guest::Reconciler(_) | Guest::Reconciler2(_) | Guest::Package(_) => Ok(Vec::new()),
             };
-            self.in_fresh_store(limits, &Grants::default(), None, call)
+            self.in_store(limits, &Grants::default(), None, call, None)
                 .await
         })
         .await
     }
 
-    /// One call in a fresh store ([`Plugin::store`]): `call` instantiates the component in
-    /// it and calls an export, within the deadline ([`bounded`]); then what the guest
-    /// printed is logged and a failure becomes a [`CallError`] ([`Plugin::settle`]).
-    pub(super) async fn in_fresh_store<R>(
+    /// One call: `call` calls an export of an instance of the component, within the
+    /// deadline ([`bounded`]); then what the guest printed is logged and a failure becomes
+    /// a [`CallError`] ([`Plugin::settle`]).
+    ///
+    /// The instance is a fresh one in a fresh store ([`Plugin::store`]), unless the
+    /// plugin's limits allow reuse ([`Limits::reuse_calls`]) and `keep` is given: then an
+    /// idle instance of the same tenant (and namespace, where the grants are scoped to
+    /// it) serves the call if there is one, and afterwards the instance is kept for the
+    /// next call if the call succeeded, `keep` says its answer was a success, and it has
+    /// calls left ([`super::reuse`]).
+    pub(super) async fn in_store<R>(
         &self,
         limits: &Limits,
         grants: &Grants,
         cr_namespace: Option<String>,
-        call: impl AsyncFnOnce(&mut Store<State>, &Pre) -> wasmtime::Result<R>,
+        call: impl AsyncFnOnce(&mut Store<State>, &Guest) -> wasmtime::Result<R>,
+        keep: Option<fn(&R) -> bool>,
     ) -> Result<R, CallError> {
-        let (mut store, pre, _busy) = self.store(limits, grants, cr_namespace).await?;
-        let result = bounded(limits, call(&mut store, pre)).await;
-        self.settle(result, &mut store, limits)
+        let key =
+            keep.and_then(|_| Key::of(self, limits.reuse_calls, grants, cr_namespace.as_deref()));
+        let (mut store, kept, _busy) = self
+            .store(limits, grants, cr_namespace, key.as_ref())
+            .await?;
+        let (guest, served) = match kept {
+            Some((guest, served)) => (Some(guest), served),
+            None => (None, 0),
+        };
+        let pre = &self.inner().pre;
+        let result = bounded(limits, async {
+            let guest = match guest {
+                Some(guest) => guest,
+                None => pre.instantiate(&mut store).await?,
+            };
+            let answer = call(&mut store, &guest).await?;
+            Ok((guest, answer))
+        })
+        .await;
+        let (guest, answer) = self.settle(result, &mut store, limits)?;
+        if let (Some(key), Some(keep)) = (key, keep)
+            && keep(&answer)
+            && served + 1 < limits.reuse_calls
+            && store.data().stdio_left()
+        {
+            self.inner()
+                .kept
+                .keep(self.inner().engine.shelf(), key, store, guest, served + 1);
+        }
+        Ok(answer)
     }
 
     /// The error of a call to an export this plugin's world does not have.
@@ -149,21 +175,24 @@ impl Plugin {
         result
     }
 
-    /// A fresh store armed with the plugin's limits and grants, once the call is admitted
-    /// under its tenant's budget. The guest yields to the async runtime at every epoch
-    /// tick, and to another tenant's waiting guest when the cores guests may use are all
-    /// taken; it is interrupted at the first tick past its deadline; host imports it
-    /// awaits stop waiting at the same deadline.
+    /// A store armed with the plugin's limits and grants, once the call is admitted under
+    /// its tenant's budget: a kept instance's for `key` (with the instance and the calls it
+    /// has served) when there is one that can take the call, else a fresh one. The guest
+    /// yields to the async runtime at every epoch tick, and to another tenant's waiting
+    /// guest when the cores guests may use are all taken; it is interrupted at the first
+    /// tick past its deadline; host imports it awaits stop waiting at the same deadline.
     ///
     /// # Errors
     /// [`CallFailure::Budget`] when the tenant's calls in flight stay taken until the
     /// deadline.
+    #[allow(clippy::type_complexity)]
     pub(super) async fn store(
         &self,
         limits: &Limits,
         grants: &Grants,
         cr_namespace: Option<String>,
-    ) -> Result<(Store<State>, &Pre, super::ticker::Busy), CallError> {
+        key: Option<&Key>,
+    ) -> Result<(Store<State>, Option<(Guest, u32)>, super::ticker::Busy), CallError> {
         let inner = self.inner();
         let deadline = Instant::now() + limits.deadline;
         let admission = inner
@@ -175,12 +204,34 @@ impl Plugin {
                 failure: CallFailure::Budget(hit.to_string()),
             })?;
         let busy = inner.engine.busy();
+        let mut admission = Some(admission);
+        while let Some(kept) = key.and_then(|key| inner.kept.take(key)) {
+            let Kept {
+                mut store,
+                guest,
+                served,
+                ..
+            } = kept;
+            let state = store.data_mut();
+            if state.rearm(
+                limits.memory_bytes,
+                admission.take(),
+                grants.clone(),
+                cr_namespace.clone(),
+                deadline,
+            ) {
+                arm(&mut store, deadline);
+                return Ok((store, Some((guest, served)), busy));
+            }
+            // It holds more than this call may: it goes, and the admission comes back.
+            admission = state.limiter.admission.take();
+        }
         let mut store = Store::new(
             inner.engine.wasmtime(),
             State::new(
                 inner.id.clone(),
                 limits.memory_bytes,
-                Some(admission),
+                admission,
                 grants.clone(),
                 cr_namespace,
                 deadline,
@@ -188,24 +239,8 @@ impl Plugin {
             ),
         );
         store.limiter(|s| &mut s.limiter);
-        store.epoch_deadline_callback(move |store| {
-            if Instant::now() >= deadline {
-                return Err(Trap::Interrupt.into());
-            }
-            let wait = store
-                .data()
-                .limiter
-                .admission
-                .as_ref()
-                .and_then(|a| a.seat.as_ref())
-                .and_then(super::budget::Seat::at_tick);
-            Ok(match wait {
-                Some(wait) => UpdateDeadline::YieldCustom(1, Box::pin(wait)),
-                None => UpdateDeadline::Yield(1),
-            })
-        });
-        store.set_epoch_deadline(1);
-        Ok((store, &inner.pre, busy))
+        arm(&mut store, deadline);
+        Ok((store, None, busy))
     }
 
     /// Logs what the guest printed (as far as its tenant's log budget allows) and turns a
@@ -249,6 +284,29 @@ impl Plugin {
         };
         outcome.map_err(|why| fail(CallFailure::BadOutput(why)))
     }
+}
+
+/// Arms `store` for a call ending at `deadline`: it yields at every epoch tick (and waits
+/// for its turn when the cores guests may use are taken) and is interrupted at the first
+/// tick past the deadline.
+fn arm(store: &mut Store<State>, deadline: Instant) {
+    store.epoch_deadline_callback(move |store| {
+        if Instant::now() >= deadline {
+            return Err(Trap::Interrupt.into());
+        }
+        let wait = store
+            .data()
+            .limiter
+            .admission
+            .as_ref()
+            .and_then(|a| a.seat.as_ref())
+            .and_then(super::budget::Seat::at_tick);
+        Ok(match wait {
+            Some(wait) => UpdateDeadline::YieldCustom(1, Box::pin(wait)),
+            None => UpdateDeadline::Yield(1),
+        })
+    });
+    store.set_epoch_deadline(1);
 }
 
 /// An outcome as a 0.1.0 or a 0.2.0 component returned it.

@@ -243,7 +243,8 @@ fn child(args: &[String]) -> Result<(), (i32, String)> {
     };
     rustix::process::setrlimit(rustix::process::Resource::Data, limit)
         .map_err(|e| (1, format!("limiting the compile's memory: {e}")))?;
-    let engine = super::engine::wasmtime_engine(&config).map_err(|e| (1, format!("{e:#}")))?;
+    let engine = super::engine::wasmtime_engine(&config, &super::engine::PoolTuning::default())
+        .map_err(|e| (1, format!("{e:#}")))?;
     if super::cache::engine_key(&engine) != *key {
         return Err((
             1,
@@ -279,8 +280,12 @@ mod tests {
             max_memory_bytes: 1 << 30,
             threads: 1,
         };
-        let key =
-            |c| crate::cache::engine_key(&crate::engine::wasmtime_engine(&c).expect("engine"));
+        let key = |c| {
+            crate::cache::engine_key(
+                &crate::engine::wasmtime_engine(&c, &crate::engine::PoolTuning::default())
+                    .expect("engine"),
+            )
+        };
         assert_eq!(key(config(Some(64))), key(config(None)));
     }
 }

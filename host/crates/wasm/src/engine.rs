@@ -11,6 +11,7 @@ use wasmtime::{Config, InstanceAllocationStrategy, PoolingAllocationConfig};
 use super::budget::{self, Budgets, TenantBudget};
 use super::cache::{self, CompileCache};
 use super::compiler::{CompileConfig, CompileFailure, Compiler};
+use super::reuse::{Shelf, kept_slots};
 use super::state::State;
 use super::ticker::{Busy, Ticker};
 use super::{Limits, LoadError, Observer, PluginId, Unobserved};
@@ -22,6 +23,9 @@ const CORE_INSTANCES_PER_COMPONENT: u32 = 32;
 const MEMORIES_PER_COMPONENT: u32 = 4;
 /// Tables one component may define.
 const TABLES_PER_COMPONENT: u32 = 16;
+/// Memory images up to this size are always copy-on-write mappings
+/// (`Config::memory_guaranteed_dense_image_size`).
+const DENSE_IMAGE_BYTES: u64 = 64 << 20;
 
 /// Engine-wide settings.
 #[derive(Debug, Clone)]
@@ -36,6 +40,8 @@ pub struct EngineSettings {
     pub max_memory_bytes: usize,
     /// Use the pooling allocator (fast instantiation). Off falls back to on-demand.
     pub pooling: bool,
+    /// How the pool keeps the slots of finished instances warm for the next ones.
+    pub pool: PoolTuning,
     /// Where loads and host calls are reported.
     pub observer: Arc<dyn Observer>,
     /// The limits of the calls a load makes (a hooks component's `functions()`): the
@@ -56,6 +62,7 @@ impl Default for EngineSettings {
             max_instances: 64,
             max_memory_bytes: 1 << 30,
             pooling: true,
+            pool: PoolTuning::default(),
             observer: Arc::new(Unobserved),
             load_limits: Limits::default(),
             budgets: None,
@@ -90,6 +97,8 @@ struct Inner {
     ticker: Arc<Ticker>,
     load_limits: Limits,
     budgets: Arc<budget::Shared>,
+    /// The bounds on instances kept idle for reuse.
+    shelf: Arc<Shelf>,
 }
 
 impl Drop for Inner {
@@ -121,7 +130,7 @@ impl Engine {
             max_memory_bytes: settings.max_memory_bytes,
             threads: budgets.running,
         };
-        let engine = wasmtime_engine(&compile).map_err(LoadError::Engine)?;
+        let engine = wasmtime_engine(&compile, &settings.pool).map_err(LoadError::Engine)?;
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(LoadError::Engine)?;
         super::bindings::reconciler::Reconciler::add_to_linker::<
@@ -149,6 +158,10 @@ impl Engine {
                 compiler: settings.compiler,
                 ticker,
                 load_limits: settings.load_limits,
+                shelf: Arc::new(Shelf::new(
+                    kept_slots(settings.max_instances) as usize,
+                    budgets.memory_bytes / 4,
+                )),
                 budgets: Arc::new(budget::Shared::new(budgets)),
             }),
             observer: settings.observer,
@@ -194,6 +207,21 @@ impl Engine {
             observer: self.observer.clone(),
             tenant: Some(self.inner.budgets.tenant(name, budget)),
         }
+    }
+
+    /// The tenant whose budget this handle's calls use; `None`: the host's own.
+    pub(super) fn tenant_name(&self) -> Option<&str> {
+        self.tenant.as_ref().map(|t| t.name.as_str())
+    }
+
+    /// The bounds on instances kept idle for reuse.
+    pub(super) fn shelf(&self) -> &Arc<Shelf> {
+        &self.inner.shelf
+    }
+
+    /// Instances kept idle for reuse, engine-wide.
+    pub fn idle_instances(&self) -> usize {
+        self.inner.shelf.held()
     }
 
     /// The host-wide budgets and a tenant's default share.
@@ -348,15 +376,7 @@ impl Engine {
         bytes: &[u8],
     ) -> Result<(Component, &'static str), LoadError> {
         let path = cache.entry(&id.digest, &self.inner.engine_key);
-        // Read into memory rather than mapping the file: a mapped file that someone
-        // truncates later would crash the host with SIGBUS.
-        if let Ok(compiled) = std::fs::read(&path) {
-            // SAFETY: the entry was written by `Component::serialize` of an engine with the
-            // same compatibility key (it is in the file name), into a directory only the host
-            // writes, and renamed into place whole. Wasmtime still checks its header and
-            // version, and an entry it rejects is recompiled below.
-            #[allow(unsafe_code)]
-            let loaded = unsafe { Component::deserialize(&self.inner.engine, &compiled) };
+        if let Some(loaded) = self.cached(cache, &path) {
             match loaded {
                 Ok(c) => {
                     self.observer.plugin_loaded("cache");
@@ -386,23 +406,105 @@ impl Engine {
     }
 }
 
+impl Engine {
+    /// The compiled component in the cache entry at `path`; `None` when there is none.
+    ///
+    /// An entry the host alone could have written ([`CompileCache::owned_entry`]) is mapped,
+    /// not read: the code and the memory images are used from the page cache in place, so
+    /// loading an 18 MB component costs milliseconds and every process that maps it shares
+    /// its pages. Entries are only ever renamed into place whole, never rewritten, so a
+    /// mapping never sees its file change under it. Any other entry is read into memory.
+    fn cached(
+        &self,
+        cache: &CompileCache,
+        path: &std::path::Path,
+    ) -> Option<wasmtime::Result<Component>> {
+        let engine = &self.inner.engine;
+        if cache.owned_entry(path) {
+            // SAFETY: the entry was written by `Component::serialize` of an engine with the
+            // same compatibility key (it is in the file name), by this host's user, into a
+            // directory only that user may write, and renamed into place whole: nobody else
+            // can have written it, or can truncate it while it is mapped. Wasmtime still
+            // checks its header and version, and an entry it rejects is recompiled.
+            #[allow(unsafe_code)]
+            return Some(unsafe { Component::deserialize_file(engine, path) });
+        }
+        let compiled = std::fs::read(path).ok()?;
+        // SAFETY: as above, but for the ownership of the directory, which the operator
+        // chose (`--cache-dir`): the bytes are copied first, so a later change to the file
+        // cannot reach code already loaded. Wasmtime checks the header and version.
+        #[allow(unsafe_code)]
+        Some(unsafe { Component::deserialize(engine, &compiled) })
+    }
+}
+
 /// A fresh compile: the component, and its serialized form when it came that way.
 struct Compiled {
     component: Component,
     serialized: Option<Vec<u8>>,
 }
 
+/// How the pooling allocator treats the slot of an instance that has finished, so that the
+/// next instance of the same plugin starts without page faults. The defaults are what
+/// `cargo bench -p inrun --bench languages` measured best for the interpreted guests (their
+/// snapshots dirty megabytes of heap in every call) at a bounded resident cost:
+/// at most [`PoolTuning::warm_slots`] × [`PoolTuning::keep_resident`] bytes stay resident.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolTuning {
+    /// Bytes of a finished instance's linear memory reset in place (only the pages it
+    /// dirtied, with [`PoolTuning::pagemap_scan`]) and kept resident for the next
+    /// instance, instead of being returned to the OS and faulted in again.
+    pub keep_resident: usize,
+    /// Finished slots kept warm (their resident pages and memory image mapped); more are
+    /// returned to the OS. `None`: the cores guests may run on, twice.
+    pub warm_slots: Option<u32>,
+    /// Ask the kernel which pages an instance dirtied (the `PAGEMAP_SCAN` ioctl, Linux
+    /// 6.7 and later) and reset only those; where the kernel lacks it, the first
+    /// [`PoolTuning::keep_resident`] bytes are reset whole.
+    pub pagemap_scan: bool,
+}
+
+impl Default for PoolTuning {
+    fn default() -> Self {
+        PoolTuning {
+            keep_resident: 32 << 20,
+            warm_slots: None,
+            pagemap_scan: true,
+        }
+    }
+}
+
+impl PoolTuning {
+    /// The pool as it was before this tuning: 2 MiB reset blindly in place, wasmtime's
+    /// default of 100 warm slots, no pagemap scan (the benchmarks' baseline).
+    pub fn untuned() -> Self {
+        PoolTuning {
+            keep_resident: 2 << 20,
+            warm_slots: Some(100),
+            pagemap_scan: false,
+        }
+    }
+}
+
 /// The wasmtime engine of `compile`: the host's, and a compiling child's alike
-/// ([`super::compiler`]); compiles fan out on `compile.threads` threads.
+/// ([`super::compiler`]); compiles fan out on `compile.threads` threads. `tuning` applies
+/// to the host's pool only (a compiling child has none).
 pub(super) fn wasmtime_engine(
     compile: &CompileConfig,
+    tuning: &PoolTuning,
 ) -> Result<wasmtime::Engine, wasmtime::Error> {
     compile_threads(compile.threads);
     let mut config = Config::new();
     config.wasm_component_model(true);
     config.epoch_interruption(true);
     config.parallel_compilation(true);
-    if let Some(n) = compile.pooling {
+    // An interpreted guest's pre-initialized heap (componentize-py's is ~12 MiB) is always
+    // a copy-on-write image, never copied into each instance segment by segment.
+    config.memory_guaranteed_dense_image_size(DENSE_IMAGE_BYTES);
+    if let Some(calls) = compile.pooling {
+        // Slots for the calls that may run at once, and for the instances kept idle
+        // between calls ([`super::reuse`]): keeping one never takes a call's slot.
+        let n = calls + kept_slots(calls);
         let mut pool = PoolingAllocationConfig::default();
         pool.total_component_instances(n);
         // Guests in interpreted languages bring several core modules each. A tenant
@@ -418,10 +520,21 @@ pub(super) fn wasmtime_engine(
         pool.max_component_instance_size(1 << 20);
         pool.max_core_instance_size(8 << 20);
         pool.table_elements(100_000);
-        // Reset a slot's first pages with memset instead of returning them to the OS:
-        // the next instance then starts without page faults. Small guests fit entirely.
-        pool.linear_memory_keep_resident(2 << 20);
+        // Reset a finished slot's dirty pages in place instead of returning them to the
+        // OS: the next instance then starts without page faults ([`PoolTuning`]).
+        pool.linear_memory_keep_resident(tuning.keep_resident);
         pool.table_keep_resident(64 << 10);
+        pool.pagemap_scan(if tuning.pagemap_scan {
+            wasmtime::Enabled::Auto
+        } else {
+            wasmtime::Enabled::No
+        });
+        pool.max_unused_warm_slots(
+            tuning
+                .warm_slots
+                .unwrap_or(2 * compile.threads as u32)
+                .min(n),
+        );
         config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
     }
     wasmtime::Engine::new(&config)

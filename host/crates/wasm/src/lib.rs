@@ -19,13 +19,14 @@ mod grants;
 mod imports;
 mod package;
 mod plugin;
+mod reuse;
 mod state;
 mod ticker;
 
 pub use budget::{Budgets, TenantBudget, TokenBucket};
 pub use cache::CompileCache;
 pub use compiler::{CompileConfig, CompileFailure, Compiler};
-pub use engine::{Engine, EngineSettings};
+pub use engine::{Engine, EngineSettings, PoolTuning};
 pub use error::{CallError, CallFailure, LoadError};
 pub use grants::{
     CannedHttp, CannedReply, ClusterGrant, ClusterReader, CredentialGrant, Grants, HttpGrant,
@@ -89,6 +90,12 @@ pub struct Limits {
     pub output_bytes: usize,
     /// How many resources one outcome may hold.
     pub max_resources: usize,
+    /// Calls one instance of the plugin may serve before it is discarded: 1 (the
+    /// default) is a fresh instance for every call. More keeps an instance between the
+    /// calls of one tenant (and one namespace where the grants are scoped to it): faster,
+    /// at the price of state the guest keeps between CRs (`reuse.rs` says what is
+    /// kept, what is fresh in every call, and when an instance is discarded).
+    pub reuse_calls: u32,
 }
 
 impl Default for Limits {
@@ -98,6 +105,7 @@ impl Default for Limits {
             memory_bytes: 64 << 20,
             output_bytes: 1 << 20,
             max_resources: 100,
+            reuse_calls: 1,
         }
     }
 }
@@ -111,6 +119,7 @@ impl Limits {
             memory_bytes: 4 << 30,
             output_bytes: 64 << 20,
             max_resources: 10_000,
+            reuse_calls: MAX_REUSE_CALLS,
         }
     }
 }
@@ -125,9 +134,13 @@ impl Limits {
             memory_bytes: 256 << 20,
             output_bytes: 16 << 20,
             max_resources: 1_000,
+            reuse_calls: MAX_REUSE_CALLS,
         }
     }
 }
+
+/// The most calls one instance may serve ([`Limits::reuse_calls`]).
+pub const MAX_REUSE_CALLS: u32 = 10_000;
 
 /// A plugin's name and the sha256 of its bytes, as it appears in logs and errors.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

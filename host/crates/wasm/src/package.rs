@@ -8,7 +8,8 @@ use serde_json::Value;
 use super::bindings::package::inrun::reconciler0_2_0::infrastructure as wit;
 use super::call::truncate_owned;
 use super::grants::Grants;
-use super::plugin::{Plugin, Pre};
+use super::plugin::Plugin;
+use super::reuse::Guest;
 use super::state::State;
 use super::{CallError, CallFailure, Limits};
 
@@ -156,14 +157,13 @@ impl Plugin {
         grants: &Grants,
     ) -> Result<Answer, CallError> {
         let wit_opts = to_wit(opts);
-        let call = async |store: &mut wasmtime::Store<State>, pre: &Pre| {
-            let Pre::Package(pre) = pre else {
+        let call = async |store: &mut wasmtime::Store<State>, guest: &Guest| {
+            let Guest::Package(guest) = guest else {
                 return Err(wasmtime::format_err!(
                     "a {} component is not a package",
                     self.world().name()
                 ));
             };
-            let guest = pre.instantiate_async(&mut *store).await?;
             Ok(match export {
                 Export::Validate => Answer::Errors(guest.call_validate(store, &wit_opts).await?),
                 Export::Identity => Answer::Identity(guest.call_identity(store, &wit_opts).await?),
@@ -172,7 +172,8 @@ impl Plugin {
                 Export::Delete => Answer::Workflow(guest.call_delete(store, &wit_opts).await?),
             })
         };
-        self.in_fresh_store(limits, grants, opts.namespace.clone(), call)
+        // A package's calls always get a fresh instance: they carry credentials.
+        self.in_store(limits, grants, opts.namespace.clone(), call, None)
             .await
     }
 

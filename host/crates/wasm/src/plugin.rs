@@ -14,6 +14,7 @@ use super::bindings::{
 };
 use super::cache;
 use super::engine::Engine;
+use super::reuse::Instances;
 use super::state::State;
 use super::{CallError, CallFailure, LoadError, PluginId};
 
@@ -94,6 +95,8 @@ pub(super) struct Inner {
     pub(super) id: Arc<PluginId>,
     pub(super) pre: Pre,
     pub(super) info: PluginInfo,
+    /// Idle instances kept for reuse ([`super::reuse`]); they go with the plugin.
+    pub(super) kept: Instances,
 }
 
 impl std::fmt::Debug for Plugin {
@@ -137,6 +140,7 @@ impl Plugin {
                 id,
                 pre,
                 info,
+                kept: Instances::default(),
             }),
         };
         if world == World::Hooks {
@@ -187,6 +191,11 @@ impl Plugin {
     /// The plugin's name and digest.
     pub fn id(&self) -> &PluginId {
         &self.inner.id
+    }
+
+    /// Idle instances kept for reuse ([`super::Limits::reuse_calls`]).
+    pub fn idle_instances(&self) -> usize {
+        self.inner.kept.len()
     }
 
     /// The world it implements.

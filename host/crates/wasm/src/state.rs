@@ -89,10 +89,30 @@ impl ResourceLimiter for Limiter {
     }
 }
 
-/// Captured stdout and stderr of one call.
+/// Captured stdout and stderr of an instance.
 pub(super) struct Stdio {
     pub(super) stdout: MemoryOutputPipe,
     pub(super) stderr: MemoryOutputPipe,
+    /// Bytes of each written before the current call (an instance kept for reuse serves
+    /// several): only what follows is the call's.
+    seen: [usize; 2],
+}
+
+impl Stdio {
+    /// What the guest wrote to `stdout` (0) or `stderr` (1) during the current call.
+    fn of_call(&self, stream: usize) -> Vec<u8> {
+        let pipe = [&self.stdout, &self.stderr][stream];
+        let all = pipe.contents();
+        all[self.seen[stream].min(all.len())..].to_vec()
+    }
+
+    /// Bytes captured in all, of the pipes' [`STDIO_CAPTURE`] each.
+    fn used(&self) -> usize {
+        self.stdout
+            .contents()
+            .len()
+            .max(self.stderr.contents().len())
+    }
 }
 
 /// Everything a store holds for one call.
@@ -144,6 +164,60 @@ impl State {
         }
     }
 
+    /// Makes the state of an instance kept for reuse that of a new call: the call's memory
+    /// cap, admission, grants, CR and deadline, with the memory the instance holds already
+    /// charged to the admission; what the guest printed before is not the call's. False
+    /// when the instance cannot serve it (it holds more than the cap or the budget
+    /// allows): the admission is then back in `self.limiter`, for the caller to take.
+    pub(super) fn rearm(
+        &mut self,
+        max_memory: usize,
+        admission: Option<Admission>,
+        grants: Grants,
+        cr_namespace: Option<String>,
+        deadline: Instant,
+    ) -> bool {
+        let used = self.limiter.used;
+        self.limiter = Limiter {
+            max_bytes: max_memory,
+            used,
+            hit: false,
+            budget: None,
+            admission,
+        };
+        if used > max_memory {
+            return false;
+        }
+        if let Some(admission) = &mut self.limiter.admission
+            && admission.charge(used).is_err()
+        {
+            return false;
+        }
+        self.grants = grants;
+        self.cr_namespace = cr_namespace;
+        self.deadline = deadline;
+        self.log_lines = 0;
+        self.logs_dropped = 0;
+        if let Some((_, stdio)) = &mut self.wasi {
+            stdio.seen = [stdio.stdout.contents().len(), stdio.stderr.contents().len()];
+        }
+        true
+    }
+
+    /// Lets go of what ties a finished call to this state, before its instance is kept
+    /// idle: its admission (the call's permits and memory charge go back) and its grants.
+    pub(super) fn park(&mut self) {
+        self.limiter.admission = None;
+        self.grants = Grants::default();
+        self.cr_namespace = None;
+    }
+
+    /// Whether the instance has room in its stdio pipes for another call: it has used at
+    /// most half of them.
+    pub(super) fn stdio_left(&self) -> bool {
+        self.stdio().is_none_or(|s| s.used() <= STDIO_CAPTURE / 2)
+    }
+
     /// Whether one more line may be logged: the tenant's log budget allows it.
     fn may_log(&mut self) -> bool {
         let allowed = self
@@ -188,10 +262,7 @@ impl State {
     /// as the tenant's log budget allows.
     pub(super) fn flush_stdio(&mut self) {
         let Some(stdio) = self.stdio() else { return };
-        let pipes = [
-            ("stdout", stdio.stdout.contents()),
-            ("stderr", stdio.stderr.contents()),
-        ];
+        let pipes = [("stdout", stdio.of_call(0)), ("stderr", stdio.of_call(1))];
         for (stream, bytes) in pipes {
             if bytes.is_empty() {
                 continue;
@@ -214,7 +285,7 @@ impl State {
 
     /// The first non-empty line the guest wrote to stderr.
     pub(super) fn first_stderr_line(&self) -> Option<String> {
-        let bytes = self.stdio()?.stderr.contents();
+        let bytes = self.stdio()?.of_call(1);
         let text = String::from_utf8_lossy(&bytes);
         text.lines()
             .map(str::trim)
@@ -230,6 +301,7 @@ fn sealed_wasi(name: &str) -> (WasiCtx, Stdio) {
     let stdio = Stdio {
         stdout: MemoryOutputPipe::new(STDIO_CAPTURE),
         stderr: MemoryOutputPipe::new(STDIO_CAPTURE),
+        seen: [0, 0],
     };
     let ctx = WasiCtxBuilder::new()
         .stdout(stdio.stdout.clone())

@@ -57,5 +57,6 @@ pub(super) fn load_limits(args: &RunArgs) -> inrun::wasm::Limits {
         memory_bytes: d.memory_bytes.min(c.memory_bytes),
         output_bytes: d.output_bytes.min(c.output_bytes),
         max_resources: d.max_resources.min(c.max_resources),
+        reuse_calls: 1,
     }
 }

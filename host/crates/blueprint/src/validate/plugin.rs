@@ -185,6 +185,13 @@ fn limits_up_to(r: &mut Report<'_>, limits: &PluginLimits, at: &str, max_deadlin
             "must be between 1 and 10000",
         );
     }
+    if let Some(reuse) = limits.reuse {
+        r.check(
+            (2..=10_000).contains(&reuse.calls),
+            format!("{at}.reuse.calls"),
+            "must be between 2 and 10000 (leave `reuse` out for a fresh instance every call)",
+        );
+    }
 }
 
 #[cfg(test)]
@@ -246,13 +253,16 @@ mod tests {
     fn plugin_limits_must_be_sane() {
         assert_eq!(
             reconcile(
-                "{ default: false, constructor: { location: ./a.wasm, limits: { deadline: 10m, memory: 512Ki, outputSize: 1Gi, resources: 0 } } }"
+                "{ default: false, constructor: { location: ./a.wasm, limits: { deadline: 10m, memory: 512Ki, outputSize: 1Gi, resources: 0, reuse: { calls: 1 } } } }"
             ),
             [
                 format!("{AT}.constructor.limits.deadline: must be at most 5m"),
                 format!("{AT}.constructor.limits.memory: must be between 1Mi and 4Gi"),
                 format!("{AT}.constructor.limits.outputSize: must be between 1Ki and 64Mi"),
                 format!("{AT}.constructor.limits.resources: must be between 1 and 10000"),
+                format!(
+                    "{AT}.constructor.limits.reuse.calls: must be between 2 and 10000 (leave `reuse` out for a fresh instance every call)"
+                ),
             ]
         );
         // A package may wait on its backend for hours, not days.

@@ -141,6 +141,10 @@ pub fn limits_within(
         memory_bytes: to_usize(memory.pick(&mut over)),
         output_bytes: to_usize(output.pick(&mut over)),
         max_resources: to_usize(resources.pick(&mut over)),
+        reuse_calls: spec
+            .reuse
+            .map_or(d.reuse_calls, |r| r.calls)
+            .min(c.reuse_calls),
     };
     (limits, over)
 }
@@ -210,6 +214,7 @@ mod tests {
                 memory_bytes: 32 << 20,
                 output_bytes: 1 << 20,
                 max_resources: 10,
+                reuse_calls: 1,
             },
             tenant_ceilings: Limits::tenant_ceilings(),
             package_deadline: DEFAULT_PACKAGE_CEILING,
@@ -243,5 +248,21 @@ mod tests {
         assert!(over.is_empty());
         assert_eq!(limits.deadline, Duration::from_secs(240));
         assert_eq!(limits.memory_bytes, 2 << 30);
+    }
+
+    #[test]
+    fn reuse_is_off_unless_the_blueprint_asks_and_never_above_the_ceiling() {
+        let policy = Policy::default();
+        assert_eq!(limits_within(&spec("{}"), &policy).0.reuse_calls, 1);
+        let asked = spec("{ reuse: { calls: 50 } }");
+        assert_eq!(limits_within(&asked, &policy).0.reuse_calls, 50);
+        let no_reuse = Policy {
+            ceilings: Limits {
+                reuse_calls: 1,
+                ..Limits::ceilings()
+            },
+            ..policy
+        };
+        assert_eq!(limits_within(&asked, &no_reuse).0.reuse_calls, 1);
     }
 }

@@ -1,0 +1,275 @@
+//! Opt-in instance reuse (`limits.reuse.calls`), with the `memo` test guest: it keeps every
+//! CR key it reconciled in a global and reports them, so each test sees exactly which
+//! calls shared an instance. Off by default; on, an instance serves one tenant (and one
+//! namespace when the grants reach namespaced data), at most N calls, and is discarded on
+//! any failure.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use inrun::contract::{Outcome, Request};
+use inrun::wasm::{
+    CallError, ClusterGrant, Engine, EngineSettings, Grants, Limits, Namespaces, NoCluster, Plugin,
+    ReadGrant,
+};
+use serde_json::{Value, json};
+
+fn plugin_dir() -> PathBuf {
+    std::env::var_os("INRUN_PLUGIN_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("../plugins/target/wasm32-wasip2/release")
+        })
+}
+
+fn load(engine: &Engine) -> Plugin {
+    let path = plugin_dir().join("inrun_test_memo.wasm");
+    assert!(
+        path.exists(),
+        "{} is missing: run `make plugins`",
+        path.display()
+    );
+    engine.load_file(&path).expect("load memo")
+}
+
+fn reusing(calls: u32) -> Limits {
+    Limits {
+        reuse_calls: calls,
+        ..Limits::default()
+    }
+}
+
+fn cr(namespace: &str, name: &str, spec: Value) -> Request {
+    Request::for_object(
+        json!({"apiVersion": "demo.inrun.dev/v1alpha1", "kind": "Memo",
+               "metadata": {"name": name, "namespace": namespace}, "spec": spec}),
+        json!({}),
+    )
+}
+
+fn call(
+    plugin: &Plugin,
+    req: &Request,
+    limits: &Limits,
+    grants: &Grants,
+) -> Result<Outcome, CallError> {
+    futures::executor::block_on(plugin.reconcile(req, limits, grants))
+}
+
+/// What the guest reported: its instance's calls, and the keys it had seen before.
+fn memo(plugin: &Plugin, ns: &str, name: &str, limits: &Limits) -> (u64, Vec<String>) {
+    memo_with(plugin, ns, name, limits, &Grants::default())
+}
+
+fn memo_with(
+    plugin: &Plugin,
+    ns: &str,
+    name: &str,
+    limits: &Limits,
+    grants: &Grants,
+) -> (u64, Vec<String>) {
+    let out = call(plugin, &cr(ns, name, json!({})), limits, grants)
+        .unwrap_or_else(|e| panic!("{}", inrun::errors::chain(&e)));
+    let status = out.status.expect("status");
+    let seen = serde_json::from_value(status["seen"].clone()).expect("seen");
+    (status["calls"].as_u64().expect("calls"), seen)
+}
+
+#[test]
+fn by_default_every_call_gets_a_fresh_instance_and_none_is_kept() {
+    let engine = Engine::new(EngineSettings::default()).expect("engine");
+    let plugin = load(&engine);
+    for name in ["a", "b", "c"] {
+        assert_eq!(memo(&plugin, "ns", name, &Limits::default()), (1, vec![]));
+    }
+    assert_eq!(plugin.idle_instances(), 0);
+    assert_eq!(engine.idle_instances(), 0);
+}
+
+#[test]
+fn an_instance_serves_at_most_its_calls_then_a_fresh_one_starts() {
+    let engine = Engine::new(EngineSettings::default()).expect("engine");
+    let plugin = load(&engine);
+    let limits = reusing(3);
+    let got: Vec<_> = ["a", "b", "c", "d", "e"]
+        .iter()
+        .map(|n| memo(&plugin, "ns", n, &limits))
+        .collect();
+    let keys = |k: &[&str]| k.iter().map(|k| format!("ns/{k}")).collect::<Vec<_>>();
+    assert_eq!(
+        got,
+        [
+            (1, vec![]),
+            (2, keys(&["a"])),
+            (3, keys(&["a", "b"])),
+            // The third call was its last: the fourth CR gets a new instance.
+            (1, vec![]),
+            (2, keys(&["d"])),
+        ]
+    );
+    assert_eq!(
+        plugin.idle_instances(),
+        1,
+        "the second instance waits for its third call"
+    );
+    drop(plugin);
+    assert_eq!(
+        engine.idle_instances(),
+        0,
+        "a plugin's idle instances go with it"
+    );
+}
+
+#[test]
+fn an_instance_is_discarded_after_an_error_or_a_trap() {
+    let engine = Engine::new(EngineSettings::default()).expect("engine");
+    let plugin = load(&engine);
+    let limits = reusing(100);
+    for (spec, says) in [
+        (json!({"fail": true}), "memo failed on purpose for ns/bad"),
+        (json!({"trap": true}), "panicked"),
+    ] {
+        assert_eq!(memo(&plugin, "ns", "ok", &limits).0, 1, "a fresh instance");
+        assert_eq!(memo(&plugin, "ns", "ok", &limits).0, 2, "reused");
+        let err =
+            call(&plugin, &cr("ns", "bad", spec), &limits, &Grants::default()).expect_err("fails");
+        let chain = inrun::errors::chain(&err);
+        assert!(chain.contains(says), "{chain}");
+        assert_eq!(plugin.idle_instances(), 0, "the failed instance is gone");
+        // The next call never sees what the failed one kept.
+        assert_eq!(memo(&plugin, "ns", "after", &limits), (1, vec![]));
+        // Start the next round from a fresh instance too.
+        drop(call(
+            &plugin,
+            &cr("ns", "x", json!({"fail": true})),
+            &limits,
+            &Grants::default(),
+        ));
+    }
+}
+
+#[test]
+fn a_reused_instance_gets_each_calls_deadline_and_goes_when_it_passes() {
+    let engine = Engine::new(EngineSettings::default()).expect("engine");
+    let plugin = load(&engine);
+    let limits = Limits {
+        deadline: std::time::Duration::from_millis(200),
+        ..reusing(100)
+    };
+    for n in 1..=3 {
+        assert_eq!(memo(&plugin, "ns", "ok", &limits).0, n, "the same instance");
+    }
+    let started = std::time::Instant::now();
+    let err = call(
+        &plugin,
+        &cr("ns", "spin", json!({"spin": true})),
+        &limits,
+        &Grants::default(),
+    )
+    .expect_err("stopped");
+    assert!(
+        matches!(err.failure, inrun::wasm::CallFailure::Deadline(_)),
+        "{}",
+        inrun::errors::chain(&err)
+    );
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(2),
+        "its own deadline"
+    );
+    assert_eq!(
+        memo(&plugin, "ns", "after", &limits),
+        (1, vec![]),
+        "a fresh instance"
+    );
+}
+
+#[test]
+fn a_tenant_never_gets_an_instance_another_tenant_used() {
+    let engine = Engine::new(EngineSettings::default()).expect("engine");
+    let a = load(&engine.for_tenant("a", None));
+    let b = load(&engine.for_tenant("b", None));
+    let host = load(&engine);
+    let limits = reusing(100);
+    assert_eq!(memo(&a, "ns", "secret-of-a", &limits).0, 1);
+    assert_eq!(memo(&a, "ns", "more-of-a", &limits).0, 2);
+    // Same component, same engine, same namespace: b and the host start fresh.
+    assert_eq!(memo(&b, "ns", "b1", &limits), (1, vec![]));
+    assert_eq!(memo(&host, "ns", "h1", &limits), (1, vec![]));
+    assert_eq!(
+        memo(&b, "ns", "b2", &limits),
+        (2, vec!["ns/b1".to_string()])
+    );
+    assert_eq!(engine.idle_instances(), 3, "one idle instance each");
+}
+
+#[test]
+fn with_grants_that_read_namespaced_data_an_instance_serves_one_namespace() {
+    let engine = Engine::new(EngineSettings::default()).expect("engine");
+    let plugin = load(&engine);
+    let limits = reusing(100);
+    let reads = Grants {
+        cluster: Some(ClusterGrant {
+            reads: vec![ReadGrant {
+                api_version: "v1".into(),
+                kind: "ConfigMap".into(),
+                namespaces: Namespaces::Own(vec![]),
+            }]
+            .into(),
+            reader: Arc::new(NoCluster),
+        }),
+        ..Grants::default()
+    };
+    let at = |ns, name| memo_with(&plugin, ns, name, &limits, &reads);
+    assert_eq!(at("one", "a"), (1, vec![]));
+    assert_eq!(
+        at("two", "b"),
+        (1, vec![]),
+        "another namespace: another instance"
+    );
+    assert_eq!(at("one", "c"), (2, vec!["one/a".to_string()]));
+    assert_eq!(at("two", "d"), (2, vec!["two/b".to_string()]));
+    // Without such grants, one instance serves every namespace of the tenant.
+    let open = |ns, name| memo(&plugin, ns, name, &limits);
+    assert_eq!(open("one", "e").0, 1);
+    assert_eq!(open("two", "f"), (2, vec!["one/e".to_string()]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_instances_are_bounded_per_tenant_and_calls_beyond_them_still_run() {
+    // 8 calls at once: the pool keeps 2 slots for idle instances, a tenant half a slot
+    // (at least one).
+    let engine = Engine::new(EngineSettings {
+        max_instances: 8,
+        ..EngineSettings::default()
+    })
+    .expect("engine");
+    let a = load(&engine.for_tenant("a", None));
+    let limits = reusing(100);
+    let calls = (0..8).map(|i| {
+        let a = a.clone();
+        tokio::spawn(async move {
+            a.reconcile(
+                &cr("ns", &format!("cr-{i}"), json!({})),
+                &limits,
+                &Grants::default(),
+            )
+            .await
+        })
+    });
+    for call in futures::future::join_all(calls).await {
+        call.expect("joined").expect("every call runs");
+    }
+    assert_eq!(
+        a.idle_instances(),
+        1,
+        "a tenant keeps its share of idle instances"
+    );
+    let b = load(&engine.for_tenant("b", None));
+    memo(&b, "ns", "b", &limits);
+    assert_eq!(
+        engine.idle_instances(),
+        2,
+        "and another tenant still keeps its own"
+    );
+}
