@@ -1,6 +1,7 @@
 //! `cargo bench -p inrun --bench languages`: the WebApp constructor written in each guest
-//! language — component size, cold compile, cached load, and a fresh instance + one
-//! `reconcile` call. A language whose component is not built (`make plugins`) is skipped.
+//! language — component size, cold compile, cached load, the first call after a restart,
+//! and one `reconcile` call on a fresh instance (with the pool untuned and tuned) and on a
+//! reused one. A language whose component is not built (`make plugins`) is skipped.
 //! Writes the "Guest languages" section of BENCHMARKS.md.
 
 mod common;
@@ -10,7 +11,7 @@ use common::{plugin_dir, write_section};
 use std::time::{Duration, Instant};
 
 use inrun::contract::Request;
-use inrun::wasm::{CompileCache, Engine, EngineSettings, Grants, Limits};
+use inrun::wasm::{CompileCache, Engine, EngineSettings, Grants, Limits, PoolTuning};
 use serde_json::json;
 
 /// (language, component file stem) of each WebApp constructor.
@@ -56,11 +57,17 @@ fn size(bytes: usize) -> String {
 fn main() {
     let dir = plugin_dir();
     let cache_dir = tempfile::tempdir().expect("tempdir");
-    let engine = Engine::new(EngineSettings {
-        cache: Some(CompileCache::new(cache_dir.path()).expect("cache")),
-        ..EngineSettings::default()
-    })
-    .expect("engine");
+    let cache = || CompileCache::new(cache_dir.path()).expect("cache");
+    let engine_with = |pool: PoolTuning| {
+        Engine::new(EngineSettings {
+            cache: Some(cache()),
+            pool,
+            ..EngineSettings::default()
+        })
+        .expect("engine")
+    };
+    let engine = engine_with(PoolTuning::default());
+    let untuned = engine_with(PoolTuning::untuned());
     let req = Request::for_object(
         json!({"apiVersion": "demo.inrun.dev/v1alpha1", "kind": "WebApp",
                "metadata": {"name": "shop", "namespace": "team-a", "uid": "0f0e"},
@@ -68,7 +75,15 @@ fn main() {
                         "env": {"MODE": "production", "LOG": "info"}}}),
         json!({}),
     );
-    let limits = Limits::default();
+    let fresh = Limits::default();
+    let reused = Limits {
+        reuse_calls: inrun::wasm::MAX_REUSE_CALLS,
+        ..Limits::default()
+    };
+    let call = |plugin: &inrun::wasm::Plugin, limits: &Limits| {
+        futures::executor::block_on(plugin.reconcile(&req, limits, &Grants::default()))
+            .expect("reconcile");
+    };
     let mut rows = Vec::new();
     for (language, name) in WEBAPPS {
         let Ok(bytes) = std::fs::read(dir.join(format!("{name}.wasm"))) else {
@@ -83,32 +98,153 @@ fn main() {
             engine.forget_loaded();
             engine.load(name, &bytes).expect("cached load");
         });
-        let plugin = engine.load(name, &bytes).expect("load");
-        let iters = 1_000;
-        let call = median(50, iters, || {
-            futures::executor::block_on(plugin.reconcile(&req, &limits, &Grants::default()))
-                .expect("reconcile");
+        // A restarted host: a new engine, the cache on disk, the first call.
+        let restart = median(0, 5, || {
+            let engine = engine_with(PoolTuning::default());
+            let plugin = engine.load(name, &bytes).expect("load after restart");
+            call(&plugin, &fresh);
         });
+        let iters = 1_000;
+        let plugin = untuned.load(name, &bytes).expect("load");
+        let before = median(50, iters, || call(&plugin, &fresh));
+        let plugin = engine.load(name, &bytes).expect("load");
+        let now = median(50, iters, || call(&plugin, &fresh));
+        let kept = median(50, iters, || call(&plugin, &reused));
         let row = format!(
-            "| {language} | `{name}.wasm` | {} | {} | {} | {} |",
+            "| {language} | `{name}.wasm` | {} | {} | {} | {} | {} | {} | {} |",
             size(bytes.len()),
             ms(compile),
             ms(cached),
-            ms(call)
+            ms(restart),
+            ms(before),
+            ms(now),
+            ms(kept),
         );
         eprintln!("{row}");
         rows.push(row);
     }
+    let tuning = pool_tuning(&dir, &req, &cache);
     let section = format!(
         "## Guest languages\n\n\
          `cargo bench -p inrun --bench languages`, release build, one run: the WebApp constructor \
-         in each language, the same CR. Cold compile is Cranelift with no cache (median of 3); \
-         cached load reads the precompiled component from the on-disk cache (median of 10); \
-         instantiate + call is a fresh instance and one `reconcile` (median of 1000, after 50).\n\n\
-         | language | component | size | cold compile | cached load | instantiate + call |\n\
-         |---|---|---|---|---|---|\n{}\n",
+         in each language, the same CR. **Cold compile**: Cranelift with no cache (median of 3). \
+         **Cached load**: the precompiled component mapped from the on-disk cache (median of \
+         10). **First call after restart**: a new engine, the cached load and one `reconcile` \
+         (median of 5). **Fresh instance + call**: a new instance and one `reconcile` (median of \
+         1000, after 50), with the pool as it was before it was tuned (2 MiB reset blindly, 100 \
+         warm slots, no pagemap scan) and as it is (`PoolTuning::default()`: 32 MiB kept \
+         resident, dirty pages found by the pagemap scan, warm slots twice the cores guests \
+         may use). **Reused instance**: one instance serving every call (`limits.reuse`).\n\n\
+         | language | component | size | cold compile | cached load | first call after restart \
+         | fresh instance + call, untuned pool | fresh instance + call | reused instance, per call |\n\
+         |---|---|---|---|---|---|---|---|---|\n{}\n",
         rows.join("\n")
-    );
+    ) + &tuning;
     println!("{section}");
     write_section("languages", &section);
+}
+
+/// The pool settings tried one by one: what each does to a fresh instance + call and to the
+/// memory the process keeps resident.
+const TUNINGS: [(&str, PoolTuning); 5] = [
+    (
+        "untuned: 2 MiB reset blindly, 100 warm slots",
+        PoolTuning {
+            keep_resident: 2 << 20,
+            warm_slots: Some(100),
+            pagemap_scan: false,
+        },
+    ),
+    (
+        "2 MiB, pagemap scan",
+        PoolTuning {
+            keep_resident: 2 << 20,
+            warm_slots: None,
+            pagemap_scan: true,
+        },
+    ),
+    (
+        "32 MiB reset blindly",
+        PoolTuning {
+            keep_resident: 32 << 20,
+            warm_slots: None,
+            pagemap_scan: false,
+        },
+    ),
+    (
+        "32 MiB, pagemap scan (the default)",
+        PoolTuning {
+            keep_resident: 32 << 20,
+            warm_slots: None,
+            pagemap_scan: true,
+        },
+    ),
+    (
+        "64 MiB, pagemap scan",
+        PoolTuning {
+            keep_resident: 64 << 20,
+            warm_slots: None,
+            pagemap_scan: true,
+        },
+    ),
+];
+
+/// This process's resident memory, in KiB.
+fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// The "Pool tuning" table: each of [`TUNINGS`] in an engine of its own, a fresh instance
+/// + call per language (median of 1000), and how much more the process holds resident after
+/// those calls than before the engine was built.
+fn pool_tuning(dir: &std::path::Path, req: &Request, cache: &dyn Fn() -> CompileCache) -> String {
+    let mut rows = Vec::new();
+    for (label, pool) in TUNINGS {
+        let mut cells = Vec::new();
+        for (_, name) in WEBAPPS {
+            let Ok(bytes) = std::fs::read(dir.join(format!("{name}.wasm"))) else {
+                cells.push("—".to_string());
+                continue;
+            };
+            let before = rss_kib();
+            let engine = Engine::new(EngineSettings {
+                cache: Some(cache()),
+                pool,
+                ..EngineSettings::default()
+            })
+            .expect("engine");
+            let plugin = engine.load(name, &bytes).expect("load");
+            let call = median(50, 1_000, || {
+                futures::executor::block_on(plugin.reconcile(
+                    req,
+                    &Limits::default(),
+                    &Grants::default(),
+                ))
+                .expect("reconcile");
+            });
+            let grew = rss_kib().saturating_sub(before);
+            cells.push(format!("{} · +{:.1} MiB", ms(call), grew as f64 / 1024.0));
+        }
+        let row = format!("| {label} | {} |", cells.join(" | "));
+        eprintln!("{row}");
+        rows.push(row);
+    }
+    let head: Vec<&str> = WEBAPPS.iter().map(|(language, _)| *language).collect();
+    format!(
+        "\n### Pool tuning\n\n\
+         Each setting of the pooling allocator in an engine of its own, one after the other: a \
+         fresh instance + call (median of 1000, after 50) · how much more the process held \
+         resident afterwards than before the engine was built (the loaded component's code \
+         included).\n\n| pool | {} |\n|---|{}\n{}\n",
+        head.join(" | "),
+        "---|".repeat(head.len()),
+        rows.join("\n")
+    )
 }

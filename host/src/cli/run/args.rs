@@ -72,6 +72,10 @@ pub struct RunArgs {
     /// Ceiling on the resources one plugin outcome may hold.
     #[arg(long, env = "INRUN_MAX_PLUGIN_RESOURCES")]
     pub max_plugin_resources: Option<usize>,
+    /// Ceiling on the calls one plugin instance may serve (`limits.reuse.calls`); `1`
+    /// allows no reuse: every call gets a fresh instance.
+    #[arg(long, env = "INRUN_MAX_PLUGIN_REUSE_CALLS", value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub max_plugin_reuse_calls: Option<u32>,
     /// Plugin calls that may run guest code at the same moment, host-wide: the cores
     /// plugins may use (default: half the cores, at least one). Guests beyond it wait for
     /// a turn, handed round-robin across tenants.

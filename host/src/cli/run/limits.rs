@@ -14,6 +14,7 @@ pub(super) fn policy(args: &RunArgs) -> Policy {
         c.memory_bytes = args.max_plugin_memory.unwrap_or(c.memory_bytes);
         c.output_bytes = args.max_plugin_output.unwrap_or(c.output_bytes);
         c.max_resources = args.max_plugin_resources.unwrap_or(c.max_resources);
+        c.reuse_calls = args.max_plugin_reuse_calls.unwrap_or(c.reuse_calls);
     }
     policy.tenant_api_writes = args.tenant_api_writes;
     policy.package_deadline = args.max_package_deadline;

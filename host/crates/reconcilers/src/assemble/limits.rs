@@ -136,15 +136,19 @@ pub fn limits_within(
         ceiling: c.max_resources as u128,
         show: |v| v.to_string(),
     };
+    let reuse = Field {
+        name: "reuse.calls",
+        given: spec.reuse.map(|r| u128::from(r.calls)),
+        default: u128::from(d.reuse_calls),
+        ceiling: u128::from(c.reuse_calls),
+        show: |v| v.to_string(),
+    };
     let limits = Limits {
         deadline: Duration::from_millis(to_u64(deadline.pick(&mut over))),
         memory_bytes: to_usize(memory.pick(&mut over)),
         output_bytes: to_usize(output.pick(&mut over)),
         max_resources: to_usize(resources.pick(&mut over)),
-        reuse_calls: spec
-            .reuse
-            .map_or(d.reuse_calls, |r| r.calls)
-            .min(c.reuse_calls),
+        reuse_calls: u32::try_from(reuse.pick(&mut over)).unwrap_or(u32::MAX),
     };
     (limits, over)
 }
@@ -251,7 +255,7 @@ mod tests {
     }
 
     #[test]
-    fn reuse_is_off_unless_the_blueprint_asks_and_never_above_the_ceiling() {
+    fn reuse_is_off_unless_the_blueprint_asks_and_refused_above_the_ceiling() {
         let policy = Policy::default();
         assert_eq!(limits_within(&spec("{}"), &policy).0.reuse_calls, 1);
         let asked = spec("{ reuse: { calls: 50 } }");
@@ -263,6 +267,14 @@ mod tests {
             },
             ..policy
         };
-        assert_eq!(limits_within(&asked, &no_reuse).0.reuse_calls, 1);
+        let (limits, over) = limits_within(&asked, &no_reuse);
+        assert_eq!(limits.reuse_calls, 1);
+        assert_eq!(
+            over,
+            [(
+                "reuse.calls",
+                "50 exceeds the host's ceiling of 1".to_string()
+            )]
+        );
     }
 }
