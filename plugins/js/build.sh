@@ -53,13 +53,16 @@ guests=(
   "inrun_plugin_webapp_ts reconciler webapp-ts/webapp.ts 0.2.0"
 )
 
-# True when $1 is missing or older than any file the guest is built from.
+# True when $1 is missing or older than any file the guest is built from (its directory
+# $2, the SDK's modules, the WIT, the toolchain, and for TypeScript ($3) the declarations
+# and tsconfig.json).
 stale() {
-  local target="$1" dir="$2"
+  local target="$1" dir="$2" typescript="$3"
   [[ -n "${INRUN_JS_FORCE:-}" || ! -f "$target" ]] && return 0
+  local inputs=("$here/$dir" "$sdk"/*.js "$wit" "$here/package-lock.json" "$here/build.sh")
+  [[ -n "$typescript" ]] && inputs+=("$sdk"/*.d.ts "$here/tsconfig.json")
   local newer
-  newer="$(find "$here/$dir" "$sdk"/*.js "$sdk"/*.d.ts "$wit" "$here/package-lock.json" \
-    "$here/build.sh" "$here/tsconfig.json" -newer "$target" -type f -print -quit)"
+  newer="$(find "${inputs[@]}" -newer "$target" -type f -print -quit)"
   [[ -n "$newer" ]]
 }
 
@@ -67,13 +70,15 @@ for guest in "${guests[@]}"; do
   read -r name world entry version <<<"$guest"
   guest_wit="$wit${version:+/$version}"
   target="$out/$name.wasm"
-  if ! stale "$target" "$(dirname "$entry")"; then
+  typescript=""
+  [[ "$entry" == *.ts ]] && typescript=1
+  if ! stale "$target" "$(dirname "$entry")" "$typescript"; then
     continue
   fi
   # componentize-js lets a module import files under the working directory only: a
   # JavaScript guest is built from the repository root (it imports sdk/js/inrun-sdk.js), a
   # TypeScript one from $ts_out, which mirrors the repository.
-  if [[ "$entry" == *.ts ]]; then
+  if [[ -n "$typescript" ]]; then
     from="$ts_out" module="plugins/js/${entry%.ts}.js"
   else
     from="$root" module="plugins/js/$entry"

@@ -17,6 +17,12 @@ lock_digest="$(cat "$here/package.json" "$here/package-lock.json" | sha256sum | 
 toolchain="${INRUN_JS_TOOLCHAIN:-${XDG_CACHE_HOME:-$HOME/.cache}/inrun/js-guest/$lock_digest}"
 
 if [[ ! -f "$toolchain/.installed" ]]; then
+  # One install at a time (build.sh and tests may ask at once); the others wait, then find it.
+  mkdir -p "$toolchain"
+  exec 9>"$toolchain/.lock"
+  flock 9
+fi
+if [[ ! -f "$toolchain/.installed" ]]; then
   echo "plugins/js: installing componentize-js and typescript (pinned by plugins/js/package-lock.json) into $toolchain" >&2
   mkdir -p "$toolchain"
   cp "$here/package.json" "$here/package-lock.json" "$toolchain/"
