@@ -4,7 +4,7 @@
 #   crates/inrun-{contract,sdk}-<v>/                 the two unpacked, which
 #                                                    `inrun plugin new --sdk` copies
 #   inrun_sdk-<v>-py3-none-any.whl                   pip wheel of sdk/python + wit/
-#   inrun-sdk-<v>.tgz                                npm pack of sdk/js + wit/
+#   inrun-sdk-<v>.tgz                                npm pack of sdk/js (modules, .d.ts) + wit/
 # Python and JavaScript are built from a staged copy under dist/build/, since the WIT
 # lives outside their directories. A language whose tool is missing (python3, npm) is
 # skipped with a message. Needs crates.io and PyPI (the build backend) the first time.
@@ -47,7 +47,9 @@ if command -v npm >/dev/null; then
   log "npm tarball"
   js="$stage/js"
   mkdir -p "$js"
-  cp "$root/sdk/js/package.json" "$root/sdk/js/README.md" "$root/sdk/js/inrun-sdk.js" "$js/"
+  # The modules and their TypeScript declarations: everything package.json's `files` lists
+  # besides testing/ and wit/.
+  cp "$root/sdk/js/package.json" "$root/sdk/js/README.md" "$root"/sdk/js/*.js "$root"/sdk/js/*.d.ts "$js/"
   cp -r "$root/sdk/js/testing" "$js/"
   cp -rL "$root/wit" "$js/"
   (cd "$js" && npm pack --silent --pack-destination "$out" </dev/null >/dev/null)

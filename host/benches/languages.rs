@@ -15,10 +15,11 @@ use inrun::wasm::{CompileCache, Engine, EngineSettings, Grants, Limits, PoolTuni
 use serde_json::json;
 
 /// (language, component file stem) of each WebApp constructor.
-const WEBAPPS: [(&str, &str); 4] = [
+const WEBAPPS: [(&str, &str); 5] = [
     ("Rust", "inrun_plugin_webapp"),
     ("Python", "inrun_plugin_webapp_python"),
     ("JavaScript", "inrun_plugin_webapp_js"),
+    ("TypeScript", "inrun_plugin_webapp_ts"),
     ("C", "inrun_plugin_webapp_c"),
 ];
 

@@ -216,6 +216,93 @@ fn a_new_javascript_plugin_builds_with_the_npm_tarball_and_passes_its_tests() {
 }
 
 #[test]
+fn a_new_typescript_plugin_builds_with_the_npm_tarball_and_passes_its_tests() {
+    let started = Instant::now();
+    let work = tempfile::tempdir().expect("tempdir");
+    let project = new_project(work.path(), "typescript", "hello-ts");
+    run(
+        Command::new(project.join("build.sh")).current_dir(&project),
+        "build.sh",
+    );
+    let out = run(
+        Command::new("npm")
+            .args(["test", "--silent"])
+            .current_dir(&project),
+        "npm test",
+    );
+    assert!(out.contains("# pass 2"), "{out}");
+    // npm took the copied tarball, which holds this repository's SDK and its declarations,
+    // and every path its package.json exports.
+    let lock: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(project.join("package-lock.json")).expect("package-lock.json"),
+    )
+    .expect("lock is JSON");
+    let resolved = &lock["packages"]["node_modules/inrun-sdk"]["resolved"];
+    assert_eq!(
+        resolved.as_str(),
+        Some(format!("file:.sdk/inrun-sdk-{}.tgz", env!("CARGO_PKG_VERSION")).as_str()),
+        "{lock}"
+    );
+    let installed = project.join("node_modules/inrun-sdk");
+    for file in [
+        "inrun-sdk.js",
+        "inrun-sdk.d.ts",
+        "inrun-package.d.ts",
+        "inrun-wit.d.ts",
+    ] {
+        assert_eq!(
+            std::fs::read_to_string(installed.join(file)).expect("installed SDK"),
+            std::fs::read_to_string(repo().join("sdk/js").join(file)).expect("SDK source"),
+            "{file}"
+        );
+    }
+    let manifest: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(installed.join("package.json")).expect("package.json"),
+    )
+    .expect("package.json is JSON");
+    let mut exported = Vec::new();
+    for target in manifest["exports"].as_object().expect("exports").values() {
+        match target {
+            serde_json::Value::String(path) => exported.push(path.clone()),
+            serde_json::Value::Object(conditions) => {
+                exported.extend(
+                    conditions
+                        .values()
+                        .filter_map(|p| p.as_str().map(String::from)),
+                );
+            }
+            other => panic!("export {other}"),
+        }
+    }
+    for path in exported.iter().filter(|p| !p.contains('*')) {
+        assert!(installed.join(path).is_file(), "the tarball lacks {path}");
+    }
+    golden_case_passes(&project, &work.path().join("cache"), "hello-ts");
+
+    // A call the SDK's declarations refuse stops the build at tsc, before componentize-js.
+    let app = project.join("src/app.ts");
+    let source = std::fs::read_to_string(&app).expect("app.ts");
+    let wrong = source.replace(
+        ".status('message', message);",
+        ".status('message', message).requeueAfter('soon');",
+    );
+    assert_ne!(wrong, source, "the template changed");
+    std::fs::write(&app, wrong).expect("write app.ts");
+    let out = Command::new(project.join("build.sh"))
+        .current_dir(&project)
+        .output()
+        .expect("run build.sh");
+    let said = String::from_utf8_lossy(&out.stdout) + String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{said}");
+    assert!(
+        said.contains("src/app.ts(") && said.contains("error TS2345"),
+        "{said}"
+    );
+    assert!(!said.contains("built hello-ts.wasm"), "{said}");
+    eprintln!("typescript scaffold: {:.1?}", started.elapsed());
+}
+
+#[test]
 fn a_new_c_plugin_builds_with_its_copied_sdk_and_passes_its_golden_case() {
     let started = Instant::now();
     let work = tempfile::tempdir().expect("tempdir");

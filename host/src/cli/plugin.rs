@@ -132,6 +132,9 @@ pub enum Lang {
     Rust,
     Python,
     Js,
+    /// TypeScript (`ts` or `typescript`): compiled by tsc, then built like JavaScript.
+    #[value(alias = "typescript")]
+    Ts,
     C,
 }
 
@@ -141,6 +144,7 @@ impl From<Lang> for scaffold::Lang {
             Lang::Rust => scaffold::Lang::Rust,
             Lang::Python => scaffold::Lang::Python,
             Lang::Js => scaffold::Lang::Js,
+            Lang::Ts => scaffold::Lang::Ts,
             Lang::C => scaffold::Lang::C,
         }
     }

@@ -1,6 +1,6 @@
-//! `inrun plugin new`: a plugin project in Rust, Python, JavaScript or C that builds with
-//! one script, has a unit test and a golden case (`inrun test`), and renders its sample CR
-//! out of the box.
+//! `inrun plugin new`: a plugin project in Rust, Python, JavaScript, TypeScript or C that
+//! builds with one script, has a unit test and a golden case (`inrun test`), and renders its
+//! sample CR out of the box.
 //!
 //! The project depends on the SDK packages by their published names (the `inrun-sdk`
 //! crate, wheel and npm package; C gets the SDK and WIT copied in, from this binary), never
@@ -32,6 +32,9 @@ pub enum Lang {
     Python,
     /// JavaScript, componentize-js.
     Js,
+    /// TypeScript: compiled by tsc (`strict`, against the npm package's declarations), then
+    /// built like JavaScript.
+    Ts,
     /// C, clang + wit-bindgen c + wasm-tools.
     C,
 }
@@ -112,7 +115,8 @@ fn kind_of(name: &str) -> String {
 /// binary's version are copied into the project's [`SDK_DIR`] and the project is set to
 /// take them from there only: Rust patches `inrun-sdk` and `inrun-contract` to them in
 /// `.cargo/config.toml`, Python installs the wheel with `--no-index --find-links`,
-/// JavaScript depends on the tarball by `file:`. C needs no package and ignores `sdk`.
+/// JavaScript and TypeScript depend on the tarball by `file:`. C needs no package and
+/// ignores `sdk`.
 ///
 /// # Errors
 /// [`ScaffoldError`]: a bad name, an existing directory, a package missing from `sdk`
@@ -192,6 +196,7 @@ mod tests {
             (Lang::Rust, "r"),
             (Lang::Python, "p"),
             (Lang::Js, "j"),
+            (Lang::Ts, "t"),
             (Lang::C, "c"),
         ] {
             let project = new_plugin(lang, name, dir.path(), None).unwrap();
@@ -286,7 +291,23 @@ mod tests {
             "{package}"
         );
 
-        for project in [&rust, &python, &js] {
+        let ts = new_plugin(Lang::Ts, "t", dir.path(), Some(sdk.path())).expect("ts");
+        assert_eq!(read(&ts, &format!(".sdk/inrun-sdk-{v}.tgz")), "tarball");
+        let package = read(&ts, "package.json");
+        assert!(
+            package.contains(&format!("\"inrun-sdk\": \"file:.sdk/inrun-sdk-{v}.tgz\"")),
+            "{package}"
+        );
+        assert!(
+            package.contains(&format!("\"typescript\": \"{}\"", templates::TYPESCRIPT)),
+            "{package}"
+        );
+        assert!(
+            read(&ts, "tsconfig.json").contains("\"strict\": true"),
+            "a TypeScript project is checked under strict"
+        );
+
+        for project in [&rust, &python, &js, &ts] {
             let readme = read(project, "README.md");
             assert!(
                 readme.contains("takes them from `.sdk/` and nowhere else"),
@@ -309,7 +330,9 @@ mod tests {
         assert!(!read(&python, "build.sh").contains("--no-index"));
         let js = new_plugin(Lang::Js, "j", dir.path(), None).expect("js");
         assert!(read(&js, "package.json").contains("\"inrun-sdk\": \"^0.1.0\""));
-        for project in [&rust, &python, &js] {
+        let ts = new_plugin(Lang::Ts, "t", dir.path(), None).expect("ts");
+        assert!(read(&ts, "package.json").contains("\"inrun-sdk\": \"^0.1.0\""));
+        for project in [&rust, &python, &js, &ts] {
             let readme = read(project, "README.md");
             let top: String = readme.lines().take(6).collect::<Vec<_>>().join("\n");
             assert!(

@@ -16,7 +16,7 @@ pub(super) fn packages(lang: Lang) -> Vec<String> {
             format!("crates/inrun-contract-{v}"),
         ],
         Lang::Python => vec![format!("inrun_sdk-{v}-py3-none-any.whl")],
-        Lang::Js => vec![format!("inrun-sdk-{v}.tgz")],
+        Lang::Js | Lang::Ts => vec![format!("inrun-sdk-{v}.tgz")],
         Lang::C => Vec::new(),
     }
 }

@@ -9,6 +9,10 @@ pub const COMPONENTIZE_PY: &str = "0.25.1";
 /// package.json (as plugins/js/package.json does).
 pub const COMPONENTIZE_JS: &str = "0.23.0";
 const PREVIEW2_SHIM: &str = "0.25.0";
+/// The TypeScript compiler and Node.js's types, pinned in a TypeScript project's
+/// package.json (as plugins/js/package.json does).
+pub const TYPESCRIPT: &str = "7.0.2";
+const TYPES_NODE: &str = "20.19.43";
 /// The C toolchain's cargo-installed tools (as plugins/c/build.sh pins them).
 const WIT_BINDGEN: &str = "0.63.0";
 const WASM_TOOLS: &str = "1.263.0";
@@ -33,7 +37,7 @@ fn minor(version: &str) -> String {
         .to_string()
 }
 
-/// The JavaScript project's `inrun-sdk` dependency: the tarball in `.sdk/`, or the
+/// The JavaScript (or TypeScript) project's `inrun-sdk` dependency: the tarball in `.sdk/`, or the
 /// published-style range.
 fn npm_sdk(v: &Vars) -> String {
     if v.local_sdk {
@@ -82,6 +86,8 @@ fn fill(text: &str, v: &Vars) -> String {
         .replace("@COMPONENTIZE_PY@", COMPONENTIZE_PY)
         .replace("@COMPONENTIZE_JS@", COMPONENTIZE_JS)
         .replace("@PREVIEW2_SHIM@", PREVIEW2_SHIM)
+        .replace("@TYPESCRIPT@", TYPESCRIPT)
+        .replace("@TYPES_NODE@", TYPES_NODE)
         .replace("@WIT_BINDGEN@", WIT_BINDGEN)
         .replace("@WASM_TOOLS@", WASM_TOOLS)
 }
@@ -106,6 +112,13 @@ const JS_APP: &str = include_str!("files/js/app.js");
 const JS_TEST: &str = include_str!("files/js/app.test.mjs");
 const JS_PACKAGE: &str = include_str!("files/js/package.json");
 const JS_BUILD: &str = include_str!("files/js/build.sh");
+
+const TS_APP: &str = include_str!("files/ts/app.ts");
+const TS_TEST: &str = include_str!("files/ts/app.test.ts");
+const TS_CONFIG: &str = include_str!("files/ts/tsconfig.json");
+const TS_CONFIG_TEST: &str = include_str!("files/ts/tsconfig.test.json");
+const TS_PACKAGE: &str = include_str!("files/ts/package.json");
+const TS_BUILD: &str = include_str!("files/ts/build.sh");
 
 const C_APP: &str = include_str!("files/c/app.c");
 const C_BUILD: &str = include_str!("files/c/build.sh");
@@ -155,6 +168,14 @@ fn readme(lang: Lang, v: &Vars) -> String {
         (Lang::Js, true) => (
             "npm test                                              # unit tests, under Node.js",
             "build.sh runs `npm install`: the `inrun-sdk` package from `.sdk/` (a `file:`\ndependency on its tarball; it carries the WIT) and the pinned componentize-js.",
+        ),
+        (Lang::Ts, false) => (
+            "npm test                                              # unit tests, compiled by tsc, under Node.js",
+            "build.sh runs `npm install`: the `inrun-sdk` package (which carries the WIT and the\nSDK's TypeScript declarations), the pinned typescript and componentize-js. tsc checks\n`src/` under `strict` (a type error stops the build) and writes `dist/`.",
+        ),
+        (Lang::Ts, true) => (
+            "npm test                                              # unit tests, compiled by tsc, under Node.js",
+            "build.sh runs `npm install`: the `inrun-sdk` package from `.sdk/` (a `file:`\ndependency on its tarball; it carries the WIT and the SDK's TypeScript declarations),\nthe pinned typescript and componentize-js. tsc checks `src/` under `strict` (a type\nerror stops the build) and writes `dist/`.",
         ),
         (Lang::C, _) => (
             "",
@@ -230,6 +251,14 @@ pub fn files(lang: Lang, v: &Vars) -> Vec<(&'static str, String, bool)> {
             out.push(("app.test.mjs", fill(JS_TEST, v), false));
             out.push(("package.json", fill(JS_PACKAGE, v), false));
             out.push(("build.sh", fill(JS_BUILD, v), true));
+        }
+        Lang::Ts => {
+            out.push(("src/app.ts", fill(TS_APP, v), false));
+            out.push(("src/app.test.ts", fill(TS_TEST, v), false));
+            out.push(("tsconfig.json", fill(TS_CONFIG, v), false));
+            out.push(("tsconfig.test.json", fill(TS_CONFIG_TEST, v), false));
+            out.push(("package.json", fill(TS_PACKAGE, v), false));
+            out.push(("build.sh", fill(TS_BUILD, v), true));
         }
         Lang::C => {
             out.push(("app.c", fill(C_APP, v), false));

@@ -1,0 +1,108 @@
+// Example constructor in TypeScript: a `WebApp` CR becomes a Deployment and a Service, the
+// same answer as the Rust plugin in plugins/webapp (same JSON, status and label).
+// plugins/js/build.sh type-checks it under `strict` against sdk/js/inrun-sdk.d.ts,
+// compiles it to JavaScript and builds that with componentize-js.
+import {
+  reconciler,
+  Outcome,
+  InrunError,
+  check,
+  invalidType,
+  isObject,
+  type JsonValue,
+  type Request,
+} from '../../../sdk/js/inrun-sdk.js';
+
+/** The label every object of one WebApp carries, and the selector that finds its pods. */
+export const NAME_LABEL = 'app.kubernetes.io/name';
+/** The label the reconciler sets on the WebApp itself. */
+export const TIER_LABEL = 'demo.inrun.dev/tier';
+
+/** The fields of a WebApp's `spec`. */
+interface WebAppSpec {
+  /** Environment variables for the container. */
+  env: { [name: string]: string };
+  /** The container image; required (checked by `reconcileWebApp` for a clear message). */
+  image: string | null;
+  /** The port the container listens on; the Service forwards port 80 to it. */
+  port: number;
+  /** Pod replicas. */
+  replicas: number;
+}
+
+/** Labels that select one WebApp's objects. */
+type Labels = { [NAME_LABEL]: string };
+
+/** A container of the Deployment's pod template. */
+interface Container {
+  name: string;
+  image: string;
+  ports: { name: string; containerPort: number; protocol: 'TCP' }[];
+  env?: { name: string; value: string }[];
+}
+
+/**
+ * Reads the spec with the Rust plugin's rules and messages: fields are checked in key
+ * order (env, image, port, replicas); unknown fields are ignored.
+ */
+function readSpec(spec: JsonValue): WebAppSpec {
+  if (!isObject(spec)) throw invalidType('spec', spec, 'struct WebAppSpec');
+  const env = spec.env === undefined ? {} : check(spec.env, 'map<string>', 'spec');
+  const image = spec.image === undefined || spec.image === null ? null : check(spec.image, 'string', 'spec');
+  const port = spec.port === undefined ? 8080 : check(spec.port, 'u16', 'spec');
+  const replicas = spec.replicas === undefined ? 1 : check(spec.replicas, 'u32', 'spec');
+  return { env, image, port, replicas };
+}
+
+/** What a WebApp should become; a finalizing CR gets an empty outcome. */
+export function reconcileWebApp(req: Request): Outcome {
+  if (req.finalizing) return new Outcome();
+  if (req.spec === null) throw new InrunError('spec.image is required');
+  const spec = readSpec(req.spec);
+  if (!spec.image) throw new InrunError('spec.image is required');
+  const name = req.name;
+  const namespace = req.namespace ?? 'default';
+  return new Outcome()
+    .resource(deployment(name, namespace, spec.image, spec))
+    .resource(service(name, namespace, spec.port))
+    .status('image', spec.image)
+    .status('replicas', spec.replicas)
+    .status('url', `http://${name}.${namespace}.svc:80`)
+    .label(TIER_LABEL, 'web');
+}
+
+function deployment(name: string, namespace: string, image: string, spec: WebAppSpec) {
+  const labels: Labels = { [NAME_LABEL]: name };
+  const container: Container = {
+    name: 'web',
+    image,
+    ports: [{ name: 'http', containerPort: spec.port, protocol: 'TCP' }],
+  };
+  const keys = Object.keys(spec.env).sort();
+  if (keys.length > 0) container.env = keys.map((k) => ({ name: k, value: spec.env[k] ?? '' }));
+  return {
+    apiVersion: 'apps/v1',
+    kind: 'Deployment',
+    metadata: { name, namespace, labels },
+    spec: {
+      replicas: spec.replicas,
+      selector: { matchLabels: labels },
+      template: { metadata: { labels }, spec: { containers: [container] } },
+    },
+  };
+}
+
+function service(name: string, namespace: string, port: number) {
+  const labels: Labels = { [NAME_LABEL]: name };
+  return {
+    apiVersion: 'v1',
+    kind: 'Service',
+    metadata: { name, namespace, labels },
+    spec: {
+      selector: labels,
+      ports: [{ name: 'http', port: 80, targetPort: port, protocol: 'TCP' }],
+    },
+  };
+}
+
+export const reconcile = reconciler(reconcileWebApp);
