@@ -219,14 +219,14 @@ func decodeValue(v any, dst reflect.Value) error {
 }
 
 // decodeStructSeq fills a struct from an array, element i into field i in declaration
-// order, as serde does for a struct given a sequence.
+// order, as serde does for a struct given a sequence (missing trailing elements leave
+// their fields as they are, as missing keys do).
 func decodeStructSeq(arr []any, dst reflect.Value) error {
-	t := dst.Type()
-	index := structFields(t).ordered
+	index := structFields(dst.Type()).ordered
+	if len(arr) > len(index) {
+		return fmt.Errorf("invalid length %d, expected fewer elements in array", len(arr))
+	}
 	for i, item := range arr {
-		if i == len(index) {
-			return fmt.Errorf("invalid length %d, expected fewer elements in array", len(arr))
-		}
 		field, err := dst.FieldByIndexErr(index[i])
 		if err != nil {
 			field = fieldAlloc(dst, index[i])
@@ -234,9 +234,6 @@ func decodeStructSeq(arr []any, dst reflect.Value) error {
 		if err := decodeValue(item, field); err != nil {
 			return err
 		}
-	}
-	if len(arr) < len(index) {
-		return fmt.Errorf("invalid length %d, expected struct %s with %d elements", len(arr), t.Name(), len(index))
 	}
 	return nil
 }

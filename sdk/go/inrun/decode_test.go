@@ -38,7 +38,7 @@ func TestDecodeGivesSerdesMessages(t *testing.T) {
 		{`{"image": "x", "replicas": {}}`, "spec: invalid type: map, expected u32"},
 		{`"text"`, `spec: invalid type: string "text", expected struct webAppSpec`},
 		{`[1]`, "spec: invalid type: integer `1`, expected a string"},
-		{`["x"]`, "spec: invalid length 1, expected struct webAppSpec with 4 elements"},
+		{`["x", 1, 2, {}, 5]`, "spec: invalid length 5, expected fewer elements in array"},
 		// Keys are visited in sorted order, as serde_json's map: image before replicas.
 		{`{"replicas": "many", "image": 7}`, "spec: invalid type: integer `7`, expected a string"},
 	}
@@ -88,6 +88,16 @@ func TestDecodeFillsStructsMapsSlicesAndPointers(t *testing.T) {
 	}
 	if !got.Extra || got.Missing != nil || got.Skipped != "kept" {
 		t.Errorf("embedded, missing or skipped: %+v", got)
+	}
+}
+
+func TestAStructReadsFromASequenceFieldByField(t *testing.T) {
+	var s webAppSpec
+	if err := Decode(parse(t, `["x", 2]`), &s, "spec"); err != nil {
+		t.Fatal(err)
+	}
+	if *s.Image != "x" || *s.Replicas != 2 || s.Port != nil {
+		t.Fatalf("%+v", s)
 	}
 }
 
