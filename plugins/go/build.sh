@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the Go example and test plugins as WebAssembly components (called by
-# `make plugins`) with the standard Go toolchain: GOOS=wasip1 -buildmode=c-shared, then
-# wasm-tools component embed + new with the WASI preview 1 reactor adapter. toolchain.sh
+# `make plugins`) with the standard Go toolchain, one plugin at a time through
+# sdk/go/component.sh: `wit-bindgen go`, GOOS=wasip1 -buildmode=c-shared, then wasm-tools
+# component embed + new with the WASI preview 1 reactor adapter. sdk/go/toolchain.sh
 # installs what that needs first when missing, pinned, into caches outside the repo: Go
 # 1.25 or newer (an older go command fetches the pinned one through the Go module proxy),
 # wit-bindgen-cli (generators c and go, shared with the C build) and wasm-tools
@@ -39,7 +40,7 @@ log() { echo "plugins/go: $*" >&2; }
 
 # --- Up to date? --------------------------------------------------------------------
 shopt -s nullglob
-sources=("$here/build.sh" "$sdk/go.mod" "$sdk"/*/*.go "$sdk"/_glue/*.go "$wit"/*.wit "$wit"/0.2.0/*.wit)
+sources=("$here/build.sh" "$sdk/go.mod" "$sdk"/*.sh "$sdk"/*/*.go "$sdk"/_glue/*.go "$wit"/*.wit "$wit"/0.2.0/*.wit)
 for p in "${PLUGINS[@]}"; do
   IFS=: read -r _ _ dir _ <<<"$p"
   sources+=("$here/$dir"/*.go "$here/$dir/go.mod")
@@ -56,55 +57,14 @@ if [[ $up_to_date == 1 ]]; then
   exit 0
 fi
 
-# --- Toolchain ----------------------------------------------------------------------
-toolchain="$("$here/toolchain.sh")"
-eval "$toolchain"   # GO_PKG, GO_ADAPTER, WIT_BINDGEN, WASM_TOOLS (and GOTOOLCHAIN)
-go_version="$(cd / && go env GOVERSION)"   # e.g. go1.26.8, for the workspace's go line
-
 # --- Build --------------------------------------------------------------------------
-# The glue files of each world (sdk/go/_glue): what the generated exports call.
-glue_files() { # world contract
-  case "$1" in
-    reconciler) echo "imports.go request.go outcome-$2.go reconciler.go" ;;
-    hooks) echo "imports.go request.go outcome-$2.go hooks.go" ;;
-    package) echo "imports.go package.go" ;;
-  esac
-}
-
+# sdk/go/component.sh installs the toolchain when missing (sdk/go/toolchain.sh) and builds
+# one component.
 mkdir -p "$out" "$work"
 for p in "${PLUGINS[@]}"; do
   IFS=: read -r name world dir contract <<<"$p"
-  contract="${contract:-0.1.0}"
   wit_dir="$wit"
-  [[ $contract == 0.2.0 ]] && wit_dir="$wit/0.2.0"
-  # The package world exists only in the 0.2.0 contract (`%package`: a WIT keyword).
-  spec="$world"
-  [[ $world == package ]] && spec="%package"
-  module="$(sed -n 's/^module[[:space:]]*//p' "$here/$dir/go.mod" | head -n1)"
-  gen="$work/$name"
-  rm -rf "$gen"
-  if ! msg=$("$WIT_BINDGEN" go --include-versions -w "$spec" "$wit_dir" --out-dir "$gen" 2>&1); then
-    echo "$msg" >&2
-    exit 1
-  fi
-  mkdir -p "$gen/export_wit_world"
-  for f in $(glue_files "$world" "$contract"); do
-    cp "$sdk/_glue/$f" "$gen/export_wit_world/"
-  done
-  printf 'package main\n\nimport _ "%s"\n' "$module" >"$gen/plugin.go"
-  # One workspace: the generated module (package main), the SDK, the plugin and the Go
-  # runtime package, each from its directory: nothing is downloaded.
-  printf 'go %s\n\nuse (\n\t.\n\t%s\n\t%s\n\t%s\n)\n' \
-    "${go_version#go}" "$sdk" "$here/$dir" "$GO_PKG" >"$gen/go.work"
-  (
-    cd "$gen"
-    GOWORK="$gen/go.work" GOOS=wasip1 GOARCH=wasm \
-      go build -buildmode=c-shared -trimpath -ldflags='-checklinkname=0 -s -w' -o core.wasm .
-  )
-  "$WASM_TOOLS" component embed "$wit_dir" --world "$spec" "$gen/core.wasm" -o "$gen/embedded.wasm"
-  "$WASM_TOOLS" component new "$gen/embedded.wasm" \
-    --adapt "wasi_snapshot_preview1=$GO_ADAPTER" -o "$out/$name.wasm.tmp"
-  "$WASM_TOOLS" validate "$out/$name.wasm.tmp"
-  mv "$out/$name.wasm.tmp" "$out/$name.wasm"
+  [[ ${contract:-0.1.0} == 0.2.0 ]] && wit_dir="$wit/0.2.0"
+  "$sdk/component.sh" "$world" "$wit_dir" "$here/$dir" "$out/$name.wasm" "$work/$name"
   log "built $name.wasm ($(stat -c %s "$out/$name.wasm") bytes)"
 done
