@@ -14,11 +14,12 @@ use inrun::wasm::{CompileCache, Engine, EngineSettings, Grants, Limits};
 use serde_json::json;
 
 /// (language, component file stem) of each WebApp constructor.
-const WEBAPPS: [(&str, &str); 4] = [
+const WEBAPPS: [(&str, &str); 5] = [
     ("Rust", "inrun_plugin_webapp"),
     ("Python", "inrun_plugin_webapp_python"),
     ("JavaScript", "inrun_plugin_webapp_js"),
     ("C", "inrun_plugin_webapp_c"),
+    ("Go", "inrun_plugin_webapp_go"),
 ];
 
 /// Median of `iters` runs of `f`, after `warmup` untimed runs.

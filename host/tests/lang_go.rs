@@ -2,7 +2,7 @@
 //! with the standard Go toolchain) against the stock host: the Go WebApp constructor and
 //! hooks render exactly what the Rust ones do and fail with the same messages, a panic or
 //! an endless loop fails only its own call, the SDK's and the examples' `go test` pass
-//! natively, and the Go WebApp passes an end-to-end scenario on a real kube-apiserver.
+//! natively (and gofmt finds nothing to change), and the Go WebApp passes an end-to-end scenario on a real kube-apiserver.
 //!
 //! Go components are ~3.5 MB and take seconds to compile in a debug build, so every
 //! `inrun render` here shares one compile cache, and the engine tests share one engine.
@@ -283,6 +283,18 @@ fn the_go_sdk_and_the_go_examples_pass_their_native_tests() {
         let out = go_test(&root().join(dir));
         assert!(out.contains(&format!("ok  \t{package}")), "{out}");
     }
+    // And every Go file, the glue and the scaffold's templates included, is gofmt's.
+    let out = Command::new("gofmt")
+        .args(["-l", "sdk/go", "plugins/go", "host/src/scaffold/files/go"])
+        .current_dir(root())
+        .output()
+        .expect("run gofmt");
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "",
+        "not gofmt-formatted"
+    );
 }
 
 // ------------------------------------------------------------- the engine directly

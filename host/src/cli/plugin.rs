@@ -133,6 +133,7 @@ pub enum Lang {
     Python,
     Js,
     C,
+    Go,
 }
 
 impl From<Lang> for scaffold::Lang {
@@ -142,6 +143,7 @@ impl From<Lang> for scaffold::Lang {
             Lang::Python => scaffold::Lang::Python,
             Lang::Js => scaffold::Lang::Js,
             Lang::C => scaffold::Lang::C,
+            Lang::Go => scaffold::Lang::Go,
         }
     }
 }
@@ -221,7 +223,7 @@ fn new_project(args: &NewArgs) -> anyhow::Result<()> {
         "  cd {} && ./build.sh && inrun test && inrun render -b blueprint.yaml -f cr.yaml",
         project.display()
     );
-    if args.sdk.is_none() && lang != scaffold::Lang::C {
+    if args.sdk.is_none() && !lang.carries_its_sdk() {
         eprintln!("warning: {}", scaffold::UNPUBLISHED);
     }
     Ok(())
