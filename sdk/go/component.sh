@@ -70,7 +70,7 @@ printf 'go %s\n\nuse (\n\t.\n\t%s\n\t%s\n\t%s\n)\n' \
 (
   cd "$gen"
   GOWORK="$gen/go.work" GOOS=wasip1 GOARCH=wasm \
-    go build -buildmode=c-shared -trimpath -ldflags='-checklinkname=0 -s -w' -o core.wasm .
+    go build -buildmode=c-shared -trimpath -buildvcs=false -ldflags='-checklinkname=0 -s -w' -o core.wasm .
 )
 "$WASM_TOOLS" component embed "$wit_dir" --world "$spec" "$gen/core.wasm" -o "$gen/embedded.wasm"
 "$WASM_TOOLS" component new "$gen/embedded.wasm" \
