@@ -9,7 +9,7 @@ export INRUN_PLUGIN_DIR := $(PLUGIN_DIR)
 
 # Guest languages besides Rust; each builds through plugins/<language>/build.sh, which
 # installs its pinned toolchain itself.
-GUEST_LANGUAGES := python js c
+GUEST_LANGUAGES := python js c go
 LANGUAGE_PLUGINS := $(addprefix plugins-,$(GUEST_LANGUAGES))
 
 .PHONY: demo test test-services test-after-services lint bench fuzz chaos plugins plugins-rust plugins-demo wasm-target $(LANGUAGE_PLUGINS) build controlplane helm cluster run clean-cache chart image

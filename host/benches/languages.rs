@@ -21,6 +21,7 @@ const WEBAPPS: [(&str, &str); 5] = [
     ("JavaScript", "inrun_plugin_webapp_js"),
     ("TypeScript", "inrun_plugin_webapp_ts"),
     ("C", "inrun_plugin_webapp_c"),
+    ("Go", "inrun_plugin_webapp_go"),
 ];
 
 /// Median of `iters` runs of `f`, after `warmup` untimed runs.

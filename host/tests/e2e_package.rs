@@ -718,6 +718,11 @@ async fn a_c_package_converges_and_deletes_through_the_same_contract() -> TestRe
     same_contract("inrun_test_infra_c", "c").await
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_go_package_converges_and_deletes_through_the_same_contract() -> TestResult {
+    same_contract("inrun_test_infra_go", "go").await
+}
+
 /// The package `component` (another language's) converges a Thing `name`, refuses a spec
 /// its validation refuses with a generic reason, and deletes what it created.
 async fn same_contract(component: &str, name: &str) -> TestResult {

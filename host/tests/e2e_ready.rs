@@ -529,6 +529,11 @@ async fn a_c_plugin_reports_a_condition_and_an_event() -> TestResult {
 }
 
 #[tokio::test]
+async fn a_go_plugin_reports_a_condition_and_an_event() -> TestResult {
+    a_plugin_reports_a_condition_and_an_event("inrun_test_reporter_go").await
+}
+
+#[tokio::test]
 async fn a_later_apply_wave_waits_until_the_deployment_of_an_earlier_one_is_available() -> TestResult
 {
     let _turn = TURN.lock().await;

@@ -1,7 +1,8 @@
 //! `inrun plugin new`: a project made outside the repository (a scratch directory) with
 //! `--sdk dist/sdk` (the packages `make sdk` writes) builds as written, taking the SDK from
-//! its copy of those packages and from no registry, and its own tests pass: the unit test
-//! of its reconcile function and its golden case under `inrun test`.
+//! its copy of those packages and from no registry (C and Go: from the copy `inrun` wrote),
+//! and its own tests pass: the unit test of its reconcile function and its golden case
+//! under `inrun test`.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -316,6 +317,35 @@ fn a_new_c_plugin_builds_with_its_copied_sdk_and_passes_its_golden_case() {
 }
 
 #[test]
+fn a_new_go_plugin_builds_with_its_copied_sdk_and_passes_its_tests() {
+    let started = Instant::now();
+    let work = tempfile::tempdir().expect("tempdir");
+    let project = new_project(work.path(), "go", "hello-go");
+    // The SDK in the project is this repository's.
+    for file in ["inrun/request.go", "_glue/reconciler.go", "component.sh"] {
+        assert_eq!(
+            std::fs::read_to_string(project.join("inrun-sdk").join(file)).expect("copied SDK"),
+            std::fs::read_to_string(repo().join("sdk/go").join(file)).expect("SDK source"),
+            "{file}"
+        );
+    }
+    run(
+        Command::new(project.join("build.sh")).current_dir(&project),
+        "build.sh",
+    );
+    let tested = run(
+        Command::new("go")
+            .args(["test", "-count=1", "-v", "./..."])
+            .current_dir(&project),
+        "go test",
+    );
+    assert_eq!(tested.matches("--- PASS").count(), 2, "{tested}");
+    assert!(tested.contains("ok  \thello-go"), "{tested}");
+    golden_case_passes(&project, &work.path().join("cache"), "hello-go");
+    eprintln!("go scaffold: {:.1?}", started.elapsed());
+}
+
+#[test]
 fn a_bad_name_or_an_existing_directory_is_refused_with_one_clear_line() {
     let work = tempfile::tempdir().expect("tempdir");
     let cache = work.path().join("cache");
@@ -360,12 +390,14 @@ fn without_sdk_plugin_new_warns_that_the_packages_are_unpublished_and_how_to_pas
         err.contains("`inrun plugin new --sdk DIR` (or INRUN_SDK_DIR=DIR)"),
         "{err}"
     );
-    // C carries its SDK: no warning.
-    let out = inrun(work.path(), &cache)
-        .args(["plugin", "new", "--lang", "c", "bare-c"])
-        .output()
-        .expect("run inrun");
-    assert!(out.status.success() && out.stderr.is_empty());
+    // C and Go carry their SDK: no warning.
+    for lang in ["c", "go"] {
+        let out = inrun(work.path(), &cache)
+            .args(["plugin", "new", "--lang", lang, &format!("bare-{lang}")])
+            .output()
+            .expect("run inrun");
+        assert!(out.status.success() && out.stderr.is_empty(), "{lang}");
+    }
     // The variable works as the flag does.
     let out = inrun(work.path(), &cache)
         .args(["plugin", "new", "--lang", "js", "from-env"])

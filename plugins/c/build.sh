@@ -2,7 +2,8 @@
 # Builds the C example and test plugins as WebAssembly components (called by
 # `make plugins`). Installs its pinned toolchain first when it is missing:
 #   Debian: clang lld wasi-libc libclang-rt-14-dev-wasm32 (clang targets wasm32-wasi)
-#   cargo:  wit-bindgen-cli and wasm-tools, into a cache outside the repo
+#   cargo:  wit-bindgen-cli (generators c and go, shared with the Go build) and wasm-tools,
+#           into a cache outside the repo
 # Outputs, next to the Rust plugins:
 #   plugins/target/wasm32-wasip2/release/inrun_plugin_webapp_c.wasm
 #   plugins/target/wasm32-wasip2/release/inrun_plugin_hooks_c.wasm
@@ -72,19 +73,29 @@ if ((${#missing[@]})); then
   fi
 fi
 
-cargo_tool() { # binary crate version [cargo install args...]
-  local bin="$1" crate="$2" version="$3"
-  shift 3
-  if [[ -x "$tools/bin/$bin" ]] && "$tools/bin/$bin" --version 2>/dev/null | grep -q " $version"; then
-    return
-  fi
-  log "installing $crate $version into $tools (cargo install, a few minutes)"
-  flock /tmp/inrun-cargo.lock cargo install "$crate" --version "$version" --locked \
-    --root "$tools" "$@" </dev/null
+have_tool() { # binary version [subcommand that must exist]
+  "$tools/bin/$1" --version 2>/dev/null | grep -qE " $2( |\$)" || return 1
+  [[ -z ${3:-} ]] || "$tools/bin/$1" "$3" --help >/dev/null 2>&1
 }
-# Only the C generator: the others (Rust, Go, C#, C++, MoonBit, D) are compile time for nothing.
-cargo_tool wit-bindgen wit-bindgen-cli "$WIT_BINDGEN_VERSION" --no-default-features --features c
-cargo_tool wasm-tools wasm-tools "$WASM_TOOLS_VERSION" \
+cargo_tool() { # binary crate version subcommand [cargo install args...]
+  local bin="$1" crate="$2" version="$3" sub="$4"
+  shift 4
+  have_tool "$bin" "$version" "$sub" && return
+  mkdir -p "$tools"
+  (
+    # One install at a time (plugins/go/toolchain.sh takes the same lock), and none when
+    # another build installed it meanwhile.
+    flock 9
+    have_tool "$bin" "$version" "$sub" && exit 0
+    log "installing $crate $version into $tools (cargo install, a few minutes)"
+    cargo install "$crate" --version "$version" --locked --force --root "$tools" "$@" </dev/null
+  ) 9>"$tools/.install.lock"
+}
+# The C and Go generators, one binary for both languages (plugins/go/toolchain.sh installs
+# the same; one without `go` counts as missing): the other generators (Rust, C#, C++,
+# MoonBit, D) are compile time for nothing.
+cargo_tool wit-bindgen wit-bindgen-cli "$WIT_BINDGEN_VERSION" go --no-default-features --features c,go
+cargo_tool wasm-tools wasm-tools "$WASM_TOOLS_VERSION" "" \
   --no-default-features --features component,validate,print,strip
 WIT_BINDGEN="$tools/bin/wit-bindgen"
 WASM_TOOLS="$tools/bin/wasm-tools"

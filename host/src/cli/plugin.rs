@@ -136,6 +136,7 @@ pub enum Lang {
     #[value(alias = "typescript")]
     Ts,
     C,
+    Go,
 }
 
 impl From<Lang> for scaffold::Lang {
@@ -146,6 +147,7 @@ impl From<Lang> for scaffold::Lang {
             Lang::Js => scaffold::Lang::Js,
             Lang::Ts => scaffold::Lang::Ts,
             Lang::C => scaffold::Lang::C,
+            Lang::Go => scaffold::Lang::Go,
         }
     }
 }
@@ -225,7 +227,7 @@ fn new_project(args: &NewArgs) -> anyhow::Result<()> {
         "  cd {} && ./build.sh && inrun test && inrun render -b blueprint.yaml -f cr.yaml",
         project.display()
     );
-    if args.sdk.is_none() && lang != scaffold::Lang::C {
+    if args.sdk.is_none() && !lang.carries_its_sdk() {
         eprintln!("warning: {}", scaffold::UNPUBLISHED);
     }
     Ok(())

@@ -1,9 +1,9 @@
-//! `inrun plugin new`: a plugin project in Rust, Python, JavaScript, TypeScript or C that
-//! builds with one script, has a unit test and a golden case (`inrun test`), and renders its
-//! sample CR out of the box.
+//! `inrun plugin new`: a plugin project in Rust, Python, JavaScript, TypeScript, C or Go
+//! that builds with one script, has a unit test and a golden case (`inrun test`), and
+//! renders its sample CR out of the box.
 //!
 //! The project depends on the SDK packages by their published names (the `inrun-sdk`
-//! crate, wheel and npm package; C gets the SDK and WIT copied in, from this binary), never
+//! crate, wheel and npm package; C and Go get the SDK and WIT copied in, from this binary), never
 //! on the checkout `inrun` was built from. Those packages are not on public registries yet:
 //! with `--sdk DIR` (what `make sdk` writes) they are copied into the project's `.sdk/` and
 //! the project takes them from there and nowhere else; without it, [`UNPUBLISHED`] says so.
@@ -37,6 +37,16 @@ pub enum Lang {
     Ts,
     /// C, clang + wit-bindgen c + wasm-tools.
     C,
+    /// Go, the standard toolchain (wasip1, c-shared) + wit-bindgen go + wasm-tools.
+    Go,
+}
+
+impl Lang {
+    /// The project carries its SDK, copied from this binary (C and Go): it needs no SDK
+    /// package, so `--sdk` is not used and nothing warns of unpublished packages.
+    pub fn carries_its_sdk(self) -> bool {
+        matches!(self, Lang::C | Lang::Go)
+    }
 }
 
 /// Why a project could not be made.
@@ -115,8 +125,8 @@ fn kind_of(name: &str) -> String {
 /// binary's version are copied into the project's [`SDK_DIR`] and the project is set to
 /// take them from there only: Rust patches `inrun-sdk` and `inrun-contract` to them in
 /// `.cargo/config.toml`, Python installs the wheel with `--no-index --find-links`,
-/// JavaScript and TypeScript depend on the tarball by `file:`. C needs no package and
-/// ignores `sdk`.
+/// JavaScript and TypeScript depend on the tarball by `file:`. C and Go need no package and
+/// ignore `sdk`.
 ///
 /// # Errors
 /// [`ScaffoldError`]: a bad name, an existing directory, a package missing from `sdk`
@@ -139,7 +149,7 @@ pub fn new_plugin(
         name: name.to_string(),
         kind: kind_of(name),
         crate_name: name.replace('-', "_"),
-        local_sdk: sdk.is_some() && lang != Lang::C,
+        local_sdk: sdk.is_some() && !lang.carries_its_sdk(),
     };
     if let Some(sdk_dir) = sdk {
         for package in sdk::packages(lang) {
@@ -198,6 +208,7 @@ mod tests {
             (Lang::Js, "j"),
             (Lang::Ts, "t"),
             (Lang::C, "c"),
+            (Lang::Go, "g"),
         ] {
             let project = new_plugin(lang, name, dir.path(), None).unwrap();
             for f in [
@@ -315,9 +326,12 @@ mod tests {
             );
             assert!(!readme.contains("Warning"), "{readme}");
         }
-        // C carries its SDK: nothing is copied.
+        // C and Go carry their SDK: nothing is copied.
         let c = new_plugin(Lang::C, "c", dir.path(), Some(sdk.path())).expect("c");
         assert!(!c.join(".sdk").exists());
+        let go = new_plugin(Lang::Go, "g", dir.path(), Some(sdk.path())).expect("go");
+        assert!(!go.join(".sdk").exists());
+        assert!(read(&go, "go.mod").contains("\nreplace inrun.dev/sdk => ./inrun-sdk\n"));
     }
 
     #[test]
@@ -343,6 +357,8 @@ mod tests {
         }
         let c = new_plugin(Lang::C, "c", dir.path(), None).expect("c");
         assert!(!read(&c, "README.md").contains("Warning"));
+        let go = new_plugin(Lang::Go, "g", dir.path(), None).expect("go");
+        assert!(!read(&go, "README.md").contains("Warning"));
     }
 
     #[test]

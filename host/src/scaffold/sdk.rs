@@ -17,7 +17,7 @@ pub(super) fn packages(lang: Lang) -> Vec<String> {
         ],
         Lang::Python => vec![format!("inrun_sdk-{v}-py3-none-any.whl")],
         Lang::Js | Lang::Ts => vec![format!("inrun-sdk-{v}.tgz")],
-        Lang::C => Vec::new(),
+        Lang::C | Lang::Go => Vec::new(),
     }
 }
 

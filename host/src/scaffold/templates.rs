@@ -1,5 +1,6 @@
 //! The files of a new plugin project, per language, compiled into the binary (with the WIT
-//! and the C SDK), so a project depends on nothing of the checkout `inrun` was built from.
+//! and the C and Go SDKs), so a project depends on nothing of the checkout `inrun` was built
+//! from.
 
 use super::{Lang, SDK_DIR, SDK_VERSION};
 
@@ -123,6 +124,11 @@ const TS_BUILD: &str = include_str!("files/ts/build.sh");
 const C_APP: &str = include_str!("files/c/app.c");
 const C_BUILD: &str = include_str!("files/c/build.sh");
 
+const GO_APP: &str = include_str!("files/go/app.go");
+const GO_TEST: &str = include_str!("files/go/app_test.go");
+const GO_MOD: &str = include_str!("files/go/go.mod");
+const GO_BUILD: &str = include_str!("files/go/build.sh");
+
 /// The C SDK and the 0.1.0 WIT, copied into a C project (C has no package manager to
 /// fetch them from).
 const C_FILES: [(&str, &str); 5] = [
@@ -139,6 +145,130 @@ const C_FILES: [(&str, &str); 5] = [
     (
         "wit/reconciler.wit",
         include_str!("../../../wit/reconciler.wit"),
+    ),
+];
+
+/// The Go SDK (its non-test files, the scripts that install the toolchain and build a
+/// component) and the WIT of both contracts, copied into a Go project: (path, text,
+/// executable). `sdk/go`'s module is `inrun.dev/sdk`; the project's go.mod replaces it with
+/// `inrun-sdk/`.
+pub const GO_FILES: [(&str, &str, bool); 21] = [
+    (
+        "inrun-sdk/go.mod",
+        include_str!("../../../sdk/go/go.mod"),
+        false,
+    ),
+    (
+        "inrun-sdk/README.md",
+        include_str!("../../../sdk/go/README.md"),
+        false,
+    ),
+    (
+        "inrun-sdk/toolchain.sh",
+        include_str!("../../../sdk/go/toolchain.sh"),
+        true,
+    ),
+    (
+        "inrun-sdk/component.sh",
+        include_str!("../../../sdk/go/component.sh"),
+        true,
+    ),
+    (
+        "inrun-sdk/inrun/doc.go",
+        include_str!("../../../sdk/go/inrun/doc.go"),
+        false,
+    ),
+    (
+        "inrun-sdk/inrun/json.go",
+        include_str!("../../../sdk/go/inrun/json.go"),
+        false,
+    ),
+    (
+        "inrun-sdk/inrun/decode.go",
+        include_str!("../../../sdk/go/inrun/decode.go"),
+        false,
+    ),
+    (
+        "inrun-sdk/inrun/request.go",
+        include_str!("../../../sdk/go/inrun/request.go"),
+        false,
+    ),
+    (
+        "inrun-sdk/inrun/outcome.go",
+        include_str!("../../../sdk/go/inrun/outcome.go"),
+        false,
+    ),
+    (
+        "inrun-sdk/inrun/host.go",
+        include_str!("../../../sdk/go/inrun/host.go"),
+        false,
+    ),
+    (
+        "inrun-sdk/inrun/export.go",
+        include_str!("../../../sdk/go/inrun/export.go"),
+        false,
+    ),
+    (
+        "inrun-sdk/infra/infra.go",
+        include_str!("../../../sdk/go/infra/infra.go"),
+        false,
+    ),
+    (
+        "inrun-sdk/_glue/imports.go",
+        include_str!("../../../sdk/go/_glue/imports.go"),
+        false,
+    ),
+    (
+        "inrun-sdk/_glue/request.go",
+        include_str!("../../../sdk/go/_glue/request.go"),
+        false,
+    ),
+    (
+        "inrun-sdk/_glue/outcome-0.1.0.go",
+        include_str!("../../../sdk/go/_glue/outcome-0.1.0.go"),
+        false,
+    ),
+    (
+        "inrun-sdk/_glue/outcome-0.2.0.go",
+        include_str!("../../../sdk/go/_glue/outcome-0.2.0.go"),
+        false,
+    ),
+    (
+        "inrun-sdk/_glue/reconciler.go",
+        include_str!("../../../sdk/go/_glue/reconciler.go"),
+        false,
+    ),
+    (
+        "inrun-sdk/_glue/hooks.go",
+        include_str!("../../../sdk/go/_glue/hooks.go"),
+        false,
+    ),
+    (
+        "inrun-sdk/_glue/package.go",
+        include_str!("../../../sdk/go/_glue/package.go"),
+        false,
+    ),
+    (
+        "wit/reconciler.wit",
+        include_str!("../../../wit/reconciler.wit"),
+        false,
+    ),
+    (
+        "wit/0.2.0/reconciler.wit",
+        include_str!("../../../wit/0.2.0/reconciler.wit"),
+        false,
+    ),
+];
+
+/// The rest of the 0.2.0 contract, beside [`GO_FILES`].
+const GO_WIT_020: [(&str, &str); 2] = [
+    (
+        "wit/0.2.0/package.wit",
+        include_str!("../../../wit/0.2.0/package.wit"),
+    ),
+    (
+        "wit/0.2.0/deps/reconciler-0.1.0.wit",
+        include_str!("../../../wit/0.2.0/deps/reconciler-0.1.0.wit"),
     ),
 ];
 
@@ -181,9 +311,13 @@ fn readme(lang: Lang, v: &Vars) -> String {
             "",
             "`inrun/` holds the C SDK and `wit/` the contract, copied by `inrun plugin new`;\nbuild.sh installs clang, wasi-libc, wit-bindgen and wasm-tools when missing.",
         ),
+        (Lang::Go, _) => (
+            "go test ./...                                         # unit tests, natively",
+            "`inrun-sdk/` holds the Go SDK (the module `inrun.dev/sdk`, which go.mod replaces with\nthat directory; its README documents it) and `wit/` the contract, copied by `inrun plugin\nnew`; the project needs no other Go module. build.sh needs the go command (Go 1.21 or\nnewer; 1.25 or newer needs no download) and cargo, and installs wit-bindgen and\nwasm-tools when missing.",
+        ),
     };
     let note = match (lang, v.local_sdk) {
-        (Lang::C, _) => String::new(),
+        (Lang::C | Lang::Go, _) => String::new(),
         (_, true) => "The `inrun-sdk` packages are not published on public registries yet, so this project\ntakes them from `.sdk/` and nowhere else: `inrun plugin new --sdk` copied them there\nfrom the packages `make sdk` built. Keep `.sdk/` with the project (commit it).\n\n".to_string(),
         (_, false) => format!(
             "> {}\n\n",
@@ -267,6 +401,18 @@ pub fn files(lang: Lang, v: &Vars) -> Vec<(&'static str, String, bool)> {
                 out.push((path, text.to_string(), false));
             }
         }
+        Lang::Go => {
+            out.push(("go.mod", fill(GO_MOD, v), false));
+            out.push(("app.go", fill(GO_APP, v), false));
+            out.push(("app_test.go", fill(GO_TEST, v), false));
+            out.push(("build.sh", fill(GO_BUILD, v), true));
+            for (path, text, executable) in GO_FILES {
+                out.push((path, text.to_string(), executable));
+            }
+            for (path, text) in GO_WIT_020 {
+                out.push((path, text.to_string(), false));
+            }
+        }
     }
     out
 }
@@ -274,6 +420,34 @@ pub fn files(lang: Lang, v: &Vars) -> Vec<(&'static str, String, bool)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every file of sdk/go but its tests and its generated or build outputs is copied
+    /// into a Go project: a file added to the SDK cannot be forgotten here.
+    #[test]
+    fn a_go_project_gets_every_file_of_the_go_sdk() {
+        let sdk = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../sdk/go");
+        let mut pending = vec![sdk.clone()];
+        let mut files = Vec::new();
+        while let Some(dir) = pending.pop() {
+            for entry in std::fs::read_dir(&dir).expect("read sdk/go").flatten() {
+                let path = entry.path();
+                if path.is_dir() {
+                    pending.push(path);
+                } else if !path.to_string_lossy().ends_with("_test.go") {
+                    let relative = path.strip_prefix(&sdk).expect("under sdk/go");
+                    files.push(format!("inrun-sdk/{}", relative.display()));
+                }
+            }
+        }
+        files.sort();
+        let mut copied: Vec<String> = GO_FILES
+            .iter()
+            .filter(|(path, _, _)| path.starts_with("inrun-sdk/"))
+            .map(|(path, _, _)| (*path).to_string())
+            .collect();
+        copied.sort();
+        assert_eq!(copied, files);
+    }
 
     #[test]
     fn the_sdk_range_is_the_minor_version() {

@@ -20,15 +20,25 @@ if ((${#missing[@]})); then
   $sudo apt-get install -y -qq "${missing[@]}" </dev/null >/dev/null \
     || { $sudo apt-get update -qq </dev/null >/dev/null && $sudo apt-get install -y -qq "${missing[@]}" </dev/null >/dev/null; }
 fi
-tool() { # binary crate version [cargo install args...]
-  local bin="$1" crate="$2" version="$3"
-  shift 3
-  "$tools/bin/$bin" --version 2>/dev/null | grep -q " $version" && return
-  echo "installing $crate $version into $tools (cargo install, a few minutes)" >&2
-  cargo install "$crate" --version "$version" --locked --root "$tools" "$@" </dev/null
+has() { # binary version [subcommand that must exist]
+  "$tools/bin/$1" --version 2>/dev/null | grep -qE " $2( |\$)" || return 1
+  [[ -z ${3:-} ]] || "$tools/bin/$1" "$3" --help >/dev/null 2>&1
 }
-tool wit-bindgen wit-bindgen-cli "$WIT_BINDGEN_VERSION" --no-default-features --features c
-tool wasm-tools wasm-tools "$WASM_TOOLS_VERSION" --no-default-features --features component,validate,print,strip
+tool() { # binary crate version subcommand [cargo install args...]
+  local bin="$1" crate="$2" version="$3" sub="$4"
+  shift 4
+  has "$bin" "$version" "$sub" && return
+  mkdir -p "$tools"
+  (
+    flock 9   # one install at a time; none when another build installed it meanwhile
+    has "$bin" "$version" "$sub" && exit 0
+    echo "installing $crate $version into $tools (cargo install, a few minutes)" >&2
+    cargo install "$crate" --version "$version" --locked --force --root "$tools" "$@" </dev/null
+  ) 9>"$tools/.install.lock"
+}
+# wit-bindgen with the C and Go generators: the binary Inrun's Go plugins share.
+tool wit-bindgen wit-bindgen-cli "$WIT_BINDGEN_VERSION" go --no-default-features --features c,go
+tool wasm-tools wasm-tools "$WASM_TOOLS_VERSION" "" --no-default-features --features component,validate,print,strip
 
 gen="$here/.build/gen"
 rm -rf "$gen" && mkdir -p "$gen"

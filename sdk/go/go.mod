@@ -1,0 +1,3 @@
+module inrun.dev/sdk
+
+go 1.25
