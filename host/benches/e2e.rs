@@ -4,7 +4,8 @@
 //!
 //! For each N (`INRUN_BENCH_CRS`, comma separated, default `100,1000`;
 //! `100,1000,10000` gives the scaling curve) and each mode (`INRUN_BENCH_MODES`, default
-//! `baseline,declarative,constructor,remote`), in a namespace and CRD group of its own:
+//! `baseline,declarative,constructor,remote`; `python` adds the constructor written in
+//! Python), in a namespace and CRD group of its own:
 //! N `Pair` CRs are created (16 at a time) before the controller starts; each must become
 //! a ConfigMap and a headless Service in its namespace plus a status with
 //! `observedGeneration` and `Ready=True`. Measured:
@@ -227,6 +228,9 @@ enum Mode {
     Constructor,
     /// `inrun run` with a remote reconciler served by this process.
     Remote,
+    /// `inrun run` with the same constructor written in Python (componentize-py's 18 MB
+    /// component): its cost in memory and time beside the Rust one. Not in the defaults.
+    Python,
 }
 
 impl Mode {
@@ -236,8 +240,9 @@ impl Mode {
             "declarative" => Mode::Declarative,
             "constructor" => Mode::Constructor,
             "remote" => Mode::Remote,
+            "python" => Mode::Python,
             _ => bail!(
-                "INRUN_BENCH_MODES: unknown mode {name:?} (baseline, declarative, constructor, remote)"
+                "INRUN_BENCH_MODES: unknown mode {name:?} (baseline, declarative, constructor, remote, python)"
             ),
         })
     }
@@ -248,6 +253,7 @@ impl Mode {
             Mode::Declarative => "declarative",
             Mode::Constructor => "constructor",
             Mode::Remote => "remote",
+            Mode::Python => "python",
         }
     }
 }
@@ -255,6 +261,11 @@ impl Mode {
 /// The compiled `pair` constructor.
 fn pair_plugin() -> PathBuf {
     plugin_dir().join("inrun_bench_pair.wasm")
+}
+
+/// The `pair` constructor in Python (`plugins/python/pair`).
+fn python_pair_plugin() -> PathBuf {
+    plugin_dir().join("inrun_bench_pair_python.wasm")
 }
 
 /// The `Pair` resource of `group`.
@@ -318,6 +329,13 @@ async fn run_all(settings: &Settings) -> Result<(Vec<Row>, Cluster)> {
             pair_plugin().exists(),
             "{} is missing: build it with `make plugins-rust`",
             pair_plugin().display()
+        );
+    }
+    if settings.modes.contains(&Mode::Python) {
+        ensure!(
+            python_pair_plugin().exists(),
+            "{} is missing: build it with `make plugins-python`",
+            python_pair_plugin().display()
         );
     }
     let mut version = String::new();
@@ -410,6 +428,7 @@ impl Stage {
         };
         let reconcile = match (mode, &remote) {
             (Mode::Constructor, _) => Reconcile::Constructor(pair_plugin()),
+            (Mode::Python, _) => Reconcile::Constructor(python_pair_plugin()),
             (Mode::Remote, Some(server)) => Reconcile::Remote(server.url.clone()),
             _ => Reconcile::Templates,
         };
@@ -1004,7 +1023,8 @@ fn report(settings: &Settings, cluster: &Cluster, rows: &[Row]) -> String {
          like the host.\n\
          - **declarative**, **constructor**, **remote**: `inrun run` of this build with `runtime.workers: {WORKERS}` and \
          `onReconcile` templates / the `pair` Wasm constructor / a remote reconciler served by the bench on 127.0.0.1 \
-         (the bench's own CPU is not counted). The CRD is installed beforehand.\n\n\
+         (the bench's own CPU is not counted); **python**: the same `pair` constructor written in Python \
+         (`plugins/python/pair`, an 18 MB componentize-py component). The CRD is installed beforehand.\n\n\
          Columns: **to Ready**: from spawning the controller until a LIST shows every CR Ready (polled every 100 ms or \
          more). **writes / CR**: write requests (POST, PUT, PATCH, APPLY, DELETE) the API server counted \
          (`apiserver_request_total`) on the CRs and their status, ConfigMaps, Services and Events, from spawn to Ready, \

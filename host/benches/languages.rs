@@ -15,7 +15,7 @@ use inrun::wasm::{CompileCache, Engine, EngineSettings, Grants, Limits, PoolTuni
 use serde_json::json;
 
 /// (language, component file stem) of each WebApp constructor.
-const WEBAPPS: [(&str, &str); 5] = [
+const WEBAPPS: [(&str, &str); 6] = [
     ("Rust", "inrun_plugin_webapp"),
     ("Python", "inrun_plugin_webapp_python"),
     ("JavaScript", "inrun_plugin_webapp_js"),
@@ -134,9 +134,9 @@ fn main() {
          10). **First call after restart**: a new engine, the cached load and one `reconcile` \
          (median of 5). **Fresh instance + call**: a new instance and one `reconcile` (median of \
          1000, after 50), with the pool as it was before it was tuned (2 MiB reset blindly, 100 \
-         warm slots, no pagemap scan) and as it is (`PoolTuning::default()`: 32 MiB kept \
-         resident, dirty pages found by the pagemap scan, warm slots twice the cores guests \
-         may use). **Reused instance**: one instance serving every call (`limits.reuse`).\n\n\
+         warm slots, no pagemap scan) and as it is (`PoolTuning::default()`: only the dirty \
+         pages found by the pagemap scan reset, 2 MiB of them kept resident, warm slots twice \
+         the cores guests may use). **Reused instance**: one instance serving every call (`limits.reuse`).\n\n\
          | language | component | size | cold compile | cached load | first call after restart \
          | fresh instance + call, untuned pool | fresh instance + call | reused instance, per call |\n\
          |---|---|---|---|---|---|---|---|---|\n{}\n",
@@ -158,7 +158,7 @@ const TUNINGS: [(&str, PoolTuning); 5] = [
         },
     ),
     (
-        "2 MiB, pagemap scan",
+        "2 MiB, pagemap scan (the default)",
         PoolTuning {
             keep_resident: 2 << 20,
             warm_slots: None,
@@ -174,7 +174,7 @@ const TUNINGS: [(&str, PoolTuning); 5] = [
         },
     ),
     (
-        "32 MiB, pagemap scan (the default)",
+        "32 MiB, pagemap scan",
         PoolTuning {
             keep_resident: 32 << 20,
             warm_slots: None,

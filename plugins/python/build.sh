@@ -28,6 +28,7 @@ plugins=(
   "inrun_test_spin_python|spin|spin|reconciler"
   "inrun_plugin_bucket_python|bucket|bucket|%package|wit/0.2.0"
   "inrun_test_reporter_python|reporter|reporter|reconciler|wit/0.2.0"
+  "inrun_bench_pair_python|pair|pair|reconciler"
 )
 
 install_toolchain() {
