@@ -204,8 +204,8 @@ fn rss_kib() -> u64 {
 }
 
 /// The "Pool tuning" table: each of [`TUNINGS`] in an engine of its own, a fresh instance
-/// + call per language (median of 1000), and how much more the process holds resident after
-/// those calls than before the engine was built.
+/// and one call per language (median of 1000), and how much more the process holds
+/// resident after those calls than before the engine was built.
 fn pool_tuning(dir: &std::path::Path, req: &Request, cache: &dyn Fn() -> CompileCache) -> String {
     let mut rows = Vec::new();
     for (label, pool) in TUNINGS {
