@@ -415,14 +415,19 @@ fn the_compile_cache_serves_a_second_engine_without_compiling() {
     b.reconcile_now(&webapp_request(), &Limits::default())
         .expect("reconcile from cached code");
 
-    // A torn or corrupted entry is recompiled, not trusted.
+    // An entry replaced by garbage is recompiled, not trusted. It is replaced whole (a new
+    // file renamed over it), as every writer of the cache replaces entries: rewriting a
+    // file in place under a process that maps it, as `b`'s engine does, would crash that
+    // process (SIGBUS), which is why the cache's directory is the host's user's alone.
     let entry = std::fs::read_dir(dir.path())
         .expect("read")
         .next()
         .expect("entry")
         .expect("entry")
         .path();
-    std::fs::write(&entry, b"garbage").expect("corrupt");
+    let garbage = dir.path().join("garbage");
+    std::fs::write(&garbage, b"garbage").expect("write garbage");
+    std::fs::rename(&garbage, &entry).expect("corrupt");
     let third = Engine::new(settings()).expect("engine");
     load(&third, "inrun_plugin_webapp")
         .reconcile_now(&webapp_request(), &Limits::default())
