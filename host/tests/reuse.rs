@@ -2,7 +2,9 @@
 //! CR key it reconciled in a global and reports them, so each test sees exactly which
 //! calls shared an instance. Off by default; on, an instance serves one tenant (and one
 //! namespace when the grants reach namespaced data), at most N calls, and is discarded on
-//! any failure.
+//! any failure. The last test runs it through a Blueprint on a real kube-apiserver.
+
+mod support;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -12,7 +14,9 @@ use inrun::wasm::{
     CallError, ClusterGrant, Engine, EngineSettings, Grants, Limits, Namespaces, NoCluster, Plugin,
     ReadGrant,
 };
+use inrun_testenv::{ControlPlane, TestResult};
 use serde_json::{Value, json};
+use support::{Host, apply_cr, eventually, get, resource, served, unique_group};
 
 fn plugin_dir() -> PathBuf {
     std::env::var_os("INRUN_PLUGIN_DIR")
@@ -272,4 +276,80 @@ async fn idle_instances_are_bounded_per_tenant_and_calls_beyond_them_still_run()
         2,
         "and another tenant still keeps its own"
     );
+}
+
+/// The `status` of every CR of `kind` in `ns`, by name, once each has one.
+async fn statuses(group: &str, kind: &str, ns: &str, names: &[&str]) -> Vec<(u64, Vec<String>)> {
+    let mut out = Vec::new();
+    for name in names {
+        let status = eventually(&format!("{kind} {ns}/{name} reconciled"), || async {
+            let cr = get(resource(group, kind), Some(ns), name).await?;
+            let status = cr.data.get("status")?.clone();
+            status.get("calls")?.as_u64()?;
+            Some(status)
+        })
+        .await;
+        let seen = serde_json::from_value(status["seen"].clone()).expect("seen");
+        out.push((status["calls"].as_u64().expect("calls"), seen));
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blueprints_reuse_limit_lets_one_instance_serve_its_crs_and_only_its_own() -> TestResult {
+    let group = unique_group("reuse");
+    let memo = support::plugin("inrun_test_memo");
+    // One plugin, two CRDs: `Kept` lets an instance serve 100 calls, `Fresh` says nothing.
+    let blueprint = format!(
+        r#"apiVersion: inrun.dev/v1alpha1
+kind: Blueprint
+metadata: {{name: reuse}}
+spec:
+  runtime: {{workers: 1}}
+  crds:
+    - group: {group}
+      version: v1alpha1
+      kind: Kept
+      reconcile:
+        default: false
+        constructor: {{location: "{memo}", limits: {{reuse: {{calls: 100}}}}}}
+        managedResources: [{{apiVersion: v1, kind: ConfigMap}}]
+    - group: {group}
+      version: v1alpha1
+      kind: Fresh
+      reconcile:
+        default: false
+        constructor: {{location: "{memo}"}}
+        managedResources: [{{apiVersion: v1, kind: ConfigMap}}]
+"#
+    );
+    let host = Host::start(&blueprint).await;
+    let ns = ControlPlane::shared().namespace("reuse").await?;
+    for (kind, names) in [("Kept", ["a", "b", "c"]), ("Fresh", ["x", "y", "z"])] {
+        let ar = resource(&group, kind);
+        served(&ar).await;
+        for name in names {
+            let yaml = format!(
+                "apiVersion: {group}/v1alpha1\nkind: {kind}\nmetadata: {{name: {name}}}\nspec: {{}}\n"
+            );
+            apply_cr(&ar, &ns, &yaml).await;
+        }
+    }
+    let kept = statuses(&group, "Kept", &ns, &["a", "b", "c"]).await;
+    let fresh = statuses(&group, "Fresh", &ns, &["x", "y", "z"]).await;
+    // Every Fresh CR had an instance of its own, though the same plugin served Kept CRs
+    // with reuse on in between.
+    assert!(fresh.iter().all(|s| *s == (1, vec![])), "{fresh:?}");
+    // Kept CRs shared instances: some CR was served by an instance that had served
+    // another Kept CR before it, and never one of Fresh's.
+    assert!(kept.iter().any(|(calls, _)| *calls >= 2), "{kept:?}");
+    let own: Vec<String> = ["a", "b", "c"]
+        .iter()
+        .map(|n| format!("{ns}/{n}"))
+        .collect();
+    for (_, seen) in &kept {
+        assert!(seen.iter().all(|k| own.contains(k)), "{kept:?}");
+    }
+    host.stop().await;
+    Ok(())
 }
