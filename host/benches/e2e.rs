@@ -497,6 +497,17 @@ async fn measure(cp: &ControlPlane, settings: &Settings, stage: &Stage) -> Resul
         Readiness::TimedOut { .. } => None,
     };
     let peak_rss_kib = process.peak_rss_kib()?;
+    // Where the memory is now (anonymous heap, mapped files such as compiled plugins,
+    // shared memory such as memory images): says what the peak is made of.
+    if let Ok(status) = std::fs::read_to_string(format!("/proc/{}/status", process.pid)) {
+        let parts: Vec<&str> = status
+            .lines()
+            .filter(|l| {
+                l.starts_with("RssAnon") || l.starts_with("RssFile") || l.starts_with("RssShmem")
+            })
+            .collect();
+        eprintln!("e2e: {} × {crs}: {}", stage.mode.name(), parts.join(", "));
+    }
     let mut notes = Vec::new();
     if let Readiness::TimedOut { .. } = ready {
         eprintln!(
