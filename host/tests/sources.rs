@@ -85,17 +85,20 @@ async fn a_pushed_component_pulls_back_by_tag_and_by_digest() -> anyhow::Result<
     );
 
     let by_tag = sources.fetch(&oci(&reference, None), None).await?;
-    assert_eq!(by_tag.bytes, bytes);
+    assert_eq!(by_tag.module.bytes(), bytes);
     assert_eq!(by_tag.version, digest);
 
     let pinned = oci(&registry.reference(&format!("team/webapp@{digest}")), None);
     assert!(pinned.is_pinned());
     let by_digest = sources.fetch(&pinned, None).await?;
-    assert_eq!(by_digest.bytes, bytes);
+    assert_eq!(by_digest.module.bytes(), bytes);
     assert_eq!(by_digest.version, digest);
 
     let tag_and_pin = oci(&reference, Some(&digest));
-    assert_eq!(sources.fetch(&tag_and_pin, None).await?.bytes, bytes);
+    assert_eq!(
+        sources.fetch(&tag_and_pin, None).await?.module.bytes(),
+        bytes
+    );
     assert_eq!(sources.version(&tag_and_pin, None).await?, digest);
     Ok(())
 }
@@ -215,7 +218,7 @@ async fn pulls_and_pushes_use_the_registry_credentials() -> anyhow::Result<()> {
         name: "registry".into(),
     };
     let fetched = sources.fetch(&location, Some(&secret)).await?;
-    assert_eq!(fetched.bytes, webapp());
+    assert_eq!(fetched.module.bytes(), webapp());
     assert_eq!(fetched.version, digest);
     assert_eq!(sources.version(&location, Some(&secret)).await?, digest);
     Ok(())
@@ -249,7 +252,7 @@ async fn moving_a_tag_changes_its_version() -> anyhow::Result<()> {
     assert_ne!(first, second);
     assert_eq!(sources.version(&location, None).await?, second);
     let fetched = sources.fetch(&location, None).await?;
-    assert_eq!(fetched.bytes, labels_hooks());
+    assert_eq!(fetched.module.bytes(), labels_hooks());
     assert_eq!(fetched.version, second);
 
     // Pushing the same component again gives the same digest.
@@ -435,7 +438,7 @@ async fn https_locations_are_fetched_only_with_their_digest() -> anyhow::Result<
         },
     )?;
     let fetched = sources.fetch(&location, None).await?;
-    assert_eq!(fetched.bytes, bytes);
+    assert_eq!(fetched.module.bytes(), bytes);
     assert_eq!(fetched.version, digest);
     assert_eq!(sources.version(&location, None).await?, digest);
 
@@ -484,8 +487,10 @@ async fn a_file_version_is_the_sha256_of_its_content() -> anyhow::Result<()> {
     assert_eq!(sources.version(&location, None).await?, sha256(b"one"));
     std::fs::write(dir.path().join("h.wasm"), b"two")?;
     let fetched = sources.fetch(&location, None).await?;
+    // The module carries the digest the fetch computed: a load does not hash it again.
+    assert_eq!(fetched.module.digest_ref(), sha256(b"two"));
     assert_eq!(
-        (fetched.bytes.as_slice(), fetched.version),
+        (fetched.module.bytes(), fetched.version),
         (&b"two"[..], sha256(b"two"))
     );
     Ok(())

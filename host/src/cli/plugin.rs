@@ -185,7 +185,7 @@ fn inspect(
             )?;
             let credentials = args.registry.credentials();
             let fetched = runtime.block_on(sources.fetch_as(remote, credentials.as_ref()))?;
-            engine.load(&remote.name(), &fetched.bytes)?
+            engine.load_module(&remote.name(), &fetched.module)?
         }
     };
     print(plugin.info(), args.output)

@@ -32,7 +32,7 @@ pub use grants::{
     CannedHttp, CannedReply, ClusterGrant, ClusterReader, CredentialGrant, Grants, HttpGrant,
     Namespaces, NoCluster, ReadGrant, Scope, SecretReader, http_client, parse_label_selector,
 };
-pub use plugin::{Plugin, PluginInfo, World};
+pub use plugin::{Module, Plugin, PluginInfo, World};
 
 /// What the engine reports as it loads plugins and serves their host calls. The host's
 /// metrics implement it; it is handed to [`Engine::new`] in [`EngineSettings`], so nothing

@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::sources::{Location, PullSecret, Sources};
-use inrun_wasm::{Engine, LoadError, Plugin};
+use inrun_wasm::{Engine, LoadError, Module, Plugin};
 
 /// A lock's data, even when a thread panicked holding it.
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -196,7 +196,7 @@ impl PluginSet {
         }
         let fetched = self.sources.fetch(&location, pull.as_ref()).await?;
         let plugin = self
-            .compile(&location, location.name(), fetched.bytes)
+            .compile(&location, location.name(), fetched.module)
             .await?;
         let slot = PluginSlot::new(location, pull, plugin, fetched.version);
         // Two tenants racing for one location: the first slot stored wins.
@@ -234,11 +234,11 @@ impl PluginSet {
         &self,
         location: &Location,
         name: String,
-        bytes: Vec<u8>,
+        module: Module,
     ) -> Result<Plugin, SlotError> {
-        self.charge(location, bytes.len())?;
+        self.charge(location, module.len())?;
         let engine = self.engine.clone();
-        let task = tokio::task::spawn_blocking(move || engine.load(&name, &bytes));
+        let task = tokio::task::spawn_blocking(move || engine.load_module(&name, &module));
         match task.await {
             Ok(loaded) => Ok(loaded?),
             Err(e) => Err(SlotError::Task {
@@ -293,7 +293,7 @@ impl PluginSet {
                 .fetch(&slot.location, slot.pull.as_ref())
                 .await?;
             let plugin = self
-                .compile(&slot.location, slot.location.name(), fetched.bytes)
+                .compile(&slot.location, slot.location.name(), fetched.module)
                 .await?;
             Ok::<_, SlotError>((plugin, fetched.version))
         }

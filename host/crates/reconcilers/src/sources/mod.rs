@@ -14,6 +14,7 @@ mod registry;
 use std::fmt;
 use std::sync::Arc;
 
+use inrun_wasm::Module;
 use sha2::{Digest, Sha256};
 
 use crate::secrets::{SecretError, Secrets};
@@ -200,8 +201,8 @@ impl From<&inrun_blueprint::PullSecretRef> for PullSecret {
 /// A component's bytes and the identity of what was fetched.
 #[derive(Clone)]
 pub struct Fetched {
-    /// The component.
-    pub bytes: Vec<u8>,
+    /// The component, with the sha256 its fetch computed to name or verify it.
+    pub module: Module,
     /// `sha256:<hex>`: of the bytes for files and https; the manifest digest for OCI.
     pub version: String,
 }
@@ -209,7 +210,7 @@ pub struct Fetched {
 impl fmt::Debug for Fetched {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Fetched")
-            .field("size", &self.bytes.len())
+            .field("size", &self.module.len())
             .field("version", &self.version)
             .finish()
     }
@@ -313,13 +314,13 @@ impl Sources {
     ) -> Result<Fetched, SourceError> {
         match location {
             Location::File(path) => {
-                let bytes = read_file(path).await?;
-                let version = sha256(&bytes);
-                Ok(Fetched { bytes, version })
+                let module = Module::new(read_file(path).await?);
+                let version = module.digest_ref();
+                Ok(Fetched { module, version })
             }
             Location::Https { url, digest } => {
-                let bytes = https::download(&self.http, url).await?;
-                let version = sha256(&bytes);
+                let module = Module::new(https::download(&self.http, url).await?);
+                let version = module.digest_ref();
                 if &version != digest {
                     return Err(SourceError::DigestMismatch {
                         location: location.to_string(),
@@ -327,7 +328,7 @@ impl Sources {
                         actual: version,
                     });
                 }
-                Ok(Fetched { bytes, version })
+                Ok(Fetched { module, version })
             }
             Location::Oci { reference, digest } => {
                 let auth = self.auth(location, reference, access).await?;

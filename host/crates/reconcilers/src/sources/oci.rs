@@ -17,6 +17,7 @@ use super::https::CONNECT_TIMEOUT;
 use super::registry::{self, Layer, Registry};
 use super::{Fetched, Location, MAX_MODULE_SIZE, PullSecret, SourceError, SourceOptions, sha256};
 use inrun_blueprint::location::{LocationError, check_digest};
+use inrun_wasm::Module;
 
 /// The config blob's media type.
 pub const WASM_CONFIG_MEDIA_TYPE: &str = "application/vnd.wasm.config.v0+json";
@@ -255,7 +256,8 @@ pub(super) async fn pull(
                 });
             }
         };
-        let actual = sha256(&bytes);
+        let module = Module::new(bytes);
+        let actual = module.digest_ref();
         if actual != layer.digest {
             return Err(SourceError::CorruptLayer {
                 location: shown.clone(),
@@ -263,7 +265,7 @@ pub(super) async fn pull(
                 actual,
             });
         }
-        Ok(Fetched { bytes, version })
+        Ok(Fetched { module, version })
     })
     .await
 }
