@@ -19,78 +19,14 @@ use inrun::wasm::{
     CallError, CallFailure, CompileCache, Engine, EngineSettings, Grants, Limits, Plugin, World,
 };
 use inrun_testenv::{ControlPlane, TestResult};
-use serde_json::{Value, json};
+use serde_json::json;
+use support::render::{cache_dir, render, returned_error, root};
 use support::*;
 
 const RUST_WEBAPP: &str = "inrun_plugin_webapp";
 const GO_WEBAPP: &str = "inrun_plugin_webapp_go";
 const RUST_HOOKS: &str = "inrun_plugin_labels_hooks";
 const GO_HOOKS: &str = "inrun_plugin_hooks_go";
-
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-/// One compile cache for every render and engine in this test binary, kept under
-/// `target/tmp` between runs (compiled code is keyed by digest); entries untouched for a
-/// day are pruned, so rebuilt components do not pile up.
-fn cache_dir() -> &'static Path {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("lang_go-cache");
-        std::fs::create_dir_all(&dir).expect("cache dir");
-        let day_ago = std::time::SystemTime::now() - Duration::from_secs(24 * 3600);
-        for entry in std::fs::read_dir(&dir).expect("read cache").flatten() {
-            let stale = entry
-                .metadata()
-                .and_then(|m| m.modified())
-                .is_ok_and(|t| t < day_ago);
-            if stale {
-                let _ = std::fs::remove_file(entry.path());
-            }
-        }
-        dir
-    })
-}
-
-// ------------------------------------------------------------------ inrun render
-
-/// Runs `inrun render -o json` of `cr` (YAML) through `blueprint` (YAML): the JSON
-/// output, or the error text.
-fn render(blueprint: &str, cr: &str, extra: &[&str]) -> Result<Value, String> {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let bp = dir.path().join("bp.yaml");
-    let object = dir.path().join("cr.yaml");
-    std::fs::write(&bp, blueprint).expect("write blueprint");
-    std::fs::write(&object, cr).expect("write cr");
-    let out = Command::new(env!("CARGO_BIN_EXE_inrun"))
-        .args(["render", "-b"])
-        .arg(&bp)
-        .arg("-f")
-        .arg(&object)
-        .args(["-o", "json"])
-        .args(extra)
-        .env("INRUN_CACHE_DIR", cache_dir())
-        .output()
-        .expect("run inrun");
-    if out.status.success() {
-        Ok(serde_json::from_slice(&out.stdout).expect("render prints JSON"))
-    } else {
-        Err(String::from_utf8_lossy(&out.stderr).into_owned())
-    }
-}
-
-/// The plugin's own message in a render error, without the plugin's name and digest.
-fn returned_error(stderr: &str) -> &str {
-    let line = stderr
-        .lines()
-        .find(|l| l.starts_with("error:"))
-        .unwrap_or(stderr);
-    match line.split_once("returned an error: ") {
-        Some((_, message)) => message.trim(),
-        None => panic!("not a returned error: {stderr}"),
-    }
-}
 
 fn constructor_blueprint(location: &str) -> String {
     format!(

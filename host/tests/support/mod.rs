@@ -17,6 +17,7 @@ use inrun::wasm::{Engine, EngineSettings};
 use inrun_testenv::{ControlPlane, wait_for};
 
 pub mod identity;
+pub mod render;
 use k8s_openapi::api::events::v1::Event;
 use kube::Client;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
