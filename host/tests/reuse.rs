@@ -154,6 +154,37 @@ fn an_instance_is_discarded_after_an_error_or_a_trap() {
 }
 
 #[test]
+fn an_instance_whose_outcome_fails_the_hosts_checks_is_discarded() {
+    let engine = Engine::new(EngineSettings::default()).expect("engine");
+    let plugin = load(&engine);
+    let limits = Limits {
+        max_resources: 1,
+        ..reusing(100)
+    };
+    assert_eq!(memo(&plugin, "ns", "ok", &limits).0, 1);
+    assert_eq!(memo(&plugin, "ns", "ok", &limits).0, 2, "reused");
+    // The guest answers, but with more resources than the call allows.
+    let err = call(
+        &plugin,
+        &cr("ns", "big", json!({"configMaps": 2})),
+        &limits,
+        &Grants::default(),
+    )
+    .expect_err("a bad outcome");
+    assert!(
+        matches!(err.failure, inrun::wasm::CallFailure::BadOutput(_)),
+        "{}",
+        inrun::errors::chain(&err)
+    );
+    assert_eq!(
+        plugin.idle_instances(),
+        0,
+        "the instance that answered it is gone"
+    );
+    assert_eq!(memo(&plugin, "ns", "after", &limits), (1, vec![]));
+}
+
+#[test]
 fn a_reused_instance_gets_each_calls_deadline_and_goes_when_it_passes() {
     let engine = Engine::new(EngineSettings::default()).expect("engine");
     let plugin = load(&engine);

@@ -4,7 +4,8 @@
 //! always says `calls: 1, seen: []`; a reused one shows what it kept.
 //!
 //! `spec.fail: true` returns an error, `spec.trap: true` panics, `spec.spin: true` loops
-//! until the host stops it, all after remembering the key.
+//! until the host stops it, all after remembering the key; `spec.configMaps: n` declares
+//! n ConfigMaps (more than the call's limit is a bad outcome).
 
 use std::sync::Mutex;
 
@@ -34,9 +35,14 @@ impl Reconciler for Memo {
         if spec["fail"] == json!(true) {
             return Err(format!("memo failed on purpose for {}", req.key));
         }
-        Ok(Outcome::new()
+        let mut out = Outcome::new()
             .status("calls", seen.len())
-            .status("seen", before))
+            .status("seen", before);
+        for i in 0..spec["configMaps"].as_u64().unwrap_or(0) {
+            out = out.resource(json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": format!("memo-{i}")}}));
+        }
+        Ok(out)
     }
 }
 

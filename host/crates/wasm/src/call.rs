@@ -43,10 +43,9 @@ impl Plugin {
                     Err(self.lacks("`reconcile`"))
                 }
             };
-            let raw = self
-                .in_store(limits, grants, cr_namespace(req), call, Some(Result::is_ok))
-                .await?;
-            self.finish(raw, limits, None)
+            let finish = |raw| self.finish(raw, limits, None);
+            self.in_reusable_store(limits, grants, cr_namespace(req), call, finish)
+                .await
         })
         .await
     }
@@ -80,10 +79,9 @@ impl Plugin {
                     Err(self.lacks("hooks"))
                 }
             };
-            let raw = self
-                .in_store(limits, grants, cr_namespace(req), call, Some(Result::is_ok))
-                .await?;
-            self.finish(raw, limits, Some(current))
+            let finish = |raw| self.finish(raw, limits, Some(current));
+            self.in_reusable_store(limits, grants, cr_namespace(req), call, finish)
+                .await
         })
         .await
     }
@@ -96,32 +94,54 @@ impl Plugin {
                 Guest::Hooks2(guest) => guest.call_functions(store).await,
                 Guest::Reconciler(_) | Guest::Reconciler2(_) | Guest::Package(_) => Ok(Vec::new()),
             };
-            self.in_store(limits, &Grants::default(), None, call, None)
-                .await
+            self.in_store(limits, &Grants::default(), None, call).await
         })
         .await
     }
 
-    /// One call: `call` calls an export of an instance of the component, within the
-    /// deadline ([`bounded`]); then what the guest printed is logged and a failure becomes
-    /// a [`CallError`] ([`Plugin::settle`]).
-    ///
-    /// The instance is a fresh one in a fresh store ([`Plugin::store`]), unless the
-    /// plugin's limits allow reuse ([`Limits::reuse_calls`]) and `keep` is given: then an
-    /// idle instance of the same tenant (and namespace, where the grants are scoped to
-    /// it) serves the call if there is one, and afterwards the instance is kept for the
-    /// next call if the call succeeded, `keep` says its answer was a success, and it has
-    /// calls left ([`super::reuse`]).
+    /// One call in a fresh instance, in a fresh store ([`Plugin::store`]): `call` calls an
+    /// export of it, within the deadline ([`bounded`]); then what the guest printed is
+    /// logged and a failure becomes a [`CallError`] ([`Plugin::settle`]).
     pub(super) async fn in_store<R>(
         &self,
         limits: &Limits,
         grants: &Grants,
         cr_namespace: Option<String>,
         call: impl AsyncFnOnce(&mut Store<State>, &Guest) -> wasmtime::Result<R>,
-        keep: Option<fn(&R) -> bool>,
     ) -> Result<R, CallError> {
-        let key =
-            keep.and_then(|_| Key::of(self, limits.reuse_calls, grants, cr_namespace.as_deref()));
+        self.call_in(limits, grants, cr_namespace, call, Ok, false)
+            .await
+    }
+
+    /// [`Plugin::in_store`], then `finish` checks what the guest answered; and when the
+    /// plugin's limits allow reuse ([`Limits::reuse_calls`]), an idle instance of the same
+    /// tenant (and namespace, where the grants are scoped to it) serves the call if there
+    /// is one, and afterwards the instance is kept for the next call only if the answer
+    /// passed `finish` and the instance has calls left ([`super::reuse`]).
+    async fn in_reusable_store<R, T>(
+        &self,
+        limits: &Limits,
+        grants: &Grants,
+        cr_namespace: Option<String>,
+        call: impl AsyncFnOnce(&mut Store<State>, &Guest) -> wasmtime::Result<R>,
+        finish: impl FnOnce(R) -> Result<T, CallError>,
+    ) -> Result<T, CallError> {
+        self.call_in(limits, grants, cr_namespace, call, finish, true)
+            .await
+    }
+
+    async fn call_in<R, T>(
+        &self,
+        limits: &Limits,
+        grants: &Grants,
+        cr_namespace: Option<String>,
+        call: impl AsyncFnOnce(&mut Store<State>, &Guest) -> wasmtime::Result<R>,
+        finish: impl FnOnce(R) -> Result<T, CallError>,
+        reusable: bool,
+    ) -> Result<T, CallError> {
+        let key = reusable
+            .then(|| Key::of(self, limits.reuse_calls, grants, cr_namespace.as_deref()))
+            .flatten();
         let (mut store, kept, _busy) = self
             .store(limits, grants, cr_namespace, key.as_ref())
             .await?;
@@ -140,8 +160,9 @@ impl Plugin {
         })
         .await;
         let (guest, answer) = self.settle(result, &mut store, limits)?;
-        if let (Some(key), Some(keep)) = (key, keep)
-            && keep(&answer)
+        let checked = finish(answer);
+        if let Some(key) = key
+            && checked.is_ok()
             && served + 1 < limits.reuse_calls
             && store.data().stdio_left()
         {
@@ -149,7 +170,7 @@ impl Plugin {
                 .kept
                 .keep(self.inner().engine.shelf(), key, store, guest, served + 1);
         }
-        Ok(answer)
+        checked
     }
 
     /// The error of a call to an export this plugin's world does not have.

@@ -173,7 +173,7 @@ impl Plugin {
             })
         };
         // A package's calls always get a fresh instance: they carry credentials.
-        self.in_store(limits, grants, opts.namespace.clone(), call, None)
+        self.in_store(limits, grants, opts.namespace.clone(), call)
             .await
     }
 

@@ -96,22 +96,17 @@ pub(super) struct Stdio {
     /// Bytes of each written before the current call (an instance kept for reuse serves
     /// several): only what follows is the call's.
     seen: [usize; 2],
+    /// Bytes of each written when they were last flushed.
+    flushed: [usize; 2],
 }
 
 impl Stdio {
-    /// What the guest wrote to `stdout` (0) or `stderr` (1) during the current call.
-    fn of_call(&self, stream: usize) -> Vec<u8> {
-        let pipe = [&self.stdout, &self.stderr][stream];
-        let all = pipe.contents();
-        all[self.seen[stream].min(all.len())..].to_vec()
-    }
-
-    /// Bytes captured in all, of the pipes' [`STDIO_CAPTURE`] each.
-    fn used(&self) -> usize {
-        self.stdout
-            .contents()
-            .len()
-            .max(self.stderr.contents().len())
+    /// What the guest wrote to `stdout` (0) or `stderr` (1) during the current call, as
+    /// text, and how many bytes the pipe holds in all.
+    fn of_call(&self, stream: usize) -> (String, usize) {
+        let all = [&self.stdout, &self.stderr][stream].contents();
+        let text = String::from_utf8_lossy(&all[self.seen[stream].min(all.len())..]);
+        (text.into_owned(), all.len())
     }
 }
 
@@ -199,7 +194,7 @@ impl State {
         self.log_lines = 0;
         self.logs_dropped = 0;
         if let Some((_, stdio)) = &mut self.wasi {
-            stdio.seen = [stdio.stdout.contents().len(), stdio.stderr.contents().len()];
+            stdio.seen = stdio.flushed;
         }
         true
     }
@@ -212,10 +207,11 @@ impl State {
         self.cr_namespace = None;
     }
 
-    /// Whether the instance has room in its stdio pipes for another call: it has used at
-    /// most half of them.
+    /// Whether the instance has room in its stdio pipes for another call: it had used at
+    /// most half of either when the call's output was flushed.
     pub(super) fn stdio_left(&self) -> bool {
-        self.stdio().is_none_or(|s| s.used() <= STDIO_CAPTURE / 2)
+        self.stdio()
+            .is_none_or(|s| s.flushed.iter().all(|&n| n <= STDIO_CAPTURE / 2))
     }
 
     /// Whether one more line may be logged: the tenant's log budget allows it.
@@ -261,13 +257,16 @@ impl State {
     /// Writes what the guest printed to the host's log, one line each, truncated, as far
     /// as the tenant's log budget allows.
     pub(super) fn flush_stdio(&mut self) {
-        let Some(stdio) = self.stdio() else { return };
-        let pipes = [("stdout", stdio.of_call(0)), ("stderr", stdio.of_call(1))];
-        for (stream, bytes) in pipes {
-            if bytes.is_empty() {
+        let Some((_, stdio)) = &mut self.wasi else {
+            return;
+        };
+        let (out, out_len) = stdio.of_call(0);
+        let (err, err_len) = stdio.of_call(1);
+        stdio.flushed = [out_len, err_len];
+        for (stream, text) in [("stdout", out), ("stderr", err)] {
+            if text.is_empty() {
                 continue;
             }
-            let text = String::from_utf8_lossy(&bytes);
             for line in text.lines().filter(|l| !l.trim().is_empty()).take(50) {
                 if !self.may_log() {
                     continue;
@@ -285,8 +284,7 @@ impl State {
 
     /// The first non-empty line the guest wrote to stderr.
     pub(super) fn first_stderr_line(&self) -> Option<String> {
-        let bytes = self.stdio()?.of_call(1);
-        let text = String::from_utf8_lossy(&bytes);
+        let (text, _) = self.stdio()?.of_call(1);
         text.lines()
             .map(str::trim)
             .find(|l| !l.is_empty())
@@ -302,6 +300,7 @@ fn sealed_wasi(name: &str) -> (WasiCtx, Stdio) {
         stdout: MemoryOutputPipe::new(STDIO_CAPTURE),
         stderr: MemoryOutputPipe::new(STDIO_CAPTURE),
         seen: [0, 0],
+        flushed: [0, 0],
     };
     let ctx = WasiCtxBuilder::new()
         .stdout(stdio.stdout.clone())
