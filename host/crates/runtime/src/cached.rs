@@ -7,12 +7,14 @@
 //! The cache also drops what no pass reads and every write would keep current for nobody:
 //! other field managers' `managedFields` entries (the pass reads only the host's own, to
 //! know which labels, finalizers and status fields it owns) and kubectl's
-//! `last-applied-configuration` annotation, a second copy of the object.
+//! `last-applied-configuration` annotation, a second copy of the object. The host's own
+//! entries keep their field sets as JSON text too (a tree of maps per entry was most of a
+//! small CR's cached size), parsed back with the rest of the object.
 
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ObjectMeta};
 use kube::Resource;
 use kube::api::{DynamicObject, TypeMeta};
 use kube::core::DynamicResourceScope;
@@ -65,6 +67,11 @@ impl CachedCr {
                     Some(FINALIZER_MANAGER | RECONCILER_MANAGER | STATUS_MANAGER)
                 )
             });
+            for entry in entries.iter_mut() {
+                if let Some(FieldsV1(fields)) = &mut entry.fields_v1 {
+                    *fields = Value::String(fields.to_string());
+                }
+            }
         }
         if let Some(annotations) = &mut metadata.annotations {
             annotations.remove(LAST_APPLIED);
@@ -107,7 +114,17 @@ impl CachedCr {
             object.insert("apiVersion".into(), types.api_version.clone().into());
             object.insert("kind".into(), types.kind.clone().into());
         }
-        let metadata = serde_json::to_value(&self.metadata).unwrap_or_default();
+        let mut metadata = serde_json::to_value(&self.metadata).unwrap_or_default();
+        if let Some(Value::Array(entries)) = metadata.get_mut("managedFields") {
+            for entry in entries {
+                if let Some(fields) = entry.get_mut("fieldsV1")
+                    && let Value::String(text) = fields
+                    && let Ok(parsed) = serde_json::from_str(text)
+                {
+                    *fields = parsed;
+                }
+            }
+        }
         object.insert("metadata".into(), metadata);
         // The text was written from a JSON object by this type, so it parses back as one.
         if let Ok(Value::Object(body)) = serde_json::from_str(&self.body) {
@@ -228,6 +245,23 @@ mod tests {
         assert!(deleting.body.len() > DEFAULT_MAX_BODY);
         let small: CachedCr = serde_json::from_value(watched()).expect("deserializes");
         assert!(small.too_large().is_none());
+    }
+
+    #[test]
+    fn the_host_field_sets_are_kept_as_text_and_read_back_as_objects() {
+        let cached: CachedCr = serde_json::from_value(watched()).expect("deserializes");
+        let entries = cached.metadata.managed_fields.as_ref().expect("entries");
+        assert_eq!(
+            entries[0].fields_v1.as_ref().map(|f| &f.0),
+            Some(&Value::String(
+                r#"{"f:metadata":{"f:finalizers":{"v:\"inrun.dev/cleanup\"":{}}}}"#.into()
+            ))
+        );
+        let object = cached.value();
+        assert_eq!(
+            object["metadata"]["managedFields"][1]["fieldsV1"],
+            serde_json::json!({"f:status": {"f:url": {}}})
+        );
     }
 
     #[test]

@@ -7,6 +7,7 @@
 //! to a registry in the layout the pull side accepts: see `docs/plugins.md`.
 
 mod dockerconfig;
+mod files;
 mod https;
 mod oci;
 mod registry;
@@ -240,6 +241,7 @@ pub struct Sources {
     http: reqwest::Client,
     secrets: Arc<dyn Secrets>,
     options: Arc<SourceOptions>,
+    files: Arc<files::FileDigests>,
 }
 
 impl fmt::Debug for Sources {
@@ -267,6 +269,7 @@ impl Sources {
             http,
             secrets,
             options: Arc::new(options),
+            files: Arc::default(),
         })
     }
 
@@ -314,8 +317,10 @@ impl Sources {
     ) -> Result<Fetched, SourceError> {
         match location {
             Location::File(path) => {
-                let module = Module::new(read_file(path).await?);
+                let (bytes, before) = self.files.read(path).await?;
+                let module = Module::new(bytes);
                 let version = module.digest_ref();
+                self.files.read_as(path, before, &version).await;
                 Ok(Fetched { module, version })
             }
             Location::Https { url, digest } => {
@@ -338,7 +343,7 @@ impl Sources {
     }
 
     /// Cheaply tells the current version without downloading the module where possible:
-    /// sha256 of a file's content; for an OCI tag, the manifest digest (a HEAD request);
+    /// sha256 of a file's content (hashed again only when its metadata changed); for an OCI tag, the manifest digest (a HEAD request);
     /// for pinned locations the pin.
     ///
     /// # Errors
@@ -352,7 +357,7 @@ impl Sources {
             return Ok(pin.to_string());
         }
         match location {
-            Location::File(path) => Ok(sha256(&read_file(path).await?)),
+            Location::File(path) => self.files.version(path).await,
             Location::Oci { reference, .. } => {
                 let auth = self.auth(location, reference, Access::Secret(pull)).await?;
                 oci::manifest_digest(&self.options, location, reference, &auth).await
@@ -396,21 +401,6 @@ impl Sources {
 /// `sha256:<hex>` of `bytes`.
 pub fn sha256(bytes: &[u8]) -> String {
     format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
-}
-
-async fn read_file(path: &std::path::Path) -> Result<Vec<u8>, SourceError> {
-    let read = |source| SourceError::Read {
-        path: path.to_path_buf(),
-        source,
-    };
-    let len = tokio::fs::metadata(path).await.map_err(read)?.len();
-    if len > MAX_MODULE_SIZE {
-        return Err(SourceError::TooLarge {
-            location: path.display().to_string(),
-            limit: MAX_MODULE_SIZE,
-        });
-    }
-    tokio::fs::read(path).await.map_err(read)
 }
 
 /// Splits PEM bundles into one PEM text per certificate (the OCI client reads only the
