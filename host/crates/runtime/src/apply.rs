@@ -8,12 +8,12 @@
 use std::sync::Arc;
 
 use kube::api::{DynamicObject, Patch, PatchParams};
-use kube::core::PartialObjectMeta;
 use serde_json::{Value, json};
 
 use super::children::{ChildError, api_for, id_of};
 use super::context::Ctx;
 use super::kinds::Kind;
+use super::stores;
 use inrun_contract::CREATE_ONLY_ANNOTATION;
 use inrun_contract::api_version::group_of;
 use inrun_pass::meta::{OWNER_UID, RECONCILER_MANAGER};
@@ -323,26 +323,6 @@ fn hash_of(obj: &Value) -> u64 {
     u64::from_be_bytes(first)
 }
 
-/// Whether nobody but the host has written the child's fields since the host's last
-/// apply: in its managed fields (status aside), the host's entry is the newest.
-fn untouched(child: &PartialObjectMeta<DynamicObject>) -> bool {
-    let entries: Vec<_> = child
-        .metadata
-        .managed_fields
-        .iter()
-        .flatten()
-        .filter(|m| m.subresource.as_deref().unwrap_or_default().is_empty())
-        .collect();
-    let Some(ours) = entries.iter().find(|m| {
-        m.manager.as_deref() == Some(RECONCILER_MANAGER) && m.operation.as_deref() == Some("Apply")
-    }) else {
-        return false;
-    };
-    entries.iter().all(|m| {
-        std::ptr::eq(*m, *ours) || matches!((&m.time, &ours.time), (Some(t), Some(o)) if t.0 < o.0)
-    })
-}
-
 /// One child an apply covered.
 struct One {
     key: ChildKey,
@@ -375,7 +355,9 @@ async fn apply_one(
 ) -> Result<One, ChildError> {
     let shaped = shape(ctx, cr, index, resource, ownership).await?;
     let current = current(ctx, &shaped, ownership).await?;
-    let holder = current.as_ref().map(|c| owner_of(&c.metadata));
+    let holder = current
+        .as_ref()
+        .map(|c| c.owner.as_deref().map(str::to_string));
     if shaped.create_only && holder.is_some() {
         return Ok(One::unwritten(shaped));
     }
@@ -506,7 +488,7 @@ async fn current(
     ctx: &Ctx,
     shaped: &Shaped,
     ownership: Ownership,
-) -> Result<Option<Arc<PartialObjectMeta<DynamicObject>>>, ChildError> {
+) -> Result<Option<Arc<stores::CachedChild>>, ChildError> {
     let owned = ownership == Ownership::Owned;
     let key = &shaped.key;
     let live = if owned {
@@ -525,7 +507,8 @@ async fn current(
                 child: key.to_string(),
                 error,
             })?
-            .map(Arc::new),
+            // Read as the cache keeps it.
+            .map(|child| Arc::new(stores::CachedChild::new(child))),
         _ => None,
     })
 }
@@ -538,14 +521,12 @@ fn as_desired(
     cr: &DynamicObject,
     key: &ChildKey,
     hash: u64,
-    child: &PartialObjectMeta<DynamicObject>,
+    child: &stores::CachedChild,
 ) -> bool {
     let stamped = child
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(APPLIED_HASH))
-        .is_some_and(|h| *h == format!("{hash:016x}"));
+        .stamp
+        .as_deref()
+        .is_some_and(|h| h == format!("{hash:016x}"));
     let same_version = child
         .metadata
         .resource_version
@@ -554,7 +535,7 @@ fn as_desired(
             ctx.triggers
                 .applied_as(&Ctx::key(cr), &id_of(key), hash, rv)
         });
-    stamped && (same_version || untouched(child)) && child.metadata.deletion_timestamp.is_none()
+    stamped && (same_version || child.untouched) && child.metadata.deletion_timestamp.is_none()
 }
 
 /// Writes the child, stamped with `hash`, and records the version written, so that its
@@ -604,11 +585,6 @@ fn check_shape(resource: &Value) -> Result<(), String> {
         None | Some(Value::Null) | Some(Value::String(_)) => Ok(()),
         Some(_) => Err("metadata.namespace is not a string".into()),
     }
-}
-
-/// The owner uid an object's label names, if any.
-fn owner_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Option<String> {
-    meta.labels.as_ref()?.get(OWNER_UID).cloned()
 }
 
 #[cfg(test)]

@@ -8,7 +8,8 @@
 //! other field managers' `managedFields` entries (the pass reads only the host's own, to
 //! know which labels, finalizers and status fields it owns) and kubectl's
 //! `last-applied-configuration` annotation, a second copy of the object. The host's own
-//! entries keep their field sets as JSON text too (a tree of maps per entry was most of a
+//! entries keep what the pass reads (manager, operation, subresource), and their field
+//! sets as JSON text (a tree of maps per entry was most of a
 //! small CR's cached size), parsed back with the rest of the object.
 
 use std::borrow::Cow;
@@ -68,6 +69,10 @@ impl CachedCr {
                 )
             });
             for entry in entries.iter_mut() {
+                // The pass reads manager, operation, subresource and the field set.
+                entry.api_version = None;
+                entry.fields_type = None;
+                entry.time = None;
                 if let Some(FieldsV1(fields)) = &mut entry.fields_v1 {
                     *fields = Value::String(fields.to_string());
                 }
@@ -223,10 +228,13 @@ mod tests {
             .as_object_mut()
             .expect("map")
             .remove(LAST_APPLIED);
-        meta["managedFields"]
-            .as_array_mut()
-            .expect("list")
-            .remove(0);
+        let entries = meta["managedFields"].as_array_mut().expect("list");
+        entries.remove(0);
+        for entry in entries {
+            let entry = entry.as_object_mut().expect("entry");
+            entry.remove("apiVersion");
+            entry.remove("fieldsType");
+        }
         assert_eq!(object, expected);
     }
 

@@ -4,8 +4,8 @@
 
 use std::sync::Arc;
 
-use futures::StreamExt;
 use futures::stream::BoxStream;
+use futures::{StreamExt, TryStreamExt};
 use kube::Client;
 use kube::api::{Api, DynamicObject};
 use kube::core::PartialObjectMeta;
@@ -27,11 +27,11 @@ pub(crate) fn child_watch(
     stores: &stores::ChildStores,
 ) -> (
     BoxStream<'static, ObjectRef<CachedCr>>,
-    Store<PartialObjectMeta<DynamicObject>>,
+    Store<stores::CachedChild>,
 ) {
     // `Api<PartialObjectMeta<_>>` asks for metadata only.
     let api: Api<PartialObjectMeta<DynamicObject>> = Api::all_with(client.clone(), &kind.resource);
-    let writer: Writer<PartialObjectMeta<DynamicObject>> = Writer::new(kind.resource.clone());
+    let writer: Writer<stores::CachedChild> = Writer::new(kind.resource.clone());
     let store = writer.as_reader();
     stores.insert(kind, store.clone());
     let triggers = triggers.clone();
@@ -40,7 +40,7 @@ pub(crate) fn child_watch(
         writer,
         watcher(api, watcher::Config::default().labels(OWNER_UID))
             .default_backoff()
-            .modify(stores::trim),
+            .map_ok(stores::cached),
     )
     .filter_map(move |event| {
         let kind = (group.as_str(), kind_name.as_str());
@@ -142,11 +142,11 @@ fn newly_served(
 fn child_event(
     triggers: &triggers::Triggers,
     (group, kind): (&str, &str),
-    child: &PartialObjectMeta<DynamicObject>,
+    child: &stores::CachedChild,
     change: ChildChange,
 ) -> Option<ObjectRef<CachedCr>> {
     let meta = &child.metadata;
-    let owner = meta.labels.as_ref()?.get(OWNER_UID)?;
+    let owner = child.owner.as_deref()?;
     let id = stores::child_id(
         group,
         kind,

@@ -4,16 +4,25 @@
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
-use kube::api::DynamicObject;
-use kube::core::PartialObjectMeta;
-use kube::runtime::reflector::{ObjectRef, Store};
+use std::borrow::Cow;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectMeta};
+use kube::Resource;
+use kube::api::DynamicObject;
+use kube::core::DynamicResourceScope;
+use kube::core::PartialObjectMeta;
+use kube::discovery::ApiResource;
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
+
+use super::apply::APPLIED_HASH;
 use super::kinds::Kind;
+use inrun_pass::meta::{OWNER_UID, RECONCILER_MANAGER};
 
 /// How long a pass waits for the children's caches to list once.
 const READY_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
-type Stores = HashMap<(String, String), Store<PartialObjectMeta<DynamicObject>>>;
+type Stores = HashMap<(String, String), Store<CachedChild>>;
 
 /// Watch caches (metadata only) of the CR's children, one per managed kind. A kind the API
 /// server did not serve when the controller started gets its cache later, when it is.
@@ -29,7 +38,7 @@ impl ChildStores {
     }
 
     /// Adds the cache of `kind`.
-    pub fn insert(&self, kind: &Kind, store: Store<PartialObjectMeta<DynamicObject>>) {
+    pub fn insert(&self, kind: &Kind, store: Store<CachedChild>) {
         self.stores
             .write()
             .unwrap_or_else(|p| p.into_inner())
@@ -59,7 +68,7 @@ impl ChildStores {
         kind: &Kind,
         namespace: Option<&str>,
         name: &str,
-    ) -> Option<Option<Arc<PartialObjectMeta<DynamicObject>>>> {
+    ) -> Option<Option<Arc<CachedChild>>> {
         let store = self
             .read()
             .get(&(
@@ -76,30 +85,121 @@ impl ChildStores {
     }
 }
 
-/// Trims a child to what its cache needs: name, namespace, resourceVersion, deletion, the
-/// host's own labels and annotations (`inrun.dev/`), and who wrote it when (managedFields
-/// without their field sets, which are most of an object's metadata). The rest stays on
-/// the API server (a pass's `request.children` lists the children whole), so the cache
-/// grows by a few hundred bytes per child.
-pub fn trim(child: &mut PartialObjectMeta<DynamicObject>) {
-    child.types = None;
-    let meta = &mut child.metadata;
-    meta.uid = None;
-    meta.creation_timestamp = None;
-    meta.generation = None;
-    meta.generate_name = None;
-    for map in [&mut meta.labels, &mut meta.annotations]
-        .into_iter()
-        .flatten()
-    {
-        map.retain(|k, _| k.starts_with(inrun_contract::RESERVED_PREFIX));
+/// A child as its cache keeps it: name, namespace, resourceVersion and deletion in
+/// `metadata`, and of the rest only what the host reads — the CR its owner label names,
+/// the hash the host stamped on it, and whether anyone but the host wrote it since. The
+/// rest stays on the API server (a pass's `request.children` lists the children whole).
+///
+/// Kept as [`ObjectMeta`] labels, annotations and managedFields, those three facts cost
+/// about 1 KiB a child (a B-tree node of ~0.5 KiB per map even with one entry, an entry
+/// per field manager); as fields, a few dozen bytes.
+#[derive(Clone, Debug)]
+pub struct CachedChild {
+    /// Name, namespace, resourceVersion and deletionTimestamp; nothing else.
+    pub metadata: ObjectMeta,
+    /// The uid the child's `inrun.dev/owner-uid` label names.
+    pub owner: Option<Box<str>>,
+    /// The child's `inrun.dev/applied` annotation: the hash of what the host last applied.
+    pub stamp: Option<Box<str>>,
+    /// Whether nobody but the host has written the child's fields since the host's last
+    /// apply: in its managed fields (status aside), the host's entry is the newest.
+    pub untouched: bool,
+}
+
+impl CachedChild {
+    /// `child`'s metadata, reduced.
+    pub fn new(child: PartialObjectMeta<DynamicObject>) -> Self {
+        let ObjectMeta {
+            name,
+            namespace,
+            resource_version,
+            deletion_timestamp,
+            labels,
+            annotations,
+            managed_fields,
+            ..
+        } = child.metadata;
+        CachedChild {
+            untouched: untouched(managed_fields.as_deref().unwrap_or_default()),
+            owner: labels
+                .and_then(|mut l| l.remove(OWNER_UID))
+                .map(String::into_boxed_str),
+            stamp: annotations
+                .and_then(|mut a| a.remove(APPLIED_HASH))
+                .map(String::into_boxed_str),
+            metadata: ObjectMeta {
+                name,
+                namespace,
+                resource_version,
+                deletion_timestamp,
+                ..ObjectMeta::default()
+            },
+        }
     }
-    for entry in meta.managed_fields.iter_mut().flatten() {
-        entry.fields_v1 = None;
-        entry.fields_type = None;
-        entry.api_version = None;
+}
+
+/// Whether, among the entries of the object itself (not its subresources), the host's
+/// `Apply` is the newest.
+fn untouched(entries: &[ManagedFieldsEntry]) -> bool {
+    let own: Vec<_> = entries
+        .iter()
+        .filter(|m| m.subresource.as_deref().unwrap_or_default().is_empty())
+        .collect();
+    let Some(ours) = own.iter().find(|m| {
+        m.manager.as_deref() == Some(RECONCILER_MANAGER) && m.operation.as_deref() == Some("Apply")
+    }) else {
+        return false;
+    };
+    own.iter().all(|m| {
+        std::ptr::eq(*m, *ours) || matches!((&m.time, &ours.time), (Some(t), Some(o)) if t.0 < o.0)
+    })
+}
+
+impl Resource for CachedChild {
+    type DynamicType = ApiResource;
+    type Scope = DynamicResourceScope;
+
+    fn group(dt: &ApiResource) -> Cow<'_, str> {
+        dt.group.as_str().into()
     }
-    meta.owner_references = None;
+
+    fn version(dt: &ApiResource) -> Cow<'_, str> {
+        dt.version.as_str().into()
+    }
+
+    fn kind(dt: &ApiResource) -> Cow<'_, str> {
+        dt.kind.as_str().into()
+    }
+
+    fn api_version(dt: &ApiResource) -> Cow<'_, str> {
+        dt.api_version.as_str().into()
+    }
+
+    fn plural(dt: &ApiResource) -> Cow<'_, str> {
+        dt.plural.as_str().into()
+    }
+
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+/// A watch event of a child, reduced to what its cache keeps.
+pub fn cached(
+    event: watcher::Event<PartialObjectMeta<DynamicObject>>,
+) -> watcher::Event<CachedChild> {
+    use watcher::Event;
+    match event {
+        Event::Apply(c) => Event::Apply(CachedChild::new(c)),
+        Event::Delete(c) => Event::Delete(CachedChild::new(c)),
+        Event::Init => Event::Init,
+        Event::InitApply(c) => Event::InitApply(CachedChild::new(c)),
+        Event::InitDone => Event::InitDone,
+    }
 }
 
 /// A child's id in the trigger state: group, kind, namespace and name.
@@ -111,43 +211,121 @@ pub fn child_id(group: &str, kind: &str, namespace: Option<&str>, name: &str) ->
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_trimmed_child_keeps_what_the_host_reads_and_nothing_else() {
-        let mut child: PartialObjectMeta<DynamicObject> = serde_json::from_value(serde_json::json!({
+    fn child(managed: serde_json::Value) -> PartialObjectMeta<DynamicObject> {
+        serde_json::from_value(serde_json::json!({
             "apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
             "metadata": {
                 "name": "web", "namespace": "a", "resourceVersion": "7", "uid": "c1",
                 "generation": 3, "creationTimestamp": "2026-01-01T00:00:00Z",
-                "labels": {"inrun.dev/owner-uid": "u1", "app": "web"},
-                "annotations": {"inrun.dev/applied": "abc", "kubectl.kubernetes.io/last-applied-configuration": "{...}"},
+                "labels": {"inrun.dev/owner-uid": "u1", "app": "web", "inrun.dev/applied": "forged"},
+                "annotations": {"inrun.dev/applied": "abc", "inrun.dev/apply-order": "2",
+                                "kubectl.kubernetes.io/last-applied-configuration": "{...}"},
                 "ownerReferences": [{"apiVersion": "x/v1", "kind": "X", "name": "x", "uid": "u1"}],
-                "managedFields": [{"manager": "inrun-reconciler", "operation": "Apply",
-                                   "time": "2026-01-01T00:00:00Z", "fieldsType": "FieldsV1",
-                                   "fieldsV1": {"f:data": {"f:a": {}}}}],
+                "managedFields": managed,
             }
         }))
-        .expect("a child");
-        trim(&mut child);
-        let m = &child.metadata;
-        let keys = |map: &Option<std::collections::BTreeMap<String, String>>| {
-            map.iter()
-                .flatten()
-                .map(|(k, _)| k.clone())
-                .collect::<Vec<_>>()
-        };
-        assert_eq!(keys(&m.labels), ["inrun.dev/owner-uid"]);
-        assert_eq!(keys(&m.annotations), ["inrun.dev/applied"]);
-        assert!(m.owner_references.is_none());
-        let entry = &m.managed_fields.as_ref().expect("entries kept")[0];
-        assert_eq!(entry.manager.as_deref(), Some("inrun-reconciler"));
-        assert!(entry.time.is_some() && entry.fields_v1.is_none());
-        assert_eq!(entry.operation.as_deref(), Some("Apply"));
-        assert_eq!(m.resource_version.as_deref(), Some("7"));
+        .expect("a child")
+    }
+
+    fn entry(
+        manager: &str,
+        operation: &str,
+        time: &str,
+        subresource: Option<&str>,
+    ) -> serde_json::Value {
+        let mut e = serde_json::json!({"manager": manager, "operation": operation, "time": time,
+                                       "fieldsType": "FieldsV1", "fieldsV1": {"f:data": {"f:a": {}}}});
+        if let Some(sub) = subresource {
+            e["subresource"] = sub.into();
+        }
+        e
+    }
+
+    #[test]
+    fn a_cached_child_keeps_what_the_host_reads_and_nothing_else() {
+        let cached = CachedChild::new(child(serde_json::json!([entry(
+            RECONCILER_MANAGER,
+            "Apply",
+            "2026-01-01T00:00:00Z",
+            None
+        )])));
+        assert_eq!(cached.owner.as_deref(), Some("u1"));
+        // The stamp is the annotation's value; a label of its name is not read as it.
+        assert_eq!(cached.stamp.as_deref(), Some("abc"));
+        assert!(cached.untouched);
+        let m = &cached.metadata;
         assert_eq!(
-            (m.name.as_deref(), m.namespace.as_deref()),
-            (Some("web"), Some("a"))
+            (
+                m.name.as_deref(),
+                m.namespace.as_deref(),
+                m.resource_version.as_deref()
+            ),
+            (Some("web"), Some("a"), Some("7"))
         );
-        assert!(m.uid.is_none() && m.generation.is_none() && m.creation_timestamp.is_none());
-        assert!(child.types.is_none());
+        let empty = ObjectMeta {
+            name: m.name.clone(),
+            namespace: m.namespace.clone(),
+            resource_version: m.resource_version.clone(),
+            ..ObjectMeta::default()
+        };
+        assert_eq!(*m, empty, "no other metadata is kept");
+    }
+
+    #[test]
+    fn a_child_is_untouched_while_the_hosts_apply_is_its_newest_write() {
+        let ours = entry(RECONCILER_MANAGER, "Apply", "2026-01-01T00:00:05Z", None);
+        let untouched = |entries: serde_json::Value| CachedChild::new(child(entries)).untouched;
+        assert!(untouched(serde_json::json!([ours])));
+        // A status write by a controller is not a write of the child's fields.
+        assert!(untouched(serde_json::json!([
+            ours,
+            entry(
+                "kube-controller-manager",
+                "Update",
+                "2026-01-01T00:00:09Z",
+                Some("status")
+            )
+        ])));
+        assert!(untouched(serde_json::json!([
+            entry("kubectl-edit", "Update", "2026-01-01T00:00:01Z", None),
+            ours
+        ])));
+        assert!(!untouched(serde_json::json!([
+            ours,
+            entry("kubectl-edit", "Update", "2026-01-01T00:00:09Z", None)
+        ])));
+        // Written in the same second: not known to be older.
+        assert!(!untouched(serde_json::json!([
+            ours,
+            entry("kubectl-edit", "Update", "2026-01-01T00:00:05Z", None)
+        ])));
+        assert!(!untouched(serde_json::json!([entry(
+            RECONCILER_MANAGER,
+            "Update",
+            "2026-01-01T00:00:05Z",
+            None
+        )])));
+        assert!(!untouched(serde_json::json!([])));
+    }
+
+    #[test]
+    fn watch_events_keep_their_kind_when_reduced() {
+        let one = || child(serde_json::json!([]));
+        assert!(
+            matches!(cached(watcher::Event::Apply(one())), watcher::Event::Apply(c) if c.owner.is_some())
+        );
+        assert!(matches!(
+            cached(watcher::Event::Delete(one())),
+            watcher::Event::Delete(_)
+        ));
+        assert!(matches!(
+            cached(watcher::Event::InitApply(one())),
+            watcher::Event::InitApply(_)
+        ));
+        assert!(matches!(cached(watcher::Event::Init), watcher::Event::Init));
+        assert!(matches!(
+            cached(watcher::Event::InitDone),
+            watcher::Event::InitDone
+        ));
     }
 }
