@@ -161,7 +161,10 @@ fn start_once(binaries: &Binaries) -> Result<ControlPlane, StartError> {
         .arg("--allow-privileged=true")
         // No controller manager makes default service accounts, so Pods could not be
         // admitted with this plugin on.
-        .arg("--disable-admission-plugins=ServiceAccount");
+        .arg("--disable-admission-plugins=ServiceAccount")
+        // KEP-5866 sharded list and watch (`shardSelector`), alpha in v1.36: the sharding
+        // tests check the server keeps the CRs Inrun's buckets name.
+        .arg("--feature-gates=ShardedListAndWatch=true");
     let spawned = Instant::now();
     supervisor.spawn("kube-apiserver", apiserver)?;
 

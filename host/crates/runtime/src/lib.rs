@@ -59,6 +59,7 @@ pub mod kubeconfig;
 pub mod leader;
 pub mod metrics;
 pub mod settings;
+pub mod sharding;
 
 /// The module's former name, kept for callers outside this crate.
 pub use apply::APPLIED_HASH;

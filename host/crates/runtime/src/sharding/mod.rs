@@ -1,0 +1,12 @@
+//! Sharding CRs across replicas (active-active): the pieces every replica computes alike
+//! from what the API server shows it, with no coordination of their own.
+//!
+//! - [`buckets`]: a CR's bucket, a fixed function of its uid that matches the API server's
+//!   own sharded list and watch (`shardSelector`, KEP-5866), so a replica watching by
+//!   server-side selector and one filtering client-side agree on every CR.
+//! - [`assign`]: which live member holds which bucket (rendezvous hashing with a cap), a
+//!   function of the membership alone, so every replica computes the same table and a
+//!   membership change moves only the buckets it must.
+
+pub mod assign;
+pub mod buckets;
