@@ -213,3 +213,82 @@ async fn the_servers_shard_selector_keeps_exactly_the_crs_of_the_buckets_listed_
     want.insert(sentinel.0.clone());
     assert_eq!(seen, want, "{text}");
 }
+
+/// The ring's live members after one more look at its Leases.
+async fn look(
+    ring: &inrun::runtime::sharding::members::Ring,
+    client: &Client,
+    seen: &mut inrun::runtime::sharding::members::Observed,
+) -> Vec<String> {
+    let leases = ring.leases(client).await.expect("list members");
+    let now = std::time::Instant::now();
+    seen.update(&leases, now);
+    seen.live(now, ring.lease_duration)
+}
+
+#[tokio::test]
+async fn members_are_live_until_they_release_or_stop_renewing_and_their_buckets_move() {
+    use inrun::runtime::sharding::assign::Assignment;
+    use inrun::runtime::sharding::members::{Observed, Ring};
+    use std::time::{Duration, Instant};
+
+    let cp = ControlPlane::shared();
+    let client = cp.client();
+    let ring = Ring {
+        name: "inrun".into(),
+        namespace: cp.namespace("sharding-ring").await.expect("namespace"),
+        lease_duration: Duration::from_secs(2),
+    };
+    for id in ["pod-a-1", "pod-b-2", "pod-c-3"] {
+        ring.renew(&client, id).await.expect("member lease");
+    }
+    let mut seen = Observed::default();
+    // c's last renewal is first seen at this look.
+    let c_renewed = Instant::now();
+    assert_eq!(
+        look(&ring, &client, &mut seen).await,
+        ["pod-a-1", "pod-b-2", "pod-c-3"]
+    );
+    let three = Assignment::new(&look(&ring, &client, &mut seen).await);
+
+    // b stops gracefully: gone at the next look, and its buckets move.
+    ring.release(&client, "pod-b-2").await.expect("release");
+    let two = look(&ring, &client, &mut seen).await;
+    assert_eq!(two, ["pod-a-1", "pod-c-3"]);
+    let after = Assignment::new(&two);
+    let moved = three.moves(&after);
+    for bucket in three.buckets_of("pod-b-2") {
+        assert!(
+            moved.contains(&bucket),
+            "bucket {bucket} stayed with a released member"
+        );
+    }
+    assert!(
+        (0..BUCKETS).all(|b| after.holder(b).is_some()),
+        "a bucket left unowned"
+    );
+
+    // c was killed after its one renewal, while a keeps renewing: c stays live until a
+    // lease duration has passed since its last renewal was seen, then is gone.
+    let deadline = c_renewed + Duration::from_secs(2 + 5);
+    let mut ticks = tokio::time::interval(Duration::from_millis(200));
+    let gone = loop {
+        ticks.tick().await;
+        ring.renew(&client, "pod-a-1").await.expect("renew");
+        let live = look(&ring, &client, &mut seen).await;
+        if live == ["pod-a-1"] {
+            break c_renewed.elapsed();
+        }
+        assert_eq!(live, ["pod-a-1", "pod-c-3"]);
+        assert!(
+            Instant::now() < deadline,
+            "a killed member still live after 7 s"
+        );
+    };
+    assert!(
+        gone >= Duration::from_secs(2),
+        "a killed member gone {gone:?} after its last renewal, before its lease ran out"
+    );
+    let one = Assignment::new(&["pod-a-1"]);
+    assert_eq!(one.buckets_of("pod-a-1").len(), BUCKETS);
+}

@@ -7,6 +7,9 @@
 //! - [`assign`]: which live member holds which bucket (rendezvous hashing with a cap), a
 //!   function of the membership alone, so every replica computes the same table and a
 //!   membership change moves only the buckets it must.
+//! - [`members`]: who is in the ring — a member Lease per replica, renewed, released on
+//!   stop, judged live on each replica's own clock.
 
 pub mod assign;
 pub mod buckets;
+pub mod members;
