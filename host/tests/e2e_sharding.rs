@@ -220,7 +220,7 @@ async fn look(
     client: &Client,
     seen: &mut inrun::runtime::sharding::members::Observed,
 ) -> Vec<String> {
-    let leases = ring.leases(client).await.expect("list members");
+    let leases = ring.member_leases(client).await.expect("list members");
     let now = std::time::Instant::now();
     seen.update(&leases, now);
     seen.live(now, ring.lease_duration)
@@ -291,4 +291,95 @@ async fn members_are_live_until_they_release_or_stop_renewing_and_their_buckets_
     );
     let one = Assignment::new(&["pod-a-1"]);
     assert_eq!(one.buckets_of("pod-a-1").len(), BUCKETS);
+}
+
+#[tokio::test]
+async fn of_two_members_taking_every_bucket_at_once_exactly_one_holds_each_and_hands_over_by_epoch()
+{
+    use inrun::runtime::sharding::members::Ring;
+    use inrun::runtime::sharding::ownership::Take;
+    use std::time::Duration;
+
+    let cp = ControlPlane::shared();
+    let client = cp.client();
+    let ring = Ring {
+        name: "inrun".into(),
+        namespace: cp.namespace("sharding-buckets").await.expect("namespace"),
+        lease_duration: Duration::from_secs(15),
+    };
+    let both = vec!["pod-a".to_string(), "pod-b".to_string()];
+    // Every bucket, both members at once: each try is a compare-and-swap.
+    let tries = (0..BUCKETS).flat_map(|bucket| {
+        let (ring, client, both) = (ring.clone(), client.clone(), both.clone());
+        ["pod-a", "pod-b"].map(move |me| {
+            let (ring, client, both) = (ring.clone(), client.clone(), both.clone());
+            async move {
+                let take = ring
+                    .acquire(&client, bucket, me, &both)
+                    .await
+                    .expect("acquire");
+                (bucket, me, take)
+            }
+        })
+    });
+    let results = futures::future::join_all(tries).await;
+    let holders = ring.holders(&client).await.expect("holders");
+    for (bucket, held) in holders.iter().enumerate() {
+        let won: Vec<&str> = results
+            .iter()
+            .filter(|(b, _, take)| *b == bucket && matches!(take, Take::Held { .. }))
+            .map(|(_, me, _)| *me)
+            .collect();
+        assert_eq!(won.len(), 1, "bucket {bucket}: {won:?} hold it");
+        assert_eq!(*held, (Some(won[0].to_string()), 1), "bucket {bucket}");
+    }
+    let holder_of = |b: usize| holders[b].0.clone().expect("held");
+    let other = |me: &str| if me == "pod-a" { "pod-b" } else { "pod-a" };
+
+    // Asked again, the holder keeps it and the other is told who holds it.
+    let h0 = holder_of(0);
+    assert_eq!(
+        ring.acquire(&client, 0, &h0, &both).await.expect("again"),
+        Take::Held { epoch: 1 }
+    );
+    assert_eq!(
+        ring.acquire(&client, 0, other(&h0), &both)
+            .await
+            .expect("other"),
+        Take::Other(Some(h0.clone()))
+    );
+
+    // A graceful handover: the holder gives the bucket up, the other takes it at once.
+    ring.release_bucket(&client, 0, &h0).await.expect("release");
+    assert_eq!(
+        ring.acquire(&client, 0, other(&h0), &both)
+            .await
+            .expect("take"),
+        Take::Held { epoch: 2 }
+    );
+    // A release by a member that no longer holds it changes nothing.
+    ring.release_bucket(&client, 0, &h0)
+        .await
+        .expect("stale release");
+    assert_eq!(
+        ring.holders(&client).await.expect("holders")[0],
+        (Some(other(&h0).to_string()), 2)
+    );
+
+    // A holder no longer seen live loses its bucket to a member that sees it gone; the old
+    // holder, still seeing the new one live, does not take it back.
+    let h1 = holder_of(1);
+    let survivor = other(&h1);
+    assert_eq!(
+        ring.acquire(&client, 1, survivor, &[survivor.to_string()])
+            .await
+            .expect("take over"),
+        Take::Held { epoch: 2 }
+    );
+    assert_eq!(
+        ring.acquire(&client, 1, &h1, &both)
+            .await
+            .expect("stale holder"),
+        Take::Other(Some(survivor.to_string()))
+    );
 }

@@ -47,7 +47,7 @@ impl Ring {
         format!("{}-m-{:016x}", self.name, fnv1a64(identity.as_bytes()))
     }
 
-    fn api(&self, client: &Client) -> Api<Lease> {
+    pub(super) fn api(&self, client: &Client) -> Api<Lease> {
         Api::namespaced(client.clone(), &self.namespace)
     }
 
@@ -108,7 +108,7 @@ impl Ring {
     ///
     /// # Errors
     /// The API server's refusal.
-    pub async fn leases(&self, client: &Client) -> Result<Vec<Lease>, kube::Error> {
+    pub async fn member_leases(&self, client: &Client) -> Result<Vec<Lease>, kube::Error> {
         let selector = format!("{RING_LABEL}={},{ROLE_LABEL}=member", self.name);
         Ok(self
             .api(client)

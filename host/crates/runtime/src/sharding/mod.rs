@@ -9,7 +9,10 @@
 //!   membership change moves only the buckets it must.
 //! - [`members`]: who is in the ring — a member Lease per replica, renewed, released on
 //!   stop, judged live on each replica's own clock.
+//! - [`ownership`]: who holds each bucket, one Lease per bucket changed only by
+//!   compare-and-swap, its transitions the bucket's epoch.
 
 pub mod assign;
 pub mod buckets;
 pub mod members;
+pub mod ownership;
