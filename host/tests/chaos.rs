@@ -1,6 +1,7 @@
 //! Faults while the host works, on a real kube-apiserver: the API server restarted in the
-//! middle of a burst, the leader SIGKILLed with a standby waiting, a writer changing specs
-//! during reconciles, the host SIGKILLed and started again. Each ends with every CR
+//! middle of a burst, the leader SIGKILLed with a standby waiting, the leader paused
+//! (SIGSTOP) past its lease and resumed, a writer changing specs during reconciles, the
+//! host SIGKILLed and started again. Each ends with every CR
 //! converged on its last spec and exactly the children its Result names.
 //!
 //! Run by `make chaos` (`INRUN_CHAOS_CRS` sets the burst size, 1,000 by default there);
@@ -96,6 +97,23 @@ impl HostProcess {
             .spawn()
             .expect("spawn inrun");
         HostProcess { child, log }
+    }
+
+    /// Sends `signal` (`STOP`, `CONT`) to the process.
+    fn signal(&self, signal: &str) {
+        let pid = self.child.id().expect("running");
+        let status = std::process::Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(pid.to_string())
+            .status()
+            .expect("kill");
+        assert!(status.success(), "kill -{signal} {pid}");
+    }
+
+    /// Whether the process has exited, or its log says `line`.
+    fn exited_or_said(&mut self, line: &str) -> bool {
+        matches!(self.child.try_wait(), Ok(Some(_)))
+            || std::fs::read_to_string(&self.log).is_ok_and(|log| log.contains(line))
     }
 
     async fn kill(&mut self) {
@@ -446,6 +464,110 @@ async fn the_leader_sigkilled_mid_burst_the_standby_converges_everything_and_pru
         started.elapsed().as_secs_f64()
     );
     watching.abort();
+    standby.kill().await;
+    Ok(())
+}
+
+/// Polls until the leader-election Lease `chaos` in `ns` names `holder`.
+async fn until_held_by(client: &Client, ns: &str, holder: &str) {
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(client.clone(), ns);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let now = leases.get_opt("chaos").await.ok().flatten();
+        if now.and_then(|l| l.spec?.holder_identity).as_deref() == Some(holder) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the lease never went to {holder}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "chaos: run by `make chaos`"]
+async fn a_leader_paused_past_its_lease_writes_nothing_when_it_resumes() -> TestResult {
+    let cp = ControlPlane::shared();
+    let (scene, mut leader) =
+        Scene::start(cp, "chaos-pause", burst_size(200), true, "leader").await?;
+    let count = scene.count;
+    until_held_by(&scene.client, &scene.ns, "leader").await;
+    let mut standby = scene.host("standby");
+    scene.burst("v1", Arc::default()).await;
+    // Paused mid-work, reconciles in flight and queued.
+    until_part_converged(&scene.api, count, count / 4).await;
+    leader.signal("STOP");
+    let paused = Instant::now();
+    until_held_by(&scene.client, &scene.ns, "standby").await;
+    let taken = paused.elapsed();
+    // While the old leader sleeps, every CR moves on to v2 and the standby converges it.
+    for name in names(count) {
+        apply_until_taken(&scene.api, &name, &cr(&scene.group, &name, "v2")).await;
+    }
+    until_converged(&scene.api, count, "v2").await;
+    scene.assert_children("v2").await;
+
+    // Every change to a child from here on, in the API server's order.
+    let configmaps: Api<ConfigMap> = Api::namespaced(scene.client.clone(), &scene.ns);
+    let from = configmaps
+        .list_metadata(&Default::default())
+        .await?
+        .metadata
+        .resource_version
+        .expect("resourceVersion");
+    let seen = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let recording = tokio::spawn({
+        let (seen, configmaps) = (seen.clone(), configmaps.clone());
+        async move {
+            let stream = configmaps
+                .watch(&kube::api::WatchParams::default(), &from)
+                .await
+                .expect("watch");
+            let mut stream = std::pin::pin!(stream);
+            while let Some(Ok(event)) = stream.next().await {
+                let change = match event {
+                    kube::api::WatchEvent::Added(c) => format!("added {:?}", c.metadata.name),
+                    kube::api::WatchEvent::Modified(c) => format!(
+                        "modified {:?} to {:?}",
+                        c.metadata.name,
+                        c.data.and_then(|d| d.get("value").cloned())
+                    ),
+                    kube::api::WatchEvent::Deleted(c) => format!("deleted {:?}", c.metadata.name),
+                    _ => continue,
+                };
+                seen.lock().expect("record").push(change);
+            }
+        }
+    });
+    leader.signal("CONT");
+    let resumed = Instant::now();
+    // The resumed leader finds its lease gone and stops; whatever it still held queued or
+    // in flight meets a fence whose deadline passed while it slept.
+    while !leader.exited_or_said("lost the leader-election lease") {
+        assert!(
+            resumed.elapsed() < Duration::from_secs(60),
+            "the resumed leader neither stopped nor said it lost its lease"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // The standby is converged, so any write now is the old leader's.
+    let after = resumed.elapsed();
+    scene.assert_children("v2").await;
+    recording.abort();
+    let writes = seen.lock().expect("record").clone();
+    assert!(
+        writes.is_empty(),
+        "written after the leader resumed: {writes:?}"
+    );
+    standby.assert_running();
+    eprintln!(
+        "chaos pause: {count} CRs; the leader SIGSTOPped with a quarter converged; the standby held the lease {:.1}s later and converged every CR on a new spec; the old leader resumed, stopped {:.1}s later, and wrote nothing",
+        taken.as_secs_f64(),
+        after.as_secs_f64()
+    );
+    leader.kill().await;
     standby.kill().await;
     Ok(())
 }

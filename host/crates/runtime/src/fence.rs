@@ -7,6 +7,13 @@
 //! reviews (`authorization.k8s.io`, `authentication.k8s.io`), which change nothing.
 //! The Lease is renewed with a client built without the fence.
 //!
+//! A fence opened by a lease also carries the time its lease is known to hold until
+//! ([`Fence::open_until`], moved on by every renewal): past it, writes are refused and those
+//! in flight abandoned even before anyone closes the fence. A process paused past its
+//! lease (SIGSTOP, a frozen VM) resumes with its reconcile tasks and its election task
+//! racing; without the deadline a reconcile could start a write before the election task
+//! saw the lease was lost, while another replica already leads.
+//!
 //! The same layer bounds every request but a watch by the fence's request timeout
 //! (`inrun run --request-timeout`): a watch is held open by the API server for minutes on
 //! purpose and ends by its own `timeoutSeconds`.
@@ -14,7 +21,9 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::Mutex;
 use std::task::{Context, Poll};
+use std::time::Instant;
 
 use kube::client::{Body, ClientBuilder};
 use kube::{Client, Config};
@@ -25,6 +34,8 @@ use tokio::sync::watch;
 #[derive(Clone, Debug)]
 pub struct Fence {
     open: Arc<watch::Sender<bool>>,
+    /// When writes stop even if the fence is still open; `None`: never.
+    until: Arc<Mutex<Option<Instant>>>,
     request_timeout: Option<std::time::Duration>,
     requests: crate::metrics::CountRequests,
 }
@@ -33,6 +44,7 @@ impl Default for Fence {
     fn default() -> Self {
         Fence {
             open: Arc::new(watch::channel(true).0),
+            until: Arc::new(Mutex::new(None)),
             request_timeout: None,
             requests: crate::metrics::CountRequests::none(),
         }
@@ -55,9 +67,51 @@ impl Fence {
         self
     }
 
-    /// Lets writes through.
+    /// Lets writes through, with no deadline.
     pub fn open(&self) {
+        self.set_until(None);
         self.open.send_replace(true);
+    }
+
+    /// Lets writes through until `until` (a lease's renew deadline), when they stop by
+    /// themselves unless [`Fence::extend`] moved it on.
+    pub fn open_until(&self, until: Instant) {
+        self.set_until(Some(until));
+        self.open.send_replace(true);
+    }
+
+    /// Moves the deadline of a fence opened with [`Fence::open_until`] to `until` (a
+    /// renewal succeeded).
+    pub fn extend(&self, until: Instant) {
+        self.set_until(Some(until));
+    }
+
+    fn set_until(&self, until: Option<Instant>) {
+        *self
+            .until
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = until;
+    }
+
+    fn until(&self) -> Option<Instant> {
+        *self
+            .until
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Resolves once the fence's deadline has passed (never, without one), following the
+    /// deadline as renewals move it.
+    async fn expired(&self) {
+        loop {
+            let Some(until) = self.until() else {
+                return std::future::pending().await;
+            };
+            if Instant::now() >= until {
+                return;
+            }
+            tokio::time::sleep_until(until.into()).await;
+        }
     }
 
     /// Refuses new writes and abandons those in flight.
@@ -65,10 +119,10 @@ impl Fence {
         self.open.send_replace(false);
     }
 
-    /// Whether writes go through now.
+    /// Whether writes go through now: open, and its deadline (if any) not passed.
     #[must_use]
     pub fn is_open(&self) -> bool {
-        *self.open.borrow()
+        *self.open.borrow() && self.until().is_none_or(|until| Instant::now() < until)
     }
 
     fn watch(&self) -> watch::Receiver<bool> {
@@ -208,17 +262,20 @@ where
             );
         }
         let mut open = self.fence.watch();
-        if !*open.borrow_and_update() {
+        open.mark_unchanged();
+        if !self.fence.is_open() {
             return Box::pin(async move { Err(Box::new(Fenced { method, path }) as BoxError) });
         }
         let call = self.inner.call(request);
         let (m, p) = (method.clone(), path.clone());
         let call = bounded(async move { call.await.map_err(Into::into) }, timeout, m, p);
+        let fence = self.fence.clone();
         Box::pin(async move {
             tokio::select! {
                 biased;
                 // Dropping the call abandons the request, whatever it had sent.
                 _ = open.wait_for(|o| !*o) => Err(Box::new(Fenced { method, path }) as BoxError),
+                () = fence.expired() => Err(Box::new(Fenced { method, path }) as BoxError),
                 done = call => done,
             }
         })
@@ -280,6 +337,77 @@ mod tests {
         .await
         .expect_err("timed out");
         assert_eq!(err.to_string(), "GET /api/v1/pods timed out after 20ms");
+    }
+
+    /// A fenced service whose every call takes `took`, then answers 200.
+    fn fenced(
+        fence: &Fence,
+        took: std::time::Duration,
+    ) -> FencedService<
+        impl tower::Service<
+            http::Request<Body>,
+            Response = http::Response<()>,
+            Error = BoxError,
+            Future = impl Future<Output = Result<http::Response<()>, BoxError>> + Send + 'static,
+        > + Clone,
+    > {
+        let inner = tower::service_fn(move |_: http::Request<Body>| async move {
+            tokio::time::sleep(took).await;
+            Ok::<_, BoxError>(http::Response::new(()))
+        });
+        FencedService {
+            inner,
+            fence: fence.clone(),
+        }
+    }
+
+    fn write() -> http::Request<Body> {
+        http::Request::patch("/api/v1/namespaces/a/configmaps/x")
+            .body(Body::empty())
+            .expect("request")
+    }
+
+    #[tokio::test]
+    async fn a_fence_past_its_deadline_refuses_writes_though_nobody_closed_it() {
+        use tower::Service;
+        let fence = Fence::default();
+        fence.open_until(Instant::now() - std::time::Duration::from_millis(1));
+        assert!(!fence.is_open());
+        let err = fenced(&fence, std::time::Duration::ZERO)
+            .call(write())
+            .await
+            .expect_err("refused");
+        assert!(err.to_string().contains("abandoned"), "{err}");
+        // Reads still go through.
+        let read = http::Request::get("/api/v1/namespaces/a/configmaps/x")
+            .body(Body::empty())
+            .expect("request");
+        fenced(&fence, std::time::Duration::ZERO)
+            .call(read)
+            .await
+            .expect("a read");
+    }
+
+    #[tokio::test]
+    async fn a_write_in_flight_at_the_deadline_is_abandoned_unless_a_renewal_moved_it() {
+        use tower::Service;
+        let fence = Fence::default();
+        let short = std::time::Duration::from_millis(50);
+        fence.open_until(Instant::now() + short);
+        let started = Instant::now();
+        let err = fenced(&fence, std::time::Duration::from_secs(30))
+            .call(write())
+            .await
+            .expect_err("abandoned");
+        assert!(err.to_string().contains("abandoned"), "{err}");
+        assert!(started.elapsed() < std::time::Duration::from_secs(10));
+
+        // Renewed while the write is in flight: it completes.
+        fence.open_until(Instant::now() + short);
+        let mut service = fenced(&fence, std::time::Duration::from_millis(200));
+        let call = service.call(write());
+        fence.extend(Instant::now() + std::time::Duration::from_secs(60));
+        call.await.expect("completes after the deadline moved");
     }
 
     #[test]

@@ -202,7 +202,8 @@ pub struct Keeper {
 ///
 /// Writes are fenced: `keeper.fence` is closed while this replica waits, opened when it
 /// holds the lease, and closed again the moment the lease is lost, which is at the latest
-/// the renew deadline after the start of the last successful renewal. A candidate takes
+/// the renew deadline after the start of the last successful renewal (the fence itself
+/// knows that deadline, so a write is refused past it even before this task runs). A candidate takes
 /// over only after seeing the lease unrenewed for the whole lease duration, so no write
 /// of this replica, not even one in flight, lands after another has started leading.
 ///
@@ -238,11 +239,21 @@ where
     // Leadership counts from when the winning request was sent: the API server may have
     // stored it (and others seen it) at any moment after that.
     let mut deadline = acquired + config.renew_deadline;
-    fence.open();
+    // Open until the renew deadline, moved on by each renewal: a process paused past it
+    // writes nothing when it resumes, whichever of its tasks runs first.
+    fence.open_until(deadline);
     metrics.leader_election(&lease, true);
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut task = tokio::spawn(work(stop_rx));
-    let lost = match lead(&mut elector, &mut deadline, &mut shutdown, &mut task).await {
+    let lost = match lead(
+        &mut elector,
+        &fence,
+        &mut deadline,
+        &mut shutdown,
+        &mut task,
+    )
+    .await
+    {
         Term::Shutdown => false,
         Term::Lost => true,
         Term::WorkEnded(finished) => {
@@ -331,6 +342,7 @@ enum Term<T> {
 /// `deadline` to the renew deadline after the renewal was sent.
 async fn lead<T>(
     elector: &mut Elector,
+    fence: &crate::fence::Fence,
     deadline: &mut Instant,
     shutdown: &mut watch::Receiver<bool>,
     task: &mut JoinHandle<T>,
@@ -346,7 +358,10 @@ async fn lead<T>(
         }
         let sent = Instant::now();
         match tokio::time::timeout_at((*deadline).into(), elector.try_acquire_or_renew()).await {
-            Ok(Ok(Attempt::Held)) => *deadline = sent + renew_deadline,
+            Ok(Ok(Attempt::Held)) => {
+                *deadline = sent + renew_deadline;
+                fence.extend(*deadline);
+            }
             Ok(Ok(Attempt::Other)) => return Term::Lost,
             Ok(Err(e)) => {
                 tracing::warn!(error = %inrun_contract::errors::chain(&e), "renewing the lease")
@@ -377,7 +392,10 @@ async fn drain<T>(
             () = tokio::time::sleep(retry_period), if fence.is_open() => {
                 let sent = Instant::now();
                 match tokio::time::timeout_at(deadline.into(), elector.try_acquire_or_renew()).await {
-                    Ok(Ok(Attempt::Held)) => deadline = sent + renew_deadline,
+                    Ok(Ok(Attempt::Held)) => {
+                        deadline = sent + renew_deadline;
+                        fence.extend(deadline);
+                    }
                     Ok(Ok(Attempt::Other)) => fence.close(),
                     _ => {}
                 }
