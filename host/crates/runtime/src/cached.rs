@@ -12,14 +12,10 @@
 //! sets as JSON text (a tree of maps per entry was most of a
 //! small CR's cached size), parsed back with the rest of the object.
 
-use std::borrow::Cow;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ObjectMeta};
-use kube::Resource;
 use kube::api::{DynamicObject, TypeMeta};
-use kube::core::DynamicResourceScope;
-use kube::discovery::ApiResource;
 use serde::{Deserialize, Deserializer};
 use serde_json::{Map, Value};
 
@@ -155,42 +151,55 @@ impl<'de> Deserialize<'de> for CachedCr {
     }
 }
 
-impl Resource for CachedCr {
-    type DynamicType = ApiResource;
-    type Scope = DynamicResourceScope;
+/// `impl Resource` for a cached type of any kind (its kind an `ApiResource` known at
+/// run time) whose metadata is its `metadata` field: [`CachedCr`], and the children's
+/// `CachedChild`.
+macro_rules! dynamic_resource {
+    ($cached:ty) => {
+        impl ::kube::Resource for $cached {
+            type DynamicType = ::kube::discovery::ApiResource;
+            type Scope = ::kube::core::DynamicResourceScope;
 
-    fn group(dt: &ApiResource) -> Cow<'_, str> {
-        dt.group.as_str().into()
-    }
+            fn group(dt: &Self::DynamicType) -> ::std::borrow::Cow<'_, str> {
+                dt.group.as_str().into()
+            }
 
-    fn version(dt: &ApiResource) -> Cow<'_, str> {
-        dt.version.as_str().into()
-    }
+            fn version(dt: &Self::DynamicType) -> ::std::borrow::Cow<'_, str> {
+                dt.version.as_str().into()
+            }
 
-    fn kind(dt: &ApiResource) -> Cow<'_, str> {
-        dt.kind.as_str().into()
-    }
+            fn kind(dt: &Self::DynamicType) -> ::std::borrow::Cow<'_, str> {
+                dt.kind.as_str().into()
+            }
 
-    fn api_version(dt: &ApiResource) -> Cow<'_, str> {
-        dt.api_version.as_str().into()
-    }
+            fn api_version(dt: &Self::DynamicType) -> ::std::borrow::Cow<'_, str> {
+                dt.api_version.as_str().into()
+            }
 
-    fn plural(dt: &ApiResource) -> Cow<'_, str> {
-        dt.plural.as_str().into()
-    }
+            fn plural(dt: &Self::DynamicType) -> ::std::borrow::Cow<'_, str> {
+                dt.plural.as_str().into()
+            }
 
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
+            fn meta(&self) -> &::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                &self.metadata
+            }
 
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
+            fn meta_mut(
+                &mut self,
+            ) -> &mut ::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                &mut self.metadata
+            }
+        }
+    };
 }
+pub(crate) use dynamic_resource;
+
+dynamic_resource!(CachedCr);
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kube::Resource;
     use serde_json::json;
 
     fn watched() -> serde_json::Value {

@@ -4,14 +4,9 @@
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
-use std::borrow::Cow;
-
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectMeta};
-use kube::Resource;
 use kube::api::DynamicObject;
-use kube::core::DynamicResourceScope;
 use kube::core::PartialObjectMeta;
-use kube::discovery::ApiResource;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 
@@ -155,38 +150,7 @@ fn untouched(entries: &[ManagedFieldsEntry]) -> bool {
     })
 }
 
-impl Resource for CachedChild {
-    type DynamicType = ApiResource;
-    type Scope = DynamicResourceScope;
-
-    fn group(dt: &ApiResource) -> Cow<'_, str> {
-        dt.group.as_str().into()
-    }
-
-    fn version(dt: &ApiResource) -> Cow<'_, str> {
-        dt.version.as_str().into()
-    }
-
-    fn kind(dt: &ApiResource) -> Cow<'_, str> {
-        dt.kind.as_str().into()
-    }
-
-    fn api_version(dt: &ApiResource) -> Cow<'_, str> {
-        dt.api_version.as_str().into()
-    }
-
-    fn plural(dt: &ApiResource) -> Cow<'_, str> {
-        dt.plural.as_str().into()
-    }
-
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
+crate::cached::dynamic_resource!(CachedChild);
 
 /// A watch event of a child, reduced to what its cache keeps.
 pub fn cached(
