@@ -11,8 +11,11 @@
 //!   stop, judged live on each replica's own clock.
 //! - [`ownership`]: who holds each bucket, one Lease per bucket changed only by
 //!   compare-and-swap, its transitions the bucket's epoch.
+//! - [`plan`]: what one member gives up and takes next, so that a bucket moves in two
+//!   steps (released, then taken) and never has two writers.
 
 pub mod assign;
 pub mod buckets;
 pub mod members;
 pub mod ownership;
+pub mod plan;
