@@ -1,7 +1,12 @@
 //! Sharding against the real API server (KEP-5866 sharded list and watch, the test control
 //! plane's `ShardedListAndWatch` gate on): the buckets Inrun computes from a uid are the
 //! objects the server's `shardSelector` keeps, for built-in kinds and custom resources,
-//! listed and watched.
+//! listed and watched; and the Lease records of membership and bucket ownership.
+//!
+//! No host runs here: these tests call the sharding pieces directly and read what the API
+//! server keeps, with the harness's admin client (a CRD and objects to shard are set up
+//! as an operator would, not as the host). The host's own RBAC for these Leases comes
+//! with `inrun run --sharding`, and its tests will run the host as its ServiceAccount.
 
 mod support;
 

@@ -5,7 +5,7 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -13,6 +13,7 @@ use inrun::contract::{Outcome, Request};
 use inrun::wasm::{CallError, CallFailure, Engine, EngineSettings, Grants, Limits, Plugin, World};
 use inrun_testenv::{ControlPlane, TestResult};
 use serde_json::{Value, json};
+use support::render::render;
 use support::*;
 
 const RUST_WEBAPP: &str = "inrun_plugin_webapp";
@@ -21,28 +22,6 @@ const RUST_HOOKS: &str = "inrun_plugin_labels_hooks";
 const C_HOOKS: &str = "inrun_plugin_hooks_c";
 
 // ------------------------------------------------------------------ inrun render
-
-fn render(dir: &Path, blueprint: &str, cr: &str) -> (bool, String, String) {
-    let bp = dir.join("bp.yaml");
-    let object = dir.join("cr.yaml");
-    std::fs::write(&bp, blueprint).expect("write blueprint");
-    std::fs::write(&object, cr).expect("write cr");
-    let cache = tempfile::tempdir().expect("tempdir");
-    let out = Command::new(env!("CARGO_BIN_EXE_inrun"))
-        .args(["render", "-b"])
-        .arg(&bp)
-        .arg("-f")
-        .arg(&object)
-        .args(["-o", "json"])
-        .env("INRUN_CACHE_DIR", cache.path())
-        .output()
-        .expect("run inrun");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
 
 fn constructor_blueprint(location: &str) -> String {
     format!(
@@ -121,15 +100,11 @@ const WEBAPPS: &[&str] = &[
 ];
 
 fn render_both(blueprint: fn(&str) -> String, rust: &str, c: &str, cr: &str) -> (Value, Value) {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let (ok, rust_out, stderr) = render(dir.path(), &blueprint(&plugin(rust)), cr);
-    assert!(ok, "rust render failed: {stderr}\n{cr}");
-    let (ok, c_out, stderr) = render(dir.path(), &blueprint(&plugin(c)), cr);
-    assert!(ok, "C render failed: {stderr}\n{cr}");
-    (
-        serde_json::from_str(&rust_out).expect("rust render prints JSON"),
-        serde_json::from_str(&c_out).expect("C render prints JSON"),
-    )
+    let rust = render(&blueprint(&plugin(rust)), cr, &[])
+        .unwrap_or_else(|stderr| panic!("rust render failed: {stderr}\n{cr}"));
+    let c = render(&blueprint(&plugin(c)), cr, &[])
+        .unwrap_or_else(|stderr| panic!("C render failed: {stderr}\n{cr}"));
+    (rust, c)
 }
 
 #[test]
@@ -152,9 +127,8 @@ fn the_c_webapp_fails_like_the_rust_webapp_without_an_image() {
             "apiVersion: demo.inrun.dev/v1alpha1\nkind: WebApp\nmetadata: {{name: shop, namespace: prod}}\nspec: {spec}\n"
         );
         for name in [RUST_WEBAPP, C_WEBAPP] {
-            let dir = tempfile::tempdir().expect("tempdir");
-            let (ok, _, stderr) = render(dir.path(), &constructor_blueprint(&plugin(name)), &cr);
-            assert!(!ok, "{name} accepted {spec}");
+            let stderr = render(&constructor_blueprint(&plugin(name)), &cr, &[])
+                .expect_err(&format!("{name} accepted {spec}"));
             assert!(
                 stderr.contains("spec.image is required"),
                 "{name}: {stderr}"

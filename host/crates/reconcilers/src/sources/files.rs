@@ -119,9 +119,18 @@ impl FileDigests {
     /// read, for [`FileDigests::read_as`] once the caller has hashed the bytes.
     pub(super) async fn read(&self, path: &Path) -> Result<(Vec<u8>, Before), SourceError> {
         let before = Before(Stamp::of(&metadata(path).await?));
-        let bytes = tokio::fs::read(path)
-            .await
-            .map_err(|source| read_error(path, source))?;
+        let owned = path.to_path_buf();
+        // At most one byte past the limit is read, whatever the file's size said.
+        let bytes = tokio::task::spawn_blocking(move || {
+            let mut bytes = Vec::new();
+            std::fs::File::open(&owned)?
+                .take(MAX_MODULE_SIZE + 1)
+                .read_to_end(&mut bytes)
+                .map(|_| bytes)
+        })
+        .await
+        .map_err(|e| read_error(path, std::io::Error::other(e.to_string())))?
+        .map_err(|source| read_error(path, source))?;
         if bytes.len() as u64 > MAX_MODULE_SIZE {
             return Err(too_large(path));
         }
@@ -182,6 +191,13 @@ async fn metadata(path: &Path) -> Result<std::fs::Metadata, SourceError> {
     let meta = tokio::fs::metadata(path)
         .await
         .map_err(|source| read_error(path, source))?;
+    if !meta.is_file() {
+        // A device or a pipe could be read forever, or block the read for good.
+        return Err(read_error(
+            path,
+            std::io::Error::other("not a regular file"),
+        ));
+    }
     if meta.len() > MAX_MODULE_SIZE {
         return Err(too_large(path));
     }
@@ -283,6 +299,25 @@ mod tests {
             digest_of(b"component")
         );
         assert_eq!(files.hashed(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_device_or_a_directory_is_refused_not_read() {
+        let files = FileDigests::default();
+        for path in ["/dev/zero", "/tmp"] {
+            let path = Path::new(path);
+            let err = files.version(path).await.expect_err("refused");
+            assert!(
+                err.to_string().contains(&path.display().to_string()),
+                "{err}"
+            );
+            let err = files.read(path).await.expect_err("refused");
+            assert!(
+                inrun_contract::errors::chain(&err).contains("not a regular file"),
+                "{}",
+                inrun_contract::errors::chain(&err)
+            );
+        }
     }
 
     #[tokio::test]
