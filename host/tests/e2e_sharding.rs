@@ -3,10 +3,10 @@
 //! objects the server's `shardSelector` keeps, for built-in kinds and custom resources,
 //! listed and watched; and the Lease records of membership and bucket ownership.
 //!
-//! No host runs here: these tests call the sharding pieces directly and read what the API
-//! server keeps, with the harness's admin client (a CRD and objects to shard are set up
-//! as an operator would, not as the host). The host's own RBAC for these Leases comes
-//! with `inrun run --sharding`, and its tests will run the host as its ServiceAccount.
+//! The first tests call the sharding pieces directly and read what the API server keeps,
+//! with the harness's admin client (a CRD and objects to shard are set up as an operator
+//! would, not as the host). [`hosts`] runs `inrun run` replicas in one ring as the
+//! ServiceAccount bound to the generated RBAC, as production runs them.
 
 mod support;
 
@@ -387,4 +387,309 @@ async fn of_two_members_taking_every_bucket_at_once_exactly_one_holds_each_and_h
             .expect("stale holder"),
         Take::Other(Some(survivor.to_string()))
     );
+}
+
+/// Sharded hosts: `inrun run` processes in one ring, each as the ServiceAccount bound to
+/// what `inrun generate rbac` grants for a Blueprint with `runtime.sharding` on.
+mod hosts {
+    use std::collections::BTreeMap;
+    use std::path::{Path, PathBuf};
+    use std::time::{Duration, Instant};
+
+    use inrun_testenv::ControlPlane;
+    use k8s_openapi::api::coordination::v1::Lease;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
+    use serde_json::json;
+
+    use super::support::{self, resource, unique_group};
+
+    const WAIT: Duration = Duration::from_secs(120);
+
+    /// Every CR's two ConfigMaps carry its `spec.value`; Leases kept on short timings.
+    fn blueprint(group: &str, ns: &str, ring: &str) -> String {
+        format!(
+            r#"apiVersion: inrun.dev/v1alpha1
+kind: Blueprint
+metadata: {{name: sharded}}
+spec:
+  runtime:
+    workers: 4
+    sharding: {{enabled: true, ring: {ring}}}
+    leaderElection: {{namespace: {ns}, leaseDuration: 6s, renewDeadline: 4s, retryPeriod: 1s}}
+  crds:
+    - group: {group}
+      version: v1alpha1
+      kind: Part
+      reconcile:
+        onReconcile:
+          - apiVersion: v1
+            kind: ConfigMap
+            metadata: {{name: "{{{{ .metadata.name }}}}-a"}}
+            data: {{value: "{{{{ .spec.value }}}}"}}
+          - apiVersion: v1
+            kind: ConfigMap
+            metadata: {{name: "{{{{ .metadata.name }}}}-b"}}
+            data: {{value: "{{{{ .spec.value }}}}"}}
+        managedResources:
+          - {{apiVersion: v1, kind: ConfigMap}}
+"#
+        )
+    }
+
+    /// An `inrun run --blueprint` process; killed when dropped.
+    struct Replica {
+        name: String,
+        child: tokio::process::Child,
+        log: PathBuf,
+    }
+
+    impl Replica {
+        fn spawn(kubeconfig: &Path, blueprint: &Path, dir: &Path, name: &str) -> Replica {
+            let log = dir.join(format!("{name}.log"));
+            let file = std::fs::File::create(&log).expect("log file");
+            let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_inrun"))
+                .arg("run")
+                .arg("--blueprint")
+                .arg(blueprint)
+                .arg("--kubeconfig")
+                .arg(kubeconfig)
+                .args(["--install-crds", "--health-port", "0"])
+                .args(["--health-address", "127.0.0.1", "--console-port", "0"])
+                .args(["--identity", name])
+                .arg("--cache-dir")
+                .arg(dir.join("cache"))
+                .env("INRUN_LOG", "info")
+                .stderr(file)
+                .kill_on_drop(true)
+                .spawn()
+                .expect("spawn inrun");
+            Replica {
+                name: name.to_string(),
+                child,
+                log,
+            }
+        }
+
+        fn signal(&self, signal: &str) {
+            let pid = self.child.id().expect("running");
+            let status = std::process::Command::new("kill")
+                .arg(format!("-{signal}"))
+                .arg(pid.to_string())
+                .status()
+                .expect("kill");
+            assert!(status.success(), "kill -{signal} {pid}");
+        }
+
+        fn log(&self) -> String {
+            std::fs::read_to_string(&self.log).unwrap_or_default()
+        }
+
+        async fn port(&self) -> u16 {
+            inrun_testenv::wait_for("the health port to be logged", WAIT, || async {
+                let log = self.log();
+                let line = log.lines().find(|l| l.contains("health port listening"))?;
+                let after = line.split("127.0.0.1:").nth(1)?;
+                let digits: String = after.chars().take_while(char::is_ascii_digit).collect();
+                digits.parse().ok()
+            })
+            .await
+            .unwrap_or_else(|e| panic!("{e}\n{}", self.log()))
+        }
+
+        /// The sum of the samples of `metric` on its `/metrics`.
+        async fn metric(&self, metric: &str) -> f64 {
+            let port = self.port().await;
+            let text = reqwest::get(format!("http://127.0.0.1:{port}/metrics"))
+                .await
+                .expect("the health port answers")
+                .text()
+                .await
+                .expect("a body");
+            text.lines()
+                .filter(|l| {
+                    l.strip_prefix(metric)
+                        .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
+                })
+                .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                .sum()
+        }
+
+        async fn exited(&mut self) -> bool {
+            let deadline = Instant::now() + WAIT;
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = self.child.try_wait() {
+                    return true;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            false
+        }
+    }
+
+    /// The holder of each bucket of `ring`, each named by the replica it is an
+    /// incarnation of (`name#suffix`).
+    async fn holders(leases: &Api<Lease>, ring: &str) -> Vec<Option<String>> {
+        let list = leases
+            .list(&ListParams::default().labels(&format!(
+                "inrun.dev/ring={ring},inrun.dev/role=bucket"
+            )))
+            .await
+            .expect("list bucket Leases");
+        let mut holders = vec![None; super::BUCKETS];
+        for lease in list.items {
+            let bucket: usize = lease.metadata.labels.as_ref().expect("labels")["inrun.dev/bucket"]
+                .parse()
+                .expect("bucket");
+            holders[bucket] = lease
+                .spec
+                .and_then(|s| s.holder_identity)
+                .and_then(|h| h.split('#').next().map(str::to_string));
+        }
+        holders
+    }
+
+    /// Polls until every bucket is held, the holders are exactly `names` and none holds
+    /// more than its capped share (⌈64/n⌉: the ring has settled); the count held by each.
+    async fn held_by(leases: &Api<Lease>, ring: &str, names: &[&str]) -> BTreeMap<String, usize> {
+        inrun_testenv::wait_for("the buckets held by the expected replicas", WAIT, || async {
+            let holders = holders(leases, ring).await;
+            let mut counts = BTreeMap::new();
+            for h in &holders {
+                *counts.entry(h.clone()?).or_insert(0) += 1;
+            }
+            let seen: Vec<&str> = counts.keys().map(String::as_str).collect();
+            let cap = super::BUCKETS.div_ceil(names.len());
+            (seen == names && counts.values().all(|n| *n <= cap)).then_some(counts)
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}: {:?}", futures::executor::block_on(holders(leases, ring))))
+    }
+
+    /// Sets every CR's `spec.value`.
+    async fn set_all(api: &Api<DynamicObject>, group: &str, count: usize, value: &str) {
+        for i in 0..count {
+            let name = format!("p{i:03}");
+            let doc = json!({
+                "apiVersion": format!("{group}/v1alpha1"), "kind": "Part",
+                "metadata": {"name": name}, "spec": {"value": value},
+            });
+            api.patch(&name, &PatchParams::apply("e2e-test"), &Patch::Apply(&doc))
+                .await
+                .expect("apply CR");
+        }
+    }
+
+    /// Polls until every CR's two ConfigMaps carry `value`; how long that took.
+    async fn converged(configmaps: &Api<ConfigMap>, count: usize, value: &str) -> Duration {
+        let started = Instant::now();
+        inrun_testenv::wait_for("every CR's children on the new value", WAIT, || async {
+            let list = configmaps.list(&ListParams::default()).await.ok()?;
+            let on = list
+                .items
+                .iter()
+                .filter(|c| {
+                    c.data
+                        .as_ref()
+                        .and_then(|d| d.get("value"))
+                        .is_some_and(|v| v == value)
+                })
+                .count();
+            (on == 2 * count).then_some(())
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+        started.elapsed()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn three_sharded_hosts_split_the_crs_and_the_others_take_over_a_killed_and_a_stopped_ones_buckets()
+     {
+        const COUNT: usize = 60;
+        let cp = ControlPlane::shared();
+        let client = cp.client();
+        let group = unique_group("sharded");
+        let ns = cp.namespace("sharded").await.expect("namespace");
+        let ring = format!("r{}", &group[..group.find('.').unwrap_or(8).min(12)]);
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("blueprint.yaml");
+        std::fs::write(&path, blueprint(&group, &ns, &ring)).expect("blueprint");
+        // As production runs it: a ServiceAccount bound to the generated RBAC.
+        let parsed = inrun::blueprint::load(&path).expect("valid Blueprint");
+        let identity = support::identity::Identity::generated_on(
+            cp,
+            &parsed,
+            &support::identity::Identity::options(),
+        )
+        .await;
+        let kubeconfig = identity.kubeconfig(dir.path());
+        let mut replicas: Vec<Replica> = ["a", "b", "c"]
+            .iter()
+            .map(|n| Replica::spawn(&kubeconfig, &path, dir.path(), n))
+            .collect();
+        let leases: Api<Lease> = Api::namespaced(client.clone(), &ns);
+        // Capped rendezvous: nobody holds more than ⌈64/3⌉ once settled.
+        let counts = held_by(&leases, &ring, &["a", "b", "c"]).await;
+        assert_eq!(counts.values().sum::<usize>(), super::BUCKETS);
+        let ar = resource(&group, "Part");
+        super::served(&ar).await;
+        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &ar);
+        let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+        set_all(&api, &group, COUNT, "v1").await;
+        let first = converged(&configmaps, COUNT, "v1").await;
+        // Each CR reconciled by the replica holding its bucket, and by no other.
+        let mut reconciles = Vec::new();
+        for r in &replicas {
+            reconciles.push(r.metric("controller_runtime_reconcile_total").await);
+        }
+        let total: f64 = reconciles.iter().sum();
+        assert!(
+            total <= COUNT as f64 * 1.1,
+            "{total} reconciles for {COUNT} CRs across the replicas: {reconciles:?}"
+        );
+        assert!(reconciles.iter().all(|n| *n > 0.0), "{reconciles:?}");
+        for r in &replicas {
+            assert!(r.metric("inrun_shard_members").await >= 3.0, "{}", r.name);
+        }
+
+        // SIGKILL: b's buckets move to a and c once its member Lease is a lease duration
+        // old, and every CR converges on a new spec.
+        let killed = Instant::now();
+        replicas[1].signal("KILL");
+        set_all(&api, &group, COUNT, "v2").await;
+        let after_kill = converged(&configmaps, COUNT, "v2").await;
+        held_by(&leases, &ring, &["a", "c"]).await;
+        let moved = killed.elapsed();
+
+        // SIGTERM: c finishes, gives its buckets up and leaves; a takes them at its next
+        // round.
+        let stopping = Instant::now();
+        replicas[2].signal("TERM");
+        assert!(replicas[2].exited().await, "c did not stop");
+        let stopped = stopping.elapsed();
+        let counts = held_by(&leases, &ring, &["a"]).await;
+        let handed = stopping.elapsed();
+        assert_eq!(counts["a"], super::BUCKETS);
+        assert!(
+            replicas[2].log().contains("left the ring"),
+            "{}",
+            replicas[2].log()
+        );
+        set_all(&api, &group, COUNT, "v3").await;
+        let alone = converged(&configmaps, COUNT, "v3").await;
+        eprintln!(
+            "sharded: {COUNT} CRs on 3 replicas converged in {:.1}s ({reconciles:?} reconciles); b SIGKILLed: every CR on a new spec {:.1}s later, its buckets held by a and c {:.1}s after the kill; c SIGTERMed: exited in {:.2}s, all buckets held by a {:.2}s after the signal; a alone converged a new spec in {:.1}s",
+            first.as_secs_f64(),
+            after_kill.as_secs_f64(),
+            moved.as_secs_f64(),
+            stopped.as_secs_f64(),
+            handed.as_secs_f64(),
+            alone.as_secs_f64(),
+        );
+        // Within the lease duration (6 s) and two retry periods, with margin for this
+        // machine's two cores.
+        assert!(moved < Duration::from_secs(30), "{moved:?}");
+        replicas[0].signal("TERM");
+        assert!(replicas[0].exited().await, "a did not stop");
+    }
 }

@@ -60,6 +60,10 @@ pub struct RbacArgs {
     /// (for `inrun run --leader-elect`).
     #[arg(long, env = "INRUN_LEADER_ELECT")]
     leader_elect: bool,
+    /// Also grant the sharding ring's Leases, as `runtime.sharding.enabled` does (for
+    /// `inrun run --sharding`).
+    #[arg(long, env = "INRUN_SHARDING")]
+    sharding: bool,
     /// The Lease the Role names, as `inrun run --leader-elect-lease` (default: the
     /// Blueprint's `runtime.leaderElection.leaseName`, else `inrun`).
     #[arg(long, env = "INRUN_LEADER_ELECT_LEASE", value_parser = parse_lease_name)]
@@ -112,6 +116,8 @@ fn rbac(args: RbacArgs) -> anyhow::Result<Vec<Value>> {
     let mut blueprint = inrun::blueprint::load(&args.blueprint)?;
     // `inrun run --leader-elect` turns leader election on over the Blueprint.
     blueprint.spec.runtime.leader_election.enabled |= args.leader_elect;
+    // `inrun run --sharding` turns sharding on over the Blueprint.
+    blueprint.spec.runtime.sharding.enabled |= args.sharding;
     // ... and `--leader-elect-lease` names its Lease over the Blueprint.
     if let Some(lease) = &args.leader_elect_lease {
         blueprint.spec.runtime.leader_election.lease_name = lease.clone();

@@ -15,6 +15,26 @@ pub(crate) fn parse_quantity(text: &str) -> Result<usize, String> {
     usize::try_from(q.bytes()).map_err(|e| e.to_string())
 }
 
+/// A sharding ring's name: a DNS label of at most 40 characters, room left for the
+/// suffix of its Leases' names.
+pub(crate) fn parse_ring_name(text: &str) -> Result<String, String> {
+    let ok = !text.is_empty()
+        && text.len() <= 40
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !text.starts_with('-')
+        && !text.ends_with('-');
+    if ok {
+        Ok(text.to_owned())
+    } else {
+        Err(format!(
+            "{text:?} is not a ring name: lowercase letters, digits and '-', starting and \
+             ending with a letter or digit, at most 40 characters"
+        ))
+    }
+}
+
 /// A Lease's name: a lowercase DNS subdomain (RFC 1123), as Kubernetes requires.
 pub(crate) fn parse_lease_name(text: &str) -> Result<String, String> {
     let label = |l: &str| {

@@ -60,4 +60,4 @@ pub use reconcile::{
     TYPE_DEFINING, default_plural,
 };
 pub use refs::{PullSecretRef, SecretRef};
-pub use runtime::{BackoffSpec, BudgetSpec, FinalizersSpec, LeaderElectionSpec, RuntimeSpec};
+pub use runtime::{BackoffSpec, BudgetSpec, FinalizersSpec, LeaderElectionSpec, RuntimeSpec, ShardingSpec};

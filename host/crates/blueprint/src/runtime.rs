@@ -24,6 +24,10 @@ pub struct RuntimeSpec {
     /// Whether one replica leads and how the lease is kept.
     #[serde(default)]
     pub leader_election: LeaderElectionSpec,
+    /// Whether replicas share the CRs (active-active), each serving the buckets of CRs
+    /// it holds; the Leases' namespace and timings are `leaderElection`'s.
+    #[serde(default, skip_serializing_if = "ShardingSpec::is_off")]
+    pub sharding: ShardingSpec,
     /// Reconcile every CR again this long after its last pass, for drift no watch event
     /// shows (`10m`); off when left out. A pass that finds everything as desired writes
     /// nothing.
@@ -92,6 +96,7 @@ impl Default for RuntimeSpec {
             health_port: default_health_port(),
             backoff: BackoffSpec::default(),
             leader_election: LeaderElectionSpec::default(),
+            sharding: ShardingSpec::default(),
             resync: None,
             min_requeue: default_min_requeue(),
             budget: BudgetSpec::default(),
@@ -153,6 +158,37 @@ impl Default for BackoffSpec {
             base: default_backoff_base(),
             max: default_backoff_max(),
         }
+    }
+}
+
+/// `spec.runtime.sharding`: every replica works, each on the CRs of the buckets it holds
+/// (one Lease per bucket and per replica, in `leaderElection.namespace`, kept with
+/// `leaderElection`'s timings).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ShardingSpec {
+    /// Off by default: one replica (or one leader) serves every CR.
+    #[serde(default)]
+    pub enabled: bool,
+    /// The ring's name, the prefix of its Leases (default `inrun`); hosts that share a
+    /// ring share the CRs, so each Blueprint set needs its own.
+    #[serde(default = "default_lease_name")]
+    pub ring: String,
+}
+
+impl Default for ShardingSpec {
+    fn default() -> Self {
+        ShardingSpec {
+            enabled: false,
+            ring: default_lease_name(),
+        }
+    }
+}
+
+impl ShardingSpec {
+    /// Whether it is the default (off, ring `inrun`).
+    pub fn is_off(&self) -> bool {
+        *self == ShardingSpec::default()
     }
 }
 

@@ -50,9 +50,31 @@ pub struct Ctx {
     /// Told when a pass saw a CRD of a CR's become `Established`: a kind that was not
     /// served may be now, and its children's watch may start.
     pub kinds_changed: Arc<tokio::sync::Notify>,
+    /// The buckets this replica holds under `inrun run --sharding`; `None`: it serves
+    /// every CR.
+    pub shard: Option<Arc<crate::sharding::shard::Shard>>,
 }
 
 impl Ctx {
+    /// The bucket of `cr` when this replica shards (`None` otherwise, or for a CR
+    /// without a uid).
+    pub fn bucket(&self, cr: &impl kube::Resource) -> Option<usize> {
+        self.shard.as_ref()?;
+        cr.meta()
+            .uid
+            .as_deref()
+            .map(crate::sharding::buckets::bucket_of)
+    }
+
+    /// Whether this replica serves `cr` now: it holds the CR's bucket, or it does not
+    /// shard.
+    pub fn serves(&self, cr: &impl kube::Resource) -> bool {
+        match (&self.shard, self.bucket(cr)) {
+            (Some(shard), Some(bucket)) => shard.holds(bucket),
+            _ => true,
+        }
+    }
+
     /// This CRD's plan.
     pub fn plan(&self) -> &CrdPlan {
         &self.assembly.crds()[self.crd]

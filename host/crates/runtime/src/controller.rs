@@ -130,6 +130,7 @@ fn context(
         triggers,
         metrics: shared.metrics.clone(),
         kinds_changed: Arc::default(),
+        shard: shared.shard.clone(),
         crd: index,
         assembly,
     }
@@ -168,7 +169,8 @@ fn cr_triggers(
                     .pass(
                         event,
                         |cr| {
-                            let wake = ctx.triggers.cr_changed(&cr.metadata, &ctx.cr_id(cr));
+                            let wake = ctx.triggers.cr_changed(&cr.metadata, &ctx.cr_id(cr))
+                                && ctx.serves(cr);
                             if wake {
                                 ctx.queue.queued(&Ctx::key(cr));
                             }
@@ -250,11 +252,46 @@ impl ChildWatches {
                     futures::future::ready(())
                 }))
             })
+            .chain(ctx.shard.clone().map(|shard| {
+                tokio::spawn(taken_buckets(
+                    shard,
+                    crs.clone(),
+                    ctx.cr_resource.clone(),
+                    woken.clone(),
+                ))
+            }))
             .chain(
                 (!pending.is_empty())
                     .then(|| tokio::spawn(lazy_watches(ctx.clone(), crs, pending, woken.clone()))),
             )
             .collect()
+    }
+}
+
+/// Wakes every cached CR of each bucket `shard` takes, sending them on `woken`: their
+/// watch events were passed over while another replica held them.
+async fn taken_buckets(
+    shard: Arc<crate::sharding::shard::Shard>,
+    crs: Store<CachedCr>,
+    resource: ApiResource,
+    woken: UnboundedSender<ObjectRef<CachedCr>>,
+) {
+    let mut held = shard.subscribe();
+    let mut before = *held.borrow_and_update();
+    while held.changed().await.is_ok() {
+        let now = *held.borrow_and_update();
+        let taken = now & !before;
+        before = now;
+        if taken == 0 {
+            continue;
+        }
+        let _ = crs.wait_until_ready().await;
+        for cr in crs.state() {
+            let bucket = crate::sharding::buckets::bucket_of(cr.metadata.uid.as_deref().unwrap_or(""));
+            if taken & (1u64 << bucket) != 0 {
+                let _ = woken.send(ObjectRef::from_obj_with(cr.as_ref(), resource.clone()));
+            }
+        }
     }
 }
 

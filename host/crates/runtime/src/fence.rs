@@ -29,6 +29,8 @@ use kube::client::{Body, ClientBuilder};
 use kube::{Client, Config};
 use tokio::sync::watch;
 
+use crate::sharding::shard::{Refused, admit};
+
 /// Whether this replica may write. Cloning shares the state; a new fence is open (a host
 /// without leader election always may write).
 #[derive(Clone, Debug)]
@@ -102,7 +104,7 @@ impl Fence {
 
     /// Resolves once the fence's deadline has passed (never, without one), following the
     /// deadline as renewals move it.
-    async fn expired(&self) {
+    pub(crate) async fn expired(&self) {
         loop {
             let Some(until) = self.until() else {
                 return std::future::pending().await;
@@ -178,6 +180,43 @@ where
 pub struct Fenced {
     method: http::Method,
     path: String,
+}
+
+/// What a write for a CR of a bucket this replica does not hold (or no longer may write
+/// for) fails with, under `inrun run --sharding`.
+#[derive(Debug, thiserror::Error)]
+pub enum NotHolder {
+    /// Another replica holds the CR's bucket, or it is being handed over.
+    #[error("{method} {path} refused: the CR's bucket {bucket:02} is not held by this replica (another replica serves it)")]
+    Bucket {
+        /// The request's method.
+        method: http::Method,
+        /// The request's path.
+        path: String,
+        /// The CR's bucket.
+        bucket: usize,
+    },
+    /// The member Lease was not renewed within the renew deadline.
+    #[error("{method} {path} abandoned: this replica's member Lease was not renewed in time")]
+    Lapsed {
+        /// The request's method.
+        method: http::Method,
+        /// The request's path.
+        path: String,
+    },
+}
+
+impl NotHolder {
+    fn new(refused: Refused, method: http::Method, path: String) -> BoxError {
+        Box::new(match refused {
+            Refused::NotHeld(bucket) => NotHolder::Bucket {
+                method,
+                path,
+                bucket,
+            },
+            Refused::Lapsed => NotHolder::Lapsed { method, path },
+        })
+    }
 }
 
 /// A client from `config` whose writes pass only while `fence` is open; the requests it
@@ -271,13 +310,30 @@ where
         let call = bounded(async move { call.await.map_err(Into::into) }, timeout, m, p);
         let fence = self.fence.clone();
         Box::pin(async move {
-            tokio::select! {
+            // A write made while reconciling a CR under sharding: the CR's bucket must be
+            // held. Asked here, not above: this future runs in the reconcile's task, the
+            // client's queue calls the layer in its own.
+            let admitted = match admit() {
+                None => None,
+                Some(Ok(admitted)) => Some(admitted),
+                Some(Err(refused)) => return Err(NotHolder::new(refused, method, path)),
+            };
+            let lapsed = async {
+                match &admitted {
+                    Some(a) => a.shard().expired().await,
+                    None => std::future::pending().await,
+                }
+            };
+            let done = tokio::select! {
                 biased;
                 // Dropping the call abandons the request, whatever it had sent.
                 _ = open.wait_for(|o| !*o) => Err(Box::new(Fenced { method, path }) as BoxError),
                 () = fence.expired() => Err(Box::new(Fenced { method, path }) as BoxError),
+                () = lapsed => Err(NotHolder::new(Refused::Lapsed, method, path)),
                 done = call => done,
-            }
+            };
+            drop(admitted);
+            done
         })
     }
 }

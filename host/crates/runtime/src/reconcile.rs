@@ -50,6 +50,13 @@ async fn guarded<T>(work: impl std::future::Future<Output = T>) -> Result<T, Str
 pub async fn reconcile(cached: Arc<CachedCr>, ctx: Arc<Ctx>) -> Result<Action, ReconcileError> {
     let crd = ctx.plan();
     let key = Ctx::key(cached.as_ref());
+    // Under sharding, a CR of a bucket another replica holds is left to it (a requeue or
+    // a wake queued before the bucket moved); the replica taking a bucket wakes its CRs.
+    if !ctx.serves(cached.as_ref()) {
+        ctx.queue.forget(&key);
+        return Ok(Action::await_change());
+    }
+    let fenced = ctx.shard.clone().zip(ctx.bucket(cached.as_ref()));
     let object = cached.value();
     // The reconcile block that serves this CR (its serve target's, if it names one), and
     // one read of each plugin slot: the versions serving as the pass starts.
@@ -63,7 +70,7 @@ pub async fn reconcile(cached: Arc<CachedCr>, ctx: Arc<Ctx>) -> Result<Action, R
     );
     let in_flight = ctx.queue.started(&key);
     let plugins: Vec<String> = serving.iter().map(|p| p.id().name.clone()).collect();
-    async {
+    let work = async {
         ctx.triggers.begin(&key);
         let mut fx = ApiEffects::new(&ctx, cached.head());
         let p = Pass {
@@ -133,8 +140,12 @@ pub async fn reconcile(cached: Arc<CachedCr>, ctx: Arc<Ctx>) -> Result<Action, R
             }
         }
     }
-    .instrument(span)
-    .await
+    .instrument(span);
+    // Every write of the pass passes the bucket's fence.
+    match fenced {
+        Some((shard, bucket)) => shard.scope(bucket, work).await,
+        None => work.await,
+    }
 }
 
 /// How a pass ended, for [`record_finished`].

@@ -6,6 +6,8 @@
 use inrun_blueprint::RuntimeSpec;
 
 use crate::leader::LeaderConfig;
+use crate::sharding::keeper::KeeperConfig;
+use crate::sharding::members::Ring;
 
 /// What the command line says; `None` and `false` defer to the Blueprint.
 #[derive(Debug, Clone, Default)]
@@ -19,6 +21,10 @@ pub struct HostFlags {
     /// `--leader-elect-lease`: the Lease's name, over `runtime.leaderElection.leaseName`
     /// (two hosts in one namespace each need their own).
     pub leader_elect_lease: Option<String>,
+    /// `--sharding`: turns sharding on whatever the Blueprint says.
+    pub sharding: bool,
+    /// `--sharding-ring`: the ring's name, over `runtime.sharding.ring`.
+    pub sharding_ring: Option<String>,
 }
 
 /// The settings `inrun run` runs with.
@@ -30,6 +36,8 @@ pub struct HostSettings {
     pub instance: String,
     /// The Lease to hold before reconciling; `None` runs without election.
     pub leader: Option<LeaderConfig>,
+    /// The ring this replica shares the CRs in; `None`: it serves every CR.
+    pub sharding: Option<KeeperConfig>,
 }
 
 /// This replica's name in events and the Lease: `given` (`--identity`), else the host name
@@ -55,16 +63,31 @@ impl HostSettings {
         let defaults = RuntimeSpec::default();
         let spec = host.unwrap_or(&defaults);
         let le = &spec.leader_election;
-        let leader = (flags.leader_elect || le.enabled).then(|| LeaderConfig {
+        let namespace = le
+            .namespace
+            .clone()
+            .or(flags.leader_elect_namespace)
+            .or_else(|| env("POD_NAMESPACE"))
+            .unwrap_or_else(|| "default".into());
+        let sharding = (flags.sharding || spec.sharding.enabled).then(|| KeeperConfig {
+            ring: Ring {
+                name: flags
+                    .sharding_ring
+                    .unwrap_or_else(|| spec.sharding.ring.clone()),
+                namespace: namespace.clone(),
+                lease_duration: le.lease_duration,
+            },
+            identity: instance.clone(),
+            renew_deadline: le.renew_deadline,
+            retry_period: le.retry_period,
+            max_releases: 16,
+        });
+        // Sharded replicas all work: none waits for a leader.
+        let leader = (sharding.is_none() && (flags.leader_elect || le.enabled)).then(|| LeaderConfig {
             lease_name: flags
                 .leader_elect_lease
                 .unwrap_or_else(|| le.lease_name.clone()),
-            namespace: le
-                .namespace
-                .clone()
-                .or(flags.leader_elect_namespace)
-                .or_else(|| env("POD_NAMESPACE"))
-                .unwrap_or_else(|| "default".into()),
+            namespace,
             identity: instance.clone(),
             lease_duration: le.lease_duration,
             renew_deadline: le.renew_deadline,
@@ -74,6 +97,7 @@ impl HostSettings {
             health_port: flags.health_port.unwrap_or(spec.health_port),
             instance,
             leader,
+            sharding,
         }
     }
 }

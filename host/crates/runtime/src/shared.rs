@@ -42,6 +42,8 @@ pub struct Shared {
     /// Where package CRs claim the infrastructure they manage, one owner a thing, shared
     /// by every tenant; `None`: claims are not kept (every claim holds).
     pub locks: Option<Arc<locks::IdentityLocks>>,
+    /// The buckets of CRs this replica holds under sharding; `None`: it serves every CR.
+    pub shard: Option<Arc<crate::sharding::shard::Shard>>,
 }
 
 impl Shared {
@@ -55,6 +57,7 @@ impl Shared {
             impersonation: None,
             identity: None,
             locks: None,
+            shard: None,
         }
     }
 
@@ -102,6 +105,14 @@ impl Shared {
             identity: Some(sa.clone()),
             ..self.clone()
         })
+    }
+
+    /// The same, serving only the CRs of the buckets `shard` holds (and writing for a CR
+    /// only while it does).
+    #[must_use]
+    pub fn with_shard(mut self, shard: Arc<crate::sharding::shard::Shard>) -> Self {
+        self.shard = Some(shard);
+        self
     }
 
     /// The same, recording into `metrics`.

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use clap::ValueEnum;
 
-use crate::cli::parse::{parse_account_pattern, parse_duration, parse_lease_name, parse_quantity};
+use crate::cli::parse::{parse_account_pattern, parse_duration, parse_lease_name, parse_quantity, parse_ring_name};
 
 /// What `inrun run` is given.
 #[derive(clap::Args)]
@@ -200,6 +200,15 @@ pub struct RunArgs {
     /// sharing a namespace each need their own.
     #[arg(long, env = "INRUN_LEADER_ELECT_LEASE", value_parser = parse_lease_name)]
     pub leader_elect_lease: Option<String>,
+    /// Share the CRs with the other replicas of the same ring (also
+    /// `runtime.sharding.enabled`): each serves the buckets of CRs it holds, through Leases
+    /// in the leader-election namespace kept with its timings. Not with `--leader-elect`.
+    #[arg(long, env = "INRUN_SHARDING", conflicts_with = "leader_elect")]
+    pub sharding: bool,
+    /// The ring's name, over `runtime.sharding.ring` (default `inrun`): the prefix of its
+    /// Leases.
+    #[arg(long, env = "INRUN_SHARDING_RING", value_parser = parse_ring_name)]
+    pub sharding_ring: Option<String>,
     /// This replica's identity for events and the Lease (default: hostname and process id).
     #[arg(long, env = "INRUN_IDENTITY")]
     pub identity: Option<String>,

@@ -16,6 +16,8 @@ use inrun::kubeconfig::Connection;
 use inrun::leader::{Keeper, LeaderConfig};
 use inrun::metrics::Metrics;
 use inrun::runtime::settings::{self, HostFlags, HostSettings};
+use inrun::runtime::sharding::keeper::KeeperConfig;
+use inrun::runtime::sharding::shard::Shard;
 use inrun::runtime::{Shared, WatchCache};
 use inrun::secrets::KubeSecrets;
 use inrun::server::ServeError;
@@ -72,14 +74,25 @@ pub(super) fn run(
         client: connection.lease_client.clone(),
         fence: connection.fence.clone(),
     };
+    let host = HostSettings::resolve(
+        host_flags(&args),
+        identity.clone(),
+        host_runtime.as_ref(),
+        env,
+    );
+    let mut shared = shared(&args, connection, identity, &metrics);
+    let sharding = host.sharding.clone().map(|config| {
+        let shard = Arc::new(Shard::default());
+        shared = shared.clone().with_shard(shard.clone());
+        (config, shard)
+    });
     let fleet = Fleet::new(
-        shared(&args, connection, identity.clone(), &metrics),
+        shared,
         engine,
         services,
         fleet_options(&args, tenant_egress),
     );
-    let host = HostSettings::resolve(host_flags(&args), identity, host_runtime.as_ref(), env);
-    runtime.block_on(serve(&args, host, fleet, keeper, metrics))
+    runtime.block_on(serve(&args, host, fleet, (keeper, sharding), metrics))
 }
 
 /// Tenants' plugins compile in a child process of this program, bounded in time and
@@ -180,6 +193,8 @@ fn host_flags(args: &RunArgs) -> HostFlags {
         leader_elect: args.leader_elect,
         leader_elect_namespace: args.leader_elect_namespace.clone(),
         leader_elect_lease: args.leader_elect_lease.clone(),
+        sharding: args.sharding,
+        sharding_ring: args.sharding_ring.clone(),
     }
 }
 
@@ -189,7 +204,7 @@ async fn serve(
     args: &RunArgs,
     host: HostSettings,
     fleet: Arc<Fleet>,
-    keeper: Keeper,
+    keeper: (Keeper, Option<(KeeperConfig, Arc<Shard>)>),
     metrics: Arc<Metrics>,
 ) -> anyhow::Result<()> {
     let stop = stop_on_signal();
@@ -213,7 +228,13 @@ async fn serve(
     )
     .await?;
     tracing::info!(%addr, "console port listening");
-    run_fleet(fleet, host.leader, keeper, stop, metrics).await?;
+    let (keeper, sharding) = keeper;
+    match sharding {
+        Some((config, shard)) => {
+            run_sharded(fleet, (config, shard), keeper, stop, metrics).await?;
+        }
+        None => run_fleet(fleet, host.leader, keeper, stop, metrics).await?,
+    }
     stop_servers(health, console).await;
     Ok(())
 }
@@ -258,6 +279,43 @@ async fn run_fleet(
         None => {
             metrics.health().set_leader(true);
             fleet.run(stop).await?;
+        }
+    }
+    Ok(())
+}
+
+/// Runs the fleet on every replica of the ring, each writing only for the CRs of the
+/// buckets it holds; on `stop` the reconciles in flight finish, then the replica leaves the
+/// ring (its buckets given up for the others to take at once).
+async fn run_sharded(
+    fleet: Arc<Fleet>,
+    (config, shard): (KeeperConfig, Arc<Shard>),
+    keeper: Keeper,
+    stop: watch::Receiver<bool>,
+    metrics: Arc<Metrics>,
+) -> anyhow::Result<()> {
+    metrics.health().set_leader(true);
+    let (leave, leaving) = watch::channel(false);
+    let mut ring = tokio::spawn(inrun::runtime::sharding::keeper::run(
+        keeper.client,
+        config,
+        shard,
+        metrics,
+        leaving,
+    ));
+    let serving = fleet.run(stop);
+    tokio::pin!(serving);
+    tokio::select! {
+        served = &mut serving => {
+            let _ = leave.send(true);
+            let left = ring.await;
+            served?;
+            left??;
+        }
+        // The keeper ends before the stop only when it may not keep the ring.
+        kept = &mut ring => {
+            kept??;
+            serving.await?;
         }
     }
     Ok(())

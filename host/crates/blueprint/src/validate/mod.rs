@@ -149,6 +149,18 @@ fn runtime(r: &mut Report<'_>, rt: &RuntimeSpec) {
         "spec.runtime.leaderElection.retryPeriod",
         "must be shorter than renewDeadline",
     );
+    let sharding = &rt.sharding;
+    // Member Leases are `<ring>-m-<16 hex digits>`: the ring leaves room for the suffix.
+    r.check(
+        is_dns_label(&sharding.ring) && sharding.ring.len() <= 40,
+        "spec.runtime.sharding.ring",
+        "must be a lowercase DNS label of at most 40 characters",
+    );
+    r.check(
+        !(sharding.enabled && le.enabled),
+        "spec.runtime.sharding.enabled",
+        "cannot be on with leaderElection: a sharded host runs on every replica, leader election would idle all but one",
+    );
 }
 
 /// The value first recorded under `key`, recording `value` when there is none.

@@ -24,7 +24,7 @@ const CHILD_VERBS: &[&str] = &[
 /// external input or a pull secret names), or as a kind a plugin is granted to read;
 /// children are written only in the namespaces the Blueprint allows when it bounds them;
 /// CRD writes only with `install_crds`;
-/// the Lease only with leader election. Every kind a plugin may read gets get, list and
+/// the Lease only with leader election, the ring's Leases only with sharding. Every kind a plugin may read gets get, list and
 /// watch (cluster-wide: the host keeps one watch cache per kind).
 pub fn required(blueprint: &Blueprint, options: &RbacOptions) -> Vec<Permission> {
     let mut perms = Vec::new();
@@ -48,6 +48,7 @@ pub fn required(blueprint: &Blueprint, options: &RbacOptions) -> Vec<Permission>
     let secret_refs = all_blocks(blueprint).flat_map(secret_references).collect();
     perms.extend(secret_permissions(secret_refs));
     perms.extend(leader_election_permissions(blueprint, options));
+    perms.extend(sharding_permissions(blueprint, options));
     perms.extend(identity_lock_permissions(blueprint, options));
     perms.extend(impersonation_permissions(blueprint, options));
     if options.blueprint_resources {
@@ -80,6 +81,32 @@ fn leader_election_permissions(blueprint: &Blueprint, options: &RbacOptions) -> 
     );
     create.namespace = Some(namespace);
     vec![held, create]
+}
+
+/// The sharding ring's Leases (one per replica and one per bucket, named at run time) in
+/// the leader-election namespace; none without sharding.
+fn sharding_permissions(blueprint: &Blueprint, options: &RbacOptions) -> Option<Permission> {
+    let runtime = &blueprint.spec.runtime;
+    if !runtime.sharding.enabled {
+        return None;
+    }
+    let mut p = perm(
+        "coordination.k8s.io",
+        "leases",
+        &["get", "list", "create", "update", "patch", "delete"],
+        format!(
+            "the sharding ring {}: a Lease per replica and per bucket of CRs",
+            runtime.sharding.ring
+        ),
+    );
+    p.namespace = Some(
+        runtime
+            .leader_election
+            .namespace
+            .clone()
+            .unwrap_or(options.namespace.clone()),
+    );
+    Some(p)
 }
 
 /// Package CRs' identity locks: Leases named after what they hold, in the host's

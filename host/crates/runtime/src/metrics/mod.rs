@@ -142,6 +142,22 @@ struct LeaseLabel {
     name: String,
 }
 
+/// Which way buckets moved: `taken`, `given` (handed over), `lost` (dropped after the
+/// member Lease lapsed).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct MoveLabel {
+    direction: String,
+}
+
+/// The ring as this replica last saw it.
+#[derive(Debug, Default)]
+struct ShardGauges {
+    held: Gauge,
+    members: Gauge,
+    unowned: Gauge,
+    moves: Family<MoveLabel, Counter>,
+}
+
 type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
 
 /// A family written with its help text exactly as given. [`Registry::register`] appends a
@@ -209,6 +225,7 @@ pub struct Metrics {
     live: controller::LiveControllers,
     rest_requests: Family<rest::RequestLabels, Counter>,
     leader_status: Family<LeaseLabel, Gauge>,
+    shard: ShardGauges,
     plugin_calls: Family<PluginOutcome, Counter>,
     deadline_hits: Family<PluginLabel, Counter>,
     memory_hits: Family<PluginLabel, Counter>,
@@ -325,6 +342,7 @@ impl Metrics {
             live: controller::LiveControllers::default(),
             rest_requests: Family::default(),
             leader_status: Family::default(),
+            shard: ShardGauges::default(),
             plugin_calls: Family::default(),
             deadline_hits: Family::default(),
             memory_hits: Family::default(),
@@ -356,6 +374,26 @@ impl Metrics {
             "leader_election_master_status",
             "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master. 'name' is the string used to identify the lease. Please make sure to group by name.",
             self.leader_status.clone(),
+        );
+        r.register(
+            "inrun_shard_buckets_held",
+            "Buckets of CRs this replica holds and writes for (inrun run --sharding)",
+            self.shard.held.clone(),
+        );
+        r.register(
+            "inrun_shard_members",
+            "Replicas this one sees live in its sharding ring",
+            self.shard.members.clone(),
+        );
+        r.register(
+            "inrun_shard_buckets_unowned",
+            "Buckets no live replica held at this replica's last look; alert when above 0 for longer than the lease duration",
+            self.shard.unowned.clone(),
+        );
+        r.register(
+            "inrun_shard_moves",
+            "Buckets this replica took, gave up (handed over) or lost (its member Lease lapsed)",
+            self.shard.moves.clone(),
         );
         r.register_collector(Box::new(process::ProcessCollector));
         r.register(
@@ -596,6 +634,27 @@ impl Metrics {
             })
             .set(i64::from(leading));
         self.health.set_leader(leading);
+    }
+
+    /// Records what a sharding round saw: the buckets this replica holds, the members live,
+    /// the buckets no live member holds.
+    pub fn shard_round(&self, held: usize, members: usize, unowned: usize) {
+        let g = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+        self.shard.held.set(g(held));
+        self.shard.members.set(g(members));
+        self.shard.unowned.set(g(unowned));
+    }
+
+    /// Records `count` buckets moved `direction` (`taken`, `given`, `lost`).
+    pub fn shard_moved(&self, direction: &str, count: u64) {
+        if count > 0 {
+            self.shard
+                .moves
+                .get_or_create(&MoveLabel {
+                    direction: direction.to_string(),
+                })
+                .inc_by(count);
+        }
     }
 
     /// Records a call into `tenant`'s `plugin` that ended in `outcome` after `elapsed`.

@@ -167,6 +167,18 @@ impl Observed {
         self.records = next;
     }
 
+    /// The Leases whose record has not changed for their duration and `grace` more: of
+    /// members that stopped without releasing (SIGKILL), left for anyone to delete.
+    pub fn stale(&self, now: Instant, fallback: Duration, grace: Duration) -> Vec<String> {
+        self.records
+            .iter()
+            .filter(|(_, r)| {
+                now.saturating_duration_since(r.since) > r.duration.unwrap_or(fallback) + grace
+            })
+            .map(|(name, _)| name.clone())
+            .collect()
+    }
+
     /// The identities live at `now`: holders whose record changed within their Lease's
     /// duration (`fallback` when it names none), sorted, each once.
     pub fn live(&self, now: Instant, fallback: Duration) -> Vec<String> {

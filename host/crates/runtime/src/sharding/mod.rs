@@ -13,9 +13,15 @@
 //!   compare-and-swap, its transitions the bucket's epoch.
 //! - [`plan`]: what one member gives up and takes next, so that a bucket moves in two
 //!   steps (released, then taken) and never has two writers.
+//! - [`shard`]: what this replica holds, and the per-bucket fence every write made while
+//!   reconciling a CR passes.
+//! - [`keeper`]: the loop that keeps it all: renews the member Lease, follows the ring,
+//!   gives up and takes buckets.
 
 pub mod assign;
 pub mod buckets;
 pub mod members;
 pub mod ownership;
+pub mod keeper;
 pub mod plan;
+pub mod shard;

@@ -1,0 +1,355 @@
+//! The ring keeper: one task per replica that, every retry period, renews the member
+//! Lease, lists the ring, and gives up and takes buckets as [`super::plan`] says,
+//! recording the outcome in the replica's [`Shard`] (which every write checks).
+//!
+//! # Why no bucket ever has two writers
+//!
+//! A replica writes for a bucket only while its bucket Lease names it and its member fence
+//! is open, that is until `renew_deadline` after the *send* of its last successful member
+//! renewal. Another replica takes the bucket only once it sees the holder's member record
+//! unchanged for a whole `lease_duration` on its own clock, which starts no earlier than
+//! that send; `renew_deadline < lease_duration`, so the holder has stopped by then.
+//!
+//! A renewal that succeeds late — its answer came a lease duration or more after the
+//! previous one was sent — may have landed after another replica judged this one gone and
+//! took its buckets. The replica then counts itself gone: it drops every bucket and joins
+//! again under a new incarnation (a new member name), so the buckets its old name holds
+//! are taken by whoever the table gives them to, itself included, through the Leases'
+//! compare-and-swap like any other free bucket.
+//!
+//! A graceful hand-over (a bucket assigned elsewhere, or SIGTERM) refuses the bucket's new
+//! writes, waits for those in flight to return, then clears the bucket's Lease: the next
+//! holder's writes start after the last of this one's have landed.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::future::join_all;
+use kube::Client;
+use kube::api::{DeleteParams, Preconditions};
+use tokio::sync::watch;
+
+use super::assign::Assignment;
+use super::buckets::BUCKETS;
+use super::members::{Observed, Ring};
+use super::ownership::Take;
+use super::plan::plan;
+use super::shard::{Held, Shard, buckets};
+use crate::metrics::Metrics;
+
+/// How a replica takes part in its ring.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeeperConfig {
+    /// The ring, its Leases' namespace and lease duration.
+    pub ring: Ring,
+    /// This replica's name (unique among replicas; its incarnations add a suffix).
+    pub identity: String,
+    /// How long after the send of its last successful renewal a replica may write.
+    pub renew_deadline: Duration,
+    /// How often the member Lease is renewed and the ring looked at.
+    pub retry_period: Duration,
+    /// Buckets given up in one round at most, so a membership change moves a few at a
+    /// time (buckets of a member gone are taken whatever this says).
+    pub max_releases: usize,
+}
+
+/// Why the keeper stopped other than by shutdown.
+#[derive(Debug, thiserror::Error)]
+pub enum KeeperError {
+    /// The host may not use the ring's Leases: nothing would ever be held.
+    #[error(
+        "may not use the sharding Leases of ring {ring} in namespace {namespace} (apply `inrun generate rbac --sharding` for this Blueprint and namespace)"
+    )]
+    Forbidden {
+        /// The ring.
+        ring: String,
+        /// The Leases' namespace.
+        namespace: String,
+        /// The API server's refusal.
+        #[source]
+        source: kube::Error,
+    },
+}
+
+/// The keeper's state between rounds.
+struct Keeper {
+    client: Client,
+    config: KeeperConfig,
+    shard: Arc<Shard>,
+    metrics: Arc<Metrics>,
+    /// This incarnation's name: the identity and a suffix new at each start and after
+    /// each lapse.
+    me: String,
+    incarnation: u32,
+    /// When the last successful renewal was sent.
+    renewed: Option<Instant>,
+    observed: Observed,
+    /// The buckets whose Lease named this incarnation at the last look.
+    recorded: Held,
+}
+
+/// The bit set of `list`.
+fn bits(list: &[usize]) -> Held {
+    list.iter().fold(0, |held, b| held | (1u64 << (b % BUCKETS)))
+}
+
+fn forbidden(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 403)
+}
+
+impl Keeper {
+    fn incarnation_name(identity: &str, incarnation: u32) -> String {
+        format!("{identity}#{incarnation:08x}")
+    }
+
+    /// Renews the member Lease; a renewal answered a lease duration or more after the
+    /// previous one was sent starts a new incarnation (see the module's notes).
+    async fn renew(&mut self) -> Result<(), kube::Error> {
+        let sent = Instant::now();
+        self.config.ring.renew(&self.client, &self.me).await?;
+        let late = self
+            .renewed
+            .is_some_and(|last| Instant::now() >= last + self.config.ring.lease_duration);
+        if !late {
+            self.renewed = Some(sent);
+            self.shard.renewed(sent + self.config.renew_deadline);
+            return Ok(());
+        }
+        tracing::warn!(member = %self.me, "the member Lease was not renewed for a lease duration; giving up every bucket and joining again");
+        self.shard.close();
+        let dropped = self.shard.held();
+        self.shard.give_up(dropped);
+        self.metrics
+            .shard_moved("lost", buckets(dropped).count() as u64);
+        self.recorded = 0;
+        let _ = self.config.ring.release(&self.client, &self.me).await;
+        self.incarnation = self.incarnation.wrapping_add(1);
+        self.me = Self::incarnation_name(&self.config.identity, self.incarnation);
+        self.renewed = None;
+        let sent = Instant::now();
+        self.config.ring.renew(&self.client, &self.me).await?;
+        self.renewed = Some(sent);
+        self.shard.renewed(sent + self.config.renew_deadline);
+        Ok(())
+    }
+
+    /// One round: renew, look at the ring, give up and take buckets.
+    async fn round(&mut self) -> Result<(), kube::Error> {
+        self.renew().await?;
+        let ring = self.config.ring.clone();
+        let leases = ring.member_leases(&self.client).await?;
+        let now = Instant::now();
+        self.observed.update(&leases, now);
+        let mut live = self.observed.live(now, ring.lease_duration);
+        if !live.contains(&self.me) {
+            live.push(self.me.clone());
+            live.sort();
+        }
+        let holders: Vec<Option<String>> = ring
+            .holders(&self.client)
+            .await?
+            .into_iter()
+            .map(|(holder, _)| holder)
+            .collect();
+        // What the Leases give this incarnation is held; what they give another is not.
+        let recorded = (0..BUCKETS)
+            .filter(|b| holders[*b].as_deref() == Some(self.me.as_str()))
+            .fold(0, |held, b| held | (1u64 << b));
+        self.shard.give_up(self.shard.held() & !recorded);
+        self.shard.take(recorded);
+        self.recorded = recorded;
+        let table = Assignment::new(&live);
+        let next = plan(&self.me, &table, &holders, &live, self.config.max_releases);
+        let mut after = holders.clone();
+        if !next.release.is_empty() {
+            self.release(&next.release).await;
+            for b in &next.release {
+                if self.recorded & (1u64 << b) == 0 {
+                    after[*b] = None;
+                }
+            }
+        }
+        let taken = self.acquire(&next.acquire, &live).await?;
+        for b in buckets(taken) {
+            after[b] = Some(self.me.clone());
+        }
+        let unowned = after
+            .iter()
+            .filter(|h| h.as_ref().is_none_or(|h| !live.contains(h)))
+            .count();
+        self.metrics.shard_round(
+            buckets(self.shard.held()).count(),
+            live.len(),
+            unowned,
+        );
+        self.collect(&leases, now).await;
+        Ok(())
+    }
+
+    /// Gives `list` up: refuses their new writes, waits for those in flight, clears their
+    /// Leases. A bucket whose writes do not return within the renew deadline keeps its
+    /// Lease (and stays refused) until a later round.
+    async fn release(&mut self, list: &[usize]) {
+        let set = bits(list);
+        self.shard.give_up(set);
+        if !self.shard.drained(set, self.config.renew_deadline).await {
+            tracing::warn!(buckets = ?list, "writes still in flight after the renew deadline; the buckets are kept refused and given up later");
+            return;
+        }
+        let ring = &self.config.ring;
+        let results = join_all(
+            list.iter()
+                .map(|b| ring.release_bucket(&self.client, *b, &self.me)),
+        )
+        .await;
+        let mut given = 0;
+        for (b, result) in list.iter().zip(results) {
+            match result {
+                Ok(()) => {
+                    self.recorded &= !(1u64 << b);
+                    given += 1;
+                }
+                Err(e) => {
+                    tracing::warn!(bucket = b, error = %inrun_contract::errors::chain(&e), "giving a bucket up");
+                }
+            }
+        }
+        self.metrics.shard_moved("given", given);
+    }
+
+    /// Takes what it can of `list`; the buckets taken.
+    async fn acquire(&mut self, list: &[usize], live: &[String]) -> Result<Held, kube::Error> {
+        let ring = &self.config.ring;
+        let results = join_all(
+            list.iter()
+                .map(|b| ring.acquire(&self.client, *b, &self.me, live)),
+        )
+        .await;
+        let mut taken = 0;
+        for (b, result) in list.iter().zip(results) {
+            match result {
+                Ok(Take::Held { .. }) => taken |= 1u64 << b,
+                Ok(Take::Other(_)) => {}
+                Err(e) if forbidden(&e) => return Err(e),
+                Err(e) => {
+                    tracing::warn!(bucket = b, error = %inrun_contract::errors::chain(&e), "taking a bucket");
+                }
+            }
+        }
+        self.recorded |= taken;
+        self.shard.take(taken);
+        self.metrics
+            .shard_moved("taken", buckets(taken).count() as u64);
+        Ok(taken)
+    }
+
+    /// Deletes the member Leases of replicas gone for a lease duration and more (each
+    /// only if unchanged since listed).
+    async fn collect(&self, leases: &[k8s_openapi::api::coordination::v1::Lease], now: Instant) {
+        let ring = &self.config.ring;
+        let stale = self
+            .observed
+            .stale(now, ring.lease_duration, ring.lease_duration);
+        for lease in leases {
+            let (Some(name), Some(rv)) = (&lease.metadata.name, &lease.metadata.resource_version)
+            else {
+                continue;
+            };
+            if !stale.contains(name) {
+                continue;
+            }
+            let params = DeleteParams::default().preconditions(Preconditions {
+                resource_version: Some(rv.clone()),
+                uid: None,
+            });
+            match ring.api(&self.client).delete(name, &params).await {
+                Ok(_) => tracing::info!(lease = %name, "deleted the member Lease of a replica gone"),
+                Err(e) => tracing::debug!(lease = %name, error = %e, "deleting a stale member Lease"),
+            }
+        }
+    }
+
+    /// Leaves the ring: refuses every write, waits for those in flight (the renew
+    /// deadline at most), gives every bucket up and deletes the member Lease.
+    async fn leave(&mut self) {
+        let held = self.shard.held() | self.recorded;
+        self.shard.give_up(held);
+        let drained = self.shard.drained(held, self.config.renew_deadline).await;
+        self.shard.close();
+        let list: Vec<usize> = buckets(self.recorded).collect();
+        if drained {
+            self.release(&list).await;
+        }
+        if let Err(e) = self.config.ring.release(&self.client, &self.me).await {
+            tracing::warn!(error = %inrun_contract::errors::chain(&e), "releasing the member Lease");
+        }
+        self.metrics.shard_round(0, 0, 0);
+        tracing::info!(member = %self.me, buckets = list.len(), "left the ring");
+    }
+}
+
+/// Keeps this replica in `config.ring` until `stop` turns true, recording what it holds in
+/// `shard`; then leaves the ring (buckets given up once their writes returned, member Lease
+/// deleted), so the others take over at their next round.
+///
+/// # Errors
+/// [`KeeperError::Forbidden`] when the host may not use the ring's Leases.
+pub async fn run(
+    client: Client,
+    config: KeeperConfig,
+    shard: Arc<Shard>,
+    metrics: Arc<Metrics>,
+    mut stop: watch::Receiver<bool>,
+) -> Result<(), KeeperError> {
+    let incarnation = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos() ^ std::process::id().rotate_left(16));
+    let mut keeper = Keeper {
+        me: Keeper::incarnation_name(&config.identity, incarnation),
+        incarnation,
+        client,
+        shard,
+        metrics,
+        renewed: None,
+        observed: Observed::default(),
+        recorded: 0,
+        config,
+    };
+    tracing::info!(ring = %keeper.config.ring.name, member = %keeper.me, "joining the ring");
+    loop {
+        if *stop.borrow() {
+            break;
+        }
+        match keeper.round().await {
+            Ok(()) => {}
+            Err(e) if forbidden(&e) => {
+                keeper.shard.close();
+                return Err(KeeperError::Forbidden {
+                    ring: keeper.config.ring.name.clone(),
+                    namespace: keeper.config.ring.namespace.clone(),
+                    source: e,
+                });
+            }
+            Err(e) => {
+                tracing::warn!(error = %inrun_contract::errors::chain(&e), "a sharding round failed; writes stop at the renew deadline unless the next succeeds");
+            }
+        }
+        tokio::select! {
+            _ = stop.wait_for(|s| *s) => break,
+            () = tokio::time::sleep(keeper.config.retry_period) => {}
+        }
+    }
+    keeper.leave().await;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn incarnations_are_told_apart_by_their_suffix() {
+        let a = super::Keeper::incarnation_name("pod-1", 1);
+        let b = super::Keeper::incarnation_name("pod-1", 2);
+        assert_ne!(a, b);
+        assert!(a.starts_with("pod-1#"), "{a}");
+    }
+}

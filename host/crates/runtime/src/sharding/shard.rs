@@ -1,0 +1,271 @@
+//! What this replica holds of the ring, and the fence that guards each bucket's writes.
+//!
+//! A write made while reconciling a CR carries the CR's bucket ([`Shard::scope`]); the
+//! client's fence layer asks [`admit`] before sending it. A write passes only while
+//!
+//! - the member fence is open: this replica's member Lease was renewed within the renew
+//!   deadline (a paused or partitioned replica writes nothing past it, and nobody judges
+//!   it gone before then: others wait a whole lease duration), and
+//! - the bucket is held: its Lease names this replica's current incarnation and no release
+//!   has started.
+//!
+//! Giving a bucket up is graceful: new writes are refused at once, those in flight finish
+//! ([`Shard::drained`]), and only then is the bucket's Lease cleared for the next holder.
+//! Past the member deadline writes in flight are abandoned instead, like the leader
+//! fence's.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use tokio::sync::{Notify, watch};
+
+use super::buckets::BUCKETS;
+use crate::fence::Fence;
+
+/// This replica's buckets, as a bit set (bit `b`: bucket `b`).
+pub type Held = u64;
+
+/// The bit of `bucket`.
+fn bit(bucket: usize) -> Held {
+    1u64 << (bucket % BUCKETS)
+}
+
+/// The buckets of a bit set, in order.
+pub fn buckets(held: Held) -> impl Iterator<Item = usize> {
+    (0..BUCKETS).filter(move |b| held & bit(*b) != 0)
+}
+
+/// What this replica holds, shared by its ring keeper (which changes it) and every
+/// controller and client (which read it).
+#[derive(Debug)]
+pub struct Shard {
+    /// Open until the member Lease's renew deadline, moved on by each renewal.
+    member: Fence,
+    held: watch::Sender<Held>,
+    in_flight: [AtomicUsize; BUCKETS],
+    returned: Notify,
+}
+
+impl Default for Shard {
+    fn default() -> Self {
+        let member = Fence::default();
+        member.close();
+        Shard {
+            member,
+            held: watch::channel(0).0,
+            in_flight: std::array::from_fn(|_| AtomicUsize::new(0)),
+            returned: Notify::new(),
+        }
+    }
+}
+
+tokio::task_local! {
+    /// The shard and bucket of the CR the current task reconciles.
+    static WRITING_FOR: (Arc<Shard>, usize);
+}
+
+/// Why a write was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refused {
+    /// The member Lease was not renewed in time: this replica may be judged gone.
+    Lapsed,
+    /// Another replica holds the bucket, or it is being handed over.
+    NotHeld(usize),
+}
+
+impl Shard {
+    /// Whether `bucket` is held now (whatever the member deadline says).
+    pub fn holds(&self, bucket: usize) -> bool {
+        *self.held.borrow() & bit(bucket) != 0
+    }
+
+    /// The buckets held now.
+    pub fn held(&self) -> Held {
+        *self.held.borrow()
+    }
+
+    /// Told each change of the buckets held.
+    pub fn subscribe(&self) -> watch::Receiver<Held> {
+        self.held.subscribe()
+    }
+
+    /// Whether a write for a CR of `bucket` may be sent now.
+    ///
+    /// # Errors
+    /// Why not.
+    pub fn may_write(&self, bucket: usize) -> Result<(), Refused> {
+        if !self.member.is_open() {
+            return Err(Refused::Lapsed);
+        }
+        if !self.holds(bucket) {
+            return Err(Refused::NotHeld(bucket));
+        }
+        Ok(())
+    }
+
+    /// Runs `work` (a CR's reconcile) with its writes fenced by `bucket`.
+    pub async fn scope<F: std::future::Future>(self: &Arc<Self>, bucket: usize, work: F) -> F::Output {
+        WRITING_FOR.scope((self.clone(), bucket), work).await
+    }
+
+    /// The member Lease was renewed by a request sent at `sent`: writes may go on until
+    /// `sent + renew_deadline`.
+    pub(crate) fn renewed(&self, until: Instant) {
+        self.member.open_until(until);
+    }
+
+    /// Refuses every write at once (the member deadline passed, or the host stops after
+    /// its buckets were given up).
+    pub(crate) fn close(&self) {
+        self.member.close();
+    }
+
+    /// `buckets` are held from now on.
+    pub(crate) fn take(&self, buckets: Held) {
+        self.held.send_if_modified(|held| {
+            let before = *held;
+            *held |= buckets;
+            *held != before
+        });
+    }
+
+    /// `buckets` are no longer held: their new writes are refused from now on.
+    pub(crate) fn give_up(&self, buckets: Held) {
+        self.held.send_if_modified(|held| {
+            let before = *held;
+            *held &= !buckets;
+            *held != before
+        });
+    }
+
+    /// Waits until no write for `buckets` is in flight, for `within` at most; whether
+    /// none is.
+    pub(crate) async fn drained(&self, buckets: Held, within: Duration) -> bool {
+        let until = tokio::time::Instant::now() + within;
+        loop {
+            let returned = self.returned.notified();
+            if self::buckets(buckets).all(|b| self.in_flight[b].load(Ordering::Acquire) == 0) {
+                return true;
+            }
+            if tokio::time::timeout_at(until, returned).await.is_err() {
+                return false;
+            }
+        }
+    }
+
+    /// Resolves once the member deadline passes.
+    pub(crate) async fn expired(&self) {
+        self.member.expired().await;
+    }
+}
+
+/// A write admitted for a bucket: counted in flight until dropped.
+#[derive(Debug)]
+pub(crate) struct Admitted {
+    shard: Arc<Shard>,
+    bucket: usize,
+}
+
+impl Admitted {
+    /// The shard it was admitted by.
+    pub(crate) fn shard(&self) -> &Shard {
+        &self.shard
+    }
+}
+
+impl Drop for Admitted {
+    fn drop(&mut self) {
+        self.shard.in_flight[self.bucket].fetch_sub(1, Ordering::AcqRel);
+        self.shard.returned.notify_waiters();
+    }
+}
+
+/// For a write about to be sent: `None` outside a CR's reconcile (the host's own writes,
+/// fenced by the leader fence alone); else whether the CR's bucket admits it.
+pub(crate) fn admit() -> Option<Result<Admitted, Refused>> {
+    WRITING_FOR
+        .try_with(|(shard, bucket)| {
+            // Counted before the check, so a release that starts between the two waits
+            // for this write (or sees it refused).
+            shard.in_flight[*bucket].fetch_add(1, Ordering::AcqRel);
+            let admitted = Admitted {
+                shard: shard.clone(),
+                bucket: *bucket,
+            };
+            shard.may_write(*bucket).map(|()| admitted)
+        })
+        .ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn renewed(shard: &Shard) {
+        shard.renewed(Instant::now() + Duration::from_secs(60));
+    }
+
+    #[tokio::test]
+    async fn a_write_passes_only_for_a_held_bucket_while_the_member_lease_is_renewed() {
+        let shard = Arc::new(Shard::default());
+        assert_eq!(admit().map(|a| a.map(|_| ())), None, "outside a reconcile");
+        let check = |b| {
+            let shard = shard.clone();
+            async move { shard.scope(b, async { admit().map(|a| a.map(|_| ())) }).await }
+        };
+        // Held but never renewed: lapsed.
+        shard.take(bit(3));
+        assert_eq!(check(3).await, Some(Err(Refused::Lapsed)));
+        renewed(&shard);
+        assert_eq!(check(3).await, Some(Ok(())));
+        assert_eq!(check(4).await, Some(Err(Refused::NotHeld(4))));
+        shard.give_up(bit(3));
+        assert_eq!(check(3).await, Some(Err(Refused::NotHeld(3))));
+        // A deadline in the past refuses everything, held or not.
+        shard.take(bit(3));
+        shard.renewed(Instant::now() - Duration::from_millis(1));
+        assert_eq!(check(3).await, Some(Err(Refused::Lapsed)));
+        assert_eq!(shard.may_write(3), Err(Refused::Lapsed));
+    }
+
+    #[tokio::test]
+    async fn giving_a_bucket_up_waits_for_its_writes_in_flight_and_no_others() {
+        let shard = Arc::new(Shard::default());
+        renewed(&shard);
+        shard.take(bit(1) | bit(2));
+        let (started, start) = tokio::sync::oneshot::channel();
+        let (finish, finished) = tokio::sync::oneshot::channel::<()>();
+        let write = tokio::spawn({
+            let shard = shard.clone();
+            async move {
+                shard
+                    .scope(1, async {
+                        let admitted = admit().expect("in scope").expect("held");
+                        let _ = started.send(());
+                        let _ = finished.await;
+                        drop(admitted);
+                    })
+                    .await;
+            }
+        });
+        start.await.expect("started");
+        shard.give_up(bit(1));
+        assert!(shard.drained(bit(2), Duration::ZERO).await, "bucket 2 has none");
+        assert!(!shard.drained(bit(1), Duration::from_millis(50)).await);
+        let _ = finish.send(());
+        assert!(shard.drained(bit(1), Duration::from_secs(5)).await);
+        write.await.expect("write");
+        // A refused write is not left counted.
+        shard
+            .scope(1, async { assert!(admit().expect("in scope").is_err()) })
+            .await;
+        assert!(shard.drained(bit(1), Duration::ZERO).await);
+    }
+
+    #[test]
+    fn bit_sets_list_their_buckets() {
+        assert_eq!(buckets(bit(0) | bit(63) | bit(7)).collect::<Vec<_>>(), [0, 7, 63]);
+        assert_eq!(buckets(0).count(), 0);
+    }
+}
