@@ -9,7 +9,7 @@
 
 mod support;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -298,9 +298,17 @@ async fn served(client: &Client, ar: &ApiResource) {
 
 /// Waits until `count` of `created` CRs exist and `part` of them converged.
 async fn until_part_converged(api: &Api<DynamicObject>, count: usize, part: usize) {
+    until_part_converged_on(api, count, part, "v1").await;
+}
+
+/// Waits until `part` of the CRs converged on `value`.
+async fn until_part_converged_on(api: &Api<DynamicObject>, count: usize, part: usize, value: &str) {
     let started = Instant::now();
     loop {
-        if converged(api, count, "v1").await.is_some_and(|n| n >= part) {
+        if converged(api, count, value)
+            .await
+            .is_some_and(|n| n >= part)
+        {
             return;
         }
         assert!(started.elapsed() < CONVERGE, "{part} CRs never converged");
@@ -629,5 +637,181 @@ async fn the_host_sigkilled_mid_pass_and_started_again_completes_the_work() -> T
         took.as_secs_f64()
     );
     again.kill().await;
+    Ok(())
+}
+
+/// Replicas sharing the CRs in one ring, each as a ServiceAccount of its own (bound to the
+/// same generated RBAC) so the API server's audit log tells their writes apart.
+struct Ring {
+    scene: Scene,
+    ring: String,
+    /// Each replica's kubeconfig, and its ServiceAccount's user name → replica.
+    kubeconfigs: BTreeMap<String, PathBuf>,
+    users: BTreeMap<String, String>,
+    leases: Api<k8s_openapi::api::coordination::v1::Lease>,
+}
+
+impl Ring {
+    async fn start(cp: &ControlPlane, prefix: &str, count: usize, names: &[&str]) -> Ring {
+        let client = cp.client();
+        let group = unique_group(prefix);
+        let ns = cp.namespace(prefix).await.expect("namespace");
+        let ring = format!("{prefix}-{}", std::process::id());
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("blueprint.yaml");
+        let section = format!(
+            "    sharding: {{enabled: true, ring: {ring}}}\n    leaderElection: {{namespace: {ns}, leaseDuration: 6s, renewDeadline: 4s, retryPeriod: 1s}}\n"
+        );
+        std::fs::write(&path, blueprint(&group, &section)).expect("blueprint");
+        let parsed = inrun::blueprint::load(&path).expect("valid Blueprint");
+        let mut kubeconfigs = BTreeMap::new();
+        let mut users = BTreeMap::new();
+        for name in names {
+            // As production runs it, one ServiceAccount per replica, audited.
+            let options = inrun::generate::rbac::RbacOptions {
+                namespace: inrun_testenv::AUDITED_NAMESPACE.into(),
+                ..support::identity::Identity::options()
+            };
+            let identity = support::identity::Identity::generated_on(cp, &parsed, &options).await;
+            let replica_dir = dir.path().join(name);
+            std::fs::create_dir_all(&replica_dir).expect("dir");
+            kubeconfigs.insert(name.to_string(), identity.kubeconfig(&replica_dir));
+            users.insert(
+                format!(
+                    "system:serviceaccount:{}:{}",
+                    inrun_testenv::AUDITED_NAMESPACE,
+                    options.service_account
+                ),
+                name.to_string(),
+            );
+        }
+        let ar = resource(&group, "Burst");
+        let api = Api::namespaced_with(client.clone(), &ns, &ar);
+        let leases = Api::namespaced(client.clone(), &ns);
+        let scene = Scene {
+            client,
+            ns,
+            group,
+            kubeconfig: PathBuf::new(),
+            dir,
+            path,
+            api,
+            count,
+        };
+        Ring {
+            scene,
+            ring,
+            kubeconfigs,
+            users,
+            leases,
+        }
+    }
+
+    fn replica(&self, name: &str) -> support::ring::Replica {
+        support::ring::Replica::spawn(
+            &self.kubeconfigs[name],
+            &self.scene.path,
+            self.scene.dir.path(),
+            name,
+        )
+    }
+
+    async fn settled(&self, names: &[&str]) {
+        support::ring::held_by(&self.leases, &self.ring, names).await;
+    }
+
+    /// Sets every CR's value, 16 at a time, in a task of its own.
+    fn set_all(&self, value: &'static str) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(self.scene.burst(value, Arc::default()))
+    }
+
+    /// The writes of the replicas made for a CR whose bucket they did not hold then,
+    /// from the API server's audit log; and how many writes were checked.
+    async fn writes_outside_tenure(&self, cp: &ControlPlane) -> (usize, Vec<String>) {
+        let list = self.scene.api.list(&Default::default()).await.expect("CRs");
+        let uids = list
+            .items
+            .iter()
+            .filter_map(|o| Some((o.metadata.name.clone()?, o.metadata.uid.clone()?)))
+            .collect();
+        support::ring::writes_outside_tenure(
+            &cp.audit_log(),
+            &self.scene.ns,
+            &self.ring,
+            "bursts",
+            &self.users,
+            &uids,
+        )
+    }
+}
+
+// Also in `make test` (120 CRs): the guarantee sharding rests on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sharded_replicas_scaled_killed_stopped_and_paused_never_write_a_cr_whose_bucket_they_do_not_hold()
+-> TestResult {
+    let cp = ControlPlane::shared();
+    let count = burst_size(120);
+    let ring = Ring::start(cp, "chaos-ring", count, &["a", "b", "c", "d"]).await;
+    let scene = &ring.scene;
+    let (mut a, mut b, c) = (ring.replica("a"), ring.replica("b"), ring.replica("c"));
+    ring.settled(&["a", "b", "c"]).await;
+    served(&scene.client, &resource(&scene.group, "Burst")).await;
+
+    // 3 → 4 in the middle of a burst.
+    let started = Instant::now();
+    let writing = ring.set_all("v1");
+    until_part_converged(&scene.api, count, count / 4).await;
+    let d = ring.replica("d");
+    writing.await?;
+    until_converged(&scene.api, count, "v1").await;
+    ring.settled(&["a", "b", "c", "d"]).await;
+    let grown = started.elapsed();
+
+    // 4 → 2 in the middle of new specs: c stops (SIGTERM), b is killed (SIGKILL).
+    let started = Instant::now();
+    let writing = ring.set_all("v2");
+    until_part_converged_on(&scene.api, count, count / 4, "v2").await;
+    c.signal("TERM");
+    b.kill().await;
+    writing.await?;
+    until_converged(&scene.api, count, "v2").await;
+    ring.settled(&["a", "d"]).await;
+    let shrunk = started.elapsed();
+
+    // a paused past its lease in the middle of new specs: d takes everything; a resumes,
+    // finds its lease lapsed, drops its buckets and joins again.
+    let started = Instant::now();
+    let writing = ring.set_all("v3");
+    until_part_converged_on(&scene.api, count, count / 4, "v3").await;
+    a.signal("STOP");
+    ring.settled(&["d"]).await;
+    let taken = started.elapsed();
+    writing.await?;
+    until_converged(&scene.api, count, "v3").await;
+    a.signal("CONT");
+    ring.settled(&["a", "d"]).await;
+    let writing = ring.set_all("v4");
+    writing.await?;
+    until_converged(&scene.api, count, "v4").await;
+    scene.assert_children("v4").await;
+    let paused = started.elapsed();
+    a.assert_running();
+
+    let (checked, outside) = ring.writes_outside_tenure(cp).await;
+    assert!(checked >= count * 4, "only {checked} writes audited");
+    assert!(
+        outside.is_empty(),
+        "{} of {checked} writes outside the writer's tenure of the bucket:\n{}",
+        outside.len(),
+        outside.join("\n")
+    );
+    eprintln!(
+        "chaos ring: {count} CRs; 3→4 replicas mid-burst: converged {:.1}s; 4→2 (SIGTERM + SIGKILL) mid-update: {:.1}s; one of 2 paused past its lease: the other held every bucket {:.1}s after the update began, all converged again after resume {:.1}s; {checked} writes audited, none outside its writer's tenure",
+        grown.as_secs_f64(),
+        shrunk.as_secs_f64(),
+        taken.as_secs_f64(),
+        paused.as_secs_f64(),
+    );
+    drop(d);
     Ok(())
 }

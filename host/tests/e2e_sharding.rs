@@ -392,8 +392,6 @@ async fn of_two_members_taking_every_bucket_at_once_exactly_one_holds_each_and_h
 /// Sharded hosts: `inrun run` processes in one ring, each as the ServiceAccount bound to
 /// what `inrun generate rbac` grants for a Blueprint with `runtime.sharding` on.
 mod hosts {
-    use std::collections::BTreeMap;
-    use std::path::{Path, PathBuf};
     use std::time::{Duration, Instant};
 
     use inrun_testenv::ControlPlane;
@@ -402,6 +400,7 @@ mod hosts {
     use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
     use serde_json::json;
 
+    use super::support::ring::{Replica, held_by};
     use super::support::{self, resource, unique_group};
 
     const WAIT: Duration = Duration::from_secs(120);
@@ -435,135 +434,6 @@ spec:
           - {{apiVersion: v1, kind: ConfigMap}}
 "#
         )
-    }
-
-    /// An `inrun run --blueprint` process; killed when dropped.
-    struct Replica {
-        name: String,
-        child: tokio::process::Child,
-        log: PathBuf,
-    }
-
-    impl Replica {
-        fn spawn(kubeconfig: &Path, blueprint: &Path, dir: &Path, name: &str) -> Replica {
-            let log = dir.join(format!("{name}.log"));
-            let file = std::fs::File::create(&log).expect("log file");
-            let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_inrun"))
-                .arg("run")
-                .arg("--blueprint")
-                .arg(blueprint)
-                .arg("--kubeconfig")
-                .arg(kubeconfig)
-                .args(["--install-crds", "--health-port", "0"])
-                .args(["--health-address", "127.0.0.1", "--console-port", "0"])
-                .args(["--identity", name])
-                .arg("--cache-dir")
-                .arg(dir.join("cache"))
-                .env("INRUN_LOG", "info")
-                .stderr(file)
-                .kill_on_drop(true)
-                .spawn()
-                .expect("spawn inrun");
-            Replica {
-                name: name.to_string(),
-                child,
-                log,
-            }
-        }
-
-        fn signal(&self, signal: &str) {
-            let pid = self.child.id().expect("running");
-            let status = std::process::Command::new("kill")
-                .arg(format!("-{signal}"))
-                .arg(pid.to_string())
-                .status()
-                .expect("kill");
-            assert!(status.success(), "kill -{signal} {pid}");
-        }
-
-        fn log(&self) -> String {
-            std::fs::read_to_string(&self.log).unwrap_or_default()
-        }
-
-        async fn port(&self) -> u16 {
-            inrun_testenv::wait_for("the health port to be logged", WAIT, || async {
-                let log = self.log();
-                let line = log.lines().find(|l| l.contains("health port listening"))?;
-                let after = line.split("127.0.0.1:").nth(1)?;
-                let digits: String = after.chars().take_while(char::is_ascii_digit).collect();
-                digits.parse().ok()
-            })
-            .await
-            .unwrap_or_else(|e| panic!("{e}\n{}", self.log()))
-        }
-
-        /// The sum of the samples of `metric` on its `/metrics`.
-        async fn metric(&self, metric: &str) -> f64 {
-            let port = self.port().await;
-            let text = reqwest::get(format!("http://127.0.0.1:{port}/metrics"))
-                .await
-                .expect("the health port answers")
-                .text()
-                .await
-                .expect("a body");
-            text.lines()
-                .filter(|l| {
-                    l.strip_prefix(metric)
-                        .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
-                })
-                .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-                .sum()
-        }
-
-        async fn exited(&mut self) -> bool {
-            let deadline = Instant::now() + WAIT;
-            while Instant::now() < deadline {
-                if let Ok(Some(_)) = self.child.try_wait() {
-                    return true;
-                }
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            false
-        }
-    }
-
-    /// The holder of each bucket of `ring`, each named by the replica it is an
-    /// incarnation of (`name#suffix`).
-    async fn holders(leases: &Api<Lease>, ring: &str) -> Vec<Option<String>> {
-        let list = leases
-            .list(&ListParams::default().labels(&format!(
-                "inrun.dev/ring={ring},inrun.dev/role=bucket"
-            )))
-            .await
-            .expect("list bucket Leases");
-        let mut holders = vec![None; super::BUCKETS];
-        for lease in list.items {
-            let bucket: usize = lease.metadata.labels.as_ref().expect("labels")["inrun.dev/bucket"]
-                .parse()
-                .expect("bucket");
-            holders[bucket] = lease
-                .spec
-                .and_then(|s| s.holder_identity)
-                .and_then(|h| h.split('#').next().map(str::to_string));
-        }
-        holders
-    }
-
-    /// Polls until every bucket is held, the holders are exactly `names` and none holds
-    /// more than its capped share (⌈64/n⌉: the ring has settled); the count held by each.
-    async fn held_by(leases: &Api<Lease>, ring: &str, names: &[&str]) -> BTreeMap<String, usize> {
-        inrun_testenv::wait_for("the buckets held by the expected replicas", WAIT, || async {
-            let holders = holders(leases, ring).await;
-            let mut counts = BTreeMap::new();
-            for h in &holders {
-                *counts.entry(h.clone()?).or_insert(0) += 1;
-            }
-            let seen: Vec<&str> = counts.keys().map(String::as_str).collect();
-            let cap = super::BUCKETS.div_ceil(names.len());
-            (seen == names && counts.values().all(|n| *n <= cap)).then_some(counts)
-        })
-        .await
-        .unwrap_or_else(|e| panic!("{e}: {:?}", futures::executor::block_on(holders(leases, ring))))
     }
 
     /// Sets every CR's `spec.value`.

@@ -18,6 +18,7 @@ use inrun_testenv::{ControlPlane, wait_for};
 
 pub mod identity;
 pub mod render;
+pub mod ring;
 use k8s_openapi::api::events::v1::Event;
 use kube::Client;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};

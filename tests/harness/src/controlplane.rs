@@ -212,6 +212,12 @@ impl ControlPlane {
         &self.server
     }
 
+    /// The API server's audit log (JSON lines): every write a ServiceAccount of
+    /// [`crate::startup::AUDITED_NAMESPACE`] made, with its request, user and timestamps.
+    pub fn audit_log(&self) -> PathBuf {
+        self.dir.join(crate::startup::AUDIT_LOG)
+    }
+
     /// The temporary directory holding the logs (`etcd.log`, `kube-apiserver.log`), the
     /// certificates and etcd's data; removed when the control plane stops.
     pub fn dir(&self) -> &Path {

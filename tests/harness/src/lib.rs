@@ -33,6 +33,6 @@ mod wait;
 pub use binaries::{BIN_DIR_ENV, BUILD_COMMAND, Binaries, Error as BinariesError};
 pub use controlplane::{ADMIN_USER, ControlPlane, UNPRIVILEGED_USER};
 pub use failure::{Failure, TestResult};
-pub use startup::StartError;
+pub use startup::{AUDITED_NAMESPACE, StartError};
 pub use supervisor::Error as ProcessError;
 pub use wait::{CrdError, DEFAULT_TIMEOUT, FIELD_MANAGER, Timeout, install_crd, wait_for};

@@ -92,6 +92,24 @@ pub(crate) fn start_with_retries() -> Result<ControlPlane, StartError> {
     }
 }
 
+/// The namespace whose ServiceAccounts' writes the API server's audit log records.
+pub const AUDITED_NAMESPACE: &str = "inrun-audited";
+
+/// The audit log's file name in the control plane's directory.
+pub(crate) const AUDIT_LOG: &str = "audit.log";
+
+/// Every write (with its request body) by a ServiceAccount of [`AUDITED_NAMESPACE`], once
+/// answered; nothing else.
+const AUDIT_POLICY: &str = r#"apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+  - level: Request
+    userGroups: ["system:serviceaccounts:inrun-audited"]
+    verbs: ["create", "update", "patch", "delete"]
+  - level: None
+"#;
+
 fn start_once(binaries: &Binaries) -> Result<ControlPlane, StartError> {
     let dir = tempfile::Builder::new()
         .prefix("inrun-controlplane-")
@@ -119,6 +137,8 @@ fn start_once(binaries: &Binaries) -> Result<ControlPlane, StartError> {
     )?;
     let sa_key = dir.join("service-account.key");
     generate_service_account_key(&sa_key)?;
+    let audit_policy = dir.join("audit-policy.yaml");
+    write_private(&audit_policy, AUDIT_POLICY)?;
     let cert_dir = dir.join("certs");
     let kubeconfig = dir.join("kubeconfig");
     write_private(
@@ -164,7 +184,15 @@ fn start_once(binaries: &Binaries) -> Result<ControlPlane, StartError> {
         .arg("--disable-admission-plugins=ServiceAccount")
         // KEP-5866 sharded list and watch (`shardSelector`), alpha in v1.36: the sharding
         // tests check the server keeps the CRs Inrun's buckets name.
-        .arg("--feature-gates=ShardedListAndWatch=true");
+        .arg("--feature-gates=ShardedListAndWatch=true")
+        // Writes of ServiceAccounts in AUDITED_NAMESPACE only, for tests that check who
+        // wrote what, in the API server's own order.
+        .arg(format!("--audit-policy-file={}", audit_policy.display()))
+        .arg(format!(
+            "--audit-log-path={}",
+            dir.join(AUDIT_LOG).display()
+        ))
+        .arg("--audit-log-format=json");
     let spawned = Instant::now();
     supervisor.spawn("kube-apiserver", apiserver)?;
 

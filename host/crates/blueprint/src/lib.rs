@@ -60,4 +60,6 @@ pub use reconcile::{
     TYPE_DEFINING, default_plural,
 };
 pub use refs::{PullSecretRef, SecretRef};
-pub use runtime::{BackoffSpec, BudgetSpec, FinalizersSpec, LeaderElectionSpec, RuntimeSpec, ShardingSpec};
+pub use runtime::{
+    BackoffSpec, BudgetSpec, FinalizersSpec, LeaderElectionSpec, RuntimeSpec, ShardingSpec,
+};

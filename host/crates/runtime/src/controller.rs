@@ -287,7 +287,8 @@ async fn taken_buckets(
         }
         let _ = crs.wait_until_ready().await;
         for cr in crs.state() {
-            let bucket = crate::sharding::buckets::bucket_of(cr.metadata.uid.as_deref().unwrap_or(""));
+            let bucket =
+                crate::sharding::buckets::bucket_of(cr.metadata.uid.as_deref().unwrap_or(""));
             if taken & (1u64 << bucket) != 0 {
                 let _ = woken.send(ObjectRef::from_obj_with(cr.as_ref(), resource.clone()));
             }

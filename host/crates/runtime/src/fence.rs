@@ -187,7 +187,9 @@ pub struct Fenced {
 #[derive(Debug, thiserror::Error)]
 pub enum NotHolder {
     /// Another replica holds the CR's bucket, or it is being handed over.
-    #[error("{method} {path} refused: the CR's bucket {bucket:02} is not held by this replica (another replica serves it)")]
+    #[error(
+        "{method} {path} refused: the CR's bucket {bucket:02} is not held by this replica (another replica serves it)"
+    )]
     Bucket {
         /// The request's method.
         method: http::Method,

@@ -83,16 +83,17 @@ impl HostSettings {
             max_releases: 16,
         });
         // Sharded replicas all work: none waits for a leader.
-        let leader = (sharding.is_none() && (flags.leader_elect || le.enabled)).then(|| LeaderConfig {
-            lease_name: flags
-                .leader_elect_lease
-                .unwrap_or_else(|| le.lease_name.clone()),
-            namespace,
-            identity: instance.clone(),
-            lease_duration: le.lease_duration,
-            renew_deadline: le.renew_deadline,
-            retry_period: le.retry_period,
-        });
+        let leader =
+            (sharding.is_none() && (flags.leader_elect || le.enabled)).then(|| LeaderConfig {
+                lease_name: flags
+                    .leader_elect_lease
+                    .unwrap_or_else(|| le.lease_name.clone()),
+                namespace,
+                identity: instance.clone(),
+                lease_duration: le.lease_duration,
+                renew_deadline: le.renew_deadline,
+                retry_period: le.retry_period,
+            });
         HostSettings {
             health_port: flags.health_port.unwrap_or(spec.health_port),
             instance,

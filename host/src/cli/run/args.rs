@@ -5,7 +5,9 @@ use std::path::PathBuf;
 
 use clap::ValueEnum;
 
-use crate::cli::parse::{parse_account_pattern, parse_duration, parse_lease_name, parse_quantity, parse_ring_name};
+use crate::cli::parse::{
+    parse_account_pattern, parse_duration, parse_lease_name, parse_quantity, parse_ring_name,
+};
 
 /// What `inrun run` is given.
 #[derive(clap::Args)]

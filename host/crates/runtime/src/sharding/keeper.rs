@@ -90,7 +90,8 @@ struct Keeper {
 
 /// The bit set of `list`.
 fn bits(list: &[usize]) -> Held {
-    list.iter().fold(0, |held, b| held | (1u64 << (b % BUCKETS)))
+    list.iter()
+        .fold(0, |held, b| held | (1u64 << (b % BUCKETS)))
 }
 
 fn forbidden(e: &kube::Error) -> bool {
@@ -177,11 +178,8 @@ impl Keeper {
             .iter()
             .filter(|h| h.as_ref().is_none_or(|h| !live.contains(h)))
             .count();
-        self.metrics.shard_round(
-            buckets(self.shard.held()).count(),
-            live.len(),
-            unowned,
-        );
+        self.metrics
+            .shard_round(buckets(self.shard.held()).count(), live.len(), unowned);
         self.collect(&leases, now).await;
         Ok(())
     }
@@ -263,8 +261,12 @@ impl Keeper {
                 uid: None,
             });
             match ring.api(&self.client).delete(name, &params).await {
-                Ok(_) => tracing::info!(lease = %name, "deleted the member Lease of a replica gone"),
-                Err(e) => tracing::debug!(lease = %name, error = %e, "deleting a stale member Lease"),
+                Ok(_) => {
+                    tracing::info!(lease = %name, "deleted the member Lease of a replica gone")
+                }
+                Err(e) => {
+                    tracing::debug!(lease = %name, error = %e, "deleting a stale member Lease")
+                }
             }
         }
     }

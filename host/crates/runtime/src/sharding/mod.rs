@@ -20,8 +20,8 @@
 
 pub mod assign;
 pub mod buckets;
+pub mod keeper;
 pub mod members;
 pub mod ownership;
-pub mod keeper;
 pub mod plan;
 pub mod shard;

@@ -105,7 +105,11 @@ impl Shard {
     }
 
     /// Runs `work` (a CR's reconcile) with its writes fenced by `bucket`.
-    pub async fn scope<F: std::future::Future>(self: &Arc<Self>, bucket: usize, work: F) -> F::Output {
+    pub async fn scope<F: std::future::Future>(
+        self: &Arc<Self>,
+        bucket: usize,
+        work: F,
+    ) -> F::Output {
         WRITING_FOR.scope((self.clone(), bucket), work).await
     }
 
@@ -212,7 +216,11 @@ mod tests {
         assert_eq!(admit().map(|a| a.map(|_| ())), None, "outside a reconcile");
         let check = |b| {
             let shard = shard.clone();
-            async move { shard.scope(b, async { admit().map(|a| a.map(|_| ())) }).await }
+            async move {
+                shard
+                    .scope(b, async { admit().map(|a| a.map(|_| ())) })
+                    .await
+            }
         };
         // Held but never renewed: lapsed.
         shard.take(bit(3));
@@ -251,7 +259,10 @@ mod tests {
         });
         start.await.expect("started");
         shard.give_up(bit(1));
-        assert!(shard.drained(bit(2), Duration::ZERO).await, "bucket 2 has none");
+        assert!(
+            shard.drained(bit(2), Duration::ZERO).await,
+            "bucket 2 has none"
+        );
         assert!(!shard.drained(bit(1), Duration::from_millis(50)).await);
         let _ = finish.send(());
         assert!(shard.drained(bit(1), Duration::from_secs(5)).await);
@@ -265,7 +276,10 @@ mod tests {
 
     #[test]
     fn bit_sets_list_their_buckets() {
-        assert_eq!(buckets(bit(0) | bit(63) | bit(7)).collect::<Vec<_>>(), [0, 7, 63]);
+        assert_eq!(
+            buckets(bit(0) | bit(63) | bit(7)).collect::<Vec<_>>(),
+            [0, 7, 63]
+        );
         assert_eq!(buckets(0).count(), 0);
     }
 }
