@@ -619,6 +619,40 @@ fn leader_election_is_on_by_default_and_off_it_recreates_and_refuses_more_than_o
     }
     let typo = refused("strategy: {type: Rolling}\n");
     assert!(typo.contains("/strategy/type"), "{typo}");
+
+    // Sharding: every replica works, in the release's ring, with the ring's Leases
+    // granted by kind (their names are made at run time), rolled out pod by pod.
+    let docs =
+        rendered("leaderElection: {enabled: false}\nsharding: {enabled: true}\nreplicaCount: 3\n");
+    let args =
+        find(&docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"].clone();
+    let args: Vec<&str> = args
+        .as_array()
+        .expect("args")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(
+        args.contains(&"--sharding") && args.contains(&"--sharding-ring=inrun"),
+        "{args:?}"
+    );
+    assert!(!args.contains(&"--leader-elect"), "{args:?}");
+    assert_eq!(find(&docs, "Deployment")["spec"]["replicas"], 3);
+    assert_eq!(
+        find(&docs, "Deployment")["spec"]["strategy"]["type"],
+        "RollingUpdate"
+    );
+    let mut grant = lease_grant("inrun");
+    grant.push((
+        serde_json::json!(["get", "list", "update", "patch", "delete"]),
+        Value::Null,
+    ));
+    assert_eq!(lease_rules(&docs, "inrun", "default"), grant);
+    let both = refused("sharding: {enabled: true}\n");
+    assert!(
+        both.contains("sharding.enabled with leaderElection.enabled"),
+        "{both}"
+    );
     eprintln!("leader election values: {:?}", started.elapsed());
 }
 

@@ -69,6 +69,16 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- if .Values.leaderElection.enabled }}true{{ end }}
 {{- end }}
 
+{{/* "true" when replicas share the CRs (`--sharding`). */}}
+{{- define "inrun.sharding" -}}
+{{- if .Values.sharding.enabled }}true{{ end }}
+{{- end }}
+
+{{/* The sharding ring's name (`--sharding-ring`): the full name, cut to 40 characters. */}}
+{{- define "inrun.ringName" -}}
+{{- include "inrun.fullname" . | trunc 40 | trimSuffix "-" }}
+{{- end }}
+
 {{/*
 The Lease's name (`--leader-elect-lease`): the full name, so two releases in one namespace
 hold two Leases. Passed whether or not the chart turns election on, since the Blueprint's
@@ -86,7 +96,7 @@ when it is off (the old pod is gone before the new one starts, so two never reco
 {{- define "inrun.strategy" -}}
 {{- if .Values.strategy }}
 {{- toYaml .Values.strategy }}
-{{- else if include "inrun.leaderElection" . -}}
+{{- else if or (include "inrun.leaderElection" .) (include "inrun.sharding" .) -}}
 type: RollingUpdate
 rollingUpdate:
   maxUnavailable: 0
@@ -151,9 +161,12 @@ Called with (dict "text" TEXT "what" NAME); returns {"docs": [...]} as YAML.
 {{- if and .Values.blueprint.content .Values.blueprint.existingConfigMap }}
 {{- fail "blueprint: give content or existingConfigMap, not both" }}
 {{- end }}
-{{- if not (include "inrun.leaderElection" .) }}
+{{- if and (include "inrun.sharding" .) (include "inrun.leaderElection" .) }}
+{{- fail "sharding.enabled with leaderElection.enabled: sharded replicas all reconcile, and leader election would idle all but one; set leaderElection.enabled=false" }}
+{{- end }}
+{{- if not (or (include "inrun.leaderElection" .) (include "inrun.sharding" .)) }}
 {{- if gt (int .Values.replicaCount) 1 }}
-{{- fail (printf "replicaCount is %d with leaderElection.enabled=false: every replica would reconcile and write at once; keep leader election on, or run one replica" (int .Values.replicaCount)) }}
+{{- fail (printf "replicaCount is %d with leaderElection.enabled=false: every replica would reconcile and write at once; keep leader election on, turn sharding on, or run one replica" (int .Values.replicaCount)) }}
 {{- end }}
 {{- if and .Values.strategy (ne (default "RollingUpdate" .Values.strategy.type) "Recreate") }}
 {{- fail "strategy.type is RollingUpdate (Kubernetes' default when unset) with leaderElection.enabled=false: the new pod would reconcile beside the old one during every upgrade; use strategy.type=Recreate (or leave strategy empty), or keep leader election on" }}

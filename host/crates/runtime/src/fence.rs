@@ -209,7 +209,7 @@ pub enum NotHolder {
 }
 
 impl NotHolder {
-    fn new(refused: Refused, method: http::Method, path: String) -> BoxError {
+    fn boxed(refused: Refused, method: http::Method, path: String) -> BoxError {
         Box::new(match refused {
             Refused::NotHeld(bucket) => NotHolder::Bucket {
                 method,
@@ -318,7 +318,7 @@ where
             let admitted = match admit() {
                 None => None,
                 Some(Ok(admitted)) => Some(admitted),
-                Some(Err(refused)) => return Err(NotHolder::new(refused, method, path)),
+                Some(Err(refused)) => return Err(NotHolder::boxed(refused, method, path)),
             };
             let lapsed = async {
                 match &admitted {
@@ -331,7 +331,7 @@ where
                 // Dropping the call abandons the request, whatever it had sent.
                 _ = open.wait_for(|o| !*o) => Err(Box::new(Fenced { method, path }) as BoxError),
                 () = fence.expired() => Err(Box::new(Fenced { method, path }) as BoxError),
-                () = lapsed => Err(NotHolder::new(Refused::Lapsed, method, path)),
+                () = lapsed => Err(NotHolder::boxed(Refused::Lapsed, method, path)),
                 done = call => done,
             };
             drop(admitted);
@@ -477,5 +477,37 @@ mod tests {
         assert!(!clone.is_open());
         clone.open();
         assert!(fence.is_open());
+    }
+
+    /// The bucket a write is for travels with the reconcile's task, not with the request:
+    /// a real client (whose queue calls the layer in a task of its own) still refuses a
+    /// write for a bucket not held before anything is sent, and sends one for a bucket held.
+    #[tokio::test]
+    async fn a_clients_write_for_a_cr_passes_only_for_a_bucket_this_replica_holds() {
+        use crate::sharding::shard::Shard;
+        // Nothing listens on port 1: a write that is sent fails to connect.
+        let config = Config::new("http://127.0.0.1:1".parse().expect("url"));
+        let client = client(config, &Fence::default()).expect("client");
+        let shard = std::sync::Arc::new(Shard::default());
+        shard.renewed(Instant::now() + std::time::Duration::from_secs(60));
+        shard.take(1 << 5);
+        let api: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =
+            kube::Api::namespaced(client, "a");
+        let write = || async {
+            api.delete("x", &kube::api::DeleteParams::default())
+                .await
+                .expect_err("nothing answers")
+                .to_string()
+        };
+        let refused = shard.scope(6, write()).await;
+        assert!(
+            refused.contains("bucket 06 is not held by this replica"),
+            "{refused}"
+        );
+        let sent = shard.scope(5, write()).await;
+        assert!(!sent.contains("not held"), "{sent}");
+        // Outside a reconcile (the host's own writes) the bucket fence does not apply.
+        let own = write().await;
+        assert!(!own.contains("not held"), "{own}");
     }
 }

@@ -116,6 +116,29 @@ mod tests {
     }
 
     #[test]
+    fn sharding_takes_the_lease_namespace_and_timings_and_turns_election_off() {
+        let mut spec = RuntimeSpec::default();
+        spec.leader_election.renew_deadline = std::time::Duration::from_secs(4);
+        let flags = HostFlags {
+            sharding: true,
+            leader_elect: true,
+            sharding_ring: Some("web".into()),
+            ..HostFlags::default()
+        };
+        let s = HostSettings::resolve(flags, "me".into(), Some(&spec), env);
+        assert_eq!(s.leader, None, "sharded replicas all work");
+        let ring = s.sharding.expect("sharding on");
+        assert_eq!(
+            (ring.ring.name.as_str(), ring.ring.namespace.as_str()),
+            ("web", "ops")
+        );
+        assert_eq!(ring.renew_deadline, std::time::Duration::from_secs(4));
+        assert_eq!(ring.identity, "me");
+        let off = HostSettings::resolve(HostFlags::default(), "me".into(), Some(&spec), env);
+        assert_eq!(off.sharding, None);
+    }
+
+    #[test]
     fn without_a_host_blueprint_the_defaults_and_flags_decide() {
         let s = HostSettings::resolve(HostFlags::default(), replica_name(None, env), None, env);
         assert_eq!(s.health_port, RuntimeSpec::default().health_port);

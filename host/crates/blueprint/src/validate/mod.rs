@@ -321,6 +321,22 @@ mod tests {
     }
 
     #[test]
+    fn sharding_needs_a_short_ring_name_and_no_leader_election() {
+        let text = "apiVersion: inrun.dev/v1alpha1\nkind: Blueprint\nmetadata: { name: demo }\nspec:\n  runtime:\n    sharding: { enabled: true, ring: Web_Ring }\n    leaderElection: { enabled: true }\n";
+        assert_eq!(
+            lines(text),
+            [
+                "web.yaml: spec.runtime.sharding.ring: must be a lowercase DNS label of at most 40 characters",
+                "web.yaml: spec.runtime.sharding.enabled: cannot be on with leaderElection: a sharded host runs on every replica, leader election would idle all but one",
+            ]
+        );
+        let ok = "apiVersion: inrun.dev/v1alpha1\nkind: Blueprint\nmetadata: { name: demo }\nspec:\n  runtime:\n    sharding: { enabled: true }\n    leaderElection: { namespace: ops, leaseDuration: 6s, renewDeadline: 4s, retryPeriod: 1s }\n";
+        let spec = from_str(ok, "web.yaml").expect("valid").spec.runtime;
+        assert!(spec.sharding.enabled);
+        assert_eq!(spec.sharding.ring, "inrun");
+    }
+
+    #[test]
     fn every_problem_in_every_crd_is_collected() {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("../../tests/fixtures/blueprints/bad/many-problems.yaml");

@@ -519,6 +519,41 @@ spec:
     }
 
     #[test]
+    fn a_sharded_host_may_list_and_write_the_rings_leases_in_its_lease_namespace_only() {
+        let options = RbacOptions {
+            namespace: "ops".into(),
+            ..RbacOptions::default()
+        };
+        let sharded = blueprint("  runtime:\n    sharding: {enabled: true}\n");
+        let perms = required(&sharded, &options);
+        let leases: Vec<_> = perms.iter().filter(|p| p.resource == "leases").collect();
+        assert_eq!(leases.len(), 1, "{leases:?}");
+        assert_eq!(leases[0].namespace.as_deref(), Some("ops"));
+        assert!(
+            leases[0].names.is_empty(),
+            "Lease names are made at run time"
+        );
+        assert_eq!(
+            leases[0].verbs,
+            ["get", "list", "create", "update", "patch", "delete"]
+        );
+        let elsewhere = blueprint(
+            "  runtime:\n    sharding: {enabled: true}\n    leaderElection: {namespace: ring}\n",
+        );
+        let perms = required(&elsewhere, &options);
+        assert!(
+            perms
+                .iter()
+                .any(|p| p.resource == "leases" && p.namespace.as_deref() == Some("ring"))
+        );
+        assert!(
+            !required(&blueprint(""), &options)
+                .iter()
+                .any(|p| p.resource == "leases")
+        );
+    }
+
+    #[test]
     fn a_package_crd_gets_its_identity_locks_in_the_hosts_namespace() {
         let bp = inrun_blueprint::from_str(
             "apiVersion: inrun.dev/v1alpha1\nkind: Blueprint\nmetadata: {name: t}\nspec:\n  crds:\n    - { group: a.b, version: v1, kind: P, reconcile: { default: false, package: { location: ./p.wasm } } }\n",
