@@ -505,8 +505,10 @@ spec:
         super::served(&ar).await;
         let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &ar);
         let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+        let started = Instant::now();
         set_all(&api, &group, COUNT, "v1").await;
-        let first = converged(&configmaps, COUNT, "v1").await;
+        converged(&configmaps, COUNT, "v1").await;
+        let first = started.elapsed();
         // Each CR reconciled by the replica holding its bucket, and by no other.
         let mut reconciles = Vec::new();
         for r in &replicas {
@@ -518,9 +520,17 @@ spec:
             "{total} reconciles for {COUNT} CRs across the replicas: {reconciles:?}"
         );
         assert!(reconciles.iter().all(|n| *n > 0.0), "{reconciles:?}");
+        let mut events = Vec::new();
         for r in &replicas {
             assert!(r.metric("inrun_shard_members").await >= 3.0, "{}", r.name);
+            events.push(r.metric("inrun_cr_watch_events_total").await);
         }
+        // Each replica watched its shard only (the server's shardSelector): a replica
+        // watching every CR receives 3 events a CR at least (created, finalizer, status).
+        assert!(
+            events.iter().all(|n| *n < COUNT as f64 * 2.0),
+            "CR watch events per replica: {events:?}"
+        );
 
         // SIGKILL: b's buckets move to a and c once its member Lease is a lease duration
         // old, and every CR converges on a new spec.
@@ -545,10 +555,12 @@ spec:
             "{}",
             replicas[2].log()
         );
+        let started = Instant::now();
         set_all(&api, &group, COUNT, "v3").await;
-        let alone = converged(&configmaps, COUNT, "v3").await;
+        converged(&configmaps, COUNT, "v3").await;
+        let alone = started.elapsed();
         eprintln!(
-            "sharded: {COUNT} CRs on 3 replicas converged in {:.1}s ({reconciles:?} reconciles); b SIGKILLed: every CR on a new spec {:.1}s later, its buckets held by a and c {:.1}s after the kill; c SIGTERMed: exited in {:.2}s, all buckets held by a {:.2}s after the signal; a alone converged a new spec in {:.1}s",
+            "sharded: {COUNT} CRs on 3 replicas converged in {:.1}s ({reconciles:?} reconciles, {events:?} CR watch events); b SIGKILLed: every CR on a new spec {:.1}s later, its buckets held by a and c {:.1}s after the kill; c SIGTERMed: exited in {:.2}s, all buckets held by a {:.2}s after the signal; a alone converged a new spec in {:.1}s",
             first.as_secs_f64(),
             after_kill.as_secs_f64(),
             moved.as_secs_f64(),

@@ -145,51 +145,68 @@ fn cr_triggers(
     writer: Writer<CachedCr>,
     counted: Arc<AtomicBool>,
 ) -> impl Stream<Item = Result<CachedCr, watcher::Error>> + Send + 'static {
-    let api: Api<CachedCr> = Api::all_with(ctx.client.clone(), &ctx.cr_resource);
     let health = shared.metrics.health().clone();
+    let metrics = shared.metrics.clone();
     let gone = ctx.triggers.clone();
-    let ctx = ctx.clone();
-    reflector(
-        writer,
-        watcher(api, watcher::Config::default()).default_backoff(),
-    )
-    .inspect(move |event| match event {
-        // The first complete list: the cache of CRs is synced (for /readyz).
-        Ok(watcher::Event::InitDone) if !counted.swap(true, Ordering::Relaxed) => {
-            health.cache_synced(true);
+    // Under sharding, only the CRs of the buckets held (the server's shardSelector).
+    let events = match &ctx.shard {
+        Some(shard) => crate::sharding::watch::sharded_watcher(
+            ctx.client.clone(),
+            ctx.cr_resource.clone(),
+            shard.subscribe(),
+        )
+        .boxed(),
+        None => {
+            let api: Api<CachedCr> = Api::all_with(ctx.client.clone(), &ctx.cr_resource);
+            watcher(api, watcher::Config::default())
+                .default_backoff()
+                .boxed()
         }
-        Ok(watcher::Event::Delete(cr)) => gone.cr_gone(&cr.metadata),
-        _ => {}
-    })
-    .scan(
-        triggers::ListGate::default(),
-        move |gate: &mut triggers::ListGate<CachedCr>, event| {
-            let out: Vec<Result<CachedCr, watcher::Error>> = match event {
-                Ok(event) => gate
-                    .pass(
-                        event,
-                        |cr| {
-                            let wake = ctx.triggers.cr_changed(&cr.metadata, &ctx.cr_id(cr))
-                                && ctx.serves(cr);
-                            if wake {
-                                ctx.queue.queued(&Ctx::key(cr));
-                            }
-                            wake
-                        },
-                        |cr| {
-                            ctx.triggers.unsee(&cr.metadata);
-                            ctx.queue.forget(&Ctx::key(cr));
-                        },
-                    )
-                    .into_iter()
-                    .map(Ok)
-                    .collect(),
-                Err(e) => vec![Err(e)],
-            };
-            futures::future::ready(Some(futures::stream::iter(out)))
-        },
-    )
-    .flatten()
+    };
+    let ctx = ctx.clone();
+    reflector(writer, events)
+        .inspect(move |event| match event {
+            Ok(watcher::Event::Apply(_) | watcher::Event::InitApply(_)) => {
+                metrics.cr_watch_event();
+            }
+            // The first complete list: the cache of CRs is synced (for /readyz).
+            Ok(watcher::Event::InitDone) if !counted.swap(true, Ordering::Relaxed) => {
+                health.cache_synced(true);
+            }
+            Ok(watcher::Event::Delete(cr)) => gone.cr_gone(&cr.metadata),
+            _ => {}
+        })
+        .scan(
+            triggers::ListGate::default(),
+            move |gate: &mut triggers::ListGate<CachedCr>, event| {
+                let out: Vec<Result<CachedCr, watcher::Error>> = match event {
+                    Ok(event) => gate
+                        .pass(
+                            event,
+                            |cr| {
+                                // A CR of a bucket held elsewhere is not recorded as seen:
+                                // once its bucket is taken here, it wakes.
+                                let wake = ctx.serves(cr)
+                                    && ctx.triggers.cr_changed(&cr.metadata, &ctx.cr_id(cr));
+                                if wake {
+                                    ctx.queue.queued(&Ctx::key(cr));
+                                }
+                                wake
+                            },
+                            |cr| {
+                                ctx.triggers.unsee(&cr.metadata);
+                                ctx.queue.forget(&Ctx::key(cr));
+                            },
+                        )
+                        .into_iter()
+                        .map(Ok)
+                        .collect(),
+                    Err(e) => vec![Err(e)],
+                };
+                futures::future::ready(Some(futures::stream::iter(out)))
+            },
+        )
+        .flatten()
 }
 
 /// The CRs the children's watches wake, as they send them on `woken`, each told to the
@@ -253,12 +270,7 @@ impl ChildWatches {
                 }))
             })
             .chain(ctx.shard.clone().map(|shard| {
-                tokio::spawn(taken_buckets(
-                    shard,
-                    crs.clone(),
-                    ctx.cr_resource.clone(),
-                    woken.clone(),
-                ))
+                tokio::spawn(bucket_moves(ctx.clone(), shard, crs.clone(), woken.clone()))
             }))
             .chain(
                 (!pending.is_empty())
@@ -268,29 +280,37 @@ impl ChildWatches {
     }
 }
 
-/// Wakes every cached CR of each bucket `shard` takes, sending them on `woken`: their
-/// watch events were passed over while another replica held them.
-async fn taken_buckets(
+/// Follows the buckets `shard` holds: the cached CRs of a bucket given up are forgotten
+/// by the triggers (so they wake again if it comes back), those of a bucket taken wake
+/// (sent on `woken`; when the server does not shard the watch, the cache has them).
+async fn bucket_moves(
+    ctx: Arc<Ctx>,
     shard: Arc<crate::sharding::shard::Shard>,
     crs: Store<CachedCr>,
-    resource: ApiResource,
     woken: UnboundedSender<ObjectRef<CachedCr>>,
 ) {
     let mut held = shard.subscribe();
     let mut before = *held.borrow_and_update();
     while held.changed().await.is_ok() {
         let now = *held.borrow_and_update();
-        let taken = now & !before;
+        let (taken, given) = (now & !before, before & !now);
         before = now;
-        if taken == 0 {
+        if taken | given == 0 {
             continue;
         }
         let _ = crs.wait_until_ready().await;
         for cr in crs.state() {
-            let bucket =
-                crate::sharding::buckets::bucket_of(cr.metadata.uid.as_deref().unwrap_or(""));
-            if taken & (1u64 << bucket) != 0 {
-                let _ = woken.send(ObjectRef::from_obj_with(cr.as_ref(), resource.clone()));
+            let Some(bucket) = ctx.bucket(cr.as_ref()) else {
+                continue;
+            };
+            let bit = 1u64 << bucket;
+            if given & bit != 0 {
+                ctx.triggers.unsee(&cr.metadata);
+            } else if taken & bit != 0 {
+                let _ = woken.send(ObjectRef::from_obj_with(
+                    cr.as_ref(),
+                    ctx.cr_resource.clone(),
+                ));
             }
         }
     }

@@ -156,6 +156,8 @@ struct ShardGauges {
     members: Gauge,
     unowned: Gauge,
     moves: Family<MoveLabel, Counter>,
+    /// CRs received by the CR watches (listed or changed), every CRD together.
+    cr_events: Counter,
 }
 
 type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
@@ -389,6 +391,11 @@ impl Metrics {
             "inrun_shard_buckets_unowned",
             "Buckets no live replica held at this replica's last look; alert when above 0 for longer than the lease duration",
             self.shard.unowned.clone(),
+        );
+        r.register(
+            "inrun_cr_watch_events",
+            "CRs the CR watches received, listed or changed, every CRD together: under sharding about 1/N of the ring's when the API server shards the watch",
+            self.shard.cr_events.clone(),
         );
         r.register(
             "inrun_shard_moves",
@@ -643,6 +650,11 @@ impl Metrics {
         self.shard.held.set(g(held));
         self.shard.members.set(g(members));
         self.shard.unowned.set(g(unowned));
+    }
+
+    /// Records a CR received by a CR watch.
+    pub fn cr_watch_event(&self) {
+        self.shard.cr_events.inc();
     }
 
     /// Records `count` buckets moved `direction` (`taken`, `given`, `lost`).
