@@ -5,7 +5,10 @@
 //! For each N (`INRUN_BENCH_CRS`, comma separated, default `100,1000`;
 //! `100,1000,10000` gives the scaling curve) and each mode (`INRUN_BENCH_MODES`, default
 //! `baseline,declarative,constructor,remote`; `python` adds the constructor written in
-//! Python), in a namespace and CRD group of its own:
+//! Python; `sharded` runs `INRUN_BENCH_REPLICAS` (default 3) `inrun run --sharding`
+//! replicas; `remote-slow` and `sharded-remote` a remote reconciler answering after
+//! `INRUN_BENCH_REMOTE_DELAY_MS`, behind one host and behind sharded replicas), in a
+//! namespace and CRD group of its own:
 //! N `Pair` CRs are created (16 at a time) before the controller starts; each must become
 //! a ConfigMap and a headless Service in its namespace plus a status with
 //! `observedGeneration` and `Ready=True`. Measured:
@@ -186,6 +189,8 @@ impl Settings {
 
 /// The environment variables [`Settings::from_env`] reads.
 const SETTINGS: &[&str] = &[
+    "INRUN_BENCH_REPLICAS",
+    "INRUN_BENCH_REMOTE_DELAY_MS",
     "INRUN_BENCH_CRS",
     "INRUN_BENCH_MODES",
     "INRUN_BENCH_RESYNC",
@@ -231,6 +236,14 @@ enum Mode {
     /// `inrun run` with the same constructor written in Python (componentize-py's 18 MB
     /// component): its cost in memory and time beside the Rust one. Not in the defaults.
     Python,
+    /// `inrun run --sharding` replicas (`INRUN_BENCH_REPLICAS`, default 3) sharing the
+    /// CRs, with `onReconcile` templates. Not in the defaults.
+    Sharded,
+    /// A remote reconciler behind one `inrun run` (`remote-slow`) or sharded replicas
+    /// (`sharded-remote`), the endpoint answering after `INRUN_BENCH_REMOTE_DELAY_MS`
+    /// (default 100): capacity when reconciles wait. Not in the defaults.
+    RemoteSlow,
+    ShardedRemote,
 }
 
 impl Mode {
@@ -241,8 +254,11 @@ impl Mode {
             "constructor" => Mode::Constructor,
             "remote" => Mode::Remote,
             "python" => Mode::Python,
+            "sharded" => Mode::Sharded,
+            "remote-slow" => Mode::RemoteSlow,
+            "sharded-remote" => Mode::ShardedRemote,
             _ => bail!(
-                "INRUN_BENCH_MODES: unknown mode {name:?} (baseline, declarative, constructor, remote, python)"
+                "INRUN_BENCH_MODES: unknown mode {name:?} (baseline, declarative, constructor, remote, python, sharded, remote-slow, sharded-remote)"
             ),
         })
     }
@@ -254,6 +270,32 @@ impl Mode {
             Mode::Constructor => "constructor",
             Mode::Remote => "remote",
             Mode::Python => "python",
+            Mode::Sharded => "sharded",
+            Mode::RemoteSlow => "remote-slow",
+            Mode::ShardedRemote => "sharded-remote",
+        }
+    }
+
+    /// How many `inrun run` processes serve the CRs.
+    fn replicas(self) -> usize {
+        match self {
+            Mode::Sharded | Mode::ShardedRemote => env_or("INRUN_BENCH_REPLICAS", "3")
+                .parse()
+                .unwrap_or(3)
+                .max(1),
+            _ => 1,
+        }
+    }
+
+    /// How long the remote endpoint takes to answer.
+    fn remote_delay(self) -> Duration {
+        match self {
+            Mode::RemoteSlow | Mode::ShardedRemote => Duration::from_millis(
+                env_or("INRUN_BENCH_REMOTE_DELAY_MS", "100")
+                    .parse()
+                    .unwrap_or(100),
+            ),
+            _ => Duration::ZERO,
         }
     }
 }
@@ -394,8 +436,8 @@ struct Stage {
     group: String,
     /// The CRs of this mode.
     api: Api<DynamicObject>,
-    /// The controller's health (metrics) port.
-    port: u16,
+    /// The controllers' health (metrics) ports, one a replica.
+    ports: Vec<u16>,
     /// Holds the Blueprint and the controller's log.
     dir: tempfile::TempDir,
     blueprint: PathBuf,
@@ -423,18 +465,29 @@ impl Stage {
         let resource = pair_resource(&group);
         let dir = tempfile::tempdir().context("creating a temporary directory")?;
         let remote = match mode {
-            Mode::Remote => Some(remote::Server::start().await?),
+            Mode::Remote | Mode::RemoteSlow | Mode::ShardedRemote => {
+                Some(remote::Server::start(mode.remote_delay()).await?)
+            }
             _ => None,
         };
         let reconcile = match (mode, &remote) {
             (Mode::Constructor, _) => Reconcile::Constructor(pair_plugin()),
             (Mode::Python, _) => Reconcile::Constructor(python_pair_plugin()),
-            (Mode::Remote, Some(server)) => Reconcile::Remote(server.url.clone()),
+            (_, Some(server)) => Reconcile::Remote(server.url.clone()),
             _ => Reconcile::Templates,
         };
-        let port = free_port()?;
+        let ports = (0..mode.replicas())
+            .map(|_| free_port())
+            .collect::<Result<Vec<_>>>()?;
         let blueprint = dir.path().join("blueprint.yaml");
-        let yaml = blueprint_yaml(&group, &reconcile, port, settings.resync.as_ref());
+        let sharding = (mode.replicas() > 1).then_some(namespace.as_str());
+        let yaml = blueprint_yaml(
+            &group,
+            &reconcile,
+            ports[0],
+            settings.resync.as_ref(),
+            sharding,
+        );
         std::fs::write(&blueprint, yaml).context("writing the Blueprint")?;
         install_crds(&client, &blueprint).await?;
         if mode != Mode::Baseline {
@@ -448,21 +501,32 @@ impl Stage {
             namespace,
             group,
             api,
-            port,
+            ports,
             dir,
             blueprint,
             remote,
         })
     }
 
-    /// Spawns the mode's controller.
-    fn spawn(&self, cp: &ControlPlane, settings: &Settings) -> Result<Process> {
+    /// Spawns the mode's controllers.
+    fn spawn(&self, cp: &ControlPlane, settings: &Settings) -> Result<Replicas> {
         let dir = self.dir.path();
         match self.mode {
-            Mode::Baseline => {
-                baseline::spawn(cp, &self.namespace, &self.group, self.port, settings, dir)
-            }
-            _ => Process::host(cp, &self.blueprint, self.port, dir),
+            Mode::Baseline => Ok(Replicas(vec![baseline::spawn(
+                cp,
+                &self.namespace,
+                &self.group,
+                self.ports[0],
+                settings,
+                dir,
+            )?])),
+            _ => self
+                .ports
+                .iter()
+                .enumerate()
+                .map(|(i, port)| Process::host(cp, &self.blueprint, *port, dir, i))
+                .collect::<Result<Vec<_>>>()
+                .map(Replicas),
         }
     }
 }
@@ -497,9 +561,10 @@ async fn measure(cp: &ControlPlane, settings: &Settings, stage: &Stage) -> Resul
         Readiness::TimedOut { .. } => None,
     };
     let peak_rss_kib = process.peak_rss_kib()?;
+    let mut notes = process.per_replica().await?;
     // Where the memory is now (anonymous heap, mapped files such as compiled plugins,
     // shared memory such as memory images): says what the peak is made of.
-    if let Ok(status) = std::fs::read_to_string(format!("/proc/{}/status", process.pid)) {
+    if let Ok(status) = std::fs::read_to_string(format!("/proc/{}/status", process.0[0].pid)) {
         let parts: Vec<&str> = status
             .lines()
             .filter(|l| {
@@ -508,7 +573,6 @@ async fn measure(cp: &ControlPlane, settings: &Settings, stage: &Stage) -> Resul
             .collect();
         eprintln!("e2e: {} × {crs}: {}", stage.mode.name(), parts.join(", "));
     }
-    let mut notes = Vec::new();
     if let Readiness::TimedOut { .. } = ready {
         eprintln!(
             "e2e: not every CR got Ready; the end of the controller's log:\n{}",
@@ -573,7 +637,7 @@ async fn wait_ready(
     count: usize,
     started: Instant,
     deadline: Duration,
-    process: &mut Process,
+    process: &mut Replicas,
 ) -> Result<Readiness> {
     loop {
         let asked = Instant::now();
@@ -617,8 +681,15 @@ fn blueprint_yaml(
     reconcile: &Reconcile,
     port: u16,
     resync: Option<&(String, Duration)>,
+    sharding: Option<&str>,
 ) -> String {
-    let resync = resync.map_or(String::new(), |(text, _)| format!("    resync: {text}\n"));
+    let mut resync = resync.map_or(String::new(), |(text, _)| format!("    resync: {text}\n"));
+    if let Some(namespace) = sharding {
+        let _ = write!(
+            resync,
+            "    sharding: {{ enabled: true, ring: bench }}\n    leaderElection: {{ namespace: {namespace} }}\n"
+        );
+    }
     let reconcile = match reconcile {
         Reconcile::Templates => TEMPLATES.to_owned(),
         Reconcile::Constructor(path) => format!(
@@ -729,9 +800,14 @@ struct Process {
 }
 
 impl Process {
-    /// Spawns `command` with its output going to `dir/controller.log`.
-    fn spawn(mut command: tokio::process::Command, port: u16, dir: &Path) -> Result<Process> {
-        let log = dir.join("controller.log");
+    /// Spawns `command` with its output going to `dir/<log>`.
+    fn spawn(
+        mut command: tokio::process::Command,
+        port: u16,
+        dir: &Path,
+        log: &str,
+    ) -> Result<Process> {
+        let log = dir.join(log);
         let file = std::fs::File::create(&log).context("creating the controller's log")?;
         let child = command
             .stdin(Stdio::null())
@@ -749,8 +825,15 @@ impl Process {
         })
     }
 
-    /// `inrun run` on `blueprint`, its health port on 127.0.0.1:`port`.
-    fn host(cp: &ControlPlane, blueprint: &Path, port: u16, dir: &Path) -> Result<Process> {
+    /// `inrun run` on `blueprint`, replica `replica`, its health port on
+    /// 127.0.0.1:`port`.
+    fn host(
+        cp: &ControlPlane,
+        blueprint: &Path,
+        port: u16,
+        dir: &Path,
+        replica: usize,
+    ) -> Result<Process> {
         let mut command = tokio::process::Command::new(INRUN);
         if let Ok(pairs) = std::env::var("INRUN_BENCH_HOST_ENV") {
             for pair in pairs.split(',').filter(|p| !p.trim().is_empty()) {
@@ -773,8 +856,10 @@ impl Process {
             .arg(blueprint)
             .arg("--kubeconfig")
             .arg(cp.kubeconfig())
-            .args(["--context", "inrun"]);
-        Process::spawn(command, port, dir)
+            .args(["--context", "inrun"])
+            .args(["--health-port", &port.to_string()])
+            .args(["--identity", &format!("replica-{replica}")]);
+        Process::spawn(command, port, dir, &format!("controller-{replica}.log"))
     }
 
     /// An error carrying the end of the log when the process has exited.
@@ -796,6 +881,11 @@ impl Process {
 
     /// `controller_runtime_reconcile_total` summed over its labels.
     async fn reconciles(&mut self) -> Result<f64> {
+        self.metric("controller_runtime_reconcile_total").await
+    }
+
+    /// The samples of `name` on its /metrics, summed.
+    async fn metric(&mut self, name: &str) -> Result<f64> {
         self.check_running()?;
         let text = reqwest::get(&self.metrics)
             .await
@@ -803,9 +893,7 @@ impl Process {
             .with_context(|| format!("GET {}", self.metrics))?
             .text()
             .await?;
-        Ok(samples(&text, "controller_runtime_reconcile_total")
-            .map(|s| s.value)
-            .sum())
+        Ok(samples(&text, name).map(|s| s.value).sum())
     }
 
     /// User and system CPU time so far, from /proc/PID/stat.
@@ -860,6 +948,77 @@ impl Process {
             "did not stop within {} s of SIGTERM (killed)",
             STOP_GRACE.as_secs()
         )))
+    }
+}
+
+/// The processes of one mode: one, or the replicas of a ring.
+struct Replicas(Vec<Process>);
+
+impl Replicas {
+    fn check_running(&mut self) -> Result<()> {
+        self.0.iter_mut().try_for_each(Process::check_running)
+    }
+
+    fn log_tail(&self) -> String {
+        self.0
+            .iter()
+            .map(Process::log_tail)
+            .collect::<Vec<_>>()
+            .join("\n---\n")
+    }
+
+    /// Reconciles, all replicas together.
+    async fn reconciles(&mut self) -> Result<f64> {
+        let mut sum = 0.0;
+        for p in &mut self.0 {
+            sum += p.reconciles().await?;
+        }
+        Ok(sum)
+    }
+
+    /// CPU time, all replicas together.
+    fn cpu(&self) -> Result<Duration> {
+        self.0.iter().map(Process::cpu).sum()
+    }
+
+    /// The largest replica's peak RSS, in KiB.
+    fn peak_rss_kib(&self) -> Result<u64> {
+        self.0
+            .iter()
+            .map(Process::peak_rss_kib)
+            .try_fold(0, |max, rss| rss.map(|r| max.max(r)))
+    }
+
+    /// For a ring: each replica's peak RSS, reconciles and CR watch events, as a note.
+    async fn per_replica(&mut self) -> Result<Vec<String>> {
+        if self.0.len() < 2 {
+            return Ok(Vec::new());
+        }
+        let (mut rss, mut reconciles, mut events) = (Vec::new(), Vec::new(), Vec::new());
+        for p in &mut self.0 {
+            rss.push(format!("{:.0}", p.peak_rss_kib()? as f64 / 1024.0));
+            reconciles.push(format!("{:.0}", p.reconciles().await?));
+            events.push(format!(
+                "{:.0}",
+                p.metric("inrun_cr_watch_events_total").await?
+            ));
+        }
+        Ok(vec![format!(
+            "{} replicas: peak RSS {} MiB, reconciles {}, CR watch events {}",
+            self.0.len(),
+            rss.join(" / "),
+            reconciles.join(" / "),
+            events.join(" / ")
+        )])
+    }
+
+    /// Stops every replica; the notes of those that had to be killed.
+    async fn stop(self) -> Result<Vec<String>> {
+        let mut notes = Vec::new();
+        for p in self.0 {
+            notes.extend(p.stop().await?);
+        }
+        Ok(notes)
     }
 }
 
@@ -1035,7 +1194,9 @@ fn report(settings: &Settings, cluster: &Cluster, rows: &[Row]) -> String {
          - **declarative**, **constructor**, **remote**: `inrun run` of this build with `runtime.workers: {WORKERS}` and \
          `onReconcile` templates / the `pair` Wasm constructor / a remote reconciler served by the bench on 127.0.0.1 \
          (the bench's own CPU is not counted); **python**: the same `pair` constructor written in Python \
-         (`plugins/python/pair`, an 18 MB componentize-py component). The CRD is installed beforehand.\n\n\
+         (`plugins/python/pair`, an 18 MB componentize-py component); **sharded**: {replicas} `inrun run --sharding` \
+         replicas in one ring sharing the CRs (declarative); **remote-slow** / **sharded-remote**: the remote reconciler \
+         answering after {delay} ms, behind one host / {replicas} sharded replicas. The CRD is installed beforehand.\n\n\
          Columns: **to Ready**: from spawning the controller until a LIST shows every CR Ready (polled every 100 ms or \
          more). **writes / CR**: write requests (POST, PUT, PATCH, APPLY, DELETE) the API server counted \
          (`apiserver_request_total`) on the CRs and their status, ConfigMaps, Services and Events, from spawn to Ready, \
@@ -1049,6 +1210,8 @@ fn report(settings: &Settings, cluster: &Cluster, rows: &[Row]) -> String {
          | mode | CRs | to Ready | × baseline | writes / CR | reconciles / CR | CPU / 1k CRs | peak RSS | quiet window | idle CPU |{runs_head}\n\
          |---|---|---|---|---|---|---|---|---|---|{runs_rule}\n",
         command = Settings::command(),
+        replicas = Mode::Sharded.replicas(),
+        delay = Mode::RemoteSlow.remote_delay().as_millis(),
         version = cluster.version,
         machine = machine(),
         profile = if cfg!(debug_assertions) {
@@ -1217,12 +1380,18 @@ mod remote {
     }
 
     impl Server {
-        pub async fn start() -> Result<Server> {
+        pub async fn start(delay: std::time::Duration) -> Result<Server> {
             let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
                 .await
                 .context("binding the remote reconciler")?;
             let url = format!("http://{}/reconcile", listener.local_addr()?);
-            let app = axum::Router::new().route("/reconcile", axum::routing::post(reconcile));
+            let app = axum::Router::new().route(
+                "/reconcile",
+                axum::routing::post(move |request| async move {
+                    tokio::time::sleep(delay).await;
+                    reconcile(request).await
+                }),
+            );
             let task = tokio::spawn(async move {
                 let _ = axum::serve(listener, app).await;
             });
@@ -1315,7 +1484,7 @@ mod baseline {
         let exe = std::env::current_exe().context("finding the bench binary")?;
         let mut command = tokio::process::Command::new(exe);
         command.env(super::BASELINE_ENV, serde_json::to_string(&spec)?);
-        Process::spawn(command, port, dir)
+        Process::spawn(command, port, dir, "controller-0.log")
     }
 
     /// The child process: runs the controller until killed.

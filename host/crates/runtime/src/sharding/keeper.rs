@@ -86,6 +86,9 @@ struct Keeper {
     observed: Observed,
     /// The buckets whose Lease named this incarnation at the last look.
     recorded: Held,
+    /// Rounds so far: the first only joins and looks, so replicas started together see
+    /// each other before any takes buckets.
+    rounds: u64,
 }
 
 /// The bit set of `list`.
@@ -159,6 +162,11 @@ impl Keeper {
         self.shard.give_up(self.shard.held() & !recorded);
         self.shard.take(recorded);
         self.recorded = recorded;
+        self.rounds += 1;
+        if self.rounds == 1 {
+            self.metrics.shard_round(0, live.len(), BUCKETS);
+            return Ok(());
+        }
         let table = Assignment::new(&live);
         let next = plan(&self.me, &table, &holders, &live, self.config.max_releases);
         let mut after = holders.clone();
@@ -315,6 +323,7 @@ pub async fn run(
         renewed: None,
         observed: Observed::default(),
         recorded: 0,
+        rounds: 0,
         config,
     };
     tracing::info!(ring = %keeper.config.ring.name, member = %keeper.me, "joining the ring");
@@ -336,9 +345,16 @@ pub async fn run(
                 tracing::warn!(error = %inrun_contract::errors::chain(&e), "a sharding round failed; writes stop at the renew deadline unless the next succeeds");
             }
         }
+        // After the first round (which only joins), a quarter period: replicas started
+        // together have all joined by then, and the ring settles sooner.
+        let pause = if keeper.rounds == 1 {
+            keeper.config.retry_period / 4
+        } else {
+            keeper.config.retry_period
+        };
         tokio::select! {
             _ = stop.wait_for(|s| *s) => break,
-            () = tokio::time::sleep(keeper.config.retry_period) => {}
+            () = tokio::time::sleep(pause) => {}
         }
     }
     keeper.leave().await;
