@@ -85,6 +85,23 @@ pub struct Snapshot {
     pub errors: Vec<ReconcileRecord>,
     /// The most recent failures of reconciles of CRs a plugin serves, newest first.
     pub plugin_failures: Vec<ReconcileRecord>,
+    /// Under sharding: the ring as this replica last saw it.
+    pub shard: Option<ShardView>,
+}
+
+/// A sharding round as one replica saw it, for the console and the gauges.
+#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
+pub struct ShardView {
+    /// The ring's name.
+    pub ring: String,
+    /// This replica's member name (its identity and incarnation).
+    pub member: String,
+    /// The buckets it holds.
+    pub held: Vec<usize>,
+    /// The members it sees live.
+    pub members: Vec<String>,
+    /// Buckets no live member holds.
+    pub unowned: usize,
 }
 
 /// How a reconcile ended, for [`Metrics::reconcile_finished`].
@@ -158,6 +175,7 @@ struct ShardGauges {
     moves: Family<MoveLabel, Counter>,
     /// CRs received by the CR watches (listed or changed), every CRD together.
     cr_events: Counter,
+    view: Mutex<Option<ShardView>>,
 }
 
 type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
@@ -645,11 +663,16 @@ impl Metrics {
 
     /// Records what a sharding round saw: the buckets this replica holds, the members live,
     /// the buckets no live member holds.
-    pub fn shard_round(&self, held: usize, members: usize, unowned: usize) {
+    pub fn shard_round(&self, view: ShardView) {
         let g = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
-        self.shard.held.set(g(held));
-        self.shard.members.set(g(members));
-        self.shard.unowned.set(g(unowned));
+        self.shard.held.set(g(view.held.len()));
+        self.shard.members.set(g(view.members.len()));
+        self.shard.unowned.set(g(view.unowned));
+        *self
+            .shard
+            .view
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(view);
     }
 
     /// Records a CR received by a CR watch.
@@ -865,6 +888,12 @@ impl Metrics {
             recent: console.recent.iter().cloned().collect(),
             errors: console.errors.iter().cloned().collect(),
             plugin_failures: console.plugin_failures.iter().cloned().collect(),
+            shard: self
+                .shard
+                .view
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .clone(),
         }
     }
 }
@@ -1113,6 +1142,38 @@ mod tests {
         assert!(m.render().contains(
             "controller_runtime_reconcile_total{controller=\"gone.example.dev\",result=\"success\"} 0\n"
         ));
+    }
+
+    #[test]
+    fn a_sharding_round_sets_the_gauges_and_shows_on_the_console() {
+        let m = Metrics::default();
+        assert_eq!(m.snapshot().shard, None);
+        let view = ShardView {
+            ring: "inrun".into(),
+            member: "pod-1#0000002a".into(),
+            held: vec![1, 2, 3],
+            members: vec!["pod-1#0000002a".into(), "pod-2#00000007".into()],
+            unowned: 4,
+        };
+        m.shard_round(view.clone());
+        m.shard_moved("taken", 3);
+        m.shard_moved("given", 0);
+        m.cr_watch_event();
+        let text = m.render();
+        for line in [
+            "inrun_shard_buckets_held 3\n",
+            "inrun_shard_members 2\n",
+            "inrun_shard_buckets_unowned 4\n",
+            "inrun_shard_moves_total{direction=\"taken\"} 3\n",
+            "inrun_cr_watch_events_total 1\n",
+        ] {
+            assert!(text.contains(line), "{line}{text}");
+        }
+        assert!(
+            !text.contains("direction=\"given\""),
+            "nothing given, no series"
+        );
+        assert_eq!(m.snapshot().shard, Some(view));
     }
 
     #[test]

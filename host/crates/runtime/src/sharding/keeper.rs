@@ -164,7 +164,7 @@ impl Keeper {
         self.recorded = recorded;
         self.rounds += 1;
         if self.rounds == 1 {
-            self.metrics.shard_round(0, live.len(), BUCKETS);
+            self.record(0, &live, BUCKETS);
             return Ok(());
         }
         let table = Assignment::new(&live);
@@ -186,10 +186,20 @@ impl Keeper {
             .iter()
             .filter(|h| h.as_ref().is_none_or(|h| !live.contains(h)))
             .count();
-        self.metrics
-            .shard_round(buckets(self.shard.held()).count(), live.len(), unowned);
+        self.record(self.shard.held(), &live, unowned);
         self.collect(&leases, now).await;
         Ok(())
+    }
+
+    /// Records the round for the gauges and the console.
+    fn record(&self, held: Held, live: &[String], unowned: usize) {
+        self.metrics.shard_round(crate::metrics::ShardView {
+            ring: self.config.ring.name.clone(),
+            member: self.me.clone(),
+            held: buckets(held).collect(),
+            members: live.to_vec(),
+            unowned,
+        });
     }
 
     /// Gives `list` up: refuses their new writes, waits for those in flight, clears their
@@ -293,7 +303,7 @@ impl Keeper {
         if let Err(e) = self.config.ring.release(&self.client, &self.me).await {
             tracing::warn!(error = %inrun_contract::errors::chain(&e), "releasing the member Lease");
         }
-        self.metrics.shard_round(0, 0, 0);
+        self.record(0, &[], 0);
         tracing::info!(member = %self.me, buckets = list.len(), "left the ring");
     }
 }
