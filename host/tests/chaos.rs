@@ -10,7 +10,7 @@
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -22,6 +22,7 @@ use kube::Client;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::discovery::ApiResource;
 use serde_json::{Value, json};
+use support::ring::Replica as HostProcess;
 use support::{reconciled, resource, unique_group};
 
 /// How long a burst may take to converge, faults included.
@@ -34,102 +35,15 @@ fn burst_size(default: usize) -> usize {
         .unwrap_or(default)
 }
 
-/// Every CR's two ConfigMaps carry its `spec.value`.
-fn blueprint(group: &str, leader: &str) -> String {
-    format!(
-        r#"apiVersion: inrun.dev/v1alpha1
-kind: Blueprint
-metadata: {{name: chaos}}
-spec:
-  runtime:
-    workers: 8
-{leader}  crds:
-    - group: {group}
-      version: v1alpha1
-      kind: Burst
-      reconcile:
-        onReconcile:
-          - apiVersion: v1
-            kind: ConfigMap
-            metadata: {{name: "{{{{ .metadata.name }}}}-a"}}
-            data: {{value: "{{{{ .spec.value }}}}"}}
-          - apiVersion: v1
-            kind: ConfigMap
-            metadata: {{name: "{{{{ .metadata.name }}}}-b"}}
-            data: {{value: "{{{{ .spec.value }}}}"}}
-        managedResources:
-          - {{apiVersion: v1, kind: ConfigMap}}
-"#
+/// Every CR's two ConfigMaps carry its `spec.value`; `runtime` is the rest of the runtime
+/// section (leader election, sharding).
+fn blueprint(group: &str, runtime: &str) -> String {
+    support::ring::two_configmaps(
+        "chaos",
+        group,
+        "Burst",
+        &format!("    workers: 8\n{runtime}"),
     )
-}
-
-/// An `inrun run` process; killed when dropped.
-struct HostProcess {
-    child: tokio::process::Child,
-    log: PathBuf,
-}
-
-impl HostProcess {
-    fn spawn(kubeconfig: &Path, blueprint: &Path, dir: &Path, identity: &str) -> HostProcess {
-        let log = dir.join(format!("{identity}.log"));
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log)
-            .expect("log file");
-        let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_inrun"))
-            .arg("run")
-            .arg("--blueprint")
-            .arg(blueprint)
-            .arg("--kubeconfig")
-            .arg(kubeconfig)
-            .args(["--install-crds", "--health-port", "0"])
-            .args(["--health-address", "127.0.0.1", "--console-port", "0"])
-            .args(["--identity", identity])
-            .arg("--cache-dir")
-            .arg(dir.join("cache"))
-            .env(
-                "INRUN_LOG",
-                std::env::var("INRUN_CHAOS_LOG").unwrap_or_else(|_| "info".into()),
-            )
-            .stderr(file)
-            .kill_on_drop(true)
-            .spawn()
-            .expect("spawn inrun");
-        HostProcess { child, log }
-    }
-
-    /// Sends `signal` (`STOP`, `CONT`) to the process.
-    fn signal(&self, signal: &str) {
-        let pid = self.child.id().expect("running");
-        let status = std::process::Command::new("kill")
-            .arg(format!("-{signal}"))
-            .arg(pid.to_string())
-            .status()
-            .expect("kill");
-        assert!(status.success(), "kill -{signal} {pid}");
-    }
-
-    /// Whether the process has exited, or its log says `line`.
-    fn exited_or_said(&mut self, line: &str) -> bool {
-        matches!(self.child.try_wait(), Ok(Some(_)))
-            || std::fs::read_to_string(&self.log).is_ok_and(|log| log.contains(line))
-    }
-
-    async fn kill(&mut self) {
-        let _ = self.child.start_kill();
-        let _ = self.child.wait().await;
-    }
-
-    /// Fails if the host exited.
-    fn assert_running(&mut self) {
-        if let Ok(Some(status)) = self.child.try_wait() {
-            panic!(
-                "the host exited ({status}): {}",
-                std::fs::read_to_string(&self.log).unwrap_or_default()
-            );
-        }
-    }
 }
 
 /// Applies `doc` until the API server takes it (it may be restarting).
@@ -707,8 +621,8 @@ impl Ring {
         }
     }
 
-    fn replica(&self, name: &str) -> support::ring::Replica {
-        support::ring::Replica::spawn(
+    fn replica(&self, name: &str) -> HostProcess {
+        HostProcess::spawn(
             &self.kubeconfigs[name],
             &self.scene.path,
             self.scene.dir.path(),

@@ -13,24 +13,12 @@ mod support;
 use std::collections::BTreeSet;
 
 use futures::StreamExt;
-use inrun::runtime::sharding::buckets::{BUCKETS, bucket_of, selector};
+use inrun::runtime::sharding::buckets::{BUCKETS, bucket_of, query_escape, selector};
 use inrun_testenv::ControlPlane;
 use kube::Client;
 use kube::api::{Api, DynamicObject, PostParams, WatchEvent};
 use serde_json::{Value, json};
 use support::*;
-
-/// `text` percent-encoded for a query parameter (everything but unreserved characters).
-fn query_escape(text: &str) -> String {
-    text.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
 
 /// LISTs `path` with `shardSelector=selector`: the names returned and the list's
 /// `metadata.shardInfo`.
@@ -407,32 +395,13 @@ mod hosts {
 
     /// Every CR's two ConfigMaps carry its `spec.value`; Leases kept on short timings.
     fn blueprint(group: &str, ns: &str, ring: &str) -> String {
-        format!(
-            r#"apiVersion: inrun.dev/v1alpha1
-kind: Blueprint
-metadata: {{name: sharded}}
-spec:
-  runtime:
-    workers: 4
-    sharding: {{enabled: true, ring: {ring}}}
-    leaderElection: {{namespace: {ns}, leaseDuration: 6s, renewDeadline: 4s, retryPeriod: 1s}}
-  crds:
-    - group: {group}
-      version: v1alpha1
-      kind: Part
-      reconcile:
-        onReconcile:
-          - apiVersion: v1
-            kind: ConfigMap
-            metadata: {{name: "{{{{ .metadata.name }}}}-a"}}
-            data: {{value: "{{{{ .spec.value }}}}"}}
-          - apiVersion: v1
-            kind: ConfigMap
-            metadata: {{name: "{{{{ .metadata.name }}}}-b"}}
-            data: {{value: "{{{{ .spec.value }}}}"}}
-        managedResources:
-          - {{apiVersion: v1, kind: ConfigMap}}
-"#
+        support::ring::two_configmaps(
+            "sharded",
+            group,
+            "Part",
+            &format!(
+                "    workers: 4\n    sharding: {{enabled: true, ring: {ring}}}\n    leaderElection: {{namespace: {ns}, leaseDuration: 6s, renewDeadline: 4s, retryPeriod: 1s}}\n"
+            ),
         )
     }
 
@@ -540,6 +509,15 @@ spec:
         let after_kill = converged(&configmaps, COUNT, "v2").await;
         held_by(&leases, &ring, &["a", "c"]).await;
         let moved = killed.elapsed();
+        // The survivors' gauge of buckets nobody live holds comes back to 0.
+        for r in [&replicas[0], &replicas[2]] {
+            inrun_testenv::wait_for("no bucket unowned", WAIT, || async {
+                (r.metric("inrun_shard_buckets_unowned").await == 0.0).then_some(())
+            })
+            .await
+            .unwrap_or_else(|e| panic!("{e}: {}", r.name));
+        }
+        let unowned = killed.elapsed();
 
         // SIGTERM: c finishes, gives its buckets up and leaves; a takes them at its next
         // round.
@@ -560,10 +538,11 @@ spec:
         converged(&configmaps, COUNT, "v3").await;
         let alone = started.elapsed();
         eprintln!(
-            "sharded: {COUNT} CRs on 3 replicas converged in {:.1}s ({reconciles:?} reconciles, {events:?} CR watch events); b SIGKILLed: every CR on a new spec {:.1}s later, its buckets held by a and c {:.1}s after the kill; c SIGTERMed: exited in {:.2}s, all buckets held by a {:.2}s after the signal; a alone converged a new spec in {:.1}s",
+            "sharded: {COUNT} CRs on 3 replicas converged in {:.1}s ({reconciles:?} reconciles, {events:?} CR watch events); b SIGKILLed: every CR on a new spec {:.1}s later, its buckets held by a and c {:.1}s after the kill (no bucket unowned on their gauges {:.1}s after); c SIGTERMed: exited in {:.2}s, all buckets held by a {:.2}s after the signal; a alone converged a new spec in {:.1}s",
             first.as_secs_f64(),
             after_kill.as_secs_f64(),
             moved.as_secs_f64(),
+            unowned.as_secs_f64(),
             stopped.as_secs_f64(),
             handed.as_secs_f64(),
             alone.as_secs_f64(),

@@ -14,7 +14,38 @@ use serde_json::Value;
 /// How long a ring test waits for replicas to act.
 const WAIT: Duration = Duration::from_secs(120);
 
-/// An `inrun run --blueprint` process; killed when dropped.
+/// A Blueprint `name` whose CRD `kind` in `group` makes two ConfigMaps a CR
+/// (`<name>-a`, `<name>-b`) carrying its `spec.value`; `runtime` is its runtime section's
+/// body (each line indented four spaces).
+pub fn two_configmaps(name: &str, group: &str, kind: &str, runtime: &str) -> String {
+    format!(
+        r#"apiVersion: inrun.dev/v1alpha1
+kind: Blueprint
+metadata: {{name: {name}}}
+spec:
+  runtime:
+{runtime}  crds:
+    - group: {group}
+      version: v1alpha1
+      kind: {kind}
+      reconcile:
+        onReconcile:
+          - apiVersion: v1
+            kind: ConfigMap
+            metadata: {{name: "{{{{ .metadata.name }}}}-a"}}
+            data: {{value: "{{{{ .spec.value }}}}"}}
+          - apiVersion: v1
+            kind: ConfigMap
+            metadata: {{name: "{{{{ .metadata.name }}}}-b"}}
+            data: {{value: "{{{{ .spec.value }}}}"}}
+        managedResources:
+          - {{apiVersion: v1, kind: ConfigMap}}
+"#
+    )
+}
+
+/// An `inrun run --blueprint` process (`INRUN_CHAOS_LOG` sets its log level, `info` by
+/// default); killed when dropped.
 pub struct Replica {
     /// Its `--identity`.
     pub name: String,
@@ -25,7 +56,12 @@ pub struct Replica {
 impl Replica {
     pub fn spawn(kubeconfig: &Path, blueprint: &Path, dir: &Path, name: &str) -> Replica {
         let log = dir.join(format!("{name}.log"));
-        let file = std::fs::File::create(&log).expect("log file");
+        // Appended to: a replica started again under its name keeps one log.
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .expect("log file");
         let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_inrun"))
             .arg("run")
             .arg("--blueprint")
@@ -37,7 +73,10 @@ impl Replica {
             .args(["--identity", name])
             .arg("--cache-dir")
             .arg(dir.join("cache"))
-            .env("INRUN_LOG", "info")
+            .env(
+                "INRUN_LOG",
+                std::env::var("INRUN_CHAOS_LOG").unwrap_or_else(|_| "info".into()),
+            )
             .stderr(file)
             .kill_on_drop(true)
             .spawn()
@@ -91,6 +130,11 @@ impl Replica {
             })
             .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
             .sum()
+    }
+
+    /// Whether the process has exited, or its log says `line`.
+    pub fn exited_or_said(&mut self, line: &str) -> bool {
+        matches!(self.child.try_wait(), Ok(Some(_))) || self.log().contains(line)
     }
 
     /// SIGKILL, and waits for the process to end.

@@ -73,6 +73,19 @@ pub fn selector(buckets: &[usize]) -> Option<String> {
     Some(parts.join(" || "))
 }
 
+/// `text` percent-encoded for a URL query parameter (everything but unreserved
+/// characters), as `shardSelector=` needs.
+pub fn query_escape(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

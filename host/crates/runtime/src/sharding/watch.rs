@@ -17,7 +17,7 @@ use kube::discovery::ApiResource;
 use kube::runtime::{WatchStreamExt, watcher};
 use tokio::sync::watch;
 
-use super::buckets::selector;
+use super::buckets::{query_escape, selector};
 use super::shard::{Held, buckets};
 use crate::cached::CachedCr;
 
@@ -60,22 +60,10 @@ impl tower::Service<http::Request<kube::client::Body>> for WithShardSelector {
     }
 }
 
-/// `text` percent-encoded for a query parameter.
-fn escape(text: &str) -> String {
-    text.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
-
 /// The `shardSelector` query parameter for `held`; `None` for no bucket.
 fn query(held: Held) -> Option<String> {
     let list: Vec<usize> = buckets(held).collect();
-    selector(&list).map(|s| format!("shardSelector={}", escape(&s)))
+    selector(&list).map(|s| format!("shardSelector={}", query_escape(&s)))
 }
 
 type Events = BoxStream<'static, Result<watcher::Event<CachedCr>, watcher::Error>>;
