@@ -639,6 +639,28 @@ impl Ring {
         tokio::spawn(self.scene.burst(value, Arc::default()))
     }
 
+    /// How many CRs have their bucket held by replica `name` now.
+    async fn crs_held_by(&self, name: &str) -> usize {
+        let holders = support::ring::holders(&self.leases, &self.ring).await;
+        let list = self.scene.api.list(&Default::default()).await.expect("CRs");
+        list.items
+            .iter()
+            .filter_map(|o| o.metadata.uid.as_deref())
+            .filter(|uid| {
+                holders[inrun::runtime::sharding::buckets::bucket_of(uid)].as_deref() == Some(name)
+            })
+            .count()
+    }
+
+    /// Reconciles of `replicas`, together.
+    async fn reconciles(&self, replicas: &[&HostProcess]) -> f64 {
+        let mut sum = 0.0;
+        for r in replicas.iter() {
+            sum += r.metric("controller_runtime_reconcile_total").await;
+        }
+        sum
+    }
+
     /// The writes of the replicas made for a CR whose bucket they did not hold then,
     /// from the API server's audit log; and how many writes were checked.
     async fn writes_outside_tenure(&self, cp: &ControlPlane) -> (usize, Vec<String>) {
@@ -667,7 +689,7 @@ async fn sharded_replicas_scaled_killed_stopped_and_paused_never_write_a_cr_whos
     let count = burst_size(120);
     let ring = Ring::start(cp, "chaos-ring", count, &["a", "b", "c", "d"]).await;
     let scene = &ring.scene;
-    let (mut a, mut b, c) = (ring.replica("a"), ring.replica("b"), ring.replica("c"));
+    let (mut a, mut b, mut c) = (ring.replica("a"), ring.replica("b"), ring.replica("c"));
     ring.settled(&["a", "b", "c"]).await;
     served(&scene.client, &resource(&scene.group, "Burst")).await;
 
@@ -681,11 +703,38 @@ async fn sharded_replicas_scaled_killed_stopped_and_paused_never_write_a_cr_whos
     ring.settled(&["a", "b", "c", "d"]).await;
     let grown = started.elapsed();
 
-    // 4 → 2 in the middle of new specs: c stops (SIGTERM), b is killed (SIGKILL).
+    // 4 → 3 with every CR converged: c stops (SIGTERM) and hands its buckets over; their
+    // new holders reconcile the CRs that moved and write nothing.
+    let (writes_before, _) = ring.writes_outside_tenure(cp).await;
+    let moved = ring.crs_held_by("c").await;
+    let reconciled_before = ring.reconciles(&[&a, &b, &d]).await;
+    let handing = Instant::now();
+    c.signal("TERM");
+    assert!(c.exited().await, "c did not stop");
+    ring.settled(&["a", "b", "d"]).await;
+    let handed = handing.elapsed();
+    inrun_testenv::wait_for(
+        "the moved CRs reconciled by their new holders",
+        CONVERGE,
+        || {
+            let (survivors, ring) = ([&a, &b, &d], &ring);
+            async move {
+                let now = ring.reconciles(&survivors).await;
+                (now >= reconciled_before + moved as f64).then_some(())
+            }
+        },
+    )
+    .await?;
+    let (writes_after, _) = ring.writes_outside_tenure(cp).await;
+    assert_eq!(
+        writes_after, writes_before,
+        "writes for {moved} converged CRs that moved"
+    );
+
+    // 3 → 2 in the middle of new specs: b is killed (SIGKILL).
     let started = Instant::now();
     let writing = ring.set_all("v2");
     until_part_converged_on(&scene.api, count, count / 4, "v2").await;
-    c.signal("TERM");
     b.kill().await;
     writing.await?;
     until_converged(&scene.api, count, "v2").await;
@@ -720,7 +769,7 @@ async fn sharded_replicas_scaled_killed_stopped_and_paused_never_write_a_cr_whos
         outside.join("\n")
     );
     eprintln!(
-        "chaos ring: {count} CRs; 3→4 replicas mid-burst: converged {:.1}s; 4→2 (SIGTERM + SIGKILL) mid-update: {:.1}s; one of 2 paused past its lease: the other held every bucket {:.1}s after the update began, all converged again after resume {:.1}s; {checked} writes audited, none outside its writer's tenure",
+        "chaos ring: {count} CRs; 3→4 replicas mid-burst: converged {:.1}s; 4→3 by SIGTERM once converged: every bucket held again {handed:.2?} after the signal, the {moved} CRs that moved reconciled with no write; 3→2 by SIGKILL mid-update: {:.1}s; one of 2 paused past its lease: the other held every bucket {:.1}s after the update began, all converged again after resume {:.1}s; {checked} writes audited, none outside its writer's tenure",
         grown.as_secs_f64(),
         shrunk.as_secs_f64(),
         taken.as_secs_f64(),

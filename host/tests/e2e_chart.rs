@@ -644,7 +644,7 @@ fn leader_election_is_on_by_default_and_off_it_recreates_and_refuses_more_than_o
     );
     let mut grant = lease_grant("inrun");
     grant.push((
-        serde_json::json!(["get", "list", "update", "patch", "delete"]),
+        serde_json::json!(["get", "list", "watch", "update", "patch", "delete"]),
         Value::Null,
     ));
     assert_eq!(lease_rules(&docs, "inrun", "default"), grant);

@@ -93,7 +93,9 @@ fn sharding_permissions(blueprint: &Blueprint, options: &RbacOptions) -> Option<
     let mut p = perm(
         "coordination.k8s.io",
         "leases",
-        &["get", "list", "create", "update", "patch", "delete"],
+        &[
+            "get", "list", "watch", "create", "update", "patch", "delete",
+        ],
         format!(
             "the sharding ring {}: a Lease per replica and per bucket of CRs",
             runtime.sharding.ring

@@ -535,7 +535,9 @@ spec:
         );
         assert_eq!(
             leases[0].verbs,
-            ["get", "list", "create", "update", "patch", "delete"]
+            [
+                "get", "list", "watch", "create", "update", "patch", "delete"
+            ]
         );
         let elsewhere = blueprint(
             "  runtime:\n    sharding: {enabled: true}\n    leaderElection: {namespace: ring}\n",

@@ -337,6 +337,12 @@ pub async fn run(
         config,
     };
     tracing::info!(ring = %keeper.config.ring.name, member = %keeper.me, "joining the ring");
+    let moved = Arc::new(tokio::sync::Notify::new());
+    let watching = tokio::spawn(watch_moves(
+        keeper.client.clone(),
+        keeper.config.ring.clone(),
+        moved.clone(),
+    ));
     loop {
         if *stop.borrow() {
             break;
@@ -365,10 +371,53 @@ pub async fn run(
         tokio::select! {
             _ = stop.wait_for(|s| *s) => break,
             () = tokio::time::sleep(pause) => {}
+            // A member left or a bucket was given up: the next round now, not a period on.
+            () = moved.notified() => {}
         }
     }
+    watching.abort();
     keeper.leave().await;
     Ok(())
+}
+
+/// Wakes `moved` whenever a member of `ring` leaves (its Lease deleted) or a bucket is
+/// given up (its Lease names no holder): whoever is to take it need not wait for its next
+/// round. Renewals, which come every period from every member, wake nothing. Ends only
+/// when aborted; a watch that fails is retried with backoff (rounds go on without it).
+async fn watch_moves(client: Client, ring: Ring, moved: Arc<tokio::sync::Notify>) {
+    use super::members::{RING_LABEL, ROLE_LABEL};
+    use futures::StreamExt;
+    use k8s_openapi::api::coordination::v1::Lease;
+    use kube::runtime::{WatchStreamExt, watcher};
+    let config = watcher::Config::default().labels(&format!("{RING_LABEL}={}", ring.name));
+    let role = |lease: &Lease| {
+        lease
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(ROLE_LABEL))
+            .cloned()
+            .unwrap_or_default()
+    };
+    let events = watcher(ring.api(&client), config).default_backoff();
+    let mut events = std::pin::pin!(events);
+    while let Some(event) = events.next().await {
+        let wake = match &event {
+            Ok(watcher::Event::Delete(lease)) => role(lease) == "member",
+            Ok(watcher::Event::Apply(lease)) => {
+                role(lease) == "bucket"
+                    && lease
+                        .spec
+                        .as_ref()
+                        .and_then(|s| s.holder_identity.as_deref())
+                        .is_none_or(str::is_empty)
+            }
+            _ => false,
+        };
+        if wake {
+            moved.notify_one();
+        }
+    }
 }
 
 #[cfg(test)]
