@@ -53,6 +53,9 @@ pub struct Ctx {
     /// The buckets this replica holds under `inrun run --sharding`; `None`: it serves
     /// every CR.
     pub shard: Option<Arc<crate::sharding::shard::Shard>>,
+    /// Under sharding, the buckets taken whose CRs wake at their next listing whatever the
+    /// triggers remember of them (an earlier tenure saw them unchanged).
+    pub fresh: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Ctx {
@@ -64,6 +67,13 @@ impl Ctx {
             .uid
             .as_deref()
             .map(crate::sharding::buckets::bucket_of)
+    }
+
+    /// Whether `cr` is of a bucket just taken, whose CRs all wake once (see `fresh`).
+    pub fn fresh(&self, cr: &impl kube::Resource) -> bool {
+        self.bucket(cr).is_some_and(|b| {
+            self.fresh.load(std::sync::atomic::Ordering::Acquire) & (1u64 << b) != 0
+        })
     }
 
     /// Whether this replica serves `cr` now: it holds the CR's bucket, or it does not

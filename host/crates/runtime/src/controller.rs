@@ -131,6 +131,7 @@ fn context(
         metrics: shared.metrics.clone(),
         kinds_changed: Arc::default(),
         shard: shared.shard.clone(),
+        fresh: Arc::default(),
         crd: index,
         assembly,
     }
@@ -148,12 +149,15 @@ fn cr_triggers(
     let health = shared.metrics.health().clone();
     let metrics = shared.metrics.clone();
     let gone = ctx.triggers.clone();
+    let fresh = ctx.fresh.clone();
+    let armed = Arc::new(std::sync::atomic::AtomicU64::new(0));
     // Under sharding, only the CRs of the buckets held (the server's shardSelector).
     let events = match &ctx.shard {
         Some(shard) => crate::sharding::watch::sharded_watcher(
             ctx.client.clone(),
             ctx.cr_resource.clone(),
             shard.subscribe(),
+            ctx.fresh.clone(),
         )
         .boxed(),
         None => {
@@ -169,9 +173,16 @@ fn cr_triggers(
             Ok(watcher::Event::Apply(_) | watcher::Event::InitApply(_)) => {
                 metrics.cr_watch_event();
             }
+            // The buckets fresh when a list starts are served once it is complete.
+            Ok(watcher::Event::Init) => {
+                armed.store(fresh.load(Ordering::Acquire), Ordering::Release)
+            }
             // The first complete list: the cache of CRs is synced (for /readyz).
-            Ok(watcher::Event::InitDone) if !counted.swap(true, Ordering::Relaxed) => {
-                health.cache_synced(true);
+            Ok(watcher::Event::InitDone) => {
+                fresh.fetch_and(!armed.load(Ordering::Acquire), Ordering::AcqRel);
+                if !counted.swap(true, Ordering::Relaxed) {
+                    health.cache_synced(true);
+                }
             }
             Ok(watcher::Event::Delete(cr)) => gone.cr_gone(&cr.metadata),
             _ => {}
@@ -184,10 +195,11 @@ fn cr_triggers(
                         .pass(
                             event,
                             |cr| {
-                                // A CR of a bucket held elsewhere is not recorded as seen:
-                                // once its bucket is taken here, it wakes.
+                                // A CR of a bucket held elsewhere is not recorded as seen;
+                                // one of a bucket just taken wakes however it was last seen.
                                 let wake = ctx.serves(cr)
-                                    && ctx.triggers.cr_changed(&cr.metadata, &ctx.cr_id(cr));
+                                    && (ctx.triggers.cr_changed(&cr.metadata, &ctx.cr_id(cr))
+                                        | ctx.fresh(cr));
                                 if wake {
                                     ctx.queue.queued(&Ctx::key(cr));
                                 }

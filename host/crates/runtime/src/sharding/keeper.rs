@@ -347,9 +347,15 @@ pub async fn run(
         if *stop.borrow() {
             break;
         }
-        match keeper.round().await {
-            Ok(()) => {}
-            Err(e) if forbidden(&e) => {
+        // A round never outlasts the renew deadline: a request the API server holds (one
+        // restarting, say) must not keep the replica from its next renewal.
+        let round = tokio::time::timeout(keeper.config.renew_deadline, keeper.round()).await;
+        match round {
+            Ok(Ok(())) => {}
+            // Refused before this replica ever joined: its RBAC lacks the Leases, and
+            // waiting would never end. Refused later (an API server whose authorizer is
+            // still starting), it is tried again like any failure.
+            Ok(Err(e)) if forbidden(&e) && keeper.rounds == 0 => {
                 keeper.shard.close();
                 return Err(KeeperError::Forbidden {
                     ring: keeper.config.ring.name.clone(),
@@ -357,8 +363,11 @@ pub async fn run(
                     source: e,
                 });
             }
-            Err(e) => {
+            Ok(Err(e)) => {
                 tracing::warn!(error = %inrun_contract::errors::chain(&e), "a sharding round failed; writes stop at the renew deadline unless the next succeeds");
+            }
+            Err(_) => {
+                tracing::warn!(after = ?keeper.config.renew_deadline, "a sharding round timed out; writes stop at the renew deadline unless the next succeeds");
             }
         }
         // After the first round (which only joins), a quarter period: replicas started
@@ -376,7 +385,14 @@ pub async fn run(
         }
     }
     watching.abort();
-    keeper.leave().await;
+    let within = keeper.config.renew_deadline * 2;
+    if tokio::time::timeout(within, keeper.leave()).await.is_err() {
+        keeper.shard.close();
+        tracing::warn!(
+            ?within,
+            "leaving the ring timed out; the others take its buckets once its member Lease expires"
+        );
+    }
     Ok(())
 }
 

@@ -6,6 +6,8 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -91,34 +93,44 @@ fn watch_of(client: &Client, resource: &ApiResource, held: Held) -> Events {
 /// The watch events of the CRs of `resource` in the buckets `held` names, started again
 /// (a fresh list, which drops the CRs of buckets given up from the cache it fills) each
 /// time they change.
+///
+/// The buckets each restart adds are set in `fresh` before its list starts: their CRs wake
+/// when listed, whatever the triggers remember of them from an earlier tenure (the caller
+/// clears the bits once that list is complete).
 pub(crate) fn sharded_watcher(
     client: Client,
     resource: ApiResource,
     mut held: watch::Receiver<Held>,
+    fresh: Arc<AtomicU64>,
 ) -> impl Stream<Item = Result<watcher::Event<CachedCr>, watcher::Error>> + Send + 'static {
     let now = *held.borrow_and_update();
+    fresh.fetch_or(now, Ordering::AcqRel);
     let current = watch_of(&client, &resource, now);
     futures::stream::unfold(
         (held, current, client, resource, now),
-        |(mut held, mut current, client, resource, mut now)| async move {
-            loop {
-                tokio::select! {
-                    changed = held.changed() => {
-                        if changed.is_err() {
-                            // The shard is gone (the host stops): keep what runs.
-                            let item = current.next().await?;
+        move |(mut held, mut current, client, resource, mut now)| {
+            let fresh = fresh.clone();
+            async move {
+                loop {
+                    tokio::select! {
+                        changed = held.changed() => {
+                            if changed.is_err() {
+                                // The shard is gone (the host stops): keep what runs.
+                                let item = current.next().await?;
+                                return Some((item, (held, current, client, resource, now)));
+                            }
+                            tokio::time::sleep(SETTLE).await;
+                            let next = *held.borrow_and_update();
+                            if next != now {
+                                fresh.fetch_or(next & !now, Ordering::AcqRel);
+                                now = next;
+                                current = watch_of(&client, &resource, now);
+                            }
+                        }
+                        item = current.next() => {
+                            let item = item?;
                             return Some((item, (held, current, client, resource, now)));
                         }
-                        tokio::time::sleep(SETTLE).await;
-                        let next = *held.borrow_and_update();
-                        if next != now {
-                            now = next;
-                            current = watch_of(&client, &resource, now);
-                        }
-                    }
-                    item = current.next() => {
-                        let item = item?;
-                        return Some((item, (held, current, client, resource, now)));
                     }
                 }
             }
