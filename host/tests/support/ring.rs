@@ -299,6 +299,17 @@ fn tenures(writes: &[Write], ring: &str) -> Tenures {
     tenures
 }
 
+/// A write outside its writer's tenure.
+#[derive(Debug, Clone)]
+pub struct Outside {
+    /// The replica that made it.
+    pub replica: String,
+    /// When the API server received it.
+    pub received: k8s_openapi::jiff::Timestamp,
+    /// What, when, and the bucket's tenures.
+    pub text: String,
+}
+
 /// Every write in `ns` to a CR of `plural` or to one of its ConfigMaps (`<cr>-<suffix>`)
 /// that its writer (a replica, by the ServiceAccount in `replicas`) made while not holding
 /// the CR's bucket (by the uids in `uids`), as the bucket Leases of `ring` record it: a
@@ -311,7 +322,7 @@ pub fn writes_outside_tenure(
     plural: &str,
     replicas: &BTreeMap<String, String>,
     uids: &BTreeMap<String, String>,
-) -> (usize, Vec<String>) {
+) -> (usize, Vec<Outside>) {
     let writes = audited_writes(audit_log, ns);
     let tenures = tenures(&writes, ring);
     let mut checked = 0;
@@ -340,14 +351,18 @@ pub fn writes_outside_tenure(
             })
         });
         if !inside {
-            outside.push(format!(
-                "{replica} wrote {} {} (bucket {bucket:02}) received {} answered {}; tenures {:?}",
-                w.resource,
-                w.name,
-                w.received,
-                w.answered,
-                tenures.get(&bucket)
-            ));
+            outside.push(Outside {
+                replica: replica.clone(),
+                received: w.received.parse().expect("an RFC 3339 time"),
+                text: format!(
+                    "{replica} wrote {} {} (bucket {bucket:02}) received {} answered {}; tenures {:?}",
+                    w.resource,
+                    w.name,
+                    w.received,
+                    w.answered,
+                    tenures.get(&bucket)
+                ),
+            });
         }
     }
     (checked, outside)
