@@ -104,7 +104,7 @@ impl Fence {
 
     /// Resolves once the fence's deadline has passed (never, without one), following the
     /// deadline as renewals move it.
-    pub(crate) async fn expired(&self) {
+    async fn expired(&self) {
         loop {
             let Some(until) = self.until() else {
                 return std::future::pending().await;

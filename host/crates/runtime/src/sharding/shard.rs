@@ -21,7 +21,6 @@ use std::time::{Duration, Instant};
 use tokio::sync::{Notify, watch};
 
 use super::buckets::BUCKETS;
-use crate::fence::Fence;
 
 /// This replica's buckets, as a bit set (bit `b`: bucket `b`).
 pub type Held = u64;
@@ -40,8 +39,9 @@ pub fn buckets(held: Held) -> impl Iterator<Item = usize> {
 /// controller and client (which read it).
 #[derive(Debug)]
 pub struct Shard {
-    /// Open until the member Lease's renew deadline, moved on by each renewal.
-    member: Fence,
+    /// Until when writes may go: the member Lease's renew deadline, moved on by each
+    /// renewal; `None`: closed.
+    member: watch::Sender<Option<Instant>>,
     held: watch::Sender<Held>,
     in_flight: [AtomicUsize; BUCKETS],
     returned: Notify,
@@ -49,10 +49,8 @@ pub struct Shard {
 
 impl Default for Shard {
     fn default() -> Self {
-        let member = Fence::default();
-        member.close();
         Shard {
-            member,
+            member: watch::channel(None).0,
             held: watch::channel(0).0,
             in_flight: std::array::from_fn(|_| AtomicUsize::new(0)),
             returned: Notify::new(),
@@ -95,7 +93,11 @@ impl Shard {
     /// # Errors
     /// Why not.
     pub fn may_write(&self, bucket: usize) -> Result<(), Refused> {
-        if !self.member.is_open() {
+        let open = self
+            .member
+            .borrow()
+            .is_some_and(|until| Instant::now() < until);
+        if !open {
             return Err(Refused::Lapsed);
         }
         if !self.holds(bucket) {
@@ -116,13 +118,13 @@ impl Shard {
     /// The member Lease was renewed by a request sent at `sent`: writes may go on until
     /// `sent + renew_deadline`.
     pub(crate) fn renewed(&self, until: Instant) {
-        self.member.open_until(until);
+        self.member.send_replace(Some(until));
     }
 
     /// Refuses every write at once (the member deadline passed, or the host stops after
     /// its buckets were given up).
     pub(crate) fn close(&self) {
-        self.member.close();
+        self.member.send_replace(None);
     }
 
     /// `buckets` are held from now on.
@@ -158,9 +160,26 @@ impl Shard {
         }
     }
 
-    /// Resolves once the member deadline passes.
+    /// Resolves once the member deadline passes (at once when closed), following the
+    /// deadline as renewals move it.
     pub(crate) async fn expired(&self) {
-        self.member.expired().await;
+        let mut deadline = self.member.subscribe();
+        loop {
+            let Some(until) = *deadline.borrow_and_update() else {
+                return;
+            };
+            if Instant::now() >= until {
+                return;
+            }
+            tokio::select! {
+                () = tokio::time::sleep_until(until.into()) => {}
+                changed = deadline.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                }
+            }
+        }
     }
 }
 
@@ -205,6 +224,7 @@ pub(crate) fn admit() -> Option<Result<Admitted, Refused>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use futures::FutureExt;
 
     fn renewed(shard: &Shard) {
         shard.renewed(Instant::now() + Duration::from_secs(60));
@@ -272,6 +292,24 @@ mod tests {
             .scope(1, async { assert!(admit().expect("in scope").is_err()) })
             .await;
         assert!(shard.drained(bit(1), Duration::ZERO).await);
+    }
+
+    #[tokio::test]
+    async fn the_member_deadline_expires_when_it_passes_unless_a_renewal_moved_it() {
+        let shard = Shard::default();
+        // Never renewed: expired at once.
+        assert!(shard.expired().now_or_never().is_some());
+        shard.renewed(Instant::now() + Duration::from_millis(50));
+        let waiting = shard.expired();
+        tokio::pin!(waiting);
+        assert!(futures::poll!(&mut waiting).is_pending());
+        shard.renewed(Instant::now() + Duration::from_secs(60));
+        let moved = tokio::time::timeout(Duration::from_millis(200), &mut waiting).await;
+        assert!(moved.is_err(), "followed the renewal");
+        shard.close();
+        tokio::time::timeout(Duration::from_secs(5), waiting)
+            .await
+            .expect("closed: expired");
     }
 
     #[test]
