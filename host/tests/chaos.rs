@@ -684,6 +684,20 @@ impl Ring {
     }
 }
 
+/// Fails naming every write of `outside` (of `checked`).
+fn assert_within_tenures(checked: usize, outside: &[support::ring::Outside]) {
+    assert!(
+        outside.is_empty(),
+        "{} of {checked} writes outside the writer's tenure of the bucket:\n{}",
+        outside.len(),
+        outside
+            .iter()
+            .map(|w| w.text.as_str())
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}
+
 // Also in `make test` (120 CRs): the guarantee sharding rests on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sharded_replicas_scaled_killed_stopped_and_paused_never_write_a_cr_whose_bucket_they_do_not_hold()
@@ -773,16 +787,7 @@ async fn sharded_replicas_scaled_killed_stopped_and_paused_never_write_a_cr_whos
     let (late, outside): (Vec<_>, Vec<_>) = outside.into_iter().partition(|w| {
         w.replica == "a" && w.received >= resumed && w.received < delivered_at_resume
     });
-    assert!(
-        outside.is_empty(),
-        "{} of {checked} writes outside the writer's tenure of the bucket:\n{}",
-        outside.len(),
-        outside
-            .iter()
-            .map(|w| w.text.as_str())
-            .collect::<Vec<_>>()
-            .join("\n")
-    );
+    assert_within_tenures(checked, &outside);
     if !late.is_empty() {
         eprintln!(
             "chaos ring: {} write(s) handed to the connection before the pause, delivered at resume: {:?}",
@@ -841,16 +846,7 @@ async fn sharded_replicas_outlive_an_api_server_restart_longer_than_their_lease_
     assert!(rejoined > 0, "no replica found its member Lease lapsed");
     let (checked, outside) = ring.writes_outside_tenure(&cp).await;
     assert!(checked >= count * 2, "only {checked} writes audited");
-    assert!(
-        outside.is_empty(),
-        "{} of {checked} writes outside the writer's tenure of the bucket:\n{}",
-        outside.len(),
-        outside
-            .iter()
-            .map(|w| w.text.as_str())
-            .collect::<Vec<_>>()
-            .join("\n")
-    );
+    assert_within_tenures(checked, &outside);
     eprintln!(
         "chaos ring restart: {count} CRs on 3 replicas; API server away {:.1}s (lease 6 s); {rejoined} replicas rejoined under a new incarnation; all converged {:.1}s after it was back; {checked} writes audited, none outside its writer's tenure",
         restarted.as_secs_f64(),
