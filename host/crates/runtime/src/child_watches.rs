@@ -25,6 +25,7 @@ pub(crate) fn child_watch(
     kind: &kinds::Kind,
     triggers: &Arc<triggers::Triggers>,
     stores: &stores::ChildStores,
+    shard: Option<&Arc<crate::sharding::shard::Shard>>,
 ) -> (
     BoxStream<'static, ObjectRef<CachedCr>>,
     Store<stores::CachedChild>,
@@ -36,25 +37,50 @@ pub(crate) fn child_watch(
     stores.insert(kind, store.clone());
     let triggers = triggers.clone();
     let (group, kind_name) = (kind.resource.group.clone(), kind.resource.kind.clone());
-    let stream = reflector(
-        writer,
-        watcher(api, watcher::Config::default().labels(OWNER_UID))
+    let events = match shard {
+        None => watcher(api, watcher::Config::default().labels(OWNER_UID))
             .default_backoff()
-            .map_ok(stores::cached),
-    )
-    .filter_map(move |event| {
-        let kind = (group.as_str(), kind_name.as_str());
-        let woken = match &event {
-            Ok(watcher::Event::Apply(c)) => child_event(&triggers, kind, c, ChildChange::Applied),
-            Ok(watcher::Event::InitApply(c)) => {
-                child_event(&triggers, kind, c, ChildChange::Listed)
-            }
-            Ok(watcher::Event::Delete(c)) => child_event(&triggers, kind, c, ChildChange::Deleted),
-            _ => None,
-        };
-        futures::future::ready(woken)
-    })
-    .boxed();
+            .map_ok(stores::cached)
+            .boxed(),
+        // Under sharding, only the children of CRs of the buckets held are kept, listed
+        // again when they change (the server cannot select by the owner's bucket).
+        Some(shard) => {
+            use crate::sharding::{buckets::bucket_of, watch};
+            watch::restarting(shard.subscribe(), move |_, held| {
+                if held == 0 {
+                    return watch::nothing();
+                }
+                let events = watcher(api.clone(), watcher::Config::default().labels(OWNER_UID))
+                    .default_backoff()
+                    .map_ok(stores::cached);
+                watch::only(events, move |child: &stores::CachedChild| {
+                    child
+                        .owner
+                        .as_deref()
+                        .is_some_and(|uid| held & (1u64 << bucket_of(uid)) != 0)
+                })
+            })
+            .boxed()
+        }
+    };
+    let stream = reflector(writer, events)
+        .filter_map(move |event| {
+            let kind = (group.as_str(), kind_name.as_str());
+            let woken = match &event {
+                Ok(watcher::Event::Apply(c)) => {
+                    child_event(&triggers, kind, c, ChildChange::Applied)
+                }
+                Ok(watcher::Event::InitApply(c)) => {
+                    child_event(&triggers, kind, c, ChildChange::Listed)
+                }
+                Ok(watcher::Event::Delete(c)) => {
+                    child_event(&triggers, kind, c, ChildChange::Deleted)
+                }
+                _ => None,
+            };
+            futures::future::ready(woken)
+        })
+        .boxed();
     (stream, store)
 }
 
@@ -115,7 +141,13 @@ fn newly_served(
     crs: &Store<CachedCr>,
     kind: &kinds::Kind,
 ) -> [BoxStream<'static, ObjectRef<CachedCr>>; 2] {
-    let (watch, store) = child_watch(&ctx.client, kind, &ctx.triggers, &ctx.children);
+    let (watch, store) = child_watch(
+        &ctx.client,
+        kind,
+        &ctx.triggers,
+        &ctx.children,
+        ctx.shard.as_ref(),
+    );
     let crs = crs.clone();
     let resource = ctx.cr_resource.clone();
     let every_cr = futures::stream::once(async move {

@@ -68,7 +68,16 @@ pub fn controller(
     let served: Vec<_> = child_kinds
         .served
         .iter()
-        .map(|kind| child_watch(&shared.client, kind, &triggers, &stores).0)
+        .map(|kind| {
+            child_watch(
+                &shared.client,
+                kind,
+                &triggers,
+                &stores,
+                shared.shard.as_ref(),
+            )
+            .0
+        })
         .collect();
     let ctx = Arc::new(context(shared, assembly, index, stores, triggers));
     // The CRs' cache holds them compacted ([`CachedCr`]); a pass reads one whole.

@@ -73,9 +73,7 @@ type Events = BoxStream<'static, Result<watcher::Event<CachedCr>, watcher::Error
 /// A watch of the CRs of `held`: none (an empty list, then nothing) for no bucket.
 fn watch_of(client: &Client, resource: &ApiResource, held: Held) -> Events {
     let Some(query) = query(held) else {
-        return futures::stream::iter([Ok(watcher::Event::Init), Ok(watcher::Event::InitDone)])
-            .chain(futures::stream::pending())
-            .boxed();
+        return nothing();
     };
     let client = Client::new(
         WithShardSelector {
@@ -100,16 +98,31 @@ fn watch_of(client: &Client, resource: &ApiResource, held: Held) -> Events {
 pub(crate) fn sharded_watcher(
     client: Client,
     resource: ApiResource,
-    mut held: watch::Receiver<Held>,
+    held: watch::Receiver<Held>,
     fresh: Arc<AtomicU64>,
 ) -> impl Stream<Item = Result<watcher::Event<CachedCr>, watcher::Error>> + Send + 'static {
+    restarting(held, move |before, now| {
+        fresh.fetch_or(now & !before, Ordering::AcqRel);
+        watch_of(&client, &resource, now)
+    })
+}
+
+/// The events of `make(before, now)` for the buckets held `now`, made again each time
+/// they change (a moment after, so that a round's steps make one restart).
+pub(crate) fn restarting<K: Send + 'static>(
+    mut held: watch::Receiver<Held>,
+    make: impl Fn(Held, Held) -> BoxStream<'static, Result<watcher::Event<K>, watcher::Error>>
+    + Send
+    + Sync
+    + 'static,
+) -> impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static {
+    let make = Arc::new(make);
     let now = *held.borrow_and_update();
-    fresh.fetch_or(now, Ordering::AcqRel);
-    let current = watch_of(&client, &resource, now);
+    let current = make(0, now);
     futures::stream::unfold(
-        (held, current, client, resource, now),
-        move |(mut held, mut current, client, resource, mut now)| {
-            let fresh = fresh.clone();
+        (held, current, now),
+        move |(mut held, mut current, mut now)| {
+            let make = make.clone();
             async move {
                 loop {
                     tokio::select! {
@@ -117,25 +130,52 @@ pub(crate) fn sharded_watcher(
                             if changed.is_err() {
                                 // The shard is gone (the host stops): keep what runs.
                                 let item = current.next().await?;
-                                return Some((item, (held, current, client, resource, now)));
+                                return Some((item, (held, current, now)));
                             }
                             tokio::time::sleep(SETTLE).await;
                             let next = *held.borrow_and_update();
                             if next != now {
-                                fresh.fetch_or(next & !now, Ordering::AcqRel);
+                                current = make(now, next);
                                 now = next;
-                                current = watch_of(&client, &resource, now);
                             }
                         }
                         item = current.next() => {
                             let item = item?;
-                            return Some((item, (held, current, client, resource, now)));
+                            return Some((item, (held, current, now)));
                         }
                     }
                 }
             }
         },
     )
+}
+
+/// `events` with only the objects `keep` admits (the list's start and end always).
+pub(crate) fn only<K: Send + 'static>(
+    events: impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
+    keep: impl Fn(&K) -> bool + Send + 'static,
+) -> BoxStream<'static, Result<watcher::Event<K>, watcher::Error>> {
+    events
+        .filter(move |event| {
+            let pass = match event {
+                Ok(
+                    watcher::Event::Apply(o)
+                    | watcher::Event::InitApply(o)
+                    | watcher::Event::Delete(o),
+                ) => keep(o),
+                _ => true,
+            };
+            futures::future::ready(pass)
+        })
+        .boxed()
+}
+
+/// Nothing held: an empty list, then nothing.
+pub(crate) fn nothing<K: Send + 'static>()
+-> BoxStream<'static, Result<watcher::Event<K>, watcher::Error>> {
+    futures::stream::iter([Ok(watcher::Event::Init), Ok(watcher::Event::InitDone)])
+        .chain(futures::stream::pending())
+        .boxed()
 }
 
 #[cfg(test)]
