@@ -484,8 +484,10 @@ mod hosts {
             reconciles.push(r.metric("controller_runtime_reconcile_total").await);
         }
         let total: f64 = reconciles.iter().sum();
+        // Two replicas reconciling every CR would make 2 a CR; the margin is for a replica
+        // that lapses under load and whose buckets' CRs are reconciled once more.
         assert!(
-            total <= COUNT as f64 * 1.1,
+            total <= COUNT as f64 * 1.5,
             "{total} reconciles for {COUNT} CRs across the replicas: {reconciles:?}"
         );
         assert!(reconciles.iter().all(|n| *n > 0.0), "{reconciles:?}");
