@@ -45,7 +45,7 @@ pub(crate) fn child_watch(
         // Under sharding, only the children of CRs of the buckets held are kept, listed
         // again when they change (the server cannot select by the owner's bucket).
         Some(shard) => {
-            use crate::sharding::{buckets::bucket_of, watch};
+            use crate::sharding::{buckets::bucket_of, shard::bit as watch_bit, watch};
             watch::restarting(shard.subscribe(), move |_, held| {
                 if held == 0 {
                     return watch::nothing();
@@ -57,7 +57,7 @@ pub(crate) fn child_watch(
                     child
                         .owner
                         .as_deref()
-                        .is_some_and(|uid| held & (1u64 << bucket_of(uid)) != 0)
+                        .is_some_and(|uid| held & watch_bit(bucket_of(uid)) != 0)
                 })
             })
             .boxed()

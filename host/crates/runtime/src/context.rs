@@ -72,7 +72,8 @@ impl Ctx {
     /// Whether `cr` is of a bucket just taken, whose CRs all wake once (see `fresh`).
     pub fn fresh(&self, cr: &impl kube::Resource) -> bool {
         self.bucket(cr).is_some_and(|b| {
-            self.fresh.load(std::sync::atomic::Ordering::Acquire) & (1u64 << b) != 0
+            self.fresh.load(std::sync::atomic::Ordering::Acquire) & crate::sharding::shard::bit(b)
+                != 0
         })
     }
 

@@ -324,7 +324,7 @@ async fn bucket_moves(
             let Some(bucket) = ctx.bucket(cr.as_ref()) else {
                 continue;
             };
-            let bit = 1u64 << bucket;
+            let bit = crate::sharding::shard::bit(bucket);
             if given & bit != 0 {
                 ctx.triggers.unsee(&cr.metadata);
             } else if taken & bit != 0 {

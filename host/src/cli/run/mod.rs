@@ -80,6 +80,14 @@ pub(super) fn run(
         host_runtime.as_ref(),
         env,
     );
+    // `--leader-elect` beside a Blueprint that shards would be dropped without a word.
+    anyhow::ensure!(
+        !(args.leader_elect && host.sharding.is_some()),
+        "--leader-elect cannot be used with runtime.sharding.enabled in {}: sharded replicas all reconcile; drop one of the two",
+        args.blueprint
+            .as_ref()
+            .map_or_else(|| "the Blueprint".into(), |p| p.display().to_string())
+    );
     let mut shared = shared(&args, connection, identity, &metrics);
     let sharding = host.sharding.clone().map(|config| {
         let shard = Arc::new(Shard::default());

@@ -34,7 +34,7 @@ use super::buckets::BUCKETS;
 use super::members::{Observed, Ring};
 use super::ownership::Take;
 use super::plan::plan;
-use super::shard::{Held, Shard, buckets};
+use super::shard::{Held, Shard, bit, bits, buckets};
 use crate::metrics::Metrics;
 
 /// How a replica takes part in its ring.
@@ -89,12 +89,6 @@ struct Keeper {
     /// Rounds so far: the first only joins and looks, so replicas started together see
     /// each other before any takes buckets.
     rounds: u64,
-}
-
-/// The bit set of `list`.
-fn bits(list: &[usize]) -> Held {
-    list.iter()
-        .fold(0, |held, b| held | (1u64 << (b % BUCKETS)))
 }
 
 fn forbidden(e: &kube::Error) -> bool {
@@ -156,9 +150,8 @@ impl Keeper {
             .map(|(holder, _)| holder)
             .collect();
         // What the Leases give this incarnation is held; what they give another is not.
-        let recorded = (0..BUCKETS)
-            .filter(|b| holders[*b].as_deref() == Some(self.me.as_str()))
-            .fold(0, |held, b| held | (1u64 << b));
+        let recorded =
+            bits((0..BUCKETS).filter(|b| holders[*b].as_deref() == Some(self.me.as_str())));
         self.shard.give_up(self.shard.held() & !recorded);
         self.shard.take(recorded);
         self.recorded = recorded;
@@ -173,7 +166,7 @@ impl Keeper {
         if !next.release.is_empty() {
             self.release(&next.release).await;
             for b in &next.release {
-                if self.recorded & (1u64 << b) == 0 {
+                if self.recorded & bit(*b) == 0 {
                     after[*b] = None;
                 }
             }
@@ -206,7 +199,7 @@ impl Keeper {
     /// Leases. A bucket whose writes do not return within the renew deadline keeps its
     /// Lease (and stays refused) until a later round.
     async fn release(&mut self, list: &[usize]) {
-        let set = bits(list);
+        let set = bits(list.iter().copied());
         self.shard.give_up(set);
         if !self.shard.drained(set, self.config.renew_deadline).await {
             tracing::warn!(buckets = ?list, "writes still in flight after the renew deadline; the buckets are kept refused and given up later");
@@ -222,7 +215,7 @@ impl Keeper {
         for (b, result) in list.iter().zip(results) {
             match result {
                 Ok(()) => {
-                    self.recorded &= !(1u64 << b);
+                    self.recorded &= !bit(*b);
                     given += 1;
                 }
                 Err(e) => {
@@ -244,7 +237,7 @@ impl Keeper {
         let mut taken = 0;
         for (b, result) in list.iter().zip(results) {
             match result {
-                Ok(Take::Held { .. }) => taken |= 1u64 << b,
+                Ok(Take::Held { .. }) => taken |= bit(*b),
                 Ok(Take::Other(_)) => {}
                 Err(e) if forbidden(&e) => return Err(e),
                 Err(e) => {

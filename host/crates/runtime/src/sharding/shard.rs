@@ -26,8 +26,13 @@ use super::buckets::BUCKETS;
 pub type Held = u64;
 
 /// The bit of `bucket`.
-fn bit(bucket: usize) -> Held {
+pub fn bit(bucket: usize) -> Held {
     1u64 << (bucket % BUCKETS)
+}
+
+/// The bit set of `list`.
+pub fn bits(list: impl IntoIterator<Item = usize>) -> Held {
+    list.into_iter().fold(0, |held, b| held | bit(b))
 }
 
 /// The buckets of a bit set, in order.
