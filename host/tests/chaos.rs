@@ -709,6 +709,17 @@ async fn sharded_replicas_scaled_killed_stopped_and_paused_never_write_a_cr_whos
     let (mut a, mut b, mut c) = (ring.replica("a"), ring.replica("b"), ring.replica("c"));
     ring.settled(&["a", "b", "c"]).await;
     served(&scene.client, &resource(&scene.group, "Burst")).await;
+    // The CRD is the ring leader's to install: of three replicas started together with
+    // --install-crds, one wrote it.
+    let installers: std::collections::BTreeSet<&String> = support::ring::cluster_writers(
+        &cp.audit_log(),
+        "customresourcedefinitions",
+        &format!("bursts.{}", scene.group),
+    )
+    .iter()
+    .map(|user| &ring.users[user])
+    .collect();
+    assert_eq!(installers.len(), 1, "the CRD installed by {installers:?}");
 
     // 3 → 4 in the middle of a burst.
     let started = Instant::now();
@@ -752,9 +763,11 @@ async fn sharded_replicas_scaled_killed_stopped_and_paused_never_write_a_cr_whos
     let started = Instant::now();
     let writing = ring.set_all("v2");
     until_part_converged_on(&scene.api, count, count / 4, "v2").await;
+    let killed = Instant::now();
     b.kill().await;
     writing.await?;
     until_converged(&scene.api, count, "v2").await;
+    let after_kill = killed.elapsed();
     ring.settled(&["a", "d"]).await;
     let shrunk = started.elapsed();
 
@@ -796,9 +809,10 @@ async fn sharded_replicas_scaled_killed_stopped_and_paused_never_write_a_cr_whos
         );
     }
     eprintln!(
-        "chaos ring: {count} CRs; 3→4 replicas mid-burst: converged {:.1}s; 4→3 by SIGTERM once converged: every bucket held again {handed:.2?} after the signal, the {moved} CRs that moved reconciled with no write; 3→2 by SIGKILL mid-update: {:.1}s; one of 2 paused past its lease: the other held every bucket {:.1}s after the update began, all converged again after resume {:.1}s; {checked} writes audited, none outside its writer's tenure",
+        "chaos ring: {count} CRs; 3→4 replicas mid-burst: converged {:.1}s; 4→3 by SIGTERM once converged: every bucket held again {handed:.2?} after the signal, the {moved} CRs that moved reconciled with no write; 3→2 by SIGKILL mid-update: {:.1}s ({:.1}s after the kill); one of 2 paused past its lease: the other held every bucket {:.1}s after the update began, all converged again after resume {:.1}s; {checked} writes audited, none outside its writer's tenure",
         grown.as_secs_f64(),
         shrunk.as_secs_f64(),
+        after_kill.as_secs_f64(),
         taken.as_secs_f64(),
         paused.as_secs_f64(),
     );

@@ -491,6 +491,12 @@ mod hosts {
             "{total} reconciles for {COUNT} CRs across the replicas: {reconciles:?}"
         );
         assert!(reconciles.iter().all(|n| *n > 0.0), "{reconciles:?}");
+        // One of them leads the ring (the host's own writes: CRDs, statuses, releases).
+        let mut leading = 0.0;
+        for r in &replicas {
+            leading += r.metric("leader_election_master_status").await;
+        }
+        assert_eq!(leading, 1.0, "replicas leading the ring");
         let mut events = Vec::new();
         for r in &replicas {
             assert!(r.metric("inrun_shard_members").await >= 3.0, "{}", r.name);

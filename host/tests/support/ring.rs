@@ -262,6 +262,23 @@ fn audited_writes(path: &Path, ns: &str) -> Vec<Write> {
         .collect()
 }
 
+/// The users whose writes to the cluster-scoped `resource` `name` succeeded, in the order
+/// the audit log at `path` recorded them.
+pub fn cluster_writers(path: &Path, resource: &str, name: &str) -> Vec<String> {
+    let text = std::fs::read_to_string(path).expect("the audit log");
+    text.lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter(|e| e["stage"] == "ResponseComplete")
+        .filter(|e| e["objectRef"]["resource"] == resource && e["objectRef"]["name"] == name)
+        .filter(|e| {
+            e["responseStatus"]["code"]
+                .as_i64()
+                .is_some_and(|c| c < 300)
+        })
+        .filter_map(|e| e["user"]["username"].as_str().map(str::to_string))
+        .collect()
+}
+
 /// Who held each bucket when: per bucket, (replica, from, until) — from the answer to the
 /// write that named it holder until the API server received the next write changing the
 /// holder (`None`: still held at the end).

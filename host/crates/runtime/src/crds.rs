@@ -51,20 +51,52 @@ pub enum CrdError {
     },
 }
 
-/// Makes sure every CRD exists: installs (server-side apply) when `install` is set,
-/// else fails on the first missing one. Waits until each is Established.
+/// Whether this replica installs CRDs.
+#[derive(Debug, Clone)]
+pub enum Install {
+    /// Never: a CRD that is missing is an error.
+    Never,
+    /// Always (server-side apply, forced).
+    Always,
+    /// Only while `leading` is open (the replica holding the ring's leader Lease, under
+    /// sharding); the others wait for the CRD it installs. A replica that comes to lead
+    /// while waiting installs it itself.
+    WhileLeading(crate::fence::Fence),
+}
+
+impl From<bool> for Install {
+    fn from(install: bool) -> Self {
+        if install {
+            Install::Always
+        } else {
+            Install::Never
+        }
+    }
+}
+
+/// How long a replica that does not lead waits for the leader to install a CRD: a
+/// leader's lease may have to expire first.
+const LEADER_INSTALLS_WITHIN: Duration = Duration::from_secs(120);
+
+/// Makes sure every CRD exists: installs (server-side apply) as `install` says, else
+/// fails on the first missing one. Waits until each is Established.
 ///
 /// # Errors
 /// [`CrdError`] naming the CRD.
-pub async fn ensure(client: &Client, crds: &[&CrdSpec], install: bool) -> Result<(), CrdError> {
+pub async fn ensure(
+    client: &Client,
+    crds: &[&CrdSpec],
+    install: impl Into<Install>,
+) -> Result<(), CrdError> {
+    let install = install.into();
     for crd in crds {
-        ensure_manifest(client, &crd.crd_name(), crd.manifest(), install).await?;
+        ensure_manifest(client, &crd.crd_name(), crd.manifest(), install.clone()).await?;
     }
     Ok(())
 }
 
-/// Makes sure the CRD `name` exists, installing `manifest` (server-side apply) when
-/// `install` is set, and waits until it is Established.
+/// Makes sure the CRD `name` exists, installing `manifest` (server-side apply) as
+/// `install` says, and waits until it is Established.
 ///
 /// # Errors
 /// [`CrdError`] naming the CRD.
@@ -72,7 +104,7 @@ pub async fn ensure_manifest(
     client: &Client,
     name: &str,
     manifest: serde_json::Value,
-    install: bool,
+    install: impl Into<Install>,
 ) -> Result<(), CrdError> {
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
     let name = name.to_string();
@@ -80,9 +112,9 @@ pub async fn ensure_manifest(
         name: name.clone(),
         source: source.into(),
     };
-    if install {
+    let apply = || async {
         let manifest: CustomResourceDefinition =
-            serde_json::from_value(manifest).map_err(|source| CrdError::Manifest {
+            serde_json::from_value(manifest.clone()).map_err(|source| CrdError::Manifest {
                 name: name.clone(),
                 source,
             })?;
@@ -92,11 +124,49 @@ pub async fn ensure_manifest(
             &Patch::Apply(&manifest),
         )
         .await
-        .map_err(api_err)?;
-    } else if api.get_opt(&name).await.map_err(api_err)?.is_none() {
-        return Err(CrdError::Missing { name });
+        .map_err(api_err)
+        .map(|_| ())
+    };
+    match install.into() {
+        Install::Always => apply().await?,
+        Install::Never => {
+            if api.get_opt(&name).await.map_err(api_err)?.is_none() {
+                return Err(CrdError::Missing { name });
+            }
+        }
+        Install::WhileLeading(leading) => {
+            let deadline = Instant::now() + LEADER_INSTALLS_WITHIN;
+            loop {
+                if leading.is_open() {
+                    apply().await?;
+                    break;
+                }
+                if let Some(crd) = api.get_opt(&name).await.map_err(api_err)?
+                    && established(&crd)
+                {
+                    return Ok(());
+                }
+                if Instant::now() >= deadline {
+                    return Err(CrdError::NotEstablished {
+                        name,
+                        timeout: LEADER_INSTALLS_WITHIN,
+                    });
+                }
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        }
     }
     wait_established(&api, &name, Duration::from_secs(30)).await
+}
+
+fn established(crd: &CustomResourceDefinition) -> bool {
+    crd.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| {
+            c.iter()
+                .any(|c| c.type_ == "Established" && c.status == "True")
+        })
 }
 
 async fn wait_established(
@@ -110,13 +180,7 @@ async fn wait_established(
             name: name.into(),
             source: source.into(),
         })?;
-        let established = crd
-            .status
-            .and_then(|s| s.conditions)
-            .unwrap_or_default()
-            .iter()
-            .any(|c| c.type_ == "Established" && c.status == "True");
-        if established {
+        if established(&crd) {
             return Ok(());
         }
         if Instant::now() > deadline {

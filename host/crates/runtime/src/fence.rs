@@ -40,6 +40,9 @@ pub struct Fence {
     until: Arc<Mutex<Option<Instant>>>,
     request_timeout: Option<std::time::Duration>,
     requests: crate::metrics::CountRequests,
+    /// Under sharding, what a write made outside any CR's reconcile (the host's own: CRDs,
+    /// Blueprint resources' status, releases) must also pass: the ring's leader fence.
+    bucketless: Arc<std::sync::OnceLock<Fence>>,
 }
 
 impl Default for Fence {
@@ -49,6 +52,7 @@ impl Default for Fence {
             until: Arc::new(Mutex::new(None)),
             request_timeout: None,
             requests: crate::metrics::CountRequests::none(),
+            bucketless: Arc::default(),
         }
     }
 }
@@ -114,6 +118,14 @@ impl Fence {
             }
             tokio::time::sleep_until(until.into()).await;
         }
+    }
+
+    /// From now on a write made outside any CR's reconcile also needs `leading` open (and
+    /// is abandoned when it closes): under sharding the host's own writes are the ring
+    /// leader's alone. Set once, before any such write; every clone of this fence (every
+    /// client built on it) follows.
+    pub fn fence_bucketless_writes(&self, leading: Fence) {
+        let _ = self.bucketless.set(leading);
     }
 
     /// Refuses new writes and abandons those in flight.
@@ -320,6 +332,21 @@ where
                 Some(Ok(admitted)) => Some(admitted),
                 Some(Err(refused)) => return Err(NotHolder::boxed(refused, method, path)),
             };
+            // The host's own write under sharding: the ring leader's alone.
+            let leading = admitted.is_none().then(|| fence.bucketless.get()).flatten();
+            if leading.is_some_and(|l| !l.is_open()) {
+                return Err(Box::new(Fenced { method, path }) as BoxError);
+            }
+            let mut lead_open = leading.map(Fence::watch);
+            let lead_lost = async {
+                match (leading, lead_open.as_mut()) {
+                    (Some(l), Some(open)) => tokio::select! {
+                        _ = open.wait_for(|o| !*o) => {}
+                        () = l.expired() => {}
+                    },
+                    _ => std::future::pending().await,
+                }
+            };
             let lapsed = async {
                 match &admitted {
                     Some(a) => a.shard().expired().await,
@@ -332,6 +359,7 @@ where
                 _ = open.wait_for(|o| !*o) => Err(Box::new(Fenced { method, path }) as BoxError),
                 () = fence.expired() => Err(Box::new(Fenced { method, path }) as BoxError),
                 () = lapsed => Err(NotHolder::boxed(Refused::Lapsed, method, path)),
+                () = lead_lost => Err(Box::new(Fenced { method, path }) as BoxError),
                 done = call => done,
             };
             drop(admitted);
@@ -509,5 +537,43 @@ mod tests {
         // Outside a reconcile (the host's own writes) the bucket fence does not apply.
         let own = write().await;
         assert!(!own.contains("not held"), "{own}");
+    }
+
+    /// Under sharding the host's own writes (outside any CR's pass) need the ring's leader
+    /// fence as well; a CR's writes need only their bucket.
+    #[tokio::test]
+    async fn the_hosts_own_writes_under_sharding_pass_only_while_this_replica_leads_the_ring() {
+        use crate::sharding::shard::Shard;
+        let config = Config::new("http://127.0.0.1:1".parse().expect("url"));
+        let fence = Fence::default();
+        let leading = Fence::default();
+        leading.close();
+        fence.fence_bucketless_writes(leading.clone());
+        let client = client(config, &fence).expect("client");
+        let shard = std::sync::Arc::new(Shard::default());
+        shard.renewed(Instant::now() + std::time::Duration::from_secs(60));
+        shard.take(1 << 5);
+        let api: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =
+            kube::Api::namespaced(client, "a");
+        let write = || async {
+            api.delete("x", &kube::api::DeleteParams::default())
+                .await
+                .expect_err("nothing answers")
+                .to_string()
+        };
+        let own = write().await;
+        assert!(own.contains("abandoned"), "not leading: {own}");
+        let for_cr = shard.scope(5, write()).await;
+        assert!(
+            !for_cr.contains("abandoned"),
+            "a held bucket's write: {for_cr}"
+        );
+        leading.open_until(Instant::now() + std::time::Duration::from_secs(60));
+        let own = write().await;
+        assert!(!own.contains("abandoned"), "leading: {own}");
+        // Past the lead's renew deadline, refused again though nobody closed it.
+        leading.open_until(Instant::now() - std::time::Duration::from_millis(1));
+        let own = write().await;
+        assert!(own.contains("abandoned"), "lapsed lead: {own}");
     }
 }

@@ -44,6 +44,10 @@ pub struct Shared {
     pub locks: Option<Arc<locks::IdentityLocks>>,
     /// The buckets of CRs this replica holds under sharding; `None`: it serves every CR.
     pub shard: Option<Arc<crate::sharding::shard::Shard>>,
+    /// Under sharding, open while this replica holds the ring's leader Lease: it alone
+    /// makes the host's cluster-wide writes (CRDs, Blueprint resources' status, releases).
+    /// `None`: this replica makes them.
+    pub leading: Option<fence::Fence>,
 }
 
 impl Shared {
@@ -58,6 +62,7 @@ impl Shared {
             identity: None,
             locks: None,
             shard: None,
+            leading: None,
         }
     }
 
@@ -113,6 +118,28 @@ impl Shared {
     pub fn with_shard(mut self, shard: Arc<crate::sharding::shard::Shard>) -> Self {
         self.shard = Some(shard);
         self
+    }
+
+    /// The same, its cluster-wide writes made only while `leading` is open.
+    #[must_use]
+    pub fn with_leading(mut self, leading: fence::Fence) -> Self {
+        self.leading = Some(leading);
+        self
+    }
+
+    /// Whether this replica makes the host's cluster-wide writes now.
+    pub fn leads(&self) -> bool {
+        self.leading.as_ref().is_none_or(fence::Fence::is_open)
+    }
+
+    /// How this replica installs CRDs when `asked` (`--install-crds`): under sharding
+    /// only while it leads, the others waiting for the CRD.
+    pub fn install(&self, asked: bool) -> crate::crds::Install {
+        match (&self.leading, asked) {
+            (_, false) => crate::crds::Install::Never,
+            (None, true) => crate::crds::Install::Always,
+            (Some(leading), true) => crate::crds::Install::WhileLeading(leading.clone()),
+        }
     }
 
     /// The same, recording into `metrics`.

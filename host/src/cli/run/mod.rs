@@ -91,8 +91,20 @@ pub(super) fn run(
     let mut shared = shared(&args, connection, identity, &metrics);
     let sharding = host.sharding.clone().map(|config| {
         let shard = Arc::new(Shard::default());
-        shared = shared.clone().with_shard(shard.clone());
-        (config, shard)
+        // The host's own writes (outside any CR's pass) are the ring leader's: closed
+        // until this replica holds the ring's leader Lease.
+        let leading = inrun::fence::Fence::default();
+        leading.close();
+        keeper.fence.fence_bucketless_writes(leading.clone());
+        shared = shared
+            .clone()
+            .with_shard(shard.clone())
+            .with_leading(leading.clone());
+        Sharding {
+            config,
+            shard,
+            leading,
+        }
     });
     let fleet = Fleet::new(
         shared,
@@ -212,7 +224,7 @@ async fn serve(
     args: &RunArgs,
     host: HostSettings,
     fleet: Arc<Fleet>,
-    keeper: (Keeper, Option<(KeeperConfig, Arc<Shard>)>),
+    keeper: (Keeper, Option<Sharding>),
     metrics: Arc<Metrics>,
 ) -> anyhow::Result<()> {
     let stop = stop_on_signal();
@@ -238,8 +250,8 @@ async fn serve(
     tracing::info!(%addr, "console port listening");
     let (keeper, sharding) = keeper;
     match sharding {
-        Some((config, shard)) => {
-            run_sharded(fleet, (config, shard), keeper, stop, metrics).await?;
+        Some(sharding) => {
+            run_sharded(fleet, sharding, keeper, stop, metrics).await?;
         }
         None => run_fleet(fleet, host.leader, keeper, stop, metrics).await?,
     }
@@ -292,17 +304,41 @@ async fn run_fleet(
     Ok(())
 }
 
+/// What a sharded replica keeps: its place in the ring, the buckets it holds, and the
+/// fence of the host's own writes, open while it leads the ring.
+struct Sharding {
+    config: KeeperConfig,
+    shard: Arc<Shard>,
+    leading: inrun::fence::Fence,
+}
+
 /// Runs the fleet on every replica of the ring, each writing only for the CRs of the
-/// buckets it holds; on `stop` the reconciles in flight finish, then the replica leaves the
-/// ring (its buckets given up for the others to take at once).
+/// buckets it holds, and the one holding the ring's leader Lease also the host's own
+/// writes; on `stop` the reconciles in flight finish, then the replica leaves the ring
+/// (its buckets given up for the others to take at once) and gives up the lead.
 async fn run_sharded(
     fleet: Arc<Fleet>,
-    (config, shard): (KeeperConfig, Arc<Shard>),
+    sharding: Sharding,
     keeper: Keeper,
     stop: watch::Receiver<bool>,
     metrics: Arc<Metrics>,
 ) -> anyhow::Result<()> {
     metrics.health().set_leader(true);
+    let Sharding {
+        config,
+        shard,
+        leading,
+    } = sharding;
+    let lead = tokio::spawn(lead_ring(
+        fleet.clone(),
+        Keeper {
+            client: keeper.client.clone(),
+            fence: leading,
+        },
+        config.leader(),
+        stop.clone(),
+        metrics.clone(),
+    ));
     let (leave, leaving) = watch::channel(false);
     let mut ring = tokio::spawn(inrun::runtime::sharding::keeper::run(
         keeper.client,
@@ -317,16 +353,56 @@ async fn run_sharded(
         served = &mut serving => {
             let _ = leave.send(true);
             let left = ring.await;
+            let _ = lead.await;
             served?;
             left??;
         }
         // The keeper ends before the stop only when it may not keep the ring.
         kept = &mut ring => {
+            lead.abort();
             kept??;
             serving.await?;
         }
     }
     Ok(())
+}
+
+/// Holds the ring's leader Lease whenever it can, until `stop`: on coming to lead the
+/// fleet installs its CRDs and writes the `Blueprint` resources' status; a lead lost
+/// (renewal failed) is tried for again. Not being allowed the Lease ends it with an error
+/// logged: the replica keeps serving its buckets, the host's own writes are left to others.
+async fn lead_ring(
+    fleet: Arc<Fleet>,
+    keeper: Keeper,
+    config: LeaderConfig,
+    stop: watch::Receiver<bool>,
+    metrics: Arc<Metrics>,
+) {
+    loop {
+        let fleet = fleet.clone();
+        let led = inrun::leader::run(
+            keeper.clone(),
+            config.clone(),
+            stop.clone(),
+            metrics.clone(),
+            move |mut stop| async move {
+                fleet.lead().await;
+                let _ = stop.wait_for(|s| *s).await;
+                Ok::<(), std::convert::Infallible>(())
+            },
+        )
+        .await;
+        match led {
+            Ok(()) => return,
+            Err(e @ inrun::leader::LeaderError::Forbidden { .. }) => {
+                tracing::error!(error = %inrun::errors::chain(&e), "the ring's leader Lease");
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(error = %inrun::errors::chain(&e), "the ring's lead was lost; trying for it again");
+            }
+        }
+    }
 }
 
 /// The probe and console servers stop on the same signal once what they are answering is

@@ -174,8 +174,7 @@ impl Fleet {
                 .get(&source)
                 .and_then(|t| t.error.clone())
                 .unwrap_or_default();
-            resources::report(
-                &self.shared.client,
+            self.report(
                 &object,
                 Err(Refusal {
                     reason: "NoIdentity",

@@ -244,6 +244,9 @@ pub struct Fleet {
     jobs: Mutex<Vec<JoinHandle<()>>>,
     /// Turns true at shutdown: loads in flight give up, none starts controllers.
     closing: watch::Sender<bool>,
+    /// The status each `Blueprint` resource should have, by name: written by the replica
+    /// that leads (under sharding), and again by whichever comes to lead.
+    statuses: Mutex<BTreeMap<String, resources::Status>>,
 }
 
 impl std::fmt::Debug for Fleet {
@@ -286,7 +289,67 @@ impl Fleet {
             lanes: Mutex::new(BTreeMap::new()),
             jobs: Mutex::new(Vec::new()),
             closing: watch::channel(false).0,
+            statuses: Mutex::new(BTreeMap::new()),
         })
+    }
+
+    /// Records the outcome of loading the `Blueprint` resource `object` as its status, and
+    /// writes it when this replica makes the host's cluster-wide writes.
+    async fn report(
+        &self,
+        object: &resources::Object,
+        result: Result<(), Refusal>,
+        crds: Vec<String>,
+    ) {
+        let status = resources::Status::new(object, result, crds);
+        self.statuses
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(object.name.clone(), status.clone());
+        if self.shared.leads() {
+            status.write(&self.shared.client).await;
+        }
+    }
+
+    /// This replica has come to lead its ring (under sharding): it installs the CRDs its
+    /// tenants serve (another replica's version of them may be in place) and writes the
+    /// `Blueprint` resources' status, which the replicas that did not lead only recorded.
+    pub async fn lead(&self) {
+        if self.options.install_crds {
+            // Each tenant's CRDs as that tenant installs them (as itself, when it acts as a
+            // ServiceAccount).
+            let served: Vec<(kube::Client, Vec<CrdSpec>)> = self
+                .tenants
+                .lock()
+                .await
+                .values()
+                .map(|t| {
+                    let specs = t.running.values().map(|r| r.spec.clone()).collect();
+                    (t.acting.shared.client.clone(), specs)
+                })
+                .collect();
+            for (client, specs) in served {
+                let specs: Vec<&CrdSpec> = specs.iter().collect();
+                if let Err(e) = crate::crds::ensure(&client, &specs, true).await {
+                    tracing::warn!(error = %inrun_contract::errors::chain(&e), "installing the CRDs on coming to lead");
+                }
+            }
+            if self.options.resources
+                && let Err(e) = resources::ensure_crd(&self.shared.client, true.into()).await
+            {
+                tracing::warn!(error = %inrun_contract::errors::chain(&e), "installing the Blueprint CRD on coming to lead");
+            }
+        }
+        let statuses: Vec<resources::Status> = self
+            .statuses
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .cloned()
+            .collect();
+        for status in statuses {
+            status.write(&self.shared.client).await;
+        }
     }
 
     /// What the console shows: every tenant, in source order.
@@ -469,9 +532,12 @@ impl Fleet {
         }
         let (events_tx, mut events) = mpsc::unbounded_channel();
         let watch_task = if self.options.resources {
-            resources::ensure_crd(&self.shared.client, self.options.install_crds)
-                .await
-                .map_err(FleetError::Resources)?;
+            resources::ensure_crd(
+                &self.shared.client,
+                self.shared.install(self.options.install_crds),
+            )
+            .await
+            .map_err(FleetError::Resources)?;
             Some(tokio::spawn(resources::watch(
                 self.shared.client.clone(),
                 events_tx,

@@ -15,6 +15,10 @@ impl Fleet {
                 });
             }
             resources::Event::Delete(name) => {
+                self.statuses
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(&name);
                 self.enqueue_removal(TenantSource::Resource(name));
             }
             resources::Event::Present(names) => {
@@ -67,7 +71,7 @@ impl Fleet {
             None => Vec::new(),
         };
         drop(tenants);
-        resources::report(&self.shared.client, &object, result, crds).await;
+        self.report(&object, result, crds).await;
     }
 
     /// Tries again the resource tenants whose Blueprint was refused.

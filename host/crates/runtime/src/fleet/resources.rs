@@ -35,7 +35,7 @@ pub fn blueprint_resource() -> ApiResource {
 /// [`crate::crds::CrdError`] when it is missing, cannot be installed, or is not served.
 pub(super) async fn ensure_crd(
     client: &kube::Client,
-    install: bool,
+    install: crate::crds::Install,
 ) -> Result<(), crate::crds::CrdError> {
     crate::crds::ensure_manifest(client, BLUEPRINT_CRD, blueprint_crd(), install).await
 }
@@ -116,43 +116,59 @@ pub(super) async fn watch(client: kube::Client, events: mpsc::UnboundedSender<Ev
     }
 }
 
-/// Writes the outcome of loading `object` into its status.
-pub(super) async fn report(
-    client: &kube::Client,
-    object: &Object,
-    result: Result<(), super::Refusal>,
-    crds: Vec<String>,
-) {
-    let api: Api<DynamicObject> = Api::all_with(client.clone(), &blueprint_resource());
-    let (status, reason, message) = match result {
-        Ok(()) => ("True", "Serving", format!("serving {} CRD(s)", crds.len())),
-        Err(refusal) => ("False", refusal.reason, refusal.message),
-    };
-    let now = k8s_openapi::jiff::Timestamp::now().to_string();
-    let patch = json!({
-        "apiVersion": "inrun.dev/v1alpha1",
-        "kind": "Blueprint",
-        "status": {
-            "observedGeneration": object.generation,
-            "crds": crds,
-            "conditions": [{
-                "type": "Accepted",
-                "status": status,
-                "reason": reason,
-                "message": message,
-                "lastTransitionTime": now,
+/// The status of a `Blueprint` resource: the outcome of loading it.
+#[derive(Debug, Clone)]
+pub(super) struct Status {
+    name: String,
+    patch: serde_json::Value,
+}
+
+impl Status {
+    /// The status saying how loading `object` went.
+    pub(super) fn new(
+        object: &Object,
+        result: Result<(), super::Refusal>,
+        crds: Vec<String>,
+    ) -> Self {
+        let (status, reason, message) = match result {
+            Ok(()) => ("True", "Serving", format!("serving {} CRD(s)", crds.len())),
+            Err(refusal) => ("False", refusal.reason, refusal.message),
+        };
+        let now = k8s_openapi::jiff::Timestamp::now().to_string();
+        let patch = json!({
+            "apiVersion": "inrun.dev/v1alpha1",
+            "kind": "Blueprint",
+            "status": {
                 "observedGeneration": object.generation,
-            }],
-        },
-    });
-    if let Err(e) = api
-        .patch_status(
-            &object.name,
-            &PatchParams::apply(MANAGER).force(),
-            &Patch::Apply(&patch),
-        )
-        .await
-    {
-        tracing::warn!(blueprint = %object.name, error = %e, "writing the Blueprint's status");
+                "crds": crds,
+                "conditions": [{
+                    "type": "Accepted",
+                    "status": status,
+                    "reason": reason,
+                    "message": message,
+                    "lastTransitionTime": now,
+                    "observedGeneration": object.generation,
+                }],
+            },
+        });
+        Status {
+            name: object.name.clone(),
+            patch,
+        }
+    }
+
+    /// Writes it (server-side apply of the status); a failure is logged.
+    pub(super) async fn write(&self, client: &kube::Client) {
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), &blueprint_resource());
+        if let Err(e) = api
+            .patch_status(
+                &self.name,
+                &PatchParams::apply(MANAGER).force(),
+                &Patch::Apply(&self.patch),
+            )
+            .await
+        {
+            tracing::warn!(blueprint = %self.name, error = %e, "writing the Blueprint's status");
+        }
     }
 }

@@ -101,6 +101,11 @@ impl Fleet {
             tracing::info!(crd = %name, "{why}; its CRs keep the host's finalizers (--on-tenant-removal keep)");
             return;
         }
+        // Under sharding the replica leading the ring releases every CR of the CRD.
+        if !acting.leads() {
+            tracing::info!(crd = %name, "{why}; the replica leading the ring removes the host's finalizers from its CRs");
+            return;
+        }
         match crate::release::release(acting, crd, runtime, why).await {
             Ok(done) if done.released > 0 => tracing::warn!(
                 crd = %name, released = done.released, deleting = done.deleting,

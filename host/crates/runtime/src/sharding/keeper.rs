@@ -53,6 +53,26 @@ pub struct KeeperConfig {
     pub max_releases: usize,
 }
 
+impl KeeperConfig {
+    /// The ring's leader Lease (`<ring>-leader`, beside the ring's), held by one replica
+    /// at a time on the same timings: its holder makes the host's cluster-wide writes
+    /// (CRDs, `Blueprint` resources' status, releases).
+    pub fn leader(&self) -> crate::leader::LeaderConfig {
+        crate::leader::LeaderConfig {
+            lease_name: format!("{}-leader", self.ring.name),
+            namespace: self.ring.namespace.clone(),
+            identity: self.identity.clone(),
+            lease_duration: self.ring.lease_duration,
+            renew_deadline: self.renew_deadline,
+            retry_period: self.retry_period,
+        }
+    }
+}
+
+/// How long past a member's expiry its buckets' round runs: its record must be older
+/// than the lease duration, not equal to it.
+const EXPIRY_SLACK: Duration = Duration::from_millis(20);
+
 /// Why the keeper stopped other than by shutdown.
 #[derive(Debug, thiserror::Error)]
 pub enum KeeperError {
@@ -83,7 +103,8 @@ struct Keeper {
     incarnation: u32,
     /// When the last successful renewal was sent.
     renewed: Option<Instant>,
-    observed: Observed,
+    /// Shared with the watch of the ring's Leases, which records renewals as they come.
+    observed: Arc<std::sync::Mutex<Observed>>,
     /// The buckets whose Lease named this incarnation at the last look.
     recorded: Held,
     /// Rounds so far: the first only joins and looks, so replicas started together see
@@ -131,14 +152,23 @@ impl Keeper {
         Ok(())
     }
 
+    fn observed(&self) -> std::sync::MutexGuard<'_, Observed> {
+        self.observed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     /// One round: renew, look at the ring, give up and take buckets.
     async fn round(&mut self) -> Result<(), kube::Error> {
         self.renew().await?;
         let ring = self.config.ring.clone();
         let leases = ring.member_leases(&self.client).await?;
         let now = Instant::now();
-        self.observed.update(&leases, now);
-        let mut live = self.observed.live(now, ring.lease_duration);
+        let mut live = {
+            let mut observed = self.observed();
+            observed.update(&leases, now);
+            observed.live(now, ring.lease_duration)
+        };
         if !live.contains(&self.me) {
             live.push(self.me.clone());
             live.sort();
@@ -257,7 +287,7 @@ impl Keeper {
     async fn collect(&self, leases: &[k8s_openapi::api::coordination::v1::Lease], now: Instant) {
         let ring = &self.config.ring;
         let stale = self
-            .observed
+            .observed()
             .stale(now, ring.lease_duration, ring.lease_duration);
         for lease in leases {
             let (Some(name), Some(rv)) = (&lease.metadata.name, &lease.metadata.resource_version)
@@ -324,7 +354,7 @@ pub async fn run(
         shard,
         metrics,
         renewed: None,
-        observed: Observed::default(),
+        observed: Arc::default(),
         recorded: 0,
         rounds: 0,
         config,
@@ -334,6 +364,7 @@ pub async fn run(
     let watching = tokio::spawn(watch_moves(
         keeper.client.clone(),
         keeper.config.ring.clone(),
+        keeper.observed.clone(),
         moved.clone(),
     ));
     loop {
@@ -389,11 +420,18 @@ pub async fn run(
     Ok(())
 }
 
-/// Wakes `moved` whenever a member of `ring` leaves (its Lease deleted) or a bucket is
-/// given up (its Lease names no holder): whoever is to take it need not wait for its next
-/// round. Renewals, which come every period from every member, wake nothing. Ends only
-/// when aborted; a watch that fails is retried with backoff (rounds go on without it).
-async fn watch_moves(client: Client, ring: Ring, moved: Arc<tokio::sync::Notify>) {
+/// Wakes `moved` whenever a member of `ring` leaves (its Lease deleted), a bucket is given
+/// up (its Lease names no holder), or a member's last renewal seen is a lease duration old:
+/// whoever is to take its buckets need not wait for its next round. Renewals, which come
+/// every period from every member, wake nothing but are recorded in `observed` as they
+/// come. Ends only when aborted; a watch that fails is retried with backoff (rounds go on
+/// without it).
+async fn watch_moves(
+    client: Client,
+    ring: Ring,
+    observed: Arc<std::sync::Mutex<Observed>>,
+    moved: Arc<tokio::sync::Notify>,
+) {
     use super::members::{RING_LABEL, ROLE_LABEL};
     use futures::StreamExt;
     use k8s_openapi::api::coordination::v1::Lease;
@@ -408,11 +446,40 @@ async fn watch_moves(client: Client, ring: Ring, moved: Arc<tokio::sync::Notify>
             .cloned()
             .unwrap_or_default()
     };
+    let observed = || {
+        observed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    };
     let events = watcher(ring.api(&client), config).default_backoff();
     let mut events = std::pin::pin!(events);
-    while let Some(event) = events.next().await {
+    loop {
+        // Just past the moment the next member would stop being live.
+        let expiry = observed().next_expiry(Instant::now(), ring.lease_duration);
+        let expired = async {
+            match expiry {
+                Some(at) => tokio::time::sleep_until((at + EXPIRY_SLACK).into()).await,
+                None => std::future::pending().await,
+            }
+        };
+        let event = tokio::select! {
+            event = events.next() => match event {
+                Some(event) => event,
+                None => return,
+            },
+            () = expired => {
+                moved.notify_one();
+                continue;
+            }
+        };
         let wake = match &event {
             Ok(watcher::Event::Delete(lease)) => role(lease) == "member",
+            Ok(watcher::Event::Apply(lease) | watcher::Event::InitApply(lease))
+                if role(lease) == "member" =>
+            {
+                observed().see(lease, Instant::now());
+                false
+            }
             Ok(watcher::Event::Apply(lease)) => {
                 role(lease) == "bucket"
                     && lease

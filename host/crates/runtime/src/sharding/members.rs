@@ -140,31 +140,56 @@ impl Observed {
     pub fn update(&mut self, leases: &[Lease], now: Instant) {
         let mut next = BTreeMap::new();
         for lease in leases {
-            let Some(name) = lease.metadata.name.clone() else {
-                continue;
-            };
-            let spec = lease.spec.clone().unwrap_or_default();
-            let holder = spec.holder_identity.filter(|h| !h.is_empty());
-            let renewed = spec.renew_time;
-            let duration = spec
-                .lease_duration_seconds
-                .and_then(|s| u64::try_from(s).ok())
-                .map(Duration::from_secs);
-            let since = match self.records.remove(&name) {
-                Some(r) if r.holder == holder && r.renewed == renewed => r.since,
-                _ => now,
-            };
-            next.insert(
-                name,
-                Record {
-                    holder,
-                    renewed,
-                    duration,
-                    since,
-                },
-            );
+            if let Some((name, record)) = self.record(lease, now) {
+                next.insert(name, record);
+            }
         }
         self.records = next;
+    }
+
+    /// Takes in one member Lease as a watch delivered it at `now`: its renewal is seen the
+    /// moment it is made, not at the next list, so a member that stops renewing is judged
+    /// gone a lease duration after its last renewal, not up to a period later.
+    pub fn see(&mut self, lease: &Lease, now: Instant) {
+        if let Some((name, record)) = self.record(lease, now) {
+            self.records.insert(name, record);
+        }
+    }
+
+    /// `lease`'s record, keeping when it was first seen if it is unchanged.
+    fn record(&self, lease: &Lease, now: Instant) -> Option<(String, Record)> {
+        let name = lease.metadata.name.clone()?;
+        let spec = lease.spec.clone().unwrap_or_default();
+        let holder = spec.holder_identity.filter(|h| !h.is_empty());
+        let renewed = spec.renew_time;
+        let duration = spec
+            .lease_duration_seconds
+            .and_then(|s| u64::try_from(s).ok())
+            .map(Duration::from_secs);
+        let since = match self.records.get(&name) {
+            Some(r) if r.holder == holder && r.renewed == renewed => r.since,
+            _ => now,
+        };
+        Some((
+            name,
+            Record {
+                holder,
+                renewed,
+                duration,
+                since,
+            },
+        ))
+    }
+
+    /// The next moment after `now` at which a member seen live stops being live, if it is
+    /// not renewed before then.
+    pub fn next_expiry(&self, now: Instant, fallback: Duration) -> Option<Instant> {
+        self.records
+            .values()
+            .filter(|r| r.holder.is_some())
+            .map(|r| r.since + r.duration.unwrap_or(fallback))
+            .filter(|at| *at > now)
+            .min()
     }
 
     /// The Leases whose record has not changed for their duration and `grace` more: of
@@ -232,6 +257,29 @@ mod tests {
             at(21),
         );
         assert_eq!(seen.live(at(21), Duration::from_secs(15)), ["a", "b"]);
+    }
+
+    #[test]
+    fn a_renewal_a_watch_delivers_counts_from_when_it_came_and_the_next_expiry_follows_it() {
+        let start = Instant::now();
+        let at = |s: u64| start + Duration::from_secs(s);
+        let mut seen = Observed::default();
+        seen.update(&[lease("r-m-a", "a", 100), lease("r-m-b", "b", 100)], at(0));
+        assert_eq!(
+            seen.next_expiry(at(0), Duration::from_secs(15)),
+            Some(at(15))
+        );
+        // b's renewal arrives by watch at 4; the list at 9 shows the same record.
+        seen.see(&lease("r-m-b", "b", 104), at(4));
+        seen.update(&[lease("r-m-a", "a", 100), lease("r-m-b", "b", 104)], at(9));
+        assert_eq!(seen.live(at(16), Duration::from_secs(15)), ["b"]);
+        assert!(seen.live(at(20), Duration::from_secs(15)).is_empty());
+        // Expiries already past are not next.
+        assert_eq!(
+            seen.next_expiry(at(15), Duration::from_secs(15)),
+            Some(at(19))
+        );
+        assert_eq!(seen.next_expiry(at(19), Duration::from_secs(15)), None);
     }
 
     #[test]
