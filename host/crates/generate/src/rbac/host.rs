@@ -97,7 +97,7 @@ fn sharding_permissions(blueprint: &Blueprint, options: &RbacOptions) -> Option<
             "get", "list", "watch", "create", "update", "patch", "delete",
         ],
         format!(
-            "the sharding ring {}: a Lease per replica and per bucket of CRs",
+            "the sharding ring {}: a Lease per replica and per bucket of CRs, and the ring's leader Lease",
             runtime.sharding.ring
         ),
     );
