@@ -633,7 +633,9 @@ fn leader_election_is_on_by_default_and_off_it_recreates_and_refuses_more_than_o
         .filter_map(Value::as_str)
         .collect();
     assert!(
-        args.contains(&"--sharding") && args.contains(&"--sharding-ring=inrun"),
+        args.contains(&"--sharding")
+            && args.contains(&"--sharding-ring=inrun")
+            && args.contains(&"--sharding-watch=auto"),
         "{args:?}"
     );
     assert!(!args.contains(&"--leader-elect"), "{args:?}");

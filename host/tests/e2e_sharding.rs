@@ -114,6 +114,13 @@ async fn the_servers_shard_selector_keeps_exactly_the_configmaps_of_the_buckets(
         // A built-in list says it was sharded.
         assert_eq!(info["selector"], json!(text), "{info}");
     }
+    // What `runtime.sharding.watch: auto` asks at start, from a list of Leases.
+    assert!(
+        inrun::runtime::sharding::watch::server_shards(&client, &ns)
+            .await
+            .expect("a list of Leases"),
+        "a server with ShardedListAndWatch is found to honour shardSelector"
+    );
 }
 
 #[tokio::test]
@@ -400,7 +407,7 @@ mod hosts {
             group,
             "Part",
             &format!(
-                "    workers: 4\n    sharding: {{enabled: true, ring: {ring}}}\n    leaderElection: {{namespace: {ns}, leaseDuration: 6s, renewDeadline: 4s, retryPeriod: 1s}}\n"
+                "    workers: 4\n    sharding: {{enabled: true, ring: {ring}, watch: labels}}\n    leaderElection: {{namespace: {ns}, leaseDuration: 6s, renewDeadline: 4s, retryPeriod: 1s}}\n"
             ),
         )
     }
@@ -478,6 +485,25 @@ mod hosts {
         set_all(&api, &group, COUNT, "v1").await;
         converged(&configmaps, COUNT, "v1").await;
         let first = started.elapsed();
+        // Watched by label: each CR carries its bucket, put on by the apply that put the
+        // finalizer on (5 writes a CR as without it).
+        for cr in api.list(&ListParams::default()).await.expect("CRs").items {
+            let uid = cr.metadata.uid.as_deref().expect("uid");
+            let label = cr
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get("inrun.dev/bucket"));
+            assert_eq!(
+                label.map(String::as_str),
+                Some(inrun::runtime::sharding::buckets::label_value(
+                    inrun::runtime::sharding::buckets::bucket_of(uid)
+                ))
+                .as_deref(),
+                "{:?}",
+                cr.metadata.name
+            );
+        }
         // Each CR reconciled by the replica holding its bucket, and by no other.
         let mut reconciles = Vec::new();
         for r in &replicas {

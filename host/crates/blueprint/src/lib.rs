@@ -61,5 +61,6 @@ pub use reconcile::{
 };
 pub use refs::{PullSecretRef, SecretRef};
 pub use runtime::{
-    BackoffSpec, BudgetSpec, FinalizersSpec, LeaderElectionSpec, RuntimeSpec, ShardingSpec,
+    BackoffSpec, BudgetSpec, FinalizersSpec, LeaderElectionSpec, RuntimeSpec, ShardWatch,
+    ShardingSpec,
 };

@@ -174,6 +174,44 @@ pub struct ShardingSpec {
     /// ring share the CRs, so each Blueprint set needs its own.
     #[serde(default = "default_lease_name")]
     pub ring: String,
+    /// How each replica watches only the CRs of its buckets (default `auto`).
+    #[serde(default)]
+    pub watch: ShardWatch,
+}
+
+/// `spec.runtime.sharding.watch`: how a replica watches only its shard of the CRs. Every
+/// replica checks each CR's bucket whatever the watch sends, so this is about memory and
+/// traffic, not correctness.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum ShardWatch {
+    /// `selector` when the API server honours it (asked once at start), else `labels`.
+    #[default]
+    Auto,
+    /// The API server's `shardSelector` (Kubernetes 1.36+, feature gate
+    /// `ShardedListAndWatch`): nothing written on the CRs.
+    Selector,
+    /// A label `inrun.dev/bucket` on each CR, put on by the apply that puts the host's
+    /// finalizers on (a CR that already has them pays one write, once), and a watch per
+    /// replica of its buckets' labels plus one of the CRs not labelled yet.
+    Labels,
+}
+
+impl std::str::FromStr for ShardWatch {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "auto" => Ok(ShardWatch::Auto),
+            "selector" => Ok(ShardWatch::Selector),
+            "labels" => Ok(ShardWatch::Labels),
+            other => Err(format!(
+                "`{other}`: expected `auto`, `selector` or `labels`"
+            )),
+        }
+    }
 }
 
 impl Default for ShardingSpec {
@@ -181,6 +219,7 @@ impl Default for ShardingSpec {
         ShardingSpec {
             enabled: false,
             ring: default_lease_name(),
+            watch: ShardWatch::default(),
         }
     }
 }

@@ -65,6 +65,10 @@ pub struct Pass<'a> {
     /// What a package CR's calls go to instead of its reconcile block's package (`inrun
     /// render`'s dry run); `None`: the package.
     pub infrastructure: Option<&'a dyn Infrastructure>,
+    /// Under sharding by label, the CR's bucket, kept on it as the label
+    /// [`meta::BUCKET`] by the maintain step's apply (the one that puts the finalizers on),
+    /// so that replicas watch their buckets' CRs by label; `None`: no such label.
+    pub bucket_label: Option<&'a str>,
 }
 
 /// How a pass ended.

@@ -26,6 +26,8 @@ pub const STATUS_MANAGER: &str = "inrun-status";
 pub const CLEANUP_AT: &str = "inrun.dev/cleanup-at";
 /// Label on every CR Inrun manages.
 pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "inrun");
+/// Under sharding by label, the CR's bucket (two digits), kept by the finalizer manager.
+pub const BUCKET: &str = "inrun.dev/bucket";
 /// The label that ties a child to its CR.
 pub const OWNER_UID: &str = "inrun.dev/owner-uid";
 
@@ -48,15 +50,20 @@ pub fn finalizers(runtime: &RuntimeSpec) -> Vec<String> {
 }
 
 /// What the maintain step keeps on every CR: the finalizers (none with
-/// `runtime.finalizers.remove`) and the managed-by label.
-pub fn maintained(runtime: &RuntimeSpec) -> Metadata {
+/// `runtime.finalizers.remove`), the managed-by label, and the bucket label when `bucket`
+/// names one.
+pub fn maintained(runtime: &RuntimeSpec, bucket: Option<&str>) -> Metadata {
+    let mut labels = BTreeMap::from([(MANAGED_BY.0.to_string(), MANAGED_BY.1.to_string())]);
+    if let Some(bucket) = bucket {
+        labels.insert(BUCKET.to_string(), bucket.to_string());
+    }
     Metadata {
         finalizers: if runtime.finalizers.remove {
             Vec::new()
         } else {
             finalizers(runtime)
         },
-        labels: BTreeMap::from([(MANAGED_BY.0.to_string(), MANAGED_BY.1.to_string())]),
+        labels,
         annotations: BTreeMap::new(),
     }
 }
@@ -165,7 +172,7 @@ mod tests {
 
     #[test]
     fn a_cr_that_already_has_the_finalizer_and_label_needs_no_maintain_write() {
-        let want = maintained(&RuntimeSpec::default());
+        let want = maintained(&RuntimeSpec::default(), None);
         let done = cr(
             json!([FINALIZER]),
             json!({MANAGED_BY.0: MANAGED_BY.1}),
@@ -186,6 +193,35 @@ mod tests {
             json!({}),
         );
         assert!(differs(&copied, FINALIZER_MANAGER, &want));
+    }
+
+    #[test]
+    fn under_sharding_by_label_a_labelled_cr_needs_no_write_and_an_existing_one_pays_one() {
+        let want = maintained(&RuntimeSpec::default(), Some("07"));
+        assert_eq!(want.labels.get(BUCKET).map(String::as_str), Some("07"));
+        let owned = json!({"f:finalizers": {"v:\"inrun.dev/cleanup\"": {}},
+                           "f:labels": {"f:app.kubernetes.io/managed-by": {}, "f:inrun.dev/bucket": {}}});
+        let labelled = cr(
+            json!([FINALIZER]),
+            json!({MANAGED_BY.0: MANAGED_BY.1, BUCKET: "07"}),
+            owned.clone(),
+        );
+        assert!(!differs(&labelled, FINALIZER_MANAGER, &want));
+        // A CR finalized before sharding by label: one apply adds the label.
+        let before = cr(
+            json!([FINALIZER]),
+            json!({MANAGED_BY.0: MANAGED_BY.1}),
+            json!({"f:finalizers": {"v:\"inrun.dev/cleanup\"": {}},
+                   "f:labels": {"f:app.kubernetes.io/managed-by": {}}}),
+        );
+        assert!(differs(&before, FINALIZER_MANAGER, &want));
+        // A label someone changed is put back by the next pass that runs.
+        let moved = cr(
+            json!([FINALIZER]),
+            json!({MANAGED_BY.0: MANAGED_BY.1, BUCKET: "05"}),
+            owned,
+        );
+        assert!(differs(&moved, FINALIZER_MANAGER, &want));
     }
 
     #[test]

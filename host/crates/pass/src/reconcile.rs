@@ -155,7 +155,7 @@ async fn routed<'p>(
 /// Step 3: the host's finalizers and managed labels on the CR; `Some` when a cleanup is
 /// due and the CR was deleted.
 async fn maintain(p: Pass<'_>, fx: &mut dyn Effects) -> Result<Option<Done>, Failure> {
-    let maintained = meta::maintained(p.runtime);
+    let maintained = meta::maintained(p.runtime, p.bucket_label);
     if meta::differs(p.object, meta::FINALIZER_MANAGER, &maintained) {
         fx.metadata(meta::FINALIZER_MANAGER, &maintained).await?;
     }

@@ -346,6 +346,7 @@ pub async fn render(
         target: target.as_deref(),
         now,
         infrastructure: dry.as_ref().map(|d| d as &dyn Infrastructure),
+        bucket_label: None,
     };
     let done = run(p, &mut fx).await?;
     let infrastructure = dry.map(DryRun::calls).unwrap_or_default();

@@ -67,6 +67,7 @@ fn run_pass_with(
         target: None,
         now: "2026-01-01T00:00:00Z".parse().expect("time"),
         infrastructure: None,
+        bucket_label: None,
     };
     futures::executor::block_on(run(p, fx))
 }
@@ -335,6 +336,7 @@ fn after_the_finalizer_timeout_the_teardown_is_forced_and_what_it_spared_is_told
         target: None,
         now: "2026-01-01T00:00:05Z".parse().expect("time"),
         infrastructure: None,
+        bucket_label: None,
     };
     futures::executor::block_on(run(p, &mut fx)).expect("pass");
     assert_eq!(
@@ -400,6 +402,7 @@ fn a_result_requeue_asks_again_and_a_resync_is_the_longest_wait() {
         target: None,
         now: "2026-01-01T00:00:00Z".parse().expect("time"),
         infrastructure: None,
+        bucket_label: None,
     };
     let done = futures::executor::block_on(run(p, &mut fx)).expect("pass");
     assert_eq!(done.after, Some(Duration::from_secs(30)));

@@ -160,8 +160,16 @@ fn cr_triggers(
     let gone = ctx.triggers.clone();
     let fresh = ctx.fresh.clone();
     let armed = Arc::new(std::sync::atomic::AtomicU64::new(0));
-    // Under sharding, only the CRs of the buckets held (the server's shardSelector).
+    // Under sharding, only the CRs of the buckets held: by their bucket label, or the
+    // server's shardSelector.
     let events = match &ctx.shard {
+        Some(shard) if shard.by_labels() => crate::sharding::watch::labelled_watcher(
+            ctx.client.clone(),
+            ctx.cr_resource.clone(),
+            shard.subscribe(),
+            ctx.fresh.clone(),
+        )
+        .boxed(),
         Some(shard) => crate::sharding::watch::sharded_watcher(
             ctx.client.clone(),
             ctx.cr_resource.clone(),

@@ -57,6 +57,11 @@ pub async fn reconcile(cached: Arc<CachedCr>, ctx: Arc<Ctx>) -> Result<Action, R
         return Ok(Action::await_change());
     }
     let fenced = ctx.shard.clone().zip(ctx.bucket(cached.as_ref()));
+    // Watched by label: the maintain step keeps the CR's bucket on it.
+    let bucket_label = fenced
+        .as_ref()
+        .filter(|(shard, _)| shard.by_labels())
+        .map(|(_, bucket)| crate::sharding::buckets::label_value(*bucket));
     let object = cached.value();
     // The reconcile block that serves this CR (its serve target's, if it names one), and
     // one read of each plugin slot: the versions serving as the pass starts.
@@ -80,6 +85,7 @@ pub async fn reconcile(cached: Arc<CachedCr>, ctx: Arc<Ctx>) -> Result<Action, R
             target: None,
             now: k8s_openapi::jiff::Timestamp::now(),
             infrastructure: None,
+            bucket_label: bucket_label.as_deref(),
         };
         let run = async {
             if let Some(message) = cached.too_large() {

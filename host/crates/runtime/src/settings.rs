@@ -25,6 +25,8 @@ pub struct HostFlags {
     pub sharding: bool,
     /// `--sharding-ring`: the ring's name, over `runtime.sharding.ring`.
     pub sharding_ring: Option<String>,
+    /// `--sharding-watch`: over `runtime.sharding.watch`.
+    pub sharding_watch: Option<inrun_blueprint::ShardWatch>,
 }
 
 /// The settings `inrun run` runs with.
@@ -81,6 +83,7 @@ impl HostSettings {
             renew_deadline: le.renew_deadline,
             retry_period: le.retry_period,
             max_releases: 16,
+            watch: flags.sharding_watch.unwrap_or(spec.sharding.watch),
         });
         // Sharded replicas all work: none waits for a leader.
         let leader =

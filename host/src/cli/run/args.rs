@@ -211,6 +211,12 @@ pub struct RunArgs {
     /// Leases.
     #[arg(long, env = "INRUN_SHARDING_RING", value_parser = parse_ring_name)]
     pub sharding_ring: Option<String>,
+    /// How each replica watches only its buckets' CRs, over `runtime.sharding.watch`:
+    /// `selector` (the API server's `shardSelector`, Kubernetes 1.36+ with the
+    /// `ShardedListAndWatch` gate), `labels` (an `inrun.dev/bucket` label the host keeps on
+    /// each CR), or `auto` (`selector` when the server honours it, else `labels`).
+    #[arg(long, env = "INRUN_SHARDING_WATCH")]
+    pub sharding_watch: Option<inrun::blueprint::ShardWatch>,
     /// This replica's identity for events and the Lease (default: hostname and process id).
     #[arg(long, env = "INRUN_IDENTITY")]
     pub identity: Option<String>,

@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::Context;
 use inrun::assemble::Services;
+use inrun::blueprint::ShardWatch;
 use inrun::fleet::{Fleet, FleetOptions};
 use inrun::kubeconfig::Connection;
 use inrun::leader::{Keeper, LeaderConfig};
@@ -215,6 +216,7 @@ fn host_flags(args: &RunArgs) -> HostFlags {
         leader_elect_lease: args.leader_elect_lease.clone(),
         sharding: args.sharding,
         sharding_ring: args.sharding_ring.clone(),
+        sharding_watch: args.sharding_watch,
     }
 }
 
@@ -329,6 +331,29 @@ async fn run_sharded(
         shard,
         leading,
     } = sharding;
+    let by_labels = match config.watch {
+        ShardWatch::Labels => true,
+        ShardWatch::Selector => false,
+        ShardWatch::Auto => {
+            match inrun::runtime::sharding::watch::server_shards(
+                &keeper.client,
+                &config.ring.namespace,
+            )
+            .await
+            {
+                Ok(honoured) => !honoured,
+                Err(e) => {
+                    tracing::warn!(error = %inrun::errors::chain(&e), "asking whether the API server honours shardSelector; watching by label");
+                    true
+                }
+            }
+        }
+    };
+    shard.watch_by_labels(by_labels);
+    tracing::info!(
+        watch = if by_labels { "labels" } else { "selector" },
+        "each replica watches the CRs of its buckets"
+    );
     let lead = tokio::spawn(lead_ring(
         fleet.clone(),
         Keeper {

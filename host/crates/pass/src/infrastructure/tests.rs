@@ -144,6 +144,7 @@ fn pass_with(
         target: None,
         now: "2026-01-01T00:00:00Z".parse().expect("time"),
         infrastructure: None,
+        bucket_label: None,
     };
     futures::executor::block_on(run(p, fx, pkg))
 }
@@ -591,6 +592,7 @@ fn a_package_cr_gets_the_crds_emitted_status_and_conditions_beside_its_own() {
         target: None,
         now: "2026-01-01T00:00:00Z".parse().expect("time"),
         infrastructure: None,
+        bucket_label: None,
     };
     let pkg = Script::new(&[ABSENT, READY]);
     let mut fx = Recorder::new(Some("ns".into()));

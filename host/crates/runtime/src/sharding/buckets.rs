@@ -73,6 +73,27 @@ pub fn selector(buckets: &[usize]) -> Option<String> {
     Some(parts.join(" || "))
 }
 
+/// The value of the bucket label (`inrun.dev/bucket`) for `bucket`: two digits.
+pub fn label_value(bucket: usize) -> String {
+    format!("{:02}", bucket % BUCKETS)
+}
+
+/// The label selector of the CRs labelled with one of `buckets`; `None` for no bucket.
+pub fn label_selector(buckets: &[usize]) -> Option<String> {
+    let mut sorted: Vec<usize> = buckets.iter().copied().filter(|b| *b < BUCKETS).collect();
+    sorted.sort_unstable();
+    sorted.dedup();
+    if sorted.is_empty() {
+        return None;
+    }
+    let values: Vec<String> = sorted.into_iter().map(label_value).collect();
+    Some(format!(
+        "{} in ({})",
+        inrun_pass::meta::BUCKET,
+        values.join(",")
+    ))
+}
+
 /// `text` percent-encoded for a URL query parameter (everything but unreserved
 /// characters), as `shardSelector=` needs.
 pub fn query_escape(text: &str) -> String {

@@ -51,6 +51,8 @@ pub struct KeeperConfig {
     /// Buckets given up in one round at most, so a membership change moves a few at a
     /// time (buckets of a member gone are taken whatever this says).
     pub max_releases: usize,
+    /// How the replica watches only its buckets' CRs.
+    pub watch: inrun_blueprint::ShardWatch,
 }
 
 impl KeeperConfig {

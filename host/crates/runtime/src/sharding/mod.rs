@@ -15,8 +15,9 @@
 //!   steps (released, then taken) and never has two writers.
 //! - [`shard`]: what this replica holds, and the per-bucket fence every write made while
 //!   reconciling a CR passes.
-//! - `watch`: each controller's watch of the CRs of the buckets held only, through the
-//!   server's `shardSelector`, started again when they change.
+//! - [`watch`]: each controller's watch of the CRs of the buckets held only, through the
+//!   server's `shardSelector` or the bucket label the passes keep on each CR, started
+//!   again when they change; and whether the server honours `shardSelector`.
 //! - [`keeper`]: the loop that keeps it all: renews the member Lease, follows the ring,
 //!   gives up and takes buckets.
 
@@ -27,4 +28,4 @@ pub mod members;
 pub mod ownership;
 pub mod plan;
 pub mod shard;
-pub(crate) mod watch;
+pub mod watch;

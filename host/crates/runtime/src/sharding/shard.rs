@@ -50,6 +50,8 @@ pub struct Shard {
     held: watch::Sender<Held>,
     in_flight: [AtomicUsize; BUCKETS],
     returned: Notify,
+    /// Whether the CRs are watched by their bucket label (else by `shardSelector`).
+    by_labels: std::sync::atomic::AtomicBool,
 }
 
 impl Default for Shard {
@@ -58,6 +60,7 @@ impl Default for Shard {
             member: watch::channel(None).0,
             held: watch::channel(0).0,
             in_flight: std::array::from_fn(|_| AtomicUsize::new(0)),
+            by_labels: std::sync::atomic::AtomicBool::new(false),
             returned: Notify::new(),
         }
     }
@@ -109,6 +112,16 @@ impl Shard {
             return Err(Refused::NotHeld(bucket));
         }
         Ok(())
+    }
+
+    /// Watch the CRs by their bucket label from now on (set before the controllers start).
+    pub fn watch_by_labels(&self, on: bool) {
+        self.by_labels.store(on, Ordering::Release);
+    }
+
+    /// Whether the CRs are watched by their bucket label: the passes keep it on each CR.
+    pub fn by_labels(&self) -> bool {
+        self.by_labels.load(Ordering::Acquire)
     }
 
     /// Runs `work` (a CR's reconcile) with its writes fenced by `bucket`.

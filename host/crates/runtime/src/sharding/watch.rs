@@ -19,8 +19,8 @@ use kube::discovery::ApiResource;
 use kube::runtime::{WatchStreamExt, watcher};
 use tokio::sync::watch;
 
-use super::buckets::{query_escape, selector};
-use super::shard::{Held, buckets};
+use super::buckets::{BUCKETS, query_escape, selector};
+use super::shard::{Held, bit, buckets};
 use crate::cached::CachedCr;
 
 /// How long after a change of the buckets held the watch waits for more before starting
@@ -62,13 +62,33 @@ impl tower::Service<http::Request<kube::client::Body>> for WithShardSelector {
     }
 }
 
+/// Whether the API server honours `shardSelector`: a list of the Leases in `namespace`
+/// with a selector answers with `metadata.shardInfo` when it does (a list of custom
+/// resources never carries it, which is why the Leases are asked). A server without the
+/// `ShardedListAndWatch` gate, or older than Kubernetes 1.36, ignores the parameter.
+///
+/// # Errors
+/// The API server's refusal of the list.
+pub async fn server_shards(client: &Client, namespace: &str) -> Result<bool, kube::Error> {
+    let selector = query(super::shard::bits(0..BUCKETS / 2)).unwrap_or_default();
+    let path = format!(
+        "/apis/coordination.k8s.io/v1/namespaces/{}/leases?limit=1&{selector}",
+        super::buckets::query_escape(namespace)
+    );
+    let request = http::Request::get(path)
+        .body(Vec::new())
+        .map_err(kube::Error::HttpError)?;
+    let list: serde_json::Value = client.request(request).await?;
+    Ok(list.pointer("/metadata/shardInfo").is_some())
+}
+
 /// The `shardSelector` query parameter for `held`; `None` for no bucket.
 fn query(held: Held) -> Option<String> {
     let list: Vec<usize> = buckets(held).collect();
     selector(&list).map(|s| format!("shardSelector={}", query_escape(&s)))
 }
 
-type Events = BoxStream<'static, Result<watcher::Event<CachedCr>, watcher::Error>>;
+type Events<K = CachedCr> = BoxStream<'static, Result<watcher::Event<K>, watcher::Error>>;
 
 /// A watch of the CRs of `held`: none (an empty list, then nothing) for no bucket.
 fn watch_of(client: &Client, resource: &ApiResource, held: Held) -> Events {
@@ -105,6 +125,243 @@ pub(crate) fn sharded_watcher(
         fresh.fetch_or(now & !before, Ordering::AcqRel);
         watch_of(&client, &resource, now)
     })
+}
+
+/// The watch events of the CRs of `resource` in the buckets `held` names, watched by their
+/// bucket label ([`inrun_pass::meta::BUCKET`]): those labelled with a bucket held, and
+/// those not labelled yet whose bucket is held (a new CR, before its first pass labels
+/// it). Started again, like [`sharded_watcher`]'s, each time the buckets change.
+pub(crate) fn labelled_watcher(
+    client: Client,
+    resource: ApiResource,
+    held: watch::Receiver<Held>,
+    fresh: Arc<AtomicU64>,
+) -> impl Stream<Item = Result<watcher::Event<CachedCr>, watcher::Error>> + Send + 'static {
+    restarting(held, move |before, now| {
+        fresh.fetch_or(now & !before, Ordering::AcqRel);
+        let list: Vec<usize> = buckets(now).collect();
+        let Some(labelled) = super::buckets::label_selector(&list) else {
+            return nothing();
+        };
+        let api: Api<CachedCr> = Api::all_with(client.clone(), &resource);
+        let unlabelled = format!("!{}", inrun_pass::meta::BUCKET);
+        let make = move || {
+            let watch = |labels: &str| {
+                watcher(api.clone(), watcher::Config::default().labels(labels))
+                    .default_backoff()
+                    .boxed()
+            };
+            (watch(&labelled), watch(&unlabelled))
+        };
+        merged(make, now)
+    })
+}
+
+/// Which of the two watches of [`merged`] an event came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Side {
+    Labelled,
+    Unlabelled,
+}
+
+type Tagged<K> = BoxStream<'static, (Side, Result<watcher::Event<K>, watcher::Error>)>;
+
+/// How long a deletion seen by one of [`merged`]'s watches waits for the other to bring the
+/// same object at the same or a later version: a CR that gains or loses its bucket label
+/// leaves one selection (a deletion, carrying its content before the change) and enters
+/// the other, on two connections that deliver in no set order.
+const MOVE_GRACE: Duration = Duration::from_secs(1);
+
+/// A resourceVersion as a number (etcd's revisions); 0 when it is not one.
+fn revision<K: kube::Resource>(o: &K) -> u64 {
+    o.meta()
+        .resource_version
+        .as_deref()
+        .and_then(|rv| rv.parse().ok())
+        .unwrap_or(0)
+}
+
+/// An object's cache key (what the reflector's store is keyed by) and uid.
+fn identity<K: kube::Resource>(o: &K) -> (String, String) {
+    let m = o.meta();
+    (
+        format!(
+            "{}/{}",
+            m.namespace.as_deref().unwrap_or_default(),
+            m.name.as_deref().unwrap_or_default()
+        ),
+        m.uid.clone().unwrap_or_default(),
+    )
+}
+
+/// What [`merged`] keeps between events.
+struct Merge<K> {
+    make: Box<dyn Fn() -> Tagged<K> + Send + Sync>,
+    inner: Tagged<K>,
+    /// While listing: which sides finished their list.
+    listing: Option<[bool; 2]>,
+    /// Whether this list's start went out.
+    announced: bool,
+    /// Deletions due while a list is being made: they go out after its end (the list
+    /// replaces the cache), as changes from a side whose list is done go into it.
+    later: std::collections::VecDeque<watcher::Event<K>>,
+    /// Every object passed on and not deleted since, by cache key: its uid and revision.
+    shown: std::collections::HashMap<String, (String, u64)>,
+    /// Deletions waiting out [`MOVE_GRACE`], oldest first.
+    deferred: std::collections::VecDeque<(tokio::time::Instant, K)>,
+}
+
+impl<K: kube::Resource> Merge<K> {
+    /// Whether `o` is older than, or the same version as, what was passed on for its key.
+    fn stale(&self, o: &K, or_same: bool) -> bool {
+        let (key, uid) = identity(o);
+        self.shown.get(&key).is_some_and(|(shown_uid, rv)| {
+            *shown_uid == uid && (revision(o) < *rv || (or_same && revision(o) == *rv))
+        })
+    }
+
+    /// Whether a deletion of `o` still concerns what was passed on for its key.
+    fn deletes_shown(&self, o: &K) -> bool {
+        let (key, uid) = identity(o);
+        self.shown
+            .get(&key)
+            .is_some_and(|(shown_uid, rv)| *shown_uid == uid && revision(o) > *rv)
+    }
+
+    fn restart(&mut self) {
+        self.inner = (self.make)();
+        self.listing = Some([false, false]);
+        self.announced = false;
+        self.later.clear();
+        self.shown.clear();
+        self.deferred.clear();
+    }
+}
+
+/// The two watches `make` starts (CRs labelled with a bucket held; CRs not labelled) as one
+/// watch: one list (its start, every object listed, its end once both ends came), then
+/// their changes. An unlabelled CR passes only when its bucket is in `held`. A CR moving
+/// from one watch to the other (labelled by its first pass, or its label removed) is not
+/// deleted, in whichever order the two connections deliver: a deletion waits
+/// [`MOVE_GRACE`] for the other side to bring the object at its version or a later one,
+/// and is dropped if it does; versions older than what was passed on are dropped. When
+/// either watch lists again (its resourceVersion expired), both start again, so the list
+/// that follows is whole.
+fn merged<K>(
+    make: impl Fn() -> (Events<K>, Events<K>) + Send + Sync + 'static,
+    held: Held,
+) -> Events<K>
+where
+    K: kube::Resource + Send + 'static,
+{
+    let tag = move |(labelled, unlabelled): (Events<K>, Events<K>)| -> Tagged<K> {
+        futures::stream::select(
+            labelled.map(|e| (Side::Labelled, e)),
+            unlabelled.map(|e| (Side::Unlabelled, e)),
+        )
+        .boxed()
+    };
+    let make: Box<dyn Fn() -> Tagged<K> + Send + Sync> = Box::new(move || tag(make()));
+    let state = Merge {
+        inner: make(),
+        make,
+        listing: Some([false, false]),
+        announced: false,
+        later: std::collections::VecDeque::new(),
+        shown: std::collections::HashMap::new(),
+        deferred: std::collections::VecDeque::new(),
+    };
+    let held_bucket = move |o: &K| {
+        o.meta()
+            .uid
+            .as_deref()
+            .is_some_and(|uid| held & bit(super::buckets::bucket_of(uid)) != 0)
+    };
+    // Whether an object of `side` belongs in this replica's view.
+    let keep = move |side: Side, o: &K| side == Side::Labelled || held_bucket(o);
+    futures::stream::unfold(state, move |mut st| async move {
+        loop {
+            if !st.announced {
+                st.announced = true;
+                return Some((Ok(watcher::Event::Init), st));
+            }
+            if st.listing.is_none()
+                && let Some(event) = st.later.pop_front()
+            {
+                return Some((Ok(event), st));
+            }
+            let due = st.deferred.front().map(|(at, _)| *at);
+            let next = tokio::select! {
+                next = st.inner.next() => next,
+                () = async {
+                    match due {
+                        Some(at) => tokio::time::sleep_until(at).await,
+                        None => std::future::pending().await,
+                    }
+                } => {
+                    let Some((_, o)) = st.deferred.pop_front() else { continue };
+                    if !st.deletes_shown(&o) {
+                        continue;
+                    }
+                    st.shown.remove(&identity(&o).0);
+                    if st.listing.is_some() {
+                        // Not into the list being made: after it.
+                        st.later.push_back(watcher::Event::Delete(o));
+                        continue;
+                    }
+                    return Some((Ok(watcher::Event::Delete(o)), st));
+                }
+            };
+            let (side, item) = next?;
+            let event = match item {
+                Ok(event) => event,
+                Err(e) => return Some((Err(e), st)),
+            };
+            let out = match event {
+                watcher::Event::Init => {
+                    if st.listing.is_none() {
+                        // One side lists again: both do, so that the list is whole.
+                        st.restart();
+                    }
+                    continue;
+                }
+                watcher::Event::InitDone => {
+                    let Some(done) = st.listing.as_mut() else {
+                        continue;
+                    };
+                    done[side as usize] = true;
+                    if *done != [true, true] {
+                        continue;
+                    }
+                    st.listing = None;
+                    watcher::Event::InitDone
+                }
+                watcher::Event::InitApply(o) | watcher::Event::Apply(o)
+                    if !keep(side, &o) || st.stale(&o, true) =>
+                {
+                    continue;
+                }
+                watcher::Event::InitApply(o) | watcher::Event::Apply(o) => {
+                    let (key, uid) = identity(&o);
+                    st.shown.insert(key, (uid, revision(&o)));
+                    if st.listing.is_some() {
+                        watcher::Event::InitApply(o)
+                    } else {
+                        watcher::Event::Apply(o)
+                    }
+                }
+                watcher::Event::Delete(o) => {
+                    if st.deletes_shown(&o) {
+                        let at = tokio::time::Instant::now() + MOVE_GRACE;
+                        st.deferred.push_back((at, o));
+                    }
+                    continue;
+                }
+            };
+            return Some((Ok(out), st));
+        }
+    })
+    .boxed()
 }
 
 /// The events of `make(before, now)` for the buckets held `now`, made again each time
@@ -181,6 +438,183 @@ pub(crate) fn nothing<K: Send + 'static>()
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use std::sync::atomic::AtomicUsize;
+
+    /// A CR-like object whose uid falls in `bucket`, labelled with `label` when given, at
+    /// resourceVersion `rv`.
+    fn object(name: &str, bucket: usize, label: Option<usize>, rv: u64) -> ConfigMap {
+        let uid = (0u32..)
+            .map(|i| format!("uid-{name}-{i}"))
+            .find(|uid| super::super::buckets::bucket_of(uid) == bucket)
+            .expect("a uid in the bucket");
+        let mut cm = ConfigMap::default();
+        cm.metadata.name = Some(name.into());
+        cm.metadata.uid = Some(uid);
+        cm.metadata.resource_version = Some(rv.to_string());
+        cm.metadata.labels = label.map(|b| {
+            [(
+                inrun_pass::meta::BUCKET.to_string(),
+                super::super::buckets::label_value(b),
+            )]
+            .into()
+        });
+        cm
+    }
+
+    fn events(list: Vec<watcher::Event<ConfigMap>>) -> Events<ConfigMap> {
+        futures::stream::iter(list.into_iter().map(Ok))
+            .chain(futures::stream::pending())
+            .boxed()
+    }
+
+    fn shown(event: &watcher::Event<ConfigMap>) -> String {
+        let name = |o: &ConfigMap| {
+            format!(
+                "{}@{}",
+                o.metadata.name.clone().unwrap_or_default(),
+                o.metadata.resource_version.clone().unwrap_or_default()
+            )
+        };
+        match event {
+            watcher::Event::Init => "init".into(),
+            watcher::Event::InitDone => "done".into(),
+            watcher::Event::InitApply(o) => format!("list {}", name(o)),
+            watcher::Event::Apply(o) => format!("apply {}", name(o)),
+            watcher::Event::Delete(o) => format!("delete {}", name(o)),
+        }
+    }
+
+    type Sender = tokio::sync::mpsc::UnboundedSender<watcher::Event<ConfigMap>>;
+
+    /// A merged watch whose two sides deliver what the test sends, when it sends it.
+    fn driven(held: Held) -> (Events<ConfigMap>, Sender, Sender) {
+        let side = || {
+            let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+            let events = futures::stream::unfold(rx, |mut rx| async move {
+                rx.recv().await.map(|e| (Ok(e), rx))
+            })
+            .boxed();
+            (tx, std::sync::Mutex::new(Some(events)))
+        };
+        let ((ltx, l), (utx, u)) = (side(), side());
+        let make = move || {
+            let take = |m: &std::sync::Mutex<Option<Events<ConfigMap>>>| {
+                m.lock().expect("lock").take().expect("started once")
+            };
+            (take(&l), take(&u))
+        };
+        (merged(make, held), ltx, utx)
+    }
+
+    async fn next(stream: &mut Events<ConfigMap>) -> String {
+        let event = tokio::time::timeout(Duration::from_secs(5), stream.next())
+            .await
+            .expect("an event")
+            .expect("open");
+        shown(&event.expect("no error"))
+    }
+
+    /// Nothing more comes for longer than a deletion waits.
+    async fn quiet(stream: &mut Events<ConfigMap>) {
+        let more = tokio::time::timeout(MOVE_GRACE * 2, stream.next()).await;
+        assert!(
+            more.is_err(),
+            "{:?}",
+            more.ok().flatten().map(|e| shown(&e.expect("event")))
+        );
+    }
+
+    #[tokio::test]
+    async fn a_cr_moving_between_the_two_watches_is_never_deleted_whichever_comes_first() {
+        use watcher::Event::{Apply, Delete, Init, InitApply, InitDone};
+        let (mut merged, labelled, unlabelled) = driven(bit(3) | bit(4));
+        for e in [Init, InitApply(object("a", 3, Some(3), 10)), InitDone] {
+            labelled.send(e).expect("send");
+        }
+        let list = [
+            Init,
+            InitApply(object("b", 4, None, 20)),
+            InitApply(object("c", 9, None, 20)),
+            InitApply(object("d", 4, None, 20)),
+            InitDone,
+        ];
+        for e in list {
+            unlabelled.send(e).expect("send");
+        }
+        let mut got = Vec::new();
+        for _ in 0..5 {
+            got.push(next(&mut merged).await);
+        }
+        assert_eq!(got[0], "init");
+        assert_eq!(got[4], "done");
+        got[1..4].sort();
+        assert_eq!(
+            got[1..4],
+            ["list a@10", "list b@20", "list d@20"],
+            "c's bucket is not held"
+        );
+        // b is labelled by its pass: the unlabelled watch's deletion (the content before
+        // the change) comes first, then the labelled watch brings it.
+        unlabelled
+            .send(Delete(object("b", 4, None, 21)))
+            .expect("send");
+        labelled
+            .send(Apply(object("b", 4, Some(4), 21)))
+            .expect("send");
+        assert_eq!(next(&mut merged).await, "apply b@21");
+        // d: the other order.
+        labelled
+            .send(Apply(object("d", 4, Some(4), 22)))
+            .expect("send");
+        assert_eq!(next(&mut merged).await, "apply d@22");
+        unlabelled
+            .send(Delete(object("d", 4, None, 22)))
+            .expect("send");
+        quiet(&mut merged).await;
+        // A version older than the one passed on is dropped.
+        unlabelled
+            .send(Apply(object("d", 4, None, 19)))
+            .expect("send");
+        // A real deletion goes out once the grace has passed.
+        labelled
+            .send(Delete(object("a", 3, Some(3), 30)))
+            .expect("send");
+        assert_eq!(next(&mut merged).await, "delete a@30");
+        quiet(&mut merged).await;
+    }
+
+    #[tokio::test]
+    async fn when_one_watch_lists_again_both_do_and_the_list_is_announced_once() {
+        use watcher::Event::{Apply, Init, InitApply, InitDone};
+        let calls = Arc::new(AtomicUsize::new(0));
+        let counted = calls.clone();
+        let make = move || {
+            let first = counted.fetch_add(1, Ordering::SeqCst) == 0;
+            let mut labelled = vec![Init, InitApply(object("a", 3, Some(3), 10)), InitDone];
+            if first {
+                // The labelled watch's resourceVersion expired: it lists again.
+                labelled.extend([Apply(object("a", 3, Some(3), 11)), Init]);
+            }
+            (
+                events(labelled),
+                events(vec![Init, InitApply(object("b", 3, None, 10)), InitDone]),
+            )
+        };
+        let mut merged = merged(make, bit(3));
+        let mut got = Vec::new();
+        for _ in 0..9 {
+            got.push(next(&mut merged).await);
+        }
+        assert_eq!(calls.load(Ordering::SeqCst), 2, "{got:?}");
+        assert_eq!(got.iter().filter(|e| *e == "init").count(), 2, "{got:?}");
+        assert_eq!(got.iter().filter(|e| *e == "done").count(), 2, "{got:?}");
+        assert_eq!(got.last().map(String::as_str), Some("done"), "{got:?}");
+        let second = got.iter().rposition(|e| e == "init").expect("second list");
+        let mut relisted: Vec<_> = got[second + 1..got.len() - 1].to_vec();
+        relisted.sort();
+        assert_eq!(relisted, ["list a@10", "list b@10"], "{got:?}");
+    }
 
     #[test]
     fn the_selector_travels_percent_encoded_and_no_bucket_has_none() {
