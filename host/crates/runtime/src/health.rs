@@ -28,6 +28,8 @@ pub struct Health {
     pub(crate) controllers: Gauge,
     pub(crate) synced: Gauge,
     pub(crate) leader: Gauge,
+    /// Under sharding every replica runs controllers, whoever leads its ring.
+    sharded: std::sync::atomic::AtomicBool,
     checks: RwLock<[BTreeMap<String, Check>; 2]>,
     /// Plugins loading now, as `tenant T: plugin P`, with how many loads of each run.
     loading: std::sync::Mutex<BTreeMap<String, usize>>,
@@ -56,6 +58,7 @@ impl Default for Health {
             controllers: Gauge::default(),
             synced: Gauge::default(),
             leader: Gauge::default(),
+            sharded: std::sync::atomic::AtomicBool::new(false),
             checks: RwLock::new([checks(), checks()]),
             loading: std::sync::Mutex::default(),
         }
@@ -109,7 +112,18 @@ impl Health {
 
     /// This replica runs controllers (it leads, or runs without election), or not.
     pub fn set_leader(&self, leader: bool) {
-        self.leader.set(i64::from(leader));
+        if !self.sharded.load(std::sync::atomic::Ordering::Acquire) {
+            self.leader.set(i64::from(leader));
+        }
+    }
+
+    /// This replica is one of a sharded ring: it runs controllers from now on, and the
+    /// ring's leader election (which only decides who makes the host's own writes) does
+    /// not change that.
+    pub fn set_sharded(&self) {
+        self.sharded
+            .store(true, std::sync::atomic::Ordering::Release);
+        self.leader.set(1);
     }
 
     /// Whether this replica leads.
@@ -299,6 +313,21 @@ mod tests {
             );
             assert_eq!(h.answer(probe, Some("nope"), false, &[]).status, 404);
         }
+    }
+
+    #[test]
+    fn a_sharded_replica_runs_controllers_whoever_leads_its_ring() {
+        let h = Health::default();
+        h.set_sharded();
+        h.set_leader(false);
+        assert!(
+            h.leader(),
+            "the ring's election decides only the host's own writes"
+        );
+        let plain = Health::default();
+        plain.set_leader(true);
+        plain.set_leader(false);
+        assert!(!plain.leader());
     }
 
     #[test]

@@ -325,7 +325,7 @@ async fn run_sharded(
     stop: watch::Receiver<bool>,
     metrics: Arc<Metrics>,
 ) -> anyhow::Result<()> {
-    metrics.health().set_leader(true);
+    metrics.health().set_sharded();
     let Sharding {
         config,
         shard,
