@@ -59,6 +59,78 @@ async fn until_reconciled(ar: &ApiResource, ns: &str, name: &str) -> DynamicObje
     .await
 }
 
+/// `inrun trace` with `args` against the test API server (as its admin); its output.
+fn trace(args: &[&str]) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_inrun"))
+        .arg("trace")
+        .args(args)
+        .arg("--kubeconfig")
+        .arg(ControlPlane::shared().kubeconfig())
+        .output()
+        .expect("inrun trace");
+    assert!(
+        out.status.success(),
+        "inrun trace {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("utf-8")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trace_draws_a_cr_with_a_ready_and_a_not_ready_child() -> TestResult {
+    let group = unique_group("trace");
+    // No controller manager runs here: the Deployment never rolls out.
+    let host = Host::start(&blueprint(
+        &group,
+        "Shop",
+        "{}",
+        r#"      reconcile:
+        onReconcile:
+          - apiVersion: v1
+            kind: ConfigMap
+            metadata: {name: "{{ .metadata.name }}-settings"}
+            data: {tier: web}
+          - apiVersion: apps/v1
+            kind: Deployment
+            metadata: {name: "{{ .metadata.name }}"}
+            spec:
+              replicas: 2
+              selector: {matchLabels: {app: shop}}
+              template:
+                metadata: {labels: {app: shop}}
+                spec: {containers: [{name: web, image: registry.invalid/web:1}]}
+        managedResources: [{apiVersion: v1, kind: ConfigMap}, {apiVersion: apps/v1, kind: Deployment}]
+"#,
+    ))
+    .await;
+    let ns = ControlPlane::shared().namespace("trace").await?;
+    let ar = resource(&group, "Shop");
+    served(&ar).await;
+    apply_cr(&ar, &ns, &cr(&group, "Shop", "front", "{}")).await;
+    eventually("the CR's Ready condition", || async {
+        let cr = get(&ar, Some(&ns), "front").await?;
+        reconciled(&cr)
+    })
+    .await;
+    let text = trace(&["shop/front", "-n", &ns]);
+    // Golden (the test's namespace written NS, columns compared word by word).
+    let expected = "\
+NAMESPACE  NAME                           READY  STATUS       MESSAGE
+NS         Shop/front                     False  Progressing  Deployment front: 0/2 replicas updated
+NS         ├─ ConfigMap/front-settings    True   Current
+NS         └─ Deployment/front            False  InProgress   0/2 replicas updated
+";
+    let text = text.replace(&ns, "NS");
+    let aligned = |t: &str| {
+        t.lines()
+            .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(aligned(&text), aligned(expected), "\n{text}");
+    host.stop().await;
+    Ok(())
+}
+
 /// Waits for the CR to have a deletion timestamp while still being there.
 async fn deleting(ar: &ApiResource, ns: &str, name: &str) -> DynamicObject {
     eventually(&format!("{ns}/{name} to be deleting"), || async {
@@ -690,6 +762,26 @@ async fn deletion_waits_while_foreign_instances_of_a_managed_crd_exist() -> Test
         "the CRD stays while a foreign instance exists"
     );
     assert!(get(&gadgets, Some(&ns), "base-own").await.is_some());
+    // `inrun trace` shows the held deletion: the CR's whole message, and under the CRD the
+    // foreign instance holding it (not the CR's own Gadget).
+    let target = format!("platform.{group}/base");
+    let text = trace(&[&target, "-n", &ns]);
+    assert!(text.contains(&blocked.1), "the message, uncut:\n{text}");
+    assert!(
+        text.contains(&format!("└─ holds the deletion: Gadget {elsewhere}/theirs")),
+        "{text}"
+    );
+    assert!(!text.contains(&format!("Gadget {ns}/base-own")), "{text}");
+    let json: serde_json::Value =
+        serde_json::from_str(&trace(&[&target, "-n", &ns, "-o", "json"]))?;
+    assert_eq!(json["cr"]["status"], "DeletionBlocked", "{json}");
+    let kinds: Vec<&str> = json["children"]
+        .as_array()
+        .expect("children")
+        .iter()
+        .filter_map(|c| c["kind"].as_str())
+        .collect();
+    assert_eq!(kinds, ["CustomResourceDefinition", "Gadget"], "{json}");
     assert!(
         events(&ns, "base")
             .await

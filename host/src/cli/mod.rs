@@ -9,6 +9,7 @@ mod render;
 mod run;
 mod setup;
 mod test;
+mod trace;
 mod validate;
 
 use std::path::PathBuf;
@@ -22,6 +23,7 @@ use render::RenderArgs;
 use run::{LogFormat, RunArgs};
 use setup::CacheArgs;
 use test::TestArgs;
+use trace::TraceArgs;
 use validate::ValidateArgs;
 
 /// Inrun: a Kubernetes reconciler host for Blueprints and sandboxed Wasm reconcilers.
@@ -87,6 +89,9 @@ pub enum Command {
     },
     /// Check a Blueprint: fields, templates, and that every plugin loads.
     Validate(ValidateArgs),
+    /// Show a CR and what the host made of it, from a live cluster: its Ready condition,
+    /// every child with its state, the foreign instances holding its deletion.
+    Trace(TraceArgs),
     /// Work with plugin components.
     Plugin {
         #[command(subcommand)]
@@ -113,6 +118,7 @@ pub fn execute(cli: Cli) -> anyhow::Result<()> {
         Command::Generate { command } => generate::generate(command),
         Command::Validate(args) => validate::validate(&runtime, &cache, &args),
         Command::Plugin { command } => plugin::plugin(&runtime, &cache, command),
+        Command::Trace(args) => trace::trace(&runtime, &args),
     }
 }
 
