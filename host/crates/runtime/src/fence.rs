@@ -507,26 +507,34 @@ mod tests {
         assert!(fence.is_open());
     }
 
+    type ConfigMaps = kube::Api<k8s_openapi::api::core::v1::ConfigMap>;
+
+    /// ConfigMaps through a client on `fence` to an address nothing listens on (port 1: a
+    /// write that is sent fails to connect), and a shard renewed and holding bucket 5.
+    fn unanswered(fence: &Fence) -> (ConfigMaps, std::sync::Arc<crate::sharding::shard::Shard>) {
+        let config = Config::new("http://127.0.0.1:1".parse().expect("url"));
+        let client = client(config, fence).expect("client");
+        let shard = std::sync::Arc::new(crate::sharding::shard::Shard::default());
+        shard.renewed(Instant::now() + std::time::Duration::from_secs(60));
+        shard.take(1 << 5);
+        (kube::Api::namespaced(client, "a"), shard)
+    }
+
+    /// Why a delete through `api` failed.
+    async fn refusal(api: &ConfigMaps) -> String {
+        api.delete("x", &kube::api::DeleteParams::default())
+            .await
+            .expect_err("nothing answers")
+            .to_string()
+    }
+
     /// The bucket a write is for travels with the reconcile's task, not with the request:
     /// a real client (whose queue calls the layer in a task of its own) still refuses a
     /// write for a bucket not held before anything is sent, and sends one for a bucket held.
     #[tokio::test]
     async fn a_clients_write_for_a_cr_passes_only_for_a_bucket_this_replica_holds() {
-        use crate::sharding::shard::Shard;
-        // Nothing listens on port 1: a write that is sent fails to connect.
-        let config = Config::new("http://127.0.0.1:1".parse().expect("url"));
-        let client = client(config, &Fence::default()).expect("client");
-        let shard = std::sync::Arc::new(Shard::default());
-        shard.renewed(Instant::now() + std::time::Duration::from_secs(60));
-        shard.take(1 << 5);
-        let api: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =
-            kube::Api::namespaced(client, "a");
-        let write = || async {
-            api.delete("x", &kube::api::DeleteParams::default())
-                .await
-                .expect_err("nothing answers")
-                .to_string()
-        };
+        let (api, shard) = unanswered(&Fence::default());
+        let write = || refusal(&api);
         let refused = shard.scope(6, write()).await;
         assert!(
             refused.contains("bucket 06 is not held by this replica"),
@@ -543,24 +551,12 @@ mod tests {
     /// fence as well; a CR's writes need only their bucket.
     #[tokio::test]
     async fn the_hosts_own_writes_under_sharding_pass_only_while_this_replica_leads_the_ring() {
-        use crate::sharding::shard::Shard;
-        let config = Config::new("http://127.0.0.1:1".parse().expect("url"));
         let fence = Fence::default();
         let leading = Fence::default();
         leading.close();
         fence.fence_bucketless_writes(leading.clone());
-        let client = client(config, &fence).expect("client");
-        let shard = std::sync::Arc::new(Shard::default());
-        shard.renewed(Instant::now() + std::time::Duration::from_secs(60));
-        shard.take(1 << 5);
-        let api: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =
-            kube::Api::namespaced(client, "a");
-        let write = || async {
-            api.delete("x", &kube::api::DeleteParams::default())
-                .await
-                .expect_err("nothing answers")
-                .to_string()
-        };
+        let (api, shard) = unanswered(&fence);
+        let write = || refusal(&api);
         let own = write().await;
         assert!(own.contains("abandoned"), "not leading: {own}");
         let for_cr = shard.scope(5, write()).await;

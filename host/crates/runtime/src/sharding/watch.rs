@@ -121,9 +121,18 @@ pub(crate) fn sharded_watcher(
     held: watch::Receiver<Held>,
     fresh: Arc<AtomicU64>,
 ) -> impl Stream<Item = Result<watcher::Event<CachedCr>, watcher::Error>> + Send + 'static {
+    restarting_fresh(held, fresh, move |now| watch_of(&client, &resource, now))
+}
+
+/// [`restarting`] with `watch(now)`, the buckets each restart adds set in `fresh` first.
+fn restarting_fresh(
+    held: watch::Receiver<Held>,
+    fresh: Arc<AtomicU64>,
+    watch: impl Fn(Held) -> Events + Send + Sync + 'static,
+) -> impl Stream<Item = Result<watcher::Event<CachedCr>, watcher::Error>> + Send + 'static {
     restarting(held, move |before, now| {
         fresh.fetch_or(now & !before, Ordering::AcqRel);
-        watch_of(&client, &resource, now)
+        watch(now)
     })
 }
 
@@ -137,8 +146,7 @@ pub(crate) fn labelled_watcher(
     held: watch::Receiver<Held>,
     fresh: Arc<AtomicU64>,
 ) -> impl Stream<Item = Result<watcher::Event<CachedCr>, watcher::Error>> + Send + 'static {
-    restarting(held, move |before, now| {
-        fresh.fetch_or(now & !before, Ordering::AcqRel);
+    restarting_fresh(held, fresh, move |now| {
         let list: Vec<usize> = buckets(now).collect();
         let Some(labelled) = super::buckets::label_selector(&list) else {
             return nothing();
