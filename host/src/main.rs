@@ -16,11 +16,17 @@ fn main() -> ExitCode {
     }
     inrun::sources::install_tls_provider();
     let cli = cli::Cli::parse();
-    if let Err(e) = inrun::telemetry::init(&cli.log_filter(), cli.json_logs()) {
-        // Logging is not up: say it where the user looks.
-        eprintln!("error: {}", inrun::errors::chain(&e));
-        return ExitCode::FAILURE;
-    }
+    let traces = cli.traces();
+    // Held to the end: dropping it flushes the traces not exported yet.
+    let _traces = match inrun::telemetry::init(&cli.log_filter(), cli.json_logs(), traces.as_ref())
+    {
+        Ok(guard) => guard,
+        Err(e) => {
+            // Logging is not up: say it where the user looks.
+            eprintln!("error: {}", inrun::errors::chain(&e));
+            return ExitCode::FAILURE;
+        }
+    };
     match cli::execute(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

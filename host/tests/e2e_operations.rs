@@ -3,7 +3,7 @@
 //! controller-runtime's names, labels and buckets, probes answer as controller-runtime's
 //! (a standby is ready), `/blueprint` matches
 //! the file, the console renders in Chromium, leader election hands over between two
-//! `inrun run` processes. The Helm chart's tests are in `e2e_chart.rs`.
+//! `inrun run` processes, a reconcile is one OpenTelemetry trace at an OTLP receiver. The Helm chart's tests are in `e2e_chart.rs`.
 
 mod support;
 
@@ -1523,5 +1523,182 @@ spec:
         "{loaded}"
     );
     eprintln!("healthz answered {healthy_after:?} after start; ready after {ready_after:?}");
+    Ok(())
+}
+
+/// What an OTLP receiver got: every span, as the protocol's own types decode it.
+type Received = Arc<std::sync::Mutex<Vec<opentelemetry_proto::tonic::trace::v1::Span>>>;
+
+/// An OTLP/HTTP traces receiver on 127.0.0.1 (`POST /v1/traces`, protobuf); its base URL.
+async fn otlp_receiver(received: Received) -> String {
+    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+    let app = axum::Router::new().route(
+        "/v1/traces",
+        axum::routing::post(move |body: axum::body::Bytes| {
+            let received = received.clone();
+            async move {
+                let request: ExportTraceServiceRequest =
+                    prost::Message::decode(body).expect("an OTLP traces request");
+                let mut spans = received.lock().expect("lock");
+                for resource in request.resource_spans {
+                    for scope in resource.scope_spans {
+                        spans.extend(scope.spans);
+                    }
+                }
+                axum::http::StatusCode::OK
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    format!("http://{addr}")
+}
+
+/// A span attribute's text.
+fn attribute(span: &opentelemetry_proto::tonic::trace::v1::Span, key: &str) -> Option<String> {
+    use opentelemetry_proto::tonic::common::v1::any_value::Value;
+    span.attributes
+        .iter()
+        .find(|a| a.key == key)
+        .and_then(|a| a.value.as_ref()?.value.as_ref())
+        .map(|v| match v {
+            Value::StringValue(s) => s.clone(),
+            Value::IntValue(i) => i.to_string(),
+            other => format!("{other:?}"),
+        })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reconcile_is_one_trace_at_an_otlp_receiver_with_its_steps_and_api_writes() -> TestResult
+{
+    let cp = ControlPlane::shared();
+    let group = unique_group("traced");
+    let ns = cp.namespace("traced").await?;
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("blueprint.yaml");
+    let lease = "inrun-traced";
+    std::fs::write(&path, lease_blueprint(&group, &ns, lease))?;
+    host_kubeconfig(&path, dir.path(), lease).await;
+    let received = Received::default();
+    let endpoint = otlp_receiver(received.clone()).await;
+    let _host = Process::spawn_with(
+        &path,
+        dir.path(),
+        "traced",
+        &[
+            ("INRUN_OTLP_ENDPOINT", endpoint.as_str()),
+            // The batch goes out within a fifth of a second, not the default five.
+            ("OTEL_BSP_SCHEDULE_DELAY", "200"),
+            ("INRUN_LOG", "info,inrun_runtime=debug"),
+            ("NO_COLOR", "1"),
+        ],
+    );
+    until_holder(&ns, lease, "traced", WAIT).await;
+    let ar = resource(&group, "Note");
+    apply_cr(
+        &ar,
+        &ns,
+        &format!("apiVersion: {group}/v1alpha1\nkind: Note\nmetadata: {{name: first}}\nspec: {{text: hi}}\n"),
+    )
+    .await;
+    // The reconcile's span and everything under it, once its status write is in.
+    let found = || {
+        let spans = received.lock().expect("lock").clone();
+        let root = spans.iter().find(|s| {
+            s.name == "reconcile"
+                && s.parent_span_id.is_empty()
+                && attribute(s, "object.ref").is_some_and(|r| r.ends_with(&format!("{ns}/first")))
+        })?;
+        let trace: Vec<_> = spans
+            .iter()
+            .filter(|s| s.trace_id == root.trace_id)
+            .cloned()
+            .collect();
+        trace
+            .iter()
+            .any(|s| s.name == "status")
+            .then(|| (root.clone(), trace))
+    };
+    let deadline = std::time::Instant::now() + WAIT;
+    let (root, trace) = loop {
+        if let Some(found) = found() {
+            break found;
+        }
+        if std::time::Instant::now() > deadline {
+            let spans = received.lock().expect("lock").clone();
+            panic!(
+                "no trace of the reconcile; {} span(s) received: {:?}\nhost log:\n{}",
+                spans.len(),
+                spans
+                    .iter()
+                    .map(|s| (
+                        s.name.clone(),
+                        attribute(s, "object.ref"),
+                        s.parent_span_id.len()
+                    ))
+                    .collect::<Vec<_>>(),
+                std::fs::read_to_string(dir.path().join("traced.log")).unwrap_or_default()
+            );
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    let names: std::collections::BTreeSet<&str> = trace.iter().map(|s| s.name.as_str()).collect();
+    for step in [
+        "maintain",
+        "reconciler",
+        "apply",
+        "readiness",
+        "status",
+        "k8s.write",
+    ] {
+        assert!(names.contains(step), "{step} missing from {names:?}");
+    }
+    // Every span hangs from the reconcile, through its parents.
+    let by_id: std::collections::HashMap<&[u8], &opentelemetry_proto::tonic::trace::v1::Span> =
+        trace.iter().map(|s| (s.span_id.as_slice(), s)).collect();
+    for span in &trace {
+        let mut at = span;
+        while !at.parent_span_id.is_empty() {
+            at = by_id
+                .get(at.parent_span_id.as_slice())
+                .unwrap_or_else(|| panic!("{}'s parent is not in the trace", span.name));
+        }
+        assert_eq!(
+            at.span_id, root.span_id,
+            "{} is not under the reconcile",
+            span.name
+        );
+    }
+    // The writes: the finalizer apply, the ConfigMap (created: 201), the status, the
+    // event; each with its verb and answer.
+    let writes: Vec<_> = trace
+        .iter()
+        .filter(|s| s.name == "k8s.write")
+        .map(|s| {
+            (
+                attribute(s, "http.request.method").unwrap_or_default(),
+                attribute(s, "url.path").unwrap_or_default(),
+                attribute(s, "http.response.status_code").unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert!(
+        writes
+            .iter()
+            .any(|(m, p, c)| m == "PATCH" && p.ends_with("/configmaps/first") && c == "201"),
+        "{writes:?}"
+    );
+    assert!(
+        writes
+            .iter()
+            .any(|(m, p, _)| m == "PATCH" && p.ends_with("/notes/first/status")),
+        "{writes:?}"
+    );
+    // The reconcile's log lines carry the trace id the receiver shows.
+    let id: String = root.trace_id.iter().map(|b| format!("{b:02x}")).collect();
+    until_logged(&dir.path().join("traced.log"), &format!("trace_id={id}")).await;
     Ok(())
 }

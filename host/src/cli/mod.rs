@@ -53,6 +53,19 @@ impl Cli {
         self.filter_with(std::env::var("RUST_LOG").ok())
     }
 
+    /// Where `inrun run` exports its traces (`--otlp-endpoint`, or the standard `OTEL_*`
+    /// variables); `None` for every other command and without an endpoint.
+    pub fn traces(&self) -> Option<inrun::telemetry::Traces> {
+        match &self.command {
+            Command::Run(args) => inrun::telemetry::Traces::resolve(
+                args.otlp_endpoint.as_deref(),
+                args.otlp_sample_ratio,
+                |k| std::env::var(k).ok(),
+            ),
+            _ => None,
+        }
+    }
+
     fn filter_with(&self, rust_log: Option<String>) -> String {
         if let Some(filter) = &self.log {
             return filter.clone();

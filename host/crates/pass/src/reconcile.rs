@@ -4,6 +4,7 @@
 //! ([`held_back`], [`refuse`]) and the status writes every step shares.
 
 use serde_json::{Map, Value};
+use tracing::Instrument;
 
 use inrun_contract::{Outcome, Request};
 use inrun_reconcilers::plan::{Next, ReconcilePlan};
@@ -92,7 +93,10 @@ pub(crate) async fn reconcile(p: Pass<'_>, fx: &mut dyn Effects) -> Result<Done,
 
     // 3. Maintain: finalizers and managed labels before anything is written for the CR;
     // a cleanup that is due deletes it.
-    if let Some(done) = maintain(p, fx).await? {
+    if let Some(done) = maintain(p, fx)
+        .instrument(tracing::debug_span!("maintain"))
+        .await?
+    {
         return Ok(done);
     }
 
@@ -111,13 +115,18 @@ pub(crate) async fn reconcile(p: Pass<'_>, fx: &mut dyn Effects) -> Result<Done,
         return waiting(p, fx, fields, on).await;
     }
     // 6a. Readiness: every child's state, by the kind's rules or its `readyWhen`.
-    let states = match assess(fx, rplan, &settled.outcome.resources, settled.children).await {
+    let states = match assess(fx, rplan, &settled.outcome.resources, settled.children)
+        .instrument(tracing::debug_span!("readiness"))
+        .await
+    {
         Ok(states) => states,
         Err(f) => return Err(failed(p, fx, &args_ctx, f).await),
     };
     let summary = format!("applied {} resource(s)", settled.outcome.resources.len());
     let verdict = readiness::verdict(&states, summary.clone(), namespace(p.object));
-    let status = write_status(p, fx, fields, &verdict).await?;
+    let status = write_status(p, fx, fields, &verdict)
+        .instrument(tracing::debug_span!("status"))
+        .await?;
     if status == StatusWrite::Stale {
         return Ok(Done::after(STALE_RETRY));
     }
@@ -341,9 +350,22 @@ async fn reconcile_and_apply(
     rplan: &ReconcilePlan,
     req: &Request,
 ) -> Result<Settled, Failure> {
-    let outcome = rplan.reconciler.reconcile(req).await?;
+    let outcome = rplan
+        .reconciler
+        .reconcile(req)
+        .instrument(tracing::debug_span!(
+            "reconciler",
+            reconciler.kind = %rplan.reconciler.kind()
+        ))
+        .await?;
     rplan.fence(&outcome, namespace(p.object))?;
-    let applied = fx.apply(&rplan.spec, &outcome.resources, true).await?;
+    let applied = fx
+        .apply(&rplan.spec, &outcome.resources, true)
+        .instrument(tracing::debug_span!(
+            "apply",
+            resources = outcome.resources.len()
+        ))
+        .await?;
     let mut written = applied.written;
     let mut prune_blocked = false;
     let prune = &rplan.spec.prune;
@@ -351,7 +373,10 @@ async fn reconcile_and_apply(
         && prune.enabled
         && (!outcome.resources.is_empty() || prune.allow_empty)
     {
-        let pruned = fx.prune(&rplan.spec, &applied.keys).await?;
+        let pruned = fx
+            .prune(&rplan.spec, &applied.keys)
+            .instrument(tracing::debug_span!("prune"))
+            .await?;
         for child in &pruned.deleted {
             fx.record(
                 Reason::Pruned,

@@ -248,6 +248,19 @@ impl Remote {
     }
 }
 
+/// `url` as a span may show it: no user information, no query.
+fn shown_url(url: &str) -> String {
+    let url = url.split(['?', '#']).next().unwrap_or_default();
+    match url.split_once("://") {
+        Some((scheme, rest)) => {
+            let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+            let host = authority.rsplit('@').next().unwrap_or(authority);
+            format!("{scheme}://{host}{path}")
+        }
+        None => url.to_string(),
+    }
+}
+
 #[async_trait]
 impl Reconciler for Remote {
     fn kind(&self) -> ReconcilerKind {
@@ -255,7 +268,8 @@ impl Reconciler for Remote {
     }
 
     async fn reconcile(&self, req: &Request) -> Result<Outcome, ReconcileError> {
-        let outcome = self.call(req).await?;
+        let span = tracing::debug_span!("remote.call", url.full = %shown_url(&self.endpoint));
+        let outcome = tracing::Instrument::instrument(self.call(req), span).await?;
         finish(outcome, req)
     }
 }
@@ -266,6 +280,15 @@ pub(crate) mod tests {
     use crate::http::http_client;
     use crate::secrets::StaticSecrets;
     use serde_json::json;
+
+    #[test]
+    fn a_remote_url_is_shown_without_credentials_or_query() {
+        assert_eq!(
+            shown_url("https://user:token@svc.example:8443/reconcile?key=secret#x"),
+            "https://svc.example:8443/reconcile"
+        );
+        assert_eq!(shown_url("http://10.0.0.1"), "http://10.0.0.1");
+    }
 
     fn remote() -> Remote {
         let spec = RemoteSpec {

@@ -2,6 +2,7 @@
 //! hooks (templates first, then each hook function in Blueprint order).
 
 use async_trait::async_trait;
+use tracing::Instrument;
 
 use super::{ReconcileError, Reconciler, ReconcilerKind, declarative::Declarative, finish};
 use std::sync::Arc;
@@ -51,9 +52,24 @@ impl Reconciler for Constructor {
 
     async fn reconcile(&self, req: &Request) -> Result<Outcome, ReconcileError> {
         let plugin = self.slot.current();
-        let outcome = plugin.reconcile(req, &self.limits, &self.grants).await?;
+        let span = plugin_span(&plugin, "reconcile");
+        let outcome = plugin
+            .reconcile(req, &self.limits, &self.grants)
+            .instrument(span)
+            .await?;
         finish(outcome, req)
     }
+}
+
+/// The span of one call of `plugin`'s `function`.
+fn plugin_span(plugin: &Plugin, function: &str) -> tracing::Span {
+    let id = plugin.id();
+    tracing::debug_span!(
+        "plugin.call",
+        plugin.name = %id.name,
+        plugin.digest = %id.digest_ref(),
+        plugin.function = %function,
+    )
 }
 
 /// One hook function of one component, with its limits.
@@ -105,10 +121,11 @@ impl Reconciler for Hooks {
         let rendered = self.templates.reconcile(req).await?;
         let mut outcome = rendered;
         for hook in &self.hooks {
-            outcome = hook
-                .slot
-                .current()
+            let plugin = hook.slot.current();
+            let span = plugin_span(&plugin, &hook.function);
+            outcome = plugin
                 .call_hook(&hook.function, req, &outcome, &hook.limits, &hook.grants)
+                .instrument(span)
                 .await?;
         }
         finish(outcome, req)

@@ -353,6 +353,14 @@ where
                     None => std::future::pending().await,
                 }
             };
+            // One span per write, under the reconcile that makes it.
+            let span = tracing::debug_span!(
+                "k8s.write",
+                http.request.method = %method,
+                url.path = %path,
+                http.response.status_code = tracing::field::Empty,
+            );
+            let call = tracing::Instrument::instrument(call, span.clone());
             let done = tokio::select! {
                 biased;
                 // Dropping the call abandons the request, whatever it had sent.
@@ -363,6 +371,9 @@ where
                 done = call => done,
             };
             drop(admitted);
+            if let Ok(answer) = &done {
+                span.record("http.response.status_code", answer.status().as_u16());
+            }
             done
         })
     }

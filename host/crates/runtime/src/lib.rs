@@ -62,6 +62,12 @@ pub mod settings;
 pub mod sharding;
 
 /// The module's former name, kept for callers outside this crate.
+/// Reads the trace id of a span when the process exports traces (set once at start-up by
+/// whoever installed the exporter): each reconcile's span records it, so its log lines
+/// carry the id the collector shows.
+pub static TRACE_ID: std::sync::OnceLock<fn(&tracing::Span) -> Option<String>> =
+    std::sync::OnceLock::new();
+
 pub use apply::APPLIED_HASH;
 pub use cache::WatchCache;
 pub use cached::{

@@ -72,7 +72,12 @@ pub async fn reconcile(cached: Arc<CachedCr>, ctx: Arc<Ctx>) -> Result<Action, R
         object.ref = %format!("{}/{}", ctx.cr_resource.kind, key),
         reconciler.kind = %plan.reconciler.kind(),
         plugin.digest = %serving.first().map_or("-", |p| p.id().digest.as_str()),
+        inrun.crd = %ctx.plan().spec.crd_name(),
+        trace_id = tracing::field::Empty,
     );
+    if let Some(id) = crate::TRACE_ID.get().and_then(|read| read(&span)) {
+        span.record("trace_id", tracing::field::display(id));
+    }
     let in_flight = ctx.queue.started(&key);
     let plugins: Vec<String> = serving.iter().map(|p| p.id().name.clone()).collect();
     let work = async {

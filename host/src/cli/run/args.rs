@@ -217,6 +217,14 @@ pub struct RunArgs {
     /// each CR), or `auto` (`selector` when the server honours it, else `labels`).
     #[arg(long, env = "INRUN_SHARDING_WATCH")]
     pub sharding_watch: Option<inrun::blueprint::ShardWatch>,
+    /// Export traces (one a reconcile: its steps, plugin calls and API writes) by OTLP over
+    /// HTTP to this collector (`/v1/traces` is added); else `OTEL_EXPORTER_OTLP_ENDPOINT`
+    /// or `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`. Off when none is given.
+    #[arg(long, env = "INRUN_OTLP_ENDPOINT")]
+    pub otlp_endpoint: Option<String>,
+    /// The share of reconciles traced, 0 to 1 (default 1; else `OTEL_TRACES_SAMPLER_ARG`).
+    #[arg(long, env = "INRUN_OTLP_SAMPLE_RATIO")]
+    pub otlp_sample_ratio: Option<f64>,
     /// This replica's identity for events and the Lease (default: hostname and process id).
     #[arg(long, env = "INRUN_IDENTITY")]
     pub identity: Option<String>,
