@@ -1645,6 +1645,11 @@ async fn a_reconcile_is_one_trace_at_an_otlp_receiver_with_its_steps_and_api_wri
         }
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     };
+    // The tenant: the Blueprint that serves the CR.
+    assert_eq!(
+        attribute(&root, "inrun.blueprint").as_deref(),
+        Some("leader")
+    );
     let names: std::collections::BTreeSet<&str> = trace.iter().map(|s| s.name.as_str()).collect();
     for step in [
         "maintain",

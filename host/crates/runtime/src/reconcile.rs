@@ -73,6 +73,7 @@ pub async fn reconcile(cached: Arc<CachedCr>, ctx: Arc<Ctx>) -> Result<Action, R
         reconciler.kind = %plan.reconciler.kind(),
         plugin.digest = %serving.first().map_or("-", |p| p.id().digest.as_str()),
         inrun.crd = %ctx.plan().spec.crd_name(),
+        inrun.blueprint = %ctx.assembly.blueprint.metadata.name,
         trace_id = tracing::field::Empty,
     );
     if let Some(id) = crate::TRACE_ID.get().and_then(|read| read(&span)) {
