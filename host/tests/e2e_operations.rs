@@ -245,7 +245,7 @@ async fn metrics_move_with_reconciles_and_blueprint_matches_the_loaded_file() ->
     assert_eq!(own, call(&console, "/blueprint").await.1);
     let without = inrun::server::probes(state.clone(), false);
     assert_eq!(call(&without, "/blueprint").await.0, 404);
-    for path in ["/", "/state", "/tenants"] {
+    for path in ["/", "/state", "/tenants", "/crs"] {
         assert_eq!(
             call(&router, path).await.0,
             404,
@@ -388,25 +388,75 @@ async fn the_console_shows_crds_and_kinds_in_chromium() -> TestResult {
     let (stop_tx, stop_rx) = watch::channel(false);
     let routes = inrun::server::console(state);
     let (addr, server) = inrun::server::bind(([127, 0, 0, 1], 0).into(), routes, stop_rx).await?;
-    let profile = tempfile::tempdir()?;
-    let output = tokio::process::Command::new("chromium")
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-background-networking",
-            "--disable-dev-shm-usage",
-            "--virtual-time-budget=3000",
-            "--dump-dom",
-        ])
-        .arg(format!("--user-data-dir={}", profile.path().display()))
-        .arg(format!("http://{addr}/"))
-        .kill_on_drop(true)
-        .output()
-        .await
-        .unwrap_or_else(|e| panic!("running chromium (tests/services/install-chromium.sh): {e}"));
-    let dom = String::from_utf8_lossy(&output.stdout);
+    // A CR whose Deployment never rolls out here (no controller manager) beside a Service
+    // that is current: the CR's page draws both under it.
+    let ns = ControlPlane::shared().namespace("console").await?;
+    let ar = resource(&group, "WebApp");
+    apply_cr(&ar, &ns, &webapp_cr(&group, "shop")).await;
+    eventually("the CR's children recorded in its status", || async {
+        let cr = get(&ar, Some(&ns), "shop").await?;
+        cr.data["status"]["resources"]
+            .as_array()
+            .is_some_and(|r| r.len() == 2)
+            .then_some(())
+    })
+    .await;
     let crd = format!("webapps.{group}");
+    let page = format!("http://{addr}/#cr={crd}/{ns}/shop");
+    let chromium = |extra: &[String]| {
+        let profile = tempfile::tempdir().expect("profile");
+        let mut command = tokio::process::Command::new("chromium");
+        command
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-dev-shm-usage",
+                "--virtual-time-budget=3000",
+            ])
+            .args(extra)
+            .arg(format!("--user-data-dir={}", profile.path().display()))
+            .arg(&page)
+            .kill_on_drop(true);
+        async move {
+            let output = command.output().await.unwrap_or_else(|e| {
+                panic!("running chromium (tests/services/install-chromium.sh): {e}")
+            });
+            drop(profile);
+            output
+        }
+    };
+    let output = chromium(&["--dump-dom".to_string()]).await;
+    let dom = String::from_utf8_lossy(&output.stdout);
+    // The CR in the list, and its page: the tree with each child's state.
+    assert!(
+        dom.contains(&format!("<td>WebApp/shop</td><td>{ns}</td>")),
+        "the CR is not listed: {dom}"
+    );
+    assert!(
+        dom.contains(&format!("<h2 id=\"cr-title\">WebApp/shop in {ns}</h2>")),
+        "{dom}"
+    );
+    for (child, state) in [
+        ("Deployment/shop", "InProgress"),
+        ("Service/shop", "Current"),
+    ] {
+        let drawn = format!("─ {child}  </span><span class=\"{state}\">{state}</span>");
+        assert!(dom.contains(&drawn), "{drawn} not in the tree: {dom}");
+    }
+    // A screenshot of the page, kept with the test's build output.
+    let shot = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("console-cr.png");
+    chromium(&[
+        format!("--screenshot={}", shot.display()),
+        "--window-size=1280,1100".to_string(),
+    ])
+    .await;
+    assert!(
+        shot.metadata().is_ok_and(|m| m.len() > 0),
+        "no screenshot at {}",
+        shot.display()
+    );
     // Present only after the page's script fetched /blueprint and filled the table.
     assert!(
         dom.contains(&format!(

@@ -159,6 +159,7 @@ pub fn console(state: State) -> Router {
         .route("/blueprint", get(blueprint))
         .route("/state", get(live_state))
         .route("/tenants", get(tenants))
+        .route("/crs", get(crs))
         .with_state(state)
 }
 
@@ -245,6 +246,11 @@ async fn own_blueprint(Extract(state): Extract<State>) -> Response {
 
 async fn tenants(Extract(state): Extract<State>) -> Response {
     axum::Json(state.serving.tenants()).into_response()
+}
+
+/// The CRs the controllers cache, each with its Ready condition and children.
+async fn crs(Extract(state): Extract<State>) -> Response {
+    axum::Json(state.metrics.crs()).into_response()
 }
 
 async fn live_state(Extract(state): Extract<State>) -> Response {

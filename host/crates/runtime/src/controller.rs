@@ -374,6 +374,7 @@ async fn run_until_stopped(running: Running) {
     let watches = watches.spawn(&ctx);
     health.controller_running(true);
     metrics.controller_started(&name);
+    let cache = metrics.cr_cache(&name, synced.clone());
     let running = queue.run();
     tracing::debug!(crd = %name, "controller started");
     let mut stop_on = stop.clone();
@@ -402,6 +403,7 @@ async fn run_until_stopped(running: Running) {
         watch.abort();
     }
     health.controller_running(false);
+    metrics.cr_cache_gone(&name, cache);
     if counted.load(Ordering::Relaxed) {
         health.cache_synced(false);
     }

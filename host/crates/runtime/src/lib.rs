@@ -45,6 +45,7 @@ mod triggers;
 pub mod access;
 mod cache;
 pub mod crds;
+pub mod crs_view;
 pub mod fence;
 pub mod fleet;
 pub mod impersonation;

@@ -232,6 +232,17 @@ struct TenantSeries {
 #[derive(Default)]
 struct Console {
     controllers: BTreeSet<String>,
+    /// Each running controller's cache of its CRs, by CRD: what the console's CR views
+    /// read.
+    crs: BTreeMap<
+        String,
+        (
+            u64,
+            kube::runtime::reflector::Store<crate::cached::CachedCr>,
+        ),
+    >,
+    /// The last number given to a cache in `crs`.
+    caches: u64,
     recent: VecDeque<ReconcileRecord>,
     errors: VecDeque<ReconcileRecord>,
     plugin_failures: VecDeque<ReconcileRecord>,
@@ -514,6 +525,48 @@ impl Metrics {
     /// first reconcile ends.
     pub fn controller_started(&self, controller: &str) {
         self.console().controllers.insert(controller.to_string());
+    }
+
+    /// The cache of the CRs of the controller `controller`, which runs from now on, for
+    /// the console's CR views; returns its number for [`Metrics::cr_cache_gone`].
+    pub fn cr_cache(
+        &self,
+        controller: &str,
+        crs: kube::runtime::reflector::Store<crate::cached::CachedCr>,
+    ) -> u64 {
+        let mut console = self.console();
+        console.caches += 1;
+        let number = console.caches;
+        console.crs.insert(controller.to_string(), (number, crs));
+        number
+    }
+
+    /// The controller whose cache got `number` stopped: its CRs go from the console,
+    /// unless a controller started since (a reload, a takeover) put its own in place.
+    pub fn cr_cache_gone(&self, controller: &str, number: u64) {
+        let mut console = self.console();
+        if console
+            .crs
+            .get(controller)
+            .is_some_and(|(n, _)| *n == number)
+        {
+            console.crs.remove(controller);
+        }
+    }
+
+    /// The CRs the running controllers cache, as the console shows them
+    /// ([`crate::crs_view`]), by CRD.
+    pub fn crs(&self) -> Vec<crate::crs_view::CrView> {
+        let caches: Vec<_> = self
+            .console()
+            .crs
+            .iter()
+            .map(|(crd, (_, crs))| (crd.clone(), crs.clone()))
+            .collect();
+        caches
+            .iter()
+            .flat_map(|(crd, crs)| crate::crs_view::views(crd, crs))
+            .collect()
     }
 
     /// The controller `controller` stopped for good (its CRD left its tenant's Blueprint,

@@ -1,0 +1,139 @@
+//! What the console shows of the CRs: each CR the controllers cache, with its Ready
+//! condition and the children its last pass recorded (`status.resources`, each with its
+//! state), read from the cache the controllers keep anyway — a view costs the API server
+//! nothing.
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::cached::CachedCr;
+
+/// The CRs shown per CRD at most (the first, by namespace and name).
+pub const SHOWN_PER_CRD: usize = 500;
+
+/// One CR as the console shows it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CrView {
+    /// Its CRD (`plural.group`).
+    pub crd: String,
+    /// Its kind.
+    pub kind: String,
+    /// Its namespace; `None` for a cluster-scoped CR.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// Its name.
+    pub name: String,
+    /// The Ready condition's status (`True`, `False`, `Unknown`); `Unknown` before the
+    /// host wrote one.
+    pub ready: String,
+    /// The Ready condition's reason.
+    pub reason: String,
+    /// The Ready condition's message, whole.
+    pub message: String,
+    /// `observedGeneration/generation`.
+    pub generation: String,
+    /// Whether it is being deleted.
+    pub deleting: bool,
+    /// Its children as its last pass recorded them: apiVersion, kind, name, namespace,
+    /// state (`Current`, `InProgress`, `Failed`) and message.
+    pub children: Vec<Value>,
+}
+
+/// `cr` of the CRD `crd`, as the console shows it.
+pub fn view(crd: &str, cr: &CachedCr) -> CrView {
+    let object = cr.value();
+    let text = |v: &Value, pointer: &str| {
+        v.pointer(pointer)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string()
+    };
+    let ready = object
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .and_then(|c| c.iter().find(|c| c["type"] == "Ready"))
+        .cloned()
+        .unwrap_or(Value::Null);
+    let generation = |pointer: &str| {
+        object
+            .pointer(pointer)
+            .and_then(Value::as_i64)
+            .map_or_else(|| "-".to_string(), |g| g.to_string())
+    };
+    CrView {
+        crd: crd.to_string(),
+        kind: text(&object, "/kind"),
+        namespace: cr.metadata.namespace.clone(),
+        name: cr.metadata.name.clone().unwrap_or_default(),
+        ready: Some(text(&ready, "/status"))
+            .filter(|s| !s.is_empty())
+            .unwrap_or_else(|| "Unknown".into()),
+        reason: text(&ready, "/reason"),
+        message: text(&ready, "/message"),
+        generation: format!(
+            "{}/{}",
+            generation("/status/observedGeneration"),
+            generation("/metadata/generation")
+        ),
+        deleting: cr.metadata.deletion_timestamp.is_some(),
+        children: object
+            .pointer("/status/resources")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default(),
+    }
+}
+
+/// Every CR of `crs` (a controller's cache of the CRD `crd`), sorted by namespace and
+/// name, [`SHOWN_PER_CRD`] at most.
+pub fn views(crd: &str, crs: &kube::runtime::reflector::Store<CachedCr>) -> Vec<CrView> {
+    let mut all = crs.state();
+    all.sort_by(|a, b| {
+        (&a.metadata.namespace, &a.metadata.name).cmp(&(&b.metadata.namespace, &b.metadata.name))
+    });
+    all.iter()
+        .take(SHOWN_PER_CRD)
+        .map(|cr| view(crd, cr))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_cr_shows_its_ready_condition_and_the_children_its_pass_recorded() {
+        let cr: CachedCr = serde_json::from_value(json!({
+            "apiVersion": "demo.inrun.dev/v1", "kind": "WebApp",
+            "metadata": {"name": "shop", "namespace": "team-a", "generation": 2},
+            "spec": {"replicas": 2},
+            "status": {"observedGeneration": 2,
+                "conditions": [{"type": "Ready", "status": "False", "reason": "Progressing",
+                                "message": "Deployment shop: 0/2 replicas available"}],
+                "resources": [
+                    {"apiVersion": "v1", "kind": "Service", "name": "shop", "state": "Current"},
+                    {"apiVersion": "apps/v1", "kind": "Deployment", "name": "shop",
+                     "state": "InProgress", "message": "0/2 replicas available"}]},
+        }))
+        .expect("a CR");
+        let v = view("webapps.demo.inrun.dev", &cr);
+        assert_eq!(
+            (v.ready.as_str(), v.reason.as_str(), v.generation.as_str()),
+            ("False", "Progressing", "2/2")
+        );
+        assert_eq!(v.message, "Deployment shop: 0/2 replicas available");
+        assert_eq!(v.children[1]["state"], "InProgress");
+        let new: CachedCr = serde_json::from_value(json!({
+            "apiVersion": "demo.inrun.dev/v1", "kind": "WebApp",
+            "metadata": {"name": "fresh", "namespace": "team-a", "generation": 1},
+        }))
+        .expect("a CR");
+        let v = view("webapps.demo.inrun.dev", &new);
+        assert_eq!(
+            (v.ready.as_str(), v.generation.as_str()),
+            ("Unknown", "-/1")
+        );
+        assert!(v.children.is_empty());
+    }
+}
