@@ -76,7 +76,9 @@ impl Drop for Guard {
 /// cranelift are held at `warn` unless the filter names them. With `traces`, the host's
 /// own spans (the reconcile, and under it at `debug` its steps, plugin calls and API
 /// writes) and its events at `info` and above also go to the collector, whatever the log
-/// filter, and each reconcile's log lines carry its `trace_id`.
+/// filter, and each reconcile's log lines carry its `trace_id`. Whatever is asked, the
+/// host's spans feed each reconcile's timeline on the console
+/// ([`crate::runtime::timeline`]).
 ///
 /// # Errors
 /// A filter that is not valid, with why: the command refuses to run rather than log less
@@ -114,8 +116,13 @@ pub fn init(filter: &str, json: bool, traces: Option<&Traces>) -> Result<Guard, 
     if provider.is_some() {
         let _ = crate::runtime::TRACE_ID.set(trace_id);
     }
+    // Each reconcile's steps for the console's timeline: the host's own spans only.
+    let timeline = crate::runtime::timeline::Layer.with_filter(filter_fn(|meta| {
+        meta.is_span() && meta.target().starts_with("inrun")
+    }));
     let _ = Registry::default()
         .with(fmt.with_filter(filter))
+        .with(timeline)
         .with(otel)
         .try_init();
     Ok(Guard(provider))

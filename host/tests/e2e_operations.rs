@@ -381,6 +381,20 @@ async fn metrics_move_with_reconciles_and_blueprint_matches_the_loaded_file() ->
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_console_shows_crds_and_kinds_in_chromium() -> TestResult {
+    // What `inrun run` installs for the console's timelines (this process's only
+    // subscriber: no other test here installs one).
+    {
+        use tracing_subscriber::Layer as _;
+        use tracing_subscriber::layer::SubscriberExt;
+        use tracing_subscriber::util::SubscriberInitExt;
+        let _ = tracing_subscriber::registry()
+            .with(inrun::runtime::timeline::Layer.with_filter(
+                tracing_subscriber::filter::filter_fn(|m| {
+                    m.is_span() && m.target().starts_with("inrun")
+                }),
+            ))
+            .try_init();
+    }
     let group = unique_group("console");
     let text = webapp_blueprint(&group, "");
     let host = start(&text, generated(&text).await, true).await;
@@ -444,6 +458,18 @@ async fn the_console_shows_crds_and_kinds_in_chromium() -> TestResult {
     ] {
         let drawn = format!("─ {child}  </span><span class=\"{state}\">{state}</span>");
         assert!(dom.contains(&drawn), "{drawn} not in the tree: {dom}");
+    }
+    // Its reconcile's timeline: the pass's steps and the plugin call under them (the
+    // writes show too where the client is `inrun run`'s, whose fence layer makes their
+    // spans: `a_reconcile_is_one_trace_at_an_otlp_receiver_with_its_steps_and_api_writes`).
+    for step in [
+        ">maintain ",
+        ">reconciler ",
+        "plugin.call inrun_plugin_webapp.reconcile",
+        ">apply ",
+        ">status ",
+    ] {
+        assert!(dom.contains(step), "{step} not in the timeline: {dom}");
     }
     // A screenshot of the page, kept with the test's build output.
     let shot = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("console-cr.png");

@@ -61,6 +61,7 @@ pub mod leader;
 pub mod metrics;
 pub mod settings;
 pub mod sharding;
+pub mod timeline;
 
 /// The module's former name, kept for callers outside this crate.
 /// Reads the trace id of a span when the process exports traces (set once at start-up by

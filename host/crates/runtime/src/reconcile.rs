@@ -194,6 +194,7 @@ fn record_finished(
             result: ReconcileResult::classify(failed, ended.requested),
             error: ended.error,
             panicked: ended.panicked,
+            timeline: crate::timeline::current(),
         },
     );
     if failed {

@@ -607,6 +607,7 @@ impl WorkQueue {
             key: key.to_string(),
             at: now,
             done: false,
+            waited,
         }
     }
 
@@ -640,9 +641,17 @@ pub struct InFlight {
     key: String,
     at: Instant,
     done: bool,
+    /// How long the CR waited in the queue before it started (`None`: started by
+    /// something the queue was not told of).
+    waited: Option<Duration>,
 }
 
 impl InFlight {
+    /// How long the CR waited in the queue before this reconcile started.
+    pub fn waited(&self) -> Option<Duration> {
+        self.waited
+    }
+
     /// Records how the reconcile ended; `panicked`: it panicked (and was caught).
     /// Returns how long it took.
     pub(super) fn finish(self, result: ReconcileResult, panicked: bool) -> Duration {

@@ -64,6 +64,12 @@ pub struct ReconcileRecord {
     /// The plugins that serve the CR.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub plugins: Vec<String>,
+    /// How long the CR waited in the queue first, in milliseconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub queue_wait_ms: Option<f64>,
+    /// What the reconcile did, step by step ([`crate::timeline`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub timeline: Vec<crate::timeline::Step>,
 }
 
 /// What the console shows beside the Blueprint.
@@ -117,6 +123,8 @@ pub struct Finished<'a> {
     pub error: Option<&'a (dyn std::error::Error + 'static)>,
     /// Whether it panicked (the panic was caught and is the error).
     pub panicked: bool,
+    /// What it did, step by step.
+    pub timeline: Vec<crate::timeline::Step>,
 }
 
 /// A plugin of a tenant: plugin names come from the tenant's Blueprint (a location's file
@@ -674,6 +682,7 @@ impl Metrics {
     /// Records how a reconcile ended.
     pub fn reconcile_finished(&self, in_flight: InFlight, done: Finished<'_>) {
         let controller = in_flight.controller().to_string();
+        let waited = in_flight.waited();
         let elapsed = in_flight.finish(done.result, done.panicked);
         let record = ReconcileRecord {
             at_ms: SystemTime::now()
@@ -686,6 +695,8 @@ impl Metrics {
             error: done.error.map(inrun_contract::errors::chain),
             duration_ms: elapsed.as_secs_f64() * 1000.0,
             plugins: done.plugins.to_vec(),
+            queue_wait_ms: waited.map(|w| w.as_secs_f64() * 1000.0),
+            timeline: done.timeline,
         };
         let mut console = self.console();
         if record.error.is_some() {
@@ -1032,6 +1043,7 @@ mod tests {
                 result: ReconcileResult::Error,
                 error: Some(&boom),
                 panicked: false,
+                timeline: Vec::new(),
             },
         );
         m.reconcile_finished(
@@ -1042,6 +1054,7 @@ mod tests {
                 result: ReconcileResult::RequeueAfter,
                 error: None,
                 panicked: false,
+                timeline: Vec::new(),
             },
         );
         assert_eq!(m.reconciles("webapps.example.dev", "error"), 1);
@@ -1175,6 +1188,7 @@ mod tests {
                 result: ReconcileResult::Success,
                 error: None,
                 panicked: false,
+                timeline: Vec::new(),
             },
         );
         // Taken over by another tenant before the first was retired: kept.
