@@ -459,6 +459,15 @@ async fn the_console_shows_crds_and_kinds_in_chromium() -> TestResult {
         let drawn = format!("─ {child}  </span><span class=\"{state}\">{state}</span>");
         assert!(dom.contains(&drawn), "{drawn} not in the tree: {dom}");
     }
+    // The plugin's calls, charted over the page's readings.
+    assert!(
+        dom.contains("<td>(host)</td><td>inrun_plugin_webapp</td><td>1</td><td>0</td>"),
+        "the plugin's calls: {dom}"
+    );
+    assert!(
+        dom.contains("<svg width=\"180\" height=\"28\" class=\"spark\">"),
+        "{dom}"
+    );
     // Its reconcile's timeline: the pass's steps and the plugin call under them (the
     // writes show too where the client is `inrun run`'s, whose fence layer makes their
     // spans: `a_reconcile_is_one_trace_at_an_otlp_receiver_with_its_steps_and_api_writes`).

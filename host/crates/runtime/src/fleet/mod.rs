@@ -124,6 +124,10 @@ pub struct TenantView {
     pub plugins: Vec<SlotStatus>,
     /// Blueprint versions applied after the first.
     pub reloads: u64,
+    /// The share of the host its Blueprint asked for (`spec.runtime.budget`), within the
+    /// operator's ceilings.
+    #[serde(skip_serializing_if = "inrun_blueprint::BudgetSpec::is_empty")]
+    pub budget: inrun_blueprint::BudgetSpec,
     /// The serving assembly, for `/blueprint`.
     #[serde(skip)]
     pub assembly: Option<Arc<Assembly>>,
@@ -409,6 +413,7 @@ impl Fleet {
                 .map(|s| s.status())
                 .collect(),
             reloads: tenant.reloads,
+            budget: tenant.acting.budget.clone(),
             assembly: tenant.assembly.clone(),
         };
         self.views

@@ -72,6 +72,22 @@ pub struct ReconcileRecord {
     pub timeline: Vec<crate::timeline::Step>,
 }
 
+/// Calls into one plugin of one tenant so far, for the console (which charts their mean
+/// time between two readings).
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct PluginCalls {
+    /// The tenant (empty: the host's own Blueprint).
+    pub tenant: String,
+    /// The plugin.
+    pub plugin: String,
+    /// Calls made.
+    pub calls: u64,
+    /// Calls that did not return an answer the host took (trap, deadline, memory, error).
+    pub failures: u64,
+    /// Their time together, in seconds.
+    pub seconds: f64,
+}
+
 /// What the console shows beside the Blueprint.
 #[derive(Debug, Clone, Serialize)]
 pub struct Snapshot {
@@ -93,6 +109,8 @@ pub struct Snapshot {
     pub plugin_failures: Vec<ReconcileRecord>,
     /// Under sharding: the ring as this replica last saw it.
     pub shard: Option<ShardView>,
+    /// Calls into each plugin so far.
+    pub plugins: Vec<PluginCalls>,
 }
 
 /// A sharding round as one replica saw it, for the console and the gauges.
@@ -251,6 +269,8 @@ struct Console {
     >,
     /// The last number given to a cache in `crs`.
     caches: u64,
+    /// Calls into each plugin so far, by tenant and plugin.
+    plugin_calls: BTreeMap<(String, String), PluginCalls>,
     recent: VecDeque<ReconcileRecord>,
     errors: VecDeque<ReconcileRecord>,
     plugin_failures: VecDeque<ReconcileRecord>,
@@ -604,6 +624,7 @@ impl Metrics {
 
     /// The tenant `tenant` was removed: its plugins' series and its Blueprint reloads go.
     pub fn tenant_retired(&self, tenant: &str) {
+        self.console().plugin_calls.retain(|(t, _), _| t != tenant);
         // Held until every series is removed: see [`Metrics::note`].
         let mut series = self.series();
         let seen = series.remove(tenant).unwrap_or_default();
@@ -774,6 +795,20 @@ impl Metrics {
                     .insert(outcome),
             };
         });
+        {
+            let mut console = self.console();
+            let calls = console
+                .plugin_calls
+                .entry((tenant.to_string(), plugin.to_string()))
+                .or_insert_with(|| PluginCalls {
+                    tenant: tenant.to_string(),
+                    plugin: plugin.to_string(),
+                    ..PluginCalls::default()
+                });
+            calls.calls += 1;
+            calls.failures += u64::from(outcome != "ok");
+            calls.seconds += elapsed.as_secs_f64();
+        }
         let label = PluginLabel {
             tenant: tenant.to_string(),
             plugin: plugin.to_string(),
@@ -958,6 +993,7 @@ impl Metrics {
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .clone(),
+            plugins: console.plugin_calls.values().cloned().collect(),
         }
     }
 }
@@ -1163,7 +1199,16 @@ mod tests {
             assert!(text.contains(series), "{series} in {text}");
         }
         assert_eq!(m.plugin_loads("compiled") + m.plugin_loads("memory"), 2);
+        // The console's count of calls, per tenant and plugin.
+        let calls = m.snapshot().plugins;
+        let a_app = calls
+            .iter()
+            .find(|c| c.tenant == "team-a")
+            .expect("team-a's app");
+        assert_eq!((a_app.calls, a_app.failures), (2, 1));
+        assert!((a_app.seconds - 0.002).abs() < 1e-9, "{}", a_app.seconds);
         m.tenant_retired("team-a");
+        assert!(m.snapshot().plugins.iter().all(|c| c.tenant != "team-a"));
         let text = m.render();
         assert!(!text.contains("team-a"), "{text}");
         assert!(text.contains(
