@@ -417,7 +417,7 @@ async fn the_console_shows_crds_and_kinds_in_chromium() -> TestResult {
     .await;
     let crd = format!("webapps.{group}");
     let page = format!("http://{addr}/#cr={crd}/{ns}/shop");
-    let chromium = |extra: &[String]| {
+    let chromium = |extra: &[String], page: &str| {
         let profile = tempfile::tempdir().expect("profile");
         let mut command = tokio::process::Command::new("chromium");
         command
@@ -431,7 +431,7 @@ async fn the_console_shows_crds_and_kinds_in_chromium() -> TestResult {
             ])
             .args(extra)
             .arg(format!("--user-data-dir={}", profile.path().display()))
-            .arg(&page)
+            .arg(page)
             .kill_on_drop(true);
         async move {
             let output = command.output().await.unwrap_or_else(|e| {
@@ -441,7 +441,8 @@ async fn the_console_shows_crds_and_kinds_in_chromium() -> TestResult {
             output
         }
     };
-    let output = chromium(&["--dump-dom".to_string()]).await;
+    let dump = ["--dump-dom".to_string()];
+    let output = chromium(&dump, &page).await;
     let dom = String::from_utf8_lossy(&output.stdout);
     // The CR in the list, and its page: the tree with each child's state.
     assert!(
@@ -482,16 +483,32 @@ async fn the_console_shows_crds_and_kinds_in_chromium() -> TestResult {
     }
     // A screenshot of the page, kept with the test's build output.
     let shot = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("console-cr.png");
-    chromium(&[
-        format!("--screenshot={}", shot.display()),
-        "--window-size=1280,1100".to_string(),
-    ])
+    chromium(
+        &[
+            format!("--screenshot={}", shot.display()),
+            "--window-size=1280,1100".to_string(),
+        ],
+        &page,
+    )
     .await;
     assert!(
         shot.metadata().is_ok_and(|m| m.len() > 0),
         "no screenshot at {}",
         shot.display()
     );
+    // The filters, as a linked address sets them: another namespace lists nothing; the CRD
+    // and "not ready only" list the CR.
+    let listed = format!("<td>WebApp/shop</td><td>{ns}</td>");
+    let elsewhere = chromium(&dump, &format!("http://{addr}/?namespace=elsewhere")).await;
+    let elsewhere = String::from_utf8_lossy(&elsewhere.stdout);
+    // Loaded and filled (the CRD's row), the CR filtered out.
+    assert!(
+        elsewhere.contains(&format!("<td>{crd}</td>")),
+        "{elsewhere}"
+    );
+    assert!(!elsewhere.contains(&listed), "{elsewhere}");
+    let not_ready = chromium(&dump, &format!("http://{addr}/?crd={crd}&notready=1")).await;
+    assert!(String::from_utf8_lossy(&not_ready.stdout).contains(&listed));
     // Present only after the page's script fetched /blueprint and filled the table.
     assert!(
         dom.contains(&format!(
