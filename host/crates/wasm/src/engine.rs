@@ -229,6 +229,12 @@ impl Engine {
         self.inner.budgets.budgets
     }
 
+    /// What tenant `name` uses of its share now (its calls in flight and their memory);
+    /// `None` when no handle of it is alive.
+    pub fn tenant_usage(&self, name: &str) -> Option<crate::TenantUsage> {
+        self.inner.budgets.usage(name)
+    }
+
     /// Bytes of linear memory and tables held by all calls in flight.
     pub fn memory_in_use(&self) -> usize {
         self.inner.budgets.memory_in_use()

@@ -23,7 +23,7 @@ mod reuse;
 mod state;
 mod ticker;
 
-pub use budget::{Budgets, TenantBudget, TokenBucket};
+pub use budget::{Budgets, TenantBudget, TenantUsage, TokenBucket};
 pub use cache::CompileCache;
 pub use compiler::{CompileConfig, CompileFailure, Compiler};
 pub use engine::{Engine, EngineSettings, PoolTuning};

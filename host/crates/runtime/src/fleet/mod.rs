@@ -128,6 +128,9 @@ pub struct TenantView {
     /// operator's ceilings.
     #[serde(skip_serializing_if = "inrun_blueprint::BudgetSpec::is_empty")]
     pub budget: inrun_blueprint::BudgetSpec,
+    /// What it uses of its share of the plugin engine now (read when the view is asked).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage: Option<inrun_wasm::TenantUsage>,
     /// The serving assembly, for `/blueprint`.
     #[serde(skip)]
     pub assembly: Option<Arc<Assembly>>,
@@ -356,14 +359,19 @@ impl Fleet {
         }
     }
 
-    /// What the console shows: every tenant, in source order.
+    /// What the console shows: every tenant, in source order, with what it uses now.
     pub fn views(&self) -> Vec<TenantView> {
-        self.views
+        let mut views: Vec<TenantView> = self
+            .views
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .values()
             .cloned()
-            .collect()
+            .collect();
+        for view in &mut views {
+            view.usage = self.engine.tenant_usage(&view.source.to_string());
+        }
+        views
     }
 
     /// The assemblies serving now, one per tenant that serves.
@@ -414,6 +422,7 @@ impl Fleet {
                 .collect(),
             reloads: tenant.reloads,
             budget: tenant.acting.budget.clone(),
+            usage: None,
             assembly: tenant.assembly.clone(),
         };
         self.views

@@ -46,6 +46,19 @@ pub struct TenantBudget {
     pub log_lines_per_second: u32,
 }
 
+/// What a tenant uses of its share at one moment.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct TenantUsage {
+    /// Its plugin calls in flight.
+    pub calls_in_flight: usize,
+    /// Its share of calls in flight.
+    pub calls: usize,
+    /// Guest memory its calls in flight hold, in bytes.
+    pub memory_bytes: usize,
+    /// Its share of guest memory, in bytes.
+    pub memory_max_bytes: usize,
+}
+
 impl Budgets {
     /// Budgets for a pool of `instances`: guests may run on half the cores (at least one);
     /// guest memory is half the container's memory limit (1 GiB when there is none); a
@@ -169,6 +182,23 @@ impl Shared {
         });
         tenants.insert(name.to_string(), Arc::downgrade(&tenant));
         tenant
+    }
+
+    /// What tenant `name` uses of its share now; `None` when it has no live handle.
+    pub(super) fn usage(&self, name: &str) -> Option<TenantUsage> {
+        let tenant = self
+            .tenants
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(name)
+            .and_then(Weak::upgrade)?;
+        let calls = tenant.budget.calls.max(1);
+        Some(TenantUsage {
+            calls_in_flight: calls.saturating_sub(tenant.calls.available_permits()),
+            calls,
+            memory_bytes: tenant.memory.used.load(Ordering::Relaxed),
+            memory_max_bytes: tenant.budget.memory_bytes,
+        })
     }
 
     /// Guest memory of all calls in flight, in bytes.
@@ -404,6 +434,17 @@ mod tests {
         a1.charge(6).unwrap();
         assert!(matches!(a2.charge(6), Err(Hit::TenantMemory { .. })));
         a2.charge(4).unwrap();
+        // What the console shows of A: two calls in flight of its eight, 10 bytes of 10.
+        assert_eq!(
+            shared.usage("a"),
+            Some(TenantUsage {
+                calls_in_flight: 2,
+                calls: 8,
+                memory_bytes: 10,
+                memory_max_bytes: 10,
+            })
+        );
+        assert_eq!(shared.usage("nobody"), None);
         let mut b1 = Admission::enter(&shared, Some(&b), later).await.unwrap();
         assert!(matches!(b1.charge(6), Err(Hit::HostMemory { .. })));
         // A refused charge leaves nothing behind.
