@@ -415,6 +415,20 @@ async fn the_console_shows_crds_and_kinds_in_chromium() -> TestResult {
             .then_some(())
     })
     .await;
+    // And one its plugin refuses (no image): failed, its reason from the API server.
+    apply_cr(
+        &ar,
+        &ns,
+        &format!("apiVersion: {group}/v1alpha1\nkind: WebApp\nmetadata: {{name: broken}}\nspec: {{replicas: 1}}\n"),
+    )
+    .await;
+    let (failed, reason) = eventually("the broken CR's Ready condition", || async {
+        let cr = get(&ar, Some(&ns), "broken").await?;
+        let (status, reason, _) = reconciled(&cr)?;
+        Some((status, reason))
+    })
+    .await;
+    assert_eq!(failed, "False");
     let crd = format!("webapps.{group}");
     let page = format!("http://{addr}/#cr={crd}/{ns}/shop");
     let chromium = |extra: &[String], page: &str| {
@@ -460,9 +474,18 @@ async fn the_console_shows_crds_and_kinds_in_chromium() -> TestResult {
         let drawn = format!("─ {child}  </span><span class=\"{state}\">{state}</span>");
         assert!(dom.contains(&drawn), "{drawn} not in the tree: {dom}");
     }
-    // The plugin's calls, charted over the page's readings.
+    // The failed CR beside it, with its own reason.
     assert!(
-        dom.contains("<td>(host)</td><td>inrun_plugin_webapp</td><td>1</td><td>0</td>"),
+        dom.contains(&format!(
+            "<td>WebApp/broken</td><td>{ns}</td><td class=\"False\">False</td><td>{reason}</td>"
+        )),
+        "the failed CR: {dom}"
+    );
+    // The plugin's calls (the broken CR's failed), charted over the page's readings.
+    assert!(
+        dom.contains(
+            "<td>(host)</td><td>inrun_plugin_webapp</td><td>2</td><td class=\"error\">1</td>"
+        ),
         "the plugin's calls: {dom}"
     );
     assert!(
