@@ -474,6 +474,17 @@ async fn the_console_shows_crds_and_kinds_in_chromium() -> TestResult {
         let drawn = format!("─ {child}  </span><span class=\"{state}\">{state}</span>");
         assert!(dom.contains(&drawn), "{drawn} not in the tree: {dom}");
     }
+    // Its conditions and the events its pass recorded.
+    assert!(
+        dom.contains("<td>Ready</td><td class=\"False\">False</td><td>Progressing</td>"),
+        "its conditions: {dom}"
+    );
+    let events = dom
+        .split("<table id=\"cr-events\">")
+        .nth(1)
+        .and_then(|t| t.split("</table>").next())
+        .unwrap_or_default();
+    assert!(events.contains("<td>Normal</td>"), "its events: {events}");
     // The failed CR beside it, with its own reason.
     assert!(
         dom.contains(&format!(

@@ -34,6 +34,8 @@ pub struct CrView {
     pub generation: String,
     /// Whether it is being deleted.
     pub deleting: bool,
+    /// Every condition of its status (type, status, reason, message, since).
+    pub conditions: Vec<Value>,
     /// Its children as its last pass recorded them: apiVersion, kind, name, namespace,
     /// state (`Current`, `InProgress`, `Failed`) and message.
     pub children: Vec<Value>,
@@ -76,6 +78,11 @@ pub fn view(crd: &str, cr: &CachedCr) -> CrView {
             generation("/metadata/generation")
         ),
         deleting: cr.metadata.deletion_timestamp.is_some(),
+        conditions: object
+            .pointer("/status/conditions")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default(),
         children: object
             .pointer("/status/resources")
             .and_then(Value::as_array)
@@ -124,6 +131,7 @@ mod tests {
         );
         assert_eq!(v.message, "Deployment shop: 0/2 replicas available");
         assert_eq!(v.children[1]["state"], "InProgress");
+        assert_eq!(v.conditions[0]["reason"], "Progressing");
         let new: CachedCr = serde_json::from_value(json!({
             "apiVersion": "demo.inrun.dev/v1", "kind": "WebApp",
             "metadata": {"name": "fresh", "namespace": "team-a", "generation": 1},

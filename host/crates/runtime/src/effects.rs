@@ -86,6 +86,23 @@ impl<'a> ApiEffects<'a> {
         Ok(())
     }
 
+    /// Keeps an event of this CR for the console's CR page.
+    fn console_event(&self, kind: &str, reason: &str, note: &str) {
+        self.ctx
+            .metrics
+            .event_recorded(crate::metrics::EventRecord {
+                at_ms: std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap_or_default()
+                    .as_millis(),
+                controller: self.ctx.plan().spec.crd_name(),
+                key: self.key.clone(),
+                type_: kind.to_string(),
+                reason: reason.to_string(),
+                note: note.to_string(),
+            });
+    }
+
     fn noted(&self, written: &DynamicObject) {
         if let Some(rv) = &written.metadata.resource_version {
             self.ctx.triggers.wrote(&self.key, &self.id, rv);
@@ -240,12 +257,20 @@ impl Effects for ApiEffects<'_> {
 
     async fn record(&mut self, reason: Reason, note: String) {
         let on = self.ctx.reference(&self.cr);
+        self.console_event(reason.event_type(), reason.as_str(), &note);
         self.ctx.events.record(&on, reason, note).await;
     }
 
     async fn emit(&mut self, event: &inrun_contract::Event) {
         let on = self.ctx.reference(&self.cr);
-        self.ctx.events.emit(&on, event).await;
+        if self.ctx.events.emit(&on, event).await {
+            let kind = if event.is_warning() {
+                "Warning"
+            } else {
+                "Normal"
+            };
+            self.console_event(kind, &event.reason, &event.message);
+        }
     }
 
     async fn delete(&mut self) -> Result<(), EffectError> {

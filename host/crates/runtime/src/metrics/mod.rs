@@ -42,6 +42,8 @@ pub const PLUGIN_CALL_BUCKETS: &[f64] = &[
 ];
 /// How many recent reconciles (and, separately, failures) the console sees.
 const RECENT: usize = 50;
+/// Events the console keeps.
+pub const RECENT_EVENTS: usize = 200;
 /// The content type of [`Metrics::render`].
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
@@ -70,6 +72,24 @@ pub struct ReconcileRecord {
     /// What the reconcile did, step by step ([`crate::timeline`]).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub timeline: Vec<crate::timeline::Step>,
+}
+
+/// An event a pass recorded on a CR, for the console.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct EventRecord {
+    /// Unix time in milliseconds.
+    pub at_ms: u128,
+    /// The controller (`plural.group`).
+    pub controller: String,
+    /// `namespace/name` of the CR.
+    pub key: String,
+    /// `Normal` or `Warning`.
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// Its reason.
+    pub reason: String,
+    /// Its note.
+    pub note: String,
 }
 
 /// Calls into one plugin of one tenant so far, for the console (which charts their mean
@@ -111,6 +131,8 @@ pub struct Snapshot {
     pub shard: Option<ShardView>,
     /// Calls into each plugin so far.
     pub plugins: Vec<PluginCalls>,
+    /// The events the passes recorded on CRs, newest first ([`RECENT_EVENTS`] at most).
+    pub events: Vec<EventRecord>,
 }
 
 /// A sharding round as one replica saw it, for the console and the gauges.
@@ -271,6 +293,8 @@ struct Console {
     caches: u64,
     /// Calls into each plugin so far, by tenant and plugin.
     plugin_calls: BTreeMap<(String, String), PluginCalls>,
+    /// The events the passes recorded on CRs, newest first.
+    events: VecDeque<EventRecord>,
     recent: VecDeque<ReconcileRecord>,
     errors: VecDeque<ReconcileRecord>,
     plugin_failures: VecDeque<ReconcileRecord>,
@@ -580,6 +604,13 @@ impl Metrics {
         {
             console.crs.remove(controller);
         }
+    }
+
+    /// An event a pass recorded (or tried to) on a CR, for the console.
+    pub fn event_recorded(&self, event: EventRecord) {
+        let mut console = self.console();
+        console.events.push_front(event);
+        console.events.truncate(RECENT_EVENTS);
     }
 
     /// The CRs the running controllers cache, as the console shows them
@@ -994,6 +1025,7 @@ impl Metrics {
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .clone(),
             plugins: console.plugin_calls.values().cloned().collect(),
+            events: console.events.iter().cloned().collect(),
         }
     }
 }
