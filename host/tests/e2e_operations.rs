@@ -1788,6 +1788,8 @@ async fn a_reconcile_is_one_trace_at_an_otlp_receiver_with_its_steps_and_api_wri
     );
     let names: std::collections::BTreeSet<&str> = trace.iter().map(|s| s.name.as_str()).collect();
     for step in [
+        "gate",
+        "prepare",
         "maintain",
         "reconciler",
         "apply",

@@ -74,7 +74,10 @@ pub(crate) async fn reconcile(p: Pass<'_>, fx: &mut dyn Effects) -> Result<Done,
     let tctx = Context::new(p.object).with_target(target.as_deref());
 
     // 1. Gate.
-    if let Some(done) = gate(p, fx, &tctx).await? {
+    if let Some(done) = gate(p, fx, &tctx)
+        .instrument(tracing::debug_span!("gate"))
+        .await?
+    {
         return Ok(done);
     }
 
@@ -82,7 +85,11 @@ pub(crate) async fn reconcile(p: Pass<'_>, fx: &mut dyn Effects) -> Result<Done,
     let Some(rplan) = routed(p, fx, &tctx, target.as_deref()).await? else {
         return Ok(Done::default());
     };
-    let req = match prepare(fx, rplan, p.object, target.as_deref(), false).await {
+    // The Request, with what `reconcile.external` fetches.
+    let req = match prepare(fx, rplan, p.object, target.as_deref(), false)
+        .instrument(tracing::debug_span!("prepare"))
+        .await
+    {
         Ok(req) => req,
         Err(f) => return Err(failed(p, fx, &tctx, f).await),
     };
