@@ -396,7 +396,11 @@ async fn the_console_shows_crds_and_kinds_in_chromium() -> TestResult {
             .try_init();
     }
     let group = unique_group("console");
-    let text = webapp_blueprint(&group, "");
+    // Beside the WebApp, a CRD whose CRs become Ready (a ConfigMap each).
+    let text = format!(
+        "{}    - group: {group}\n      version: v1alpha1\n      kind: Note\n      reconcile:\n        onReconcile:\n          - {{apiVersion: v1, kind: ConfigMap, metadata: {{name: '{{{{ .metadata.name }}}}-note'}}, data: {{a: b}}}}\n        managedResources: [{{apiVersion: v1, kind: ConfigMap}}]\n",
+        webapp_blueprint(&group, "")
+    );
     let host = start(&text, generated(&text).await, true).await;
     let state = inrun::server::State::new(host.assembly.clone(), host.metrics.clone());
     let (stop_tx, stop_rx) = watch::channel(false);
@@ -429,6 +433,18 @@ async fn the_console_shows_crds_and_kinds_in_chromium() -> TestResult {
     })
     .await;
     assert_eq!(failed, "False");
+    let notes = resource(&group, "Note");
+    apply_cr(
+        &notes,
+        &ns,
+        &format!("apiVersion: {group}/v1alpha1\nkind: Note\nmetadata: {{name: ok}}\nspec: {{}}\n"),
+    )
+    .await;
+    eventually("the Note to be Ready", || async {
+        let cr = get(&notes, Some(&ns), "ok").await?;
+        (reconciled(&cr)?.0 == "True").then_some(())
+    })
+    .await;
     let crd = format!("webapps.{group}");
     let page = format!("http://{addr}/#cr={crd}/{ns}/shop");
     let chromium = |extra: &[String], page: &str| {
@@ -485,6 +501,13 @@ async fn the_console_shows_crds_and_kinds_in_chromium() -> TestResult {
         .and_then(|t| t.split("</table>").next())
         .unwrap_or_default();
     assert!(events.contains("<td>Normal</td>"), "its events: {events}");
+    // A Ready CR of the other CRD.
+    assert!(
+        dom.contains(&format!(
+            "<td>Note/ok</td><td>{ns}</td><td class=\"True\">True</td>"
+        )),
+        "the ready CR: {dom}"
+    );
     // The failed CR beside it, with its own reason.
     assert!(
         dom.contains(&format!(
@@ -515,6 +538,12 @@ async fn the_console_shows_crds_and_kinds_in_chromium() -> TestResult {
     ] {
         assert!(dom.contains(step), "{step} not in the timeline: {dom}");
     }
+    // A step's whole detail in its tooltip: the plugin call names its digest and tenant
+    // (`-`: the host's own Blueprint).
+    assert!(
+        dom.contains("plugin.digest=sha256:") && dom.contains("inrun.tenant=-"),
+        "{dom}"
+    );
     // A screenshot of the page, kept with the test's build output.
     let shot = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("console-cr.png");
     chromium(

@@ -69,6 +69,7 @@ fn plugin_span(plugin: &Plugin, function: &str) -> tracing::Span {
         plugin.name = %id.name,
         plugin.digest = %id.digest_ref(),
         plugin.function = %function,
+        inrun.tenant = %plugin.tenant().unwrap_or("-"),
     )
 }
 

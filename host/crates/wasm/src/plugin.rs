@@ -193,6 +193,11 @@ impl Plugin {
         &self.inner.id
     }
 
+    /// The tenant whose budget its calls use; `None`: the host's own.
+    pub fn tenant(&self) -> Option<&str> {
+        self.inner.engine.tenant_name()
+    }
+
     /// Idle instances kept for reuse ([`super::Limits::reuse_calls`]).
     pub fn idle_instances(&self) -> usize {
         self.inner.kept.len()

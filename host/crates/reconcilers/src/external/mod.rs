@@ -71,11 +71,20 @@ impl ExternalCalls {
         let mut results = Map::new();
         for c in &self.calls {
             let ctx = base.clone().with_external(Value::Object(results.clone()));
-            let outcome =
-                match tokio::time::timeout(c.timeout, self.call(c, &ctx, cr_namespace)).await {
-                    Ok(r) => r,
-                    Err(_) => Err(CallError::Timeout(c.timeout)),
-                };
+            // One span a call, under the pass's `prepare` step.
+            let span = tracing::debug_span!(
+                "external.call",
+                external.name = %c.name,
+                external.kind = c.call.kind()
+            );
+            let call = tracing::Instrument::instrument(
+                tokio::time::timeout(c.timeout, self.call(c, &ctx, cr_namespace)),
+                span,
+            );
+            let outcome = match call.await {
+                Ok(r) => r,
+                Err(_) => Err(CallError::Timeout(c.timeout)),
+            };
             let value = match outcome {
                 Ok(v) => v,
                 Err(source) => match self.default_instead(c, &source) {
