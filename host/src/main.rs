@@ -16,7 +16,13 @@ fn main() -> ExitCode {
     }
     inrun::sources::install_tls_provider();
     let cli = cli::Cli::parse();
-    let traces = cli.traces();
+    let traces = match cli.traces() {
+        Ok(traces) => traces,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     // Held to the end: dropping it flushes the traces not exported yet.
     let _traces = match inrun::telemetry::init(&cli.log_filter(), cli.json_logs(), traces.as_ref())
     {

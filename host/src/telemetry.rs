@@ -34,27 +34,55 @@ impl Traces {
     /// `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` (the full URL), `OTEL_EXPORTER_OTLP_ENDPOINT`
     /// (a base), `OTEL_TRACES_SAMPLER_ARG` (the ratio, else `ratio`), `OTEL_SERVICE_NAME`
     /// (else `inrun`), read through `env`. `None`: no endpoint, traces off.
+    ///
+    /// # Errors
+    /// An endpoint that is not an `http` or `https` URL, or a ratio that is not a number
+    /// from 0 to 1, named with where it came from: the host refuses to start rather than
+    /// trace nothing, or everything, without a word.
     pub fn resolve(
         flag: Option<&str>,
         ratio: Option<f64>,
         env: impl Fn(&str) -> Option<String>,
-    ) -> Option<Traces> {
+    ) -> Result<Option<Traces>, String> {
         let base = |url: &str| format!("{}/v1/traces", url.trim_end_matches('/'));
-        let endpoint = match flag {
-            Some(url) => base(url),
-            None => env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-                .filter(|u| !u.is_empty())
-                .or_else(|| env("OTEL_EXPORTER_OTLP_ENDPOINT").map(|u| base(&u)))?,
+        let (endpoint, from) = match flag {
+            Some(url) => (base(url), "--otlp-endpoint"),
+            None => match env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT").filter(|u| !u.is_empty()) {
+                Some(url) => (url, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"),
+                None => match env("OTEL_EXPORTER_OTLP_ENDPOINT").filter(|u| !u.is_empty()) {
+                    Some(url) => (base(&url), "OTEL_EXPORTER_OTLP_ENDPOINT"),
+                    None => return Ok(None),
+                },
+            },
         };
-        let ratio = ratio
-            .or_else(|| env("OTEL_TRACES_SAMPLER_ARG").and_then(|r| r.parse().ok()))
-            .unwrap_or(1.0)
-            .clamp(0.0, 1.0);
-        Some(Traces {
+        match reqwest::Url::parse(&endpoint) {
+            Ok(url) if matches!(url.scheme(), "http" | "https") && url.host().is_some() => {}
+            _ => {
+                return Err(format!(
+                    "{from}: `{endpoint}` is not an http or https URL of an OTLP collector"
+                ));
+            }
+        }
+        let (ratio, from) = match ratio {
+            Some(r) => (r, "--otlp-sample-ratio"),
+            None => match env("OTEL_TRACES_SAMPLER_ARG") {
+                Some(text) => (
+                    text.trim().parse().map_err(|_| {
+                        format!("OTEL_TRACES_SAMPLER_ARG: `{text}` is not a number from 0 to 1")
+                    })?,
+                    "OTEL_TRACES_SAMPLER_ARG",
+                ),
+                None => (1.0, ""),
+            },
+        };
+        if !(0.0..=1.0).contains(&ratio) {
+            return Err(format!("{from}: {ratio} is not a share from 0 to 1"));
+        }
+        Ok(Some(Traces {
             endpoint,
             ratio,
             service: env("OTEL_SERVICE_NAME").unwrap_or_else(|| "inrun".into()),
-        })
+        }))
     }
 }
 
@@ -244,8 +272,10 @@ mod tests {
     #[test]
     fn traces_are_off_without_an_endpoint_and_the_standard_variables_are_read() {
         let none = |_: &str| None;
-        assert_eq!(Traces::resolve(None, None, none), None);
-        let flag = Traces::resolve(Some("http://127.0.0.1:4318/"), Some(0.25), none).expect("on");
+        assert_eq!(Traces::resolve(None, None, none), Ok(None));
+        let flag = Traces::resolve(Some("http://127.0.0.1:4318/"), Some(0.25), none)
+            .expect("valid")
+            .expect("on");
         assert_eq!(flag.endpoint, "http://127.0.0.1:4318/v1/traces");
         assert_eq!((flag.ratio, flag.service.as_str()), (0.25, "inrun"));
         let env = |k: &str| match k {
@@ -254,7 +284,9 @@ mod tests {
             "OTEL_SERVICE_NAME" => Some("inrun-prod".to_string()),
             _ => None,
         };
-        let from_env = Traces::resolve(None, None, env).expect("on");
+        let from_env = Traces::resolve(None, None, env)
+            .expect("valid")
+            .expect("on");
         assert_eq!(from_env.endpoint, "http://collector:4318/v1/traces");
         assert_eq!(
             (from_env.ratio, from_env.service.as_str()),
@@ -263,16 +295,23 @@ mod tests {
         let full = |k: &str| {
             (k == "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT").then(|| "http://c/custom".to_string())
         };
-        assert_eq!(
-            Traces::resolve(None, None, full).expect("on").endpoint,
-            "http://c/custom"
-        );
-        // A ratio out of range is held to it.
-        assert_eq!(
-            Traces::resolve(Some("http://c"), Some(7.0), none)
-                .expect("on")
-                .ratio,
-            1.0
-        );
+        let whole = Traces::resolve(None, None, full)
+            .expect("valid")
+            .expect("on");
+        assert_eq!(whole.endpoint, "http://c/custom");
+    }
+
+    #[test]
+    fn a_bad_endpoint_or_ratio_is_refused_naming_where_it_came_from() {
+        let none = |_: &str| None;
+        let e = Traces::resolve(Some("collector:4318"), None, none).expect_err("no scheme");
+        assert!(e.starts_with("--otlp-endpoint: `collector:4318"), "{e}");
+        let e = Traces::resolve(Some("ftp://c"), None, none).expect_err("not http");
+        assert!(e.contains("not an http or https URL"), "{e}");
+        let e = Traces::resolve(Some("http://c"), Some(7.0), none).expect_err("ratio");
+        assert!(e.starts_with("--otlp-sample-ratio: 7"), "{e}");
+        let bad_ratio = |k: &str| (k == "OTEL_TRACES_SAMPLER_ARG").then(|| "half".to_string());
+        let e = Traces::resolve(Some("http://c"), None, bad_ratio).expect_err("ratio");
+        assert!(e.starts_with("OTEL_TRACES_SAMPLER_ARG: `half`"), "{e}");
     }
 }

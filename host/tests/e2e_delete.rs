@@ -59,7 +59,10 @@ async fn until_reconciled(ar: &ApiResource, ns: &str, name: &str) -> DynamicObje
     .await
 }
 
-/// `inrun trace` with `args` against the test API server (as its admin); its output.
+/// `inrun trace` with `args` against the test API server; its output. It runs with the
+/// harness's admin kubeconfig on purpose: `inrun trace` is what a person runs with their
+/// own `kubectl` credentials, not the host (which runs in these tests as the ServiceAccount
+/// `inrun generate rbac` makes).
 fn trace(args: &[&str]) -> String {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_inrun"))
         .arg("trace")

@@ -55,14 +55,17 @@ impl Cli {
 
     /// Where `inrun run` exports its traces (`--otlp-endpoint`, or the standard `OTEL_*`
     /// variables); `None` for every other command and without an endpoint.
-    pub fn traces(&self) -> Option<inrun::telemetry::Traces> {
+    ///
+    /// # Errors
+    /// An endpoint or sampling ratio that is not valid, naming where it came from.
+    pub fn traces(&self) -> Result<Option<inrun::telemetry::Traces>, String> {
         match &self.command {
             Command::Run(args) => inrun::telemetry::Traces::resolve(
                 args.otlp_endpoint.as_deref(),
                 args.otlp_sample_ratio,
                 |k| std::env::var(k).ok(),
             ),
-            _ => None,
+            _ => Ok(None),
         }
     }
 

@@ -95,7 +95,7 @@ impl<'a> ApiEffects<'a> {
                     .duration_since(std::time::UNIX_EPOCH)
                     .unwrap_or_default()
                     .as_millis(),
-                controller: self.ctx.plan().spec.crd_name(),
+                controller: self.ctx.queue.controller().to_string(),
                 key: self.key.clone(),
                 type_: kind.to_string(),
                 reason: reason.to_string(),

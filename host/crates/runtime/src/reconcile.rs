@@ -72,7 +72,7 @@ pub async fn reconcile(cached: Arc<CachedCr>, ctx: Arc<Ctx>) -> Result<Action, R
         object.ref = %format!("{}/{}", ctx.cr_resource.kind, key),
         reconciler.kind = %plan.reconciler.kind(),
         plugin.digest = %serving.first().map_or("-", |p| p.id().digest.as_str()),
-        inrun.crd = %ctx.plan().spec.crd_name(),
+        inrun.crd = %ctx.queue.controller(),
         inrun.blueprint = %ctx.assembly.blueprint.metadata.name,
         trace_id = tracing::field::Empty,
     );

@@ -291,8 +291,8 @@ struct Console {
     >,
     /// The last number given to a cache in `crs`.
     caches: u64,
-    /// Calls into each plugin so far, by tenant and plugin.
-    plugin_calls: BTreeMap<(String, String), PluginCalls>,
+    /// Calls into each plugin so far, by tenant, then plugin.
+    plugin_calls: BTreeMap<String, BTreeMap<String, PluginCalls>>,
     /// The events the passes recorded on CRs, newest first.
     events: VecDeque<EventRecord>,
     recent: VecDeque<ReconcileRecord>,
@@ -606,6 +606,29 @@ impl Metrics {
         }
     }
 
+    /// Counts a call into `plugin` of `tenant` for the console; allocates only on the
+    /// plugin's first call (this runs on every Wasm call).
+    fn count_call(&self, tenant: &str, plugin: &str, failed: bool, elapsed: Duration) {
+        let mut console = self.console();
+        let by_plugin = match console.plugin_calls.get_mut(tenant) {
+            Some(by_plugin) => by_plugin,
+            None => console.plugin_calls.entry(tenant.to_string()).or_default(),
+        };
+        let calls = match by_plugin.get_mut(plugin) {
+            Some(calls) => calls,
+            None => by_plugin
+                .entry(plugin.to_string())
+                .or_insert_with(|| PluginCalls {
+                    tenant: tenant.to_string(),
+                    plugin: plugin.to_string(),
+                    ..PluginCalls::default()
+                }),
+        };
+        calls.calls += 1;
+        calls.failures += u64::from(failed);
+        calls.seconds += elapsed.as_secs_f64();
+    }
+
     /// An event a pass recorded (or tried to) on a CR, for the console.
     pub fn event_recorded(&self, event: EventRecord) {
         let mut console = self.console();
@@ -655,7 +678,7 @@ impl Metrics {
 
     /// The tenant `tenant` was removed: its plugins' series and its Blueprint reloads go.
     pub fn tenant_retired(&self, tenant: &str) {
-        self.console().plugin_calls.retain(|(t, _), _| t != tenant);
+        self.console().plugin_calls.remove(tenant);
         // Held until every series is removed: see [`Metrics::note`].
         let mut series = self.series();
         let seen = series.remove(tenant).unwrap_or_default();
@@ -826,20 +849,7 @@ impl Metrics {
                     .insert(outcome),
             };
         });
-        {
-            let mut console = self.console();
-            let calls = console
-                .plugin_calls
-                .entry((tenant.to_string(), plugin.to_string()))
-                .or_insert_with(|| PluginCalls {
-                    tenant: tenant.to_string(),
-                    plugin: plugin.to_string(),
-                    ..PluginCalls::default()
-                });
-            calls.calls += 1;
-            calls.failures += u64::from(outcome != "ok");
-            calls.seconds += elapsed.as_secs_f64();
-        }
+        self.count_call(tenant, plugin, outcome != "ok", elapsed);
         let label = PluginLabel {
             tenant: tenant.to_string(),
             plugin: plugin.to_string(),
@@ -1024,7 +1034,11 @@ impl Metrics {
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .clone(),
-            plugins: console.plugin_calls.values().cloned().collect(),
+            plugins: console
+                .plugin_calls
+                .values()
+                .flat_map(|by_plugin| by_plugin.values().cloned())
+                .collect(),
             events: console.events.iter().cloned().collect(),
         }
     }
