@@ -49,7 +49,7 @@ if command -v npm >/dev/null; then
   mkdir -p "$js"
   # The modules and their TypeScript declarations: everything package.json's `files` lists
   # besides testing/ and wit/.
-  cp "$root/sdk/js/package.json" "$root/sdk/js/README.md" "$root"/sdk/js/*.js "$root"/sdk/js/*.d.ts "$js/"
+  cp "$root/sdk/js/package.json" "$root/sdk/js/README.md" "$root"/sdk/js/*.js "$root"/sdk/js/*.mjs "$root"/sdk/js/*.d.ts "$js/"
   cp -r "$root/sdk/js/testing" "$js/"
   cp -rL "$root/wit" "$js/"
   (cd "$js" && npm pack --silent --pack-destination "$out" </dev/null >/dev/null)

@@ -3,6 +3,10 @@
 //! and one `reconcile` call on a fresh instance (with the pool untuned and tuned) and on a
 //! reused one. A language whose component is not built (`make plugins`) is skipped.
 //! Writes the "Guest languages" section of BENCHMARKS.md.
+//!
+//! `INRUN_BENCH_LANGUAGES=JavaScript,Python` measures only those languages' rows, skips the
+//! pool tuning table and the cold compile, and writes nothing to BENCHMARKS.md: for trying
+//! a change to one guest.
 
 mod common;
 
@@ -86,15 +90,28 @@ fn main() {
         futures::executor::block_on(plugin.reconcile(&req, limits, &Grants::default()))
             .expect("reconcile");
     };
+    let only: Option<Vec<String>> = std::env::var("INRUN_BENCH_LANGUAGES")
+        .ok()
+        .map(|v| v.split(',').map(|l| l.trim().to_lowercase()).collect());
     let mut rows = Vec::new();
     for (language, name) in WEBAPPS {
+        if only
+            .as_ref()
+            .is_some_and(|only| !only.contains(&language.to_lowercase()))
+        {
+            continue;
+        }
         let Ok(bytes) = std::fs::read(dir.join(format!("{name}.wasm"))) else {
             eprintln!("{language}: {name}.wasm is not built; skipped");
             continue;
         };
-        let compile = median(0, 3, || {
-            engine.compile_uncached(name, &bytes).expect("compile");
-        });
+        let compile = if only.is_some() {
+            Duration::ZERO
+        } else {
+            median(0, 3, || {
+                engine.compile_uncached(name, &bytes).expect("compile");
+            })
+        };
         engine.load(name, &bytes).expect("fill cache");
         // What a fetch hands over: the bytes and the digest it computed.
         let module = Module::new(bytes.clone());
@@ -130,6 +147,9 @@ fn main() {
         );
         eprintln!("{row}");
         rows.push(row);
+    }
+    if only.is_some() {
+        return;
     }
     let tuning = pool_tuning(&dir, &req, &cache);
     let section = format!(

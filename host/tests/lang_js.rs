@@ -119,6 +119,8 @@ const WEBAPP_CRS: &[&str] = &[
     "metadata: {name: shop, namespace: prod, labels: {team: payments}}\nspec: {image: 'nginx:1.27', replicas: 3, port: 9000}",
     "metadata: {name: api, namespace: team-a}\nspec: {image: 'registry.example.com/x/api:2', env: {ZED: last, A_FIRST: '1', mid: 'x y'}, extra: ignored}",
     "metadata: {name: zero, namespace: default}\nspec: {image: busybox, replicas: 0, port: 65535, env: {}}",
+    // Non-ASCII strings cross the glue's UTF-8 encoder (sdk/js/componentize.mjs) intact.
+    "metadata: {name: uni, namespace: default}\nspec: {image: 'nginx:1.27', env: {GREETING: 'héllo wörld', CJK: '漢字', EMOJI: '😀 ok'}}",
     // Errors: the same message from both languages.
     "metadata: {name: e1, namespace: default}\nspec: {replicas: 2}",
     "metadata: {name: e2, namespace: default}\nspec: {image: ''}",
@@ -195,7 +197,7 @@ fn the_js_webapp_renders_exactly_what_the_rust_webapp_renders() {
         .map(|(i, body)| write_cr(dir.path(), i, body))
         .collect();
 
-    assert_eq!(assert_same_renders(&rust_bp, &js_bp, &crs, &[]), 4);
+    assert_eq!(assert_same_renders(&rust_bp, &js_bp, &crs, &[]), 5);
     // Deleting: both declare nothing.
     assert_eq!(
         assert_same_renders(&rust_bp, &js_bp, &crs[..2], &["--finalizing"]),
@@ -553,6 +555,18 @@ spec:
 #[test]
 fn the_sdk_unit_tests_pass_under_node() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    // The pinned componentize-js, whose generated glue componentize.test.mjs rewrites.
+    let toolchain = Command::new(root.join("plugins/js/toolchain.sh"))
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run plugins/js/toolchain.sh");
+    assert!(
+        toolchain.status.success(),
+        "plugins/js/toolchain.sh: {}",
+        String::from_utf8_lossy(&toolchain.stderr)
+    );
+    let componentize_js = PathBuf::from(String::from_utf8_lossy(&toolchain.stdout).trim())
+        .join("node_modules/@bytecodealliance/componentize-js");
     let out = Command::new("node")
         .current_dir(&root)
         .args([
@@ -562,6 +576,7 @@ fn the_sdk_unit_tests_pass_under_node() {
             "sdk/js/test/",
         ])
         .env("INRUN_TEST_QUIET", "1")
+        .env("INRUN_COMPONENTIZE_JS", componentize_js)
         .output()
         .expect("run node (Node.js 18+ is needed for the JavaScript guests)");
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -571,4 +586,5 @@ fn the_sdk_unit_tests_pass_under_node() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(stdout.contains("# fail 0"), "{stdout}");
+    assert!(stdout.contains("# skipped 0"), "{stdout}");
 }

@@ -5,6 +5,8 @@
 # The toolchain (componentize-js 0.23.0, typescript 7.0.2, @types/node) is pinned by
 # plugins/js/package.json + package-lock.json; plugins/js/toolchain.sh installs it with
 # `npm ci` into ~/.cache/inrun/js-guest/<lock digest>/, outside the repository.
+# componentize-js runs through the SDK's sdk/js/componentize.mjs, which encodes the
+# strings a guest hands to the host natively instead of in interpreted JavaScript.
 #
 # TypeScript guests (plugins/js/*-ts/) are type-checked under `strict` against the SDK's
 # declarations (sdk/js/*.d.ts) and compiled by tsc (plugins/js/tsconfig.json) into
@@ -29,7 +31,9 @@ sdk="$root/sdk/js"
 ts_out="$root/plugins/target/ts"
 
 toolchain="$("$here/toolchain.sh")"
-cli="$toolchain/node_modules/@bytecodealliance/componentize-js/src/cli.js"
+# componentize-js's command line with the SDK's cheaper string glue (sdk/js/componentize.mjs).
+cli="$sdk/componentize.mjs"
+export INRUN_COMPONENTIZE_JS="$toolchain/node_modules/@bytecodealliance/componentize-js"
 tsc=(node "$toolchain/node_modules/typescript/bin/tsc")
 
 mkdir -p "$out"
@@ -59,7 +63,7 @@ guests=(
 stale() {
   local target="$1" dir="$2" typescript="$3"
   [[ -n "${INRUN_JS_FORCE:-}" || ! -f "$target" ]] && return 0
-  local inputs=("$here/$dir" "$sdk"/*.js "$wit" "$here/package-lock.json" "$here/build.sh")
+  local inputs=("$here/$dir" "$sdk"/*.js "$sdk/componentize.mjs" "$wit" "$here/package-lock.json" "$here/build.sh")
   [[ -n "$typescript" ]] && inputs+=("$sdk"/*.d.ts "$here/tsconfig.json")
   local newer
   newer="$(find "${inputs[@]}" -newer "$target" -type f -print -quit)"

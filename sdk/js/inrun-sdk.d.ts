@@ -214,7 +214,8 @@ export interface WitCondition {
 }
 
 /**
- * The WIT `outcome` record: JSON text, sorted pairs, a BigInt for the u64. `conditions`
+ * The WIT `outcome` record: JSON text (keys as set; the host sorts them when it reads the
+ * outcome), sorted pairs, a BigInt for the u64. `conditions`
  * and `events` are those of `wit/0.2.0`; a 0.1.0 world's record has neither.
  */
 export interface WitOutcome {
@@ -290,7 +291,7 @@ export declare class Outcome {
 }
 
 /**
- * JSON text with object keys sorted at every level, as the Rust SDK writes it; `undefined`
+ * JSON text with object keys sorted at every level, as the host reads an outcome; `undefined`
  * for a value JSON cannot write (`undefined`, a function, a symbol), so a type that may
  * hold `undefined` (or `unknown`) gives `string | undefined`.
  */

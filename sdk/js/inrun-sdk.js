@@ -11,9 +11,10 @@
 //   import { reconciler, Outcome } from './inrun-sdk.js';
 //   export const reconcile = reconciler((req) => new Outcome().status('seen', req.name));
 //
-// Output matches the Rust SDK byte for byte: object keys are written sorted (the Rust
-// SDK's maps are ordered), labels and annotations are sorted by key, the last value of a
-// repeated key wins.
+// Objects cross as `JSON.stringify` writes them, keys in the order they were set: the host
+// sorts every object's keys when it reads an outcome, so what is applied, rendered and
+// stamped is the same whatever the order (and byte for byte what the Rust SDK gives).
+// Labels and annotations are sorted by key, the last value of a repeated key wins.
 
 import { log as hostLog } from 'inrun:reconciler/host@0.1.0';
 
@@ -288,7 +289,10 @@ function durationMs(value, what) {
   return Math.floor(value);
 }
 
-/** JSON text with object keys sorted at every level, as the Rust SDK writes it. */
+/**
+ * JSON text with object keys sorted at every level, as the host reads an outcome (for tests
+ * and digests of your own; `Outcome` does not need it).
+ */
 export function canonicalJson(value) {
   return JSON.stringify(sortKeys(value));
 }
@@ -421,13 +425,16 @@ export class Outcome {
     );
   }
 
-  /** The WIT `outcome` record: JSON text, sorted pairs, a BigInt for the u64. */
+  /**
+   * The WIT `outcome` record: JSON text (keys as set; the host sorts them), sorted pairs, a
+   * BigInt for the u64.
+   */
   toWit() {
     const pairs = (map) => [...map.entries()].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
     return {
-      status: this.statusFields === null ? undefined : canonicalJson(this.statusFields),
+      status: this.statusFields === null ? undefined : JSON.stringify(this.statusFields),
       resources: this.resources.map((r, i) => {
-        const json = canonicalJson(r);
+        const json = JSON.stringify(r);
         if (json === undefined) throw new InrunError(`outcome.resources[${i}] is not JSON`);
         return json;
       }),

@@ -132,6 +132,13 @@ pub(super) fn from_wit_outcome2(o: bindings::Outcome2, limits: &Limits) -> Resul
 }
 
 /// Checks sizes and parses the JSON a plugin returned. The reason names the first problem.
+///
+/// Every object's keys are sorted as they are read: the order a guest wrote them in carries
+/// no meaning (a JavaScript object keeps insertion order, a Go struct its field order), and
+/// the host keeps the order of what it reads, so without this two guests declaring the same
+/// object would render differently and stamp it differently — and one whose order varied
+/// between calls would rewrite an unchanged child. Guests need not sort (sorting in Rust
+/// costs a fraction of what it does in an interpreted guest).
 pub(super) fn from_wit_outcome(o: bindings::Outcome, limits: &Limits) -> Result<Outcome, String> {
     let size: usize = o.status.as_ref().map_or(0, String::len)
         + o.resources.iter().map(String::len).sum::<usize>()
@@ -156,7 +163,11 @@ pub(super) fn from_wit_outcome(o: bindings::Outcome, limits: &Limits) -> Result<
     let status = match o.status {
         None => None,
         Some(text) => match serde_json::from_str::<Value>(&text) {
-            Ok(Value::Object(map)) => Some(map),
+            Ok(Value::Object(mut map)) => {
+                map.sort_keys();
+                map.values_mut().for_each(Value::sort_all_objects);
+                Some(map)
+            }
             Ok(Value::Null) => None,
             Ok(_) => return Err("status is not a JSON object".into()),
             Err(e) => return Err(format!("status is not JSON: {e}")),
@@ -165,7 +176,10 @@ pub(super) fn from_wit_outcome(o: bindings::Outcome, limits: &Limits) -> Result<
     let mut resources = Vec::with_capacity(o.resources.len());
     for (i, text) in o.resources.iter().enumerate() {
         match serde_json::from_str::<Value>(text) {
-            Ok(v @ Value::Object(_)) => resources.push(v),
+            Ok(mut v @ Value::Object(_)) => {
+                v.sort_all_objects();
+                resources.push(v);
+            }
             Ok(_) => return Err(format!("resources[{i}] is not a JSON object")),
             Err(e) => return Err(format!("resources[{i}] is not JSON: {e}")),
         }
@@ -264,6 +278,33 @@ mod tests {
         };
         let err = from_wit_outcome(o, &limits).unwrap_err();
         assert!(err.contains("more than its limit of 10 bytes"), "{err}");
+    }
+
+    #[test]
+    fn a_guests_key_order_is_read_sorted_at_every_level() {
+        let o = bindings::Outcome {
+            status: Some(r#"{"url":"http://a","phase":{"z":1,"a":2}}"#.into()),
+            resources: vec![
+                r#"{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"x","labels":{"b":"2","a":"1"}},"data":[{"y":1,"x":2}]}"#
+                    .into(),
+            ],
+            labels: vec![],
+            annotations: vec![],
+            requeue: false,
+            requeue_after_ms: None,
+            cleanup: None,
+        };
+        let outcome = from_wit_outcome(o, &Limits::default()).expect("outcome");
+        // The host keeps the order of what it reads (`preserve_order`): what is written is
+        // what the pass applies, renders and stamps.
+        assert_eq!(
+            outcome.resources[0].to_string(),
+            r#"{"apiVersion":"v1","data":[{"x":2,"y":1}],"kind":"ConfigMap","metadata":{"labels":{"a":"1","b":"2"},"name":"x"}}"#
+        );
+        assert_eq!(
+            Value::Object(outcome.status.expect("status")).to_string(),
+            r#"{"phase":{"a":2,"z":1},"url":"http://a"}"#
+        );
     }
 
     #[test]

@@ -11,8 +11,10 @@ if [[ ! -d node_modules/typescript || package.json -nt node_modules ]]; then
 fi
 rm -rf dist
 node node_modules/typescript/bin/tsc -p tsconfig.json </dev/null
+# componentize-js through the SDK's componentize.mjs: the same command line, with the
+# strings the plugin hands to the host encoded natively (much cheaper per call).
 # http and fetch-event would import wasi:http, which the host does not provide.
-node node_modules/@bytecodealliance/componentize-js/src/cli.js dist/app.js \
+node node_modules/inrun-sdk/componentize.mjs dist/app.js \
   --wit node_modules/inrun-sdk/wit/0.2.0 --world-name reconciler --disable http fetch-event \
   --out "@NAME@.wasm" </dev/null
 echo "built @NAME@.wasm"
