@@ -320,12 +320,23 @@ export interface HooksExports {
   call(name: string, req: WitRequest, current: Partial<WitOutcome>): WitOutcome;
 }
 
+/** Options of `reconciler` and `hooks`. */
+export interface WrapOptions {
+  /**
+   * CRs (objects as the host sends them, or `Request`s) the wrapped functions run on when
+   * the module is loaded, which is when componentize-js builds the component: every
+   * instance then starts with that code compiled. Log lines are dropped and failures
+   * ignored; whatever the functions leave in module state is in every instance.
+   */
+  warmUp?: ReadonlyArray<JsonObject | Request>;
+}
+
 /**
  * Wraps `fn` as the `reconciler` world's `reconcile` export:
  *
- *   export const reconcile = reconciler((req) => new Outcome());
+ *   export const reconcile = reconciler((req) => new Outcome(), { warmUp: [sampleCr] });
  */
-export declare function reconciler(fn: ReconcileFunction): ReconcileExport;
+export declare function reconciler(fn: ReconcileFunction, options?: WrapOptions): ReconcileExport;
 
 /**
  * Wraps named hook functions as the `hooks` world's `functions` and `call` exports, in
@@ -333,4 +344,4 @@ export declare function reconciler(fn: ReconcileFunction): ReconcileExport;
  *
  *   export const { functions, call } = hooks({ 'add-labels': (req, current) => current });
  */
-export declare function hooks(table: { [name: string]: HookFunction }): HooksExports;
+export declare function hooks(table: { [name: string]: HookFunction }, options?: WrapOptions): HooksExports;

@@ -139,12 +139,18 @@ __all__ = [
 
 _LEVELS = ("trace", "debug", "info", "warn", "error")
 
+#: True while ``export_reconciler`` or ``export_hooks`` run their warm-up requests: log
+#: lines are dropped.
+_warming = False
+
 
 def log(level: str, message: str) -> None:
     """Writes ``message`` to the host's log at ``level`` (``trace``, ``debug``, ``info``,
     ``warn`` or ``error``). The host truncates long messages."""
     if level not in _LEVELS:
         raise ValueError(f"unknown log level {level!r}; one of {', '.join(_LEVELS)}")
+    if _warming:
+        return
     message = str(message)
     if _host is None:
         print(f"[{level}] {message}", file=sys.stderr)
@@ -553,11 +559,46 @@ def _guarded(what: str, run: Callable[[], Any]) -> Any:
     return result.to_wit()
 
 
-def export_reconciler(reconcile: Callable[[Request], Outcome]) -> type:
+#: How many times each warm-up request is run.
+_WARM_UP_CALLS = 2
+
+
+def _warm_up(requests: Optional[List[Any]], call: Callable[[Any], Any]) -> None:
+    """Runs ``call`` on each of ``requests`` (CR objects as the host sends them, or
+    ``Request``\ s) a few times, ignoring what it returns or raises, with log lines dropped.
+
+    componentize-py imports the plugin's module when it builds the component and keeps the
+    interpreter's memory as the component's starting point: what a warm-up ran (caches,
+    specialised bytecode, lazily made objects) is already there in every instance."""
+    global _warming
+    if requests is None:
+        return
+    if not isinstance(requests, (list, tuple)):
+        raise TypeError(f"warm_up: expected a list of CR objects, got {type(requests).__name__}")
+    wit = [(r if isinstance(r, Request) else Request.for_object(r)).to_wit() for r in requests]
+    _warming = True
+    try:
+        for req in wit:
+            for _ in range(_WARM_UP_CALLS):
+                try:
+                    call(req)
+                except Exception:  # noqa: BLE001 - a refused CR warms its error path
+                    pass
+    finally:
+        _warming = False
+
+
+def export_reconciler(reconcile: Callable[[Request], Outcome],
+                      warm_up: Optional[List[Any]] = None) -> type:
     """The class componentize-py exports for the ``reconciler`` world: bind it to
     ``WitWorld`` at the top level of the plugin's module.
 
-    ``reconcile(req)`` returns an ``Outcome`` or raises ``Err("why")``."""
+    ``reconcile(req)`` returns an ``Outcome`` or raises ``Err("why")``.
+
+    ``warm_up``: CRs (objects as the host sends them, or ``Request``\ s) ``reconcile`` runs
+    on when the module is imported, which is when componentize-py builds the component, so
+    every instance starts warmed (see the README, "Warm-up"). Log lines are dropped and
+    failures ignored; whatever ``reconcile`` leaves in module state is in every instance."""
 
     class WitWorld:
         def reconcile(self, req: Any) -> Any:
@@ -565,16 +606,20 @@ def export_reconciler(reconcile: Callable[[Request], Outcome]) -> type:
             return _guarded("reconcile", lambda: reconcile(request))
 
     WitWorld.__qualname__ = WitWorld.__name__ = "WitWorld"
+    _warm_up(warm_up, WitWorld().reconcile)
     return WitWorld
 
 
-def export_hooks(functions: Mapping[str, Callable[[Request, Outcome], Outcome]]) -> type:
+def export_hooks(functions: Mapping[str, Callable[[Request, Outcome], Outcome]],
+                 warm_up: Optional[List[Any]] = None) -> type:
     """The class componentize-py exports for the ``hooks`` world: bind it to
     ``WitWorld`` at the top level of the plugin's module.
 
     ``functions`` maps each hook name the Blueprint may list to ``fn(req, current)``,
     which returns the new ``Outcome`` (it may edit and return ``current``) or raises
-    ``Err("why")``. A call to a name not in ``functions`` fails with the list of names."""
+    ``Err("why")``. A call to a name not in ``functions`` fails with the list of names.
+    ``warm_up``: CRs every function runs on (with an empty current outcome) when the module
+    is imported, as for ``export_reconciler``."""
     table = dict(functions)
 
     class WitWorld:
@@ -590,4 +635,8 @@ def export_hooks(functions: Mapping[str, Callable[[Request, Outcome], Outcome]])
             outcome = Outcome.from_wit(current)
             return _guarded(function, lambda: fn(request, outcome))
 
+    world = WitWorld()
+    empty = Outcome().to_wit()
+    for name in table:
+        _warm_up(warm_up, lambda req, name=name: world.call(name, req, empty))
     return WitWorld

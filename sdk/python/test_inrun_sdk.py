@@ -128,6 +128,37 @@ class ExportTest(unittest.TestCase):
             export_reconciler(lambda req: None)().reconcile(wit_request(SHOP))
         self.assertEqual(e.exception.value, "reconcile returned NoneType, not an Outcome")
 
+    def test_a_warm_up_runs_the_functions_on_each_cr_at_import_quietly(self):
+        import inrun_sdk
+        seen = []
+        logged = []
+        real_host = inrun_sdk._host
+        inrun_sdk._host = type("Host", (), {"log": staticmethod(lambda level, msg: logged.append(msg))})
+
+        def reconcile(req):
+            seen.append(req.name)
+            inrun_sdk.info("not logged while warming up")
+            if req.name == "bad":
+                raise Err("refused")
+            return Outcome()
+
+        try:
+            export_reconciler(reconcile, warm_up=[SHOP, Request.for_object({"metadata": {"name": "bad"}})])
+            self.assertEqual(seen, ["shop", "shop", "bad", "bad"])
+            self.assertEqual(logged, [])
+            inrun_sdk.info("logged again")
+            self.assertEqual(logged, ["logged again"])
+        finally:
+            inrun_sdk._host = real_host
+        called = []
+        world = export_hooks({"a": lambda req, cur: called.append(("a", req.name, cur.is_empty())) or cur,
+                              "b": lambda req, cur: called.append(("b", req.name)) or cur},
+                             warm_up=[SHOP])()
+        self.assertEqual(called, [("a", "shop", True)] * 2 + [("b", "shop")] * 2)
+        self.assertEqual(world.functions(), ["a", "b"])
+        with self.assertRaises(TypeError):
+            export_reconciler(reconcile, warm_up=SHOP)
+
     def test_hooks_list_their_functions_and_refuse_others(self):
         world = export_hooks({"tag": lambda req, cur: cur.label("tagged", "yes")})()
         self.assertEqual(world.functions(), ["tag"])

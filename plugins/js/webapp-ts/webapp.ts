@@ -105,4 +105,12 @@ function service(name: string, namespace: string, port: number) {
   };
 }
 
-export const reconcile = reconciler(reconcileWebApp);
+/** A WebApp the reconciler runs on when the component is built (the SDK's `warmUp`). */
+const WARM_UP = {
+  apiVersion: 'demo.inrun.dev/v1alpha1',
+  kind: 'WebApp',
+  metadata: { name: 'warm-up', namespace: 'default' },
+  spec: { image: 'nginx:1.27', replicas: 1, port: 8080, env: { MODE: 'warm-up' } },
+};
+
+export const reconcile = reconciler(reconcileWebApp, { warmUp: [WARM_UP] });

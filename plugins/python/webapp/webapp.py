@@ -112,4 +112,10 @@ def service(name: str, namespace: str, port: int) -> Dict[str, Any]:
     }
 
 
-WitWorld = export_reconciler(reconcile)
+#: A WebApp ``reconcile`` runs on when componentize-py builds the component, so every
+#: instance starts warmed (the SDK's ``warm_up``).
+WARM_UP = {"apiVersion": "demo.inrun.dev/v1alpha1", "kind": "WebApp",
+           "metadata": {"name": "warm-up", "namespace": "default"},
+           "spec": {"image": "nginx:1.27", "replicas": 1, "port": 8080, "env": {"MODE": "warm-up"}}}
+
+WitWorld = export_reconciler(reconcile, warm_up=[WARM_UP])

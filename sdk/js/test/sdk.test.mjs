@@ -128,3 +128,27 @@ test('hooks() and reconciler() wrap user functions', () => {
   const out = h.call('tag', shop({}).toWit(), new Outcome().label('kept', '1').toWit());
   assert.deepEqual(out.labels, [['kept', '1'], ['tagged', 'yes']]);
 });
+
+test('a warm-up runs the wrapped functions on each CR when the module loads, quietly', () => {
+  const seen = [];
+  const before = logged.length;
+  reconciler((req) => {
+    seen.push(req.name);
+    log.info('not logged while warming up');
+    if (req.name === 'bad') throw new Error('refused');
+    return new Outcome();
+  }, { warmUp: [{ metadata: { name: 'shop', namespace: 'prod' }, spec: {} }, { metadata: { name: 'bad' } }] });
+  assert.deepEqual(seen, ['shop', 'shop', 'bad', 'bad'], 'each CR twice, a refused one too');
+  assert.equal(logged.length, before, 'log lines are dropped during the warm-up');
+  log.info('logged again');
+  assert.deepEqual(logged.at(-1), ['info', 'logged again']);
+
+  const called = [];
+  const h = hooks(
+    { a: (req, current) => (called.push(['a', req.name, current.isEmpty()]), current), b: (req, current) => (called.push(['b', req.name]), current) },
+    { warmUp: [{ metadata: { name: 'shop' } }] },
+  );
+  assert.deepEqual(called, [['a', 'shop', true], ['a', 'shop', true], ['b', 'shop'], ['b', 'shop']]);
+  assert.deepEqual(h.functions(), ['a', 'b']);
+  assert.throws(() => reconciler(() => new Outcome(), { warmUp: { metadata: {} } }), /warmUp: expected an array of CR objects/);
+});

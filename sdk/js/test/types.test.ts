@@ -37,6 +37,7 @@ import {
   type RequestFields,
   type WitOutcome,
   type WitRequest,
+  type WrapOptions,
 } from '../inrun-sdk.js';
 import * as pkg from '../inrun-package.js';
 import {
@@ -373,6 +374,17 @@ test('reconciler and hooks wrap typed functions as the world exports', () => {
   // @ts-expect-error a hook returns an Outcome
   const wrong = hooks({ bad: () => 42 });
   assert.throws(() => wrong.call('bad', Request.forObject(cr).toWit(), {}), (e: unknown) => e === 'hook `bad` returned 42, not an Outcome');
+
+  const seen: string[] = [];
+  const options: WrapOptions = { warmUp: [cr, Request.forObject({ metadata: { name: 'other' } })] };
+  reconciler((req) => {
+    seen.push(req.name);
+    return new Outcome();
+  }, options);
+  hooks({ tag }, { warmUp: [cr] });
+  assert.deepEqual([...new Set(seen)], ['shop', 'other']);
+  // @ts-expect-error warm-up requests are CR objects or Requests
+  assert.throws(() => reconciler(() => new Outcome(), { warmUp: 'shop' }), /warmUp: expected an array/);
 });
 
 test('log writes through the host import with its level', () => {
