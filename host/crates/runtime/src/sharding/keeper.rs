@@ -20,6 +20,15 @@
 //! A graceful hand-over (a bucket assigned elsewhere, or SIGTERM) refuses the bucket's new
 //! writes, waits for those in flight to return, then clears the bucket's Lease: the next
 //! holder's writes start after the last of this one's have landed.
+//!
+//! A round reads which buckets name this incarnation and holds those. That read is true
+//! only if none of this incarnation's own Lease writes can still land after it: a clear
+//! abandoned when a round ran out of time (or answered by no response at all) may be
+//! applied after the next round's read, freeing a bucket this replica has just taken back
+//! by name — and another replica then takes it while this one writes. So after such a
+//! round the replica trusts no Lease naming it: it refuses every write at once, lets those
+//! in flight return, and joins again under a new incarnation, as after a late renewal. Its
+//! buckets come back only through compare-and-swap, which a late write cannot undo.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -112,10 +121,19 @@ struct Keeper {
     /// Rounds so far: the first only joins and looks, so replicas started together see
     /// each other before any takes buckets.
     rounds: u64,
+    /// A write of this incarnation to a bucket Lease may still be applied: the next round
+    /// joins again under a new incarnation instead of holding buckets by name.
+    unsure: bool,
 }
 
 fn forbidden(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 403)
+}
+
+/// Whether a write that failed with `e` may still be applied by the API server: only an
+/// answer from it (a status) says it was not; a timeout or a broken connection does not.
+fn may_still_land(e: &kube::Error) -> bool {
+    !matches!(e, kube::Error::Api(_))
 }
 
 impl Keeper {
@@ -138,11 +156,19 @@ impl Keeper {
         }
         tracing::warn!(member = %self.me, "the member Lease was not renewed for a lease duration; giving up every bucket and joining again");
         self.shard.close();
+        self.rejoin().await
+    }
+
+    /// Gives up every bucket and joins again under a new incarnation (a new member name):
+    /// the Leases naming the old one are taken, by this replica too, only through
+    /// compare-and-swap. The member fence must be closed, or every write drained, first.
+    async fn rejoin(&mut self) -> Result<(), kube::Error> {
         let dropped = self.shard.held();
         self.shard.give_up(dropped);
         self.metrics
             .shard_moved("lost", buckets(dropped).count() as u64);
         self.recorded = 0;
+        self.unsure = false;
         let _ = self.config.ring.release(&self.client, &self.me).await;
         self.incarnation = self.incarnation.wrapping_add(1);
         self.me = Self::incarnation_name(&self.config.identity, self.incarnation);
@@ -154,6 +180,13 @@ impl Keeper {
         Ok(())
     }
 
+    /// After a round that may have left a write to a bucket Lease in flight: refuses
+    /// every write now; the next round waits for those in flight, then joins again.
+    fn doubt(&mut self) {
+        self.unsure = true;
+        self.shard.give_up(self.shard.held());
+    }
+
     fn observed(&self) -> std::sync::MutexGuard<'_, Observed> {
         self.observed
             .lock()
@@ -163,6 +196,17 @@ impl Keeper {
     /// One round: renew, look at the ring, give up and take buckets.
     async fn round(&mut self) -> Result<(), kube::Error> {
         self.renew().await?;
+        if self.unsure {
+            // Every write was refused when the doubt arose; those in flight return or are
+            // abandoned before the old incarnation's Lease goes (only then may others take
+            // its buckets).
+            let held = bits(0..BUCKETS);
+            if !self.shard.drained(held, self.config.renew_deadline).await {
+                self.shard.close();
+            }
+            tracing::warn!(member = %self.me, "a write to a bucket Lease may still land; giving up every bucket and joining again");
+            self.rejoin().await?;
+        }
         let ring = self.config.ring.clone();
         let leases = ring.member_leases(&self.client).await?;
         let now = Instant::now();
@@ -251,6 +295,9 @@ impl Keeper {
                     given += 1;
                 }
                 Err(e) => {
+                    if may_still_land(&e) {
+                        self.unsure = true;
+                    }
                     tracing::warn!(bucket = b, error = %inrun_contract::errors::chain(&e), "giving a bucket up");
                 }
             }
@@ -359,6 +406,7 @@ pub async fn run(
         observed: Arc::default(),
         recorded: 0,
         rounds: 0,
+        unsure: false,
         config,
     };
     tracing::info!(ring = %keeper.config.ring.name, member = %keeper.me, "joining the ring");
@@ -393,7 +441,9 @@ pub async fn run(
                 tracing::warn!(error = %inrun_contract::errors::chain(&e), "a sharding round failed; writes stop at the renew deadline unless the next succeeds");
             }
             Err(_) => {
-                tracing::warn!(after = ?keeper.config.renew_deadline, "a sharding round timed out; writes stop at the renew deadline unless the next succeeds");
+                // Cut off anywhere, perhaps with a bucket Lease's clear sent and unanswered.
+                keeper.doubt();
+                tracing::warn!(after = ?keeper.config.renew_deadline, "a sharding round timed out; every write is refused and the next round joins again");
             }
         }
         // After the first round (which only joins), a quarter period: replicas started
@@ -500,6 +550,16 @@ async fn watch_moves(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn only_an_answer_from_the_api_server_says_a_lease_write_will_not_land() {
+        let answered = kube::Error::Api(Box::new(
+            kube::core::Status::failure("conflict", "Conflict").with_code(409),
+        ));
+        assert!(!super::may_still_land(&answered));
+        let cut = kube::Error::Service("request timed out".into());
+        assert!(super::may_still_land(&cut));
+    }
+
     #[test]
     fn incarnations_are_told_apart_by_their_suffix() {
         let a = super::Keeper::incarnation_name("pod-1", 1);
