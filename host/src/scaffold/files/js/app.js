@@ -17,4 +17,9 @@ export function decide(req) {
     .status('message', message);
 }
 
-export const reconcile = reconciler(decide);
+// A CR the reconciler runs on while the component is built, so each fresh instance starts
+// with this code compiled (a third of a fresh call saved; see the SDK README, "Warm-up").
+const WARM_UP = { apiVersion: 'example.inrun.dev/v1alpha1', kind: '@KIND@',
+                  metadata: { name: 'warm-up', namespace: 'default' }, spec: { message: 'hello' } };
+
+export const reconcile = reconciler(decide, { warmUp: [WARM_UP] });

@@ -22,4 +22,9 @@ def reconcile(req: Request) -> Outcome:
     )
 
 
-WitWorld = export_reconciler(reconcile)
+# A CR ``reconcile`` runs on while the component is built, so each fresh instance starts
+# warmed (see the SDK README, "Warm-up").
+WARM_UP = {"apiVersion": "example.inrun.dev/v1alpha1", "kind": "@KIND@",
+           "metadata": {"name": "warm-up", "namespace": "default"}, "spec": {"message": "hello"}}
+
+WitWorld = export_reconciler(reconcile, warm_up=[WARM_UP])
