@@ -538,7 +538,7 @@ export function reconciler(fn, options = {}) {
       throw errorMessage(e);
     }
   };
-  warmUp(options.warmUp, reconcile);
+  warmUp(options?.warmUp, reconcile);
   return reconcile;
 }
 
@@ -571,6 +571,6 @@ export function hooks(table, options = {}) {
     },
   };
   const empty = new Outcome().toWit();
-  for (const name of names) warmUp(options.warmUp, (req) => exports.call(name, req, empty));
+  for (const name of names) warmUp(options?.warmUp, (req) => exports.call(name, req, empty));
   return exports;
 }

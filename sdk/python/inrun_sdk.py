@@ -575,6 +575,9 @@ def _warm_up(requests: Optional[List[Any]], call: Callable[[Any], Any]) -> None:
         return
     if not isinstance(requests, (list, tuple)):
         raise TypeError(f"warm_up: expected a list of CR objects, got {type(requests).__name__}")
+    for r in requests:
+        if not isinstance(r, (Request, dict)):
+            raise TypeError(f"warm_up: expected CR objects (dicts) or Requests, got {type(r).__name__}")
     wit = [(r if isinstance(r, Request) else Request.for_object(r)).to_wit() for r in requests]
     _warming = True
     try:

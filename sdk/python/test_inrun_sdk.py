@@ -158,6 +158,8 @@ class ExportTest(unittest.TestCase):
         self.assertEqual(world.functions(), ["a", "b"])
         with self.assertRaises(TypeError):
             export_reconciler(reconcile, warm_up=SHOP)
+        with self.assertRaisesRegex(TypeError, "expected CR objects"):
+            export_reconciler(reconcile, warm_up=["shop"])
 
     def test_hooks_list_their_functions_and_refuse_others(self):
         world = export_hooks({"tag": lambda req, cur: cur.label("tagged", "yes")})()

@@ -90,6 +90,8 @@ test('the pinned componentize-js glue is rewritten', { skip: !process.env.INRUN_
     false,
   );
   assert.match(jsBindings, /function _utf8AllocateAndEncode\(/);
+  // The generated encoder also returns `codepoints`; no caller reads it.
+  assert.doesNotMatch(jsBindings.replace(/function _utf8AllocateAndEncode[\s\S]*?\n\}\n/, ''), /\.codepoints/);
   const rewritten = nativeStrings(jsBindings);
   const start = rewritten.indexOf('function _utf8AllocateAndEncode(');
   const encoder = rewritten.slice(start, rewritten.indexOf('\n}\n', start));

@@ -151,4 +151,5 @@ test('a warm-up runs the wrapped functions on each CR when the module loads, qui
   assert.deepEqual(called, [['a', 'shop', true], ['a', 'shop', true], ['b', 'shop'], ['b', 'shop']]);
   assert.deepEqual(h.functions(), ['a', 'b']);
   assert.throws(() => reconciler(() => new Outcome(), { warmUp: { metadata: {} } }), /warmUp: expected an array of CR objects/);
+  assert.equal(typeof reconciler(() => new Outcome(), null), 'function', 'no options');
 });

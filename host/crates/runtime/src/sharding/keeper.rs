@@ -124,6 +124,8 @@ struct Keeper {
     /// A write of this incarnation to a bucket Lease may still be applied: the next round
     /// joins again under a new incarnation instead of holding buckets by name.
     unsure: bool,
+    /// Clears of bucket Leases are in flight (a round cut off now leaves them unanswered).
+    clearing: bool,
 }
 
 fn forbidden(e: &kube::Error) -> bool {
@@ -180,11 +182,14 @@ impl Keeper {
         Ok(())
     }
 
-    /// After a round that may have left a write to a bucket Lease in flight: refuses
-    /// every write now; the next round waits for those in flight, then joins again.
+    /// After a round that may have left a bucket Lease's clear in flight: refuses every
+    /// write now; the next round waits for those in flight, then joins again.
     fn doubt(&mut self) {
         self.unsure = true;
-        self.shard.give_up(self.shard.held());
+        let dropped = self.shard.held();
+        self.shard.give_up(dropped);
+        self.metrics
+            .shard_moved("lost", buckets(dropped).count() as u64);
     }
 
     fn observed(&self) -> std::sync::MutexGuard<'_, Observed> {
@@ -197,14 +202,18 @@ impl Keeper {
     async fn round(&mut self) -> Result<(), kube::Error> {
         self.renew().await?;
         if self.unsure {
-            // Every write was refused when the doubt arose; those in flight return or are
-            // abandoned before the old incarnation's Lease goes (only then may others take
-            // its buckets).
-            let held = bits(0..BUCKETS);
-            if !self.shard.drained(held, self.config.renew_deadline).await {
-                self.shard.close();
+            // Every write was refused when the doubt arose. The old incarnation's member
+            // Lease goes (and with it its buckets, to whoever takes them) only once every
+            // write in flight has returned; until then it is renewed and its buckets wait.
+            self.doubt();
+            if !self
+                .shard
+                .drained(bits(0..BUCKETS), self.config.renew_deadline / 2)
+                .await
+            {
+                return Ok(());
             }
-            tracing::warn!(member = %self.me, "a write to a bucket Lease may still land; giving up every bucket and joining again");
+            tracing::warn!(member = %self.me, "a bucket Lease's clear may still land; giving up every bucket and joining again");
             self.rejoin().await?;
         }
         let ring = self.config.ring.clone();
@@ -247,7 +256,12 @@ impl Keeper {
                 }
             }
         }
-        let taken = self.acquire(&next.acquire, &live).await?;
+        // Unsure, this incarnation takes nothing more: the next round replaces it.
+        let taken = if self.unsure {
+            0
+        } else {
+            self.acquire(&next.acquire, &live).await?
+        };
         for b in buckets(taken) {
             after[b] = Some(self.me.clone());
         }
@@ -282,11 +296,13 @@ impl Keeper {
             return;
         }
         let ring = &self.config.ring;
+        self.clearing = true;
         let results = join_all(
             list.iter()
                 .map(|b| ring.release_bucket(&self.client, *b, &self.me)),
         )
         .await;
+        self.clearing = false;
         let mut given = 0;
         for (b, result) in list.iter().zip(results) {
             match result {
@@ -296,7 +312,7 @@ impl Keeper {
                 }
                 Err(e) => {
                     if may_still_land(&e) {
-                        self.unsure = true;
+                        self.doubt();
                     }
                     tracing::warn!(bucket = b, error = %inrun_contract::errors::chain(&e), "giving a bucket up");
                 }
@@ -407,6 +423,7 @@ pub async fn run(
         recorded: 0,
         rounds: 0,
         unsure: false,
+        clearing: false,
         config,
     };
     tracing::info!(ring = %keeper.config.ring.name, member = %keeper.me, "joining the ring");
@@ -440,10 +457,14 @@ pub async fn run(
             Ok(Err(e)) => {
                 tracing::warn!(error = %inrun_contract::errors::chain(&e), "a sharding round failed; writes stop at the renew deadline unless the next succeeds");
             }
-            Err(_) => {
-                // Cut off anywhere, perhaps with a bucket Lease's clear sent and unanswered.
+            Err(_) if keeper.clearing => {
+                // Cut off with a bucket Lease's clear sent and unanswered.
+                keeper.clearing = false;
                 keeper.doubt();
-                tracing::warn!(after = ?keeper.config.renew_deadline, "a sharding round timed out; every write is refused and the next round joins again");
+                tracing::warn!(after = ?keeper.config.renew_deadline, "a sharding round timed out while clearing bucket Leases; every write is refused and the replica joins again");
+            }
+            Err(_) => {
+                tracing::warn!(after = ?keeper.config.renew_deadline, "a sharding round timed out; writes stop at the renew deadline unless the next succeeds");
             }
         }
         // After the first round (which only joins), a quarter period: replicas started
