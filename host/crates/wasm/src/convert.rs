@@ -162,12 +162,8 @@ pub(super) fn from_wit_outcome(o: bindings::Outcome, limits: &Limits) -> Result<
     }
     let status = match o.status {
         None => None,
-        Some(text) => match serde_json::from_str::<Value>(&text) {
-            Ok(Value::Object(mut map)) => {
-                map.sort_keys();
-                map.values_mut().for_each(Value::sort_all_objects);
-                Some(map)
-            }
+        Some(text) => match serde_json::from_str::<Value>(&text).map(sorted) {
+            Ok(Value::Object(map)) => Some(map),
             Ok(Value::Null) => None,
             Ok(_) => return Err("status is not a JSON object".into()),
             Err(e) => return Err(format!("status is not JSON: {e}")),
@@ -175,11 +171,8 @@ pub(super) fn from_wit_outcome(o: bindings::Outcome, limits: &Limits) -> Result<
     };
     let mut resources = Vec::with_capacity(o.resources.len());
     for (i, text) in o.resources.iter().enumerate() {
-        match serde_json::from_str::<Value>(text) {
-            Ok(mut v @ Value::Object(_)) => {
-                v.sort_all_objects();
-                resources.push(v);
-            }
+        match serde_json::from_str::<Value>(text).map(sorted) {
+            Ok(v @ Value::Object(_)) => resources.push(v),
             Ok(_) => return Err(format!("resources[{i}] is not a JSON object")),
             Err(e) => return Err(format!("resources[{i}] is not JSON: {e}")),
         }
@@ -199,6 +192,12 @@ pub(super) fn from_wit_outcome(o: bindings::Outcome, limits: &Limits) -> Result<
         }),
         ..Outcome::default()
     })
+}
+
+/// `value` with every object's keys sorted, at every level.
+fn sorted(mut value: Value) -> Value {
+    value.sort_all_objects();
+    value
 }
 
 /// Property tests over what a guest hands back: any strings in the WIT outcome decode to an

@@ -208,7 +208,7 @@ impl Keeper {
             self.doubt();
             if !self
                 .shard
-                .drained(bits(0..BUCKETS), self.config.renew_deadline / 2)
+                .drained(Held::MAX, self.config.renew_deadline / 2)
                 .await
             {
                 return Ok(());
