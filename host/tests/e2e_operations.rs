@@ -515,12 +515,20 @@ async fn the_console_shows_crds_and_kinds_in_chromium() -> TestResult {
         )),
         "the failed CR: {dom}"
     );
-    // The plugin's calls (the broken CR's failed), charted over the page's readings.
+    // The plugin's calls, the broken CR's failed (it is retried with backoff, so how many
+    // by now depends on timing: at least one, and fewer than all), charted over the
+    // page's readings.
+    let counted = dom
+        .split("<td>(host)</td><td>inrun_plugin_webapp</td><td>")
+        .nth(1)
+        .and_then(|row| {
+            let (calls, rest) = row.split_once("</td><td class=\"error\">")?;
+            let failed = rest.split_once("</td>")?.0;
+            Some((calls.parse::<u64>().ok()?, failed.parse::<u64>().ok()?))
+        });
     assert!(
-        dom.contains(
-            "<td>(host)</td><td>inrun_plugin_webapp</td><td>2</td><td class=\"error\">1</td>"
-        ),
-        "the plugin's calls: {dom}"
+        counted.is_some_and(|(calls, failed)| failed >= 1 && calls > failed),
+        "the plugin's calls ({counted:?}): {dom}"
     );
     assert!(
         dom.contains("<svg width=\"180\" height=\"28\" class=\"spark\">"),
