@@ -2,7 +2,9 @@
 //! CR key it reconciled in a global and reports them, so each test sees exactly which
 //! calls shared an instance. Off by default; on, an instance serves one tenant (and one
 //! namespace when the grants reach namespaced data), at most N calls, and is discarded on
-//! any failure. The last test runs it through a Blueprint on a real kube-apiserver.
+//! any failure. Instances made ahead (on by default, under a Tokio runtime) serve one call
+//! each, as fresh as one instantiated on the call's path. The last test runs reuse through
+//! a Blueprint on a real kube-apiserver.
 
 mod support;
 
@@ -307,6 +309,123 @@ async fn idle_instances_are_bounded_per_tenant_and_calls_beyond_them_still_run()
         2,
         "and another tenant still keeps its own"
     );
+}
+
+/// [`memo`], awaited on the test's runtime.
+async fn memo_now(plugin: &Plugin, ns: &str, name: &str) -> (u64, Vec<String>) {
+    let out = plugin
+        .reconcile(
+            &cr(ns, name, json!({})),
+            &Limits::default(),
+            &Grants::default(),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{}", inrun::errors::chain(&e)));
+    let status = out.status.expect("status");
+    let seen = serde_json::from_value(status["seen"].clone()).expect("seen");
+    (status["calls"].as_u64().expect("calls"), seen)
+}
+
+/// Waits until none of `plugins` is making an instance ahead.
+async fn made(plugins: &[&Plugin]) {
+    eventually("the instances made ahead", || async {
+        plugins.iter().all(|p| !p.making_ahead()).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_call_the_next_instance_is_made_ahead_and_serves_the_next_call_fresh() {
+    let engine = Engine::new(EngineSettings::default()).expect("engine");
+    let plugin = load(&engine);
+    assert!(!plugin.ready_ahead(), "nothing is made before a call");
+    for (served, name) in ["a", "b", "c"].into_iter().enumerate() {
+        assert_eq!(
+            memo_now(&plugin, "ns", name).await,
+            (1, vec![]),
+            "{name}: a fresh instance, whoever made it"
+        );
+        assert_eq!(
+            plugin.calls_made_ahead(),
+            served as u64,
+            "every call after the first was served by an instance made ahead"
+        );
+        made(&[&plugin]).await;
+        assert!(plugin.ready_ahead(), "the next one waits");
+    }
+    assert_eq!(engine.instances_ahead(), 1, "one at a time");
+    assert_eq!(plugin.idle_instances(), 0, "none is kept after its call");
+    drop(plugin);
+    assert_eq!(engine.instances_ahead(), 0, "it goes with its plugin");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_call_makes_nothing_ahead_and_its_instance_is_never_served_again() {
+    let engine = Engine::new(EngineSettings::default()).expect("engine");
+    let plugin = load(&engine);
+    let (limits, grants) = (Limits::default(), Grants::default());
+    let bad = |spec| cr("ns", "bad", spec);
+    plugin
+        .reconcile(&bad(json!({"fail": true})), &limits, &grants)
+        .await
+        .expect_err("fails");
+    assert!(
+        !plugin.making_ahead() && !plugin.ready_ahead(),
+        "a call that failed makes nothing"
+    );
+    assert_eq!(memo_now(&plugin, "ns", "ok").await, (1, vec![]));
+    made(&[&plugin]).await;
+    // The instance made ahead serves a call that traps: it goes, and the next call
+    // instantiates its own.
+    let err = plugin
+        .reconcile(&bad(json!({"trap": true})), &limits, &grants)
+        .await
+        .expect_err("traps");
+    assert!(inrun::errors::chain(&err).contains("panicked"), "{err:?}");
+    assert_eq!(plugin.calls_made_ahead(), 1);
+    assert!(!plugin.making_ahead() && !plugin.ready_ahead());
+    assert_eq!(memo_now(&plugin, "ns", "after").await, (1, vec![]));
+    assert_eq!(
+        plugin.calls_made_ahead(),
+        1,
+        "instantiated on the call's path"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn instances_made_ahead_are_bounded_per_tenant_and_made_only_when_the_engine_says_so() {
+    // A pool of 8 keeps 2 slots for instances made ahead: a tenant holds one.
+    let engine = Engine::new(EngineSettings {
+        max_instances: 8,
+        ..EngineSettings::default()
+    })
+    .expect("engine");
+    let a = engine.for_tenant("a", None);
+    let (a1, a2) = (load(&a), load(&a));
+    memo_now(&a1, "ns", "x").await;
+    memo_now(&a2, "ns", "y").await;
+    made(&[&a1, &a2]).await;
+    assert_eq!(engine.instances_ahead(), 1, "a tenant holds its share");
+    assert!(
+        a1.ready_ahead() != a2.ready_ahead(),
+        "one of a's plugins has one"
+    );
+    let b = load(&engine.for_tenant("b", None));
+    memo_now(&b, "ns", "z").await;
+    made(&[&b]).await;
+    assert!(b.ready_ahead(), "another tenant still makes its own");
+    assert_eq!(engine.instances_ahead(), 2);
+
+    let off = Engine::new(EngineSettings {
+        make_ahead: false,
+        ..EngineSettings::default()
+    })
+    .expect("engine");
+    let plugin = load(&off);
+    memo_now(&plugin, "ns", "x").await;
+    assert!(!plugin.making_ahead() && !plugin.ready_ahead());
+    memo_now(&plugin, "ns", "y").await;
+    assert_eq!(plugin.calls_made_ahead(), 0);
 }
 
 /// The `status` of every CR of `kind` in `ns`, by name, once each has one.

@@ -10,21 +10,31 @@ use inrun::wasm::{
 };
 
 /// The engine of a one-shot command: nothing observes it, loads run under the default
-/// limits, calls share the engine's default budgets, and compiles run in this process.
+/// limits, calls share the engine's default budgets, compiles run in this process, and no
+/// instance is made ahead of a call that may never come.
 pub(super) fn quiet_engine(cache: &CacheArgs) -> anyhow::Result<Engine> {
-    engine(cache, Arc::new(Unobserved), Limits::default(), None, None)
+    engine(
+        cache,
+        Arc::new(Unobserved),
+        Limits::default(),
+        None,
+        None,
+        false,
+    )
 }
 
 /// The engine, with its compile cache as `cache` says, reporting plugin loads and host
 /// calls to `observer`; the calls a load makes run under `load_limits`; calls share what
 /// `budgets` says (`None`: the engine's defaults); compiles run in a child process under
-/// `compiler`'s limits (`None`: in this process).
+/// `compiler`'s limits (`None`: in this process); `make_ahead`: after a call, the plugin's
+/// next instance is made in the background ([`EngineSettings::make_ahead`]).
 pub(super) fn engine(
     cache: &CacheArgs,
     observer: Arc<dyn Observer>,
     load_limits: Limits,
     budgets: Option<Budgets>,
     compiler: Option<Compiler>,
+    make_ahead: bool,
 ) -> anyhow::Result<Engine> {
     let dir = cache.dir.clone().unwrap_or_else(CompileCache::default_dir);
     let mut compiled = CompileCache::new(&dir)
@@ -39,6 +49,7 @@ pub(super) fn engine(
         load_limits,
         budgets,
         compiler,
+        make_ahead,
         ..EngineSettings::default()
     })?)
 }

@@ -6,13 +6,15 @@ use std::time::{Duration, Instant};
 
 use wasmtime::{Store, Trap, UpdateDeadline};
 
+use super::ahead::{Finished, Made};
 use super::bindings;
+use super::budget::Admission;
 use super::convert::{
     from_wit_outcome, from_wit_outcome2, to_wit_outcome, to_wit_outcome2, to_wit_request,
 };
 use super::grants::Grants;
 use super::plugin::Plugin;
-use super::reuse::{Guest, Kept, Key};
+use super::reuse::{Guest, Key};
 use super::state::State;
 use super::{CallError, CallFailure, Limits};
 use inrun_contract::{Outcome, Request};
@@ -159,7 +161,10 @@ impl Plugin {
             Ok((guest, answer))
         })
         .await;
-        let (guest, answer) = self.settle(result, &mut store, limits)?;
+        let (guest, answer) = match self.settle(result, &mut store, limits) {
+            Ok(settled) => settled,
+            Err(err) => return Err(err),
+        };
         let checked = finish(answer);
         if let Some(key) = key
             && checked.is_ok()
@@ -169,6 +174,16 @@ impl Plugin {
             self.inner()
                 .kept
                 .keep(self.inner().engine.shelf(), key, store, guest, served + 1);
+        } else {
+            drop(_busy);
+            let made = checked.is_ok().then_some(limits);
+            self.after_call(
+                Finished {
+                    store,
+                    _guest: guest,
+                },
+                made,
+            );
         }
         checked
     }
@@ -198,7 +213,8 @@ impl Plugin {
 
     /// A store armed with the plugin's limits and grants, once the call is admitted under
     /// its tenant's budget: a kept instance's for `key` (with the instance and the calls it
-    /// has served) when there is one that can take the call, else a fresh one. The guest
+    /// has served) when there is one that can take the call, else that of an instance made
+    /// ahead ([`super::ahead`], 0 calls served), else a fresh one. The guest
     /// yields to the async runtime at every epoch tick, and to another tenant's waiting
     /// guest when the cores guests may use are all taken; it is interrupted at the first
     /// tick past its deadline; host imports it awaits stop waiting at the same deadline.
@@ -216,23 +232,17 @@ impl Plugin {
     ) -> Result<(Store<State>, Option<(Guest, u32)>, super::ticker::Busy), CallError> {
         let inner = self.inner();
         let deadline = Instant::now() + limits.deadline;
-        let admission = inner
-            .engine
-            .admit(deadline)
-            .await
-            .map_err(|hit| CallError {
-                plugin: self.id().clone(),
-                failure: CallFailure::Budget(hit.to_string()),
-            })?;
+        let admission = self.admit(deadline).await?;
         let busy = inner.engine.busy();
         let mut admission = Some(admission);
-        while let Some(kept) = key.and_then(|key| inner.kept.take(key)) {
-            let Kept {
-                mut store,
-                guest,
-                served,
-                ..
-            } = kept;
+        let kept = std::iter::from_fn(|| key.and_then(|key| inner.kept.take(key)))
+            .map(|kept| (kept.store, kept.guest, kept.served));
+        // Then an instance made ahead ([`super::ahead`]): fresh, it has served no call.
+        let made = std::iter::from_fn(|| inner.ahead.take()).map(|made| {
+            let Made { store, guest, .. } = made;
+            (store, guest, 0)
+        });
+        for (mut store, guest, served) in kept.chain(made) {
             let state = store.data_mut();
             if state.rearm(
                 limits.memory_bytes,
@@ -242,11 +252,56 @@ impl Plugin {
                 deadline,
             ) {
                 arm(&mut store, deadline);
+                if served == 0 {
+                    inner.ahead.served();
+                }
                 return Ok((store, Some((guest, served)), busy));
             }
             // It holds more than this call may: it goes, and the admission comes back.
             admission = state.limiter.admission.take();
         }
+        let store = self.new_store(limits, admission, grants, cr_namespace, deadline);
+        Ok((store, None, busy))
+    }
+
+    /// A fresh store for `limits` and `grants`, once admitted under the tenant's budget
+    /// (as [`Plugin::store`], without an instance kept or made ahead) by `admit_by`: a
+    /// time already past admits only what is free at once.
+    pub(super) async fn fresh_store(
+        &self,
+        limits: &Limits,
+        grants: &Grants,
+        admit_by: Instant,
+    ) -> Result<(Store<State>, super::ticker::Busy), CallError> {
+        let deadline = Instant::now() + limits.deadline;
+        let admission = self.admit(admit_by.min(deadline)).await?;
+        let busy = self.inner().engine.busy();
+        let store = self.new_store(limits, Some(admission), grants, None, deadline);
+        Ok((store, busy))
+    }
+
+    /// One call's place in its tenant's budget, waited for until `deadline`.
+    async fn admit(&self, deadline: Instant) -> Result<Admission, CallError> {
+        self.inner()
+            .engine
+            .admit(deadline)
+            .await
+            .map_err(|hit| CallError {
+                plugin: self.id().clone(),
+                failure: CallFailure::Budget(hit.to_string()),
+            })
+    }
+
+    /// A store armed with `limits` and `grants`, holding `admission`.
+    fn new_store(
+        &self,
+        limits: &Limits,
+        admission: Option<Admission>,
+        grants: &Grants,
+        cr_namespace: Option<String>,
+        deadline: Instant,
+    ) -> Store<State> {
+        let inner = self.inner();
         let mut store = Store::new(
             inner.engine.wasmtime(),
             State::new(
@@ -261,7 +316,7 @@ impl Plugin {
         );
         store.limiter(|s| &mut s.limiter);
         arm(&mut store, deadline);
-        Ok((store, None, busy))
+        store
     }
 
     /// Logs what the guest printed (as far as its tenant's log budget allows) and turns a

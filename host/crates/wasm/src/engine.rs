@@ -53,6 +53,10 @@ pub struct EngineSettings {
     /// Compile in a child process under a time and memory limit; `None`: in this process,
     /// unbounded (offline commands, tests of the engine itself).
     pub compiler: Option<Compiler>,
+    /// After a call, make the plugin's next instance in the background, so that the next
+    /// call starts in an instance already there (`ahead.rs`): a call's latency
+    /// without instantiation, the same work in all.
+    pub make_ahead: bool,
 }
 
 impl Default for EngineSettings {
@@ -67,6 +71,7 @@ impl Default for EngineSettings {
             load_limits: Limits::default(),
             budgets: None,
             compiler: None,
+            make_ahead: true,
         }
     }
 }
@@ -99,6 +104,8 @@ struct Inner {
     budgets: Arc<budget::Shared>,
     /// The bounds on instances kept idle for reuse.
     shelf: Arc<Shelf>,
+    /// The bounds on instances made ahead, and whether any are (`ahead.rs`).
+    ahead: Option<Arc<Shelf>>,
 }
 
 impl Drop for Inner {
@@ -162,6 +169,12 @@ impl Engine {
                     kept_slots(settings.max_instances) as usize,
                     budgets.memory_bytes / 4,
                 )),
+                ahead: settings.make_ahead.then(|| {
+                    Arc::new(Shelf::new(
+                        kept_slots(settings.max_instances) as usize,
+                        budgets.memory_bytes / 4,
+                    ))
+                }),
                 budgets: Arc::new(budget::Shared::new(budgets)),
             }),
             observer: settings.observer,
@@ -222,6 +235,16 @@ impl Engine {
     /// Instances kept idle for reuse, engine-wide.
     pub fn idle_instances(&self) -> usize {
         self.inner.shelf.held()
+    }
+
+    /// The bounds on instances made ahead; `None` when the engine makes none.
+    pub(super) fn ahead_shelf(&self) -> Option<&Arc<Shelf>> {
+        self.inner.ahead.as_ref()
+    }
+
+    /// Instances made ahead and waiting for a call, engine-wide.
+    pub fn instances_ahead(&self) -> usize {
+        self.inner.ahead.as_ref().map_or(0, |shelf| shelf.held())
     }
 
     /// The host-wide budgets and a tenant's default share.
@@ -511,9 +534,10 @@ pub(super) fn wasmtime_engine(
     // a copy-on-write image, never copied into each instance segment by segment.
     config.memory_guaranteed_dense_image_size(DENSE_IMAGE_BYTES);
     if let Some(calls) = compile.pooling {
-        // Slots for the calls that may run at once, and for the instances kept idle
-        // between calls ([`super::reuse`]): keeping one never takes a call's slot.
-        let n = calls + kept_slots(calls);
+        // Slots for the calls that may run at once, for the instances kept idle between
+        // calls ([`super::reuse`]) and for those made ahead ([`super::ahead`]): neither
+        // ever takes a call's slot.
+        let n = calls + 2 * kept_slots(calls);
         let mut pool = PoolingAllocationConfig::default();
         pool.total_component_instances(n);
         // Guests in interpreted languages bring several core modules each. A tenant

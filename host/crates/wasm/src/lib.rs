@@ -7,6 +7,7 @@
 //! component and its calls); `call.rs` is one call in its fresh store (the deadline and
 //! memory cap), `imports.rs` and `grants.rs` what a plugin may reach.
 
+mod ahead;
 mod bindings;
 mod budget;
 mod cache;

@@ -8,6 +8,7 @@ use serde::Serialize;
 use wasmtime::component::Component;
 use wasmtime::component::types::ComponentItem;
 
+use super::ahead::Ahead;
 use super::bindings::{
     hooks::HooksPre, hooks2::HooksPre as Hooks2Pre, package::PackagePre, reconciler::ReconcilerPre,
     reconciler2::ReconcilerPre as Reconciler2Pre,
@@ -97,6 +98,9 @@ pub(super) struct Inner {
     pub(super) info: PluginInfo,
     /// Idle instances kept for reuse ([`super::reuse`]); they go with the plugin.
     pub(super) kept: Instances,
+    /// The instance made ahead for the next call ([`super::ahead`]); it goes with the
+    /// plugin.
+    pub(super) ahead: Ahead,
 }
 
 impl std::fmt::Debug for Plugin {
@@ -141,6 +145,7 @@ impl Plugin {
                 pre,
                 info,
                 kept: Instances::default(),
+                ahead: Ahead::default(),
             }),
         };
         if world == World::Hooks {

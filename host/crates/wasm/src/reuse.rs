@@ -123,11 +123,13 @@ impl Instances {
         guest: Guest,
         served: u32,
     ) {
-        store.data_mut().park();
+        // Its place on the shelf before its admission goes: the slot it holds is never one
+        // a call was admitted to.
         let bytes = store.data().limiter.used;
         let Some(ticket) = shelf.reserve(key.tenant.as_deref(), bytes) else {
             return;
         };
+        store.data_mut().park();
         let kept = Kept {
             store,
             guest,
@@ -168,7 +170,7 @@ impl Shelf {
     }
 
     /// Room for one idle instance of `bytes` for `tenant`, held until the ticket drops.
-    fn reserve(self: &Arc<Self>, tenant: Option<&str>, bytes: usize) -> Option<Ticket> {
+    pub(super) fn reserve(self: &Arc<Self>, tenant: Option<&str>, bytes: usize) -> Option<Ticket> {
         if !self.instances.try_add(1) {
             return None;
         }
@@ -233,7 +235,7 @@ impl Bound {
 }
 
 /// An idle instance's place on the shelf, given back when the instance goes.
-struct Ticket {
+pub(super) struct Ticket {
     shelf: Arc<Shelf>,
     tenant: Option<String>,
     bytes: usize,

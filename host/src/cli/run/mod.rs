@@ -57,6 +57,7 @@ pub(super) fn run(
         load_limits,
         Some(budgets),
         Some(compiler),
+        args.plugin_make_ahead,
     )?;
     // Secrets are read from the cluster, so the client comes before the assembly.
     let connection = connect(runtime, &args, &metrics)?;
