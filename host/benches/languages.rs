@@ -149,6 +149,7 @@ fn main() {
         eprintln!("{row}");
         rows.push(row);
     }
+    let between = between_calls(&dir, &req, &cache, only.as_deref());
     if only.is_some() {
         return;
     }
@@ -169,7 +170,8 @@ fn main() {
          | fresh instance + call, untuned pool | fresh instance + call | reused instance, per call |\n\
          |---|---|---|---|---|---|---|---|---|\n{}\n",
         rows.join("\n")
-    ) + &tuning;
+    ) + &between
+        + &tuning;
     println!("{section}");
     write_section("languages", &section);
 }
@@ -218,6 +220,116 @@ const TUNINGS: [(&str, PoolTuning); 5] = [
         },
     ),
 ];
+
+/// The pause before each call of the "between calls" table: a host whose guests are not
+/// busy on every core.
+const PAUSE: Duration = Duration::from_millis(1);
+
+/// CPU time this process has used, user and system, from `/proc/self/stat` (in ticks of
+/// `CLK_TCK`, 100 a second).
+fn cpu_time() -> Duration {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // The fields after the command's closing parenthesis; utime and stime are 14th and 15th.
+    let fields: Vec<u64> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| {
+            rest.split_whitespace()
+                .map(|f| f.parse().unwrap_or(0))
+                .collect()
+        })
+        .unwrap_or_default();
+    let ticks = fields.get(11).copied().unwrap_or(0) + fields.get(12).copied().unwrap_or(0);
+    Duration::from_millis(ticks * 10)
+}
+
+/// The "A call between calls" table: on a Tokio runtime as the host runs calls, a fresh
+/// instance + call after a pause ([`PAUSE`]), instantiated on the call's path
+/// (`make_ahead: false`) and made ahead in the background after the call before
+/// (`EngineSettings::make_ahead`, the default; each call starts once it is made), with the
+/// CPU time a call costs in all (the making included).
+fn between_calls(
+    dir: &std::path::Path,
+    req: &Request,
+    cache: &dyn Fn() -> CompileCache,
+    only: Option<&[String]>,
+) -> String {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let mut rows = Vec::new();
+    for (language, name) in WEBAPPS {
+        if only.is_some_and(|only| !only.contains(&language.to_lowercase())) {
+            continue;
+        }
+        let Ok(bytes) = std::fs::read(dir.join(format!("{name}.wasm"))) else {
+            continue;
+        };
+        let mut cells = Vec::new();
+        for make_ahead in [false, true] {
+            let engine = Engine::new(EngineSettings {
+                cache: Some(cache()),
+                make_ahead,
+                ..EngineSettings::default()
+            })
+            .expect("engine");
+            let plugin = engine.load(name, &bytes).expect("load");
+            let (warmup, iters): (u32, u32) = (50, 1_000);
+            let (latency, cpu) = runtime.block_on(async {
+                let mut samples = Vec::new();
+                let mut cpu = Duration::ZERO;
+                for i in 0..warmup + iters {
+                    tokio::time::sleep(PAUSE).await;
+                    while make_ahead && i > 0 && !plugin.ready_ahead() {
+                        tokio::time::sleep(Duration::from_micros(50)).await;
+                    }
+                    if i == warmup {
+                        cpu = cpu_time();
+                    }
+                    let t = Instant::now();
+                    plugin
+                        .reconcile(req, &Limits::default(), &Grants::default())
+                        .await
+                        .expect("reconcile");
+                    samples.push(t.elapsed());
+                }
+                // The last call's making, counted in the CPU as every other call's was.
+                while make_ahead && !plugin.ready_ahead() {
+                    tokio::time::sleep(Duration::from_micros(50)).await;
+                }
+                let cpu = cpu_time().saturating_sub(cpu) / iters;
+                let mut samples = samples.split_off(warmup as usize);
+                samples.sort();
+                (samples[iters as usize / 2], cpu)
+            });
+            if make_ahead {
+                assert_eq!(
+                    plugin.calls_made_ahead(),
+                    u64::from(warmup + iters - 1),
+                    "every call but the first was served by an instance made ahead"
+                );
+            }
+            cells.push(format!("{} · {} CPU", ms(latency), ms(cpu)));
+        }
+        let row = format!("| {language} | {} |", cells.join(" | "));
+        eprintln!("{row}");
+        rows.push(row);
+    }
+    format!(
+        "\n### A call between calls\n\n\
+         The host's own way to call (a Tokio runtime, 2 workers): a pause of {} before each \
+         call, then a fresh instance and one `reconcile` (median of 1000, after 50) · the CPU \
+         time the process used a call, in all. **Instantiated on the call's path**: \
+         `make_ahead: false`. **Made ahead**: the default; after a call succeeds the plugin's \
+         next instance is made in the background (and the finished one torn down there), and \
+         each call here starts once it is made. Every call gets an instance no call used \
+         before: the work is the same, off the call's path.\n\n\
+         | language | instantiated on the call's path | made ahead |\n|---|---|---|\n{}\n",
+        ms(PAUSE),
+        rows.join("\n")
+    )
+}
 
 /// This process's resident memory, in KiB.
 fn rss_kib() -> u64 {

@@ -85,7 +85,6 @@ impl Ahead {
         slot.making = true;
         true
     }
-
 }
 
 /// A call's store and instance, done with.
