@@ -1,12 +1,13 @@
 //! `cargo bench -p inrun --bench languages`: the WebApp constructor written in each guest
 //! language — component size, cold compile, cached load, the first call after a restart,
 //! and one `reconcile` call on a fresh instance (with the pool untuned and tuned) and on a
-//! reused one. A language whose component is not built (`make plugins`) is skipped.
-//! Writes the "Guest languages" section of BENCHMARKS.md.
+//! reused one; then, on a Tokio runtime as the host calls, a call between calls with its
+//! instance made on the call's path and made ahead. A language whose component is not built
+//! (`make plugins`) is skipped. Writes the "Guest languages" section of BENCHMARKS.md.
 //!
-//! `INRUN_BENCH_LANGUAGES=JavaScript,Python` measures only those languages' rows, skips the
-//! pool tuning table and the cold compile, and writes nothing to BENCHMARKS.md: for trying
-//! a change to one guest.
+//! `INRUN_BENCH_LANGUAGES=JavaScript,Python` measures only those languages' rows (both
+//! tables), skips the pool tuning table and the cold compile, and writes nothing to
+//! BENCHMARKS.md: for trying a change to one guest.
 
 mod common;
 
@@ -322,7 +323,7 @@ fn between_calls(
          call, then a fresh instance and one `reconcile` (median of 1000, after 50) · the CPU \
          time the process used a call, in all. **Instantiated on the call's path**: \
          `make_ahead: false`. **Made ahead**: the default; after a call succeeds the plugin's \
-         next instance is made in the background (and the finished one torn down there), and \
+         next instance is made in the background, and \
          each call here starts once it is made. Every call gets an instance no call used \
          before: the work is the same, off the call's path.\n\n\
          | language | instantiated on the call's path | made ahead |\n|---|---|---|\n{}\n",

@@ -12,13 +12,15 @@
 //!
 //! - It is made under the tenant's budget like a call: admitted (a call in flight of the
 //!   tenant, a slot of the pool, a turn at the gate), then parked; but only with what is
-//!   free at once, so a call that waits for its turn never waits behind an instance made
-//!   for a later one.
+//!   free at once and never queueing ([`super::budget::Admission::try_enter`]), so a call
+//!   that waits for its turn never waits behind an instance made for a later one.
 //! - Only after a call that succeeded: a plugin nobody calls, or whose calls fail, makes
 //!   nothing. At most one waits per plugin handle (one tenant's).
 //! - Waiting instances hold pool slots of their own ([`super::reuse::kept_slots`] more),
 //!   within bounds in all and per tenant ([`super::reuse::Shelf`]): a tenant holds at most
-//!   a quarter of them.
+//!   a quarter of them. Its place is taken before anything is made, its memory counted
+//!   before its admission goes: a call never finds the pool's slots held by instances
+//!   waiting, and nothing is made only to be thrown away.
 //! - It goes with its plugin (a new version is a new [`Plugin`]), and is made only inside
 //!   a Tokio runtime: outside one (a test polling by hand) every call instantiates its own.
 
@@ -87,12 +89,6 @@ impl Ahead {
     }
 }
 
-/// A call's store and instance, done with.
-pub(super) struct Finished {
-    pub(super) store: Store<State>,
-    pub(super) _guest: Guest,
-}
-
 /// The claim of one making: given back with what it made, or when it is dropped half way
 /// (a runtime shut down drops the task).
 struct Making(Option<Plugin>);
@@ -118,52 +114,55 @@ impl Drop for Making {
 }
 
 impl Plugin {
-    /// After a call whose instance goes: its teardown (the pool resetting its memory) and,
-    /// when `made` (the call succeeded, with these limits), the making of the next
-    /// instance run in the background, the teardown first so that the next instance may
-    /// take the slot warm. The call's admission goes back at once. Without a Tokio runtime
-    /// to run on, the instance goes here and nothing is made.
-    pub(super) fn after_call(&self, mut finished: Finished, made: Option<&Limits>) {
-        drop(finished.store.data_mut().limiter.admission.take());
+    /// After a call that succeeded (its instance gone): starts making the next instance in
+    /// the background, with these limits. Not when the engine makes none, one is ready or
+    /// being made, the tenant's place among waiting instances is taken (checked before
+    /// anything is made), or there is no Tokio runtime to run on.
+    pub(super) fn make_ahead(&self, limits: &Limits) {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let making = made
-            .filter(|_| self.inner().engine.ahead_shelf().is_some())
-            .filter(|_| self.inner().ahead.claim())
-            .map(|limits| (Making(Some(self.clone())), *limits));
-        let plugin = self.clone();
+        let engine = &self.inner().engine;
+        let Some(shelf) = engine.ahead_shelf() else {
+            return;
+        };
+        if !self.inner().ahead.claim() {
+            return;
+        }
+        let making = Making(Some(self.clone()));
+        let Some(place) = shelf.reserve(engine.tenant_name(), 0) else {
+            return;
+        };
+        let (plugin, limits) = (self.clone(), *limits);
         runtime.spawn(async move {
-            drop(finished);
-            if let Some((making, limits)) = making {
-                let made = plugin.make(&limits).await;
-                making.made(made);
-            }
+            let made = plugin.make(&limits, place).await;
+            making.made(made);
         });
     }
 
-    /// One instance, admitted and instantiated like a call's, then parked. `None` when the
-    /// budget, the instantiation or the bounds on waiting instances say no.
-    async fn make(&self, limits: &Limits) -> Option<Made> {
+    /// One instance, admitted and instantiated like a call's, then parked in `place`.
+    /// `None` when the budget has nothing free now, the instantiation fails, or the
+    /// instance holds more memory than the bounds on waiting instances leave.
+    async fn make(&self, limits: &Limits, mut place: Ticket) -> Option<Made> {
+        let engine = &self.inner().engine;
         // Only what the tenant and the host have free now: a call waiting for its turn
         // never waits behind an instance made for a later one.
-        let (mut store, _busy) = self
-            .fresh_store(limits, &Grants::default(), Instant::now())
-            .await
-            .ok()?;
+        let admission = engine.try_admit()?;
+        let _busy = engine.busy();
+        let deadline = Instant::now() + limits.deadline;
+        let mut store = self.new_store(limits, Some(admission), &Grants::default(), None, deadline);
         let pre = &self.inner().pre;
         let guest = bounded(limits, pre.instantiate(&mut store)).await.ok()?;
-        // Its place among waiting instances before its admission goes: the slot it holds
-        // is never one a call was admitted to.
-        let engine = &self.inner().engine;
-        let ticket = engine
-            .ahead_shelf()?
-            .reserve(engine.tenant_name(), store.data().limiter.used)?;
+        // Its memory on the shelf before its admission goes: the slot it holds is never
+        // one a call was admitted to.
+        if !place.hold(store.data().limiter.used) {
+            return None;
+        }
         store.data_mut().park();
         Some(Made {
             store,
             guest,
-            _ticket: ticket,
+            _ticket: place,
         })
     }
 

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use wasmtime::{Store, Trap, UpdateDeadline};
 
-use super::ahead::{Finished, Made};
+use super::ahead::Made;
 use super::bindings;
 use super::budget::Admission;
 use super::convert::{
@@ -175,15 +175,11 @@ impl Plugin {
                 .kept
                 .keep(self.inner().engine.shelf(), key, store, guest, served + 1);
         } else {
-            drop(_busy);
-            let made = checked.is_ok().then_some(limits);
-            self.after_call(
-                Finished {
-                    store,
-                    _guest: guest,
-                },
-                made,
-            );
+            // Its slot and admission go back before the next instance is made.
+            drop((guest, store, _busy));
+            if checked.is_ok() {
+                self.make_ahead(limits);
+            }
         }
         checked
     }
@@ -264,22 +260,6 @@ impl Plugin {
         Ok((store, None, busy))
     }
 
-    /// A fresh store for `limits` and `grants`, once admitted under the tenant's budget
-    /// (as [`Plugin::store`], without an instance kept or made ahead) by `admit_by`: a
-    /// time already past admits only what is free at once.
-    pub(super) async fn fresh_store(
-        &self,
-        limits: &Limits,
-        grants: &Grants,
-        admit_by: Instant,
-    ) -> Result<(Store<State>, super::ticker::Busy), CallError> {
-        let deadline = Instant::now() + limits.deadline;
-        let admission = self.admit(admit_by.min(deadline)).await?;
-        let busy = self.inner().engine.busy();
-        let store = self.new_store(limits, Some(admission), grants, None, deadline);
-        Ok((store, busy))
-    }
-
     /// One call's place in its tenant's budget, waited for until `deadline`.
     async fn admit(&self, deadline: Instant) -> Result<Admission, CallError> {
         self.inner()
@@ -293,7 +273,7 @@ impl Plugin {
     }
 
     /// A store armed with `limits` and `grants`, holding `admission`.
-    fn new_store(
+    pub(super) fn new_store(
         &self,
         limits: &Limits,
         admission: Option<Admission>,

@@ -271,6 +271,12 @@ impl Engine {
         budget::Admission::enter(&self.inner.budgets, self.tenant.as_ref(), deadline).await
     }
 
+    /// Admits one call through this handle only with what is free now
+    /// ([`budget::Admission::try_enter`]).
+    pub(super) fn try_admit(&self) -> Option<budget::Admission> {
+        budget::Admission::try_enter(&self.inner.budgets, self.tenant.as_ref())
+    }
+
     pub(super) fn wasmtime(&self) -> &wasmtime::Engine {
         &self.inner.engine
     }

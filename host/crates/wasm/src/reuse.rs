@@ -241,6 +241,27 @@ pub(super) struct Ticket {
     bytes: usize,
 }
 
+impl Ticket {
+    /// Adds `bytes` to what this place holds, if the bounds in all and the tenant's allow.
+    pub(super) fn hold(&mut self, bytes: usize) -> bool {
+        if !self.shelf.bytes.try_add(bytes) {
+            return false;
+        }
+        if let Some(name) = &self.tenant {
+            let mut tenants = self.shelf.tenants.lock().unwrap_or_else(|p| p.into_inner());
+            let held = tenants.entry(name.clone()).or_default();
+            if held.1 + bytes > self.shelf.tenant_bytes {
+                drop(tenants);
+                self.shelf.bytes.sub(bytes);
+                return false;
+            }
+            held.1 += bytes;
+        }
+        self.bytes += bytes;
+        true
+    }
+}
+
 impl Drop for Ticket {
     fn drop(&mut self) {
         self.shelf.instances.sub(1);
@@ -284,5 +305,24 @@ mod tests {
         let host: Vec<_> = (0..8).filter_map(|_| shelf.reserve(None, 1)).collect();
         assert_eq!(host.len(), 8);
         assert!(shelf.reserve(Some("c"), 0).is_none(), "every slot is taken");
+    }
+
+    #[test]
+    fn a_place_taken_empty_holds_bytes_only_within_the_bounds() {
+        let shelf = Arc::new(Shelf::new(8, 100));
+        // A tenant holds a quarter: 25 bytes.
+        let mut a = shelf.reserve(Some("a"), 0).expect("a's place");
+        assert!(a.hold(20));
+        assert!(!a.hold(10), "past a's quarter");
+        assert_eq!(
+            shelf.bytes.used.load(Ordering::Relaxed),
+            20,
+            "nothing kept of it"
+        );
+        let mut b = shelf.reserve(Some("b"), 0).expect("b's place");
+        assert!(b.hold(25), "b's own quarter");
+        drop((a, b));
+        assert_eq!(shelf.bytes.used.load(Ordering::Relaxed), 0);
+        assert_eq!(shelf.held(), 0);
     }
 }

@@ -155,6 +155,18 @@ impl Seat {
         ))
     }
 
+    /// Takes a turn only when a slot is free now and no seat waits for one: never queues.
+    pub(super) fn try_take(&self) -> bool {
+        let now = Instant::now();
+        let mut state = self.gate.lock();
+        state.hand_out(self.gate.slots, now);
+        if !state.waiting.is_empty() || state.turns.len() >= self.gate.slots {
+            return false;
+        }
+        state.turns.push((self.id, self.lane, Some(now + TURN)));
+        true
+    }
+
     /// Waits for a turn before the call starts.
     pub(super) async fn take_turn(&self) {
         if let Some(wait) = self.at_tick() {
@@ -203,6 +215,27 @@ mod tests {
         for turn in gate.lock().turns.iter_mut().filter(|t| t.0 == seat.id) {
             turn.2 = Some(Instant::now() + Duration::from_secs(60));
         }
+    }
+
+    #[tokio::test]
+    async fn a_seat_that_only_tries_takes_a_free_turn_and_never_queues_or_jumps_one() {
+        let gate = Arc::new(Gate::new(1));
+        let a = Seat::new(gate.clone(), 1);
+        assert!(a.try_take(), "the slot is free");
+        hold_long(&gate, &a);
+        let b = Seat::new(gate.clone(), 2);
+        assert!(!b.try_take(), "a holds the slot");
+        assert!(!gate.lock().queued(b.id), "b did not queue for it");
+        // c waits for the slot; when a goes it is c's, not b's.
+        let c = Seat::new(gate.clone(), 3);
+        let c_wait = c.at_tick().expect("c waits");
+        drop(a);
+        assert!(!b.try_take(), "c was waiting first");
+        tokio::time::timeout(Duration::from_secs(1), c_wait)
+            .await
+            .expect("c's turn");
+        drop(c);
+        assert!(b.try_take(), "free again");
     }
 
     #[tokio::test]

@@ -322,6 +322,33 @@ impl Admission {
         })
     }
 
+    /// Admits one call of `tenant` (or of the host itself) only with what is free now: a
+    /// call in flight of the tenant, one of the host's, and a turn at the gate nobody waits
+    /// for. `None` otherwise; it never waits, nor queues ahead of a call that does.
+    pub(super) fn try_enter(
+        shared: &Arc<Shared>,
+        tenant: Option<&Arc<Tenant>>,
+    ) -> Option<Admission> {
+        let call = match tenant {
+            Some(t) => Some(t.calls.clone().try_acquire_owned().ok()?),
+            None => None,
+        };
+        let host_call = shared.calls.clone().try_acquire_owned().ok()?;
+        let in_runtime = tokio::runtime::Handle::try_current().is_ok();
+        let seat = in_runtime.then(|| Seat::new(shared.gate.clone(), tenant.map_or(0, |t| t.lane)));
+        if seat.as_ref().is_some_and(|seat| !seat.try_take()) {
+            return None;
+        }
+        Some(Admission {
+            shared: shared.clone(),
+            tenant: tenant.cloned(),
+            _call: call,
+            _host_call: Some(host_call),
+            charged: 0,
+            seat,
+        })
+    }
+
     /// The tenant the call is of (`None`: the host's own).
     pub(super) fn tenant(&self) -> Option<&Arc<Tenant>> {
         self.tenant.as_ref()
