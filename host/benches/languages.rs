@@ -16,7 +16,9 @@ use common::{plugin_dir, write_section};
 use std::time::{Duration, Instant};
 
 use inrun::contract::Request;
-use inrun::wasm::{CompileCache, Engine, EngineSettings, Grants, Limits, Module, PoolTuning};
+use inrun::wasm::{
+    CompileCache, Engine, EngineSettings, Grants, Limits, MAKE_AHEAD_OVER, Module, PoolTuning,
+};
 use serde_json::json;
 
 /// (language, component file stem) of each WebApp constructor.
@@ -244,10 +246,11 @@ fn cpu_time() -> Duration {
 }
 
 /// The "A call between calls" table: on a Tokio runtime as the host runs calls, a fresh
-/// instance + call after a pause ([`PAUSE`]), instantiated on the call's path
-/// (`make_ahead: false`) and made ahead in the background after the call before
-/// (`EngineSettings::make_ahead`, the default; each call starts once it is made), with the
-/// CPU time a call costs in all (the making included).
+/// instance + call after a pause ([`PAUSE`]), with every instance made on its call's path
+/// (`make_ahead: None`), every one made ahead in the background after the call before
+/// (`Some(0)`), and the default ([`MAKE_AHEAD_OVER`]: made ahead for plugins slower to
+/// instantiate); each call starts once the making is over. With the CPU time a call costs
+/// in all (the making included).
 fn between_calls(
     dir: &std::path::Path,
     req: &Request,
@@ -268,7 +271,7 @@ fn between_calls(
             continue;
         };
         let mut cells = Vec::new();
-        for make_ahead in [false, true] {
+        for make_ahead in [None, Some(Duration::ZERO), Some(MAKE_AHEAD_OVER)] {
             let engine = Engine::new(EngineSettings {
                 cache: Some(cache()),
                 make_ahead,
@@ -282,7 +285,7 @@ fn between_calls(
                 let mut cpu = Duration::ZERO;
                 for i in 0..warmup + iters {
                     tokio::time::sleep(PAUSE).await;
-                    while make_ahead && i > 0 && !plugin.ready_ahead() {
+                    while plugin.making_ahead() {
                         tokio::time::sleep(Duration::from_micros(50)).await;
                     }
                     if i == warmup {
@@ -296,7 +299,7 @@ fn between_calls(
                     samples.push(t.elapsed());
                 }
                 // The last call's making, counted in the CPU as every other call's was.
-                while make_ahead && !plugin.ready_ahead() {
+                while plugin.making_ahead() {
                     tokio::time::sleep(Duration::from_micros(50)).await;
                 }
                 let cpu = cpu_time().saturating_sub(cpu) / iters;
@@ -304,14 +307,23 @@ fn between_calls(
                 samples.sort();
                 (samples[iters as usize / 2], cpu)
             });
-            if make_ahead {
+            let ahead = plugin.calls_made_ahead();
+            if make_ahead == Some(Duration::ZERO) {
                 assert_eq!(
-                    plugin.calls_made_ahead(),
+                    ahead,
                     u64::from(warmup + iters - 1),
                     "every call but the first was served by an instance made ahead"
                 );
             }
-            cells.push(format!("{} · {} CPU", ms(latency), ms(cpu)));
+            let how = match make_ahead {
+                Some(over) if !over.is_zero() => format!(
+                    " ({ahead} of {} calls made ahead; instantiation {})",
+                    warmup + iters,
+                    ms(plugin.instantiation_time())
+                ),
+                _ => String::new(),
+            };
+            cells.push(format!("{} · {} CPU{how}", ms(latency), ms(cpu)));
         }
         let row = format!("| {language} | {} |", cells.join(" | "));
         eprintln!("{row}");
@@ -321,13 +333,16 @@ fn between_calls(
         "\n### A call between calls\n\n\
          The host's own way to call (a Tokio runtime, 2 workers): a pause of {} before each \
          call, then a fresh instance and one `reconcile` (median of 1000, after 50) · the CPU \
-         time the process used a call, in all. **Instantiated on the call's path**: \
-         `make_ahead: false`. **Made ahead**: the default; after a call succeeds the plugin's \
-         next instance is made in the background, and \
-         each call here starts once it is made. Every call gets an instance no call used \
-         before: the work is the same, off the call's path.\n\n\
-         | language | instantiated on the call's path | made ahead |\n|---|---|---|\n{}\n",
+         time the process used a call, in all (the making of the next instance included). \
+         **On the call's path**: `make_ahead: None`. **Always made ahead**: `Some(0)`; after \
+         a call succeeds the plugin's next instance is made in the background, and each call \
+         here starts once it is made. **The default**: made ahead only for a plugin whose \
+         instantiation took {} or more. Every call gets an instance no call used before: \
+         the work is the same, off the call's path; taking an instance made on another core \
+         costs the call a little, which only a slow instantiation repays.\n\n\
+         | language | on the call's path | always made ahead | the default |\n|---|---|---|---|\n{}\n",
         ms(PAUSE),
+        ms(MAKE_AHEAD_OVER),
         rows.join("\n")
     )
 }

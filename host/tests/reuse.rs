@@ -10,6 +10,7 @@ mod support;
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use inrun::contract::{Outcome, Request};
 use inrun::wasm::{
@@ -326,6 +327,16 @@ async fn memo_now(plugin: &Plugin, ns: &str, name: &str) -> (u64, Vec<String>) {
     (status["calls"].as_u64().expect("calls"), seen)
 }
 
+/// An engine of `settings` that makes every plugin's instances ahead, however quick to
+/// instantiate (memo takes microseconds, under the default threshold).
+fn making_ahead(settings: EngineSettings) -> Engine {
+    Engine::new(EngineSettings {
+        make_ahead: Some(Duration::ZERO),
+        ..settings
+    })
+    .expect("engine")
+}
+
 /// Waits until none of `plugins` is making an instance ahead.
 async fn made(plugins: &[&Plugin]) {
     eventually("the instances made ahead", || async {
@@ -336,7 +347,7 @@ async fn made(plugins: &[&Plugin]) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_a_call_the_next_instance_is_made_ahead_and_serves_the_next_call_fresh() {
-    let engine = Engine::new(EngineSettings::default()).expect("engine");
+    let engine = making_ahead(EngineSettings::default());
     let plugin = load(&engine);
     assert!(!plugin.ready_ahead(), "nothing is made before a call");
     for (served, name) in ["a", "b", "c"].into_iter().enumerate() {
@@ -361,7 +372,7 @@ async fn after_a_call_the_next_instance_is_made_ahead_and_serves_the_next_call_f
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_call_makes_nothing_ahead_and_its_instance_is_never_served_again() {
-    let engine = Engine::new(EngineSettings::default()).expect("engine");
+    let engine = making_ahead(EngineSettings::default());
     let plugin = load(&engine);
     let (limits, grants) = (Limits::default(), Grants::default());
     let bad = |spec| cr("ns", "bad", spec);
@@ -395,11 +406,10 @@ async fn a_failed_call_makes_nothing_ahead_and_its_instance_is_never_served_agai
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn instances_made_ahead_are_bounded_per_tenant_and_made_only_when_the_engine_says_so() {
     // A pool of 8 keeps 2 slots for instances made ahead: a tenant holds one.
-    let engine = Engine::new(EngineSettings {
+    let engine = making_ahead(EngineSettings {
         max_instances: 8,
         ..EngineSettings::default()
-    })
-    .expect("engine");
+    });
     let a = engine.for_tenant("a", None);
     let (a1, a2) = (load(&a), load(&a));
     memo_now(&a1, "ns", "x").await;
@@ -416,16 +426,23 @@ async fn instances_made_ahead_are_bounded_per_tenant_and_made_only_when_the_engi
     assert!(b.ready_ahead(), "another tenant still makes its own");
     assert_eq!(engine.instances_ahead(), 2);
 
-    let off = Engine::new(EngineSettings {
-        make_ahead: false,
-        ..EngineSettings::default()
-    })
-    .expect("engine");
-    let plugin = load(&off);
-    memo_now(&plugin, "ns", "x").await;
-    assert!(!plugin.making_ahead() && !plugin.ready_ahead());
-    memo_now(&plugin, "ns", "y").await;
-    assert_eq!(plugin.calls_made_ahead(), 0);
+    // Off, and a plugin quicker to instantiate than the threshold (memo: microseconds).
+    for make_ahead in [None, Some(Duration::from_secs(1))] {
+        let engine = Engine::new(EngineSettings {
+            make_ahead,
+            ..EngineSettings::default()
+        })
+        .expect("engine");
+        let plugin = load(&engine);
+        memo_now(&plugin, "ns", "x").await;
+        assert!(plugin.instantiation_time() < Duration::from_secs(1));
+        assert!(
+            !plugin.making_ahead() && !plugin.ready_ahead(),
+            "{make_ahead:?}"
+        );
+        memo_now(&plugin, "ns", "y").await;
+        assert_eq!(plugin.calls_made_ahead(), 0, "{make_ahead:?}");
+    }
 }
 
 /// The `status` of every CR of `kind` in `ns`, by name, once each has one.

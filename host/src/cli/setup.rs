@@ -26,8 +26,9 @@ pub(super) fn quiet_engine(cache: &CacheArgs) -> anyhow::Result<Engine> {
 /// The engine, with its compile cache as `cache` says, reporting plugin loads and host
 /// calls to `observer`; the calls a load makes run under `load_limits`; calls share what
 /// `budgets` says (`None`: the engine's defaults); compiles run in a child process under
-/// `compiler`'s limits (`None`: in this process); `make_ahead`: after a call, the plugin's
-/// next instance is made in the background ([`EngineSettings::make_ahead`]).
+/// `compiler`'s limits (`None`: in this process); `make_ahead`: after a call, the next
+/// instance of a plugin slow to instantiate is made in the background
+/// ([`EngineSettings::make_ahead`], at its default threshold).
 pub(super) fn engine(
     cache: &CacheArgs,
     observer: Arc<dyn Observer>,
@@ -49,7 +50,7 @@ pub(super) fn engine(
         load_limits,
         budgets,
         compiler,
-        make_ahead,
+        make_ahead: make_ahead.then_some(inrun::wasm::MAKE_AHEAD_OVER),
         ..EngineSettings::default()
     })?)
 }

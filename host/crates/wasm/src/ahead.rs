@@ -26,7 +26,7 @@
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use wasmtime::Store;
 
@@ -43,6 +43,8 @@ pub(super) struct Ahead {
     state: Mutex<Slot>,
     /// Calls an instance made ahead has served.
     served: AtomicU64,
+    /// How long the plugin's last instantiation took, in microseconds.
+    instantiation_us: AtomicU64,
 }
 
 #[derive(Default)]
@@ -68,6 +70,12 @@ impl Ahead {
         self.slot().ready.take()
     }
 
+    /// Records how long an instantiation of the plugin took.
+    pub(super) fn instantiated(&self, took: Duration) {
+        let micros = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
+        self.instantiation_us.store(micros, Ordering::Relaxed);
+    }
+
     /// Counts a call served by an instance made ahead.
     pub(super) fn served(&self) {
         self.served.fetch_add(1, Ordering::Relaxed);
@@ -87,6 +95,12 @@ impl Ahead {
         slot.making = true;
         true
     }
+}
+
+/// A call's store (its admission inside) and instance, done with.
+pub(super) struct Finished {
+    pub(super) _store: Store<State>,
+    pub(super) _guest: Guest,
 }
 
 /// The claim of one making: given back with what it made, or when it is dropped half way
@@ -114,19 +128,22 @@ impl Drop for Making {
 }
 
 impl Plugin {
-    /// After a call that succeeded (its instance gone): starts making the next instance in
-    /// the background, with these limits. Not when the engine makes none, one is ready or
-    /// being made, the tenant's place among waiting instances is taken (checked before
-    /// anything is made), or there is no Tokio runtime to run on.
-    pub(super) fn make_ahead(&self, limits: &Limits) {
+    /// After a call that succeeded: starts making the next instance in the background,
+    /// with these limits, and tears the `finished` one down there first (its slot goes back
+    /// to the pool warm for the next; its admission, inside, goes with it, so the slot is
+    /// never free of both). Where nothing is made, the finished instance goes here: when
+    /// the engine makes none, the plugin's last instantiation took less than the engine's
+    /// threshold, one is ready or being made, the tenant's place among waiting instances is
+    /// taken (checked before anything is made), or there is no Tokio runtime to run on.
+    pub(super) fn make_ahead(&self, limits: &Limits, finished: Finished) {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
         let engine = &self.inner().engine;
-        let Some(shelf) = engine.ahead_shelf() else {
+        let Some((shelf, over)) = engine.ahead() else {
             return;
         };
-        if !self.inner().ahead.claim() {
+        if self.instantiation_time() < over || !self.inner().ahead.claim() {
             return;
         }
         let making = Making(Some(self.clone()));
@@ -135,6 +152,7 @@ impl Plugin {
         };
         let (plugin, limits) = (self.clone(), *limits);
         runtime.spawn(async move {
+            drop(finished);
             let made = plugin.make(&limits, place).await;
             making.made(made);
         });
@@ -152,7 +170,9 @@ impl Plugin {
         let deadline = Instant::now() + limits.deadline;
         let mut store = self.new_store(limits, Some(admission), &Grants::default(), None, deadline);
         let pre = &self.inner().pre;
+        let started = Instant::now();
         let guest = bounded(limits, pre.instantiate(&mut store)).await.ok()?;
+        self.inner().ahead.instantiated(started.elapsed());
         // Its memory on the shelf before its admission goes: the slot it holds is never
         // one a call was admitted to.
         if !place.hold(store.data().limiter.used) {
@@ -169,6 +189,11 @@ impl Plugin {
     /// Whether an instance made ahead waits for this plugin's next call.
     pub fn ready_ahead(&self) -> bool {
         self.inner().ahead.ready()
+    }
+
+    /// How long the plugin's last instantiation took, on a call's path or made ahead.
+    pub fn instantiation_time(&self) -> Duration {
+        Duration::from_micros(self.inner().ahead.instantiation_us.load(Ordering::Relaxed))
     }
 
     /// Whether the next instance is being made now.

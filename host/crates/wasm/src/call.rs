@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use wasmtime::{Store, Trap, UpdateDeadline};
 
-use super::ahead::Made;
+use super::ahead::{Finished, Made};
 use super::bindings;
 use super::budget::Admission;
 use super::convert::{
@@ -155,7 +155,12 @@ impl Plugin {
         let result = bounded(limits, async {
             let guest = match guest {
                 Some(guest) => guest,
-                None => pre.instantiate(&mut store).await?,
+                None => {
+                    let started = Instant::now();
+                    let guest = pre.instantiate(&mut store).await?;
+                    self.inner().ahead.instantiated(started.elapsed());
+                    guest
+                }
             };
             let answer = call(&mut store, &guest).await?;
             Ok((guest, answer))
@@ -175,10 +180,14 @@ impl Plugin {
                 .kept
                 .keep(self.inner().engine.shelf(), key, store, guest, served + 1);
         } else {
-            // Its slot and admission go back before the next instance is made.
-            drop((guest, store, _busy));
-            if checked.is_ok() {
-                self.make_ahead(limits);
+            drop(_busy);
+            let finished = Finished {
+                _store: store,
+                _guest: guest,
+            };
+            match &checked {
+                Ok(_) => self.make_ahead(limits, finished),
+                Err(_) => drop(finished),
             }
         }
         checked

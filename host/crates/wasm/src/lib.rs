@@ -27,7 +27,7 @@ mod ticker;
 pub use budget::{Budgets, TenantBudget, TenantUsage, TokenBucket};
 pub use cache::CompileCache;
 pub use compiler::{CompileConfig, CompileFailure, Compiler};
-pub use engine::{Engine, EngineSettings, PoolTuning};
+pub use engine::{Engine, EngineSettings, MAKE_AHEAD_OVER, PoolTuning};
 pub use error::{CallError, CallFailure, LoadError};
 pub use grants::{
     CannedHttp, CannedReply, ClusterGrant, ClusterReader, CredentialGrant, Grants, HttpGrant,

@@ -78,10 +78,11 @@ pub struct RunArgs {
     /// allows no reuse: every call gets a fresh instance.
     #[arg(long, env = "INRUN_MAX_PLUGIN_REUSE_CALLS", value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub max_plugin_reuse_calls: Option<u32>,
-    /// After a Wasm plugin's call succeeds, make its next instance in the background, so
-    /// that the next call starts without instantiating (the same work, off the call's
-    /// path; at most one per plugin, a quarter of them per tenant);
-    /// `--plugin-make-ahead=false` instantiates on every call's path.
+    /// After a Wasm plugin's call succeeds, make its next instance in the background when
+    /// its instantiation takes 100µs or more (Go, Python), so that the next call starts
+    /// without instantiating (the same work, off the call's path; at most one per plugin,
+    /// a quarter of them per tenant); `--plugin-make-ahead=false` instantiates on every
+    /// call's path.
     #[arg(long, env = "INRUN_PLUGIN_MAKE_AHEAD", default_value_t = true, action = clap::ArgAction::Set)]
     pub plugin_make_ahead: bool,
     /// Plugin calls that may run guest code at the same moment, host-wide: the cores
