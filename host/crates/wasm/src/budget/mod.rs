@@ -312,14 +312,24 @@ impl Admission {
         {
             return Err(Hit::Turn);
         }
-        Ok(Admission {
+        Ok(Admission::holding(shared, tenant, call, host_call, seat))
+    }
+
+    fn holding(
+        shared: &Arc<Shared>,
+        tenant: Option<&Arc<Tenant>>,
+        call: Option<OwnedSemaphorePermit>,
+        host_call: OwnedSemaphorePermit,
+        seat: Option<Seat>,
+    ) -> Admission {
+        Admission {
             shared: shared.clone(),
             tenant: tenant.cloned(),
             _call: call,
             _host_call: Some(host_call),
             charged: 0,
             seat,
-        })
+        }
     }
 
     /// Admits one call of `tenant` (or of the host itself) only with what is free now: a
@@ -339,14 +349,7 @@ impl Admission {
         if seat.as_ref().is_some_and(|seat| !seat.try_take()) {
             return None;
         }
-        Some(Admission {
-            shared: shared.clone(),
-            tenant: tenant.cloned(),
-            _call: call,
-            _host_call: Some(host_call),
-            charged: 0,
-            seat,
-        })
+        Some(Admission::holding(shared, tenant, call, host_call, seat))
     }
 
     /// The tenant the call is of (`None`: the host's own).
