@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 
 use inrun::contract::Request;
 use inrun::wasm::{
-    CallFailure, CompileCache, Engine, EngineSettings, Grants, Limits, Plugin, World,
+    CallFailure, CompileCache, Engine, EngineSettings, Grants, Limits, MAKE_AHEAD_OVER, Plugin,
+    World,
 };
 use inrun_testenv::{ControlPlane, TestResult};
 use serde_json::{Value, json};
@@ -267,6 +268,43 @@ fn an_endless_loop_exceeds_its_deadline_and_the_next_call_works() {
     let out = reconcile(&spin, &request(json!({"fine": true})), &limits(5000))
         .expect("the next call works");
     assert_eq!(out.status.expect("status")["fine"], true);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn by_default_a_python_plugins_next_instance_is_made_ahead_and_serves_its_call_fresh() {
+    // An engine of its own with the default settings: no other test takes its instances.
+    let engine = Engine::new(EngineSettings {
+        cache: Some(CompileCache::new(cache_dir()).expect("cache")),
+        ..EngineSettings::default()
+    })
+    .expect("engine");
+    let plugin = engine
+        .load_file(Path::new(&plugin("inrun_plugin_webapp_python")))
+        .expect("load");
+    let (req, limits, grants) = (
+        request(json!({"image": "nginx:1.27", "replicas": 2})),
+        limits(10_000),
+        Grants::default(),
+    );
+    let call = || plugin.reconcile(&req, &limits, &grants);
+    let first = call().await.expect("first call");
+    assert!(
+        plugin.instantiation_time() >= MAKE_AHEAD_OVER,
+        "componentize-py's modules take {:?} to instantiate",
+        plugin.instantiation_time()
+    );
+    eventually("the next instance made", || async {
+        plugin.ready_ahead().then_some(())
+    })
+    .await;
+    let second = call().await.expect("second call");
+    assert_eq!(plugin.calls_made_ahead(), 1);
+    assert_eq!(
+        serde_json::to_value(&second.resources).expect("json"),
+        serde_json::to_value(&first.resources).expect("json"),
+        "the same CR, the same children: a fresh instance either way"
+    );
+    assert_eq!(second.status, first.status);
 }
 
 // ---------------------------------------------------------------------------------------
