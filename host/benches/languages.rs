@@ -31,6 +31,15 @@ const WEBAPPS: [(&str, &str); 6] = [
     ("Go", "inrun_plugin_webapp_go"),
 ];
 
+/// An engine compiling into the bench's cache, as `settings` say otherwise.
+fn engine(cache: &dyn Fn() -> CompileCache, settings: EngineSettings) -> Engine {
+    Engine::new(EngineSettings {
+        cache: Some(cache()),
+        ..settings
+    })
+    .expect("engine")
+}
+
 /// Median of `iters` runs of `f`, after `warmup` untimed runs.
 fn median(warmup: usize, iters: usize, mut f: impl FnMut()) -> Duration {
     for _ in 0..warmup {
@@ -68,12 +77,13 @@ fn main() {
     let cache_dir = tempfile::tempdir().expect("tempdir");
     let cache = || CompileCache::new(cache_dir.path()).expect("cache");
     let engine_with = |pool: PoolTuning| {
-        Engine::new(EngineSettings {
-            cache: Some(cache()),
-            pool,
-            ..EngineSettings::default()
-        })
-        .expect("engine")
+        engine(
+            &cache,
+            EngineSettings {
+                pool,
+                ..EngineSettings::default()
+            },
+        )
     };
     let engine = engine_with(PoolTuning::default());
     let untuned = engine_with(PoolTuning::untuned());
@@ -272,12 +282,13 @@ fn between_calls(
         };
         let mut cells = Vec::new();
         for make_ahead in [None, Some(Duration::ZERO), Some(MAKE_AHEAD_OVER)] {
-            let engine = Engine::new(EngineSettings {
-                cache: Some(cache()),
-                make_ahead,
-                ..EngineSettings::default()
-            })
-            .expect("engine");
+            let engine = engine(
+                cache,
+                EngineSettings {
+                    make_ahead,
+                    ..EngineSettings::default()
+                },
+            );
             let plugin = engine.load(name, &bytes).expect("load");
             let (warmup, iters): (u32, u32) = (50, 1_000);
             let (latency, cpu) = runtime.block_on(async {
@@ -372,12 +383,13 @@ fn pool_tuning(dir: &std::path::Path, req: &Request, cache: &dyn Fn() -> Compile
                 continue;
             };
             let before = rss_kib();
-            let engine = Engine::new(EngineSettings {
-                cache: Some(cache()),
-                pool,
-                ..EngineSettings::default()
-            })
-            .expect("engine");
+            let engine = engine(
+                cache,
+                EngineSettings {
+                    pool,
+                    ..EngineSettings::default()
+                },
+            );
             let plugin = engine.load(name, &bytes).expect("load");
             let call = median(50, 1_000, || {
                 futures::executor::block_on(plugin.reconcile(

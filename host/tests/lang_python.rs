@@ -271,7 +271,7 @@ fn an_endless_loop_exceeds_its_deadline_and_the_next_call_works() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn by_default_a_python_plugins_next_instance_is_made_ahead_and_serves_its_call_fresh() {
+async fn by_default_a_python_plugins_next_instance_is_made_ahead_and_serves_the_next_call() {
     // An engine of its own with the default settings: no other test takes its instances.
     let engine = Engine::new(EngineSettings {
         cache: Some(CompileCache::new(cache_dir()).expect("cache")),
@@ -302,7 +302,7 @@ async fn by_default_a_python_plugins_next_instance_is_made_ahead_and_serves_its_
     assert_eq!(
         serde_json::to_value(&second.resources).expect("json"),
         serde_json::to_value(&first.resources).expect("json"),
-        "the same CR, the same children: a fresh instance either way"
+        "the same CR, the same children (what a made instance keeps: host/tests/reuse.rs)"
     );
     assert_eq!(second.status, first.status);
 }

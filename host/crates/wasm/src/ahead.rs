@@ -136,14 +136,18 @@ impl Plugin {
     /// threshold, one is ready or being made, the tenant's place among waiting instances is
     /// taken (checked before anything is made), or there is no Tokio runtime to run on.
     pub(super) fn make_ahead(&self, limits: &Limits, finished: Finished) {
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
+        // Most calls stop at the first check: a plugin quick to instantiate.
         let engine = &self.inner().engine;
         let Some((shelf, over)) = engine.ahead() else {
             return;
         };
-        if self.instantiation_time() < over || !self.inner().ahead.claim() {
+        if self.instantiation_time() < over {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        if !self.inner().ahead.claim() {
             return;
         }
         let making = Making(Some(self.clone()));

@@ -166,10 +166,7 @@ impl Plugin {
             Ok((guest, answer))
         })
         .await;
-        let (guest, answer) = match self.settle(result, &mut store, limits) {
-            Ok(settled) => settled,
-            Err(err) => return Err(err),
-        };
+        let (guest, answer) = self.settle(result, &mut store, limits)?;
         let checked = finish(answer);
         if let Some(key) = key
             && checked.is_ok()
@@ -179,16 +176,13 @@ impl Plugin {
             self.inner()
                 .kept
                 .keep(self.inner().engine.shelf(), key, store, guest, served + 1);
-        } else {
+        } else if checked.is_ok() {
             drop(_busy);
             let finished = Finished {
                 _store: store,
                 _guest: guest,
             };
-            match &checked {
-                Ok(_) => self.make_ahead(limits, finished),
-                Err(_) => drop(finished),
-            }
+            self.make_ahead(limits, finished);
         }
         checked
     }

@@ -169,32 +169,29 @@ impl Shelf {
         }
     }
 
-    /// Room for one idle instance of `bytes` for `tenant`, held until the ticket drops.
+    /// Room for one idle instance of `bytes` for `tenant`, held until the ticket drops:
+    /// a place ([`Ticket`] of 0 bytes), then its bytes ([`Ticket::hold`]).
     pub(super) fn reserve(self: &Arc<Self>, tenant: Option<&str>, bytes: usize) -> Option<Ticket> {
         if !self.instances.try_add(1) {
             return None;
         }
-        if !self.bytes.try_add(bytes) {
-            self.instances.sub(1);
-            return None;
-        }
         if let Some(name) = tenant {
             let mut tenants = self.tenants.lock().unwrap_or_else(|p| p.into_inner());
-            let held = tenants.entry(name.to_string()).or_default();
-            if held.0 + 1 > self.tenant_instances || held.1 + bytes > self.tenant_bytes {
+            let held = tenants.get(name).map_or(0, |held| held.0);
+            if held + 1 > self.tenant_instances {
                 drop(tenants);
                 self.instances.sub(1);
-                self.bytes.sub(bytes);
                 return None;
             }
-            held.0 += 1;
-            held.1 += bytes;
+            tenants.entry(name.to_string()).or_default().0 += 1;
         }
-        Some(Ticket {
+        let mut ticket = Ticket {
             shelf: self.clone(),
             tenant: tenant.map(str::to_string),
-            bytes,
-        })
+            bytes: 0,
+        };
+        // Past the bytes' bounds the ticket drops, and gives its place back.
+        ticket.hold(bytes).then_some(ticket)
     }
 
     /// Idle instances held, engine-wide.
@@ -249,6 +246,7 @@ impl Ticket {
         }
         if let Some(name) = &self.tenant {
             let mut tenants = self.shelf.tenants.lock().unwrap_or_else(|p| p.into_inner());
+            // A ticket's tenant has an entry until the ticket drops.
             let held = tenants.entry(name.clone()).or_default();
             if held.1 + bytes > self.shelf.tenant_bytes {
                 drop(tenants);
