@@ -307,15 +307,16 @@ async fn of_two_members_taking_every_bucket_at_once_exactly_one_holds_each_and_h
         namespace: cp.namespace("sharding-buckets").await.expect("namespace"),
         lease_duration: Duration::from_secs(15),
     };
-    let both = vec!["pod-a".to_string(), "pod-b".to_string()];
+    // Neither has seen the other stop.
+    let none_gone: Vec<String> = Vec::new();
     // Every bucket, both members at once: each try is a compare-and-swap.
     let tries = (0..BUCKETS).flat_map(|bucket| {
-        let (ring, client, both) = (ring.clone(), client.clone(), both.clone());
+        let (ring, client) = (ring.clone(), client.clone());
         ["pod-a", "pod-b"].map(move |me| {
-            let (ring, client, both) = (ring.clone(), client.clone(), both.clone());
+            let (ring, client) = (ring.clone(), client.clone());
             async move {
                 let take = ring
-                    .acquire(&client, bucket, me, &both)
+                    .acquire(&client, bucket, me, &[])
                     .await
                     .expect("acquire");
                 (bucket, me, take)
@@ -339,11 +340,13 @@ async fn of_two_members_taking_every_bucket_at_once_exactly_one_holds_each_and_h
     // Asked again, the holder keeps it and the other is told who holds it.
     let h0 = holder_of(0);
     assert_eq!(
-        ring.acquire(&client, 0, &h0, &both).await.expect("again"),
+        ring.acquire(&client, 0, &h0, &none_gone)
+            .await
+            .expect("again"),
         Take::Held { epoch: 1 }
     );
     assert_eq!(
-        ring.acquire(&client, 0, other(&h0), &both)
+        ring.acquire(&client, 0, other(&h0), &none_gone)
             .await
             .expect("other"),
         Take::Other(Some(h0.clone()))
@@ -352,7 +355,7 @@ async fn of_two_members_taking_every_bucket_at_once_exactly_one_holds_each_and_h
     // A graceful handover: the holder gives the bucket up, the other takes it at once.
     ring.release_bucket(&client, 0, &h0).await.expect("release");
     assert_eq!(
-        ring.acquire(&client, 0, other(&h0), &both)
+        ring.acquire(&client, 0, other(&h0), &none_gone)
             .await
             .expect("take"),
         Take::Held { epoch: 2 }
@@ -366,21 +369,40 @@ async fn of_two_members_taking_every_bucket_at_once_exactly_one_holds_each_and_h
         (Some(other(&h0).to_string()), 2)
     );
 
-    // A holder no longer seen live loses its bucket to a member that sees it gone; the old
-    // holder, still seeing the new one live, does not take it back.
+    // A holder seen gone loses its bucket to the member that saw it; the old holder, which
+    // has not seen the new one stop, does not take it back.
     let h1 = holder_of(1);
     let survivor = other(&h1);
     assert_eq!(
-        ring.acquire(&client, 1, survivor, &[survivor.to_string()])
+        ring.acquire(&client, 1, survivor, std::slice::from_ref(&h1))
             .await
             .expect("take over"),
         Take::Held { epoch: 2 }
     );
     assert_eq!(
-        ring.acquire(&client, 1, &h1, &both)
+        ring.acquire(&client, 1, &h1, &none_gone)
             .await
             .expect("stale holder"),
         Take::Other(Some(survivor.to_string()))
+    );
+
+    // Not seen is not gone: a member that joined and took a bucket after the taker looked
+    // (here pod-c, named in no list the taker made) keeps it, though the taker would take
+    // the bucket from the holder it saw gone.
+    let h2 = holder_of(2);
+    let taker = other(&h2);
+    ring.release_bucket(&client, 2, &h2).await.expect("release");
+    assert_eq!(
+        ring.acquire(&client, 2, "pod-c", &none_gone)
+            .await
+            .expect("joiner"),
+        Take::Held { epoch: 2 }
+    );
+    assert_eq!(
+        ring.acquire(&client, 2, taker, std::slice::from_ref(&h2))
+            .await
+            .expect("taker"),
+        Take::Other(Some("pod-c".to_string()))
     );
 }
 

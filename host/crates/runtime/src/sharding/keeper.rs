@@ -8,7 +8,18 @@
 //! is open, that is until `renew_deadline` after the *send* of its last successful member
 //! renewal. Another replica takes the bucket only once it sees the holder's member record
 //! unchanged for a whole `lease_duration` on its own clock, which starts no earlier than
-//! that send; `renew_deadline < lease_duration`, so the holder has stopped by then.
+//! that send; `renew_deadline < lease_duration`, so the holder has stopped by then. The
+//! look that shows the record unchanged is a list, and its answer can trail a renewal that
+//! landed while it was on its way, so the member is judged as of the list's *send*.
+//!
+//! A holder the bucket Leases name but the member Leases do not has left — released its
+//! member Lease after its writes stopped, or had it collected long after it stopped — only
+//! if the member Leases were listed *after* the bucket Leases: a member creates its member
+//! Lease before it takes a bucket. Listed the other way round, a replica that joined between
+//! the two lists (a new incarnation, say, after an API server restart) and took a bucket
+//! would look gone, and its bucket would be taken while it writes. So a round lists the
+//! bucket Leases first, and takes a bucket only when it is free or its holder is one of
+//! those it saw gone: a holder it has not seen at all keeps it.
 //!
 //! A renewal that succeeds late — its answer came a lease duration or more after the
 //! previous one was sent — may have landed after another replica judged this one gone and
@@ -128,6 +139,21 @@ struct Keeper {
     clearing: bool,
 }
 
+/// The holders a round may take buckets from: those named by the bucket Leases, listed
+/// before the member Leases, and not live by them. Any other holder a bucket's Lease names
+/// when it is taken — one that joined and took it since the look — is left alone.
+fn gone(holders: &[Option<String>], live: &[String]) -> Vec<String> {
+    let mut gone: Vec<String> = holders
+        .iter()
+        .flatten()
+        .filter(|h| !live.contains(h))
+        .cloned()
+        .collect();
+    gone.sort();
+    gone.dedup();
+    gone
+}
+
 fn forbidden(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 403)
 }
@@ -217,23 +243,29 @@ impl Keeper {
             self.rejoin().await?;
         }
         let ring = self.config.ring.clone();
-        let leases = ring.member_leases(&self.client).await?;
-        let now = Instant::now();
-        let mut live = {
-            let mut observed = self.observed();
-            observed.update(&leases, now);
-            observed.live(now, ring.lease_duration)
-        };
-        if !live.contains(&self.me) {
-            live.push(self.me.clone());
-            live.sort();
-        }
+        // The bucket Leases first, the member Leases after (see the module's notes): a
+        // holder missing from the later member list has left, not joined since the look.
         let holders: Vec<Option<String>> = ring
             .holders(&self.client)
             .await?
             .into_iter()
             .map(|(holder, _)| holder)
             .collect();
+        let asked = Instant::now();
+        let leases = ring.member_leases(&self.client).await?;
+        let now = Instant::now();
+        let mut live = {
+            let mut observed = self.observed();
+            observed.update(&leases, now);
+            // Judged as of the list's send: what it shows unchanged was unchanged then.
+            observed.live(asked, ring.lease_duration)
+        };
+        if !live.contains(&self.me) {
+            live.push(self.me.clone());
+            live.sort();
+        }
+        // Holders this round may take buckets from: those it saw stop.
+        let gone = gone(&holders, &live);
         // What the Leases give this incarnation is held; what they give another is not.
         let recorded =
             bits((0..BUCKETS).filter(|b| holders[*b].as_deref() == Some(self.me.as_str())));
@@ -260,7 +292,7 @@ impl Keeper {
         let taken = if self.unsure {
             0
         } else {
-            self.acquire(&next.acquire, &live).await?
+            self.acquire(&next.acquire, &gone).await?
         };
         for b in buckets(taken) {
             after[b] = Some(self.me.clone());
@@ -321,12 +353,12 @@ impl Keeper {
         self.metrics.shard_moved("given", given);
     }
 
-    /// Takes what it can of `list`; the buckets taken.
-    async fn acquire(&mut self, list: &[usize], live: &[String]) -> Result<Held, kube::Error> {
+    /// Takes what it can of `list` (free, or held by one of `gone`); the buckets taken.
+    async fn acquire(&mut self, list: &[usize], gone: &[String]) -> Result<Held, kube::Error> {
         let ring = &self.config.ring;
         let results = join_all(
             list.iter()
-                .map(|b| ring.acquire(&self.client, *b, &self.me, live)),
+                .map(|b| ring.acquire(&self.client, *b, &self.me, gone)),
         )
         .await;
         let mut taken = 0;
@@ -378,7 +410,8 @@ impl Keeper {
     }
 
     /// Leaves the ring: refuses every write, waits for those in flight (the renew
-    /// deadline at most), gives every bucket up and deletes the member Lease.
+    /// deadline at most), gives every bucket up and deletes the member Lease — unless a
+    /// write is still in flight, when the member Lease is left to expire.
     async fn leave(&mut self) {
         let held = self.shard.held() | self.recorded;
         self.shard.give_up(held);
@@ -387,9 +420,13 @@ impl Keeper {
         let list: Vec<usize> = buckets(self.recorded).collect();
         if drained {
             self.release(&list).await;
-        }
-        if let Err(e) = self.config.ring.release(&self.client, &self.me).await {
-            tracing::warn!(error = %inrun_contract::errors::chain(&e), "releasing the member Lease");
+            if let Err(e) = self.config.ring.release(&self.client, &self.me).await {
+                tracing::warn!(error = %inrun_contract::errors::chain(&e), "releasing the member Lease");
+            }
+        } else {
+            // A write abandoned in flight may still land: the member Lease stays, so the
+            // others take its buckets only once it has expired, as after a crash.
+            tracing::warn!(member = %self.me, "writes still in flight at shutdown; the buckets go when the member Lease expires");
         }
         self.record(0, &[], 0);
         tracing::info!(member = %self.me, buckets = list.len(), "left the ring");
@@ -579,6 +616,15 @@ mod tests {
         assert!(!super::may_still_land(&answered));
         let cut = kube::Error::Service("request timed out".into());
         assert!(super::may_still_land(&cut));
+    }
+
+    #[test]
+    fn only_holders_listed_and_not_live_may_lose_their_buckets() {
+        let named = |n: &str| Some(n.to_string());
+        let holders = [named("a#1"), None, named("b#1"), named("a#1"), named("c#1")];
+        let live = ["b#1".to_string(), "d#1".to_string()];
+        assert_eq!(super::gone(&holders, &live), ["a#1", "c#1"]);
+        assert!(super::gone(&[None, None], &[]).is_empty());
     }
 
     #[test]

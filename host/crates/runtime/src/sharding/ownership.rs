@@ -5,8 +5,9 @@
 //!
 //! Bucket Leases are not renewed: a holder holds a bucket while the Lease names it and its
 //! member Lease is live ([`super::members`]), so an idle ring writes nothing for its
-//! buckets. A member takes a bucket that is free, or whose holder it no longer sees live;
-//! a member giving a bucket up clears the holder, and the next member takes it at once.
+//! buckets. A member takes a bucket that is free, or whose holder it has seen stop (never
+//! one whose holder it has not seen at all); a member giving a bucket up clears the holder,
+//! and the next member takes it at once.
 
 use std::collections::BTreeMap;
 
@@ -29,7 +30,8 @@ pub enum Take {
         /// The Lease's `leaseTransitions`: changes whenever the holder does.
         epoch: i32,
     },
-    /// Another member holds it and is live, or won the race for it (named when known).
+    /// Another member holds it (not one seen gone), or won the race for it (named when
+    /// known).
     Other(Option<String>),
 }
 
@@ -56,8 +58,11 @@ impl Ring {
         }
     }
 
-    /// Takes `bucket` for `me` when it is free or its holder is not in `live` (the members
-    /// `me` sees live); keeps it when `me` holds it already.
+    /// Takes `bucket` for `me` when it is free or its holder is one of `gone` (members `me`
+    /// has seen stop: their member Lease unchanged for a lease duration, or deleted after
+    /// they took a bucket); keeps it when `me` holds it already. A holder `me` knows
+    /// nothing of — a member that joined since `me` looked — keeps it: not seen is not
+    /// gone.
     ///
     /// # Errors
     /// The API server's refusal (a lost race is [`Take::Other`], not an error).
@@ -66,7 +71,7 @@ impl Ring {
         client: &Client,
         bucket: usize,
         me: &str,
-        live: &[String],
+        gone: &[String],
     ) -> Result<Take, kube::Error> {
         let api = self.api(client);
         let name = self.bucket_lease(bucket);
@@ -94,10 +99,10 @@ impl Ring {
         let epoch = spec.lease_transitions.unwrap_or(0);
         match spec.holder_identity.as_deref().filter(|h| !h.is_empty()) {
             Some(holder) if holder == me => return Ok(Take::Held { epoch }),
-            Some(holder) if live.iter().any(|m| m == holder) => {
+            Some(holder) if !gone.iter().any(|m| m == holder) => {
                 return Ok(Take::Other(Some(holder.to_string())));
             }
-            // Free, or held by a member `me` no longer sees live.
+            // Free, or held by a member `me` has seen stop.
             _ => {}
         }
         lease.spec = Some(self.held_spec(me, epoch + 1));
