@@ -370,7 +370,13 @@ where
                 () = lead_lost => Err(Box::new(Fenced { method, path }) as BoxError),
                 done = call => done,
             };
-            drop(admitted);
+            // Only an answer says the write will not land later; a server error (an etcd
+            // timeout, say) does not.
+            let settled = done.as_ref().is_ok_and(|a| !a.status().is_server_error());
+            match admitted {
+                Some(a) if settled => a.answered(),
+                unsettled => drop(unsettled),
+            }
             if let Ok(answer) = &done {
                 span.record("http.response.status_code", answer.status().as_u16());
             }
@@ -556,6 +562,45 @@ mod tests {
         // Outside a reconcile (the host's own writes) the bucket fence does not apply.
         let own = write().await;
         assert!(!own.contains("not held"), "{own}");
+        // The write sent got no answer, so it may still land: its bucket is not drained
+        // until it could have; the refused one was never sent.
+        let settle = std::time::Duration::from_secs(60);
+        let none = std::time::Duration::ZERO;
+        assert!(!shard.drained(1 << 5, settle, none).await);
+        assert!(shard.drained(1 << 6, settle, none).await);
+    }
+
+    /// A write the API server answers, even with a refusal, will not land later: its bucket
+    /// drains at once. (A one-request server answering 404, not a Kubernetes fake.)
+    #[tokio::test]
+    async fn a_write_answered_leaves_its_bucket_drained_at_once() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let server = tokio::spawn(async move {
+            let (mut socket, _) = listener.accept().await.expect("accept");
+            let mut request = vec![0u8; 4096];
+            let _ = socket.read(&mut request).await;
+            let answer = "HTTP/1.1 404 Not Found\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}";
+            socket.write_all(answer.as_bytes()).await.expect("answer");
+        });
+        let config = Config::new(format!("http://127.0.0.1:{port}").parse().expect("url"));
+        let api: ConfigMaps =
+            kube::Api::namespaced(client(config, &Fence::default()).expect("client"), "a");
+        let shard = std::sync::Arc::new(crate::sharding::shard::Shard::default());
+        shard.renewed(Instant::now() + std::time::Duration::from_secs(60));
+        shard.take(1 << 5);
+        let answered = shard.scope(5, refusal(&api)).await;
+        assert!(!answered.contains("not held"), "{answered}");
+        server.await.expect("served");
+        let settle = std::time::Duration::from_secs(60);
+        assert!(
+            shard
+                .drained(1 << 5, settle, std::time::Duration::ZERO)
+                .await
+        );
     }
 
     /// Under sharding the host's own writes (outside any CR's pass) need the ring's leader

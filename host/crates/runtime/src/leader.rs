@@ -83,9 +83,16 @@ fn now() -> MicroTime {
     MicroTime(k8s_openapi::jiff::Timestamp::now())
 }
 
+/// A lease duration as a Lease records it, in whole seconds rounded *up*: others judge the
+/// holder gone by the recorded duration, so it must never be shorter than the holder's own.
+pub(crate) fn lease_seconds(duration: Duration) -> i32 {
+    let seconds = duration.as_secs() + u64::from(duration.subsec_nanos() > 0);
+    i32::try_from(seconds.max(1)).unwrap_or(i32::MAX)
+}
+
 impl Elector {
     fn seconds(&self) -> i32 {
-        i32::try_from(self.config.lease_duration.as_secs().max(1)).unwrap_or(i32::MAX)
+        lease_seconds(self.config.lease_duration)
     }
 
     fn fresh_spec(&self, transitions: i32) -> LeaseSpec {
@@ -416,5 +423,18 @@ where
         Ok(Ok(())) => Ok(()),
         Ok(Err(e)) => Err(LeaderError::Work(Box::new(e))),
         Err(join) => Err(LeaderError::Work(Box::new(join))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    #[test]
+    fn a_lease_records_its_duration_rounded_up_never_shorter_than_the_holders() {
+        assert_eq!(super::lease_seconds(Duration::from_secs(6)), 6);
+        assert_eq!(super::lease_seconds(Duration::from_millis(2500)), 3);
+        assert_eq!(super::lease_seconds(Duration::from_millis(200)), 1);
+        assert_eq!(super::lease_seconds(Duration::ZERO), 1);
     }
 }

@@ -29,8 +29,10 @@
 //! compare-and-swap like any other free bucket.
 //!
 //! A graceful hand-over (a bucket assigned elsewhere, or SIGTERM) refuses the bucket's new
-//! writes, waits for those in flight to return, then clears the bucket's Lease: the next
-//! holder's writes start after the last of this one's have landed.
+//! writes, waits for those in flight to return — and for any that ended unanswered to have
+//! had `lease_duration - renew_deadline` to land, the margin a crashed holder gets — then
+//! clears the bucket's Lease: the next holder's writes start after the last of this one's
+//! have landed. A replica leaving with writes not drained keeps its member Lease, to expire.
 //!
 //! A round reads which buckets name this incarnation and holds those. That read is true
 //! only if none of this incarnation's own Lease writes can still land after it: a clear
@@ -218,6 +220,16 @@ impl Keeper {
             .shard_moved("lost", buckets(dropped).count() as u64);
     }
 
+    /// How long a write abandoned unanswered may take to land, as the fence's timings
+    /// allow for: the lease duration less the renew deadline (a taker waits that much
+    /// longer than the holder writes).
+    fn settle(&self) -> Duration {
+        self.config
+            .ring
+            .lease_duration
+            .saturating_sub(self.config.renew_deadline)
+    }
+
     fn observed(&self) -> std::sync::MutexGuard<'_, Observed> {
         self.observed
             .lock()
@@ -234,7 +246,7 @@ impl Keeper {
             self.doubt();
             if !self
                 .shard
-                .drained(Held::MAX, self.config.renew_deadline / 2)
+                .drained(Held::MAX, self.settle(), self.config.renew_deadline / 2)
                 .await
             {
                 return Ok(());
@@ -323,8 +335,12 @@ impl Keeper {
     async fn release(&mut self, list: &[usize]) {
         let set = bits(list.iter().copied());
         self.shard.give_up(set);
-        if !self.shard.drained(set, self.config.renew_deadline).await {
-            tracing::warn!(buckets = ?list, "writes still in flight after the renew deadline; the buckets are kept refused and given up later");
+        if !self
+            .shard
+            .drained(set, self.settle(), self.config.renew_deadline)
+            .await
+        {
+            tracing::warn!(buckets = ?list, "writes still in flight (or abandoned too recently) after the renew deadline; the buckets are kept refused and given up later");
             return;
         }
         let ring = &self.config.ring;
@@ -415,7 +431,10 @@ impl Keeper {
     async fn leave(&mut self) {
         let held = self.shard.held() | self.recorded;
         self.shard.give_up(held);
-        let drained = self.shard.drained(held, self.config.renew_deadline).await;
+        let drained = self
+            .shard
+            .drained(held, self.settle(), self.config.renew_deadline)
+            .await;
         self.shard.close();
         let list: Vec<usize> = buckets(self.recorded).collect();
         if drained {
@@ -429,13 +448,14 @@ impl Keeper {
             tracing::warn!(member = %self.me, "writes still in flight at shutdown; the buckets go when the member Lease expires");
         }
         self.record(0, &[], 0);
-        tracing::info!(member = %self.me, buckets = list.len(), "left the ring");
+        tracing::info!(member = %self.me, buckets = list.len(), released = drained, "left the ring");
     }
 }
 
 /// Keeps this replica in `config.ring` until `stop` turns true, recording what it holds in
 /// `shard`; then leaves the ring (buckets given up once their writes returned, member Lease
-/// deleted), so the others take over at their next round.
+/// deleted), so the others take over at their next round — or, with writes not drained in
+/// time, leaves its member Lease to expire, so they take over a lease duration later.
 ///
 /// # Errors
 /// [`KeeperError::Forbidden`] when the host may not use the ring's Leases.

@@ -1,6 +1,6 @@
 //! Membership: each replica holds a member Lease (`<ring>-m-<hash of its identity>`,
 //! labelled `inrun.dev/ring=<ring>`), renewed every retry period and deleted when the
-//! replica stops; every replica lists the ring's Leases and judges who is live.
+//! replica stops (left to expire if its writes have not drained); every replica lists the ring's Leases and judges who is live.
 //!
 //! Liveness is judged as the leader election judges its Lease (and client-go does): a
 //! member is live while this replica has seen its (holder, renewTime) record change
@@ -57,7 +57,7 @@ impl Ring {
     /// The API server's refusal.
     pub async fn renew(&self, client: &Client, identity: &str) -> Result<(), kube::Error> {
         let name = self.member_lease(identity);
-        let seconds = i32::try_from(self.lease_duration.as_secs().max(1)).unwrap_or(i32::MAX);
+        let seconds = crate::leader::lease_seconds(self.lease_duration);
         let lease = Lease {
             metadata: ObjectMeta {
                 name: Some(name.clone()),

@@ -48,9 +48,7 @@ impl Ring {
     fn held_spec(&self, me: &str, epoch: i32) -> LeaseSpec {
         LeaseSpec {
             holder_identity: Some(me.to_string()),
-            lease_duration_seconds: Some(
-                i32::try_from(self.lease_duration.as_secs().max(1)).unwrap_or(i32::MAX),
-            ),
+            lease_duration_seconds: Some(crate::leader::lease_seconds(self.lease_duration)),
             acquire_time: Some(now()),
             renew_time: Some(now()),
             lease_transitions: Some(epoch),

@@ -2,7 +2,8 @@
 //! ([`super::assign::Assignment`]), the holders the bucket Leases record, and the members
 //! it sees live. A bucket moves in two steps — its holder gives it up, then its target
 //! takes it — so no bucket ever has two writers: a member takes only a bucket that is free
-//! or whose holder it no longer sees live.
+//! or whose holder it no longer sees live (and [`super::ownership`]'s compare-and-swap
+//! takes it only from a holder the round saw gone, never from one that took it since).
 
 use super::assign::Assignment;
 use super::buckets::BUCKETS;

@@ -50,6 +50,9 @@ pub struct Shard {
     held: watch::Sender<Held>,
     in_flight: [AtomicUsize; BUCKETS],
     returned: Notify,
+    /// Per bucket, when a write last ended with no answer from the API server (abandoned
+    /// at a deadline, timed out, its connection broken): it may still be applied.
+    abandoned: std::sync::Mutex<[Option<Instant>; BUCKETS]>,
     /// Whether the CRs are watched by their bucket label (else by `shardSelector`).
     by_labels: std::sync::atomic::AtomicBool,
 }
@@ -60,6 +63,7 @@ impl Default for Shard {
             member: watch::channel(None).0,
             held: watch::channel(0).0,
             in_flight: std::array::from_fn(|_| AtomicUsize::new(0)),
+            abandoned: std::sync::Mutex::new([None; BUCKETS]),
             by_labels: std::sync::atomic::AtomicBool::new(false),
             returned: Notify::new(),
         }
@@ -163,19 +167,40 @@ impl Shard {
         });
     }
 
-    /// Waits until no write for `buckets` is in flight, for `within` at most; whether
-    /// none is.
-    pub(crate) async fn drained(&self, buckets: Held, within: Duration) -> bool {
-        let until = tokio::time::Instant::now() + within;
+    /// Waits until no write for `buckets` is in flight and every write of theirs that
+    /// ended unanswered did so `settle` ago or more (long enough to have landed, if it
+    /// ever does), for `within` at most; whether so.
+    pub(crate) async fn drained(&self, buckets: Held, settle: Duration, within: Duration) -> bool {
+        let until = Instant::now() + within;
         loop {
             let returned = self.returned.notified();
             if self::buckets(buckets).all(|b| self.in_flight[b].load(Ordering::Acquire) == 0) {
-                return true;
+                let settled = self.last_abandoned(buckets).map(|at| at + settle);
+                match settled {
+                    Some(at) if at > until => return false,
+                    Some(at) if at > Instant::now() => {
+                        tokio::time::sleep_until(at.into()).await;
+                        continue;
+                    }
+                    _ => return true,
+                }
             }
-            if tokio::time::timeout_at(until, returned).await.is_err() {
+            if tokio::time::timeout_at(until.into(), returned)
+                .await
+                .is_err()
+            {
                 return false;
             }
         }
+    }
+
+    /// When a write for one of `buckets` last ended unanswered.
+    fn last_abandoned(&self, buckets: Held) -> Option<Instant> {
+        let abandoned = self
+            .abandoned
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        self::buckets(buckets).filter_map(|b| abandoned[b]).max()
     }
 
     /// Resolves once the member deadline passes (at once when closed), following the
@@ -201,11 +226,14 @@ impl Shard {
     }
 }
 
-/// A write admitted for a bucket: counted in flight until dropped.
+/// A write admitted for a bucket: counted in flight until dropped; dropped without
+/// [`Admitted::answered`], it counts as abandoned (it may still be applied).
 #[derive(Debug)]
 pub(crate) struct Admitted {
     shard: Arc<Shard>,
     bucket: usize,
+    /// Refused before it was sent, or answered: nothing of it can land later.
+    settled: bool,
 }
 
 impl Admitted {
@@ -213,10 +241,23 @@ impl Admitted {
     pub(crate) fn shard(&self) -> &Shard {
         &self.shard
     }
+
+    /// The API server answered the write: it will not be applied later.
+    pub(crate) fn answered(mut self) {
+        self.settled = true;
+    }
 }
 
 impl Drop for Admitted {
     fn drop(&mut self) {
+        if !self.settled {
+            let mut abandoned = self
+                .shard
+                .abandoned
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            abandoned[self.bucket] = Some(Instant::now());
+        }
         self.shard.in_flight[self.bucket].fetch_sub(1, Ordering::AcqRel);
         self.shard.returned.notify_waiters();
     }
@@ -230,11 +271,19 @@ pub(crate) fn admit() -> Option<Result<Admitted, Refused>> {
             // Counted before the check, so a release that starts between the two waits
             // for this write (or sees it refused).
             shard.in_flight[*bucket].fetch_add(1, Ordering::AcqRel);
-            let admitted = Admitted {
+            let mut admitted = Admitted {
                 shard: shard.clone(),
                 bucket: *bucket,
+                settled: false,
             };
-            shard.may_write(*bucket).map(|()| admitted)
+            match shard.may_write(*bucket) {
+                Ok(()) => Ok(admitted),
+                Err(refused) => {
+                    // Never sent: nothing of it can land.
+                    admitted.settled = true;
+                    Err(refused)
+                }
+            }
         })
         .ok()
 }
@@ -298,18 +347,60 @@ mod tests {
         start.await.expect("started");
         shard.give_up(bit(1));
         assert!(
-            shard.drained(bit(2), Duration::ZERO).await,
+            shard.drained(bit(2), Duration::ZERO, Duration::ZERO).await,
             "bucket 2 has none"
         );
-        assert!(!shard.drained(bit(1), Duration::from_millis(50)).await);
+        assert!(
+            !shard
+                .drained(bit(1), Duration::ZERO, Duration::from_millis(50))
+                .await
+        );
         let _ = finish.send(());
-        assert!(shard.drained(bit(1), Duration::from_secs(5)).await);
+        assert!(
+            shard
+                .drained(bit(1), Duration::ZERO, Duration::from_secs(5))
+                .await
+        );
         write.await.expect("write");
         // A refused write is not left counted.
         shard
             .scope(1, async { assert!(admit().expect("in scope").is_err()) })
             .await;
-        assert!(shard.drained(bit(1), Duration::ZERO).await);
+        assert!(shard.drained(bit(1), Duration::ZERO, Duration::ZERO).await);
+    }
+
+    #[tokio::test]
+    async fn a_write_abandoned_unanswered_keeps_its_bucket_undrained_until_it_could_have_landed() {
+        let shard = Arc::new(Shard::default());
+        renewed(&shard);
+        shard.take(bit(1) | bit(2));
+        let settle = Duration::from_millis(300);
+        // Bucket 1: a write dropped with no answer (abandoned at a deadline, timed out).
+        let before = Instant::now();
+        shard
+            .scope(1, async { drop(admit().expect("in scope").expect("held")) })
+            .await;
+        // Bucket 2: a write answered by the API server.
+        shard
+            .scope(2, async {
+                admit().expect("in scope").expect("held").answered()
+            })
+            .await;
+        assert!(shard.drained(bit(2), settle, Duration::ZERO).await);
+        assert!(
+            !shard
+                .drained(bit(1), settle, Duration::from_millis(50))
+                .await,
+            "an abandoned write may still land"
+        );
+        assert!(shard.drained(bit(1), settle, Duration::from_secs(5)).await);
+        assert!(before.elapsed() >= settle);
+        // A write refused before it was sent counts as nothing.
+        shard.give_up(bit(2));
+        shard
+            .scope(2, async { assert!(admit().expect("in scope").is_err()) })
+            .await;
+        assert!(shard.drained(bit(2), settle, Duration::ZERO).await);
     }
 
     #[tokio::test]
