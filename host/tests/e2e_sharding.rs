@@ -6,7 +6,8 @@
 //! The first tests call the sharding pieces directly and read what the API server keeps,
 //! with the harness's admin client (a CRD and objects to shard are set up as an operator
 //! would, not as the host). [`hosts`] runs `inrun run` replicas in one ring as the
-//! ServiceAccount bound to the generated RBAC, as production runs them.
+//! ServiceAccount bound to the generated RBAC, as production runs them; [`between_lists`]
+//! runs a ring keeper in this process as that ServiceAccount, its requests stepped.
 
 mod support;
 
@@ -307,8 +308,7 @@ async fn of_two_members_taking_every_bucket_at_once_exactly_one_holds_each_and_h
         namespace: cp.namespace("sharding-buckets").await.expect("namespace"),
         lease_duration: Duration::from_secs(15),
     };
-    // Neither has seen the other stop.
-    let none_gone: Vec<String> = Vec::new();
+    // Neither has seen the other stop: `gone` is empty below unless said.
     // Every bucket, both members at once: each try is a compare-and-swap.
     let tries = (0..BUCKETS).flat_map(|bucket| {
         let (ring, client) = (ring.clone(), client.clone());
@@ -340,13 +340,11 @@ async fn of_two_members_taking_every_bucket_at_once_exactly_one_holds_each_and_h
     // Asked again, the holder keeps it and the other is told who holds it.
     let h0 = holder_of(0);
     assert_eq!(
-        ring.acquire(&client, 0, &h0, &none_gone)
-            .await
-            .expect("again"),
+        ring.acquire(&client, 0, &h0, &[]).await.expect("again"),
         Take::Held { epoch: 1 }
     );
     assert_eq!(
-        ring.acquire(&client, 0, other(&h0), &none_gone)
+        ring.acquire(&client, 0, other(&h0), &[])
             .await
             .expect("other"),
         Take::Other(Some(h0.clone()))
@@ -355,7 +353,7 @@ async fn of_two_members_taking_every_bucket_at_once_exactly_one_holds_each_and_h
     // A graceful handover: the holder gives the bucket up, the other takes it at once.
     ring.release_bucket(&client, 0, &h0).await.expect("release");
     assert_eq!(
-        ring.acquire(&client, 0, other(&h0), &none_gone)
+        ring.acquire(&client, 0, other(&h0), &[])
             .await
             .expect("take"),
         Take::Held { epoch: 2 }
@@ -380,7 +378,7 @@ async fn of_two_members_taking_every_bucket_at_once_exactly_one_holds_each_and_h
         Take::Held { epoch: 2 }
     );
     assert_eq!(
-        ring.acquire(&client, 1, &h1, &none_gone)
+        ring.acquire(&client, 1, &h1, &[])
             .await
             .expect("stale holder"),
         Take::Other(Some(survivor.to_string()))
@@ -393,7 +391,7 @@ async fn of_two_members_taking_every_bucket_at_once_exactly_one_holds_each_and_h
     let taker = other(&h2);
     ring.release_bucket(&client, 2, &h2).await.expect("release");
     assert_eq!(
-        ring.acquire(&client, 2, "pod-c", &none_gone)
+        ring.acquire(&client, 2, "pod-c", &[])
             .await
             .expect("joiner"),
         Take::Held { epoch: 2 }
@@ -608,5 +606,267 @@ mod hosts {
         assert!(moved < Duration::from_secs(30), "{moved:?}");
         replicas[0].signal("TERM");
         assert!(replicas[0].exited().await, "a did not stop");
+    }
+}
+
+/// A ring keeper in this process, its client's requests for the ring's Leases held at the
+/// test's word: what a replica does when another joins between the two lists of its round.
+mod between_lists {
+    use std::pin::Pin;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::task::{Context, Poll};
+    use std::time::Duration;
+
+    use inrun::runtime::sharding::buckets::BUCKETS;
+    use inrun::runtime::sharding::keeper::{self, KeeperConfig};
+    use inrun::runtime::sharding::members::Ring;
+    use inrun::runtime::sharding::ownership::Take;
+    use inrun::runtime::sharding::shard::Shard;
+    use inrun_testenv::ControlPlane;
+    use kube::Client;
+    use kube::client::{Body, ClientBuilder};
+    use tokio::sync::{Mutex, mpsc, oneshot};
+
+    use super::support;
+
+    /// A request of a keeper's round, as the gate saw it.
+    #[derive(Debug, PartialEq, Eq)]
+    enum Step {
+        /// The member Lease renewed: a round begins.
+        Renewal,
+        /// A list of the ring's bucket Leases.
+        Buckets,
+        /// A list of the ring's member Leases.
+        Members,
+    }
+
+    /// Reports a round's requests and, while stepping, holds each list until answered.
+    #[derive(Clone)]
+    struct Gate {
+        stepping: Arc<AtomicBool>,
+        steps: mpsc::UnboundedSender<(Step, Option<oneshot::Sender<()>>)>,
+    }
+
+    impl Gate {
+        fn step(request: &http::Request<Body>) -> Option<Step> {
+            let path = request.uri().path();
+            let query = request
+                .uri()
+                .query()
+                .unwrap_or_default()
+                .replace("%3D", "=");
+            if !path.contains("/leases") {
+                return None;
+            }
+            match *request.method() {
+                http::Method::PATCH if path.contains("-m-") => Some(Step::Renewal),
+                http::Method::GET if query.contains("role=bucket") => Some(Step::Buckets),
+                http::Method::GET if query.contains("role=member") => Some(Step::Members),
+                _ => None,
+            }
+        }
+
+        async fn pass(&self, step: Option<Step>) {
+            let Some(step) = step else {
+                return;
+            };
+            if !self.stepping.load(Ordering::Acquire) {
+                return;
+            }
+            if step == Step::Renewal {
+                let _ = self.steps.send((step, None));
+                return;
+            }
+            let (go, wait) = oneshot::channel();
+            if self.steps.send((step, Some(go))).is_ok() {
+                let _ = wait.await;
+            }
+        }
+    }
+
+    impl<S> tower::Layer<S> for Gate {
+        type Service = Gated<S>;
+        fn layer(&self, inner: S) -> Gated<S> {
+            Gated {
+                gate: self.clone(),
+                inner: Arc::new(Mutex::new(inner)),
+            }
+        }
+    }
+
+    struct Gated<S> {
+        gate: Gate,
+        inner: Arc<Mutex<S>>,
+    }
+
+    type Boxed<T> = Pin<Box<dyn std::future::Future<Output = T> + Send>>;
+
+    impl<S> tower::Service<http::Request<Body>> for Gated<S>
+    where
+        S: tower::Service<http::Request<Body>> + Send + 'static,
+        S::Future: Send + 'static,
+    {
+        type Response = S::Response;
+        type Error = S::Error;
+        type Future = Boxed<Result<S::Response, S::Error>>;
+
+        fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn call(&mut self, request: http::Request<Body>) -> Self::Future {
+            let (gate, inner) = (self.gate.clone(), self.inner.clone());
+            let step = Gate::step(&request);
+            Box::pin(async move {
+                gate.pass(step).await;
+                let call = {
+                    let mut inner = inner.lock().await;
+                    futures::future::poll_fn(|cx| inner.poll_ready(cx)).await?;
+                    inner.call(request)
+                };
+                call.await
+            })
+        }
+    }
+
+    type Steps = mpsc::UnboundedReceiver<(Step, Option<oneshot::Sender<()>>)>;
+
+    /// The keeper's next request for the ring's Leases.
+    async fn next(seen: &mut Steps) -> (Step, Option<oneshot::Sender<()>>) {
+        tokio::time::timeout(Duration::from_secs(30), seen.recv())
+            .await
+            .expect("the keeper's next request within 30 s")
+            .expect("the gate")
+    }
+
+    /// Lets a held request go.
+    fn let_go(go: Option<oneshot::Sender<()>>) {
+        if let Some(go) = go {
+            let _ = go.send(());
+        }
+    }
+
+    /// Lets the keeper's requests go until its next round begins.
+    async fn until_a_round_begins(seen: &mut Steps) {
+        loop {
+            match next(seen).await {
+                (Step::Renewal, _) => return,
+                (_, go) => let_go(go),
+            }
+        }
+    }
+
+    /// Regression of a ring that lost its buckets after an API server restart: a replica
+    /// that rejoined and took a bucket between another's two lists looked gone to it (its
+    /// member Lease missing from the first list, its name on the bucket in the second), and
+    /// the other took the bucket while it wrote. A keeper, as the ServiceAccount of the
+    /// generated RBAC; the test plays the joiner between the lists of one round.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_member_that_joins_and_takes_a_bucket_between_anothers_two_lists_keeps_it() {
+        let cp = ControlPlane::shared();
+        let group = support::unique_group("between");
+        let ns = cp.namespace("between").await.expect("namespace");
+        let name = format!("r{}", &group[..group.find('.').unwrap_or(8).min(12)]);
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("blueprint.yaml");
+        let runtime = format!(
+            "    sharding: {{enabled: true, ring: {name}}}\n    leaderElection: {{namespace: {ns}, leaseDuration: 15s, renewDeadline: 10s, retryPeriod: 1s}}\n"
+        );
+        let text = support::ring::two_configmaps("between", &group, "Part", &runtime);
+        std::fs::write(&path, text).expect("blueprint");
+        let parsed = inrun::blueprint::load(&path).expect("valid Blueprint");
+        let identity = support::identity::Identity::generated_on(
+            cp,
+            &parsed,
+            &support::identity::Identity::options(),
+        )
+        .await;
+        // The joiner: another replica, the same ServiceAccount.
+        let plain = Client::try_from(identity.config()).expect("client");
+        let (steps, mut seen) = mpsc::unbounded_channel();
+        let gate = Gate {
+            stepping: Arc::default(),
+            steps,
+        };
+        let gated = ClientBuilder::try_from(identity.config())
+            .expect("client")
+            .with_layer(&gate)
+            .build();
+        let ring = Ring {
+            name: name.clone(),
+            namespace: ns.clone(),
+            lease_duration: Duration::from_secs(15),
+        };
+        let config = KeeperConfig {
+            ring: ring.clone(),
+            identity: "keeper".into(),
+            renew_deadline: Duration::from_secs(10),
+            retry_period: Duration::from_secs(1),
+            max_releases: BUCKETS,
+            watch: inrun::blueprint::ShardWatch::default(),
+        };
+        let shard = Arc::new(Shard::default());
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let running = tokio::spawn(keeper::run(
+            gated,
+            config,
+            shard.clone(),
+            Arc::default(),
+            stopped,
+        ));
+        // Alone in the ring, the keeper takes every bucket.
+        let keeper_name = inrun_testenv::wait_for(
+            "the keeper to hold every bucket",
+            Duration::from_secs(60),
+            || async {
+                let holders = ring.holders(&plain).await.ok()?;
+                let first = holders[0].0.clone()?;
+                holders
+                    .iter()
+                    .all(|(h, _)| h.as_deref() == Some(first.as_str()))
+                    .then_some(first)
+            },
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+
+        // One round, stepped: the bucket is given up before its first list is read, the
+        // joiner joins and takes it before its second.
+        const BUCKET: usize = 7;
+        gate.stepping.store(true, Ordering::Release);
+        until_a_round_begins(&mut seen).await;
+        let (first, go) = next(&mut seen).await;
+        ring.release_bucket(&plain, BUCKET, &keeper_name)
+            .await
+            .expect("give the bucket up");
+        let_go(go);
+        let (second, go) = next(&mut seen).await;
+        assert_ne!(first, second, "a round lists both kinds of Lease");
+        ring.renew(&plain, "joiner#1").await.expect("join");
+        assert_eq!(
+            ring.acquire(&plain, BUCKET, "joiner#1", &[])
+                .await
+                .expect("take"),
+            Take::Held { epoch: 2 },
+            "the joiner takes the free bucket"
+        );
+        let_go(go);
+        // The round ends; the next begins.
+        until_a_round_begins(&mut seen).await;
+        gate.stepping.store(false, Ordering::Release);
+        while let Ok((_, go)) = seen.try_recv() {
+            let_go(go);
+        }
+
+        let holders = ring.holders(&plain).await.expect("holders");
+        assert_eq!(
+            holders[BUCKET].0.as_deref(),
+            Some("joiner#1"),
+            "the keeper ({keeper_name}) took the bucket of a member it had not seen"
+        );
+        assert!(!shard.holds(BUCKET), "the keeper counts the bucket its own");
+        let _ = stop.send(true);
+        running.await.expect("keeper").expect("left the ring");
     }
 }
