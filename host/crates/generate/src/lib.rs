@@ -1,10 +1,12 @@
 //! Manifests an operator applies before running the host: the Blueprint's CRDs, the
-//! minimal RBAC the host needs for it, and the roles of the people who create its CRs.
-//! Pure functions of the Blueprint; nothing here talks to a cluster.
+//! minimal RBAC the host needs for it, the roles of the people who create its CRs, and the
+//! API Priority and Fairness objects that give each tenant a flow of its own ([`apf`]).
+//! Pure functions of the Blueprint and flags; nothing here talks to a cluster.
 //!
 //! Start reading at [`rbac`] (`rbac/mod.rs`: the permissions a Blueprint needs, with the
 //! host's and a tenant's in `host.rs` and `tenant.rs`).
 
+pub mod apf;
 mod blueprint_crd;
 pub mod rbac;
 pub mod roles;
