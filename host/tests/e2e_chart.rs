@@ -906,3 +906,97 @@ async fn helm_install_creates_the_host_and_binds_its_generated_rbac_and_uninstal
     eprintln!("install and uninstall: {:?}", started.elapsed());
     Ok(())
 }
+
+/// The flow-control objects of `docs` as (kind, name, spec), sorted: what the API server
+/// acts on, without the chart's labels.
+fn flow_control(docs: &[Value]) -> Vec<(String, String, Value)> {
+    let mut out: Vec<(String, String, Value)> = docs
+        .iter()
+        .filter(|d| d["apiVersion"] == inrun::generate::apf::API_VERSION)
+        .map(|d| {
+            (
+                d["kind"].as_str().unwrap_or_default().to_string(),
+                d["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+                d["spec"].clone(),
+            )
+        })
+        .collect();
+    out.sort_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
+    out
+}
+
+#[test]
+fn with_tenants_the_chart_renders_the_flow_control_objects_inrun_generate_apf_writes() {
+    use inrun::blueprint::{AccountPattern, ServiceAccountRef};
+    use inrun::generate::apf::{self, ApfOptions, Level};
+    let started = Instant::now();
+    let sa = |text: &str| ServiceAccountRef::parse(text).expect("sa");
+    // Off by default (no tenants), and off when asked.
+    assert!(flow_control(&rendered("{}\n")).is_empty());
+    assert!(
+        flow_control(&rendered(
+            "tenants: {enabled: true}\napf: {enabled: false}\n"
+        ))
+        .is_empty()
+    );
+    // Tenants that act as the host (files naming no ServiceAccount): the host's level only.
+    let host_only = flow_control(&rendered("tenants: {enabled: true}\n"));
+    let names: Vec<(&str, &str)> = host_only
+        .iter()
+        .map(|(k, n, _)| (k.as_str(), n.as_str()))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            ("FlowSchema", "inrun-host"),
+            ("PriorityLevelConfiguration", "inrun-host")
+        ]
+    );
+
+    // The tenants' ServiceAccounts the host may impersonate by its generated RBAC
+    // (`--impersonate`, `--default-tenant-service-account`; one in the host's own
+    // namespace is rendered in the release's), and those the values name.
+    let pattern = AccountPattern::parse("inrun-tenants/{name}").expect("pattern");
+    let generated = rbac::manifests(
+        &chart_blueprint(true),
+        &RbacOptions {
+            impersonate: vec![sa("files/team-a"), sa("inrun-system/own-tenant")],
+            tenant_accounts: Some(pattern.clone()),
+            ..RbacOptions::default()
+        },
+    );
+    let values = serde_json::json!({
+        "blueprintResources": {"enabled": true},
+        "rbac": {"generated": inrun::generate::yaml_stream(&generated).expect("yaml")},
+        "apf": {
+            "tenantNamespaces": ["team-ids"],
+            "tenantServiceAccounts": ["other/b", "inrun-tenants/covered"],
+            "tenantShares": 10,
+            "tenantBorrowingLimitPercent": 0,
+        },
+    });
+    let got = flow_control(&rendered(
+        &serde_yaml_ng::to_string(&values).expect("values"),
+    ));
+    let want = apf::manifests(&ApfOptions {
+        name: "inrun".into(),
+        // `helm template` without -n: the release namespace is `default`.
+        namespace: "default".into(),
+        service_account: "inrun".into(),
+        impersonate: vec![sa("files/team-a"), sa("default/own-tenant"), sa("other/b")],
+        tenant_accounts: Some(pattern),
+        tenant_identity_namespaces: vec!["team-ids".into()],
+        host: Level::host(),
+        tenants: Level {
+            shares: 10,
+            borrowing_limit_percent: Some(0),
+            ..Level::tenants()
+        },
+    })
+    .expect("apf");
+    assert_eq!(got, flow_control(&want));
+    eprintln!("flow control objects: {:?}", started.elapsed());
+}

@@ -179,3 +179,53 @@ Called with (dict "text" TEXT "what" NAME); returns {"docs": [...]} as YAML.
 {{- fail "crds.generated is empty, and the chart's CRDs are only for its own Blueprint: give what `inrun generate crds -b YOUR-BLUEPRINT` prints (--set-file crds.generated=FILE), or crds.enabled=false" }}
 {{- end }}
 {{- end }}
+
+{{/*
+The tenants' ServiceAccounts the APF objects name, as `namespace name` (`*`: every one in
+that namespace; a space sorts before any character of a name, so sorting these sorts by
+namespace, then name): those the host may impersonate by the RBAC the chart renders (a
+Role granting `impersonate` on serviceaccounts, by name or all; one generated for the
+host's own namespace is rendered in the release namespace, as rbac.yaml does), then
+`apf.tenantNamespaces` and `apf.tenantServiceAccounts`.
+Returns {"accounts": [...]} as YAML.
+*/}}
+{{- define "inrun.tenantAccounts" -}}
+{{- $accounts := list }}
+{{- if and .Values.rbac.create .Values.rbac.generated }}
+{{- $docs := (include "inrun.documents" (dict "text" .Values.rbac.generated "what" "rbac.generated") | fromYaml).docs }}
+{{- $home := list }}
+{{- range $docs }}
+{{- if has .kind (list "ClusterRoleBinding" "RoleBinding") }}
+{{- range .subjects }}
+{{- $home = append $home (default "" .namespace) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- range $docs }}
+{{- if eq .kind "Role" }}
+{{- $ns := .metadata.namespace }}
+{{- if has $ns $home }}
+{{- $ns = $.Release.Namespace }}
+{{- end }}
+{{- range (default list .rules) }}
+{{- if and (has "" (default list .apiGroups)) (has "serviceaccounts" (default list .resources)) (has "impersonate" (default list .verbs)) }}
+{{- if .resourceNames }}
+{{- range .resourceNames }}
+{{- $accounts = append $accounts (printf "%s %s" $ns .) }}
+{{- end }}
+{{- else }}
+{{- $accounts = append $accounts (printf "%s *" $ns) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- range .Values.apf.tenantNamespaces }}
+{{- $accounts = append $accounts (printf "%s *" .) }}
+{{- end }}
+{{- range .Values.apf.tenantServiceAccounts }}
+{{- $accounts = append $accounts (replace "/" " " .) }}
+{{- end }}
+{{- toYaml (dict "accounts" ($accounts | uniq | sortAlpha)) }}
+{{- end }}

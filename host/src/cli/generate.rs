@@ -1,10 +1,12 @@
 //! `inrun generate`: the manifests a Blueprint needs in a cluster (its CRDs, the host's
-//! RBAC or a tenant's), as a YAML stream on standard output.
+//! RBAC or a tenant's), and the API Priority and Fairness objects for the host and its
+//! tenants, as a YAML stream on standard output.
 
 use std::path::PathBuf;
 
 use clap::Subcommand;
 use inrun::blueprint::{AccountPattern, Blueprint, ServiceAccountRef};
+use inrun::generate::apf::{ApfOptions, Level};
 use inrun::generate::rbac::RbacOptions;
 use serde_json::Value;
 
@@ -26,6 +28,54 @@ pub enum GenerateCommand {
     /// The `Blueprint` CustomResourceDefinition, for `inrun run --blueprint-resources`
     /// without `--install-crds`.
     BlueprintCrd,
+    /// API Priority and Fairness (flowcontrol.apiserver.k8s.io/v1): a priority level and
+    /// FlowSchema for the host's ServiceAccount, and one for the tenants' ServiceAccounts
+    /// with a flow per tenant. The API server classifies the host's requests as the
+    /// ServiceAccount it impersonates, so each tenant queues apart from the others.
+    Apf(ApfArgs),
+}
+
+/// What `inrun generate apf` is given: the host's ServiceAccount and the tenants', as
+/// `inrun generate rbac` and `inrun run` take them, and the levels' shares.
+#[derive(clap::Args)]
+pub struct ApfArgs {
+    /// Namespace of the host's ServiceAccount.
+    #[arg(
+        long,
+        short = 'n',
+        env = "INRUN_NAMESPACE",
+        default_value = "inrun-system"
+    )]
+    namespace: String,
+    /// The ServiceAccount the host runs as.
+    #[arg(long, env = "INRUN_SERVICE_ACCOUNT", default_value = "inrun")]
+    service_account: String,
+    /// The objects are named `<name>-host` and `<name>-tenants`.
+    #[arg(long, env = "INRUN_APF_NAME", default_value = "inrun")]
+    name: String,
+    /// Tenants' ServiceAccounts (`namespace/name`, comma separated): those Blueprint
+    /// files name, or any the host impersonates by name.
+    #[arg(long, env = "INRUN_IMPERSONATE", value_delimiter = ',', value_parser = parse_service_account)]
+    impersonate: Vec<ServiceAccountRef>,
+    /// As `inrun run --default-tenant-service-account namespace/…{name}…`: every
+    /// ServiceAccount of that namespace is a tenant's.
+    #[arg(long, env = "INRUN_DEFAULT_TENANT_SERVICE_ACCOUNT", value_parser = parse_account_pattern)]
+    default_tenant_service_account: Option<AccountPattern>,
+    /// As `inrun run --tenant-identity-namespaces`: every ServiceAccount of these
+    /// namespaces (comma separated) is a tenant's.
+    #[arg(long, env = "INRUN_TENANT_IDENTITY_NAMESPACES", value_delimiter = ',')]
+    tenant_identity_namespaces: Vec<String>,
+    /// The host's nominal concurrency shares (the suggested levels hold 245 together).
+    #[arg(long, default_value_t = Level::host().shares)]
+    host_shares: u32,
+    /// The tenants' nominal concurrency shares, for all tenants together.
+    #[arg(long, default_value_t = Level::tenants().shares)]
+    tenant_shares: u32,
+    /// The most seats the tenants may borrow from idle levels, in percent of their own
+    /// (0: none, so that tenants together never take more than their shares). Unset: no
+    /// limit.
+    #[arg(long)]
+    tenant_borrowing_limit: Option<u32>,
 }
 
 /// What `inrun generate rbac` is given.
@@ -105,6 +155,7 @@ pub(super) fn generate(command: GenerateCommand) -> anyhow::Result<()> {
         }
         GenerateCommand::BlueprintCrd => vec![inrun::fleet::blueprint_crd()],
         GenerateCommand::Rbac(args) => rbac(args)?,
+        GenerateCommand::Apf(args) => inrun::generate::apf::manifests(&apf_options(args))?,
     };
     print!("{}", inrun::generate::yaml_stream(&docs)?);
     Ok(())
@@ -178,5 +229,26 @@ fn options(blueprint: &Blueprint, args: RbacArgs) -> RbacOptions {
         blueprint_resources: args.blueprint_resources,
         impersonate: args.impersonate,
         tenant_accounts: args.default_tenant_service_account,
+    }
+}
+
+/// The APF options `args` give: the default levels with the shares asked for.
+fn apf_options(args: ApfArgs) -> ApfOptions {
+    ApfOptions {
+        name: args.name,
+        namespace: args.namespace,
+        service_account: args.service_account,
+        impersonate: args.impersonate,
+        tenant_accounts: args.default_tenant_service_account,
+        tenant_identity_namespaces: args.tenant_identity_namespaces,
+        host: Level {
+            shares: args.host_shares,
+            ..Level::host()
+        },
+        tenants: Level {
+            shares: args.tenant_shares,
+            borrowing_limit_percent: args.tenant_borrowing_limit,
+            ..Level::tenants()
+        },
     }
 }

@@ -70,8 +70,8 @@ impl Level {
     /// The tenants' level, shared by all of them: as many shares as the suggested
     /// `global-default`; half of it lendable; queues as the suggested workload levels
     /// (128 queues, hands of 6, 50 requests a queue), so that tenants rarely share a
-    /// queue and a tenant whose queue fills is refused (429, which the host retries with
-    /// backoff) without holding up another's.
+    /// queue and a tenant whose queues fill is refused (429: that reconcile fails and is
+    /// retried with backoff) without holding up another's.
     pub fn tenants() -> Level {
         Level {
             shares: 20,
