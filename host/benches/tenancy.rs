@@ -73,8 +73,12 @@ async fn start(options: FleetOptions) -> Running {
     })
     .expect("engine");
     let services = Services::new(Arc::new(KubeSecrets::new(client.clone())));
+    // Tenants that name a ServiceAccount are served as it (the `Accounts::Own` rows); the
+    // others act as the host.
+    let admin = ControlPlane::shared().admin_config();
     let fleet = Fleet::new(
-        Shared::new(client, "bench".into()),
+        Shared::new(client, "bench".into())
+            .with_impersonation(admin, inrun::fence::Fence::default()),
         engine,
         services,
         options,
@@ -240,7 +244,28 @@ struct Hostile {
     /// its edits load only the API server: what the shared API server costs B, apart from
     /// the host.
     served: bool,
+    /// Whom the tenants act as, and whether flow control keeps them apart.
+    accounts: Accounts,
 }
+
+/// Whom the tenants (and A's edits) act as at the API server.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Accounts {
+    /// As the host, the harness's admin (tenant files that name no ServiceAccount), A's
+    /// edits too: `system:masters`, exempt from API Priority and Fairness.
+    Host,
+    /// Each tenant as its own ServiceAccount (in [`IDS`]), which the host impersonates, and
+    /// A's edits made as A's; with `apf`, under what `inrun generate apf
+    /// --tenant-identity-namespaces` writes for that namespace, else under the cluster's
+    /// suggested `service-accounts` schema.
+    Own {
+        /// Whether the generated flow-control objects are applied during the row.
+        apf: bool,
+    },
+}
+
+/// The namespace of the tenants' ServiceAccounts in [`Accounts::Own`] rows.
+const IDS: &str = "bench-tenant-ids";
 
 fn with_crd(group: &str, kind: &str, workers: u32, reconcile: &str) -> String {
     format!(
@@ -280,6 +305,7 @@ fn greedy_plugins() -> Vec<Hostile> {
             edits_per_second: 16,
             recompile: false,
             served: true,
+            accounts: Accounts::Host,
         },
         Hostile {
             row: "memory hog (256 MiB cap), its 8 CRs edited every 0.5 s",
@@ -296,6 +322,7 @@ fn greedy_plugins() -> Vec<Hostile> {
             edits_per_second: 16,
             recompile: false,
             served: true,
+            accounts: Accounts::Host,
         },
         Hostile {
             row: "a 19 MB Python plugin compiled anew every second",
@@ -312,30 +339,39 @@ fn greedy_plugins() -> Vec<Hostile> {
             edits_per_second: 0,
             recompile: true,
             served: true,
+            accounts: Accounts::Host,
         },
     ]
 }
 
+/// The write storm: 50 CRs of a kind the host serves (a ConfigMap each), edited 1,000
+/// times a second in all.
+fn write_storm() -> Hostile {
+    Hostile {
+        row: "write storm: 50 CRs edited 1,000 times a second in all",
+        kind: "Stormy",
+        blueprint: |g| {
+            with_crd(
+                g,
+                "Stormy",
+                16,
+                "        onReconcile:\n          - apiVersion: v1\n            kind: ConfigMap\n            metadata: { name: '{{ .metadata.name }}-storm' }\n            data: { n: '{{ .spec.n }}' }\n",
+            )
+        },
+        crs: 50,
+        edits_per_second: 1000,
+        recompile: false,
+        served: true,
+        accounts: Accounts::Host,
+    }
+}
+
 /// Tenants that load what every tenant shares: the API server with writes (on a kind the
-/// host serves, and on one it does not), the logs, and the template engine.
+/// host serves, and on one it does not; then with each tenant its own ServiceAccount,
+/// without and with flow control), the logs, and the template engine.
 fn floods() -> Vec<Hostile> {
     vec![
-        Hostile {
-            row: "write storm: 50 CRs edited 1,000 times a second in all",
-            kind: "Stormy",
-            blueprint: |g| {
-                with_crd(
-                    g,
-                    "Stormy",
-                    16,
-                    "        onReconcile:\n          - apiVersion: v1\n            kind: ConfigMap\n            metadata: { name: '{{ .metadata.name }}-storm' }\n            data: { n: '{{ .spec.n }}' }\n",
-                )
-            },
-            crs: 50,
-            edits_per_second: 1000,
-            recompile: false,
-            served: true,
-        },
+        write_storm(),
         Hostile {
             row: "the same write storm on a kind no host serves (the API server's share)",
             kind: "Unserved",
@@ -344,6 +380,17 @@ fn floods() -> Vec<Hostile> {
             edits_per_second: 1000,
             recompile: false,
             served: false,
+            accounts: Accounts::Host,
+        },
+        Hostile {
+            row: "write storm, each tenant its own ServiceAccount (A's edits as A's)",
+            accounts: Accounts::Own { apf: false },
+            ..write_storm()
+        },
+        Hostile {
+            row: "write storm, each tenant its own ServiceAccount, under `inrun generate apf`",
+            accounts: Accounts::Own { apf: true },
+            ..write_storm()
         },
         Hostile {
             row: "log flood: a chatty plugin (7 lines a call), its 20 CRs edited 100 times a second",
@@ -360,6 +407,7 @@ fn floods() -> Vec<Hostile> {
             edits_per_second: 100,
             recompile: false,
             served: true,
+            accounts: Accounts::Host,
         },
         Hostile {
             row: "template that burns all its fuel, its 8 CRs edited every 0.5 s",
@@ -376,13 +424,15 @@ fn floods() -> Vec<Hostile> {
             edits_per_second: 16,
             recompile: false,
             served: true,
+            accounts: Accounts::Host,
         },
     ]
 }
 
-/// Edits A's CRs at `per_second` in all (spread over 8 concurrent editors) until stopped;
-/// returns how many edits the API server took.
+/// Edits A's CRs with `client` at `per_second` in all (spread over 8 concurrent editors)
+/// until stopped; returns how many edits the API server took.
 async fn edit(
+    client: kube::Client,
     ar: ApiResource,
     prefix: String,
     crs: usize,
@@ -393,9 +443,9 @@ async fn edit(
     let mut tasks = Vec::new();
     for e in 0..editors {
         let (ar, prefix, mut stop) = (ar.clone(), prefix.clone(), stop.clone());
+        let client = client.clone();
         tasks.push(tokio::spawn(async move {
-            let api: Api<DynamicObject> =
-                Api::namespaced_with(ControlPlane::shared().client(), "default", &ar);
+            let api: Api<DynamicObject> = Api::namespaced_with(client, "default", &ar);
             let period = Duration::from_secs_f64(editors as f64 / f64::from(per_second));
             let mut tick = tokio::time::interval(period);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -494,9 +544,14 @@ async fn isolation(
     let group_b = format!("b{run}-{id}.bench.inrun.dev");
     let dir = tempfile::tempdir().expect("tempdir");
     let stamp = plugin("inrun_test_stamp_v1").display().to_string();
+    accounts::prepare(hostile.accounts).await;
     std::fs::write(
         dir.path().join("b.yaml"),
-        blueprint("team-b", &group_b, "Quick", &stamp, "2s"),
+        accounts::acting(
+            &blueprint("team-b", &group_b, "Quick", &stamp, "2s"),
+            hostile.accounts,
+            "team-b",
+        ),
     )
     .expect("write b");
     let host = start(FleetOptions {
@@ -514,7 +569,9 @@ async fn isolation(
     let a_file = dir.path().join("a.yaml");
     let ar = resource(&group_a, hostile.kind);
     if hostile.served {
-        std::fs::write(&a_file, (hostile.blueprint)(&group_a)).expect("write a");
+        let text = (hostile.blueprint)(&group_a);
+        let text = accounts::acting(&text, hostile.accounts, "team-a");
+        std::fs::write(&a_file, text).expect("write a");
     } else {
         install_crd(&ar).await;
     }
@@ -541,6 +598,7 @@ async fn isolation(
     let started = Instant::now();
     let editing = (hostile.edits_per_second > 0).then(|| {
         tokio::spawn(edit(
+            accounts::editor(hostile.accounts),
             ar.clone(),
             a_prefix.clone(),
             hostile.crs,
@@ -564,6 +622,7 @@ async fn isolation(
         driven = format!("{flips} plugin changes");
     }
     host.stop().await;
+    accounts::finish(hostile.accounts).await;
     (alone, beside, driven)
 }
 
@@ -656,7 +715,12 @@ fn main() {
          a fresh host per row, so each row's \"alone\" is its own baseline. The API server and etcd share the \
          machine's 2 cores with the host and the bench. Goal: B's median within 1.25× and p99 within 2× of alone. \
          The row \"on a kind no host serves\" is the write storm with no host watching it (its CRD installed by hand): \
-         what B pays for sharing the API server and etcd with the storm, apart from anything the host does.\n\n\
+         what B pays for sharing the API server and etcd with the storm, apart from anything the host does. \
+         Except in the two rows \"write storm, each tenant its own ServiceAccount\", the tenants act as the host (the harness's \
+         admin) and A's edits are the admin's, exempt from the API server's flow control; in those two the host \
+         impersonates each tenant's ServiceAccount and A's edits are made as A's, first under the cluster's suggested \
+         flow control (`service-accounts`), then under what `inrun generate apf` writes (a level for the tenants, \
+         a flow each).\n\n\
          | tenant A | B alone: median · p99 | B beside A: median · p99 | median × | p99 × | A driven at |\n\
          |---|---|---|---|---|---|\n{table}",
         ms(fast),
@@ -664,4 +728,143 @@ fn main() {
     );
     println!("{section}");
     write_section("tenancy", &section);
+}
+
+/// The tenants' identities and the flow control of the [`Accounts::Own`] rows.
+mod accounts {
+    use super::{Accounts, IDS, WAIT};
+    use inrun::blueprint::ServiceAccountRef;
+    use inrun::generate::apf::{self, ApfOptions};
+    use inrun_testenv::{ControlPlane, wait_for};
+    use kube::api::{Api, DynamicObject, Patch, PatchParams};
+    use serde_json::{Value, json};
+
+    fn account(tenant: &str) -> ServiceAccountRef {
+        ServiceAccountRef {
+            namespace: IDS.into(),
+            name: tenant.into(),
+        }
+    }
+
+    /// The Blueprint `text`, acting as the tenant's own ServiceAccount in `Own` rows.
+    pub fn acting(text: &str, accounts: Accounts, tenant: &str) -> String {
+        match accounts {
+            Accounts::Host => text.to_string(),
+            Accounts::Own { .. } => text.replacen(
+                "spec:\n",
+                &format!("spec:\n  serviceAccount: {{ namespace: {IDS}, name: {tenant} }}\n"),
+                1,
+            ),
+        }
+    }
+
+    /// The client A's edits are made with: the admin's, or one acting as A's
+    /// ServiceAccount (as a tenant's own tooling would), so that flow control classifies
+    /// them as A's.
+    pub fn editor(accounts: Accounts) -> kube::Client {
+        let cp = ControlPlane::shared();
+        match accounts {
+            Accounts::Host => cp.client(),
+            Accounts::Own { .. } => {
+                let mut config = cp.admin_config();
+                config.auth_info.impersonate = Some(account("team-a").username());
+                kube::Client::try_from(config).expect("client")
+            }
+        }
+    }
+
+    /// What `inrun generate apf --name bench --tenant-identity-namespaces IDS` prints. Its
+    /// host level names the default `inrun-system/inrun`, which nothing here runs as: the
+    /// bench's host is the admin (exempt), and what it does as a tenant is the tenant's.
+    fn flow_control() -> Vec<Value> {
+        apf::manifests(&ApfOptions {
+            name: "bench".into(),
+            tenant_identity_namespaces: vec![IDS.into()],
+            ..ApfOptions::default()
+        })
+        .expect("apf")
+    }
+
+    /// Before an `Own` row: the tenants' namespace and ServiceAccounts, bound to
+    /// `cluster-admin` (the rows measure how the API server is shared, not RBAC); with
+    /// `apf`, the flow-control objects, applied as the admin (they are the cluster
+    /// operator's), once the API server uses them.
+    pub async fn prepare(accounts: Accounts) {
+        let Accounts::Own { apf } = accounts else {
+            return;
+        };
+        let mut docs = vec![
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": IDS}}),
+            json!({
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRoleBinding",
+                "metadata": {"name": IDS},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+                "subjects": [{"kind": "Group", "apiGroup": "rbac.authorization.k8s.io", "name": format!("system:serviceaccounts:{IDS}")}],
+            }),
+        ];
+        for tenant in ["team-a", "team-b"] {
+            docs.push(json!({"apiVersion": "v1", "kind": "ServiceAccount",
+                             "metadata": {"name": tenant, "namespace": IDS}}));
+        }
+        if apf {
+            docs.extend(flow_control());
+        }
+        for doc in &docs {
+            api(doc)
+                .await
+                .patch(
+                    doc["metadata"]["name"].as_str().expect("name"),
+                    &PatchParams::apply("bench").force(),
+                    &Patch::Apply(doc),
+                )
+                .await
+                .expect("apply");
+        }
+        if apf {
+            let schema = flow_control()
+                .into_iter()
+                .rfind(|d| d["kind"] == "FlowSchema")
+                .expect("the tenants' FlowSchema");
+            let schemas = api(&schema).await;
+            let name = schema["metadata"]["name"].as_str().expect("name");
+            // The API server marks a FlowSchema it acts on as not dangling.
+            wait_for("the tenants' FlowSchema in use", WAIT, || async {
+                let fs = schemas.get_opt(name).await.ok()??;
+                fs.data
+                    .pointer("/status/conditions")?
+                    .as_array()?
+                    .iter()
+                    .any(|c| c["type"] == "Dangling" && c["status"] == "False")
+                    .then_some(())
+            })
+            .await
+            .expect("flow control in use");
+        }
+    }
+
+    /// After an `apf` row: the flow-control objects go, so later rows run without them.
+    pub async fn finish(accounts: Accounts) {
+        if accounts != (Accounts::Own { apf: true }) {
+            return;
+        }
+        for doc in flow_control().iter().rev() {
+            let name = doc["metadata"]["name"].as_str().expect("name");
+            let _ = api(doc).await.delete(name, &Default::default()).await;
+        }
+    }
+
+    /// The admin's API for `doc`'s kind (in its namespace, if it names one).
+    async fn api(doc: &Value) -> Api<DynamicObject> {
+        let client = ControlPlane::shared().client();
+        let types: kube::api::TypeMeta = serde_json::from_value(doc.clone()).expect("type");
+        let gvk = kube::core::GroupVersionKind::try_from(&types).expect("gvk");
+        let (ar, _) = kube::discovery::pinned_kind(&client, &gvk)
+            .await
+            .expect("discovery");
+        match doc["metadata"]["namespace"].as_str() {
+            Some(ns) => Api::namespaced_with(client, ns, &ar),
+            None => Api::all_with(client, &ar),
+        }
+    }
 }
