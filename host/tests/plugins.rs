@@ -557,10 +557,13 @@ fn budgeted_engine() -> Engine {
             running: 2,
             calls: 8,
             memory_bytes: 1 << 30,
+            held_bytes: 1 << 30,
             tenant: inrun::wasm::TenantBudget {
                 calls: 2,
                 memory_bytes: 96 << 20,
                 log_lines_per_second: 100,
+                held_bytes: 256 << 20,
+                cpu: None,
             },
         }),
         ..EngineSettings::default()
@@ -719,4 +722,221 @@ fn a_compile_past_its_time_or_memory_limit_is_stopped_and_only_that_load_fails()
     webapp
         .reconcile_now(&webapp_request(), &Limits::default())
         .expect("reconcile");
+}
+
+/// The hostile guest answering `mode` with `args`.
+fn hostile_request(args: serde_json::Value) -> Request {
+    let mut req = webapp_request();
+    req.args = args;
+    req
+}
+
+#[test]
+fn resources_that_alias_one_string_in_the_guest_are_refused_before_the_host_copies_them() {
+    let engine = engine();
+    let hostile = load(&engine, "inrun_test_hostile");
+    // 64 resources that are all one 4 MiB string: 4 MiB in the guest, 256 MiB if the host
+    // copied each out.
+    let req = hostile_request(json!({"mode": "alias", "count": 64, "size": 4 << 20}));
+    let started = Instant::now();
+    let err = hostile.reconcile_now(&req, &Limits::default()).unwrap_err();
+    let CallFailure::BadOutput(why) = &err.failure else {
+        panic!("{err:?}");
+    };
+    assert!(
+        why.contains("copied more than") && why.contains("its output limit is 1048576 bytes"),
+        "refused while copying, not after: {why}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(5));
+    // The plugin serves its next call.
+    let fine = hostile
+        .reconcile_now(&hostile_request(json!({})), &Limits::default())
+        .expect("an ordinary call");
+    assert_eq!(fine.resources.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outcome_is_held_against_its_tenants_host_memory_until_the_pass_ends() {
+    let engine = budgeted_engine();
+    let a = engine.for_tenant("a", None);
+    let hostile = load(&a, "inrun_test_hostile");
+    let memory = a.host_memory().expect("a tenant's handle");
+    let limits = Limits {
+        output_bytes: 4 << 20,
+        max_resources: 1000,
+        ..Limits::default()
+    };
+    // 100 ConfigMaps of 16 KiB: about 1.6 MB of text.
+    let req = hostile_request(json!({"mode": "sized", "count": 100, "size": 16 << 10}));
+    let held = memory
+        .scope(async {
+            let out = hostile
+                .reconcile(&req, &limits, &Grants::default())
+                .await
+                .expect("fits a's 256 MiB");
+            assert_eq!(out.resources.len(), 100);
+            inrun::wasm::held_by_pass()
+        })
+        .await;
+    assert!(
+        held > 100 * (16 << 10) * 2,
+        "the parsed outcome is held, not only its text: {held}"
+    );
+    assert_eq!(memory.held(), 0, "given back when the pass ended");
+
+    // A tenant whose share is smaller than the parsed outcome fails that call alone,
+    // naming its budget; another tenant is served.
+    let small = engine.for_tenant(
+        "small",
+        Some(inrun::wasm::TenantBudget {
+            held_bytes: 6 << 20,
+            ..engine.budgets().tenant
+        }),
+    );
+    let hostile = load(&small, "inrun_test_hostile");
+    let memory = small.host_memory().expect("a tenant's handle");
+    let err = memory
+        .scope(hostile.reconcile(&req, &limits, &Grants::default()))
+        .await
+        .unwrap_err();
+    let CallFailure::Budget(why) = &err.failure else {
+        panic!("{err:?}");
+    };
+    assert!(
+        why.contains("tenant small's host-memory budget of 6 MiB"),
+        "{why}"
+    );
+    assert_eq!(memory.held(), 0);
+    // An output cap past the whole share is refused before the guest runs.
+    let huge = Limits {
+        output_bytes: 16 << 20,
+        ..limits
+    };
+    let err = memory
+        .scope(hostile.reconcile(&req, &huge, &Grants::default()))
+        .await
+        .unwrap_err();
+    assert!(matches!(err.failure, CallFailure::Budget(_)), "{err:?}");
+}
+
+/// A component of `modules` core modules, each with one linear memory of `pages` pages
+/// initialised by two one-byte data segments at its first and last bytes: a few hundred
+/// bytes a module, whose memory images, kept whole, would take `modules × pages × 64 KiB`.
+fn sparse_images(modules: usize, pages: usize) -> Vec<u8> {
+    let last = pages * 65536 - 1;
+    let body: String = (0..modules)
+        .map(|i| {
+            format!(
+                "(core module $m{i} (memory {pages}) (data (i32.const 0) \"{i}\") (data (i32.const {last}) \"b\"))\n(core instance (instantiate $m{i}))\n"
+            )
+        })
+        .collect();
+    wat::parse_str(format!("(component {body})")).expect("component text")
+}
+
+/// The bytes of the one compiled entry in `cache`.
+fn cached_size(dir: &std::path::Path) -> u64 {
+    std::fs::read_dir(dir)
+        .expect("cache dir")
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".cwasm"))
+        .map(|e| e.metadata().expect("entry").len())
+        .sum()
+}
+
+#[test]
+fn sparse_memory_images_compile_to_what_their_data_takes_not_their_span() {
+    // Four modules (the most memories a component may have), each two bytes 64 MiB
+    // apart: 256 MiB if the images were kept whole.
+    let bytes = sparse_images(4, 1024);
+    assert!(bytes.len() < 1024, "{} bytes", bytes.len());
+    let child = Compiler {
+        program: PathBuf::from(env!("CARGO_BIN_EXE_inrun")),
+        timeout: Duration::from_secs(120),
+        memory_bytes: 512 << 20,
+    };
+    for compiler in [None, Some(child)] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let engine = Engine::new(EngineSettings {
+            cache: Some(CompileCache::new(dir.path()).expect("cache")),
+            compiler,
+            ..EngineSettings::default()
+        })
+        .expect("engine");
+        let err = engine.load("sparse", &bytes).unwrap_err();
+        assert!(matches!(err, LoadError::UnknownWorld { .. }), "{err:?}");
+        let compiled = cached_size(dir.path());
+        assert!(
+            compiled > 0 && compiled < 2 << 20,
+            "compiled to {compiled} bytes: the images were kept whole"
+        );
+    }
+}
+
+#[test]
+fn a_tenant_whose_compile_ran_past_its_limit_may_not_compile_for_a_while_and_others_may() {
+    let python = plugin_dir().join("inrun_plugin_webapp_python.wasm");
+    let bytes = std::fs::read(&python).expect("the Python webapp: run `make plugins`");
+    // Seconds for a Rust guest, far less than the Python guest needs.
+    let engine = compiling_in_a_child(Duration::from_secs(3), 512 << 20);
+    let a = engine.for_tenant("a", None);
+    let err = a.load("python", &bytes).unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            LoadError::CompileStopped {
+                source: CompileFailure::Time(_),
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    // A's next load, however small, waits out its pause.
+    let webapp = std::fs::read(plugin_dir().join("inrun_plugin_webapp.wasm")).expect("webapp");
+    let err = a.load("webapp", &webapp).unwrap_err();
+    assert!(matches!(err, LoadError::CompilePaused { .. }), "{err:?}");
+    let text = inrun::errors::chain(&err);
+    assert!(text.contains("may compile again only in"), "{text}");
+    // B compiles as ever.
+    let b = engine.for_tenant("b", None);
+    b.load("webapp", &webapp).expect("tenant b compiles");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_past_its_cpu_cap_waits_for_its_share_whatever_else_is_idle() {
+    let engine = budgeted_engine();
+    let hostile_of = |name: &str, cpu| {
+        let tenant = engine.for_tenant(
+            name,
+            Some(inrun::wasm::TenantBudget {
+                cpu,
+                ..engine.budgets().tenant
+            }),
+        );
+        load(&tenant, "inrun_test_hostile")
+    };
+    let limits = Limits {
+        deadline: Duration::from_secs(60),
+        ..Limits::default()
+    };
+    let req = hostile_request(json!({"mode": "burn", "count": 600_000_000u64}));
+    let timed = async |plugin: &Plugin| {
+        let started = Instant::now();
+        plugin
+            .reconcile(&req, &limits, &Grants::default())
+            .await
+            .expect("the loop ends");
+        started.elapsed()
+    };
+    let free = timed(&hostile_of("free", None)).await;
+    // A tenant capped at a tenth of a core: a tenth of a second at once, then a tenth of
+    // each second.
+    let capped = hostile_of("capped", Some(inrun::wasm::Millicores::new(100)));
+    let slow = timed(&capped).await;
+    assert!(
+        slow > free * 3,
+        "capped at 100m the same work took {slow:?}, uncapped {free:?}"
+    );
+    let usage = engine.tenant_usage("capped").expect("capped's usage");
+    assert!(usage.cpu_throttled_ms > 0, "{usage:?}");
 }

@@ -6,6 +6,12 @@
 //! - `utf8`: a resource whose text is not UTF-8 (the component model refuses to lift it);
 //! - `ambient`: one ConfigMap saying what the sandbox lets it see: its environment
 //!   variables, its arguments, and what reading `/`, `.` and `/etc/hostname` gave;
+//! - `sized`: `args.count` ConfigMaps (named after the CR) of `args.size` bytes of data
+//!   each, ordinary children a host must apply (or refuse whole);
+//! - `alias`: `args.count` resources that are all one string of `args.size` bytes in the
+//!   guest's memory: small there, `count` times larger if the host copied each;
+//! - `burn`: `args.count` turns of a busy loop, then one ordinary ConfigMap: a fixed
+//!   amount of CPU;
 //! - anything else: one ordinary ConfigMap.
 //!
 //! It speaks the raw WIT types: the SDK's typed outcome cannot express most of these.
@@ -51,6 +57,30 @@ fn ambient() -> String {
     .to_string()
 }
 
+/// `args[key]` as a count (a number, or a number written as text), 0 when absent.
+fn count(args: &Value, key: &str) -> usize {
+    match &args[key] {
+        Value::String(text) => text.parse().unwrap_or(0),
+        other => other
+            .as_u64()
+            .and_then(|n| usize::try_from(n).ok())
+            .unwrap_or(0),
+    }
+}
+
+/// `count` strings sharing the one buffer of a ConfigMap of `size` bytes of data. Never
+/// freed: the host refuses to copy them out, so the guest's post-return never runs.
+fn aliased(count: usize, size: usize) -> Vec<String> {
+    let one = std::mem::ManuallyDrop::new(config_map("alias", &"x".repeat(size)));
+    (0..count)
+        .map(|_| {
+            // SAFETY: deliberately aliased, never written or freed (see above): the buffer
+            // stays valid, and each copy only reads it.
+            unsafe { String::from_raw_parts(one.as_ptr().cast_mut(), one.len(), one.capacity()) }
+        })
+        .collect()
+}
+
 impl Guest for Hostile {
     fn reconcile(req: Request) -> Result<Outcome, String> {
         let args: Value = serde_json::from_str(&req.args).map_err(|e| e.to_string())?;
@@ -77,6 +107,24 @@ impl Guest for Hostile {
                 vec![unsafe { String::from_utf8_unchecked(bad) }]
             }
             "ambient" => vec![ambient()],
+            "sized" => {
+                let (count, size) = (count(&args, "count"), count(&args, "size"));
+                let name: Value = serde_json::from_str(&req.object).map_err(|e| e.to_string())?;
+                let name = name["metadata"]["name"].as_str().unwrap_or("cr").to_string();
+                let data = "x".repeat(size);
+                (0..count)
+                    .map(|i| config_map(&format!("{name}-{i}"), &data))
+                    .collect()
+            }
+            "alias" => aliased(count(&args, "count"), count(&args, "size")),
+            "burn" => {
+                let mut turns: u64 = 0;
+                for _ in 0..count(&args, "count") {
+                    // `black_box` keeps the optimiser from proving the loop pointless.
+                    turns = core::hint::black_box(turns.wrapping_add(1));
+                }
+                vec![config_map("burnt", &turns.to_string())]
+            }
             _ => vec![config_map("fine", "ok")],
         };
         Ok(Outcome {

@@ -51,7 +51,7 @@ pub struct RuntimeSpec {
 
 /// `spec.runtime.budget`: a tenant's share, lower than the host's per-tenant budget where
 /// set (`inrun run --tenant-plugin-calls`, `--tenant-plugin-memory`, `--tenant-log-lines`,
-/// `--tenant-api-writes`).
+/// `--tenant-api-writes`, `--tenant-host-memory`, `--tenant-plugin-cpu`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct BudgetSpec {
@@ -67,6 +67,15 @@ pub struct BudgetSpec {
     /// Writes a second it may make to the API server.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub api_writes_per_second: Option<u32>,
+    /// Host memory its reconciles may hold together for what reconcilers return: Wasm
+    /// outcomes, remote and external replies (`32Mi`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_memory: Option<super::quantity::Quantity>,
+    /// CPU its plugins may burn, on average over a second (`250m`, `0.5`); past it they
+    /// wait.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<String>")]
+    pub plugin_cpu: Option<inrun_contract::cpu::Millicores>,
 }
 
 impl BudgetSpec {

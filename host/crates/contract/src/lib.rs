@@ -7,6 +7,7 @@
 //! resources it returns are in the intent form of [`intent`].
 
 pub mod api_version;
+pub mod cpu;
 pub mod duration;
 pub mod errors;
 pub mod intent;

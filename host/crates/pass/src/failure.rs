@@ -36,7 +36,26 @@ impl Failure {
                 condition: Some(c), ..
             }) => *c,
             Failure::Package { reason, .. } => *reason,
+            _ if self.over_budget() => ConditionReason::BudgetExceeded,
             _ => ConditionReason::ReconcileError,
         }
+    }
+
+    /// Whether a budget the CR's tenant shares with others stopped it: a plugin call's
+    /// (calls, memory, cores) or the host memory a reply would take.
+    fn over_budget(&self) -> bool {
+        let mut cause = std::error::Error::source(self);
+        while let Some(e) = cause {
+            if e.is::<inrun_wasm::HeldHit>()
+                || matches!(
+                    e.downcast_ref::<inrun_wasm::CallFailure>(),
+                    Some(inrun_wasm::CallFailure::Budget(_))
+                )
+            {
+                return true;
+            }
+            cause = e.source();
+        }
+        false
     }
 }

@@ -106,6 +106,10 @@ pub enum ConditionReason {
     ResourceFailed,
     /// The pass failed.
     ReconcileError,
+    /// The pass failed on a budget its tenant shares with others (plugin calls, guest
+    /// memory, the cores guests run on, the host memory replies take); the message names
+    /// it. Retried with backoff like any failure.
+    BudgetExceeded,
     /// The CR breaks the Blueprint's validation or namespace rules.
     Invalid,
     /// A `preReconcile` condition holds the CR back.
@@ -151,6 +155,7 @@ impl ConditionReason {
             ConditionReason::Progressing => "Progressing",
             ConditionReason::ResourceFailed => "ResourceFailed",
             ConditionReason::ReconcileError => "ReconcileError",
+            ConditionReason::BudgetExceeded => "BudgetExceeded",
             ConditionReason::Invalid => "Invalid",
             ConditionReason::Gated => "Gated",
             ConditionReason::Finalizing => "Finalizing",

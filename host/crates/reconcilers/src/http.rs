@@ -1,31 +1,9 @@
-//! What remote reconcilers and external calls share over HTTP: the client, replies read
-//! only up to a cap, and one-line excerpts of a body for error messages.
+//! What remote reconcilers and external calls share over HTTP: the client, and one-line
+//! excerpts of a body for error messages (replies are read under the tenant's budget by
+//! [`crate::replies`]).
 
 /// Longest excerpt of a reply body put in an error message, in characters.
 pub const EXCERPT_MAX: usize = 200;
-
-/// Why a bounded read stopped.
-pub(crate) enum Bounded {
-    /// The body passed the cap.
-    TooLarge,
-    /// Reading the body failed.
-    Transport(reqwest::Error),
-}
-
-/// The body, read chunk by chunk and given up on as soon as it passes `max` bytes.
-pub(crate) async fn read_bounded(
-    mut response: reqwest::Response,
-    max: usize,
-) -> Result<Vec<u8>, Bounded> {
-    let mut body = Vec::new();
-    while let Some(chunk) = response.chunk().await.map_err(Bounded::Transport)? {
-        if body.len() + chunk.len() > max {
-            return Err(Bounded::TooLarge);
-        }
-        body.extend_from_slice(&chunk);
-    }
-    Ok(body)
-}
 
 /// The start of a body as text, at most [`EXCERPT_MAX`] characters on one line.
 pub fn excerpt(body: &[u8]) -> String {

@@ -18,6 +18,7 @@ pub mod infrastructure;
 pub mod plan;
 pub mod plugins;
 pub mod remote;
+pub mod replies;
 pub mod secrets;
 pub mod sources;
 pub mod wasm;

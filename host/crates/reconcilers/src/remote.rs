@@ -8,7 +8,8 @@ use async_trait::async_trait;
 use serde_json::Value;
 
 use super::{ReconcileError, Reconciler, ReconcilerKind, finish};
-use crate::http::{Bounded, EXCERPT_MAX, read_bounded, truncate};
+use crate::http::{EXCERPT_MAX, truncate};
+use crate::replies::{self, ReplyError};
 // The old paths of the shared HTTP helpers, kept while callers move to `crate::http`.
 use crate::http::excerpt;
 use crate::secrets::{SecretError, Secrets};
@@ -103,6 +104,16 @@ pub enum RemoteError {
         /// Its `error` message.
         message: String,
     },
+    /// Holding the reply would pass the tenant's host-memory budget: the rest of it was
+    /// not read.
+    #[error("remote reconciler {endpoint}'s reply was not read whole")]
+    Budget {
+        /// The endpoint.
+        endpoint: String,
+        /// The budget.
+        #[source]
+        source: inrun_wasm::HeldHit,
+    },
 }
 
 /// A reconciler behind an HTTP endpoint.
@@ -167,15 +178,17 @@ impl Remote {
             value.set_sensitive(true);
             call = call.header(reqwest::header::AUTHORIZATION, value);
         }
+        let deadline = std::time::Instant::now() + self.timeout;
         let response = call.send().await.map_err(|e| self.transport(e))?;
         let status = response.status();
-        let body = read_bounded(response, REPLY_MAX)
+        let (body, held) = replies::read(response, REPLY_MAX, deadline)
             .await
             .map_err(|e| match e {
-                Bounded::TooLarge => RemoteError::TooLarge {
+                ReplyError::TooLarge(_) => RemoteError::TooLarge {
                     endpoint: self.endpoint.clone(),
                 },
-                Bounded::Transport(e) => self.transport(e),
+                ReplyError::Budget(source) => self.budget(source),
+                ReplyError::Transport(e) => self.transport(e),
             })?;
         if !status.is_success() {
             return Err(RemoteError::Status {
@@ -184,13 +197,22 @@ impl Remote {
                 excerpt: excerpt(&body),
             });
         }
+        replies::keep_parsed(held, body.len()).map_err(|source| self.budget(source))?;
         let reply: Value =
             serde_json::from_slice(&body).map_err(|source| RemoteError::NotJson {
                 endpoint: self.endpoint.clone(),
                 excerpt: excerpt(&body),
                 source,
             })?;
+        drop(body);
         self.outcome(reply)
+    }
+
+    fn budget(&self, source: inrun_wasm::HeldHit) -> RemoteError {
+        RemoteError::Budget {
+            endpoint: self.endpoint.clone(),
+            source,
+        }
     }
 
     fn transport(&self, e: reqwest::Error) -> RemoteError {

@@ -30,7 +30,7 @@ pub struct Ctx {
     pub namespaced: bool,
     /// Discovered kinds, shared by every controller.
     pub kinds: Arc<Kinds>,
-    /// Package CRs' identity locks, shared by every controller and tenant.
+    /// Package CRs' identity locks: this CRD's tenant's handle on the host's.
     pub locks: Option<Arc<crate::locks::IdentityLocks>>,
     /// Event recorder.
     pub events: Events,
@@ -56,6 +56,9 @@ pub struct Ctx {
     /// Under sharding, the buckets taken whose CRs wake at their next listing whatever the
     /// triggers remember of them (an earlier tenure saw them unchanged).
     pub fresh: Arc<std::sync::atomic::AtomicU64>,
+    /// The host memory the tenant's passes may hold for what reconcilers return; `None`:
+    /// not counted.
+    pub host_memory: Option<inrun_wasm::HostMemory>,
 }
 
 impl Ctx {

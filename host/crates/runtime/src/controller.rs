@@ -141,6 +141,7 @@ fn context(
         kinds_changed: Arc::default(),
         shard: shared.shard.clone(),
         fresh: Arc::default(),
+        host_memory: shared.host_memory.clone(),
         crd: index,
         assembly,
     }

@@ -31,8 +31,10 @@ pub struct Health {
     /// Under sharding every replica runs controllers, whoever leads its ring.
     sharded: std::sync::atomic::AtomicBool,
     checks: RwLock<[BTreeMap<String, Check>; 2]>,
-    /// Plugins loading now, as `tenant T: plugin P`, with how many loads of each run.
-    loading: std::sync::Mutex<BTreeMap<String, usize>>,
+    /// Plugins loading now, as `tenant T: plugin P`, with how many loads of each run and
+    /// whether they are the host's own (the operator's Blueprint), which starting waits
+    /// for, or a tenant's, which it never does.
+    loading: std::sync::Mutex<BTreeMap<String, (usize, bool)>>,
 }
 
 impl std::fmt::Debug for Health {
@@ -141,8 +143,9 @@ impl Health {
         self.synced.get()
     }
 
-    /// `tenant`'s `plugin` started (`true`) or finished loading.
-    pub fn plugin_loading(&self, tenant: &str, plugin: &str, loading: bool) {
+    /// `tenant`'s `plugin` started (`true`) or finished loading; `own`: a plugin of the
+    /// host's own Blueprint.
+    pub fn plugin_loading(&self, tenant: &str, plugin: &str, loading: bool, own: bool) {
         let what = if tenant.is_empty() {
             format!("plugin {plugin}")
         } else {
@@ -150,8 +153,8 @@ impl Health {
         };
         let mut map = self.loading.lock().unwrap_or_else(|p| p.into_inner());
         if loading {
-            *map.entry(what).or_default() += 1;
-        } else if let Some(n) = map.get_mut(&what) {
+            map.entry(what).or_insert((0, own)).0 += 1;
+        } else if let Some((n, _)) = map.get_mut(&what) {
             *n -= 1;
             if *n == 0 {
                 map.remove(&what);
@@ -159,16 +162,27 @@ impl Health {
         }
     }
 
-    /// The plugins loading now (`tenant T: plugin P`).
+    /// The plugins loading now (`tenant T: plugin P`), the host's own and tenants'.
     pub fn loading(&self) -> Vec<String> {
         let map = self.loading.lock().unwrap_or_else(|p| p.into_inner());
         map.keys().cloned().collect()
     }
 
+    /// The plugins of the host's own Blueprint loading now.
+    fn own_loading(&self) -> Vec<String> {
+        let map = self.loading.lock().unwrap_or_else(|p| p.into_inner());
+        map.iter()
+            .filter(|(_, (_, own))| *own)
+            .map(|(what, _)| what.clone())
+            .collect()
+    }
+
     /// The readiness checks of a starting host: `plugins` fails until `loaded` is set (the
-    /// initial Blueprint assembled) and while any plugin loads, naming them; `controllers`
-    /// fails while this replica leads and a controller's cache has not synced. A standby is
-    /// ready: it serves probes and metrics, and runs nothing.
+    /// initial Blueprint assembled) and while a plugin of the host's own Blueprint loads,
+    /// naming them — never for a tenant's: a tenant whose compiles are slow must not get
+    /// the pod restarted by its startup probe (they show in `/readyz?verbose` instead);
+    /// `controllers` fails while this replica leads and a controller's cache has not
+    /// synced. A standby is ready: it serves probes and metrics, and runs nothing.
     pub fn add_startup_checks(self: &Arc<Self>, loaded: Arc<std::sync::atomic::AtomicBool>) {
         let health = Arc::downgrade(self);
         self.add_check(
@@ -178,7 +192,7 @@ impl Health {
                 let Some(health) = health.upgrade() else {
                     return Ok(());
                 };
-                let loading = health.loading();
+                let loading = health.own_loading();
                 if !loading.is_empty() {
                     return Err(format!("loading {}", loading.join(", ")));
                 }
@@ -275,6 +289,11 @@ impl Health {
                 Status::Failed => format!("[-]{name} failed: reason withheld\n"),
             });
         }
+        if probe == Probe::Readiness {
+            for what in self.loading() {
+                body.push_str(&format!("info: {what} loading\n"));
+            }
+        }
         if !unknown.is_empty() {
             unknown.sort_unstable();
             unknown.dedup();
@@ -313,6 +332,29 @@ mod tests {
             );
             assert_eq!(h.answer(probe, Some("nope"), false, &[]).status, 404);
         }
+    }
+
+    #[test]
+    fn a_starting_host_waits_for_its_own_plugins_never_for_a_tenants() {
+        let h = Arc::new(Health::default());
+        h.add_startup_checks(Arc::new(std::sync::atomic::AtomicBool::new(true)));
+        // A tenant's slow compile: ready all the same, and the verbose answer says it.
+        h.plugin_loading("team-a", "slow", true, false);
+        assert_eq!(h.answer(Probe::Readiness, Some("plugins"), false, &[]).status, 200);
+        let verbose = h.answer(Probe::Readiness, None, true, &[]);
+        assert_eq!(verbose.status, 200);
+        assert!(
+            verbose.body.contains("info: tenant team-a: plugin slow loading"),
+            "{}",
+            verbose.body
+        );
+        // The host's own plugin loading: not ready until it has loaded.
+        h.plugin_loading("", "webapp", true, true);
+        assert_eq!(h.answer(Probe::Readiness, Some("plugins"), false, &[]).status, 500);
+        h.plugin_loading("", "webapp", false, true);
+        assert_eq!(h.answer(Probe::Readiness, Some("plugins"), false, &[]).status, 200);
+        h.plugin_loading("team-a", "slow", false, false);
+        assert!(h.loading().is_empty());
     }
 
     #[test]

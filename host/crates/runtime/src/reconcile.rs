@@ -153,6 +153,15 @@ pub async fn reconcile(cached: Arc<CachedCr>, ctx: Arc<Ctx>) -> Result<Action, R
         }
     }
     .instrument(span);
+    // What reconcilers return is held against the tenant's host memory until the pass
+    // ends ([`inrun_wasm::HostMemory`]). Boxed: the pass's future is deep enough.
+    let work = Box::pin(work);
+    let work = async {
+        match &ctx.host_memory {
+            Some(memory) => memory.scope(work).await,
+            None => work.await,
+        }
+    };
     // Every write of the pass passes the bucket's fence.
     match fenced {
         Some((shard, bucket)) => shard.scope(bucket, work).await,

@@ -18,6 +18,9 @@ use super::convert::to_jinja;
 #[derive(Debug, Clone)]
 pub struct Context {
     entries: Vec<(String, Jinja)>,
+    /// The entries of `external`, kept apart so that one more result is added without
+    /// converting the others again.
+    external: Vec<(String, Jinja)>,
     root: Jinja,
 }
 
@@ -38,7 +41,11 @@ impl Context {
             set_entry(&mut entries, name, value);
         }
         let root = build_root(&entries);
-        Context { entries, root }
+        Context {
+            entries,
+            external: Vec::new(),
+            root,
+        }
     }
 
     /// Sets `args`: the rendered `reconcile.args`.
@@ -49,8 +56,24 @@ impl Context {
 
     /// Sets `external`: the results of `reconcile.external` calls, by call name.
     #[must_use]
-    pub fn with_external(self, external: Value) -> Context {
+    pub fn with_external(mut self, external: Value) -> Context {
+        self.external = external
+            .as_object()
+            .map(|map| map.iter().map(|(k, v)| (k.clone(), to_jinja(v))).collect())
+            .unwrap_or_default();
         self.with_variable("external", &external)
+    }
+
+    /// Adds one result to `external`, by call name: only `value` is converted, the
+    /// results already there are shared, not copied — calls made one after another each
+    /// see those before them at the cost of their own result alone.
+    #[must_use]
+    pub fn with_external_result(mut self, name: &str, value: &Value) -> Context {
+        set_entry(&mut self.external, name, to_jinja(value));
+        let external = build_root(&self.external);
+        set_entry(&mut self.entries, "external", external);
+        self.root = build_root(&self.entries);
+        self
     }
 
     /// Sets `target`: the serve target the CR came through, if any.
@@ -106,6 +129,25 @@ mod tests {
                 .as_deref(),
             Some("nginx")
         );
+    }
+
+    #[test]
+    fn external_results_added_one_by_one_read_as_one_map() {
+        let ctx = Context::new(&json!({}))
+            .with_external_result("a", &json!({"n": 1}))
+            .with_external_result("b", &json!([2]))
+            .with_external_result("a", &json!({"n": 3}));
+        let external = ctx.value().get_attr("external").expect("external");
+        assert_eq!(external.len(), Some(2));
+        let a = external.get_attr("a").and_then(|a| a.get_attr("n"));
+        assert_eq!(a.map(|n| n.to_string()).ok().as_deref(), Some("3"));
+        // Setting the whole map starts again from it.
+        let ctx = ctx
+            .with_external(json!({"c": true}))
+            .with_external_result("d", &json!(null));
+        let external = ctx.value().get_attr("external").expect("external");
+        assert_eq!(external.len(), Some(2));
+        assert!(external.get_attr("a").is_ok_and(|a| a.is_undefined()));
     }
 
     #[test]

@@ -8,7 +8,7 @@ use wasmtime::{Store, Trap, UpdateDeadline};
 
 use super::ahead::{Finished, Made};
 use super::bindings;
-use super::budget::Admission;
+use super::budget::{Admission, Held, PARSED_PER_TEXT_BYTE};
 use super::convert::{
     from_wit_outcome, from_wit_outcome2, to_wit_outcome, to_wit_outcome2, to_wit_request,
 };
@@ -33,6 +33,7 @@ impl Plugin {
         grants: &Grants,
     ) -> Result<Outcome, CallError> {
         self.observed(async {
+            let held = self.hold_outcome(limits).await?;
             let wit_req = to_wit_request(req);
             let call = async |store: &mut Store<State>, guest: &Guest| match guest {
                 Guest::Reconciler(guest) => {
@@ -46,8 +47,11 @@ impl Plugin {
                 }
             };
             let finish = |raw| self.finish(raw, limits, None);
-            self.in_reusable_store(limits, grants, cr_namespace(req), call, finish)
-                .await
+            let (outcome, text) = self
+                .in_reusable_store(limits, grants, cr_namespace(req), call, finish)
+                .await?;
+            self.keep_outcome(held, text)?;
+            Ok(outcome)
         })
         .await
     }
@@ -65,6 +69,7 @@ impl Plugin {
         grants: &Grants,
     ) -> Result<Outcome, CallError> {
         self.observed(async {
+            let held = self.hold_outcome(limits).await?;
             let wit_req = to_wit_request(req);
             let call = async |store: &mut Store<State>, guest: &Guest| match guest {
                 Guest::Hooks(guest) => {
@@ -82,10 +87,37 @@ impl Plugin {
                 }
             };
             let finish = |raw| self.finish(raw, limits, Some(current));
-            self.in_reusable_store(limits, grants, cr_namespace(req), call, finish)
-                .await
+            let (outcome, text) = self
+                .in_reusable_store(limits, grants, cr_namespace(req), call, finish)
+                .await?;
+            self.keep_outcome(held, text)?;
+            Ok(outcome)
         })
         .await
+    }
+
+    /// Holds, before the call, the most its outcome may take of the host's memory while
+    /// it is lifted out of the guest (what [`lift_fuel`] lets through), against its
+    /// tenant's share ([`super::budget::hold`]); waits for room until the call's deadline.
+    async fn hold_outcome(&self, limits: &Limits) -> Result<Held, CallError> {
+        let deadline = Instant::now() + limits.deadline;
+        super::budget::hold(lift_fuel(limits), deadline)
+            .await
+            .map_err(|hit| CallError {
+                plugin: self.id().clone(),
+                failure: CallFailure::Budget(hit.to_string()),
+            })
+    }
+
+    /// Holds what the outcome parsed from `text` bytes keeps, until the pass ends.
+    fn keep_outcome(&self, mut held: Held, text: usize) -> Result<(), CallError> {
+        held.resize(text.saturating_mul(PARSED_PER_TEXT_BYTE))
+            .map_err(|hit| CallError {
+                plugin: self.id().clone(),
+                failure: CallFailure::Budget(hit.to_string()),
+            })?;
+        held.keep();
+        Ok(())
     }
 
     /// Asks a hooks component which functions it serves.
@@ -250,7 +282,7 @@ impl Plugin {
                 cr_namespace.clone(),
                 deadline,
             ) {
-                arm(&mut store, deadline);
+                arm(&mut store, deadline, limits);
                 if served == 0 {
                     inner.ahead.served();
                 }
@@ -298,7 +330,7 @@ impl Plugin {
             ),
         );
         store.limiter(|s| &mut s.limiter);
-        arm(&mut store, deadline);
+        arm(&mut store, deadline, limits);
         store
     }
 
@@ -318,26 +350,27 @@ impl Plugin {
         })
     }
 
-    /// The outcome a call returned, checked. A 0.1.0 hook cannot see or return
-    /// conditions and events: those of `current` (the outcome it was given) go on.
+    /// The outcome a call returned, checked, and the bytes of text it was read from. A
+    /// 0.1.0 hook cannot see or return conditions and events: those of `current` (the
+    /// outcome it was given) go on.
     fn finish(
         &self,
         raw: Result<Answer, String>,
         limits: &Limits,
         current: Option<&Outcome>,
-    ) -> Result<Outcome, CallError> {
+    ) -> Result<(Outcome, usize), CallError> {
         let fail = |failure| CallError {
             plugin: self.id().clone(),
             failure,
         };
         let answer = raw.map_err(|msg| fail(CallFailure::Returned(truncate_owned(msg, 500))))?;
         let outcome = match answer {
-            Answer::V1(wit) => from_wit_outcome(wit, limits).map(|mut o| {
+            Answer::V1(wit) => from_wit_outcome(wit, limits).map(|(mut o, text)| {
                 if let Some(current) = current {
                     o.conditions = current.conditions.clone();
                     o.events = current.events.clone();
                 }
-                o
+                (o, text)
             }),
             Answer::V2(wit) => from_wit_outcome2(wit, limits),
         };
@@ -345,10 +378,24 @@ impl Plugin {
     }
 }
 
+/// The most a call may copy out of its guest at once, in bytes: its outcome (or one host
+/// call's arguments) as text, plus the host's bookkeeping of each string and list element
+/// of it (up to a thousand beside its resources). Wasmtime refuses to lift more
+/// (`Store::set_hostcall_fuel`), so a guest cannot make the host allocate more than this
+/// for it, whatever its outcome claims — strings that overlap in guest memory included.
+pub(super) fn lift_fuel(limits: &Limits) -> usize {
+    const PER_ELEMENT: usize = 64;
+    limits
+        .output_bytes
+        .saturating_add(PER_ELEMENT * limits.max_resources.saturating_add(1024))
+}
+
 /// Arms `store` for a call ending at `deadline`: it yields at every epoch tick (and waits
 /// for its turn when the cores guests may use are taken) and is interrupted at the first
-/// tick past the deadline.
-fn arm(store: &mut Store<State>, deadline: Instant) {
+/// tick past the deadline; it may copy out of the guest at most [`lift_fuel`] bytes at
+/// once.
+fn arm(store: &mut Store<State>, deadline: Instant, limits: &Limits) {
+    store.set_hostcall_fuel(lift_fuel(limits));
     store.epoch_deadline_callback(move |store| {
         if Instant::now() >= deadline {
             return Err(Trap::Interrupt.into());
@@ -401,6 +448,18 @@ fn classify(err: wasmtime::Error, state: &State, limits: &Limits) -> CallFailure
     }
     if state.limiter.hit {
         return CallFailure::Memory(limits.memory_bytes);
+    }
+    // Wasmtime's refusal to lift more than the store's hostcall fuel has no type of its
+    // own to match: its message is the only mark.
+    if err
+        .chain()
+        .any(|e| e.to_string().contains("fuel allocated for hostcalls has been exhausted"))
+    {
+        return CallFailure::BadOutput(format!(
+            "it copied more than {} bytes out of the guest at once (its output limit is {} bytes)",
+            lift_fuel(limits),
+            limits.output_bytes
+        ));
     }
     match err.downcast_ref::<Trap>() {
         Some(Trap::Interrupt) => CallFailure::Deadline(limits.deadline),

@@ -11,6 +11,8 @@
 use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 /// The subcommand the host's program runs a compile under (`inrun __compile-plugin`).
@@ -51,6 +53,17 @@ pub enum CompileFailure {
     /// The compile needed more memory than its limit.
     #[error("the compile needed more than its memory limit of {} MiB and was stopped", .0 >> 20)]
     Memory(u64),
+    /// The compiled form came out larger than a module of its size may compile to.
+    #[error(
+        "the compiled form of this {} KiB module passed its limit of {} MiB (compiled code and memory images may take at most {COMPILED_PER_MODULE_BYTE} times the module and {} MiB more) and was refused",
+        .module >> 10, .max >> 20, COMPILED_FLOOR >> 20
+    )]
+    TooLarge {
+        /// The module's bytes.
+        module: usize,
+        /// The most its compiled form may take, in bytes.
+        max: usize,
+    },
     /// The child ended without an answer (its exit status and what it wrote to stderr).
     #[error("the compiler process failed: {0}")]
     Process(String),
@@ -82,12 +95,30 @@ impl Compiler {
     }
 }
 
+/// A compiled component may take at most this many times its module's bytes, plus
+/// [`COMPILED_FLOOR`]: Cranelift's code of the guests built here takes 1.5 to 3 times
+/// their code, and a memory image at most twice the data it is made from (or
+/// [`crate::engine::DENSE_IMAGE_BYTES`] whatever the data), so only a module crafted to
+/// blow up (sparse data segments far apart, one image per memory) comes near it.
+pub const COMPILED_PER_MODULE_BYTE: usize = 4;
+/// See [`COMPILED_PER_MODULE_BYTE`].
+pub const COMPILED_FLOOR: usize = 16 << 20;
+
+/// The most the compiled form of a module of `module` bytes may take.
+pub fn compiled_max(module: usize) -> usize {
+    module
+        .saturating_mul(COMPILED_PER_MODULE_BYTE)
+        .saturating_add(COMPILED_FLOOR)
+}
+
 /// What the child's standard error says when an allocation failed past its limit.
 const OUT_OF_MEMORY: &str = "memory allocation of";
 
 impl Compiler {
     /// Compiles `bytes` in a child process: the serialized component, for
-    /// `Component::deserialize` of an engine whose compatibility key is `engine_key`.
+    /// `Component::deserialize` of an engine whose compatibility key is `engine_key`. The
+    /// child's output is read only up to [`compiled_max`] of the module: past it the child
+    /// is stopped and nothing more is read.
     ///
     /// # Errors
     /// [`CompileFailure`]: an invalid module, a limit passed, or a child that failed.
@@ -97,6 +128,7 @@ impl Compiler {
         engine_key: &str,
         bytes: &[u8],
     ) -> Result<Vec<u8>, CompileFailure> {
+        let max = compiled_max(bytes.len());
         let mut child = self.spawn(config, engine_key)?;
         // Feed and drain on threads of their own: a child blocked on a full pipe must not
         // block the wait below.
@@ -108,12 +140,19 @@ impl Compiler {
         let feeder = std::thread::spawn(move || {
             let _ = stdin.write_all(&input);
         });
-        let stdout = drain(child.stdout.take());
-        let stderr = drain(child.stderr.take());
-        let status = self.wait(&mut child)?;
+        let too_large = Arc::new(AtomicBool::new(false));
+        let stdout = drain(child.stdout.take(), max, Some(too_large.clone()));
+        let stderr = drain(child.stderr.take(), STDERR_MAX, None);
+        let status = self.wait(&mut child, &too_large)?;
         let _ = feeder.join();
         let out = stdout.join().unwrap_or_default();
         let err = stderr.join().unwrap_or_default();
+        if too_large.load(Ordering::Acquire) {
+            return Err(CompileFailure::TooLarge {
+                module: bytes.len(),
+                max,
+            });
+        }
         let Some(status) = status else {
             return Err(CompileFailure::Time(self.timeout));
         };
@@ -140,15 +179,19 @@ impl Compiler {
             })
     }
 
-    /// The child's exit status, or `None` once it ran past the time limit (then it is
-    /// killed).
-    fn wait(&self, child: &mut Child) -> Result<Option<ExitStatus>, CompileFailure> {
+    /// The child's exit status, or `None` once it ran past the time limit or wrote more
+    /// than its output may take (`too_large`): then it is killed.
+    fn wait(
+        &self,
+        child: &mut Child,
+        too_large: &AtomicBool,
+    ) -> Result<Option<ExitStatus>, CompileFailure> {
         let started = Instant::now();
         loop {
             if let Some(status) = child.try_wait().map_err(CompileFailure::Io)? {
                 return Ok(Some(status));
             }
-            if started.elapsed() >= self.timeout {
+            if started.elapsed() >= self.timeout || too_large.load(Ordering::Acquire) {
                 let _ = child.kill();
                 let _ = child.wait();
                 return Ok(None);
@@ -180,12 +223,33 @@ impl Compiler {
     }
 }
 
-/// Reads `pipe` to its end on a thread of its own.
-fn drain(pipe: Option<impl Read + Send + 'static>) -> std::thread::JoinHandle<Vec<u8>> {
+/// The most of the child's standard error read: its message is one line.
+const STDERR_MAX: usize = 64 << 10;
+
+/// Reads `pipe` to its end on a thread of its own, keeping at most `max` bytes. Past
+/// them, with `over`, it is set, reading stops and what was read is dropped (the child is
+/// then stopped); without, the rest is read and thrown away.
+fn drain(
+    pipe: Option<impl Read + Send + 'static>,
+    max: usize,
+    over: Option<Arc<AtomicBool>>,
+) -> std::thread::JoinHandle<Vec<u8>> {
     std::thread::spawn(move || {
         let mut out = Vec::new();
-        if let Some(mut pipe) = pipe {
-            let _ = pipe.read_to_end(&mut out);
+        let Some(mut pipe) = pipe else { return out };
+        let limit = u64::try_from(max).unwrap_or(u64::MAX);
+        let _ = (&mut pipe).take(limit).read_to_end(&mut out);
+        let mut one = [0u8; 1];
+        if matches!(pipe.read(&mut one), Ok(1)) {
+            match over {
+                Some(over) => {
+                    over.store(true, Ordering::Release);
+                    return Vec::new();
+                }
+                None => {
+                    let _ = std::io::copy(&mut pipe, &mut std::io::sink());
+                }
+            }
         }
         out
     })
@@ -272,6 +336,23 @@ fn child(args: &[String]) -> Result<(), (i32, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_childs_output_past_its_cap_is_dropped_and_told_and_its_errors_are_cut() {
+        let over = Arc::new(AtomicBool::new(false));
+        let out = drain(Some(std::io::Cursor::new(vec![7u8; 100])), 50, Some(over.clone()));
+        assert!(out.join().expect("drained").is_empty());
+        assert!(over.load(Ordering::Acquire), "told");
+        let over = Arc::new(AtomicBool::new(false));
+        let out = drain(Some(std::io::Cursor::new(vec![7u8; 50])), 50, Some(over.clone()));
+        assert_eq!(out.join().expect("drained").len(), 50, "at the cap is within it");
+        assert!(!over.load(Ordering::Acquire));
+        // Standard error keeps its start and reads the rest away, so the child never
+        // blocks on a full pipe.
+        let err = drain(Some(std::io::Cursor::new(vec![1u8; 1000])), 10, None);
+        assert_eq!(err.join().expect("drained"), vec![1u8; 10]);
+        assert_eq!(compiled_max(1 << 20), (4 << 20) + (16 << 20));
+    }
 
     #[test]
     fn a_child_without_the_pool_compiles_code_the_pooled_host_loads() {

@@ -87,8 +87,11 @@ pub(super) fn to_wit_outcome2(o: &Outcome) -> bindings::Outcome2 {
 }
 
 /// A 0.2.0 outcome: the 0.1.0 checks, then its conditions and events (their text counted
-/// in the output size).
-pub(super) fn from_wit_outcome2(o: bindings::Outcome2, limits: &Limits) -> Result<Outcome, String> {
+/// in the output size); with the bytes of text it was read from.
+pub(super) fn from_wit_outcome2(
+    o: bindings::Outcome2,
+    limits: &Limits,
+) -> Result<(Outcome, usize), String> {
     let reports: usize = o
         .conditions
         .iter()
@@ -114,7 +117,7 @@ pub(super) fn from_wit_outcome2(o: bindings::Outcome2, limits: &Limits) -> Resul
         output_bytes: limits.output_bytes - reports,
         ..*limits
     };
-    let mut outcome = from_wit_outcome(v1, &budget)?;
+    let (mut outcome, text) = from_wit_outcome(v1, &budget)?;
     outcome.conditions = o
         .conditions
         .into_iter()
@@ -128,10 +131,11 @@ pub(super) fn from_wit_outcome2(o: bindings::Outcome2, limits: &Limits) -> Resul
             inrun_contract::Event::of(warning, e.reason, e.message)
         })
         .collect();
-    Ok(outcome)
+    Ok((outcome, text + reports))
 }
 
-/// Checks sizes and parses the JSON a plugin returned. The reason names the first problem.
+/// Checks sizes and parses the JSON a plugin returned; with the bytes of text it was read
+/// from. The reason names the first problem.
 ///
 /// Every object's keys are sorted as they are read: the order a guest wrote them in carries
 /// no meaning (a JavaScript object keeps insertion order, a Go struct its field order), and
@@ -139,7 +143,10 @@ pub(super) fn from_wit_outcome2(o: bindings::Outcome2, limits: &Limits) -> Resul
 /// object would render differently and stamp it differently — and one whose order varied
 /// between calls would rewrite an unchanged child. Guests need not sort (sorting in Rust
 /// costs a fraction of what it does in an interpreted guest).
-pub(super) fn from_wit_outcome(o: bindings::Outcome, limits: &Limits) -> Result<Outcome, String> {
+pub(super) fn from_wit_outcome(
+    o: bindings::Outcome,
+    limits: &Limits,
+) -> Result<(Outcome, usize), String> {
     let size: usize = o.status.as_ref().map_or(0, String::len)
         + o.resources.iter().map(String::len).sum::<usize>()
         + o.labels
@@ -178,7 +185,7 @@ pub(super) fn from_wit_outcome(o: bindings::Outcome, limits: &Limits) -> Result<
         }
     }
     let to_map = |pairs: Vec<(String, String)>| pairs.into_iter().collect::<BTreeMap<_, _>>();
-    Ok(Outcome {
+    let outcome = Outcome {
         status: status
             .filter(|m: &Map<String, Value>| !m.is_empty())
             .or(None),
@@ -191,7 +198,8 @@ pub(super) fn from_wit_outcome(o: bindings::Outcome, limits: &Limits) -> Result<
             after: Duration::from_secs(u64::from(c.after_seconds)),
         }),
         ..Outcome::default()
-    })
+    };
+    Ok((outcome, size))
 }
 
 /// `value` with every object's keys sorted, at every level.
@@ -248,7 +256,7 @@ mod fuzz {
                 requeue_after_ms,
                 cleanup: after_seconds.map(|after_seconds| bindings::Cleanup { after_seconds }),
             };
-            if let Ok(outcome) = from_wit_outcome(o, &limits) {
+            if let Ok((outcome, _)) = from_wit_outcome(o, &limits) {
                 prop_assert!(outcome.resources.len() <= max_resources);
                 prop_assert!(outcome.resources.iter().all(Value::is_object));
             }
@@ -293,7 +301,7 @@ mod tests {
             requeue_after_ms: None,
             cleanup: None,
         };
-        let outcome = from_wit_outcome(o, &Limits::default()).expect("outcome");
+        let (outcome, _) = from_wit_outcome(o, &Limits::default()).expect("outcome");
         // The host keeps the order of what it reads (`preserve_order`): what is written is
         // what the pass applies, renders and stamps.
         assert_eq!(
@@ -333,7 +341,7 @@ mod tests {
             }),
             ..Outcome::default()
         };
-        let back = from_wit_outcome(to_wit_outcome(&o), &Limits::default()).unwrap();
+        let (back, _) = from_wit_outcome(to_wit_outcome(&o), &Limits::default()).unwrap();
         assert_eq!(back, o);
     }
 }

@@ -11,7 +11,7 @@ use wasmtime::{Config, InstanceAllocationStrategy, PoolingAllocationConfig};
 
 use super::budget::{self, Budgets, TenantBudget};
 use super::cache::{self, CompileCache};
-use super::compiler::{CompileConfig, CompileFailure, Compiler};
+use super::compiler::{CompileConfig, CompileFailure, Compiler, compiled_max};
 use super::reuse::{Shelf, kept_slots};
 use super::state::State;
 use super::ticker::{Busy, Ticker};
@@ -25,8 +25,10 @@ const MEMORIES_PER_COMPONENT: u32 = 4;
 /// Tables one component may define.
 const TABLES_PER_COMPONENT: u32 = 16;
 /// Memory images up to this size are always copy-on-write mappings
-/// (`Config::memory_guaranteed_dense_image_size`).
-const DENSE_IMAGE_BYTES: u64 = 64 << 20;
+/// (`Config::memory_guaranteed_dense_image_size`); a larger one only when at least half of
+/// it is data. The image is in the compiled form whole, zeros included, so this is what a
+/// module with two one-byte data segments far apart compiles to, per memory.
+pub const DENSE_IMAGE_BYTES: u64 = 1 << 20;
 
 /// The default of [`EngineSettings::make_ahead`]: Go and Python guests instantiate in
 /// 0.3–0.5 ms and gain that on each call; Rust, C and JavaScript ones in 5–30 µs, less
@@ -102,8 +104,6 @@ struct Inner {
     cache: Option<CompileCache>,
     engine_key: String,
     compiled: Mutex<HashMap<String, Component>>,
-    /// Held by the compile in progress: one at a time, host-wide.
-    compiling: Mutex<()>,
     /// What the engine was built from, for a compiling child to build the same.
     compile: CompileConfig,
     compiler: Option<Compiler>,
@@ -169,7 +169,6 @@ impl Engine {
                 cache: settings.cache,
                 engine_key,
                 compiled: Mutex::new(HashMap::new()),
-                compiling: Mutex::new(()),
                 compile,
                 compiler: settings.compiler,
                 ticker,
@@ -227,6 +226,12 @@ impl Engine {
             observer: self.observer.clone(),
             tenant: Some(self.inner.budgets.tenant(name, budget)),
         }
+    }
+
+    /// The host memory this handle's tenant's reconciles may hold for what reconcilers
+    /// return ([`HostMemory`]: a pass runs in its scope); `None` for the host's own handle.
+    pub fn host_memory(&self) -> Option<crate::HostMemory> {
+        self.tenant.as_ref().map(|t| t.held.clone())
     }
 
     /// The tenant whose budget this handle's calls use; `None`: the host's own.
@@ -357,30 +362,67 @@ impl Engine {
         Ok(component)
     }
 
-    /// Compiles `bytes`, one compile at a time host-wide, on the compile threads
-    /// ([`compile_threads`]): a tenant's large or numerous plugins queue behind each other
-    /// and never take more cores than guests may. With a [`Compiler`], in a child process
-    /// under its time and memory limits; the compiled code comes back serialized too.
+    /// Compiles `bytes`, one compile at a time host-wide, in turns handed round-robin
+    /// across tenants ([`budget::Compiles`]), on the compile threads ([`compile_threads`]):
+    /// a tenant's large or numerous plugins queue behind each other, delay another
+    /// tenant's by one compile at most, and never take more cores than guests may. With a
+    /// [`Compiler`], in a child process under its time and memory limits, its output read
+    /// only up to what the module may compile to; the compiled code comes back serialized
+    /// too. A tenant whose compile was stopped at a limit may not compile for a while.
     fn compile(&self, id: &PluginId, bytes: &[u8]) -> Result<Compiled, LoadError> {
-        let _one_at_a_time = self
-            .inner
-            .compiling
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
+        let lane = self.tenant.as_ref().map(|t| t.lane);
+        let compiles = &self.inner.budgets.compiles;
+        let _turn = compiles
+            .enter(lane.unwrap_or(0))
+            .map_err(|until| LoadError::CompilePaused {
+                plugin: id.clone(),
+                for_secs: until
+                    .saturating_duration_since(std::time::Instant::now())
+                    .as_secs()
+                    .max(1),
+            })?;
         let compiled = match &self.inner.compiler {
-            Some(compiler) => self.compile_in_child(compiler, id, bytes)?,
-            None => Compiled {
-                component: Component::new(&self.inner.engine, bytes).map_err(|source| {
-                    LoadError::Compile {
-                        plugin: id.clone(),
-                        source,
-                    }
-                })?,
-                serialized: None,
-            },
+            Some(compiler) => self.compile_in_child(compiler, id, bytes),
+            None => self.compile_here(id, bytes),
         };
+        if let (Err(LoadError::CompileStopped { source, .. }), Some(lane)) = (&compiled, lane)
+            && matches!(
+                source,
+                CompileFailure::Time(_) | CompileFailure::Memory(_) | CompileFailure::TooLarge { .. }
+            )
+        {
+            compiles.pause(lane);
+        }
+        let compiled = compiled?;
         self.observer.plugin_loaded("compiled");
         Ok(compiled)
+    }
+
+    /// Compiles `bytes` in this process (no [`Compiler`]: offline commands, tests of the
+    /// engine): unbounded while it runs, but a compiled form past [`compiled_max`] is
+    /// refused all the same.
+    fn compile_here(&self, id: &PluginId, bytes: &[u8]) -> Result<Compiled, LoadError> {
+        let component =
+            Component::new(&self.inner.engine, bytes).map_err(|source| LoadError::Compile {
+                plugin: id.clone(),
+                source,
+            })?;
+        let range = component.image_range();
+        let size = (range.end as usize).saturating_sub(range.start as usize);
+        let max = compiled_max(bytes.len());
+        if size > max {
+            return Err(LoadError::CompileStopped {
+                plugin: id.clone(),
+                source: CompileFailure::TooLarge {
+                    module: bytes.len(),
+                    max,
+                },
+            });
+        }
+        Ok(Compiled {
+            component,
+            serialized: None,
+        })
     }
 
     fn compile_in_child(
@@ -441,12 +483,21 @@ impl Engine {
             serialized,
         } = self.compile(id, bytes)?;
         match serialized.map_or_else(|| component.serialize(), Ok) {
-            Ok(serialized) => {
-                if let Err(e) = cache.store(&path, &serialized) {
+            Ok(serialized) => match cache.store(&path, &serialized) {
+                // Served from the entry just written, mapped: its code and memory images
+                // are then pages of the file, which the kernel may drop and read again,
+                // not a copy in the host's own memory for as long as the plugin lives.
+                Ok(()) => {
+                    drop(serialized);
+                    if let Some(Ok(mapped)) = self.cached(cache, &path) {
+                        return Ok((mapped, "compiled"));
+                    }
+                }
+                Err(e) => {
                     tracing::warn!(plugin = %id, path = %path.display(), error = %e,
                         "could not write the compile cache; continuing without it");
                 }
-            }
+            },
             Err(e) => {
                 tracing::warn!(plugin = %id, error = %e, "could not serialize compiled plugin")
             }

@@ -35,6 +35,18 @@ pub enum LoadError {
         #[source]
         source: crate::compiler::CompileFailure,
     },
+    /// The plugin's tenant had a compile stopped at a limit lately and may not compile
+    /// again yet ([`crate::COMPILE_PAUSE`]).
+    #[error(
+        "compiling plugin {plugin}: its tenant's last compile was stopped at a limit, so it may compile again only in {} s",
+        .for_secs
+    )]
+    CompilePaused {
+        /// The plugin.
+        plugin: PluginId,
+        /// Seconds left until the tenant may compile.
+        for_secs: u64,
+    },
     /// The component exports neither world's functions.
     #[error(
         "plugin {plugin} exports no Inrun world: not `reconciler` (`reconcile`), `hooks` (`functions`, `call`) nor `package` (`validate`, `identity`, `observe`, `converge`, `delete`); it exports: {exports}"

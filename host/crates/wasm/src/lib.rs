@@ -24,7 +24,11 @@ mod reuse;
 mod state;
 mod ticker;
 
-pub use budget::{Budgets, TenantBudget, TenantUsage, TokenBucket};
+pub use budget::{
+    Budgets, COMPILE_PAUSE, Held, HeldHit, HostMemory, Millicores, PARSED_PER_TEXT_BYTE,
+    TenantBudget, TenantUsage, TokenBucket, container_memory_limit, default_cpu_cap,
+    held_by_pass, hold,
+};
 pub use cache::CompileCache;
 pub use compiler::{CompileConfig, CompileFailure, Compiler};
 pub use engine::{Engine, EngineSettings, MAKE_AHEAD_OVER, PoolTuning};

@@ -52,6 +52,8 @@ pub struct PluginInfo {
     pub sha256: String,
     /// Size in bytes.
     pub size: usize,
+    /// Size of its compiled form (code and memory images), in bytes.
+    pub compiled_size: usize,
     /// The world it implements.
     pub world: World,
     /// The version of `inrun:reconciler` its world is from: `0.1.0` or `0.2.0`.
@@ -128,10 +130,12 @@ impl Plugin {
         let imports: Vec<String> = ty.imports(wt).map(|(name, _)| name.to_string()).collect();
         let world = world_of(&exports, &id)?;
         let pre = link(&engine, &component, world, &id)?;
+        let image = component.image_range();
         let info = PluginInfo {
             name: id.name.clone(),
             sha256: id.digest_ref(),
             size,
+            compiled_size: (image.end as usize).saturating_sub(image.start as usize),
             world,
             contract: pre.contract(),
             exports,

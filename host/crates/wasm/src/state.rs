@@ -491,6 +491,8 @@ mod tests {
                 calls: 4,
                 memory_bytes,
                 log_lines_per_second: 100,
+                held_bytes: 64 * MIB,
+                cpu: None,
             })
         };
         let four = memories(4);

@@ -64,6 +64,10 @@ pub enum CallError {
     /// The reply is larger than the host reads.
     #[error("the reply is larger than {0} bytes")]
     TooLarge(usize),
+    /// Holding the reply would pass the tenant's host-memory budget: the rest of it was
+    /// not read.
+    #[error("the reply was not read whole")]
+    Budget(#[source] inrun_wasm::HeldHit),
     /// A query returned more rows than the host reads.
     #[error("the query returned more than {0} rows")]
     TooManyRows(usize),
@@ -90,6 +94,9 @@ pub enum CallError {
     /// Connecting to or querying PostgreSQL failed.
     #[error("postgres")]
     Postgres(#[source] tokio_postgres::Error),
+    /// The database's address could not be dialled.
+    #[error("connecting to the database")]
+    Dial(#[source] std::io::Error),
     /// A query parameter cannot be sent as the type the query expects.
     #[error("parameter ${index}: {message}")]
     Param {

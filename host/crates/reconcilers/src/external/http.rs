@@ -3,7 +3,8 @@
 use serde_json::{Map, Value, json};
 
 use super::{CallError, number};
-use crate::http::{Bounded, excerpt, read_bounded};
+use crate::http::excerpt;
+use crate::replies::{self, ReplyError};
 
 /// The largest `http` or `prometheus` reply read: a reply feeds templates, and more than
 /// this is an endpoint misbehaving, not data to render.
@@ -49,11 +50,13 @@ async fn json_reply(call: reqwest::RequestBuilder) -> Result<Value, CallError> {
         .await
         .map_err(|e| CallError::Http(e.without_url()))?;
     let status = response.status();
-    let body = read_bounded(response, REPLY_MAX)
+    // The call's own timeout (around it) bounds the wait for room in the budget.
+    let (body, held) = replies::read(response, REPLY_MAX, far_deadline())
         .await
         .map_err(|e| match e {
-            Bounded::TooLarge => CallError::TooLarge(REPLY_MAX),
-            Bounded::Transport(e) => CallError::Http(e.without_url()),
+            ReplyError::TooLarge(_) => CallError::TooLarge(REPLY_MAX),
+            ReplyError::Budget(hit) => CallError::Budget(hit),
+            ReplyError::Transport(e) => CallError::Http(e.without_url()),
         })?;
     if !status.is_success() {
         return Err(CallError::Status {
@@ -64,10 +67,16 @@ async fn json_reply(call: reqwest::RequestBuilder) -> Result<Value, CallError> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Ok(Value::Null);
     }
+    replies::keep_parsed(held, body.len()).map_err(CallError::Budget)?;
     serde_json::from_slice(&body).map_err(|source| CallError::NotJson {
         excerpt: excerpt(&body),
         source,
     })
+}
+
+/// A deadline no call reaches: its own timeout, around it, ends it first.
+pub(super) fn far_deadline() -> std::time::Instant {
+    std::time::Instant::now() + std::time::Duration::from_secs(24 * 3600)
 }
 
 /// An instant query: `{value, labels, values: [{labels, value}], resultType}`, where

@@ -69,8 +69,10 @@ impl ExternalCalls {
     /// [`ExternalError`] for the first call that failed with `onError: fail`.
     pub async fn run(&self, base: &Context, cr_namespace: &str) -> Result<Value, ExternalError> {
         let mut results = Map::new();
+        // Each call sees the results before it; each result is converted for templates
+        // once, never copied again for the calls after it.
+        let mut ctx = base.clone();
         for c in &self.calls {
-            let ctx = base.clone().with_external(Value::Object(results.clone()));
             // One span a call, under the pass's `prepare` step.
             let span = tracing::debug_span!(
                 "external.call",
@@ -98,6 +100,7 @@ impl ExternalCalls {
                     }
                 },
             };
+            ctx = ctx.with_external_result(&c.name, &value);
             results.insert(c.name.clone(), value);
         }
         Ok(Value::Object(results))

@@ -10,8 +10,11 @@ use serde_json::{Map, Value};
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{NoTls, Row};
 
+use std::sync::{Arc, Mutex};
+
 use super::{CallError, number};
 use crate::egress::EgressError;
+use crate::replies::{Capped, Read};
 
 type Param = Box<dyn ToSql + Sync + Send>;
 
@@ -70,6 +73,32 @@ impl Target {
         self.config.hostaddr(address);
         self
     }
+
+    /// The connection to its one TCP host (the address the egress policy checked, when
+    /// pinned), made here rather than by the client so that it reads at most
+    /// [`REPLY_MAX`] bytes, held against the tenant's host-memory budget as they arrive:
+    /// a server answering with a row of a gigabyte fails the call, not the host. `None`
+    /// when it names several hosts or a Unix socket.
+    async fn dial(&self) -> Result<Option<(Capped<tokio::net::TcpStream>, Arc<Mutex<Read>>)>, CallError> {
+        let c = &self.config;
+        let port = match c.get_ports() {
+            [] => 5432,
+            [port] => *port,
+            _ => return Ok(None),
+        };
+        let stream = match (c.get_hostaddrs(), c.get_hosts()) {
+            ([address], [_]) => tokio::net::TcpStream::connect((*address, port)).await,
+            ([], [tokio_postgres::config::Host::Tcp(host)]) => {
+                tokio::net::TcpStream::connect((host.as_str(), port)).await
+            }
+            _ => return Ok(None),
+        }
+        .map_err(CallError::Dial)?;
+        let held = inrun_wasm::hold(0, super::http::far_deadline())
+            .await
+            .map_err(CallError::Budget)?;
+        Ok(Some(Capped::new(stream, REPLY_MAX, held)))
+    }
 }
 
 /// Runs `sql` with `params` bound to `$1`, `$2`, ... on `target`; returns the rows as
@@ -79,11 +108,40 @@ pub(super) async fn query(
     sql: &str,
     params: &[Value],
 ) -> Result<Value, CallError> {
+    let Some(dialled) = target.dial().await? else {
+        // Several hosts or a Unix socket: only ever the operator's own Blueprint (under an
+        // egress policy a target names one TCP host), connected by the client itself.
+        let (client, connection) = target
+            .config
+            .connect(NoTls)
+            .await
+            .map_err(CallError::Postgres)?;
+        return on(client, connection, sql, params).await;
+    };
+    let (stream, read) = dialled;
     let (client, connection) = target
         .config
-        .connect(NoTls)
+        .connect_raw(stream, NoTls)
         .await
-        .map_err(CallError::Postgres)?;
+        .map_err(|e| super::redis::stopped(&read).unwrap_or(CallError::Postgres(e)))?;
+    let value = on(client, connection, sql, params)
+        .await
+        .map_err(|e| super::redis::stopped(&read).unwrap_or(e))?;
+    super::redis::kept(&read)?;
+    Ok(value)
+}
+
+/// Runs the query on `client`, its `connection` driven meanwhile.
+async fn on<S, T>(
+    client: tokio_postgres::Client,
+    connection: tokio_postgres::Connection<S, T>,
+    sql: &str,
+    params: &[Value],
+) -> Result<Value, CallError>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
     let driver = tokio::spawn(async move {
         if let Err(e) = connection.await {
             tracing::debug!(error = %e, "postgres connection closed");
@@ -94,6 +152,9 @@ pub(super) async fn query(
     let _ = driver.await;
     result
 }
+
+/// The most a PostgreSQL connection reads, every row included: rows feed templates.
+pub const REPLY_MAX: usize = 4 * 1024 * 1024;
 
 async fn run(
     client: &tokio_postgres::Client,

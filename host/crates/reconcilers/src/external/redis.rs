@@ -3,7 +3,10 @@
 use ::redis::Value as Reply;
 use serde_json::{Map, Value};
 
+use std::sync::Mutex;
+
 use super::{CallError, number};
+use crate::replies::{self, Capped, Read, ReplyError};
 
 /// Commands that only read. Anything else is refused before connecting.
 const READ_COMMANDS: &[&str] = &[
@@ -85,22 +88,21 @@ pub(super) async fn command(
             "only redis:// over TCP is supported",
         ))));
     };
-    // The connection reads at most REPLY_MAX bytes in all: a server that answers with more
-    // fails the call instead of filling the host's memory.
+    // The connection reads at most REPLY_MAX bytes in all, held against the tenant's
+    // host-memory budget as they arrive: a server that answers with more fails the call
+    // instead of filling the host's memory.
     let stream = match address {
         Some(ip) => tokio::net::TcpStream::connect((ip, *port)).await,
         None => tokio::net::TcpStream::connect((host.as_str(), *port)).await,
     }
     .map_err(|e| CallError::Redis(e.into()))?;
-    let read = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let capped = Capped {
-        inner: stream,
-        left: REPLY_MAX,
-        exceeded: read.clone(),
-    };
+    let held = inrun_wasm::hold(0, super::http::far_deadline())
+        .await
+        .map_err(CallError::Budget)?;
+    let (capped, read) = Capped::new(stream, REPLY_MAX, held);
     let (mut conn, driver) = ::redis::aio::MultiplexedConnection::new(&info.redis, capped)
         .await
-        .map_err(|e| too_large(&read).unwrap_or(CallError::Redis(e)))?;
+        .map_err(|e| stopped(&read).unwrap_or(CallError::Redis(e)))?;
     let driver = tokio::spawn(driver);
     let mut cmd = ::redis::cmd(&name);
     for a in &args[1..] {
@@ -109,71 +111,31 @@ pub(super) async fn command(
     let reply: Result<Reply, _> = cmd.query_async(&mut conn).await;
     drop(conn);
     driver.abort();
-    let reply = reply.map_err(|e| too_large(&read).unwrap_or(CallError::Redis(e)))?;
+    let reply = reply.map_err(|e| stopped(&read).unwrap_or(CallError::Redis(e)))?;
+    kept(&read)?;
     Ok(to_json(reply, MAP_COMMANDS.contains(&name.as_str())))
 }
 
 /// The most a Redis connection reads, every reply included.
 pub const REPLY_MAX: usize = 4 * 1024 * 1024;
 
-fn too_large(exceeded: &std::sync::atomic::AtomicBool) -> Option<CallError> {
-    exceeded
-        .load(std::sync::atomic::Ordering::SeqCst)
-        .then_some(CallError::TooLarge(REPLY_MAX))
-}
-
-/// A stream that fails once more than `left` bytes were read from it.
-struct Capped<S> {
-    inner: S,
-    left: usize,
-    exceeded: std::sync::Arc<std::sync::atomic::AtomicBool>,
-}
-
-impl<S: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Capped<S> {
-    fn poll_read(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &mut tokio::io::ReadBuf<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        let before = buf.filled().len();
-        let this = &mut *self;
-        let polled = std::pin::Pin::new(&mut this.inner).poll_read(cx, buf);
-        if let std::task::Poll::Ready(Ok(())) = &polled {
-            let got = buf.filled().len() - before;
-            if got > this.left {
-                this.exceeded
-                    .store(true, std::sync::atomic::Ordering::SeqCst);
-                return std::task::Poll::Ready(Err(std::io::Error::other(format!(
-                    "the reply is larger than {REPLY_MAX} bytes"
-                ))));
-            }
-            this.left -= got;
-        }
-        polled
+/// Why a capped connection stopped reading, as the call's error.
+pub(super) fn stopped(read: &Mutex<Read>) -> Option<CallError> {
+    let mut read = read.lock().unwrap_or_else(|p| p.into_inner());
+    match read.stopped.take()? {
+        ReplyError::TooLarge(max) => Some(CallError::TooLarge(max)),
+        ReplyError::Budget(hit) => Some(CallError::Budget(hit)),
+        ReplyError::Transport(e) => Some(CallError::Http(e)),
     }
 }
 
-impl<S: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Capped<S> {
-    fn poll_write(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &[u8],
-    ) -> std::task::Poll<std::io::Result<usize>> {
-        std::pin::Pin::new(&mut self.inner).poll_write(cx, buf)
-    }
-
-    fn poll_flush(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::pin::Pin::new(&mut self.inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
+/// Keeps what a capped connection read, parsed, until the pass ends.
+pub(super) fn kept(read: &Mutex<Read>) -> Result<(), CallError> {
+    let mut read = read.lock().unwrap_or_else(|p| p.into_inner());
+    let bytes = read.bytes;
+    match read.take_held() {
+        Some(held) => replies::keep_parsed(held, bytes).map_err(CallError::Budget),
+        None => Ok(()),
     }
 }
 

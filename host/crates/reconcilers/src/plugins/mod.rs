@@ -16,6 +16,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::egress::Egress;
 use crate::sources::{Location, PullSecret, Sources};
 use inrun_wasm::{Engine, LoadError, Module, Plugin};
 
@@ -45,13 +46,15 @@ pub enum Change {
 }
 
 /// What one tenant may compile: modules of at most `module_bytes`, and at most
-/// `bytes_per_hour` of modules compiled (or read from the compile cache) an hour, so a
-/// tenant re-tagging a large plugin at every check cannot keep the host compiling.
+/// `bytes_per_hour` of modules and their compiled forms loaded (compiled, or read from
+/// the compile cache) an hour, so a tenant re-tagging a large plugin at every check
+/// cannot keep the host compiling.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CompileLimits {
     /// The largest module.
     pub module_bytes: u64,
-    /// Module bytes loaded an hour (a burst of as much at first).
+    /// Bytes of modules and their compiled forms loaded an hour (a burst of as much at
+    /// first).
     pub bytes_per_hour: u64,
 }
 
@@ -181,24 +184,30 @@ impl PluginSet {
         }
     }
 
-    /// The slot for `location`, fetching and compiling it the first time it is asked for.
+    /// The slot for `location`, fetching and compiling it the first time it is asked for;
+    /// fetches (this one and the slot's reloads) held to `egress`, the Blueprint's egress
+    /// rules, checked even when the slot is already there.
     ///
     /// # Errors
-    /// [`SlotError`] when the module cannot be fetched or compiled.
+    /// [`SlotError`] when the module cannot be fetched or compiled, or its location is
+    /// outside `egress`.
     pub async fn slot(
         &self,
         location: Location,
         pull: Option<PullSecret>,
+        egress: Option<&Egress>,
     ) -> Result<Arc<PluginSlot>, SlotError> {
+        let sources = self.sources.with_egress(egress.cloned());
+        sources.allowed(&location)?;
         let key = Self::key(&location, pull.as_ref());
         if let Some(slot) = lock(&self.slots).get(&key) {
             return Ok(slot.clone());
         }
-        let fetched = self.sources.fetch(&location, pull.as_ref()).await?;
+        let fetched = sources.fetch(&location, pull.as_ref()).await?;
         let plugin = self
             .compile(&location, location.name(), fetched.module)
             .await?;
-        let slot = PluginSlot::new(location, pull, plugin, fetched.version);
+        let slot = PluginSlot::fetched(location, pull, egress.cloned(), plugin, fetched.version);
         // Two tenants racing for one location: the first slot stored wins.
         Ok(lock(&self.slots).entry(key).or_insert(slot).clone())
     }
@@ -239,11 +248,37 @@ impl PluginSet {
         self.charge(location, module.len())?;
         let engine = self.engine.clone();
         let task = tokio::task::spawn_blocking(move || engine.load_module(&name, &module));
-        match task.await {
-            Ok(loaded) => Ok(loaded?),
-            Err(e) => Err(SlotError::Task {
+        let plugin = match task.await {
+            Ok(loaded) => loaded?,
+            Err(e) => {
+                return Err(SlotError::Task {
+                    location: location.to_string(),
+                    message: e.to_string(),
+                });
+            }
+        };
+        // Its compiled form counts too: a small module may compile to much more.
+        self.charge_compiled(location, plugin.info().compiled_size)?;
+        Ok(plugin)
+    }
+
+    /// Charges the `len` bytes of a loaded plugin's compiled form to the tenant's hourly
+    /// budget, or says it passes it.
+    fn charge_compiled(&self, location: &Location, len: usize) -> Result<(), SlotError> {
+        let Some((limits, bucket)) = &self.compiles else {
+            return Ok(());
+        };
+        let len = u64::try_from(len).unwrap_or(u64::MAX);
+        match lock(bucket).take_n(len, std::time::Instant::now()) {
+            Ok(()) => Ok(()),
+            Err(wait) => Err(SlotError::Budget {
                 location: location.to_string(),
-                message: e.to_string(),
+                message: format!(
+                    "its compiled form of {} MiB would pass the tenant's budget of {} MiB of plugins loaded an hour, compiled forms included (--tenant-compile-budget); there is room for it in {} s",
+                    len.div_ceil(1 << 20),
+                    limits.bytes_per_hour >> 20,
+                    wait.as_secs().max(1)
+                ),
             }),
         }
     }
@@ -266,11 +301,8 @@ impl PluginSet {
 
     async fn check(&self, slot: &PluginSlot) -> Option<Change> {
         let location = slot.location.to_string();
-        let version = match self
-            .sources
-            .version(&slot.location, slot.pull.as_ref())
-            .await
-        {
+        let sources = self.sources.with_egress(slot.egress.clone());
+        let version = match sources.version(&slot.location, slot.pull.as_ref()).await {
             Ok(v) => v,
             Err(e) => {
                 // The source is unreachable for now (registry down, file mid-replace):
@@ -288,10 +320,7 @@ impl PluginSet {
         }
         let started = std::time::Instant::now();
         let result = async {
-            let fetched = self
-                .sources
-                .fetch(&slot.location, slot.pull.as_ref())
-                .await?;
+            let fetched = sources.fetch(&slot.location, slot.pull.as_ref()).await?;
             let plugin = self
                 .compile(&slot.location, slot.location.name(), fetched.module)
                 .await?;

@@ -37,7 +37,7 @@ impl Fleet {
         let Some(sa) = identity else {
             return Ok(self.host_acting(source, budget));
         };
-        let shared = self.write_limited(source, self.shared.acting_as(&sa)?, budget);
+        let mut shared = self.write_limited(source, self.shared.acting_as(&sa)?, budget);
         let secrets: Arc<dyn inrun_reconcilers::secrets::Secrets> = Arc::new(
             inrun_reconcilers::secrets::KubeSecrets::new(shared.client.clone()),
         );
@@ -46,12 +46,14 @@ impl Fleet {
         services.secrets = secrets;
         services.sources = sources.clone();
         services.cluster = Arc::new(crate::WatchCache::new(shared.client.clone()));
+        let plugins = self.plugin_set(source, budget, sources);
+        shared.host_memory = plugins.engine().host_memory();
         Ok(Acting {
             identity: Some(sa),
             shared,
             services,
             budget: budget.clone(),
-            plugins: self.plugin_set(source, budget, sources),
+            plugins,
         })
     }
 

@@ -368,7 +368,7 @@ impl inrun_wasm::Observer for Metrics {
     }
 
     fn plugin_loading(&self, plugin: &str, loading: bool) {
-        self.health.plugin_loading("", plugin, loading);
+        self.health.plugin_loading("", plugin, loading, true);
     }
 
     fn plugin_logs_dropped(&self, plugin: &str, lines: u64) {
@@ -382,6 +382,8 @@ impl inrun_wasm::Observer for Metrics {
 struct TenantObserver {
     metrics: Arc<Metrics>,
     tenant: String,
+    /// Whether the tenant is the operator's own Blueprint.
+    own: bool,
 }
 
 impl inrun_wasm::Observer for TenantObserver {
@@ -406,7 +408,7 @@ impl inrun_wasm::Observer for TenantObserver {
     fn plugin_loading(&self, plugin: &str, loading: bool) {
         self.metrics
             .health
-            .plugin_loading(&self.tenant, plugin, loading);
+            .plugin_loading(&self.tenant, plugin, loading, self.own);
     }
 
     fn plugin_logs_dropped(&self, plugin: &str, lines: u64) {
@@ -668,11 +670,17 @@ impl Metrics {
 
     /// A plugin observer for the tenant `tenant`: the engine its plugins load through
     /// reports to it ([`inrun_wasm::Engine::observed_by`]), so every `inrun_plugin_*`
-    /// series carries the tenant's name.
-    pub fn tenant_observer(self: &Arc<Self>, tenant: &str) -> Arc<dyn inrun_wasm::Observer> {
+    /// series carries the tenant's name. `own`: the tenant is the operator's own
+    /// Blueprint, whose plugins a starting host waits for.
+    pub fn tenant_observer(
+        self: &Arc<Self>,
+        tenant: &str,
+        own: bool,
+    ) -> Arc<dyn inrun_wasm::Observer> {
         Arc::new(TenantObserver {
             metrics: self.clone(),
             tenant: tenant.to_string(),
+            own,
         })
     }
 
@@ -1224,7 +1232,7 @@ mod tests {
     #[test]
     fn two_tenants_plugins_of_one_name_are_apart_and_a_retired_tenant_leaves_no_series() {
         let m = Arc::new(Metrics::default());
-        let (a, b) = (m.tenant_observer("team-a"), m.tenant_observer("team-b"));
+        let (a, b) = (m.tenant_observer("team-a", false), m.tenant_observer("team-b", false));
         a.plugin_called("app", "ok", Duration::from_millis(1));
         a.plugin_called("app", "trap", Duration::from_millis(1));
         a.plugin_loaded("compiled");

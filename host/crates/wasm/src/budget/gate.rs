@@ -1,5 +1,7 @@
 //! The fair gate before the cores that run guest code: turns handed round-robin across
-//! tenants' lanes, each lasting a short while unless its guest ticks on.
+//! tenants' lanes, each lasting a short while unless its guest ticks on; the time a turn
+//! is held is charged to its tenant's CPU cap ([`super::cpu`]), and a tenant past it gives
+//! its turns up until its share has refilled.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -8,12 +10,17 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
+use super::cpu::Cpu;
 use crate::ticker::TICK;
 
 /// How long a turn at the gate lasts unless renewed: a guest running Wasm code renews it
 /// at every epoch tick; one waiting in a host call (a sleep, an HTTP request) does not,
 /// and its turn passes to another after this.
 const TURN: Duration = Duration::from_millis(3);
+
+/// The most CPU one stretch between two ticks is charged: a longer one was a guest away in
+/// a host call (a sleep, an HTTP request) or a thread the OS set aside, not one burning.
+const STRETCH_MAX: Duration = Duration::from_millis(2);
 
 /// The cores guests may use, handed out in turns of a few ticks, round-robin across lanes
 /// (tenants) that wait, first come first served within a lane.
@@ -107,30 +114,61 @@ pub(crate) struct Seat {
     id: u64,
     lane: u64,
     notify: Arc<Notify>,
+    /// Its tenant's CPU cap, and since when the stretch it runs now was last charged
+    /// (`None` while it waits).
+    cpu: Option<(Arc<Cpu>, Arc<Mutex<Option<Instant>>>)>,
 }
 
 impl Seat {
-    pub(super) fn new(gate: Arc<Gate>, lane: u64) -> Self {
+    pub(super) fn new(gate: Arc<Gate>, lane: u64, cpu: Option<Arc<Cpu>>) -> Self {
         let id = gate.seats.fetch_add(1, Ordering::Relaxed);
         Seat {
             gate,
             id,
             lane,
             notify: Arc::new(Notify::new()),
+            cpu: cpu.map(|cpu| (cpu, Arc::default())),
+        }
+    }
+
+    /// Charges the stretch run since the last charge to the tenant's CPU cap; how long
+    /// the tenant must now wait, when it is past its share.
+    fn charge(&self, now: Instant) -> Option<Duration> {
+        let (cpu, clock) = self.cpu.as_ref()?;
+        let since = clock.lock().unwrap_or_else(|p| p.into_inner()).take();
+        match since {
+            Some(since) => cpu.charge(now.saturating_duration_since(since).min(STRETCH_MAX), now),
+            None => cpu.wait(now),
+        }
+    }
+
+    /// The seat runs from `now` on: its next stretch is charged from here.
+    fn running(&self, now: Instant) {
+        if let Some((_, clock)) = &self.cpu {
+            *clock.lock().unwrap_or_else(|p| p.into_inner()) = Some(now);
         }
     }
 
     /// At an epoch tick: `None` when the call may go on (its turn renewed, or a free
-    /// slot), else the wait for its next turn (another tenant was waiting, or its turn
-    /// had passed while it waited in a host call).
+    /// slot), else the wait for its next turn (another tenant was waiting, its turn had
+    /// passed while it waited in a host call, or its tenant is past its CPU cap: then it
+    /// gives the turn up and waits until its share has refilled).
     pub(crate) fn at_tick(&self) -> Option<impl Future<Output = ()> + Send + 'static> {
         let now = Instant::now();
+        if let Some(owed) = self.charge(now) {
+            let mut state = self.gate.lock();
+            state.forget(self.id);
+            state.hand_out(self.gate.slots, now);
+            drop(state);
+            return Some(wait_turn(self.waiter(), Some(owed)));
+        }
         let mut state = self.gate.lock();
         state.hand_out(self.gate.slots, now);
         let holds = state.turns.iter().any(|t| t.0 == self.id);
         if holds {
             if !state.others_waiting(self.lane) {
                 state.take_up(self.id, now);
+                self.running(now);
                 return None;
             }
             state.turns.retain(|t| t.0 != self.id);
@@ -144,26 +182,38 @@ impl Seat {
         }
         state.hand_out(self.gate.slots, now);
         if state.take_up(self.id, now) {
+            self.running(now);
             return None;
         }
         drop(state);
-        Some(wait_turn(
-            self.gate.clone(),
-            self.id,
-            self.lane,
-            self.notify.clone(),
-        ))
+        Some(wait_turn(self.waiter(), None))
     }
 
-    /// Takes a turn only when a slot is free now and no seat waits for one: never queues.
+    /// What waiting for a turn needs of this seat, apart from it.
+    fn waiter(&self) -> Waiter {
+        Waiter {
+            gate: self.gate.clone(),
+            seat: self.id,
+            lane: self.lane,
+            notify: self.notify.clone(),
+            cpu: self.cpu.clone(),
+        }
+    }
+
+    /// Takes a turn only when a slot is free now, no seat waits for one and its tenant is
+    /// within its CPU cap: never queues.
     pub(super) fn try_take(&self) -> bool {
         let now = Instant::now();
+        if self.charge(now).is_some() {
+            return false;
+        }
         let mut state = self.gate.lock();
         state.hand_out(self.gate.slots, now);
         if !state.waiting.is_empty() || state.turns.len() >= self.gate.slots {
             return false;
         }
         state.turns.push((self.id, self.lane, Some(now + TURN)));
+        self.running(now);
         true
     }
 
@@ -177,30 +227,57 @@ impl Seat {
 
 impl Drop for Seat {
     fn drop(&mut self) {
+        let now = Instant::now();
+        // The last stretch is the tenant's too.
+        let _ = self.charge(now);
         let mut state = self.gate.lock();
         state.forget(self.id);
-        state.hand_out(self.gate.slots, Instant::now());
+        state.hand_out(self.gate.slots, now);
     }
 }
 
-/// Waits until `seat` holds a turn, and takes it up. Turns that end without a word (a
-/// guest gone into a host call) are noticed at the next tick.
-async fn wait_turn(gate: Arc<Gate>, seat: u64, lane: u64, notify: Arc<Notify>) {
+/// A seat's side of a wait for its turn.
+struct Waiter {
+    gate: Arc<Gate>,
+    seat: u64,
+    lane: u64,
+    notify: Arc<Notify>,
+    cpu: Option<(Arc<Cpu>, Arc<Mutex<Option<Instant>>>)>,
+}
+
+/// Waits until the seat holds a turn, and takes it up; first, while its tenant is past
+/// its CPU cap (`owed`), until its share has refilled, out of the queue so that no turn
+/// is handed to it meanwhile. Turns that end without a word (a guest gone into a host
+/// call) are noticed at the next tick.
+async fn wait_turn(w: Waiter, mut owed: Option<Duration>) {
+    while let Some(pause) = owed {
+        tokio::time::sleep(pause).await;
+        if let Some((cpu, _)) = &w.cpu {
+            cpu.throttled(pause);
+            // Other calls of the tenant may have run meanwhile.
+            owed = cpu.wait(Instant::now());
+        } else {
+            owed = None;
+        }
+    }
     loop {
-        let _ = tokio::time::timeout(TICK * 2, notify.notified()).await;
+        let _ = tokio::time::timeout(TICK * 2, w.notify.notified()).await;
         let now = Instant::now();
-        let mut state = gate.lock();
-        state.hand_out(gate.slots, now);
-        if state.take_up(seat, now) {
+        let mut state = w.gate.lock();
+        state.hand_out(w.gate.slots, now);
+        if state.take_up(w.seat, now) {
+            if let Some((_, clock)) = &w.cpu {
+                *clock.lock().unwrap_or_else(|p| p.into_inner()) = Some(now);
+            }
             return;
         }
-        if !state.queued(seat) {
+        if !state.queued(w.seat) {
             // Never left waiting without a place in the queue.
             state
                 .waiting
-                .entry(lane)
+                .entry(w.lane)
                 .or_default()
-                .push_back((seat, notify.clone()));
+                .push_back((w.seat, w.notify.clone()));
         }
     }
 }
@@ -220,14 +297,14 @@ mod tests {
     #[tokio::test]
     async fn a_seat_that_only_tries_takes_a_free_turn_and_never_queues_or_jumps_one() {
         let gate = Arc::new(Gate::new(1));
-        let a = Seat::new(gate.clone(), 1);
+        let a = Seat::new(gate.clone(), 1, None);
         assert!(a.try_take(), "the slot is free");
         hold_long(&gate, &a);
-        let b = Seat::new(gate.clone(), 2);
+        let b = Seat::new(gate.clone(), 2, None);
         assert!(!b.try_take(), "a holds the slot");
         assert!(!gate.lock().queued(b.id), "b did not queue for it");
         // c waits for the slot; when a goes it is c's, not b's.
-        let c = Seat::new(gate.clone(), 3);
+        let c = Seat::new(gate.clone(), 3, None);
         let c_wait = c.at_tick().expect("c waits");
         drop(a);
         assert!(!b.try_take(), "c was waiting first");
@@ -241,9 +318,9 @@ mod tests {
     #[tokio::test]
     async fn the_gate_hands_turns_to_the_other_tenant_first() {
         let gate = Arc::new(Gate::new(1));
-        let a1 = Seat::new(gate.clone(), 1);
-        let a2 = Seat::new(gate.clone(), 1);
-        let b = Seat::new(gate.clone(), 2);
+        let a1 = Seat::new(gate.clone(), 1, None);
+        let a2 = Seat::new(gate.clone(), 1, None);
+        let b = Seat::new(gate.clone(), 2, None);
         a1.take_turn().await;
         // Nobody else waits: a1 goes on.
         assert!(a1.at_tick().is_none());
@@ -268,10 +345,10 @@ mod tests {
     #[tokio::test]
     async fn a_turn_handed_to_a_waiting_seat_lasts_until_it_is_taken_up() {
         let gate = Arc::new(Gate::new(1));
-        let a = Seat::new(gate.clone(), 1);
+        let a = Seat::new(gate.clone(), 1, None);
         a.take_turn().await;
         hold_long(&gate, &a);
-        let b = Seat::new(gate.clone(), 2);
+        let b = Seat::new(gate.clone(), 2, None);
         let b_wait = b.at_tick().expect("b waits");
         // a ends; the turn goes to b, whose wait is busy elsewhere for longer than a turn.
         drop(a);
@@ -284,10 +361,10 @@ mod tests {
     #[tokio::test]
     async fn a_turn_not_renewed_passes_on() {
         let gate = Arc::new(Gate::new(1));
-        let sleeper = Seat::new(gate.clone(), 1);
+        let sleeper = Seat::new(gate.clone(), 1, None);
         sleeper.take_turn().await;
         // The sleeper waits in a host call and never ticks; the other gets a turn anyway.
-        let other = Seat::new(gate.clone(), 2);
+        let other = Seat::new(gate.clone(), 2, None);
         tokio::time::timeout(Duration::from_secs(1), other.take_turn())
             .await
             .expect("the turn passed on");

@@ -1,8 +1,10 @@
 //! What tenants share, divided so that none can take it all: the cores that run guest
-//! code (a fair gate, round-robin across tenants), the instance pool (calls in flight per
-//! tenant), and memory (linear memories and tables of calls in flight, per tenant and for
-//! the host). A call that would pass a budget fails alone, naming the budget; a call that
-//! finds its tenant's calls all taken waits for one, behind its own tenant's calls only.
+//! code (a fair gate, round-robin across tenants, and a cap on each tenant's CPU: `cpu`),
+//! the instance pool (calls in flight per tenant), guest memory (linear memories and
+//! tables of calls in flight, per tenant and for the host), and the host memory their
+//! reconciles hold for what reconcilers return (`held`). A call that would pass a budget
+//! fails alone, naming the budget; a call that finds its tenant's calls all taken waits
+//! for one, behind its own tenant's calls only.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -12,11 +14,19 @@ use std::time::Instant;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 mod bucket;
+mod compiles;
+mod cpu;
 mod gate;
+mod held;
 
 pub use bucket::TokenBucket;
+pub use compiles::COMPILE_PAUSE;
+pub(crate) use compiles::Compiles;
+pub use cpu::{Millicores, default_cap as default_cpu_cap};
+use cpu::Cpu;
 use gate::Gate;
 pub(crate) use gate::Seat;
+pub use held::{HeldHit, Held, HostMemory, PARSED_PER_TEXT_BYTE, held_by_pass, hold};
 
 /// Host-wide budgets and the default share of one tenant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,6 +39,9 @@ pub struct Budgets {
     pub calls: usize,
     /// Linear memory and tables of every call in flight, host-wide, in bytes.
     pub memory_bytes: usize,
+    /// Host memory every tenant's reconciles may hold together for what reconcilers
+    /// return (outcomes, remote and external replies), in bytes ([`HostMemory`]).
+    pub held_bytes: usize,
     /// What one tenant may hold at once.
     pub tenant: TenantBudget,
 }
@@ -44,6 +57,13 @@ pub struct TenantBudget {
     /// Lines its plugins may log a second (`host.log`, stdout and stderr), with bursts of
     /// five seconds' worth; lines past it are dropped and counted.
     pub log_lines_per_second: u32,
+    /// Host memory its reconciles may hold for what reconcilers return, in bytes: each
+    /// reply is admitted against it before it is read ([`HostMemory`]).
+    pub held_bytes: usize,
+    /// The CPU its guests may burn, on average over a second ([`Millicores`]): a tenant at
+    /// its cap waits for its next share, whatever else is idle. `None`: no cap but the
+    /// fair share of the gate.
+    pub cpu: Option<Millicores>,
 }
 
 /// What a tenant uses of its share at one moment.
@@ -57,30 +77,47 @@ pub struct TenantUsage {
     pub memory_bytes: usize,
     /// Its share of guest memory, in bytes.
     pub memory_max_bytes: usize,
+    /// Host memory its reconciles hold for what reconcilers returned, in bytes.
+    pub held_bytes: usize,
+    /// Its share of that host memory, in bytes.
+    pub held_max_bytes: usize,
+    /// Milliseconds its guests had to wait since it started, held back by its CPU cap.
+    pub cpu_throttled_ms: u64,
 }
 
 impl Budgets {
     /// Budgets for a pool of `instances`: guests may run on half the cores (at least one);
-    /// guest memory is half the container's memory limit (1 GiB when there is none); a
-    /// tenant gets a quarter of the pool and of that memory.
+    /// guest memory is half the container's memory limit (1 GiB when there is none) and
+    /// the host memory reconciles hold an eighth of it (128 MiB); a tenant gets a quarter
+    /// of the pool and of each memory, and half the cores guests may use.
     pub fn for_pool(instances: u32) -> Self {
+        Self::for_pool_within(instances, container_memory_limit())
+    }
+
+    /// [`Budgets::for_pool`] in a container of `limit` bytes of memory (`None`: no limit).
+    pub fn for_pool_within(instances: u32, limit: Option<usize>) -> Self {
         let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
-        let memory_bytes = container_memory_limit().map_or(1 << 30, |limit| limit / 2);
+        let memory_bytes = limit.map_or(1 << 30, |limit| limit / 2);
+        let held_bytes = limit.map_or(128 << 20, |limit| limit / 8);
+        let running = (cores / 2).max(1);
         Budgets {
-            running: (cores / 2).max(1),
+            running,
             calls: (instances as usize).max(1),
             memory_bytes,
+            held_bytes,
             tenant: TenantBudget {
                 calls: (instances as usize / 4).max(1),
                 memory_bytes: memory_bytes / 4,
                 log_lines_per_second: 100,
+                held_bytes: held_bytes / 4,
+                cpu: Some(cpu::default_cap(running)),
             },
         }
     }
 }
 
 /// The memory limit of this process's cgroup (v2, then v1), if it has one.
-pub(crate) fn container_memory_limit() -> Option<usize> {
+pub fn container_memory_limit() -> Option<usize> {
     [
         "/sys/fs/cgroup/memory.max",
         "/sys/fs/cgroup/memory/memory.limit_in_bytes",
@@ -142,7 +179,10 @@ pub(super) struct Shared {
     pub(super) budgets: Budgets,
     calls: Arc<Semaphore>,
     memory: Counter,
+    held: Arc<held::Pool>,
     gate: Arc<Gate>,
+    /// Turns at compiling, round-robin across tenants' lanes.
+    pub(crate) compiles: Compiles,
     tenants: Mutex<HashMap<String, Weak<Tenant>>>,
     lanes: AtomicU64,
 }
@@ -153,7 +193,9 @@ impl Shared {
             budgets,
             calls: Arc::new(Semaphore::new(budgets.calls.max(1))),
             memory: Counter::new(budgets.memory_bytes),
+            held: held::Pool::new(budgets.held_bytes),
             gate: Arc::new(Gate::new(budgets.running.max(1))),
+            compiles: Compiles::default(),
             tenants: Mutex::new(HashMap::new()),
             lanes: AtomicU64::new(1),
         }
@@ -179,6 +221,8 @@ impl Shared {
                 budget.log_lines_per_second,
                 budget.log_lines_per_second.saturating_mul(5),
             )),
+            held: HostMemory::new(name, budget.held_bytes, self.held.clone()),
+            cpu: budget.cpu.map(|cap| Arc::new(Cpu::new(cap))),
         });
         tenants.insert(name.to_string(), Arc::downgrade(&tenant));
         tenant
@@ -198,6 +242,9 @@ impl Shared {
             calls,
             memory_bytes: tenant.memory.used.load(Ordering::Relaxed),
             memory_max_bytes: tenant.budget.memory_bytes,
+            held_bytes: tenant.held.held(),
+            held_max_bytes: tenant.held.max(),
+            cpu_throttled_ms: tenant.cpu.as_ref().map_or(0, |c| c.throttled_ms()),
         })
     }
 
@@ -213,9 +260,13 @@ pub(super) struct Tenant {
     budget: TenantBudget,
     calls: Arc<Semaphore>,
     memory: Counter,
-    /// Its lane at the gate.
-    lane: u64,
+    /// Its lane at the gate and in the compile queue.
+    pub(crate) lane: u64,
     logs: Mutex<TokenBucket>,
+    /// Host memory its reconciles hold for what reconcilers return.
+    pub(super) held: HostMemory,
+    /// Its CPU cap, when it has one.
+    cpu: Option<Arc<Cpu>>,
 }
 
 impl Tenant {
@@ -235,20 +286,20 @@ impl Tenant {
 }
 
 /// Bytes in use against a cap.
-struct Counter {
-    used: AtomicUsize,
-    max: usize,
+pub(super) struct Counter {
+    pub(super) used: AtomicUsize,
+    pub(super) max: usize,
 }
 
 impl Counter {
-    fn new(max: usize) -> Self {
+    pub(super) fn new(max: usize) -> Self {
         Counter {
             used: AtomicUsize::new(0),
             max,
         }
     }
 
-    fn try_add(&self, bytes: usize) -> bool {
+    pub(super) fn try_add(&self, bytes: usize) -> bool {
         self.used
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
                 used.checked_add(bytes).filter(|&n| n <= self.max)
@@ -256,7 +307,7 @@ impl Counter {
             .is_ok()
     }
 
-    fn sub(&self, bytes: usize) {
+    pub(super) fn sub(&self, bytes: usize) {
         let _ = self
             .used
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
@@ -304,7 +355,7 @@ impl Admission {
                     calls: shared.budgets.calls,
                 })?;
         // Outside a runtime (a test polling by hand) there is no clock to wait on: no gate.
-        let seat = in_runtime.then(|| Seat::new(shared.gate.clone(), tenant.map_or(0, |t| t.lane)));
+        let seat = in_runtime.then(|| seat(shared, tenant));
         if let Some(seat) = &seat
             && tokio::time::timeout_at(deadline.into(), seat.take_turn())
                 .await
@@ -345,7 +396,7 @@ impl Admission {
         };
         let host_call = shared.calls.clone().try_acquire_owned().ok()?;
         let in_runtime = tokio::runtime::Handle::try_current().is_ok();
-        let seat = in_runtime.then(|| Seat::new(shared.gate.clone(), tenant.map_or(0, |t| t.lane)));
+        let seat = in_runtime.then(|| seat(shared, tenant));
         if seat.as_ref().is_some_and(|seat| !seat.try_take()) {
             return None;
         }
@@ -389,6 +440,15 @@ impl Drop for Admission {
     }
 }
 
+/// A call's place at the gate: in its tenant's lane, under its tenant's CPU cap.
+fn seat(shared: &Shared, tenant: Option<&Arc<Tenant>>) -> Seat {
+    Seat::new(
+        shared.gate.clone(),
+        tenant.map_or(0, |t| t.lane),
+        tenant.and_then(|t| t.cpu.clone()),
+    )
+}
+
 /// A permit of `semaphore`, waited for until `deadline` (without a runtime, as long as it
 /// takes); `None` at the deadline.
 async fn acquire(
@@ -422,10 +482,13 @@ mod tests {
             running,
             calls: 64,
             memory_bytes: host_memory,
+            held_bytes: 1 << 30,
             tenant: TenantBudget {
                 calls,
                 memory_bytes: tenant_memory,
                 log_lines_per_second: 10,
+                held_bytes: 1 << 20,
+                cpu: None,
             },
         }))
     }
@@ -472,6 +535,9 @@ mod tests {
                 calls: 8,
                 memory_bytes: 10,
                 memory_max_bytes: 10,
+                held_bytes: 0,
+                held_max_bytes: 1 << 20,
+                cpu_throttled_ms: 0,
             })
         );
         assert_eq!(shared.usage("nobody"), None);
@@ -519,10 +585,13 @@ mod tests {
             running: 4,
             calls: 2,
             memory_bytes: 1 << 30,
+            held_bytes: 1 << 30,
             tenant: TenantBudget {
                 calls: 2,
                 memory_bytes: 1 << 30,
                 log_lines_per_second: 10,
+                held_bytes: 1 << 20,
+                cpu: None,
             },
         }));
         let soon = || Instant::now() + Duration::from_millis(30);
