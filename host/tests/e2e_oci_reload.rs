@@ -54,9 +54,14 @@ async fn moving_an_oci_tag_reloads_the_plugin_of_a_blueprint_resource() {
         .await
         .expect("create secret");
 
+    // The registry is on loopback: the operator lists its address for Blueprint
+    // resources' fetches, as for any of their calls.
+    let egress = inrun::egress::Egress::new(std::slice::from_ref(&registry.host), Vec::new())
+        .expect("egress list");
     let host = FleetHost::start_with(
         FleetOptions {
             resources: true,
+            tenant_egress: Some(egress),
             ..FleetHost::options()
         },
         options.clone(),

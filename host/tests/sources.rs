@@ -597,3 +597,362 @@ async fn a_hostile_registry_is_read_only_so_far_and_never_followed_elsewhere() -
     assert!(sent < 64 << 20, "the registry sent {sent} bytes");
     Ok(())
 }
+
+/// A server on 127.0.0.1 that answers each request with what `reply` makes of its path
+/// and counts the connections it accepted: the registry, storage host or token realm a
+/// Blueprint resource may point the host at.
+struct Scripted {
+    host: String,
+    connections: Arc<std::sync::atomic::AtomicUsize>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Scripted {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Scripted {
+    async fn start(
+        reply: impl Fn(&str) -> Vec<u8> + Send + Sync + 'static,
+    ) -> anyhow::Result<Self> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let host = format!("127.0.0.1:{}", listener.local_addr()?.port());
+        let connections = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let (counter, reply) = (connections.clone(), Arc::new(reply));
+        let task = tokio::spawn(async move {
+            while let Ok((mut tcp, _)) = listener.accept().await {
+                counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let reply = reply.clone();
+                tokio::spawn(async move {
+                    let mut head = Vec::new();
+                    let mut buf = [0u8; 1024];
+                    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match tcp.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => head.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    let text = String::from_utf8_lossy(&head).to_string();
+                    let path = text.split_whitespace().nth(1).unwrap_or("/").to_string();
+                    let _ = tcp.write_all(&reply(&path)).await;
+                    let _ = tcp.shutdown().await;
+                });
+            }
+        });
+        Ok(Scripted {
+            host,
+            connections,
+            task,
+        })
+    }
+
+    /// Connections accepted so far.
+    fn seen(&self) -> usize {
+        self.connections.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+/// An HTTP/1.1 reply that closes the connection.
+fn http_reply(status: &str, headers: &[(&str, &str)], body: &[u8]) -> Vec<u8> {
+    let mut head = format!(
+        "HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n",
+        body.len()
+    );
+    for (name, value) in headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head.push_str("\r\n");
+    let mut out = head.into_bytes();
+    out.extend_from_slice(body);
+    out
+}
+
+/// A Wasm OCI artifact manifest whose one layer is `layer`.
+fn wasm_manifest(layer: &[u8]) -> Vec<u8> {
+    serde_json::to_vec(&serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {"mediaType": "application/vnd.wasm.config.v0+json", "digest": sha256(b"{}"), "size": 2},
+        "layers": [{"mediaType": "application/wasm", "digest": sha256(layer), "size": layer.len()}],
+    }))
+    .expect("a manifest")
+}
+
+/// Assembles a Blueprint resource whose constructor is `location` (pinned to `digest`),
+/// as the fleet does: under `--tenant-egress` `list`, with `insecure` registries spoken
+/// over plain http. What it is refused with, as its status would say.
+async fn assemble_tenant(
+    location: &str,
+    digest: Option<&str>,
+    list: &[String],
+    insecure: &[String],
+) -> Result<(), String> {
+    use inrun::assemble::{Assembly, BuildContext, Policy, Services};
+    inrun::sources::install_tls_provider();
+    let digest = digest
+        .map(|d| format!(", digest: '{d}'"))
+        .unwrap_or_default();
+    let text = format!(
+        "apiVersion: inrun.dev/v1alpha1\nkind: Blueprint\nmetadata: {{ name: t }}\nspec:\n  crds:\n    - group: t.inrun.dev\n      version: v1\n      kind: Thing\n      reconcile:\n        default: false\n        constructor: {{ location: '{location}'{digest} }}\n        managedResources: [ {{ apiVersion: apps/v1, kind: Deployment }}, {{ apiVersion: v1, kind: Service }} ]\n"
+    );
+    let blueprint = inrun::blueprint::from_str(&text, "t.yaml").expect("blueprint");
+    let services = Services::with_sources(
+        Arc::new(StaticSecrets::new()),
+        SourceOptions {
+            insecure_registries: insecure.to_vec(),
+            extra_roots: Vec::new(),
+        },
+    )
+    .expect("services");
+    let engine = inrun::wasm::Engine::new(inrun::wasm::EngineSettings {
+        pooling: false,
+        ..Default::default()
+    })
+    .expect("engine");
+    let plugins = inrun::plugins::PluginSet::new(engine, services.sources.clone());
+    // A Blueprint resource's policy: no local files, and the operator's egress list.
+    let policy = Policy {
+        local_plugins: false,
+        capabilities: false,
+        foreign_secrets: false,
+        egress: Some(inrun::egress::Egress::new(list, Vec::new()).expect("egress list")),
+        ..Policy::default()
+    };
+    let cx = BuildContext {
+        plugins: &plugins,
+        services: &services,
+        policy: &policy,
+    };
+    Assembly::build(blueprint, cx)
+        .await
+        .map(drop)
+        .map_err(|e| e.to_string())
+}
+
+#[tokio::test]
+async fn a_plugin_source_off_the_egress_list_or_at_a_refused_address_is_never_connected_to()
+-> anyhow::Result<()> {
+    let server = Scripted::start(|_| http_reply("500 Internal Server Error", &[], b"")).await?;
+    let port = server
+        .host
+        .rsplit(':')
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    let localhost = format!("localhost:{port}");
+    let digest = sha256(b"a component");
+    let cases = [
+        // An address the list does not name (loopback: refused unless listed as an address).
+        (
+            format!("oci://{}/team/x:1", server.host),
+            None,
+            vec!["registry.example:443".to_string()],
+            "is not in the operator's egress allowlist",
+        ),
+        (
+            format!("https://{}/x.wasm", server.host),
+            Some(digest.clone()),
+            vec!["registry.example".to_string()],
+            "is not in the operator's egress allowlist",
+        ),
+        // A listed name that resolves to a refused address: refused when it is resolved,
+        // before any connection.
+        (
+            format!("oci://{localhost}/team/x:1"),
+            None,
+            vec![localhost.clone()],
+            "loopback",
+        ),
+        (
+            format!("https://{localhost}/x.wasm"),
+            Some(digest.clone()),
+            vec![localhost.clone()],
+            "loopback",
+        ),
+    ];
+    for (location, digest, list, why) in cases {
+        let insecure = [server.host.clone(), localhost.clone()];
+        let err = assemble_tenant(&location, digest.as_deref(), &list, &insecure)
+            .await
+            .expect_err("refused");
+        assert!(
+            err.contains("reconcile.constructor.location") && err.contains(why),
+            "{location}: {err}"
+        );
+        assert!(
+            err.contains("outside the egress rules"),
+            "{location}: {err}"
+        );
+        assert_eq!(server.seen(), 0, "{location} was connected to");
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_layer_is_redirected_only_to_a_host_the_egress_list_allows() -> anyhow::Result<()> {
+    let layer = webapp();
+    let storage = |bytes: Vec<u8>| {
+        Scripted::start(move |_| {
+            http_reply("200 OK", &[("Content-Type", "application/wasm")], &bytes)
+        })
+    };
+    let (allowed, elsewhere) = (storage(layer.clone()).await?, storage(layer.clone()).await?);
+    let (to_allowed, to_elsewhere) = (
+        format!("http://{}/blob", allowed.host),
+        format!("http://{}/blob", elsewhere.host),
+    );
+    let manifest = wasm_manifest(&layer);
+    let registry = Scripted::start(move |path| {
+        let to = match path.split('/').nth(2) {
+            _ if path.contains("/manifests/") => {
+                return http_reply(
+                    "200 OK",
+                    &[("Content-Type", "application/vnd.oci.image.manifest.v1+json")],
+                    &manifest,
+                );
+            }
+            Some("direct") => {
+                return http_reply("200 OK", &[("Content-Type", "application/wasm")], &layer);
+            }
+            Some("listed") => to_allowed.as_str(),
+            _ => to_elsewhere.as_str(),
+        };
+        http_reply("302 Found", &[("Location", to)], b"")
+    })
+    .await?;
+    let list = [registry.host.clone(), allowed.host.clone()];
+    let insecure = [registry.host.clone()];
+    let at = |repo: &str| format!("oci://{}/{repo}:1", registry.host);
+
+    // The listed registry serves its own layer, or hands it to a listed host.
+    assemble_tenant(&at("direct"), None, &list, &insecure)
+        .await
+        .map_err(anyhow::Error::msg)?;
+    assert_eq!(allowed.seen(), 0);
+    assemble_tenant(&at("listed"), None, &list, &insecure)
+        .await
+        .map_err(anyhow::Error::msg)?;
+    assert_eq!(allowed.seen(), 1);
+    // A redirect to a host off the list is refused: that host sees nothing.
+    let err = assemble_tenant(&at("elsewhere"), None, &list, &insecure)
+        .await
+        .expect_err("a redirect off the list");
+    assert!(
+        err.contains("a redirect is outside the egress rules"),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!(
+            "{} is not in the operator's egress allowlist",
+            elsewhere.host
+        )),
+        "{err}"
+    );
+    assert_eq!(elsewhere.seen(), 0, "the unlisted host was connected to");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_token_realm_off_the_egress_list_is_never_asked() -> anyhow::Result<()> {
+    let realm = Scripted::start(|_| {
+        http_reply(
+            "200 OK",
+            &[("Content-Type", "application/json")],
+            br#"{"token":"t"}"#,
+        )
+    })
+    .await?;
+    // Same address, another port: the realm's host is the registry's, its port is not listed.
+    let challenge = format!("Bearer realm=\"http://{}/token\",service=\"r\"", realm.host);
+    let registry = Scripted::start(move |_| {
+        http_reply(
+            "401 Unauthorized",
+            &[("WWW-Authenticate", challenge.as_str())],
+            b"",
+        )
+    })
+    .await?;
+    let location = format!("oci://{}/team/x:1", registry.host);
+    let err = assemble_tenant(
+        &location,
+        None,
+        &[registry.host.clone()],
+        &[registry.host.clone()],
+    )
+    .await
+    .expect_err("a realm off the list");
+    assert!(
+        err.contains("token realm is outside the egress rules"),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!(
+            "{} is not in the operator's egress allowlist",
+            realm.host
+        )),
+        "{err}"
+    );
+    assert_eq!(realm.seen(), 0, "the realm was asked");
+    assert!(registry.seen() > 0);
+    Ok(())
+}
+
+#[tokio::test]
+async fn no_text_a_registry_sends_reaches_the_error() -> anyhow::Result<()> {
+    let secret = "tenant-b-session=s3cr3t";
+    let registry = Scripted::start(move |path| {
+        let json = [("Content-Type", "application/json")];
+        match path.split('/').nth(2).unwrap_or_default() {
+            "page" => http_reply(
+                "500 Internal Server Error",
+                &[("Content-Type", "text/html")],
+                format!("<html>internal dashboard: {secret}</html>").as_bytes(),
+            ),
+            "envelope" => http_reply(
+                "404 Not Found",
+                &json,
+                format!(r#"{{"errors":[{{"code":"MANIFEST_UNKNOWN","message":"{secret}","detail":"{secret}"}}]}}"#).as_bytes(),
+            ),
+            "own-code" => http_reply(
+                "400 Bad Request",
+                &json,
+                format!(r#"{{"errors":[{{"code":"{secret}","message":"m"}}]}}"#).as_bytes(),
+            ),
+            "garbled" => http_reply(
+                "200 OK",
+                &[("Content-Type", "application/vnd.oci.image.manifest.v1+json")],
+                format!(r#"{{"schemaVersion":2,"layers":"{secret}"}}"#).as_bytes(),
+            ),
+            _ => http_reply(
+                "200 OK",
+                &[("Content-Type", "application/vnd.oci.image.manifest.v1+json")],
+                format!(r#"{{"schemaVersion":2,"config":{{"mediaType":"x","digest":"{d}","size":2}},"layers":[{{"mediaType":"{secret}","digest":"{d}","size":1}}]}}"#, d = sha256(b"x")).as_bytes(),
+            ),
+        }
+    })
+    .await?;
+    let list = [registry.host.clone()];
+    for (repo, said) in [
+        ("page", "500"),
+        ("envelope", "MANIFEST_UNKNOWN"),
+        ("own-code", "400"),
+        ("garbled", "not an OCI image manifest"),
+        ("media-type", "is not application/wasm"),
+    ] {
+        let location = format!("oci://{}/{repo}:1", registry.host);
+        let err = assemble_tenant(&location, None, &list, &list)
+            .await
+            .expect_err("refused");
+        assert!(
+            err.contains(said) && err.contains(&registry.host),
+            "{repo}: {err}"
+        );
+        assert!(
+            !err.contains("s3cr3t"),
+            "{repo}: the registry's text is in {err}"
+        );
+    }
+    Ok(())
+}

@@ -376,6 +376,19 @@ impl Egress {
     }
 }
 
+impl Egress {
+    /// `builder` made to resolve every name through the policy (refused addresses dropped,
+    /// a name left with none fails) and to use no proxy from the environment: for clients
+    /// built with options of their own (trusted roots, timeouts, redirects), such as plugin
+    /// fetches. A host written as an address is not resolved at all, so the caller checks
+    /// each URL it sends to, redirects included ([`Egress::check_url`]).
+    pub fn fence(&self, builder: reqwest::ClientBuilder) -> reqwest::ClientBuilder {
+        builder
+            .no_proxy()
+            .dns_resolver(Arc::new(Fenced(self.inner.clone())))
+    }
+}
+
 impl Inner {
     /// Whether the list names `ip` itself (on any port: the port is checked with the host).
     fn lists_address(&self, ip: IpAddr) -> bool {

@@ -16,8 +16,9 @@ use inrun_blueprint::{Blueprint, Problem};
 type Wanted = (Location, Option<PullSecret>, Vec<(String, Problem)>);
 
 /// Every plugin the Blueprint names, fetched and compiled into the context's slots, by the
-/// field that names it; a location that does not parse, or is not allowed, or does not
-/// load is told in `problems`.
+/// field that names it; a location that does not parse, or is not allowed (a local path
+/// where the policy forbids them, a host outside its egress rules), or does not load is
+/// told in `problems`.
 pub(super) async fn plugin_slots(
     blueprint: &Blueprint,
     cx: BuildContext<'_>,
@@ -29,7 +30,10 @@ pub(super) async fn plugin_slots(
     // every lifetime, which the fleet's spawned tasks need.
     let loads: Vec<_> = wanted
         .iter()
-        .map(|(location, pull, _)| cx.plugins.slot(location.clone(), pull.clone()))
+        .map(|(location, pull, _)| {
+            cx.plugins
+                .slot(location.clone(), pull.clone(), cx.policy.egress.as_ref())
+        })
         .collect();
     let loaded: Vec<_> = futures::stream::iter(loads)
         .buffered(parallel)

@@ -8,6 +8,7 @@ use std::time::SystemTime;
 use serde::Serialize;
 
 use super::lock;
+use crate::egress::Egress;
 use crate::sources::{Location, PullSecret};
 use inrun_wasm::{LoadError, Plugin, World};
 
@@ -64,6 +65,8 @@ pub struct SlotStatus {
 pub struct PluginSlot {
     pub(super) location: Location,
     pub(super) pull: Option<PullSecret>,
+    /// The egress rules its fetches are held to, reloads included.
+    pub(super) egress: Option<Egress>,
     current: RwLock<Plugin>,
     status: Mutex<SlotStatus>,
     expect: Mutex<Expect>,
@@ -90,6 +93,17 @@ impl PluginSlot {
         plugin: Plugin,
         version: String,
     ) -> Arc<Self> {
+        Self::fetched(location, pull, None, plugin, version)
+    }
+
+    /// The same, its reloads fetched under `egress`.
+    pub(super) fn fetched(
+        location: Location,
+        pull: Option<PullSecret>,
+        egress: Option<Egress>,
+        plugin: Plugin,
+        version: String,
+    ) -> Arc<Self> {
         let status = SlotStatus {
             location: location.to_string(),
             name: plugin.id().name.clone(),
@@ -103,6 +117,7 @@ impl PluginSlot {
         Arc::new(PluginSlot {
             location,
             pull,
+            egress,
             current: RwLock::new(plugin),
             status: Mutex::new(status),
             expect: Mutex::new(Expect::default()),

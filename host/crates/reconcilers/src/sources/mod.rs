@@ -5,8 +5,13 @@
 //! [`Sources::fetch`] downloads it (checking the digest when there is one) and
 //! [`Sources::version`] tells cheaply whether it changed. [`push`] publishes a component
 //! to a registry in the layout the pull side accepts: see `docs/plugins.md`.
+//!
+//! A tenant's fetches go where its other calls may ([`Sources::with_egress`]): a registry
+//! or https host the rules allow, dialled at the address checked for it, and a redirect
+//! or token realm only to a host they allow. No error holds text a server sent.
 
 mod dockerconfig;
+mod fence;
 mod files;
 mod https;
 mod oci;
@@ -18,6 +23,7 @@ use std::sync::Arc;
 use inrun_wasm::Module;
 use sha2::{Digest, Sha256};
 
+use crate::egress::{Egress, EgressError};
 use crate::secrets::{SecretError, Secrets};
 
 pub use dockerconfig::Credentials;
@@ -116,7 +122,39 @@ pub enum SourceError {
         #[source]
         source: Box<oci_client::errors::OciDistributionError>,
     },
-    /// The manifest is not an OCI image manifest.
+    /// Where the fetch would go (the source's host, a registry's redirect or token realm)
+    /// is outside the Blueprint's egress rules; nothing was sent there.
+    #[error("{location}: {what} is outside the egress rules")]
+    Egress {
+        /// The location.
+        location: String,
+        /// Where: `the host`, `the registry`, `a redirect`, `the registry's token realm`.
+        what: &'static str,
+        /// The rule it broke.
+        #[source]
+        source: EgressError,
+    },
+    /// The registry's manifest does not parse as an OCI image manifest.
+    #[error(
+        "{location}: the registry's manifest is not an OCI image manifest (at line {line}, column {column})"
+    )]
+    UnreadableManifest {
+        /// The location.
+        location: String,
+        /// Where parsing stopped: its line,
+        line: usize,
+        /// and column.
+        column: usize,
+    },
+    /// A digest the registry sent is not `sha256:<64 hex>`.
+    #[error("{location}: {what} is not sha256: followed by 64 lowercase hex digits")]
+    NotADigest {
+        /// The location.
+        location: String,
+        /// Which digest.
+        what: &'static str,
+    },
+    /// A manifest to push could not be written.
     #[error("{location}: the registry's manifest is not an OCI image manifest")]
     BadManifest {
         /// The location.
@@ -137,12 +175,13 @@ pub enum SourceError {
     },
     /// The layer is not `application/wasm`.
     #[error(
-        "{location}: layer media type {media_type:?} is not {WASM_LAYER_MEDIA_TYPE}; publish components with `inrun plugin push`"
+        "{location}: the layer's media type is not {WASM_LAYER_MEDIA_TYPE}; publish components with `inrun plugin push`"
     )]
     NotWasm {
         /// The location.
         location: String,
-        /// The layer's media type.
+        /// The layer's media type (the registry's text: not in the message, which may
+        /// reach status).
         media_type: String,
     },
     /// Reading the pull secret failed.
@@ -242,6 +281,8 @@ pub struct Sources {
     secrets: Arc<dyn Secrets>,
     options: Arc<SourceOptions>,
     files: Arc<files::FileDigests>,
+    /// Where fetches may go; `None`: anywhere (the operator's own Blueprint, the CLI).
+    egress: Option<Egress>,
 }
 
 impl fmt::Debug for Sources {
@@ -270,7 +311,51 @@ impl Sources {
             secrets,
             options: Arc::new(options),
             files: Arc::default(),
+            egress: None,
         })
+    }
+
+    /// The same sources held to `egress`, the rules of the Blueprint whose plugins they
+    /// fetch (the operator's `--tenant-egress` for a Blueprint resource), as its other
+    /// calls are: a registry or https host off the list, or at a refused address, is never
+    /// connected to, and neither is a redirect or token realm the list does not allow.
+    /// `None`: anywhere.
+    #[must_use]
+    pub fn with_egress(&self, egress: Option<Egress>) -> Self {
+        Sources {
+            egress,
+            ..self.clone()
+        }
+    }
+
+    /// Whether `location`'s host and port are within the egress rules, judged on the URL
+    /// the fetch would connect to, before anything is resolved or sent. A fetch checks
+    /// again, on what the host resolves to.
+    ///
+    /// # Errors
+    /// [`SourceError::Egress`] naming the rule; [`SourceError::Location`] for a registry
+    /// that is not a host.
+    pub fn allowed(&self, location: &Location) -> Result<(), SourceError> {
+        let Some(egress) = &self.egress else {
+            return Ok(());
+        };
+        let shown = location.to_string();
+        let (url, what) = match location {
+            Location::File(_) => return Ok(()),
+            Location::Https { url, .. } => (url.clone(), "the host"),
+            Location::Oci { reference, .. } => (
+                oci::registry_url(&self.options, &shown, reference)?.to_string(),
+                "the registry",
+            ),
+        };
+        egress
+            .check_url(&url)
+            .map(drop)
+            .map_err(|source| SourceError::Egress {
+                location: shown,
+                what,
+                source,
+            })
     }
 
     /// The same sources reading pull secrets through `secrets` (a tenant's identity).
@@ -324,7 +409,7 @@ impl Sources {
                 Ok(Fetched { module, version })
             }
             Location::Https { url, digest } => {
-                let module = Module::new(https::download(&self.http, url).await?);
+                let module = Module::new(self.download(url).await?);
                 let version = module.digest_ref();
                 if &version != digest {
                     return Err(SourceError::DigestMismatch {
@@ -337,7 +422,25 @@ impl Sources {
             }
             Location::Oci { reference, digest } => {
                 let auth = self.auth(location, reference, access).await?;
-                oci::pull(&self.options, location, reference, digest.as_deref(), &auth).await
+                let asked = oci::Pull {
+                    location,
+                    reference,
+                    auth: &auth,
+                    egress: self.egress.as_ref(),
+                };
+                oci::pull(&self.options, asked, digest.as_deref()).await
+            }
+        }
+    }
+
+    /// An `https://` location's bytes: through the shared client, or under egress rules
+    /// through one that dials the host at the address checked for it.
+    async fn download(&self, url: &str) -> Result<Vec<u8>, SourceError> {
+        match &self.egress {
+            None => https::download(&self.http, url.to_string(), url).await,
+            Some(egress) => {
+                let (client, parsed) = https::fenced(&self.options, egress, url).await?;
+                https::download(&client, parsed, url).await
             }
         }
     }
@@ -360,7 +463,13 @@ impl Sources {
             Location::File(path) => self.files.version(path).await,
             Location::Oci { reference, .. } => {
                 let auth = self.auth(location, reference, Access::Secret(pull)).await?;
-                oci::manifest_digest(&self.options, location, reference, &auth).await
+                let asked = oci::Pull {
+                    location,
+                    reference,
+                    auth: &auth,
+                    egress: self.egress.as_ref(),
+                };
+                oci::manifest_digest(&self.options, asked).await
             }
             // Pinned, handled above.
             Location::Https { digest, .. } => Ok(digest.clone()),

@@ -14,8 +14,11 @@ use serde_json::json;
 
 use super::dockerconfig::Credentials;
 use super::https::CONNECT_TIMEOUT;
-use super::registry::{self, Layer, Registry};
-use super::{Fetched, Location, MAX_MODULE_SIZE, PullSecret, SourceError, SourceOptions, sha256};
+use super::registry::{self, Failure, Layer, Registry};
+use super::{
+    Fetched, Location, MAX_MODULE_SIZE, PullSecret, SourceError, SourceOptions, fence, sha256,
+};
+use crate::egress::Egress;
 use inrun_blueprint::location::{LocationError, check_digest};
 use inrun_wasm::Module;
 
@@ -102,7 +105,28 @@ fn client(options: &SourceOptions, location: &str) -> Result<Client, SourceError
     })
 }
 
-fn registry_error(
+/// What a failed registry request becomes, for a pull: an egress refusal, or as
+/// [`oci_error`].
+fn pull_error(
+    action: &'static str,
+    location: &str,
+    reference: &str,
+    auth: &Auth,
+) -> impl FnOnce(Failure) -> SourceError {
+    let oci = oci_error(action, location, reference, auth);
+    let location = location.to_string();
+    move |failure| match failure {
+        Failure::Registry(source) => oci(source),
+        Failure::Egress { what, source } => SourceError::Egress {
+            location,
+            what,
+            source,
+        },
+    }
+}
+
+/// What a registry's error becomes: a refusal of the credentials, or a failed `action`.
+fn oci_error(
     action: &'static str,
     location: &str,
     reference: &str,
@@ -186,16 +210,49 @@ async fn in_time<T>(
         })
 }
 
+/// The URL the registry of `reference` is spoken to at ([`registry::base_url`]).
+pub(super) fn registry_url(
+    options: &SourceOptions,
+    shown: &str,
+    reference: &str,
+) -> Result<reqwest::Url, SourceError> {
+    let target = target(shown, reference)?;
+    registry::base_url(options, &target).ok_or_else(|| {
+        LocationError::BadLocation {
+            location: shown.to_string(),
+            reason: "names a registry that is not a host".into(),
+        }
+        .into()
+    })
+}
+
 /// A reader of `reference`'s repository, and what to ask it for: the tag when there is one
-/// (a pin is compared with what it names), else the digest.
-fn open(
+/// (a pin is compared with what it names), else the digest. Under `egress`, the registry
+/// is checked and resolved here, once, before anything is sent.
+async fn open(
     options: &SourceOptions,
     shown: &str,
     reference: &str,
     auth: &Auth,
+    egress: Option<&Egress>,
 ) -> Result<(Registry, String), SourceError> {
     let target = target(shown, reference)?;
-    let registry = Registry::new(options, &target, &auth.auth)?;
+    let base = registry_url(options, shown, reference)?;
+    let pinned = match egress {
+        Some(egress) => {
+            Some(
+                fence::pin(egress, &base)
+                    .await
+                    .map_err(|source| SourceError::Egress {
+                        location: shown.to_string(),
+                        what: "the registry",
+                        source,
+                    })?,
+            )
+        }
+        None => None,
+    };
+    let registry = Registry::new(options, (base, pinned), &target, &auth.auth, egress)?;
     let asked = target
         .digest()
         .or(target.tag())
@@ -204,23 +261,39 @@ fn open(
     Ok((registry, asked))
 }
 
+/// What one pull or version check is asked for and under which rules.
+pub(super) struct Pull<'a> {
+    /// The location, as written.
+    pub location: &'a Location,
+    /// Its OCI reference.
+    pub reference: &'a str,
+    /// How to sign in.
+    pub auth: &'a Auth,
+    /// The Blueprint's egress rules; `None`: the operator's own, unrestricted.
+    pub egress: Option<&'a Egress>,
+}
+
 /// Pulls the manifest and its one `application/wasm` layer, checking the manifest against
 /// `pin` and the layer against the manifest; every reply read only so far
 /// ([`registry`]).
 pub(super) async fn pull(
     options: &SourceOptions,
-    location: &Location,
-    reference: &str,
+    asked: Pull<'_>,
     pin: Option<&str>,
-    auth: &Auth,
 ) -> Result<Fetched, SourceError> {
+    let Pull {
+        location,
+        reference,
+        auth,
+        egress,
+    } = asked;
     let shown = location.to_string();
     in_time(&shown, async {
-        let (mut registry, asked) = open(options, &shown, reference, auth)?;
+        let (mut registry, asked) = open(options, &shown, reference, auth, egress).await?;
         let body = registry
             .manifest(&asked, &manifest_accept())
             .await
-            .map_err(registry_error(
+            .map_err(pull_error(
                 "pulling the manifest of",
                 &shown,
                 reference,
@@ -236,13 +309,16 @@ pub(super) async fn pull(
                 actual: version,
             });
         }
+        // The parser's error is not kept: it quotes what it did not expect, and that is the
+        // registry's text.
         let manifest: OciImageManifest =
-            serde_json::from_slice(&body).map_err(|source| SourceError::BadManifest {
+            serde_json::from_slice(&body).map_err(|e| SourceError::UnreadableManifest {
                 location: shown.clone(),
-                source,
+                line: e.line(),
+                column: e.column(),
             })?;
         let layer = wasm_layer(&shown, &manifest)?;
-        let bytes = match registry.layer(&layer.digest).await.map_err(registry_error(
+        let bytes = match registry.layer(&layer.digest).await.map_err(pull_error(
             "pulling the layer of",
             &shown,
             reference,
@@ -293,7 +369,10 @@ fn wasm_layer<'m>(
             limit: MAX_MODULE_SIZE,
         });
     }
-    check_digest(&layer.digest)?;
+    check_digest(&layer.digest).map_err(|_| SourceError::NotADigest {
+        location: location.to_string(),
+        what: "the manifest's layer digest",
+    })?;
     Ok(layer)
 }
 
@@ -301,23 +380,30 @@ fn wasm_layer<'m>(
 /// the registry does not say).
 pub(super) async fn manifest_digest(
     options: &SourceOptions,
-    location: &Location,
-    reference: &str,
-    auth: &Auth,
+    asked: Pull<'_>,
 ) -> Result<String, SourceError> {
+    let Pull {
+        location,
+        reference,
+        auth,
+        egress,
+    } = asked;
     let shown = location.to_string();
     in_time(&shown, async {
-        let (mut registry, asked) = open(options, &shown, reference, auth)?;
+        let (mut registry, asked) = open(options, &shown, reference, auth, egress).await?;
         let digest = registry
             .manifest_digest(&asked, &manifest_accept())
             .await
-            .map_err(registry_error(
+            .map_err(pull_error(
                 "asking for the manifest digest of",
                 &shown,
                 reference,
                 auth,
             ))?;
-        check_digest(&digest)?;
+        check_digest(&digest).map_err(|_| SourceError::NotADigest {
+            location: shown.clone(),
+            what: "the registry's manifest digest",
+        })?;
         Ok(digest)
     })
     .await
@@ -362,7 +448,7 @@ pub async fn push(
     let auth = Auth::given(credentials);
     let client = client(&options, &shown)?;
     let target = parse_reference(&shown, reference)?;
-    let failed = |action| registry_error(action, &shown, reference, &auth);
+    let failed = |action| oci_error(action, &shown, reference, &auth);
     let artifact = Artifact::of(component, meta, &shown)?;
 
     client
@@ -503,9 +589,11 @@ mod tests {
         };
         let err = wasm_layer("oci://r.example.com/a:1", &m).expect_err("tar layer");
         assert!(
-            err.to_string()
-                .contains("application/vnd.oci.image.layer.v1.tar")
+            matches!(&err, SourceError::NotWasm { media_type, .. } if media_type == "application/vnd.oci.image.layer.v1.tar"),
+            "{err:?}"
         );
+        // The registry's text is kept for the caller, never put in the message.
+        assert!(!err.to_string().contains("tar"), "{err}");
         m.layers = vec![descriptor(WASM_LAYER_MEDIA_TYPE, &d, 1); 2];
         assert!(matches!(
             wasm_layer("x", &m),
@@ -520,6 +608,13 @@ mod tests {
             wasm_layer("x", &m),
             Err(SourceError::TooLarge { .. })
         ));
+        m.layers = vec![descriptor(
+            WASM_LAYER_MEDIA_TYPE,
+            "sha256:a registry's page",
+            1,
+        )];
+        let err = wasm_layer("x", &m).expect_err("not a digest");
+        assert!(!err.to_string().contains("page"), "{err}");
         m.layers = vec![descriptor(WASM_LAYER_MEDIA_TYPE, &d, 1)];
         assert!(wasm_layer("x", &m).is_ok());
     }
