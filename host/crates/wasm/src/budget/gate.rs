@@ -114,9 +114,35 @@ pub(crate) struct Seat {
     id: u64,
     lane: u64,
     notify: Arc<Notify>,
-    /// Its tenant's CPU cap, and since when the stretch it runs now was last charged
-    /// (`None` while it waits).
-    cpu: Option<(Arc<Cpu>, Arc<Mutex<Option<Instant>>>)>,
+    /// Its tenant's CPU cap, when it has one.
+    cpu: Option<Meter>,
+}
+
+/// A seat's side of its tenant's CPU cap: the cap, and since when the stretch it runs now
+/// was last charged (`None` while it waits).
+#[derive(Clone)]
+struct Meter {
+    cpu: Arc<Cpu>,
+    since: Arc<Mutex<Option<Instant>>>,
+}
+
+impl Meter {
+    /// Charges the stretch run since the last charge; how long the tenant must now wait,
+    /// when it is past its share.
+    fn charge(&self, now: Instant) -> Option<Duration> {
+        let since = self.since.lock().unwrap_or_else(|p| p.into_inner()).take();
+        match since {
+            Some(since) => self
+                .cpu
+                .charge(now.saturating_duration_since(since).min(STRETCH_MAX), now),
+            None => self.cpu.wait(now),
+        }
+    }
+
+    /// The seat runs from `now` on: its next stretch is charged from here.
+    fn running(&self, now: Instant) {
+        *self.since.lock().unwrap_or_else(|p| p.into_inner()) = Some(now);
+    }
 }
 
 impl Seat {
@@ -127,25 +153,23 @@ impl Seat {
             id,
             lane,
             notify: Arc::new(Notify::new()),
-            cpu: cpu.map(|cpu| (cpu, Arc::default())),
+            cpu: cpu.map(|cpu| Meter {
+                cpu,
+                since: Arc::default(),
+            }),
         }
     }
 
     /// Charges the stretch run since the last charge to the tenant's CPU cap; how long
     /// the tenant must now wait, when it is past its share.
     fn charge(&self, now: Instant) -> Option<Duration> {
-        let (cpu, clock) = self.cpu.as_ref()?;
-        let since = clock.lock().unwrap_or_else(|p| p.into_inner()).take();
-        match since {
-            Some(since) => cpu.charge(now.saturating_duration_since(since).min(STRETCH_MAX), now),
-            None => cpu.wait(now),
-        }
+        self.cpu.as_ref()?.charge(now)
     }
 
     /// The seat runs from `now` on: its next stretch is charged from here.
     fn running(&self, now: Instant) {
-        if let Some((_, clock)) = &self.cpu {
-            *clock.lock().unwrap_or_else(|p| p.into_inner()) = Some(now);
+        if let Some(meter) = &self.cpu {
+            meter.running(now);
         }
     }
 
@@ -242,7 +266,7 @@ struct Waiter {
     seat: u64,
     lane: u64,
     notify: Arc<Notify>,
-    cpu: Option<(Arc<Cpu>, Arc<Mutex<Option<Instant>>>)>,
+    cpu: Option<Meter>,
 }
 
 /// Waits until the seat holds a turn, and takes it up; first, while its tenant is past
@@ -252,10 +276,10 @@ struct Waiter {
 async fn wait_turn(w: Waiter, mut owed: Option<Duration>) {
     while let Some(pause) = owed {
         tokio::time::sleep(pause).await;
-        if let Some((cpu, _)) = &w.cpu {
-            cpu.throttled(pause);
+        if let Some(meter) = &w.cpu {
+            meter.cpu.throttled(pause);
             // Other calls of the tenant may have run meanwhile.
-            owed = cpu.wait(Instant::now());
+            owed = meter.cpu.wait(Instant::now());
         } else {
             owed = None;
         }
@@ -266,8 +290,8 @@ async fn wait_turn(w: Waiter, mut owed: Option<Duration>) {
         let mut state = w.gate.lock();
         state.hand_out(w.gate.slots, now);
         if state.take_up(w.seat, now) {
-            if let Some((_, clock)) = &w.cpu {
-                *clock.lock().unwrap_or_else(|p| p.into_inner()) = Some(now);
+            if let Some(meter) = &w.cpu {
+                meter.running(now);
             }
             return;
         }
@@ -356,6 +380,29 @@ mod tests {
         tokio::time::timeout(Duration::from_secs(1), b_wait)
             .await
             .expect("b still gets its turn");
+    }
+
+    #[tokio::test]
+    async fn a_tenant_past_its_cpu_cap_gives_its_turn_up_until_its_share_refills() {
+        let gate = Arc::new(Gate::new(1));
+        // A cap of a thousandth of a core: a millisecond at once, then one a second.
+        let cpu = Arc::new(Cpu::new(super::super::Millicores::new(1)));
+        let a = Seat::new(gate.clone(), 1, Some(cpu.clone()));
+        a.take_turn().await;
+        hold_long(&gate, &a);
+        // Its guest ran 2 ms since its turn began (as far as the clock is concerned).
+        if let Some(meter) = &a.cpu {
+            *meter.since.lock().unwrap() = Some(Instant::now() - Duration::from_millis(2));
+        }
+        let waits = a.at_tick().expect("past its share: it waits");
+        // The only slot is free at once for another tenant, though nobody else waited.
+        let b = Seat::new(gate.clone(), 2, None);
+        assert!(b.try_take(), "a gave its turn up");
+        drop(b);
+        // A's wait lasts until its share has refilled: about a second.
+        let early = tokio::time::timeout(Duration::from_millis(200), waits).await;
+        assert!(early.is_err(), "a waited for its share");
+        assert!(cpu.wait(Instant::now()).is_some());
     }
 
     #[tokio::test]
