@@ -708,7 +708,8 @@ async fn deletion_waits_while_foreign_instances_of_a_managed_crd_exist() -> Test
           - {{apiVersion: {gadgets_group}/v1, kind: Gadget}}
 "#
     );
-    let host = Host::start(&blueprint(&group, "Platform", "{}", &blueprint_crd)).await;
+    let platform_blueprint = blueprint(&group, "Platform", "{}", &blueprint_crd);
+    let host = Host::start(&platform_blueprint).await;
     let ns = ControlPlane::shared().namespace("safeguard").await?;
     let ar = resource(&group, "Platform");
     served(&ar).await;
@@ -766,9 +767,19 @@ async fn deletion_waits_while_foreign_instances_of_a_managed_crd_exist() -> Test
     );
     assert!(get(&gadgets, Some(&ns), "base-own").await.is_some());
     // `inrun trace` shows the held deletion: the CR's whole message, and under the CRD the
-    // foreign instance holding it (not the CR's own Gadget).
+    // foreign instance holding it (not the CR's own Gadget). The CRD, cluster-scoped, has
+    // no ownerReference: it is a child because the Blueprint manages CRDs.
     let target = format!("platform.{group}/base");
-    let text = trace(&[&target, "-n", &ns]);
+    let dir = tempfile::tempdir()?;
+    let file = dir.path().join("blueprint.yaml");
+    std::fs::write(&file, &platform_blueprint)?;
+    let file = file.display().to_string();
+    let without = trace(&[&target, "-n", &ns]);
+    assert!(
+        !without.contains("CustomResourceDefinition") && without.contains("give --blueprint"),
+        "{without}"
+    );
+    let text = trace(&[&target, "-n", &ns, "--blueprint", &file]);
     assert!(text.contains(&blocked.1), "the message, uncut:\n{text}");
     assert!(
         text.contains(&format!("└─ holds the deletion: Gadget {elsewhere}/theirs")),
@@ -776,7 +787,7 @@ async fn deletion_waits_while_foreign_instances_of_a_managed_crd_exist() -> Test
     );
     assert!(!text.contains(&format!("Gadget {ns}/base-own")), "{text}");
     let json: serde_json::Value =
-        serde_json::from_str(&trace(&[&target, "-n", &ns, "-o", "json"]))?;
+        serde_json::from_str(&trace(&[&target, "-n", &ns, "-o", "json", "-b", &file]))?;
     assert_eq!(json["cr"]["status"], "DeletionBlocked", "{json}");
     let kinds: Vec<&str> = json["children"]
         .as_array()

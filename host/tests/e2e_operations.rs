@@ -12,6 +12,7 @@ use std::sync::Arc;
 use inrun::assemble::Assembly;
 use inrun::generate::rbac::{self, RbacOptions};
 use inrun::runtime::{RunError, RunOptions};
+use inrun::server::ConsoleAccess;
 use inrun::wasm::{Engine, EngineSettings};
 use inrun_testenv::{ControlPlane, TestResult};
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
@@ -204,11 +205,13 @@ async fn the_host_runs_on_exactly_the_generated_rbac_and_refuses_a_blueprint_nee
     Ok(())
 }
 
-/// GETs `path` from the router without a socket: (status, body).
+/// GETs `path` from the router without a socket, as a client of `127.0.0.1` (the Host the
+/// console answers to): (status, body).
 async fn call(router: &axum::Router, path: &str) -> (u16, String) {
     use tower::ServiceExt;
     let request = axum::http::Request::builder()
         .uri(path)
+        .header("host", "127.0.0.1")
         .body(axum::body::Body::empty())
         .expect("request");
     let response = router.clone().oneshot(request).await.expect("infallible");
@@ -234,7 +237,7 @@ async fn metrics_move_with_reconciles_and_blueprint_matches_the_loaded_file() ->
     let host = start(&text, generated(&text).await, true).await;
     let state = inrun::server::State::new(host.assembly.clone(), host.metrics.clone());
     let router = inrun::server::probes(state.clone(), true);
-    let console = inrun::server::console(state.clone());
+    let console = inrun::server::console(state.clone(), ConsoleAccess::loopback());
     let controller = format!("webapps.{group}");
 
     // The health port answers probes and scrapes, and shows nothing of the tenants: their
@@ -404,7 +407,7 @@ async fn the_console_shows_crds_and_kinds_in_chromium() -> TestResult {
     let host = start(&text, generated(&text).await, true).await;
     let state = inrun::server::State::new(host.assembly.clone(), host.metrics.clone());
     let (stop_tx, stop_rx) = watch::channel(false);
-    let routes = inrun::server::console(state);
+    let routes = inrun::server::console(state, ConsoleAccess::loopback());
     let (addr, server) = inrun::server::bind(([127, 0, 0, 1], 0).into(), routes, stop_rx).await?;
     // A CR whose Deployment never rolls out here (no controller manager) beside a Service
     // that is current: the CR's page draws both under it.
@@ -594,6 +597,71 @@ async fn the_console_shows_crds_and_kinds_in_chromium() -> TestResult {
     let _ = stop_tx.send(true);
     server.await??;
     host.stop().await;
+    Ok(())
+}
+
+/// The DOM headless Chromium builds for `page`, after its scripts ran.
+async fn chromium_dom(page: &str) -> String {
+    let profile = tempfile::tempdir().expect("profile");
+    let output = tokio::process::Command::new("chromium")
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-dev-shm-usage",
+            "--virtual-time-budget=3000",
+            "--dump-dom",
+        ])
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .arg(page)
+        .kill_on_drop(true)
+        .output()
+        .await
+        .unwrap_or_else(|e| panic!("running chromium (tests/services/install-chromium.sh): {e}"));
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// No cluster: a console with a token, over a Blueprint assembled offline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_asks_for_its_token_and_sends_it_in_chromium() -> TestResult {
+    let token = "console-token-for-the-browser-0123";
+    let text = "apiVersion: inrun.dev/v1alpha1\nkind: Blueprint\nmetadata: {name: locked}\nspec:\n  crds:\n    - group: token.inrun.dev\n      version: v1alpha1\n      kind: Note\n      reconcile:\n        onReconcile: [{apiVersion: v1, kind: ConfigMap, metadata: {name: x}}]\n        managedResources: [{apiVersion: v1, kind: ConfigMap}]\n";
+    let blueprint = inrun::blueprint::from_str(text, "locked.yaml")?;
+    let engine = Engine::new(EngineSettings::default())?;
+    let assembly = Arc::new(Assembly::from_blueprint(blueprint, &engine).await?);
+    let state = inrun::server::State::new(assembly, Arc::new(inrun::metrics::Metrics::default()));
+    let access = ConsoleAccess::new([127, 0, 0, 1].into(), &[], Some(token.to_string()))?;
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let routes = inrun::server::console(state, access);
+    let (addr, server) = inrun::server::bind(([127, 0, 0, 1], 0).into(), routes, stop_rx).await?;
+    let row = "<td>notes.token.inrun.dev</td><td>Note</td>";
+
+    // Without the token the page loads, shows nothing it read, and asks for it.
+    let asked = chromium_dom(&format!("http://{addr}/")).await;
+    assert!(!asked.contains(row), "{asked}");
+    assert!(
+        asked.contains("<form id=\"login\">"),
+        "the token form: {asked}"
+    );
+    assert!(asked.contains("waiting for the console's token"), "{asked}");
+    // A wrong one is refused and said so.
+    let wrong = chromium_dom(&format!("http://{addr}/#token=not-the-console-token")).await;
+    assert!(!wrong.contains(row), "{wrong}");
+    assert!(wrong.contains("that token was refused"), "{wrong}");
+    // With it (in a link's fragment, which never reaches the server) the page reads
+    // everything.
+    let opened = chromium_dom(&format!("http://{addr}/#token={token}")).await;
+    assert!(
+        opened.contains(row),
+        "the CRD, read with the token: {opened}"
+    );
+    assert!(
+        opened.contains("<form id=\"login\" hidden=\"\">"),
+        "{opened}"
+    );
+    let _ = stop_tx.send(true);
+    server.await??;
     Ok(())
 }
 

@@ -3,6 +3,13 @@
 //! label the host puts on each) with its state by the rules the pass itself reads
 //! (`Current`, `InProgress`, `Failed`), the foreign instances that hold a deletion, and a
 //! package CR's identity. Messages are never cut.
+//!
+//! What it prints comes from objects others write (a CR's author, a plugin, whoever may
+//! label an object), so it is judged, not trusted: control characters are printed escaped
+//! (an ANSI sequence in a message never reaches the terminal), and the owner label alone,
+//! which anyone who may write an object can set, does not make a child — the object must
+//! also name the CR in an ownerReference, or be of a kind (and in a namespace) the CR's
+//! Blueprint manages.
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -10,6 +17,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use futures::StreamExt;
+use inrun::blueprint::{Blueprint, ManagedResource};
 use inrun::pass::readiness::{self, State};
 use kube::api::{Api, DynamicObject, ListParams};
 use kube::discovery::{ApiCapabilities, ApiResource, Discovery, Scope, verbs};
@@ -35,6 +43,12 @@ pub struct TraceArgs {
     /// `text` (the tree), `wide` (with API versions and generations) or `json`.
     #[arg(long, short = 'o', default_value = "text")]
     output: Output,
+    /// The Blueprint that serves the CR (file or directory): which kinds, in which
+    /// namespaces, its CRD manages. Default: the cluster's `Blueprint` resource serving
+    /// the CRD, if any; without either, only children naming the CR in an ownerReference
+    /// are shown.
+    #[arg(long, short = 'b')]
+    blueprint: Option<PathBuf>,
     /// The kubeconfig file (default: `$KUBECONFIG`, then `~/.kube/config`, then in-cluster).
     #[arg(long)]
     kubeconfig: Option<PathBuf>,
@@ -90,6 +104,25 @@ pub struct Tree {
     /// kinds, if any, are missing from the tree.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub unlisted: Vec<String>,
+    /// Objects carrying the CR's owner label that are not shown: no ownerReference names
+    /// the CR, and no Blueprint known here manages their kind where they are.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub left_out: usize,
+    /// Where the CRD's managed kinds were read (a file, `Blueprint/<name>`); `None` when
+    /// they were not known, so only ownerReferences made children.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub managed_from: Option<String>,
+}
+
+/// For `skip_serializing_if`, which passes a reference.
+fn is_zero(n: &usize) -> bool {
+    *n == 0
+}
+
+/// The kinds the CR's CRD manages, and where that was read.
+struct Managed {
+    from: String,
+    kinds: Vec<ManagedResource>,
 }
 
 /// Reads the CR and its children from the cluster and prints the tree.
@@ -149,33 +182,10 @@ async fn read(args: &TraceArgs) -> anyhow::Result<Tree> {
         .and_then(Value::as_str)
         .unwrap_or_default()
         .to_string();
-    let selector = format!("{OWNER_UID}={uid}");
-    let lists = futures::stream::iter(listable.iter().filter(|(a, _)| !is_event(a)))
-        .map(|(a, _)| {
-            let api: Api<DynamicObject> = Api::all_with(client.clone(), a);
-            let params = ListParams::default().labels(&selector);
-            async move { (a, api.list(&params).await) }
-        })
-        .buffer_unordered(LISTS_AT_ONCE)
-        .collect::<Vec<_>>()
-        .await;
-    let mut children = Vec::new();
-    let mut unlisted = BTreeSet::new();
-    for (a, listed) in lists {
-        match listed {
-            Ok(list) => {
-                for item in list.items {
-                    let mut value = serde_json::to_value(&item)?;
-                    value["apiVersion"] = Value::String(a.api_version.clone());
-                    value["kind"] = Value::String(a.kind.clone());
-                    children.push(value);
-                }
-            }
-            Err(_) => {
-                unlisted.insert(kind_name(a));
-            }
-        }
-    }
+    let managed = managed_kinds(args, &client, &listable, &ar).await?;
+    let (labelled, unlisted) = labelled(&client, &listable, &uid).await?;
+    let (children, left_out) =
+        children_of(&cr, labelled, managed.as_ref().map(|m| m.kinds.as_slice()));
     let deleting = cr.pointer("/metadata/deletionTimestamp").is_some();
     let mut nodes = Vec::new();
     for child in &children {
@@ -190,7 +200,184 @@ async fn read(args: &TraceArgs) -> anyhow::Result<Tree> {
         cr: cr_node(&cr),
         children: nodes,
         unlisted: unlisted.into_iter().collect(),
+        left_out,
+        managed_from: managed.map(|m| m.from),
     })
+}
+
+/// Every object carrying the owner label `inrun.dev/owner-uid=<uid>`, of every listable
+/// kind (each with its `apiVersion` and `kind` set), and the kinds that could not be
+/// listed.
+async fn labelled(
+    client: &kube::Client,
+    listable: &[(ApiResource, ApiCapabilities)],
+    uid: &str,
+) -> anyhow::Result<(Vec<Value>, BTreeSet<String>)> {
+    let selector = format!("{OWNER_UID}={uid}");
+    let lists = futures::stream::iter(listable.iter().filter(|(a, _)| !is_event(a)))
+        .map(|(a, _)| {
+            let api: Api<DynamicObject> = Api::all_with(client.clone(), a);
+            let params = ListParams::default().labels(&selector);
+            async move { (a, api.list(&params).await) }
+        })
+        .buffer_unordered(LISTS_AT_ONCE)
+        .collect::<Vec<_>>()
+        .await;
+    let mut objects = Vec::new();
+    let mut unlisted = BTreeSet::new();
+    for (a, listed) in lists {
+        match listed {
+            Ok(list) => {
+                for item in list.items {
+                    let mut value = serde_json::to_value(&item)?;
+                    value["apiVersion"] = Value::String(a.api_version.clone());
+                    value["kind"] = Value::String(a.kind.clone());
+                    objects.push(value);
+                }
+            }
+            Err(_) => {
+                unlisted.insert(kind_name(a));
+            }
+        }
+    }
+    Ok((objects, unlisted))
+}
+
+/// The CR's children among the objects carrying its owner label, and how many were left
+/// out. The label alone proves nothing (whoever may write an object may set it), so a
+/// child must also name the CR in an ownerReference (in the CR's namespace, where the
+/// API server lets one point; anywhere for a cluster-scoped CR), or be of a kind, in a
+/// namespace, that `managed` (the CR's CRD's `managedResources`) allows.
+fn children_of(
+    cr: &Value,
+    labelled: Vec<Value>,
+    managed: Option<&[ManagedResource]>,
+) -> (Vec<Value>, usize) {
+    let uid = cr.pointer("/metadata/uid").and_then(Value::as_str);
+    let cr_namespace = text(cr, "/metadata/namespace");
+    let owned = |o: &Value| {
+        let namespace = text(o, "/metadata/namespace");
+        let here = cr_namespace.is_none() || namespace == cr_namespace;
+        here && o
+            .pointer("/metadata/ownerReferences")
+            .and_then(Value::as_array)
+            .is_some_and(|refs| {
+                refs.iter()
+                    .any(|r| r["uid"].as_str() == uid && uid.is_some())
+            })
+    };
+    let allowed = |o: &Value| {
+        let (api_version, kind) = (text(o, "/apiVersion"), text(o, "/kind"));
+        let group = |v: &str| v.rsplit_once('/').map_or("", |(g, _)| g).to_string();
+        let namespace = text(o, "/metadata/namespace");
+        managed.unwrap_or_default().iter().any(|m| {
+            Some(&m.kind) == kind.as_ref()
+                && api_version.as_deref().map(group) == Some(group(&m.api_version))
+                && m.allows(
+                    &m.api_version,
+                    &m.kind,
+                    namespace.as_deref(),
+                    cr_namespace.as_deref().unwrap_or_default(),
+                )
+        })
+    };
+    let total = labelled.len();
+    let children: Vec<Value> = labelled
+        .into_iter()
+        .filter(|o| owned(o) || allowed(o))
+        .collect();
+    let left_out = total - children.len();
+    (children, left_out)
+}
+
+/// The kinds the CRD of `cr` manages: from `--blueprint`, else from the `Blueprint`
+/// resource whose status says it serves the CRD (written by the host, and only for the
+/// spec it accepted: another tenant's Blueprint naming the same kind is refused, so it is
+/// never read here); `None` when neither is found.
+///
+/// # Errors
+/// `--blueprint` cannot be read, or does not declare the CR's kind.
+async fn managed_kinds(
+    args: &TraceArgs,
+    client: &kube::Client,
+    listable: &[(ApiResource, ApiCapabilities)],
+    cr: &ApiResource,
+) -> anyhow::Result<Option<Managed>> {
+    if let Some(path) = &args.blueprint {
+        let blueprint = inrun::blueprint::load(path)
+            .with_context(|| format!("reading --blueprint {}", path.display()))?;
+        let kinds = declared(&blueprint, &cr.group, &cr.kind)
+            .with_context(|| format!("{} declares no {}", path.display(), kind_name(cr)))?;
+        return Ok(Some(Managed {
+            from: path.display().to_string(),
+            kinds,
+        }));
+    }
+    let Some((resource, _)) = listable
+        .iter()
+        .find(|(a, _)| a.group == "inrun.dev" && a.kind == "Blueprint")
+    else {
+        return Ok(None);
+    };
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), resource);
+    let Ok(list) = api.list(&ListParams::default()).await else {
+        return Ok(None);
+    };
+    let crd = kind_name(cr);
+    for item in list.items {
+        let value = serde_json::to_value(&item)?;
+        let name = item.metadata.name.clone().unwrap_or_default();
+        if !serves(&value, &crd) {
+            continue;
+        }
+        let doc = serde_json::json!({
+            "apiVersion": "inrun.dev/v1alpha1",
+            "kind": "Blueprint",
+            "metadata": {"name": name},
+            "spec": value.get("spec").cloned().unwrap_or_default(),
+        });
+        let from = format!("Blueprint/{name}");
+        let Ok(blueprint) = inrun::blueprint::from_str(&doc.to_string(), &from) else {
+            continue;
+        };
+        if let Some(kinds) = declared(&blueprint, &cr.group, &cr.kind) {
+            return Ok(Some(Managed { from, kinds }));
+        }
+    }
+    Ok(None)
+}
+
+/// Whether a `Blueprint` resource's status says the host serves `crd` from its current
+/// spec: `Accepted` True, for this generation, `crd` among `status.crds`.
+fn serves(blueprint: &Value, crd: &str) -> bool {
+    let generation = blueprint.pointer("/metadata/generation");
+    let status = &blueprint["status"];
+    status.get("observedGeneration") == generation
+        && generation.is_some()
+        && status["crds"]
+            .as_array()
+            .is_some_and(|c| c.iter().any(|n| n == crd))
+        && status["conditions"].as_array().is_some_and(|c| {
+            c.iter()
+                .any(|c| c["type"] == "Accepted" && c["status"] == "True")
+        })
+}
+
+/// The `managedResources` of the CRD `group`/`kind` in `blueprint`, its serve targets'
+/// included; `None` when it does not declare that CRD.
+fn declared(blueprint: &Blueprint, group: &str, kind: &str) -> Option<Vec<ManagedResource>> {
+    let crd = blueprint
+        .spec
+        .crds
+        .iter()
+        .find(|c| c.group == group && c.kind == kind)?;
+    let targets = crd.serve.iter().flat_map(|s| &s.targets);
+    Some(
+        std::iter::once(&crd.reconcile)
+            .chain(targets.map(|t| &t.reconcile))
+            .flat_map(|r| r.managed_resources.iter().cloned())
+            .collect(),
+    )
 }
 
 fn is_event(ar: &ApiResource) -> bool {
@@ -378,10 +565,55 @@ async fn blockers(client: &kube::Client, crd: &Value, uid: &str) -> Vec<String> 
     }
 }
 
-/// `tree` as `output` says.
+/// Whether `c` would steer the terminal rather than show: a C0 or C1 control or DEL
+/// (an ANSI escape sequence starts with one), or a bidirectional override that reorders
+/// what follows it.
+fn steers(c: char) -> bool {
+    /// The bidirectional marks, embeddings, overrides and isolates, as ranges.
+    const BIDI: [(char, char); 4] = [
+        ('\u{61c}', '\u{61c}'),
+        ('\u{200e}', '\u{200f}'),
+        ('\u{202a}', '\u{202e}'),
+        ('\u{2066}', '\u{2069}'),
+    ];
+    c.is_control() || BIDI.iter().any(|&(from, to)| (from..=to).contains(&c))
+}
+
+/// `text` with every character that [`steers`] the terminal written out as `\u{..}`.
+fn escaped(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if steers(c) {
+            out.push_str(&format!("\\u{{{:x}}}", u32::from(c)));
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// `tree` as JSON, where every character that [`steers`] the terminal is a `\uXXXX`
+/// escape: serde escapes C0 controls in strings, not DEL, C1 or bidirectional ones.
+fn json(tree: &Tree) -> String {
+    let text = serde_json::to_string_pretty(tree).unwrap_or_default();
+    let mut out = String::with_capacity(text.len() + 1);
+    for c in text.chars() {
+        // Outside strings JSON holds only ASCII punctuation, spaces and newlines, which
+        // stay: whatever is escaped here is inside a string.
+        if steers(c) && !matches!(c, '\n' | '\t' | '\r') {
+            out.push_str(&format!("\\u{:04x}", u32::from(c)));
+        } else {
+            out.push(c);
+        }
+    }
+    out.push('\n');
+    out
+}
+
+/// `tree` as `output` says; whatever it shows that came from the cluster is [`escaped`].
 pub fn print(tree: &Tree, output: Output) -> String {
     if output == Output::Json {
-        return serde_json::to_string_pretty(tree).unwrap_or_default() + "\n";
+        return json(tree);
     }
     let wide = output == Output::Wide;
     let mut rows: Vec<Vec<String>> = Vec::new();
@@ -393,19 +625,19 @@ pub fn print(tree: &Tree, output: Output) -> String {
     rows.push(header.into_iter().map(str::to_string).collect());
     let mut row = |prefix: &str, node: &Node, notes_prefix: &str| {
         let mut cells = vec![
-            node.namespace.clone().unwrap_or_else(|| "-".into()),
-            format!("{prefix}{}/{}", node.kind, node.name),
-            node.ready.clone(),
-            node.status.clone(),
+            escaped(node.namespace.as_deref().unwrap_or("-")),
+            format!("{prefix}{}/{}", escaped(&node.kind), escaped(&node.name)),
+            escaped(&node.ready),
+            escaped(&node.status),
         ];
         if wide {
-            cells.push(node.api_version.clone());
-            cells.push(node.generation.clone().unwrap_or_else(|| "-".into()));
+            cells.push(escaped(&node.api_version));
+            cells.push(escaped(node.generation.as_deref().unwrap_or("-")));
         }
-        cells.push(node.message.clone());
+        cells.push(escaped(&node.message));
         rows.push(cells);
         for note in &node.notes {
-            let mut cells = vec![String::new(), format!("{notes_prefix}{note}")];
+            let mut cells = vec![String::new(), format!("{notes_prefix}{}", escaped(note))];
             cells.resize(rows[0].len(), String::new());
             rows.push(cells);
         }
@@ -460,16 +692,38 @@ pub fn print(tree: &Tree, output: Output) -> String {
         out.push_str(line.trim_end());
         out.push('\n');
     }
-    if tree.children.is_empty() {
+    if tree.children.is_empty() && tree.left_out == 0 {
         out.push_str("(no children: nothing carries its owner label)\n");
+    }
+    if tree.left_out > 0 {
+        out.push_str(&left_out(tree));
     }
     if !tree.unlisted.is_empty() {
         out.push_str(&format!(
             "(not listed, so children of these kinds may be missing: {})\n",
-            tree.unlisted.join(", ")
+            escaped(&tree.unlisted.join(", "))
         ));
     }
     out
+}
+
+/// The line saying how many objects carrying the owner label were not shown, and why.
+fn left_out(tree: &Tree) -> String {
+    let n = tree.left_out;
+    let (objects, carry) = if n == 1 {
+        ("object", "carries")
+    } else {
+        ("objects", "carry")
+    };
+    match &tree.managed_from {
+        Some(from) => format!(
+            "({n} other {objects} {carry} its owner label with no ownerReference to it, not of a kind or namespace {} manages: not shown)\n",
+            escaped(from)
+        ),
+        None => format!(
+            "({n} other {objects} {carry} its owner label with no ownerReference to it: not shown; give --blueprint FILE to show those of the kinds its Blueprint manages)\n"
+        ),
+    }
 }
 
 #[cfg(test)]
@@ -509,6 +763,8 @@ mod tests {
             cr: cr_node(&cr),
             children,
             unlisted: vec!["secrets".into()],
+            left_out: 0,
+            managed_from: None,
         }
     }
 
@@ -609,5 +865,148 @@ team-a     └─ Deployment/shop                     False  InProgress       0/
             "b.example"
         );
         assert!(resolve(&listable, "nope").is_err());
+    }
+    #[test]
+    fn control_characters_from_the_cluster_are_printed_escaped() {
+        // An ANSI colour and screen clear (C0 ESC, C1 CSI), DEL and a right-to-left
+        // override, in a message and a note a CR's author or a plugin wrote.
+        let message = "\u{1b}[31mred\u{1b}[0m \u{9b}2J del\u{7f} \u{202e}txt.exe";
+        let mut cr = cr_node(&json!({
+            "apiVersion": "demo.inrun.dev/v1", "kind": "WebApp",
+            "metadata": {"name": "shop", "namespace": "team-a"},
+            "status": {"conditions": [
+                {"type": "Ready", "status": "False", "reason": "Failed", "message": message}]},
+        }));
+        cr.notes.push("identity \u{1b}]0;title\u{7}".into());
+        let tree = Tree {
+            cr,
+            children: Vec::new(),
+            unlisted: Vec::new(),
+            left_out: 0,
+            managed_from: None,
+        };
+        let text = print(&tree, Output::Text);
+        let expected = "\
+NAMESPACE  NAME         READY  STATUS  MESSAGE
+team-a     WebApp/shop  False  Failed  \\u{1b}[31mred\\u{1b}[0m \\u{9b}2J del\\u{7f} \\u{202e}txt.exe
+              identity \\u{1b}]0;title\\u{7}
+(no children: nothing carries its owner label)
+";
+        assert_eq!(text, expected, "\n{text}");
+        for output in [Output::Text, Output::Wide, Output::Json] {
+            let printed = print(&tree, output);
+            assert!(
+                !printed.chars().any(|c| steers(c) && c != '\n'),
+                "{output:?}: {printed:?}"
+            );
+        }
+        // The JSON still reads back as what the cluster said.
+        let json: Value = serde_json::from_str(&print(&tree, Output::Json)).expect("json");
+        assert_eq!(json["cr"]["message"], message);
+    }
+
+    #[test]
+    fn an_owner_label_alone_does_not_make_a_child() {
+        let cr = json!({
+            "apiVersion": "demo.inrun.dev/v1", "kind": "WebApp",
+            "metadata": {"name": "shop", "namespace": "team-a", "uid": "u-1"},
+        });
+        let object = |api: &str, kind: &str, ns: Option<&str>, name: &str, owner: bool| {
+            let mut o = json!({
+                "apiVersion": api, "kind": kind,
+                "metadata": {"name": name, "labels": {OWNER_UID: "u-1"}},
+            });
+            if let Some(ns) = ns {
+                o["metadata"]["namespace"] = json!(ns);
+            }
+            if owner {
+                o["metadata"]["ownerReferences"] = json!([{"apiVersion": "demo.inrun.dev/v1", "kind": "WebApp", "name": "shop", "uid": "u-1"}]);
+            }
+            o
+        };
+        let labelled = vec![
+            // Applied by the host in the CR's namespace: owned.
+            object("v1", "ConfigMap", Some("team-a"), "owned", true),
+            // Forged elsewhere: the label, and even an ownerReference, which the API
+            // server never honours across namespaces.
+            object("v1", "ConfigMap", Some("team-b"), "forged", false),
+            object("v1", "Secret", Some("team-b"), "forged-ref", true),
+            // Cluster-scoped, as the host applies a managed CRD.
+            object(
+                "apiextensions.k8s.io/v1",
+                "CustomResourceDefinition",
+                None,
+                "gadgets.x",
+                false,
+            ),
+            // In the CR's namespace without an ownerReference, of a kind not managed.
+            object("v1", "Secret", Some("team-a"), "stray", false),
+        ];
+        let names = |(children, left_out): (Vec<Value>, usize)| {
+            let names: Vec<String> = children
+                .iter()
+                .filter_map(|c| text(c, "/metadata/name"))
+                .collect();
+            (names, left_out)
+        };
+        // No Blueprint known: ownerReferences only.
+        assert_eq!(
+            names(children_of(&cr, labelled.clone(), None)),
+            (vec!["owned".to_string()], 4)
+        );
+        let managed: Vec<ManagedResource> = serde_json::from_value(json!([
+            {"apiVersion": "v1", "kind": "ConfigMap"},
+            {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition", "clusterScoped": true},
+        ]))
+        .expect("managed");
+        assert_eq!(
+            names(children_of(&cr, labelled.clone(), Some(&managed))),
+            (vec!["owned".to_string(), "gadgets.x".to_string()], 3)
+        );
+        // A namespace the Blueprint lets its ConfigMaps go to.
+        let wider: Vec<ManagedResource> = serde_json::from_value(json!([
+            {"apiVersion": "v1", "kind": "ConfigMap", "namespaces": ["team-b"]},
+        ]))
+        .expect("managed");
+        assert_eq!(
+            names(children_of(&cr, labelled, Some(&wider))),
+            (vec!["owned".to_string(), "forged".to_string()], 3)
+        );
+    }
+
+    #[test]
+    fn objects_left_out_are_counted_under_the_tree() {
+        let mut tree = tree();
+        tree.left_out = 2;
+        let text = print(&tree, Output::Text);
+        assert!(
+            text.contains("(2 other objects carry its owner label with no ownerReference to it: not shown; give --blueprint FILE"),
+            "{text}"
+        );
+        tree.managed_from = Some("Blueprint/team-a".into());
+        let text = print(&tree, Output::Text);
+        assert!(
+            text.contains("not of a kind or namespace Blueprint/team-a manages: not shown)"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_blueprint_resource_counts_only_when_its_status_says_it_serves_the_crd() {
+        let resource = |generation: i64, observed: i64, accepted: &str, crds: Value| {
+            json!({
+                "metadata": {"name": "team-a", "generation": generation},
+                "status": {"observedGeneration": observed, "crds": crds,
+                           "conditions": [{"type": "Accepted", "status": accepted}]},
+            })
+        };
+        let crd = "webapps.demo.inrun.dev";
+        assert!(serves(&resource(2, 2, "True", json!([crd])), crd));
+        // Another tenant's claim on the same kind is refused: not Accepted.
+        assert!(!serves(&resource(2, 2, "False", json!([])), crd));
+        // A spec changed since the host last accepted it.
+        assert!(!serves(&resource(3, 2, "True", json!([crd])), crd));
+        assert!(!serves(&resource(2, 2, "True", json!(["other.x"])), crd));
+        assert!(!serves(&json!({"metadata": {"name": "bare"}}), crd));
     }
 }

@@ -1,11 +1,37 @@
 //! The `/blueprint` document: the loaded Blueprint as the host sees it — each CRD with its
 //! reconciler kind, serve targets, plugins (location, digest, size, limits) and workers.
+//! URLs are shown without their query and credentials: a presigned plugin URL or a remote
+//! endpoint's query may carry a token, and this document is for reading, not fetching.
 
 use serde_json::{Value, json};
 
 use inrun_blueprint::ReconcileSpec;
 use inrun_reconcilers::assemble::{Assembly, limits};
 use inrun_reconcilers::plan::ReconcilePlan;
+
+/// `text` as the document shows it: a URL (`scheme://…`) without its query (`?…` in its
+/// place) or fragment, and without user or password; anything else as it is.
+pub(super) fn shown_url(text: &str) -> String {
+    let Some((scheme, rest)) = text.split_once("://") else {
+        return text.to_string();
+    };
+    let (rest, cut) = match rest.find(['?', '#']) {
+        Some(i) => (
+            &rest[..i],
+            if rest[i..].starts_with('?') {
+                "?…"
+            } else {
+                ""
+            },
+        ),
+        None => (rest, ""),
+    };
+    let (authority, path) = rest.find('/').map_or((rest, ""), |i| rest.split_at(i));
+    let authority = authority
+        .rsplit_once('@')
+        .map_or(authority, |(_, host)| host);
+    format!("{scheme}://{authority}{path}{cut}")
+}
 
 fn limits_json(l: &inrun_blueprint::PluginLimits) -> Value {
     let l = limits(l);
@@ -41,7 +67,7 @@ fn plugins(spec: &ReconcileSpec, plan: &ReconcilePlan) -> Vec<Value> {
         .map(|(i, (location, functions, limits))| {
             let info = serving.get(i);
             let mut p = json!({
-                "location": location,
+                "location": shown_url(&location),
                 "name": info.map(|p| p.name.clone()),
                 "digest": info.map(|p| p.sha256.clone()),
                 "size": info.map(|p| p.size),
@@ -59,7 +85,7 @@ fn block(plan: &ReconcilePlan) -> Value {
     json!({
         "reconciler": plan.reconciler.kind().as_str(),
         "plugins": plugins(&plan.spec, plan),
-        "remote": plan.spec.remote.as_ref().map(|r| r.endpoint.clone()),
+        "remote": plan.spec.remote.as_ref().map(|r| shown_url(&r.endpoint)),
         "managedResources": plan.spec.managed_resources.iter()
             .map(|m| format!("{}/{}", m.api_version, m.kind)).collect::<Vec<_>>(),
         "prune": plan.spec.prune.enabled,

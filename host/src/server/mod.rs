@@ -2,16 +2,21 @@
 //!
 //! - the health port ([`probes`]): `/healthz`, `/readyz` (controller-runtime's handler:
 //!   `?verbose`, `?exclude=`, `/readyz/<check>`) and `/metrics`, what kubelet and
-//!   Prometheus scrape, open on every address by default;
+//!   Prometheus scrape, open on every address by default; the host's own `/blueprint` only
+//!   where [`health_blueprint`] says;
 //! - the console port ([`console`]): the console at `/`, `/blueprint`, `/state` and
 //!   `/tenants`, which show every tenant's CRDs, endpoints, plugins and recent errors, on
-//!   loopback by default (reach it with `kubectl port-forward`).
+//!   loopback by default (reach it with `kubectl port-forward`), behind the Host check and
+//!   optional token of [`ConsoleAccess`].
 //!
 //! The routers are built apart from the socket ([`bind`]) so tests call them directly.
 
+mod access;
 mod blueprint;
+#[cfg(test)]
+mod tests;
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use axum::Router;
@@ -26,6 +31,7 @@ use inrun_runtime::fleet::{Fleet, TenantView};
 use inrun_runtime::health::{Health, Probe};
 use inrun_runtime::metrics::{self, Metrics};
 
+pub use access::{AccessError, ConsoleAccess, TOKEN_MIN_LEN};
 pub use blueprint::document as blueprint_document;
 
 /// The console page, served as is.
@@ -118,6 +124,14 @@ pub enum ServeError {
     },
 }
 
+/// Whether the health port on `address` serves the host's own Blueprint: as `asked`
+/// (`--health-blueprint`), else only on loopback. The health port is open to the network
+/// for kubelet and Prometheus, and the Blueprint names endpoints and plugin sources that
+/// are the console's to show.
+pub fn health_blueprint(address: IpAddr, asked: Option<bool>) -> bool {
+    asked.unwrap_or(address.is_loopback())
+}
+
 /// The health port's routes: probes, metrics and, with `blueprint`, the host's own
 /// Blueprint at `/blueprint` (what a console or script built to read `:healthPort/blueprint`
 /// reads); nothing about tenants, whose Blueprints are on the console port.
@@ -152,14 +166,26 @@ pub fn probes(state: State, blueprint: bool) -> Router {
         .with_state(state)
 }
 
-/// The console port's routes: the console and what it reads.
-pub fn console(state: State) -> Router {
-    Router::new()
-        .route("/", get(console_page))
+/// The console port's routes: the console and what it reads, every route behind the Host
+/// check of `access`, and all but the static page behind its token.
+pub fn console(state: State, access: ConsoleAccess) -> Router {
+    let access = Arc::new(access);
+    let data = Router::new()
         .route("/blueprint", get(blueprint))
         .route("/state", get(live_state))
         .route("/tenants", get(tenants))
         .route("/crs", get(crs))
+        .route_layer(axum::middleware::from_fn_with_state(
+            access.clone(),
+            access::check_token,
+        ));
+    Router::new()
+        .route("/", get(console_page))
+        .merge(data)
+        .layer(axum::middleware::from_fn_with_state(
+            access,
+            access::check_host,
+        ))
         .with_state(state)
 }
 

@@ -187,13 +187,37 @@ pub struct RunArgs {
     #[arg(long, env = "INRUN_CONSOLE_PORT", default_value_t = 8082)]
     pub console_port: u16,
     /// Serve the host's own Blueprint (`--blueprint`, not tenants') at `/blueprint` on the
-    /// health port too; `--health-blueprint=false` keeps the health port to probes and
-    /// metrics.
-    #[arg(long, env = "INRUN_HEALTH_BLUEPRINT", default_value_t = true, action = clap::ArgAction::Set)]
-    pub health_blueprint: bool,
-    /// Address the console port binds to: loopback unless the operator opens it.
+    /// health port too (URLs without their queries). Default: only when `--health-address`
+    /// is loopback, since the health port is open to the network; `--health-blueprint`
+    /// turns it on anyway, `--health-blueprint=false` off.
+    #[arg(
+        long,
+        env = "INRUN_HEALTH_BLUEPRINT",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        action = clap::ArgAction::Set
+    )]
+    pub health_blueprint: Option<bool>,
+    /// Address the console port binds to: loopback unless the operator opens it, and then
+    /// only with `--console-token-file`.
     #[arg(long, env = "INRUN_CONSOLE_ADDRESS", default_value = "127.0.0.1")]
     pub console_address: std::net::IpAddr,
+    /// A file holding the console's bearer token (at least 16 visible characters; the
+    /// whitespace around it is dropped): every console request but the page itself must
+    /// send `Authorization: Bearer <token>`. Required when `--console-address` is not
+    /// loopback.
+    #[arg(long, env = "INRUN_CONSOLE_TOKEN_FILE")]
+    pub console_token_file: Option<PathBuf>,
+    /// Host names the console answers to besides its own address (and `localhost` on
+    /// loopback): the names a proxy or Service reaches it by. A request naming any other
+    /// host is refused, so a web page cannot reach it through DNS rebinding.
+    #[arg(
+        long = "console-host",
+        env = "INRUN_CONSOLE_HOSTS",
+        value_delimiter = ','
+    )]
+    pub console_hosts: Vec<String>,
     /// Run only while holding the leader-election Lease (also `runtime.leaderElection.enabled`).
     #[arg(long, env = "INRUN_LEADER_ELECT")]
     pub leader_elect: bool,

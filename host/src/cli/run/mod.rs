@@ -45,6 +45,8 @@ pub(super) fn run(
     args: RunArgs,
     cache: &CacheArgs,
 ) -> anyhow::Result<()> {
+    // Before anything starts: a console opened to the network without a token is refused.
+    let console = console_access(&args)?;
     // One registry for the process, handed to everything that records.
     let metrics = Arc::new(Metrics::default());
     inrun::runtime::set_max_cr_bytes(args.max_cr_size);
@@ -114,7 +116,29 @@ pub(super) fn run(
         services,
         fleet_options(&args, tenant_egress),
     );
-    runtime.block_on(serve(&args, host, fleet, (keeper, sharding), metrics))
+    runtime.block_on(serve(
+        &args,
+        host,
+        fleet,
+        (keeper, sharding),
+        metrics,
+        console,
+    ))
+}
+
+/// Who may read the console: its Host check and its token (`--console-token-file`),
+/// required off loopback.
+fn console_access(args: &RunArgs) -> anyhow::Result<inrun::server::ConsoleAccess> {
+    let token = args
+        .console_token_file
+        .as_deref()
+        .map(inrun::server::ConsoleAccess::read_token)
+        .transpose()?;
+    Ok(inrun::server::ConsoleAccess::new(
+        args.console_address,
+        &args.console_hosts,
+        token,
+    )?)
 }
 
 /// Tenants' plugins compile in a child process of this program, bounded in time and
@@ -229,6 +253,7 @@ async fn serve(
     fleet: Arc<Fleet>,
     keeper: (Keeper, Option<Sharding>),
     metrics: Arc<Metrics>,
+    access: inrun::server::ConsoleAccess,
 ) -> anyhow::Result<()> {
     let stop = stop_on_signal();
     // `/readyz` fails, naming what loads, until the plugins are compiled and the
@@ -238,7 +263,10 @@ async fn serve(
     let state = inrun::server::State::serving(fleet.clone(), metrics.clone());
     let (addr, health) = inrun::server::bind(
         SocketAddr::new(args.health_address, host.health_port),
-        inrun::server::probes(state.clone(), args.health_blueprint),
+        inrun::server::probes(
+            state.clone(),
+            inrun::server::health_blueprint(args.health_address, args.health_blueprint),
+        ),
         stop.clone(),
     )
     .await?;
@@ -246,7 +274,7 @@ async fn serve(
     load(&fleet, &loaded).await?;
     let (addr, console) = inrun::server::bind(
         SocketAddr::new(args.console_address, args.console_port),
-        inrun::server::console(state),
+        inrun::server::console(state, access),
         stop.clone(),
     )
     .await?;
