@@ -39,8 +39,9 @@ pub struct Shared {
     pub impersonation: Option<Impersonation>,
     /// Whom `client` acts as: `None` for the host's own identity.
     pub identity: Option<inrun_blueprint::ServiceAccountRef>,
-    /// Where package CRs claim the infrastructure they manage, one owner a thing, shared
-    /// by every tenant; `None`: claims are not kept (every claim holds).
+    /// Where package CRs claim the infrastructure they manage, one owner a thing: the
+    /// host's, and in a tenant's `Shared` that tenant's ([`locks::IdentityLocks::for_tenant`]);
+    /// `None`: claims are not kept (every claim holds).
     pub locks: Option<Arc<locks::IdentityLocks>>,
     /// The buckets of CRs this replica holds under sharding; `None`: it serves every CR.
     pub shard: Option<Arc<crate::sharding::shard::Shard>>,
@@ -67,16 +68,25 @@ impl Shared {
     }
 
     /// The same, keeping package CRs' identity locks as Leases in `namespace`, written
-    /// with `client`'s (the host's own) credentials.
+    /// with `client`'s (the host's own) credentials, under the default
+    /// [`locks::LockPolicy`].
     #[must_use]
-    pub fn with_locks(mut self, namespace: &str) -> Self {
-        self.locks = Some(Arc::new(locks::IdentityLocks::new(
+    pub fn with_locks(self, namespace: &str) -> Self {
+        self.with_locks_under(namespace, locks::LockPolicy::default())
+    }
+
+    /// [`Shared::with_locks`] under `policy` (shared boundaries, Lease duration, the cap
+    /// per tenant).
+    #[must_use]
+    pub fn with_locks_under(mut self, namespace: &str, policy: locks::LockPolicy) -> Self {
+        self.locks = Some(Arc::new(locks::IdentityLocks::with_policy(
             self.client.clone(),
             namespace,
         )));
         self
     }
 
+            policy,
     /// The same, able to act as tenants' ServiceAccounts (clients built from `config`,
     /// the host's own, writing only while `fence` is open).
     #[must_use]
