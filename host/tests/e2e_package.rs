@@ -17,10 +17,10 @@ use axum::routing::get as route_get;
 use axum::{Json, Router};
 use futures::StreamExt;
 use inrun_testenv::{ControlPlane, TestResult};
-use kube::Api;
 use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams};
 use kube::discovery::ApiResource;
 use kube::runtime::watcher;
+use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 use support::*;
 
@@ -1338,5 +1338,304 @@ async fn the_blueprints_package_deadline_is_the_calls_deadline() -> TestResult {
     assert_eq!(count("2.5") - count("1.0"), 1.0, "{metrics}");
     host.stop().await;
     backend.put_release.notify_waiters();
+    Ok(())
+}
+
+/// The Blueprint of the tenant `name` (a file of a `--tenants` directory) serving Things of
+/// `group` with the test package.
+fn tenant_blueprint(name: &str, group: &str, port: u16) -> String {
+    blueprint(group, port).replace(
+        "metadata: {name: e2e}",
+        &format!("metadata: {{name: {name}}}"),
+    )
+}
+
+/// The package identity Leases in the host's namespace.
+fn leases() -> Api<k8s_openapi::api::coordination::v1::Lease> {
+    Api::namespaced(client(), support::identity::NAMESPACE)
+}
+
+/// The identity Lease `cr` holds, if one does.
+async fn held_by(cr: &DynamicObject) -> Option<k8s_openapi::api::coordination::v1::Lease> {
+    leases()
+        .list(&kube::api::ListParams::default().labels("inrun.dev/lock=package-identity"))
+        .await
+        .ok()?
+        .items
+        .into_iter()
+        .find(|l| {
+            l.spec.as_ref().and_then(|s| s.holder_identity.as_deref()) == cr.metadata.uid.as_deref()
+        })
+}
+
+/// A Thing CR `name` of `group` naming the backend thing `shared` at `size`.
+fn shared_thing(group: &str, name: &str, port: u16, size: u8) -> String {
+    thing_cr(
+        group,
+        name,
+        "reconcileInterval: 1s",
+        port,
+        &format!("size: {size}, profile: shared"),
+    )
+}
+
+/// Removes every finalizer of the CRs (`ar`, `name`) and deletes them.
+async fn tidy(crs: &[(&ApiResource, &str)], ns: &str) {
+    for (ar, name) in crs {
+        patch_cr(ar, ns, name, json!({"metadata": {"finalizers": null}})).await;
+        delete_and_wait(ar, ns, name).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_tenants_package_cannot_claim_what_anothers_names_and_a_removed_tenants_locks_go()
+-> TestResult {
+    let backend = Backend::default();
+    let port = backend.start().await;
+    let (group_a, group_b) = (unique_group("lock-a"), unique_group("lock-b"));
+    let dir = tempfile::tempdir()?;
+    let (file_a, file_b) = (dir.path().join("a.yaml"), dir.path().join("b.yaml"));
+    std::fs::write(&file_a, tenant_blueprint("team-a", &group_a, port))?;
+    std::fs::write(&file_b, tenant_blueprint("team-b", &group_b, port))?;
+    // Each tenant may hold one lock.
+    let locks = inrun::runtime::locks::LockPolicy {
+        max_per_tenant: 1,
+        ..Default::default()
+    };
+    let options = inrun::fleet::FleetOptions {
+        tenants: Some(dir.path().to_path_buf()),
+        ..FleetHost::options()
+    };
+    let host = FleetHost::start_locking(options, &[], locks).await;
+    let ns = ControlPlane::shared().namespace("lock-tenants").await?;
+    let (a, b) = (resource(&group_a, "Thing"), resource(&group_b, "Thing"));
+    served(&a).await;
+    served(&b).await;
+
+    // A's package and B's name the same thing (one boundary, one state): A claims it
+    // first, and B is not blocked by A's claim.
+    apply_cr(&a, &ns, &shared_thing(&group_a, "a-one", port, 1)).await;
+    let a_one = wait_ready(&a, &ns, "a-one").await;
+    apply_cr(&b, &ns, &shared_thing(&group_b, "b-one", port, 1)).await;
+    let b_one = wait_ready(&b, &ns, "b-one").await;
+    let (lease_a, lease_b) = (
+        held_by(&a_one).await.expect("A's Lease"),
+        held_by(&b_one).await.expect("B's Lease"),
+    );
+    let name_a = lease_a.metadata.name.clone().unwrap_or_default();
+    assert_ne!(Some(&name_a), lease_b.metadata.name.as_ref(), "a lock each");
+    assert_eq!(
+        lease_a.annotations().get("inrun.dev/tenant"),
+        Some(&file_a.display().to_string())
+    );
+    assert!(
+        lease_a.labels()["inrun.dev/lock-tenant"].starts_with("h-"),
+        "{:?}",
+        lease_a.labels()
+    );
+    assert!(
+        lease_a
+            .spec
+            .as_ref()
+            .is_some_and(|s| s.renew_time.is_some() && s.lease_duration_seconds == Some(900)),
+        "{lease_a:?}"
+    );
+
+    // Past its tenant's cap a CR claims nothing, and says why.
+    apply_cr(
+        &a,
+        &ns,
+        &thing_cr(
+            &group_a,
+            "a-two",
+            "reconcileInterval: 1s",
+            port,
+            "size: 2, profile: other",
+        ),
+    )
+    .await;
+    let (status, _, message, _) = eventually("a-two to fail on the cap", || async {
+        let cr = get(&a, Some(&ns), "a-two").await?;
+        condition(&cr, "Ready").filter(|c| c.2.contains("--max-tenant-identity-locks"))
+    })
+    .await;
+    assert_eq!(status, "False", "{message}");
+    assert!(message.contains("hold 1 identity locks"), "{message}");
+    assert_eq!(backend.thing("other"), None, "nothing was created for it");
+
+    // Tenant A removed: its CRs are released, and its Lease with them; B's stays.
+    std::fs::remove_file(&file_a)?;
+    eventually("A's Lease to go with its tenant", || async {
+        leases()
+            .get_opt(&name_a)
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    eventually("a-one to be released", || async {
+        let cr = get(&a, Some(&ns), "a-one").await?;
+        finalizers(&cr).is_empty().then_some(())
+    })
+    .await;
+    assert_eq!(
+        held_by(&b_one).await.and_then(|l| l.metadata.name),
+        lease_b.metadata.name,
+        "B holds its own"
+    );
+    wait_ready(&b, &ns, "b-one").await;
+    // B's CR goes (Retain): its Lease with it.
+    let name_b = lease_b.metadata.name.clone().unwrap_or_default();
+    delete_and_wait(&b, &ns, "b-one").await;
+    eventually("B's Lease to go with its CR", || async {
+        leases()
+            .get_opt(&name_b)
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    tidy(&[(&a, "a-one"), (&a, "a-two")], &ns).await;
+    host.stop().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_boundary_the_operator_shares_has_one_owner_among_its_tenants_and_an_unrenewed_lock_is_taken_over()
+-> TestResult {
+    let backend = Backend::default();
+    let port = backend.start().await;
+    let groups: Vec<String> = ["share-a", "share-b", "share-c"]
+        .iter()
+        .map(|g| unique_group(g))
+        .collect();
+    let dir = tempfile::tempdir()?;
+    let files: Vec<_> = ["a", "b", "c"]
+        .iter()
+        .map(|t| dir.path().join(format!("{t}.yaml")))
+        .collect();
+    for ((file, group), name) in files
+        .iter()
+        .zip(&groups)
+        .zip(["team-a", "team-b", "team-c"])
+    {
+        std::fs::write(file, tenant_blueprint(name, group, port))?;
+    }
+    // The operator shares the backend between A and B (not C); Leases last 3 s unrenewed.
+    let boundary = format!("http://127.0.0.1:{port}");
+    let duration = Duration::from_secs(3);
+    let locks = inrun::runtime::locks::LockPolicy {
+        shared: vec![
+            format!("{boundary}={},{}", files[0].display(), files[1].display())
+                .parse()
+                .expect("a shared boundary"),
+        ],
+        duration,
+        ..Default::default()
+    };
+    let options = inrun::fleet::FleetOptions {
+        tenants: Some(dir.path().to_path_buf()),
+        on_removal: inrun::runtime::release::OnRemoval::Keep,
+        ..FleetHost::options()
+    };
+    let host = FleetHost::start_locking(options, &[], locks).await;
+    let ns = ControlPlane::shared().namespace("lock-shared").await?;
+    let ars: Vec<ApiResource> = groups.iter().map(|g| resource(g, "Thing")).collect();
+    for ar in &ars {
+        served(ar).await;
+    }
+    let (a, b, c) = (&ars[0], &ars[1], &ars[2]);
+
+    // A claims the thing; B, sharing the boundary, is refused while A holds it, and told
+    // nothing of A's CR; C, not listed, is refused outright.
+    apply_cr(a, &ns, &shared_thing(&groups[0], "a-one", port, 1)).await;
+    let a_one = wait_ready(a, &ns, "a-one").await;
+    let lease = held_by(&a_one).await.expect("A's Lease");
+    let name = lease.metadata.name.clone().unwrap_or_default();
+    let identity = a_one.data["status"]["identity"]
+        .as_str()
+        .unwrap_or_default();
+    assert_eq!(
+        name,
+        inrun::runtime::locks::lease_name(None, &boundary, identity),
+        "host-wide"
+    );
+    apply_cr(b, &ns, &shared_thing(&groups[1], "b-one", port, 2)).await;
+    wait_reason(b, &ns, "b-one", "IdentityConflict").await;
+    let note = event(&ns, "b-one", "Invalid").await;
+    assert!(
+        note.contains("IdentityConflict: a CR of another tenant already manages"),
+        "{note}"
+    );
+    apply_cr(c, &ns, &shared_thing(&groups[2], "c-one", port, 3)).await;
+    wait_reason(c, &ns, "c-one", "IdentityConflict").await;
+    let note = event(&ns, "c-one", "Invalid").await;
+    assert!(
+        note.contains("shares this boundary only among the tenants it lists"),
+        "{note}"
+    );
+
+    // While A is served its host renews the Lease (every second), so B stays refused for
+    // longer than the Lease's duration.
+    let renewed = |l: &k8s_openapi::api::coordination::v1::Lease| {
+        l.spec.as_ref().and_then(|s| s.renew_time.clone())
+    };
+    let mut seen = vec![renewed(&lease)];
+    while seen.len() < 5 {
+        let next = eventually("a renewal", || async {
+            let now = renewed(&leases().get(&name).await.ok()?);
+            (!seen.contains(&now)).then_some(now)
+        })
+        .await;
+        seen.push(next);
+    }
+    let b_one = get(b, Some(&ns), "b-one").await.expect("b-one");
+    assert_eq!(
+        condition(&b_one, "Ready").map(|c| c.1).as_deref(),
+        Some("IdentityConflict")
+    );
+    assert_eq!(
+        held_by(&a_one).await.and_then(|l| l.metadata.name),
+        Some(name.clone())
+    );
+    assert_eq!(backend.thing("shared").map(|t| t.size), Some(1));
+
+    // A's tenant removed, its CRs kept (`--on-tenant-removal keep`): its Lease stays, no
+    // longer renewed. B cannot read A's CR; it takes the Lease over once it has stood
+    // unrenewed for its duration, not before, and converges the thing.
+    std::fs::remove_file(&files[0])?;
+    let source = inrun::fleet::TenantSource::File(files[0].clone());
+    eventually("tenant A to go", || async {
+        host.tenant(&source).is_none().then_some(())
+    })
+    .await;
+    let last = renewed(&leases().get(&name).await?).expect("a renewal");
+    let b_one = wait_ready(b, &ns, "b-one").await;
+    let taken = leases().get(&name).await?;
+    let spec = taken.spec.clone().unwrap_or_default();
+    assert_eq!(spec.holder_identity, b_one.metadata.uid);
+    let acquired = spec.acquire_time.expect("acquired").0;
+    assert!(
+        acquired.duration_since(last.0) >= k8s_openapi::jiff::SignedDuration::from_secs(3),
+        "taken over at {acquired}, its last renewal at {}",
+        last.0
+    );
+    assert_eq!(backend.thing("shared").map(|t| t.size), Some(2));
+    let c_one = get(c, Some(&ns), "c-one").await.expect("c-one");
+    assert_eq!(
+        condition(&c_one, "Ready").map(|c| c.1).as_deref(),
+        Some("IdentityConflict"),
+        "C is still refused"
+    );
+    // B's CR goes while its host runs: the Lease with it.
+    delete_and_wait(b, &ns, "b-one").await;
+    eventually("the Lease to go with B's CR", || async {
+        leases().get_opt(&name).await.ok()?.is_none().then_some(())
+    })
+    .await;
+    tidy(&[(a, "a-one"), (c, "c-one")], &ns).await;
+    host.stop().await;
     Ok(())
 }

@@ -259,8 +259,40 @@ impl FleetHost {
         rbac
     }
 
+    /// [`FleetHost::start_serving`] with no sources, its package identity locks kept under
+    /// `locks` (`--shared-identity-boundary`, `--identity-lock-duration`, the cap).
+    pub async fn start_locking(
+        options: FleetOptions,
+        later: &[String],
+        locks: inrun::runtime::locks::LockPolicy,
+    ) -> FleetHost {
+        let rbac = Self::rbac_options(&options, &[]);
+        if options.default_tenant_service_account == Some(tenant_accounts()) {
+            ensure_tenant_accounts(&ControlPlane::shared().client()).await;
+        }
+        let mut blueprints = file_tenants(&options);
+        blueprints.extend(later.iter().map(|text| {
+            inrun::blueprint::from_str(text, "later.yaml")
+                .unwrap_or_else(|e| panic!("a later Blueprint: {e}"))
+        }));
+        let identity = identity::Identity::for_blueprints(&blueprints, &rbac).await;
+        let run = Run::Bound(Box::new(identity));
+        Self::start_locked(options, SourceOptions::default(), run, locks).await
+    }
+
     /// Starts a fleet with `options` and `sources`, acting as `run` says.
     pub async fn start_as(options: FleetOptions, sources: SourceOptions, run: Run) -> FleetHost {
+        let locks = inrun::runtime::locks::LockPolicy::default();
+        Self::start_locked(options, sources, run, locks).await
+    }
+
+    /// [`FleetHost::start_as`], its identity locks kept under `locks`.
+    async fn start_locked(
+        options: FleetOptions,
+        sources: SourceOptions,
+        run: Run,
+        locks: inrun::runtime::locks::LockPolicy,
+    ) -> FleetHost {
         let metrics = Arc::new(inrun::metrics::Metrics::default());
         let engine = Engine::new(EngineSettings {
             max_instances: 16,
@@ -282,7 +314,7 @@ impl FleetHost {
         let fleet = Fleet::new(
             Shared::new(client, "e2e".into())
                 .with_metrics(metrics.clone())
-                .with_locks(identity::NAMESPACE)
+                .with_locks_under(identity::NAMESPACE, locks)
                 .with_impersonation(config, fence),
             engine,
             services,

@@ -310,7 +310,11 @@ impl Effects for ApiEffects<'_> {
             .claim(boundary, identity, &self.holder(), &self.ctx.client)
             .await
             .map_err(|e| {
-                EffectError::new("claiming the infrastructure's identity lock", ApiFailure(e))
+                let what = "claiming the infrastructure's identity lock";
+                match e {
+                    crate::locks::LockError::Api(e) => EffectError::new(what, ApiFailure(e)),
+                    other => EffectError::new(what, other),
+                }
             })
     }
 
@@ -320,7 +324,7 @@ impl Effects for ApiEffects<'_> {
         };
         let uid = self.cr.metadata.uid.clone().unwrap_or_default();
         if let Err(e) = locks.release(boundary, identity, &uid).await {
-            tracing::warn!(error = %e, lease = %crate::locks::lease_name(boundary, identity),
+            tracing::warn!(error = %e, lease = ?locks.name_for(boundary, identity),
                 "could not let go of the identity lock; a later claim takes it over once the CR is gone");
         }
     }

@@ -3,8 +3,9 @@
 //! the host's finalizers on that CRD's CRs would hold each one, and every namespace
 //! holding one, in Terminating forever. The controller stopped, [`release`] removes them:
 //! children stay (owner references still garbage-collect them with their CR), a package's
-//! infrastructure stays, and a CR already being deleted goes now, with a warning event
-//! saying that its cleanup did not run.
+//! infrastructure stays but its identity lock goes (no one would renew it, and the
+//! infrastructure is no longer managed), and a CR already being deleted goes now, with a
+//! warning event saying that its cleanup did not run.
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
@@ -47,6 +48,8 @@ pub struct Released {
     pub released: usize,
     /// Of them, CRs already being deleted (they go now, their cleanup not run).
     pub deleting: usize,
+    /// Package CRs whose identity lock was let go.
+    pub unclaimed: usize,
 }
 
 /// The finalizers the host may have put on a CR of a CRD with `runtime`: its own, the
@@ -84,6 +87,9 @@ pub async fn release(
     let mut params = ListParams::default().limit(500);
     loop {
         let page = api.list(&params).await?;
+        if let Some(locks) = &shared.locks {
+            done.unclaimed += unclaim(locks, &page.items).await;
+        }
         for cr in page.items.iter().filter(|cr| holds(cr, &names)) {
             match let_go(client, &resource, cr).await {
                 Ok(()) => {
@@ -111,6 +117,34 @@ pub async fn release(
         }
     }
     Ok(done)
+}
+
+/// The boundary and identity hash a package CR stores in its status: what it claimed.
+fn claimed(cr: &DynamicObject) -> Option<(&str, &str)> {
+    let status = cr.data.get("status")?;
+    Some((
+        status.get("boundary")?.as_str()?,
+        status.get("identity")?.as_str()?,
+    ))
+}
+
+/// Lets go of the identity locks `crs` hold (each one's, named by what its status stores);
+/// returns how many were let go or already free. A lock that cannot be let go is logged: it
+/// goes stale, unrenewed, after its duration.
+async fn unclaim(locks: &crate::locks::IdentityLocks, crs: &[DynamicObject]) -> usize {
+    let mut done = 0;
+    for cr in crs {
+        let (Some((boundary, identity)), Some(uid)) = (claimed(cr), cr.metadata.uid.as_deref())
+        else {
+            continue;
+        };
+        match locks.release(boundary, identity, uid).await {
+            Ok(()) => done += 1,
+            Err(e) => tracing::warn!(cr = %cr.name_any(), error = %e,
+                "could not let go of the identity lock of a CR no tenant serves; it goes stale unrenewed"),
+        }
+    }
+    done
 }
 
 /// Empties the finalizers the host's finalizer manager owns on `cr` (the managed-by label
@@ -176,6 +210,19 @@ mod tests {
         assert_eq!(OnRemoval::default(), OnRemoval::Release);
         let e = "orphan".parse::<OnRemoval>().unwrap_err();
         assert!(e.contains("`release` or `keep`"), "{e}");
+    }
+
+    #[test]
+    fn a_package_crs_claim_is_what_its_status_stores() {
+        let mut cr = DynamicObject::new(
+            "x",
+            &ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&()),
+        );
+        assert_eq!(claimed(&cr), None);
+        cr.data = json!({"status": {"boundary": "http://db:5432", "identity": "ab12"}});
+        assert_eq!(claimed(&cr), Some(("http://db:5432", "ab12")));
+        cr.data = json!({"status": {"boundary": "http://db:5432"}});
+        assert_eq!(claimed(&cr), None, "nothing claimed without the identity");
     }
 
     #[test]

@@ -250,6 +250,29 @@ pub struct RunArgs {
     pub sharding_watch: Option<inrun::blueprint::ShardWatch>,
     /// Export traces (one a reconcile: its steps, plugin calls and API writes) by OTLP over
     /// HTTP to this collector (`/v1/traces` is added); else `OTEL_EXPORTER_OTLP_ENDPOINT`
+    /// A backend boundary whose package identity locks tenants share, as
+    /// `BOUNDARY=TENANT[,TENANT...]` (a tenant as `/tenants` names it: `Blueprint/team-a`,
+    /// or a Blueprint file's path; a boundary ending in `*` covers every boundary starting
+    /// so); repeatable. One CR of the tenants listed holds each thing under it, and no other
+    /// tenant may claim it. Every other boundary is locked per tenant: tenants never block
+    /// each other there, and nothing keeps two of them from managing one thing.
+    #[arg(
+        long = "shared-identity-boundary",
+        env = "INRUN_SHARED_IDENTITY_BOUNDARIES",
+        value_delimiter = ';'
+    )]
+    pub shared_identity_boundaries: Vec<inrun::runtime::locks::SharedBoundary>,
+    /// How long a package identity lock's Lease stands unrenewed (e.g. `15m`): the host
+    /// renews each one its CRs hold every third of it (one write each, under the tenant's
+    /// write rate); one left unrenewed for that long, whose holder the host cannot read,
+    /// may be taken over.
+    #[arg(long, env = "INRUN_IDENTITY_LOCK_DURATION", default_value = "15m", value_parser = parse_duration)]
+    pub identity_lock_duration: std::time::Duration,
+    /// Identity locks (Leases in `--lock-namespace`) one tenant's package CRs may hold
+    /// through this replica (not `--blueprint`'s); a CR past it fails, `Ready=False`.
+    /// `0`: no cap.
+    #[arg(long, env = "INRUN_MAX_TENANT_IDENTITY_LOCKS", default_value_t = 1000)]
+    pub max_tenant_identity_locks: usize,
     /// or `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`. Off when none is given.
     #[arg(long, env = "INRUN_OTLP_ENDPOINT")]
     pub otlp_endpoint: Option<String>,

@@ -16,6 +16,7 @@ use inrun::fleet::{Fleet, FleetOptions};
 use inrun::kubeconfig::Connection;
 use inrun::leader::{Keeper, LeaderConfig};
 use inrun::metrics::Metrics;
+use inrun::runtime::locks::LockPolicy;
 use inrun::runtime::settings::{self, HostFlags, HostSettings};
 use inrun::runtime::sharding::keeper::KeeperConfig;
 use inrun::runtime::sharding::shard::Shard;
@@ -208,8 +209,16 @@ fn shared(
         .unwrap_or_else(|| "default".into());
     Shared::new(connection.client.clone(), identity)
         .with_metrics(metrics.clone())
-        // Package CRs claim their infrastructure as the host, whoever they act as.
-        .with_locks(&lock_namespace)
+        // Package CRs claim their infrastructure as the host, whoever they act as, each
+        // tenant in its own scope and under its write rate.
+        .with_locks_under(
+            &lock_namespace,
+            LockPolicy {
+                shared: args.shared_identity_boundaries.clone(),
+                duration: args.identity_lock_duration,
+                max_per_tenant: args.max_tenant_identity_locks,
+            },
+        )
         // Tenants that name a ServiceAccount act as it, on the host's credentials.
         .with_impersonation(connection.config, connection.fence.clone())
 }

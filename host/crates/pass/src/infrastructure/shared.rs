@@ -203,7 +203,25 @@ impl Run<'_, '_> {
         let (Some(boundary), Some(hash)) = (&identity.boundary, &identity.identity) else {
             return Ok(None);
         };
-        Ok(match self.fx.claim(boundary, hash).await? {
+        let claimed = match self.fx.claim(boundary, hash).await {
+            Ok(claimed) => claimed,
+            // The host's own account (the tenant's cap on locks, an API error) is shown on
+            // the CR, which made no call yet; the pass fails and is retried.
+            Err(e) => {
+                let c = Conditions {
+                    message: Cow::Owned(inrun_contract::errors::chain(&e)),
+                    ..Conditions::new(
+                        false,
+                        false,
+                        e.condition.unwrap_or(ConditionReason::ReconcileError),
+                        "",
+                    )
+                };
+                let _ = self.write(&c).await?;
+                return Err(Failure::Effect(e));
+            }
+        };
+        Ok(match claimed {
             Claimed::Held => None,
             Claimed::Conflict(holder) => {
                 tracing::warn!(%holder, "another CR manages the infrastructure this CR's spec identifies");

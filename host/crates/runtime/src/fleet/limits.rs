@@ -43,8 +43,8 @@ impl Fleet {
     }
 
     /// `shared` with its writes at `source`'s tenant's rate ([`Policy::tenant_api_writes`],
-    /// or lower where its Blueprint asks); the operator's own `--blueprint` writes at no
-    /// limit but its own.
+    /// or lower where its Blueprint asks), its identity locks its own and written under the
+    /// same rate; the operator's own `--blueprint` writes at no limit but its own.
     pub(super) fn write_limited(
         &self,
         source: &TenantSource,
@@ -61,12 +61,20 @@ impl Fleet {
             // At least one a second: `0` would be no limit at all.
             (host, asked) => asked.map_or(host, |a| a.clamp(1, host)),
         };
-        if rate > 0 {
-            shared.client = crate::write_limit::limited(shared.client, rate);
+        let rate = crate::write_limit::WriteRate::new(rate);
+        if let Some(rate) = &rate {
+            shared.client = rate.limit(shared.client);
         }
         shared
     }
 
+        // Its package CRs' identity locks: in its own scope, written as the host under the
+        // same rate, and as many as a tenant may hold (the operator's own not capped).
+        shared.locks = shared.locks.map(|locks| {
+            let host = locks.host_client();
+            let client = rate.as_ref().map_or(host.clone(), |r| r.limit(host));
+            Arc::new(locks.for_tenant(source.to_string(), client, !self.operators(source)))
+        });
     /// Where `blueprint` of `source` is larger than a tenant's may be
     /// ([`Policy::tenant_size`]), if it is: the field and why. The operator's own
     /// `--blueprint` is not held to it.

@@ -83,6 +83,10 @@ impl Fleet {
                     "its Blueprint no longer declares this CRD",
                 )
                 .await;
+                // No controller renews its CRs' identity locks any more.
+                if let Some(locks) = &r.shared.locks {
+                    locks.forget(Some(&crate::controller::cr_resource(&spec)));
+                }
             }
         }
     }
@@ -107,8 +111,8 @@ impl Fleet {
             return;
         }
         match crate::release::release(acting, crd, runtime, why).await {
-            Ok(done) if done.released > 0 => tracing::warn!(
-                crd = %name, released = done.released, deleting = done.deleting,
+            Ok(done) if done.released > 0 || done.unclaimed > 0 => tracing::warn!(
+                crd = %name, released = done.released, deleting = done.deleting, unclaimed = done.unclaimed,
                 "{why}: the host's finalizers removed from its CRs, without cleanup"
             ),
             Ok(_) => {}
@@ -203,6 +207,11 @@ impl Fleet {
                     "its tenant was removed",
                 )
                 .await;
+            }
+            // Its identity locks are let go with its CRs (above); those kept with them
+            // (`--on-tenant-removal keep`) are no longer renewed, and go stale.
+            if let Some(locks) = &tenant.acting.shared.locks {
+                locks.forget(None);
             }
             // Its compiled plugins go too (the engine keeps digests only for live slots).
             tenant.assembly = None;
