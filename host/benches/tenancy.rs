@@ -237,9 +237,9 @@ struct Hostile {
     crs: usize,
     /// CR edits per second, spread over its CRs (0: none).
     edits_per_second: u32,
-    /// Whether the Blueprint file is rewritten every second to the other of two large
-    /// plugins (a compile each time).
-    recompile: bool,
+    /// A's Blueprint after its `n`th rewrite, when the file is rewritten every second (a
+    /// compile each time).
+    recompile: Option<fn(&str, u64) -> String>,
     /// Whether the host serves A's kind; unserved, the kind's CRD is installed by hand and
     /// its edits load only the API server: what the shared API server costs B, apart from
     /// the host.
@@ -303,7 +303,7 @@ fn greedy_plugins() -> Vec<Hostile> {
             },
             crs: 8,
             edits_per_second: 16,
-            recompile: false,
+            recompile: None,
             served: true,
             accounts: Accounts::Host,
         },
@@ -320,7 +320,7 @@ fn greedy_plugins() -> Vec<Hostile> {
             },
             crs: 8,
             edits_per_second: 16,
-            recompile: false,
+            recompile: None,
             served: true,
             accounts: Accounts::Host,
         },
@@ -337,11 +337,85 @@ fn greedy_plugins() -> Vec<Hostile> {
             },
             crs: 1,
             edits_per_second: 0,
-            recompile: true,
+            recompile: Some(|g, n| {
+                let python = ["inrun_test_reporter_python", "inrun_test_spin_python"];
+                with_crd(
+                    g,
+                    "Snake",
+                    2,
+                    &constructor(python[(n % 2) as usize], "deadline: 2s"),
+                )
+            }),
+            served: true,
+            accounts: Accounts::Host,
+        },
+        Hostile {
+            row: "outcomes of 16 MB (1,000 ConfigMaps of 16 KiB, its output cap raised to 16Mi), its 8 CRs edited every 0.5 s",
+            kind: "Hoard",
+            blueprint: |g| {
+                with_crd(
+                    g,
+                    "Hoard",
+                    8,
+                    &format!(
+                        "        args: {{ mode: sized, count: 1000, size: 16384 }}\n{}",
+                        constructor(
+                            "inrun_test_hostile",
+                            "outputSize: 16Mi, resources: 1000, memory: 128Mi, deadline: 5s"
+                        )
+                    ),
+                )
+            },
+            crs: 8,
+            edits_per_second: 16,
+            recompile: None,
+            served: true,
+            accounts: Accounts::Host,
+        },
+        Hostile {
+            row: "a new plugin of 400 bytes every second, whose memory images span 256 MiB",
+            kind: "Bomb",
+            blueprint: |g| {
+                with_crd(
+                    g,
+                    "Bomb",
+                    2,
+                    &constructor("inrun_test_stamp_v1", "deadline: 2s"),
+                )
+            },
+            crs: 1,
+            edits_per_second: 0,
+            recompile: Some(|g, n| {
+                let path = std::env::temp_dir()
+                    .join(format!("inrun-bench-bomb-{}-{n}.wasm", std::process::id()));
+                std::fs::write(&path, compile_bomb(n)).expect("write a bomb");
+                with_crd(
+                    g,
+                    "Bomb",
+                    2,
+                    &format!(
+                        "        default: false\n        constructor: {{ location: {} }}\n",
+                        path.display()
+                    ),
+                )
+            }),
             served: true,
             accounts: Accounts::Host,
         },
     ]
+}
+
+/// A component of a few hundred bytes whose four memory images (one a core module), kept
+/// whole, would take 256 MiB once compiled; `n` makes its bytes (and digest) its own.
+fn compile_bomb(n: u64) -> Vec<u8> {
+    let body: String = (0..4)
+        .map(|i| {
+            format!(
+                "(core module $m{i} (memory 1024) (data (i32.const 0) \"{n}\") (data (i32.const 67108863) \"b\"))\n(core instance (instantiate $m{i}))\n"
+            )
+        })
+        .collect();
+    wat::parse_str(format!("(component {body})")).expect("component text")
 }
 
 /// The write storm: 50 CRs of a kind the host serves (a ConfigMap each), edited 1,000
@@ -360,7 +434,7 @@ fn write_storm() -> Hostile {
         },
         crs: 50,
         edits_per_second: 1000,
-        recompile: false,
+        recompile: None,
         served: true,
         accounts: Accounts::Host,
     }
@@ -378,7 +452,7 @@ fn floods() -> Vec<Hostile> {
             blueprint: |_| String::new(),
             crs: 50,
             edits_per_second: 1000,
-            recompile: false,
+            recompile: None,
             served: false,
             accounts: Accounts::Host,
         },
@@ -405,7 +479,7 @@ fn floods() -> Vec<Hostile> {
             },
             crs: 20,
             edits_per_second: 100,
-            recompile: false,
+            recompile: None,
             served: true,
             accounts: Accounts::Host,
         },
@@ -422,7 +496,7 @@ fn floods() -> Vec<Hostile> {
             },
             crs: 8,
             edits_per_second: 16,
-            recompile: false,
+            recompile: None,
             served: true,
             accounts: Accounts::Host,
         },
@@ -476,22 +550,22 @@ async fn edit(
     total
 }
 
-/// Rewrites A's Blueprint file every second, to the other of two large plugins.
-async fn recompile(file: PathBuf, group: String, mut stop: watch::Receiver<bool>) -> u64 {
+/// Rewrites A's Blueprint file every second, to what `rewrite` makes of the rewrite's
+/// number.
+async fn recompile(
+    file: PathBuf,
+    group: String,
+    rewrite: fn(&str, u64) -> String,
+    mut stop: watch::Receiver<bool>,
+) -> u64 {
     let mut flips = 0u64;
-    let plugins = ["inrun_test_reporter_python", "inrun_test_spin_python"];
     loop {
         tokio::select! {
             _ = tokio::time::sleep(Duration::from_secs(1)) => {}
             _ = stop.changed() => return flips,
         }
         flips += 1;
-        let text = with_crd(
-            &group,
-            "Snake",
-            2,
-            &constructor(plugins[(flips % 2) as usize], "deadline: 2s"),
-        );
+        let text = rewrite(&group, flips);
         let tmp = file.with_extension("swap");
         std::fs::write(&tmp, text).expect("write");
         std::fs::rename(&tmp, &file).expect("rename");
@@ -606,9 +680,14 @@ async fn isolation(
             rx.clone(),
         ))
     });
-    let flipping = hostile
-        .recompile
-        .then(|| tokio::spawn(recompile(a_file.clone(), group_a.clone(), rx.clone())));
+    let flipping = hostile.recompile.map(|rewrite| {
+        tokio::spawn(recompile(
+            a_file.clone(),
+            group_a.clone(),
+            rewrite,
+            rx.clone(),
+        ))
+    });
     let beside = summary(create_to_ready(&quick, &b("beside"), count).await);
     let _ = stop.send(true);
     let took = started.elapsed().as_secs_f64();

@@ -62,7 +62,10 @@ fn tenants(dir: &Path, hoarder: &str, bomber: &str, bystander: &str) -> Vec<(Str
                 path.display()
             ),
         );
-        (format!("bomber-{n}.yaml"), blueprint(&format!("bomber-{n}"), &[crd]))
+        (
+            format!("bomber-{n}.yaml"),
+            blueprint(&format!("bomber-{n}"), &[crd]),
+        )
     });
     let calm = "        onReconcile:\n          - apiVersion: v1\n            kind: ConfigMap\n            metadata: { name: '{{ .metadata.name }}-calm' }\n            data: { a: b }\n";
     let mut files = vec![

@@ -1767,6 +1767,85 @@ spec:
     Ok(())
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenants_slow_compile_never_fails_the_hosts_readiness_and_shows_in_the_verbose_probe()
+-> TestResult {
+    let (own_group, tenant_group) = (unique_group("own"), unique_group("slowpoke"));
+    let dir = tempfile::tempdir()?;
+    let own = dir.path().join("blueprint.yaml");
+    std::fs::write(
+        &own,
+        format!(
+            "apiVersion: inrun.dev/v1alpha1\nkind: Blueprint\nmetadata: {{name: own}}\nspec:\n  crds:\n    - group: {own_group}\n      version: v1alpha1\n      kind: Plain\n      reconcile:\n        onReconcile: []\n"
+        ),
+    )?;
+    // A tenant file whose plugin is an 18 MB Python guest: seconds to compile, and the
+    // cache directory is new.
+    let tenants = dir.path().join("tenants");
+    std::fs::create_dir(&tenants)?;
+    let tenant = format!(
+        "apiVersion: inrun.dev/v1alpha1\nkind: Blueprint\nmetadata: {{name: slowpoke}}\nspec:\n  crds:\n    - group: {tenant_group}\n      version: v1alpha1\n      kind: WebApp\n      reconcile:\n        default: false\n        constructor: {{location: \"{}\", limits: {{deadline: 10s, memory: 64Mi}}}}\n        managedResources:\n          - {{apiVersion: apps/v1, kind: Deployment}}\n          - {{apiVersion: v1, kind: Service}}\n",
+        plugin("inrun_plugin_webapp_python")
+    );
+    std::fs::write(tenants.join("slowpoke.yaml"), &tenant)?;
+    let mut parsed = inrun::blueprint::load(&own)?;
+    parsed.spec.runtime.leader_election.enabled = true;
+    parsed.spec.runtime.leader_election.lease_name = "inrun-tenant-startup".into();
+    let identity = support::identity::Identity::for_blueprints(
+        &[
+            parsed,
+            inrun::blueprint::from_str(&tenant, "slowpoke.yaml")?,
+        ],
+        &support::identity::Identity::options(),
+    )
+    .await;
+    std::fs::rename(
+        identity.kubeconfig(dir.path()),
+        dir.path().join(HOST_KUBECONFIG),
+    )?;
+    let tenants_dir = tenants.to_string_lossy().into_owned();
+    let _host = Process::spawn_with(
+        &own,
+        dir.path(),
+        "tenant-startup",
+        &[("INRUN_TENANTS", tenants_dir.as_str())],
+    );
+    let log = dir.path().join("tenant-startup.log");
+    let port = health_port(&log).await;
+    let line =
+        |text: &str, words: &[&str]| text.lines().any(|l| words.iter().all(|w| l.contains(w)));
+    inrun_testenv::wait_for("the tenant's compile to be announced", WAIT, || async {
+        let text = std::fs::read_to_string(&log).ok()?;
+        line(
+            &text,
+            &["loading plugin", "inrun_plugin_webapp_python", "bytes"],
+        )
+        .then_some(())
+    })
+    .await?;
+    // The host's own Blueprint has loaded: ready, while the tenant's plugin compiles.
+    let (status, body) = inrun_testenv::wait_for("the host's own Blueprint", WAIT, || async {
+        let (status, body) = scrape(port, "/readyz?verbose").await;
+        let compiled = std::fs::read_to_string(&log)
+            .ok()?
+            .contains("plugin loaded");
+        (status == 200 || compiled).then_some((status, body))
+    })
+    .await?;
+    let text = std::fs::read_to_string(&log)?;
+    assert!(
+        !text.contains("plugin loaded"),
+        "the compile ended before the probe: {text}"
+    );
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        body.contains("info: tenant") && body.contains("inrun_plugin_webapp_python loading"),
+        "{body}"
+    );
+    assert_eq!(scrape(port, "/readyz/plugins").await.0, 200);
+    Ok(())
+}
+
 /// What an OTLP receiver got: every span, as the protocol's own types decode it.
 type Received = Arc<std::sync::Mutex<Vec<opentelemetry_proto::tonic::trace::v1::Span>>>;
 

@@ -773,7 +773,7 @@ async fn an_outcome_is_held_against_its_tenants_host_memory_until_the_pass_ends(
             let out = hostile
                 .reconcile(&req, &limits, &Grants::default())
                 .await
-                .expect("fits a's 256 MiB");
+                .unwrap_or_else(|e| panic!("fits a's 256 MiB: {}", e.failure.outcome()));
             assert_eq!(out.resources.len(), 100);
             inrun::wasm::held_by_pass()
         })
@@ -784,39 +784,45 @@ async fn an_outcome_is_held_against_its_tenants_host_memory_until_the_pass_ends(
     );
     assert_eq!(memory.held(), 0, "given back when the pass ended");
 
-    // A tenant whose share is smaller than the parsed outcome fails that call alone,
-    // naming its budget; another tenant is served.
+    // A tenant whose share is smaller than what an outcome parses to fails that call
+    // alone, naming its budget, before the outcome is parsed: 1,000 tiny ConfigMaps are
+    // 90 KB of text and megabytes once parsed.
     let small = engine.for_tenant(
         "small",
         Some(inrun::wasm::TenantBudget {
-            held_bytes: 6 << 20,
+            held_bytes: 1 << 20,
             ..engine.budgets().tenant
         }),
     );
     let hostile = load(&small, "inrun_test_hostile");
     let memory = small.host_memory().expect("a tenant's handle");
+    let tiny = hostile_request(json!({"mode": "sized", "count": 1000, "size": 10}));
+    let fits = Limits {
+        output_bytes: 256 << 10,
+        ..limits
+    };
     let err = memory
-        .scope(hostile.reconcile(&req, &limits, &Grants::default()))
+        .scope(hostile.reconcile(&tiny, &fits, &Grants::default()))
         .await
-        .unwrap_err();
+        .expect_err("more than its share once parsed");
     let CallFailure::Budget(why) = &err.failure else {
-        panic!("{err:?}");
+        panic!("{}", err.failure.outcome());
     };
     assert!(
-        why.contains("tenant small's host-memory budget of 6 MiB"),
+        why.contains("tenant small's host-memory budget of 1 MiB"),
         "{why}"
     );
     assert_eq!(memory.held(), 0);
     // An output cap past the whole share is refused before the guest runs.
-    let huge = Limits {
-        output_bytes: 16 << 20,
-        ..limits
-    };
     let err = memory
-        .scope(hostile.reconcile(&req, &huge, &Grants::default()))
+        .scope(hostile.reconcile(&req, &limits, &Grants::default()))
         .await
-        .unwrap_err();
-    assert!(matches!(err.failure, CallFailure::Budget(_)), "{err:?}");
+        .expect_err("its output cap alone passes its share");
+    assert!(
+        matches!(err.failure, CallFailure::Budget(_)),
+        "{}",
+        err.failure.outcome()
+    );
 }
 
 /// A component of `modules` core modules, each with one linear memory of `pages` pages

@@ -110,7 +110,10 @@ impl Guest for Hostile {
             "sized" => {
                 let (count, size) = (count(&args, "count"), count(&args, "size"));
                 let name: Value = serde_json::from_str(&req.object).map_err(|e| e.to_string())?;
-                let name = name["metadata"]["name"].as_str().unwrap_or("cr").to_string();
+                let name = name["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or("cr")
+                    .to_string();
                 let data = "x".repeat(size);
                 (0..count)
                     .map(|i| config_map(&format!("{name}-{i}"), &data))

@@ -55,7 +55,10 @@ impl Millicores {
                     whole.parse().map_err(|_| err())?
                 };
                 let frac: u64 = format!("{frac:0<3}").parse().map_err(|_| err())?;
-                whole.checked_mul(1000).and_then(|w| w.checked_add(frac)).ok_or_else(err)?
+                whole
+                    .checked_mul(1000)
+                    .and_then(|w| w.checked_add(frac))
+                    .ok_or_else(err)?
             }
         };
         match u32::try_from(n) {
@@ -103,7 +106,18 @@ mod tests {
         assert_eq!(Millicores::parse(".25"), Ok(Millicores(250)));
         assert_eq!(Millicores::parse("2"), Ok(Millicores(2000)));
         assert_eq!(Millicores::parse("1.5"), Ok(Millicores(1500)));
-        for bad in ["", "m", "0", "0m", "-1", "1.2345", "1e3", "half", "1.5m", "5000000000m"] {
+        for bad in [
+            "",
+            "m",
+            "0",
+            "0m",
+            "-1",
+            "1.2345",
+            "1e3",
+            "half",
+            "1.5m",
+            "5000000000m",
+        ] {
             assert!(Millicores::parse(bad).is_err(), "{bad:?}");
         }
         assert_eq!(Millicores(250).to_string(), "250m");

@@ -181,15 +181,16 @@ impl Remote {
         let deadline = std::time::Instant::now() + self.timeout;
         let response = call.send().await.map_err(|e| self.transport(e))?;
         let status = response.status();
-        let (body, held) = replies::read(response, REPLY_MAX, deadline)
-            .await
-            .map_err(|e| match e {
-                ReplyError::TooLarge(_) => RemoteError::TooLarge {
-                    endpoint: self.endpoint.clone(),
-                },
-                ReplyError::Budget(source) => self.budget(source),
-                ReplyError::Transport(e) => self.transport(e),
-            })?;
+        let (body, held) =
+            replies::read(response, REPLY_MAX, deadline)
+                .await
+                .map_err(|e| match e {
+                    ReplyError::TooLarge(_) => RemoteError::TooLarge {
+                        endpoint: self.endpoint.clone(),
+                    },
+                    ReplyError::Budget(source) => self.budget(source),
+                    ReplyError::Transport(e) => self.transport(e),
+                })?;
         if !status.is_success() {
             return Err(RemoteError::Status {
                 endpoint: self.endpoint.clone(),
@@ -197,7 +198,7 @@ impl Remote {
                 excerpt: excerpt(&body),
             });
         }
-        replies::keep_parsed(held, body.len()).map_err(|source| self.budget(source))?;
+        replies::keep_parsed(held, &body).map_err(|source| self.budget(source))?;
         let reply: Value =
             serde_json::from_slice(&body).map_err(|source| RemoteError::NotJson {
                 endpoint: self.endpoint.clone(),

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Instant;
 
-use inrun_wasm::{Held, HeldHit, PARSED_PER_TEXT_BYTE};
+use inrun_wasm::{Held, HeldHit};
 
 /// Why a reply was not read whole.
 #[derive(Debug, thiserror::Error)]
@@ -57,13 +57,24 @@ pub async fn read(
     Ok((body, held))
 }
 
-/// Holds what parsing `text` bytes will keep, then keeps it until the pass ends: call it
-/// before parsing a reply whose text `held` holds.
+/// Holds the most parsing `text` as JSON will keep ([`inrun_wasm::parsed_bound`]), then
+/// keeps it until the pass ends: call it before parsing a reply whose text `held` holds.
 ///
 /// # Errors
 /// [`HeldHit`] when the parsed form would pass the budget: the reply must not be parsed.
-pub fn keep_parsed(mut held: Held, text: usize) -> Result<(), HeldHit> {
-    held.resize(text.saturating_mul(PARSED_PER_TEXT_BYTE))?;
+pub fn keep_parsed(mut held: Held, text: &[u8]) -> Result<(), HeldHit> {
+    held.resize(inrun_wasm::parsed_bound(text))?;
+    held.keep();
+    Ok(())
+}
+
+/// Holds what `value` (built from what a connection read, bytes still held by `held`)
+/// keeps ([`inrun_wasm::value_bound`]), then keeps it until the pass ends.
+///
+/// # Errors
+/// [`HeldHit`] when it would pass the budget: the value must be dropped.
+pub fn keep_value(mut held: Held, value: &serde_json::Value) -> Result<(), HeldHit> {
+    held.resize(inrun_wasm::value_bound(value))?;
     held.keep();
     Ok(())
 }
@@ -163,10 +174,7 @@ impl<S: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Capped<S> {
         Pin::new(&mut self.inner).poll_flush(cx)
     }
 
-    fn poll_shutdown(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<std::io::Result<()>> {
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }
@@ -187,8 +195,8 @@ mod tests {
                 conn.read_exact(&mut buf).await.expect("600 fit");
                 assert_eq!(meter.held(), 600);
                 let held = state.lock().unwrap().take_held().expect("held");
-                // Its parsed form (600 × the factor) does not fit 1000 bytes.
-                assert!(keep_parsed(held, 600).is_err());
+                // Its parsed form does not fit 1000 bytes.
+                assert!(keep_parsed(held, &buf).is_err());
                 assert_eq!(meter.held(), 0, "a refused hold is given back");
 
                 let held = inrun_wasm::hold(0, Instant::now()).await.expect("nothing");
@@ -196,7 +204,10 @@ mod tests {
                 let mut all = Vec::new();
                 assert!(conn.read_to_end(&mut all).await.is_err(), "over the budget");
                 let stopped = state.lock().unwrap().stopped.take();
-                assert!(matches!(stopped, Some(ReplyError::Budget(_))), "{stopped:?}");
+                assert!(
+                    matches!(stopped, Some(ReplyError::Budget(_))),
+                    "{stopped:?}"
+                );
             })
             .await;
     }

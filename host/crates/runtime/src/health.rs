@@ -340,19 +340,33 @@ mod tests {
         h.add_startup_checks(Arc::new(std::sync::atomic::AtomicBool::new(true)));
         // A tenant's slow compile: ready all the same, and the verbose answer says it.
         h.plugin_loading("team-a", "slow", true, false);
-        assert_eq!(h.answer(Probe::Readiness, Some("plugins"), false, &[]).status, 200);
+        assert_eq!(
+            h.answer(Probe::Readiness, Some("plugins"), false, &[])
+                .status,
+            200
+        );
         let verbose = h.answer(Probe::Readiness, None, true, &[]);
         assert_eq!(verbose.status, 200);
         assert!(
-            verbose.body.contains("info: tenant team-a: plugin slow loading"),
+            verbose
+                .body
+                .contains("info: tenant team-a: plugin slow loading"),
             "{}",
             verbose.body
         );
         // The host's own plugin loading: not ready until it has loaded.
         h.plugin_loading("", "webapp", true, true);
-        assert_eq!(h.answer(Probe::Readiness, Some("plugins"), false, &[]).status, 500);
+        assert_eq!(
+            h.answer(Probe::Readiness, Some("plugins"), false, &[])
+                .status,
+            500
+        );
         h.plugin_loading("", "webapp", false, true);
-        assert_eq!(h.answer(Probe::Readiness, Some("plugins"), false, &[]).status, 200);
+        assert_eq!(
+            h.answer(Probe::Readiness, Some("plugins"), false, &[])
+                .status,
+            200
+        );
         h.plugin_loading("team-a", "slow", false, false);
         assert!(h.loading().is_empty());
     }

@@ -49,6 +49,9 @@ pub struct Shared {
     /// makes the host's cluster-wide writes (CRDs, Blueprint resources' status, releases).
     /// `None`: this replica makes them.
     pub leading: Option<fence::Fence>,
+    /// The host memory the tenant's reconciles may hold for what reconcilers return: each
+    /// pass runs in its scope ([`inrun_wasm::HostMemory::scope`]); `None`: not counted.
+    pub host_memory: Option<inrun_wasm::HostMemory>,
 }
 
 impl Shared {
@@ -64,6 +67,7 @@ impl Shared {
             locks: None,
             shard: None,
             leading: None,
+            host_memory: None,
         }
     }
 
@@ -82,11 +86,11 @@ impl Shared {
         self.locks = Some(Arc::new(locks::IdentityLocks::with_policy(
             self.client.clone(),
             namespace,
+            policy,
         )));
         self
     }
 
-            policy,
     /// The same, able to act as tenants' ServiceAccounts (clients built from `config`,
     /// the host's own, writing only while `fence` is open).
     #[must_use]

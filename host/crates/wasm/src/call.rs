@@ -8,9 +8,10 @@ use wasmtime::{Store, Trap, UpdateDeadline};
 
 use super::ahead::{Finished, Made};
 use super::bindings;
-use super::budget::{Admission, Held, PARSED_PER_TEXT_BYTE};
+use super::budget::{Admission, Held};
 use super::convert::{
-    from_wit_outcome, from_wit_outcome2, to_wit_outcome, to_wit_outcome2, to_wit_request,
+    from_wit_outcome, from_wit_outcome2, outcome_bound, outcome2_bound, to_wit_outcome,
+    to_wit_outcome2, to_wit_request, within_limits, within_limits2,
 };
 use super::grants::Grants;
 use super::plugin::Plugin;
@@ -33,7 +34,7 @@ impl Plugin {
         grants: &Grants,
     ) -> Result<Outcome, CallError> {
         self.observed(async {
-            let held = self.hold_outcome(limits).await?;
+            let mut held = self.hold_outcome(limits).await?;
             let wit_req = to_wit_request(req);
             let call = async |store: &mut Store<State>, guest: &Guest| match guest {
                 Guest::Reconciler(guest) => {
@@ -46,11 +47,11 @@ impl Plugin {
                     Err(self.lacks("`reconcile`"))
                 }
             };
-            let finish = |raw| self.finish(raw, limits, None);
-            let (outcome, text) = self
+            let finish = |raw| self.finish(raw, limits, None, &mut held);
+            let outcome = self
                 .in_reusable_store(limits, grants, cr_namespace(req), call, finish)
                 .await?;
-            self.keep_outcome(held, text)?;
+            held.keep();
             Ok(outcome)
         })
         .await
@@ -69,7 +70,7 @@ impl Plugin {
         grants: &Grants,
     ) -> Result<Outcome, CallError> {
         self.observed(async {
-            let held = self.hold_outcome(limits).await?;
+            let mut held = self.hold_outcome(limits).await?;
             let wit_req = to_wit_request(req);
             let call = async |store: &mut Store<State>, guest: &Guest| match guest {
                 Guest::Hooks(guest) => {
@@ -86,11 +87,11 @@ impl Plugin {
                     Err(self.lacks("hooks"))
                 }
             };
-            let finish = |raw| self.finish(raw, limits, Some(current));
-            let (outcome, text) = self
+            let finish = |raw| self.finish(raw, limits, Some(current), &mut held);
+            let outcome = self
                 .in_reusable_store(limits, grants, cr_namespace(req), call, finish)
                 .await?;
-            self.keep_outcome(held, text)?;
+            held.keep();
             Ok(outcome)
         })
         .await
@@ -107,17 +108,6 @@ impl Plugin {
                 plugin: self.id().clone(),
                 failure: CallFailure::Budget(hit.to_string()),
             })
-    }
-
-    /// Holds what the outcome parsed from `text` bytes keeps, until the pass ends.
-    fn keep_outcome(&self, mut held: Held, text: usize) -> Result<(), CallError> {
-        held.resize(text.saturating_mul(PARSED_PER_TEXT_BYTE))
-            .map_err(|hit| CallError {
-                plugin: self.id().clone(),
-                failure: CallFailure::Budget(hit.to_string()),
-            })?;
-        held.keep();
-        Ok(())
     }
 
     /// Asks a hooks component which functions it serves.
@@ -350,27 +340,36 @@ impl Plugin {
         })
     }
 
-    /// The outcome a call returned, checked, and the bytes of text it was read from. A
-    /// 0.1.0 hook cannot see or return conditions and events: those of `current` (the
-    /// outcome it was given) go on.
+    /// The outcome a call returned, checked: what its parsed form may keep is held first
+    /// (`held`, which held its text while it was copied out of the guest), and an outcome
+    /// that does not fit its tenant's share is not parsed. A 0.1.0 hook cannot see or
+    /// return conditions and events: those of `current` (the outcome it was given) go on.
     fn finish(
         &self,
         raw: Result<Answer, String>,
         limits: &Limits,
         current: Option<&Outcome>,
-    ) -> Result<(Outcome, usize), CallError> {
+        held: &mut Held,
+    ) -> Result<Outcome, CallError> {
         let fail = |failure| CallError {
             plugin: self.id().clone(),
             failure,
         };
         let answer = raw.map_err(|msg| fail(CallFailure::Returned(truncate_owned(msg, 500))))?;
+        let bound = match &answer {
+            Answer::V1(wit) => within_limits(wit, limits).map(|()| outcome_bound(wit)),
+            Answer::V2(wit) => within_limits2(wit, limits).map(|_| outcome2_bound(wit)),
+        }
+        .map_err(|why| fail(CallFailure::BadOutput(why)))?;
+        held.resize(bound)
+            .map_err(|hit| fail(CallFailure::Budget(hit.to_string())))?;
         let outcome = match answer {
-            Answer::V1(wit) => from_wit_outcome(wit, limits).map(|(mut o, text)| {
+            Answer::V1(wit) => from_wit_outcome(wit, limits).map(|mut o| {
                 if let Some(current) = current {
                     o.conditions = current.conditions.clone();
                     o.events = current.events.clone();
                 }
-                (o, text)
+                o
             }),
             Answer::V2(wit) => from_wit_outcome2(wit, limits),
         };
@@ -451,10 +450,10 @@ fn classify(err: wasmtime::Error, state: &State, limits: &Limits) -> CallFailure
     }
     // Wasmtime's refusal to lift more than the store's hostcall fuel has no type of its
     // own to match: its message is the only mark.
-    if err
-        .chain()
-        .any(|e| e.to_string().contains("fuel allocated for hostcalls has been exhausted"))
-    {
+    if err.chain().any(|e| {
+        e.to_string()
+            .contains("fuel allocated for hostcalls has been exhausted")
+    }) {
         return CallFailure::BadOutput(format!(
             "it copied more than {} bytes out of the guest at once (its output limit is {} bytes)",
             lift_fuel(limits),

@@ -340,12 +340,24 @@ mod tests {
     #[test]
     fn a_childs_output_past_its_cap_is_dropped_and_told_and_its_errors_are_cut() {
         let over = Arc::new(AtomicBool::new(false));
-        let out = drain(Some(std::io::Cursor::new(vec![7u8; 100])), 50, Some(over.clone()));
+        let out = drain(
+            Some(std::io::Cursor::new(vec![7u8; 100])),
+            50,
+            Some(over.clone()),
+        );
         assert!(out.join().expect("drained").is_empty());
         assert!(over.load(Ordering::Acquire), "told");
         let over = Arc::new(AtomicBool::new(false));
-        let out = drain(Some(std::io::Cursor::new(vec![7u8; 50])), 50, Some(over.clone()));
-        assert_eq!(out.join().expect("drained").len(), 50, "at the cap is within it");
+        let out = drain(
+            Some(std::io::Cursor::new(vec![7u8; 50])),
+            50,
+            Some(over.clone()),
+        );
+        assert_eq!(
+            out.join().expect("drained").len(),
+            50,
+            "at the cap is within it"
+        );
         assert!(!over.load(Ordering::Acquire));
         // Standard error keeps its start and reads the rest away, so the child never
         // blocks on a full pipe.

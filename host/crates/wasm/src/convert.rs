@@ -8,6 +8,7 @@ use serde_json::{Map, Value};
 
 use super::Limits;
 use super::bindings;
+use super::budget::{PARSED_PER_TOKEN, parsed_bound};
 use inrun_contract::{Cleanup, Outcome, Request};
 
 pub(super) fn to_wit_request(req: &Request) -> bindings::Request {
@@ -86,67 +87,9 @@ pub(super) fn to_wit_outcome2(o: &Outcome) -> bindings::Outcome2 {
     }
 }
 
-/// A 0.2.0 outcome: the 0.1.0 checks, then its conditions and events (their text counted
-/// in the output size); with the bytes of text it was read from.
-pub(super) fn from_wit_outcome2(
-    o: bindings::Outcome2,
-    limits: &Limits,
-) -> Result<(Outcome, usize), String> {
-    let reports: usize = o
-        .conditions
-        .iter()
-        .map(|c| c.type_.len() + c.reason.len() + c.message.len())
-        .chain(o.events.iter().map(|e| e.reason.len() + e.message.len()))
-        .sum();
-    let v1 = bindings::Outcome {
-        status: o.status,
-        resources: o.resources,
-        labels: o.labels,
-        annotations: o.annotations,
-        requeue: o.requeue,
-        requeue_after_ms: o.requeue_after_ms,
-        cleanup: o.cleanup,
-    };
-    if reports > limits.output_bytes {
-        return Err(format!(
-            "{reports} bytes of conditions and events, more than its output limit of {} bytes",
-            limits.output_bytes
-        ));
-    }
-    let budget = Limits {
-        output_bytes: limits.output_bytes - reports,
-        ..*limits
-    };
-    let (mut outcome, text) = from_wit_outcome(v1, &budget)?;
-    outcome.conditions = o
-        .conditions
-        .into_iter()
-        .map(|c| inrun_contract::Condition::of(c.type_, c.status, c.reason, c.message))
-        .collect();
-    outcome.events = o
-        .events
-        .into_iter()
-        .map(|e| {
-            let warning = matches!(e.type_, bindings::EventType::Warning);
-            inrun_contract::Event::of(warning, e.reason, e.message)
-        })
-        .collect();
-    Ok((outcome, text + reports))
-}
-
-/// Checks sizes and parses the JSON a plugin returned; with the bytes of text it was read
-/// from. The reason names the first problem.
-///
-/// Every object's keys are sorted as they are read: the order a guest wrote them in carries
-/// no meaning (a JavaScript object keeps insertion order, a Go struct its field order), and
-/// the host keeps the order of what it reads, so without this two guests declaring the same
-/// object would render differently and stamp it differently — and one whose order varied
-/// between calls would rewrite an unchanged child. Guests need not sort (sorting in Rust
-/// costs a fraction of what it does in an interpreted guest).
-pub(super) fn from_wit_outcome(
-    o: bindings::Outcome,
-    limits: &Limits,
-) -> Result<(Outcome, usize), String> {
+/// Whether the outcome `o` keeps within the plugin's output limits (its size, its count of
+/// resources); the reason names the first it passes.
+pub(super) fn within_limits(o: &bindings::Outcome, limits: &Limits) -> Result<(), String> {
     let size: usize = o.status.as_ref().map_or(0, String::len)
         + o.resources.iter().map(String::len).sum::<usize>()
         + o.labels
@@ -167,6 +110,87 @@ pub(super) fn from_wit_outcome(
             limits.max_resources
         ));
     }
+    Ok(())
+}
+
+/// [`within_limits`] of a 0.2.0 outcome: its conditions' and events' text counts in its
+/// size. Returns the limits left for the rest of it.
+pub(super) fn within_limits2(o: &bindings::Outcome2, limits: &Limits) -> Result<Limits, String> {
+    let reports: usize = o
+        .conditions
+        .iter()
+        .map(|c| c.type_.len() + c.reason.len() + c.message.len())
+        .chain(o.events.iter().map(|e| e.reason.len() + e.message.len()))
+        .sum();
+    if reports > limits.output_bytes {
+        return Err(format!(
+            "{reports} bytes of conditions and events, more than its output limit of {} bytes",
+            limits.output_bytes
+        ));
+    }
+    let rest = Limits {
+        output_bytes: limits.output_bytes - reports,
+        ..*limits
+    };
+    let size: usize = o.status.as_ref().map_or(0, String::len)
+        + o.resources.iter().map(String::len).sum::<usize>()
+        + o.labels
+            .iter()
+            .chain(&o.annotations)
+            .map(|(k, v)| k.len() + v.len())
+            .sum::<usize>();
+    if size > rest.output_bytes || o.resources.len() > rest.max_resources {
+        return Err(format!(
+            "{} bytes of output and {} resources with {reports} bytes of conditions and events, more than its limits of {} bytes and {} resources",
+            size + reports,
+            o.resources.len(),
+            limits.output_bytes,
+            limits.max_resources
+        ));
+    }
+    Ok(rest)
+}
+
+/// A 0.2.0 outcome: the 0.1.0 checks, then its conditions and events (their text counted
+/// in the output size).
+pub(super) fn from_wit_outcome2(o: bindings::Outcome2, limits: &Limits) -> Result<Outcome, String> {
+    let budget = within_limits2(&o, limits)?;
+    let v1 = bindings::Outcome {
+        status: o.status,
+        resources: o.resources,
+        labels: o.labels,
+        annotations: o.annotations,
+        requeue: o.requeue,
+        requeue_after_ms: o.requeue_after_ms,
+        cleanup: o.cleanup,
+    };
+    let mut outcome = from_wit_outcome(v1, &budget)?;
+    outcome.conditions = o
+        .conditions
+        .into_iter()
+        .map(|c| inrun_contract::Condition::of(c.type_, c.status, c.reason, c.message))
+        .collect();
+    outcome.events = o
+        .events
+        .into_iter()
+        .map(|e| {
+            let warning = matches!(e.type_, bindings::EventType::Warning);
+            inrun_contract::Event::of(warning, e.reason, e.message)
+        })
+        .collect();
+    Ok(outcome)
+}
+
+/// Checks sizes and parses the JSON a plugin returned. The reason names the first problem.
+///
+/// Every object's keys are sorted as they are read: the order a guest wrote them in carries
+/// no meaning (a JavaScript object keeps insertion order, a Go struct its field order), and
+/// the host keeps the order of what it reads, so without this two guests declaring the same
+/// object would render differently and stamp it differently — and one whose order varied
+/// between calls would rewrite an unchanged child. Guests need not sort (sorting in Rust
+/// costs a fraction of what it does in an interpreted guest).
+pub(super) fn from_wit_outcome(o: bindings::Outcome, limits: &Limits) -> Result<Outcome, String> {
+    within_limits(&o, limits)?;
     let status = match o.status {
         None => None,
         Some(text) => match serde_json::from_str::<Value>(&text).map(sorted) {
@@ -185,7 +209,7 @@ pub(super) fn from_wit_outcome(
         }
     }
     let to_map = |pairs: Vec<(String, String)>| pairs.into_iter().collect::<BTreeMap<_, _>>();
-    let outcome = Outcome {
+    Ok(Outcome {
         status: status
             .filter(|m: &Map<String, Value>| !m.is_empty())
             .or(None),
@@ -198,8 +222,51 @@ pub(super) fn from_wit_outcome(
             after: Duration::from_secs(u64::from(c.after_seconds)),
         }),
         ..Outcome::default()
-    };
-    Ok((outcome, size))
+    })
+}
+
+/// The most the outcome `o` keeps once parsed ([`parsed_bound`] of each JSON text, and a
+/// token for each label and annotation with its text), held before it is parsed.
+pub(super) fn outcome_bound(o: &bindings::Outcome) -> usize {
+    texts_bound(
+        &o.status,
+        &o.resources,
+        o.labels.iter().chain(&o.annotations),
+    )
+}
+
+/// [`outcome_bound`] of a 0.2.0 outcome, its conditions and events included.
+pub(super) fn outcome2_bound(o: &bindings::Outcome2) -> usize {
+    let reports = o
+        .conditions
+        .iter()
+        .map(|c| PARSED_PER_TOKEN + c.type_.len() + c.reason.len() + c.message.len())
+        .chain(
+            o.events
+                .iter()
+                .map(|e| PARSED_PER_TOKEN + e.reason.len() + e.message.len()),
+        )
+        .sum::<usize>();
+    texts_bound(
+        &o.status,
+        &o.resources,
+        o.labels.iter().chain(&o.annotations),
+    ) + reports
+}
+
+fn texts_bound<'a>(
+    status: &Option<String>,
+    resources: &[String],
+    pairs: impl Iterator<Item = &'a (String, String)>,
+) -> usize {
+    status.as_deref().map_or(0, |s| parsed_bound(s.as_bytes()))
+        + resources
+            .iter()
+            .map(|r| parsed_bound(r.as_bytes()))
+            .sum::<usize>()
+        + pairs
+            .map(|(k, v)| PARSED_PER_TOKEN + k.len() + v.len())
+            .sum::<usize>()
 }
 
 /// `value` with every object's keys sorted, at every level.
@@ -256,7 +323,7 @@ mod fuzz {
                 requeue_after_ms,
                 cleanup: after_seconds.map(|after_seconds| bindings::Cleanup { after_seconds }),
             };
-            if let Ok((outcome, _)) = from_wit_outcome(o, &limits) {
+            if let Ok(outcome) = from_wit_outcome(o, &limits) {
                 prop_assert!(outcome.resources.len() <= max_resources);
                 prop_assert!(outcome.resources.iter().all(Value::is_object));
             }
@@ -301,7 +368,7 @@ mod tests {
             requeue_after_ms: None,
             cleanup: None,
         };
-        let (outcome, _) = from_wit_outcome(o, &Limits::default()).expect("outcome");
+        let outcome = from_wit_outcome(o, &Limits::default()).expect("outcome");
         // The host keeps the order of what it reads (`preserve_order`): what is written is
         // what the pass applies, renders and stamps.
         assert_eq!(
@@ -341,7 +408,7 @@ mod tests {
             }),
             ..Outcome::default()
         };
-        let (back, _) = from_wit_outcome(to_wit_outcome(&o), &Limits::default()).unwrap();
+        let back = from_wit_outcome(to_wit_outcome(&o), &Limits::default()).unwrap();
         assert_eq!(back, o);
     }
 }

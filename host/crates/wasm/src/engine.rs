@@ -372,15 +372,16 @@ impl Engine {
     fn compile(&self, id: &PluginId, bytes: &[u8]) -> Result<Compiled, LoadError> {
         let lane = self.tenant.as_ref().map(|t| t.lane);
         let compiles = &self.inner.budgets.compiles;
-        let _turn = compiles
-            .enter(lane.unwrap_or(0))
-            .map_err(|until| LoadError::CompilePaused {
-                plugin: id.clone(),
-                for_secs: until
-                    .saturating_duration_since(std::time::Instant::now())
-                    .as_secs()
-                    .max(1),
-            })?;
+        let _turn =
+            compiles
+                .enter(lane.unwrap_or(0))
+                .map_err(|until| LoadError::CompilePaused {
+                    plugin: id.clone(),
+                    for_secs: until
+                        .saturating_duration_since(std::time::Instant::now())
+                        .as_secs()
+                        .max(1),
+                })?;
         let compiled = match &self.inner.compiler {
             Some(compiler) => self.compile_in_child(compiler, id, bytes),
             None => self.compile_here(id, bytes),
@@ -388,7 +389,9 @@ impl Engine {
         if let (Err(LoadError::CompileStopped { source, .. }), Some(lane)) = (&compiled, lane)
             && matches!(
                 source,
-                CompileFailure::Time(_) | CompileFailure::Memory(_) | CompileFailure::TooLarge { .. }
+                CompileFailure::Time(_)
+                    | CompileFailure::Memory(_)
+                    | CompileFailure::TooLarge { .. }
             )
         {
             compiles.pause(lane);

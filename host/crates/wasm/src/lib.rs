@@ -25,9 +25,9 @@ mod state;
 mod ticker;
 
 pub use budget::{
-    Budgets, COMPILE_PAUSE, Held, HeldHit, HostMemory, Millicores, PARSED_PER_TEXT_BYTE,
-    TenantBudget, TenantUsage, TokenBucket, container_memory_limit, default_cpu_cap,
-    held_by_pass, hold,
+    Budgets, COMPILE_PAUSE, Held, HeldHit, HostMemory, Millicores, PARSED_PER_TOKEN, TenantBudget,
+    TenantUsage, TokenBucket, container_memory_limit, default_cpu_cap, held_by_pass, hold,
+    parsed_bound, value_bound,
 };
 pub use cache::CompileCache;
 pub use compiler::{CompileConfig, CompileFailure, Compiler};

@@ -107,6 +107,27 @@ pub struct RunArgs {
     /// bursts of five seconds' worth; more are dropped and counted.
     #[arg(long, env = "INRUN_TENANT_LOG_LINES", default_value_t = 100)]
     pub tenant_log_lines: u32,
+    /// Host memory every tenant's reconciles may hold together for what reconcilers
+    /// return (Wasm outcomes, remote and external replies), admitted before it is read
+    /// (default: an eighth of the memory limit, 128Mi without one).
+    #[arg(long, env = "INRUN_HOST_MEMORY_BUDGET", value_parser = parse_quantity)]
+    pub host_memory_budget: Option<usize>,
+    /// Host memory one tenant's reconciles may hold together for what reconcilers return
+    /// (default: a quarter of `--host-memory-budget`; the operator's own `--blueprint` may
+    /// hold all of it). A reply past it fails that CR, `Ready=False` `BudgetExceeded`.
+    #[arg(long, env = "INRUN_TENANT_HOST_MEMORY", value_parser = parse_quantity)]
+    pub tenant_host_memory: Option<usize>,
+    /// CPU one tenant's plugins may burn, on average over a second (`250m`, `0.5`; default:
+    /// half of `--plugin-cores`); past it they wait for their next share, whatever else
+    /// is idle.
+    #[arg(long, env = "INRUN_TENANT_PLUGIN_CPU")]
+    pub tenant_plugin_cpu: Option<inrun::contract::cpu::Millicores>,
+    /// The memory the host's container may use, e.g. `512Mi` (default: its cgroup's
+    /// limit). `inrun run` refuses budgets whose worst case passes it: guest memory, the
+    /// idle and made-ahead instances kept beside it, and the host memory replies take,
+    /// with 64Mi left for the host itself.
+    #[arg(long, env = "INRUN_MEMORY_LIMIT", value_parser = parse_quantity)]
+    pub memory_limit: Option<usize>,
     /// Writes a second one tenant (a `--tenants` file or a Blueprint resource; not
     /// `--blueprint`) may make to the API server, with bursts of a second's worth; more
     /// wait their turn. `0`: no limit.
@@ -229,27 +250,6 @@ pub struct RunArgs {
     /// them in its `--namespace`.
     #[arg(long, env = "INRUN_LOCK_NAMESPACE")]
     pub lock_namespace: Option<String>,
-    /// Name of the Lease, over `runtime.leaderElection.leaseName` (default `inrun`): hosts
-    /// sharing a namespace each need their own.
-    #[arg(long, env = "INRUN_LEADER_ELECT_LEASE", value_parser = parse_lease_name)]
-    pub leader_elect_lease: Option<String>,
-    /// Share the CRs with the other replicas of the same ring (also
-    /// `runtime.sharding.enabled`): each serves the buckets of CRs it holds, through Leases
-    /// in the leader-election namespace kept with its timings. Not with `--leader-elect`.
-    #[arg(long, env = "INRUN_SHARDING", conflicts_with = "leader_elect")]
-    pub sharding: bool,
-    /// The ring's name, over `runtime.sharding.ring` (default `inrun`): the prefix of its
-    /// Leases.
-    #[arg(long, env = "INRUN_SHARDING_RING", value_parser = parse_ring_name)]
-    pub sharding_ring: Option<String>,
-    /// How each replica watches only its buckets' CRs, over `runtime.sharding.watch`:
-    /// `selector` (the API server's `shardSelector`, Kubernetes 1.36+ with the
-    /// `ShardedListAndWatch` gate), `labels` (an `inrun.dev/bucket` label the host keeps on
-    /// each CR), or `auto` (`selector` when the server honours it, else `labels`).
-    #[arg(long, env = "INRUN_SHARDING_WATCH")]
-    pub sharding_watch: Option<inrun::blueprint::ShardWatch>,
-    /// Export traces (one a reconcile: its steps, plugin calls and API writes) by OTLP over
-    /// HTTP to this collector (`/v1/traces` is added); else `OTEL_EXPORTER_OTLP_ENDPOINT`
     /// A backend boundary whose package identity locks tenants share, as
     /// `BOUNDARY=TENANT[,TENANT...]` (a tenant as `/tenants` names it: `Blueprint/team-a`,
     /// or a Blueprint file's path; a boundary ending in `*` covers every boundary starting
@@ -273,6 +273,27 @@ pub struct RunArgs {
     /// `0`: no cap.
     #[arg(long, env = "INRUN_MAX_TENANT_IDENTITY_LOCKS", default_value_t = 1000)]
     pub max_tenant_identity_locks: usize,
+    /// Name of the Lease, over `runtime.leaderElection.leaseName` (default `inrun`): hosts
+    /// sharing a namespace each need their own.
+    #[arg(long, env = "INRUN_LEADER_ELECT_LEASE", value_parser = parse_lease_name)]
+    pub leader_elect_lease: Option<String>,
+    /// Share the CRs with the other replicas of the same ring (also
+    /// `runtime.sharding.enabled`): each serves the buckets of CRs it holds, through Leases
+    /// in the leader-election namespace kept with its timings. Not with `--leader-elect`.
+    #[arg(long, env = "INRUN_SHARDING", conflicts_with = "leader_elect")]
+    pub sharding: bool,
+    /// The ring's name, over `runtime.sharding.ring` (default `inrun`): the prefix of its
+    /// Leases.
+    #[arg(long, env = "INRUN_SHARDING_RING", value_parser = parse_ring_name)]
+    pub sharding_ring: Option<String>,
+    /// How each replica watches only its buckets' CRs, over `runtime.sharding.watch`:
+    /// `selector` (the API server's `shardSelector`, Kubernetes 1.36+ with the
+    /// `ShardedListAndWatch` gate), `labels` (an `inrun.dev/bucket` label the host keeps on
+    /// each CR), or `auto` (`selector` when the server honours it, else `labels`).
+    #[arg(long, env = "INRUN_SHARDING_WATCH")]
+    pub sharding_watch: Option<inrun::blueprint::ShardWatch>,
+    /// Export traces (one a reconcile: its steps, plugin calls and API writes) by OTLP over
+    /// HTTP to this collector (`/v1/traces` is added); else `OTEL_EXPORTER_OTLP_ENDPOINT`
     /// or `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`. Off when none is given.
     #[arg(long, env = "INRUN_OTLP_ENDPOINT")]
     pub otlp_endpoint: Option<String>,

@@ -54,6 +54,7 @@ pub(super) fn run(
     let load_limits = limits::load_limits(&args);
     let compiler = compiler(&args)?;
     let budgets = limits::budgets(&args);
+    limits::memory_plan(&args, &budgets)?;
     let engine = engine(
         cache,
         metrics.clone(),

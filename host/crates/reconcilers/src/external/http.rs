@@ -67,7 +67,7 @@ async fn json_reply(call: reqwest::RequestBuilder) -> Result<Value, CallError> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Ok(Value::Null);
     }
-    replies::keep_parsed(held, body.len()).map_err(CallError::Budget)?;
+    replies::keep_parsed(held, &body).map_err(CallError::Budget)?;
     serde_json::from_slice(&body).map_err(|source| CallError::NotJson {
         excerpt: excerpt(&body),
         source,

@@ -79,7 +79,9 @@ impl Target {
     /// [`REPLY_MAX`] bytes, held against the tenant's host-memory budget as they arrive:
     /// a server answering with a row of a gigabyte fails the call, not the host. `None`
     /// when it names several hosts or a Unix socket.
-    async fn dial(&self) -> Result<Option<(Capped<tokio::net::TcpStream>, Arc<Mutex<Read>>)>, CallError> {
+    async fn dial(
+        &self,
+    ) -> Result<Option<(Capped<tokio::net::TcpStream>, Arc<Mutex<Read>>)>, CallError> {
         let c = &self.config;
         let port = match c.get_ports() {
             [] => 5432,
@@ -127,7 +129,7 @@ pub(super) async fn query(
     let value = on(client, connection, sql, params)
         .await
         .map_err(|e| super::redis::stopped(&read).unwrap_or(e))?;
-    super::redis::kept(&read)?;
+    super::redis::kept(&read, &value)?;
     Ok(value)
 }
 

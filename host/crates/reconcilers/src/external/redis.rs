@@ -112,8 +112,9 @@ pub(super) async fn command(
     drop(conn);
     driver.abort();
     let reply = reply.map_err(|e| stopped(&read).unwrap_or(CallError::Redis(e)))?;
-    kept(&read)?;
-    Ok(to_json(reply, MAP_COMMANDS.contains(&name.as_str())))
+    let value = to_json(reply, MAP_COMMANDS.contains(&name.as_str()));
+    kept(&read, &value)?;
+    Ok(value)
 }
 
 /// The most a Redis connection reads, every reply included.
@@ -129,12 +130,11 @@ pub(super) fn stopped(read: &Mutex<Read>) -> Option<CallError> {
     }
 }
 
-/// Keeps what a capped connection read, parsed, until the pass ends.
-pub(super) fn kept(read: &Mutex<Read>) -> Result<(), CallError> {
-    let mut read = read.lock().unwrap_or_else(|p| p.into_inner());
-    let bytes = read.bytes;
-    match read.take_held() {
-        Some(held) => replies::keep_parsed(held, bytes).map_err(CallError::Budget),
+/// Keeps `value`, made of what a capped connection read, until the pass ends.
+pub(super) fn kept(read: &Mutex<Read>, value: &Value) -> Result<(), CallError> {
+    let held = read.lock().unwrap_or_else(|p| p.into_inner()).take_held();
+    match held {
+        Some(held) => replies::keep_value(held, value).map_err(CallError::Budget),
         None => Ok(()),
     }
 }

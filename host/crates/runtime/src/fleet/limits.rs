@@ -11,12 +11,15 @@ impl Fleet {
         source: &TenantSource,
         budget: &inrun_blueprint::BudgetSpec,
     ) -> Acting {
+        let plugins = self.plugin_set(source, budget, self.services.sources.clone());
+        let mut shared = self.write_limited(source, self.shared.clone(), budget);
+        shared.host_memory = plugins.engine().host_memory();
         Acting {
             identity: None,
             budget: budget.clone(),
-            shared: self.write_limited(source, self.shared.clone(), budget),
+            shared,
             services: self.services.clone(),
-            plugins: self.plugin_set(source, budget, self.services.sources.clone()),
+            plugins,
         }
     }
 
@@ -65,9 +68,6 @@ impl Fleet {
         if let Some(rate) = &rate {
             shared.client = rate.limit(shared.client);
         }
-        shared
-    }
-
         // Its package CRs' identity locks: in its own scope, written as the host under the
         // same rate, and as many as a tenant may hold (the operator's own not capped).
         shared.locks = shared.locks.map(|locks| {
@@ -75,6 +75,9 @@ impl Fleet {
             let client = rate.as_ref().map_or(host.clone(), |r| r.limit(host));
             Arc::new(locks.for_tenant(source.to_string(), client, !self.operators(source)))
         });
+        shared
+    }
+
     /// Where `blueprint` of `source` is larger than a tenant's may be
     /// ([`Policy::tenant_size`]), if it is: the field and why. The operator's own
     /// `--blueprint` is not held to it.
@@ -198,6 +201,22 @@ impl Fleet {
                 "",
             )
         })
+        .or_else(|| {
+            over(
+                "hostMemory",
+                asked.host_memory.map(|q| q.bytes() >> 20),
+                (host.held_bytes >> 20) as u64,
+                "Mi",
+            )
+        })
+        .or_else(|| {
+            over(
+                "pluginCpu",
+                asked.plugin_cpu.map(|c| u64::from(c.get())),
+                host.cpu.map_or(0, |c| u64::from(c.get())),
+                "m",
+            )
+        })
     }
 
     /// The engine the plugins of `source`'s tenant load through: the host's, their calls
@@ -209,6 +228,12 @@ impl Fleet {
     ) -> Engine {
         let tenant = source.to_string();
         let mut share = self.engine.budgets().tenant;
+        // The operator's own Blueprint may hold all the host memory replies may take, and
+        // its guests' CPU is capped only where it asks to be.
+        if self.operators(source) {
+            share.held_bytes = self.engine.budgets().held_bytes;
+            share.cpu = None;
+        }
         if let Some(calls) = budget.plugin_calls {
             share.calls = share.calls.min(calls as usize).max(1);
         }
@@ -220,9 +245,19 @@ impl Fleet {
         if let Some(lines) = budget.log_lines_per_second {
             share.log_lines_per_second = share.log_lines_per_second.min(lines);
         }
-        self.engine
-            .for_tenant(&tenant, Some(share))
-            .observed_by(self.shared.metrics.tenant_observer(&tenant))
+        if let Some(memory) = budget.host_memory {
+            share.held_bytes = share
+                .held_bytes
+                .min(usize::try_from(memory.bytes()).unwrap_or(usize::MAX));
+        }
+        if let Some(cpu) = budget.plugin_cpu {
+            share.cpu = Some(share.cpu.map_or(cpu, |host| host.min(cpu)));
+        }
+        self.engine.for_tenant(&tenant, Some(share)).observed_by(
+            self.shared
+                .metrics
+                .tenant_observer(&tenant, self.operators(source)),
+        )
     }
 }
 

@@ -1232,7 +1232,10 @@ mod tests {
     #[test]
     fn two_tenants_plugins_of_one_name_are_apart_and_a_retired_tenant_leaves_no_series() {
         let m = Arc::new(Metrics::default());
-        let (a, b) = (m.tenant_observer("team-a", false), m.tenant_observer("team-b", false));
+        let (a, b) = (
+            m.tenant_observer("team-a", false),
+            m.tenant_observer("team-b", false),
+        );
         a.plugin_called("app", "ok", Duration::from_millis(1));
         a.plugin_called("app", "trap", Duration::from_millis(1));
         a.plugin_loaded("compiled");

@@ -58,10 +58,7 @@ impl Compiles {
         turns.waiting.entry(lane).or_default().push_back(ticket);
         turns.hand_out();
         while turns.handed != Some(ticket) {
-            turns = self
-                .turned
-                .wait(turns)
-                .unwrap_or_else(|p| p.into_inner());
+            turns = self.turned.wait(turns).unwrap_or_else(|p| p.into_inner());
         }
         turns.handed = None;
         turns.busy = true;
@@ -70,7 +67,9 @@ impl Compiles {
 
     /// Refuses `lane` compiles for [`COMPILE_PAUSE`] from now.
     pub(crate) fn pause(&self, lane: u64) {
-        self.lock().paused.insert(lane, Instant::now() + COMPILE_PAUSE);
+        self.lock()
+            .paused
+            .insert(lane, Instant::now() + COMPILE_PAUSE);
     }
 }
 
@@ -135,7 +134,14 @@ mod tests {
     /// Waits until `n` tickets wait in all.
     fn until_waiting(compiles: &Compiles, n: usize) {
         let deadline = Instant::now() + Duration::from_secs(10);
-        while compiles.lock().waiting.values().map(VecDeque::len).sum::<usize>() < n {
+        while compiles
+            .lock()
+            .waiting
+            .values()
+            .map(VecDeque::len)
+            .sum::<usize>()
+            < n
+        {
             assert!(Instant::now() < deadline, "{n} compiles never queued");
             std::thread::yield_now();
         }

@@ -15,11 +15,44 @@ use tokio::sync::Notify;
 
 use super::Counter;
 
-/// What a reply's JSON text costs once parsed and kept, per byte of text, the text
-/// included: a `serde_json::Value` tree of Kubernetes objects takes several times its
-/// text (`host/tests/held_size.rs` measures it with an allocation counter). Charged for
-/// what a pass keeps after parsing.
-pub const PARSED_PER_TEXT_BYTE: usize = 6;
+/// The most a parsed JSON tree keeps per token of its text (a value, a key, an element of
+/// an array): `host/tests/held_size.rs` measures 59 to 161 bytes with an allocation
+/// counter (a `serde_json::Value`, its place in an array or an ordered map, the map's
+/// index), and an array's or a map's storage may be up to twice what it holds. What is
+/// held is then two to four times what common shapes keep, and never less.
+pub const PARSED_PER_TOKEN: usize = 256;
+
+/// The most `text` and what parsing it as JSON keeps take together: the text, the strings
+/// of the parsed tree (at most as many bytes), and [`PARSED_PER_TOKEN`] for each token
+/// (every token starts at a `[`, `{`, `,` or `:` or is the first; counted inside strings
+/// too, which only makes the bound larger). Held before the text is parsed: a reply of
+/// many small values (`[{},{},…]`) takes forty times its text once parsed, and is held for
+/// it.
+pub fn parsed_bound(text: &[u8]) -> usize {
+    let tokens = 1 + text
+        .iter()
+        .filter(|b| matches!(b, b'[' | b'{' | b',' | b':'))
+        .count();
+    tokens
+        .saturating_mul(PARSED_PER_TOKEN)
+        .saturating_add(text.len().saturating_mul(2))
+}
+
+/// About what `value` keeps on the heap, for a tree built other than by parsing text (rows
+/// of a database, a Redis reply): [`PARSED_PER_TOKEN`] a node, its strings' bytes.
+pub fn value_bound(value: &serde_json::Value) -> usize {
+    use serde_json::Value;
+    PARSED_PER_TOKEN
+        + match value {
+            Value::String(s) => s.len(),
+            Value::Array(items) => items.iter().map(value_bound).sum(),
+            Value::Object(map) => map
+                .iter()
+                .map(|(k, v)| PARSED_PER_TOKEN + k.len() + value_bound(v))
+                .sum(),
+            Value::Null | Value::Bool(_) | Value::Number(_) => 0,
+        }
+}
 
 /// One tenant's share of host memory for what its reconciles hold, and the host's.
 #[derive(Clone)]
@@ -171,7 +204,10 @@ impl HostMemory {
                     HeldHit::Host { .. } => host.await,
                 }
             };
-            if tokio::time::timeout_at(deadline.into(), freed).await.is_err() {
+            if tokio::time::timeout_at(deadline.into(), freed)
+                .await
+                .is_err()
+            {
                 // One last try at the deadline.
                 return self.take(bytes);
             }
@@ -318,7 +354,15 @@ mod tests {
             assert_eq!(held_by_pass(), 40);
             // Over a's share: refused, and nothing more is held.
             let refused = hold(30, now()).await.unwrap_err();
-            assert!(matches!(refused, HeldHit::Tenant { max: 60, asked: 30, held: 40, .. }));
+            assert!(matches!(
+                refused,
+                HeldHit::Tenant {
+                    max: 60,
+                    asked: 30,
+                    held: 40,
+                    ..
+                }
+            ));
             assert_eq!(a.held(), 40);
             // A hold dropped unkept is given back at once.
             drop(hold(20, now()).await.expect("fits"));
@@ -328,7 +372,11 @@ mod tests {
                 assert!(matches!(hold(61, now()).await, Err(HeldHit::Tenant { .. })));
                 let refused = hold(60, now()).await.unwrap_err();
                 assert_eq!(refused, HeldHit::Host { max: 90 });
-                assert_eq!(b.held(), 0, "a refusal by the host leaves b's share as it was");
+                assert_eq!(
+                    b.held(),
+                    0,
+                    "a refusal by the host leaves b's share as it was"
+                );
             })
             .await;
         })
@@ -355,8 +403,11 @@ mod tests {
         held.await.expect("held");
         let later = now() + Duration::from_secs(30);
         let second = a.clone();
-        let mut waiting =
-            tokio::spawn(async move { second.scope(async { hold(50, later).await.map(drop) }).await });
+        let mut waiting = tokio::spawn(async move {
+            second
+                .scope(async { hold(50, later).await.map(drop) })
+                .await
+        });
         // More than the whole share is refused at once, whatever the deadline.
         assert!(a.scope(hold(101, later)).await.is_err());
         // The 50 bytes wait while the other pass holds 80 of 100.
@@ -379,7 +430,11 @@ mod tests {
             held.resize(90).expect("fits");
             assert_eq!(a.held(), 90);
             assert!(held.resize(101).is_err());
-            assert_eq!((held.bytes(), a.held()), (90, 90), "a refused growth changes nothing");
+            assert_eq!(
+                (held.bytes(), a.held()),
+                (90, 90),
+                "a refused growth changes nothing"
+            );
             held.resize(5).expect("less");
             assert_eq!(a.held(), 5);
         })

@@ -22,11 +22,13 @@ mod held;
 pub use bucket::TokenBucket;
 pub use compiles::COMPILE_PAUSE;
 pub(crate) use compiles::Compiles;
-pub use cpu::{Millicores, default_cap as default_cpu_cap};
 use cpu::Cpu;
+pub use cpu::{Millicores, default_cap as default_cpu_cap};
 use gate::Gate;
 pub(crate) use gate::Seat;
-pub use held::{HeldHit, Held, HostMemory, PARSED_PER_TEXT_BYTE, held_by_pass, hold};
+pub use held::{
+    Held, HeldHit, HostMemory, PARSED_PER_TOKEN, held_by_pass, hold, parsed_bound, value_bound,
+};
 
 /// Host-wide budgets and the default share of one tenant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
