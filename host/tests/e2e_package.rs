@@ -1454,12 +1454,16 @@ async fn one_tenants_package_cannot_claim_what_anothers_names_and_a_removed_tena
         ),
     )
     .await;
-    let (status, _, message, _) = eventually("a-two to fail on the cap", || async {
+    let (status, reason, message, _) = eventually("a-two to fail on the cap", || async {
         let cr = get(&a, Some(&ns), "a-two").await?;
         condition(&cr, "Ready").filter(|c| c.2.contains("--max-tenant-identity-locks"))
     })
     .await;
-    assert_eq!(status, "False", "{message}");
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", "BudgetExceeded"),
+        "{message}"
+    );
     assert!(message.contains("hold 1 identity locks"), "{message}");
     assert_eq!(backend.thing("other"), None, "nothing was created for it");
 

@@ -313,7 +313,9 @@ impl Effects for ApiEffects<'_> {
                 let what = "claiming the infrastructure's identity lock";
                 match e {
                     crate::locks::LockError::Api(e) => EffectError::new(what, ApiFailure(e)),
-                    other => EffectError::new(what, other),
+                    // The tenant's cap on locks: a budget, named in the message.
+                    cap => EffectError::new(what, cap)
+                        .with_condition(inrun_pass::ConditionReason::BudgetExceeded),
                 }
             })
     }
