@@ -133,6 +133,8 @@ pub struct Snapshot {
     pub plugins: Vec<PluginCalls>,
     /// The events the passes recorded on CRs, newest first ([`RECENT_EVENTS`] at most).
     pub events: Vec<EventRecord>,
+    /// The plugins loading now (`tenant T: plugin P`), the host's own and tenants'.
+    pub loading: Vec<String>,
 }
 
 /// A sharding round as one replica saw it, for the console and the gauges.
@@ -1048,6 +1050,7 @@ impl Metrics {
                 .flat_map(|by_plugin| by_plugin.values().cloned())
                 .collect(),
             events: console.events.iter().cloned().collect(),
+            loading: self.health.loading(),
         }
     }
 }
