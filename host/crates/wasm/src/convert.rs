@@ -90,27 +90,9 @@ pub(super) fn to_wit_outcome2(o: &Outcome) -> bindings::Outcome2 {
 /// Whether the outcome `o` keeps within the plugin's output limits (its size, its count of
 /// resources); the reason names the first it passes.
 pub(super) fn within_limits(o: &bindings::Outcome, limits: &Limits) -> Result<(), String> {
-    let size: usize = o.status.as_ref().map_or(0, String::len)
-        + o.resources.iter().map(String::len).sum::<usize>()
-        + o.labels
-            .iter()
-            .chain(&o.annotations)
-            .map(|(k, v)| k.len() + v.len())
-            .sum::<usize>();
-    if size > limits.output_bytes {
-        return Err(format!(
-            "{size} bytes of output, more than its limit of {} bytes",
-            limits.output_bytes
-        ));
-    }
-    if o.resources.len() > limits.max_resources {
-        return Err(format!(
-            "{} resources, more than its limit of {}",
-            o.resources.len(),
-            limits.max_resources
-        ));
-    }
-    Ok(())
+    let pairs = o.labels.iter().chain(&o.annotations);
+    let size = output_size(&o.status, &o.resources, pairs);
+    check_output(size, o.resources.len(), limits)
 }
 
 /// [`within_limits`] of a 0.2.0 outcome: its conditions' and events' text counts in its
@@ -132,23 +114,37 @@ pub(super) fn within_limits2(o: &bindings::Outcome2, limits: &Limits) -> Result<
         output_bytes: limits.output_bytes - reports,
         ..*limits
     };
-    let size: usize = o.status.as_ref().map_or(0, String::len)
-        + o.resources.iter().map(String::len).sum::<usize>()
-        + o.labels
-            .iter()
-            .chain(&o.annotations)
-            .map(|(k, v)| k.len() + v.len())
-            .sum::<usize>();
-    if size > rest.output_bytes || o.resources.len() > rest.max_resources {
+    let pairs = o.labels.iter().chain(&o.annotations);
+    let size = output_size(&o.status, &o.resources, pairs);
+    check_output(size, o.resources.len(), &rest)?;
+    Ok(rest)
+}
+
+/// The bytes of an outcome's text: status, resources, labels and annotations.
+fn output_size<'a>(
+    status: &Option<String>,
+    resources: &[String],
+    pairs: impl Iterator<Item = &'a (String, String)>,
+) -> usize {
+    status.as_ref().map_or(0, String::len)
+        + resources.iter().map(String::len).sum::<usize>()
+        + pairs.map(|(k, v)| k.len() + v.len()).sum::<usize>()
+}
+
+fn check_output(size: usize, resources: usize, limits: &Limits) -> Result<(), String> {
+    if size > limits.output_bytes {
         return Err(format!(
-            "{} bytes of output and {} resources with {reports} bytes of conditions and events, more than its limits of {} bytes and {} resources",
-            size + reports,
-            o.resources.len(),
-            limits.output_bytes,
+            "{size} bytes of output, more than its limit of {} bytes",
+            limits.output_bytes
+        ));
+    }
+    if resources > limits.max_resources {
+        return Err(format!(
+            "{resources} resources, more than its limit of {}",
             limits.max_resources
         ));
     }
-    Ok(rest)
+    Ok(())
 }
 
 /// A 0.2.0 outcome: the 0.1.0 checks, then its conditions and events (their text counted

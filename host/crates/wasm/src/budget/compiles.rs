@@ -5,9 +5,11 @@
 //! at its time or memory limit is refused compiles for a while: it cannot keep the host
 //! compiling, nor the loads of others waiting, by loading such modules again and again.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
+
+use super::lanes::Lanes;
 
 /// How long a tenant whose compile was stopped at a limit is refused compiles.
 pub const COMPILE_PAUSE: Duration = Duration::from_secs(10 * 60);
@@ -24,11 +26,9 @@ struct Turns {
     /// Whether a compile runs now.
     busy: bool,
     /// Tickets waiting, by lane (tenant).
-    waiting: BTreeMap<u64, VecDeque<u64>>,
+    waiting: Lanes<u64>,
     /// The ticket handed the next turn, not yet taken up.
     handed: Option<u64>,
-    /// The lane served last, where round-robin goes on from.
-    last: u64,
     next_ticket: u64,
     /// Lanes refused compiles until then.
     paused: BTreeMap<u64, Instant>,
@@ -55,7 +55,7 @@ impl Compiles {
         }
         let ticket = turns.next_ticket;
         turns.next_ticket += 1;
-        turns.waiting.entry(lane).or_default().push_back(ticket);
+        turns.waiting.push(lane, ticket);
         turns.hand_out();
         while turns.handed != Some(ticket) {
             turns = self.turned.wait(turns).unwrap_or_else(|p| p.into_inner());
@@ -80,20 +80,9 @@ impl Turns {
         if self.busy || self.handed.is_some() {
             return;
         }
-        let next = self
-            .waiting
-            .range(self.last + 1..)
-            .chain(self.waiting.range(..=self.last))
-            .map(|(&lane, _)| lane)
-            .next();
-        let Some(lane) = next else { return };
-        let queue = self.waiting.get_mut(&lane).expect("lane just seen");
-        let ticket = queue.pop_front().expect("lanes kept only with tickets");
-        if queue.is_empty() {
-            self.waiting.remove(&lane);
+        if let Some((_, ticket)) = self.waiting.pop() {
+            self.handed = Some(ticket);
         }
-        self.last = lane;
-        self.handed = Some(ticket);
     }
 }
 
@@ -134,14 +123,7 @@ mod tests {
     /// Waits until `n` tickets wait in all.
     fn until_waiting(compiles: &Compiles, n: usize) {
         let deadline = Instant::now() + Duration::from_secs(10);
-        while compiles
-            .lock()
-            .waiting
-            .values()
-            .map(VecDeque::len)
-            .sum::<usize>()
-            < n
-        {
+        while compiles.lock().waiting.iter().count() < n {
             assert!(Instant::now() < deadline, "{n} compiles never queued");
             std::thread::yield_now();
         }

@@ -3,7 +3,6 @@
 //! is held is charged to its tenant's CPU cap ([`super::cpu`]), and a tenant past it gives
 //! its turns up until its share has refilled.
 
-use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -11,6 +10,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 
 use super::cpu::Cpu;
+use super::lanes::Lanes;
 use crate::ticker::TICK;
 
 /// How long a turn at the gate lasts unless renewed: a guest running Wasm code renews it
@@ -36,9 +36,7 @@ struct GateState {
     /// has not taken it up yet; such a turn does not end until it does, or the seat goes).
     turns: Vec<(u64, u64, Option<Instant>)>,
     /// Seats waiting, by lane.
-    waiting: BTreeMap<u64, VecDeque<(u64, Arc<Notify>)>>,
-    /// The lane served last, where round-robin goes on from.
-    last: u64,
+    waiting: Lanes<(u64, Arc<Notify>)>,
 }
 
 impl Gate {
@@ -62,26 +60,16 @@ impl GateState {
         self.turns
             .retain(|&(_, _, until)| until.is_none_or(|until| until > now));
         while self.turns.len() < slots {
-            let next = self
-                .waiting
-                .range(self.last + 1..)
-                .chain(self.waiting.range(..=self.last))
-                .map(|(&lane, _)| lane)
-                .next();
-            let Some(lane) = next else { break };
-            let queue = self.waiting.get_mut(&lane).expect("lane just seen");
-            let (seat, notify) = queue.pop_front().expect("lanes kept only with waiters");
-            if queue.is_empty() {
-                self.waiting.remove(&lane);
-            }
+            let Some((lane, (seat, notify))) = self.waiting.pop() else {
+                break;
+            };
             self.turns.push((seat, lane, None));
-            self.last = lane;
             notify.notify_one();
         }
     }
 
     fn others_waiting(&self, lane: u64) -> bool {
-        self.waiting.keys().any(|&l| l != lane)
+        self.waiting.others_than(lane)
     }
 
     /// Whether `seat` holds a turn; one handed to it is taken up (it runs from now on).
@@ -96,15 +84,12 @@ impl GateState {
     }
 
     fn queued(&self, seat: u64) -> bool {
-        self.waiting.values().flatten().any(|(s, _)| *s == seat)
+        self.waiting.iter().any(|(s, _)| *s == seat)
     }
 
     fn forget(&mut self, seat: u64) {
         self.turns.retain(|&(s, _, _)| s != seat);
-        for queue in self.waiting.values_mut() {
-            queue.retain(|(s, _)| *s != seat);
-        }
-        self.waiting.retain(|_, q| !q.is_empty());
+        self.waiting.retain(|(s, _)| *s != seat);
     }
 }
 
@@ -200,9 +185,7 @@ impl Seat {
         if !state.queued(self.id) {
             state
                 .waiting
-                .entry(self.lane)
-                .or_default()
-                .push_back((self.id, self.notify.clone()));
+                .push(self.lane, (self.id, self.notify.clone()));
         }
         state.hand_out(self.gate.slots, now);
         if state.take_up(self.id, now) {
@@ -297,11 +280,7 @@ async fn wait_turn(w: Waiter, mut owed: Option<Duration>) {
         }
         if !state.queued(w.seat) {
             // Never left waiting without a place in the queue.
-            state
-                .waiting
-                .entry(w.lane)
-                .or_default()
-                .push_back((w.seat, w.notify.clone()));
+            state.waiting.push(w.lane, (w.seat, w.notify.clone()));
         }
     }
 }

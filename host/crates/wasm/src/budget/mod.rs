@@ -18,6 +18,7 @@ mod compiles;
 mod cpu;
 mod gate;
 mod held;
+mod lanes;
 
 pub use bucket::TokenBucket;
 pub use compiles::COMPILE_PAUSE;
