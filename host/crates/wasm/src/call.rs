@@ -455,9 +455,9 @@ fn classify(err: wasmtime::Error, state: &State, limits: &Limits) -> CallFailure
             .contains("fuel allocated for hostcalls has been exhausted")
     }) {
         return CallFailure::BadOutput(format!(
-            "it copied more than {} bytes out of the guest at once (its output limit is {} bytes)",
-            lift_fuel(limits),
-            limits.output_bytes
+            "it copied more than its limit of {} bytes out of the guest at once ({} with the host's bookkeeping of its strings and lists)",
+            limits.output_bytes,
+            lift_fuel(limits)
         ));
     }
     match err.downcast_ref::<Trap>() {
