@@ -1252,16 +1252,24 @@ async fn a_plugin_past_its_tenants_compile_limits_fails_that_tenants_load_only()
         plugin("inrun_test_hog"),
     );
     let len = |p: &str| std::fs::metadata(p).expect("plugin").len();
+    // What a load is charged: the module and its compiled form.
+    let engine = inrun::wasm::Engine::new(inrun::wasm::EngineSettings::default()).expect("engine");
+    let loaded = |p: &str| {
+        let compiled = engine.load_file(std::path::Path::new(p)).expect("plugin");
+        len(p) + compiled.info().compiled_size as u64
+    };
     // Modules up to one byte less than the webapp's; an hour's bytes: one stamp and a half.
     let mut options = FleetOptions {
         tenants: Some(dir.path().to_path_buf()),
         ..FleetHost::options()
     };
+    let hour = loaded(&stamp_v1) * 3 / 2;
     options.policy.tenant_size.compile = inrun::plugins::CompileLimits {
         module_bytes: len(&webapp) - 1,
-        bytes_per_hour: len(&stamp_v1) * 3 / 2,
+        bytes_per_hour: hour,
     };
-    assert!(len(&stamp_v2) < len(&webapp) && len(&hog) < len(&stamp_v1) * 3 / 2);
+    assert!(len(&stamp_v2) < len(&webapp) && loaded(&hog) < hour);
+    assert!(loaded(&stamp_v1) + loaded(&stamp_v2) > hour);
     let two = format!(
         "{}    - group: {group}\n      version: v1alpha1\n      kind: Second\n      reconcile:\n        default: false\n        constructor: {{ location: {stamp_v2} }}\n        managedResources: [ {{ apiVersion: v1, kind: ConfigMap }} ]\n",
         tenant("two", &group, "First", &stamp_v1, "2s")

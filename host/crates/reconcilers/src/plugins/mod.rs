@@ -138,38 +138,41 @@ impl PluginSet {
 
     /// Charges `len` module bytes to the tenant's compile limits, or says which it passes.
     fn charge(&self, location: &Location, len: usize) -> Result<(), SlotError> {
+        let Some((limits, _)) = &self.compiles else {
+            return Ok(());
+        };
+        let len = u64::try_from(len).unwrap_or(u64::MAX);
+        if len > limits.module_bytes {
+            return Err(SlotError::Budget {
+                location: location.to_string(),
+                message: format!(
+                    "the module is {}; a tenant's plugin may be at most {} (--max-tenant-module-size)",
+                    size(len),
+                    size(limits.module_bytes)
+                ),
+            });
+        }
+        self.take(location, len, "")
+    }
+
+    /// Takes `len` bytes of the tenant's hour's budget, or says how long until there is
+    /// room for them; `what` says what they are, after "loading its … ".
+    fn take(&self, location: &Location, len: u64, what: &str) -> Result<(), SlotError> {
         let Some((limits, bucket)) = &self.compiles else {
             return Ok(());
         };
-        let size = |b: u64| {
-            if b >= 1024 * 1024 {
-                format!("{} MiB", b.div_ceil(1024 * 1024))
-            } else {
-                format!("{} KiB", b.div_ceil(1024))
-            }
-        };
-        let len = u64::try_from(len).unwrap_or(u64::MAX);
-        let message = if len > limits.module_bytes {
-            format!(
-                "the module is {}; a tenant's plugin may be at most {} (--max-tenant-module-size)",
-                size(len),
-                size(limits.module_bytes)
-            )
-        } else {
-            match lock(bucket).take_n(len, std::time::Instant::now()) {
-                Ok(()) => return Ok(()),
-                Err(wait) => format!(
-                    "loading its {} would pass the tenant's budget of {} of plugins loaded an hour (--tenant-compile-budget); there is room for it in {} s",
+        match lock(bucket).take_n(len, std::time::Instant::now()) {
+            Ok(()) => Ok(()),
+            Err(wait) => Err(SlotError::Budget {
+                location: location.to_string(),
+                message: format!(
+                    "loading its {}{what} would pass the tenant's budget of {} of plugins loaded an hour (--tenant-compile-budget); there is room for it in {} s",
                     size(len),
                     size(limits.bytes_per_hour),
                     wait.as_secs().max(1)
                 ),
-            }
-        };
-        Err(SlotError::Budget {
-            location: location.to_string(),
-            message,
-        })
+            }),
+        }
     }
 
     /// The engine.
@@ -265,22 +268,8 @@ impl PluginSet {
     /// Charges the `len` bytes of a loaded plugin's compiled form to the tenant's hourly
     /// budget, or says it passes it.
     fn charge_compiled(&self, location: &Location, len: usize) -> Result<(), SlotError> {
-        let Some((limits, bucket)) = &self.compiles else {
-            return Ok(());
-        };
         let len = u64::try_from(len).unwrap_or(u64::MAX);
-        match lock(bucket).take_n(len, std::time::Instant::now()) {
-            Ok(()) => Ok(()),
-            Err(wait) => Err(SlotError::Budget {
-                location: location.to_string(),
-                message: format!(
-                    "its compiled form of {} MiB would pass the tenant's budget of {} MiB of plugins loaded an hour, compiled forms included (--tenant-compile-budget); there is room for it in {} s",
-                    len.div_ceil(1 << 20),
-                    limits.bytes_per_hour >> 20,
-                    wait.as_secs().max(1)
-                ),
-            }),
-        }
+        self.take(location, len, " of compiled code")
     }
 
     /// Checks every unpinned slot's source once; swaps in versions that load and meet the
@@ -354,6 +343,15 @@ impl PluginSet {
             }
         }
         Some(change)
+    }
+}
+
+/// `bytes` as people read them: KiB below a MiB, else MiB, rounded up.
+fn size(bytes: u64) -> String {
+    if bytes >= 1024 * 1024 {
+        format!("{} MiB", bytes.div_ceil(1024 * 1024))
+    } else {
+        format!("{} KiB", bytes.div_ceil(1024))
     }
 }
 
