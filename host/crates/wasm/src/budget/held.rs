@@ -186,7 +186,7 @@ impl HostMemory {
             let meter = &self.inner;
             // Asked for before trying, so a give-back between the try and the wait is not
             // missed.
-            let own = meter.own_freed();
+            let own = meter.freed.notified();
             let host = meter.host.freed.notified();
             let hit = match self.take(bytes) {
                 Ok(()) => return Ok(()),
@@ -222,12 +222,6 @@ impl HostMemory {
         self.inner.host.counter.sub(bytes);
         self.inner.freed.notify_waiters();
         self.inner.host.freed.notify_waiters();
-    }
-}
-
-impl Meter {
-    fn own_freed(&self) -> tokio::sync::futures::Notified<'_> {
-        self.freed.notified()
     }
 }
 
