@@ -72,10 +72,25 @@ pub struct ApfArgs {
     #[arg(long, default_value_t = Level::tenants().shares)]
     tenant_shares: u32,
     /// The most seats the tenants may borrow from idle levels, in percent of their own
-    /// (0: none, so that tenants together never take more than their shares). Unset: no
-    /// limit.
-    #[arg(long)]
-    tenant_borrowing_limit: Option<u32>,
+    /// (0, the default: none, so that tenants together never take more than their
+    /// shares; `none`: no limit).
+    #[arg(long, default_value = "0", value_parser = parse_borrowing_limit)]
+    tenant_borrowing_limit: BorrowingLimit,
+}
+
+/// A borrowing limit in percent; `None`: no limit.
+#[derive(Debug, Clone, Copy)]
+struct BorrowingLimit(Option<u32>);
+
+/// A borrowing limit in percent, or `none` for no limit.
+fn parse_borrowing_limit(text: &str) -> Result<BorrowingLimit, String> {
+    match text {
+        "none" => Ok(BorrowingLimit(None)),
+        n => n
+            .parse()
+            .map(|n| BorrowingLimit(Some(n)))
+            .map_err(|_| format!("{n:?} is neither a percentage nor `none`")),
+    }
 }
 
 /// What `inrun generate rbac` is given.
@@ -247,7 +262,7 @@ fn apf_options(args: ApfArgs) -> ApfOptions {
         },
         tenants: Level {
             shares: args.tenant_shares,
-            borrowing_limit_percent: args.tenant_borrowing_limit,
+            borrowing_limit_percent: args.tenant_borrowing_limit.0,
             ..Level::tenants()
         },
     }

@@ -67,16 +67,22 @@ impl Level {
         }
     }
 
-    /// The tenants' level, shared by all of them: as many shares as the suggested
-    /// `global-default`; half of it lendable; queues as the suggested workload levels
-    /// (128 queues, hands of 6, 50 requests a queue), so that tenants rarely share a
-    /// queue and a tenant whose queues fill is refused (429: that reconcile fails and is
-    /// retried with backoff) without holding up another's.
+    /// The tenants' level, shared by all of them: narrow on purpose — one share (3 of a
+    /// default API server's 600 seats) and none borrowed from idle levels — so that a
+    /// tenant that storms the API server queues behind its own requests (one flow each)
+    /// instead of taking the server's CPU, which every tenant needs: with the shares of
+    /// `global-default` (20) and borrowing, nothing queues on a quiet cluster and a storm
+    /// costs another tenant twice its latency (the tenancy bench's write-storm rows). A
+    /// tenant's host traffic is bounded by its write budget anyway; raise the shares
+    /// (`--tenant-shares`) on an API server with cores to spare. Half lendable; queues as
+    /// the suggested workload levels (128 queues, hands of 6, 50 requests a queue), so
+    /// that tenants rarely share a queue and a tenant whose queues fill is refused (429:
+    /// that reconcile fails and is retried with backoff) without holding up another's.
     pub fn tenants() -> Level {
         Level {
-            shares: 20,
+            shares: 1,
             lendable_percent: 50,
-            borrowing_limit_percent: None,
+            borrowing_limit_percent: Some(0),
             queues: 128,
             hand_size: 6,
             queue_length_limit: 50,
@@ -456,17 +462,19 @@ mod tests {
             json!({"queues": 128, "handSize": 6, "queueLengthLimit": 50})
         );
         assert_eq!(tenants["limited"]["lendablePercent"], 50);
-        assert!(tenants["limited"].get("borrowingLimitPercent").is_none());
-        let capped = ApfOptions {
+        // Narrow and borrowing nothing unless the operator says otherwise.
+        assert_eq!(shares(tenants), 1);
+        assert_eq!(tenants["limited"]["borrowingLimitPercent"], 0);
+        let unbounded = ApfOptions {
             tenants: Level {
-                borrowing_limit_percent: Some(0),
+                borrowing_limit_percent: None,
                 ..Level::tenants()
             },
             ..with_tenants()
         };
-        let docs = manifests(&capped).expect("manifests");
+        let docs = manifests(&unbounded).expect("manifests");
         let tenants = &of_kind(&docs, "PriorityLevelConfiguration", "inrun-tenants")["spec"];
-        assert_eq!(tenants["limited"]["borrowingLimitPercent"], 0);
+        assert!(tenants["limited"].get("borrowingLimitPercent").is_none());
     }
 
     #[test]
