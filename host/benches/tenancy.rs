@@ -790,7 +790,8 @@ fn main() {
          ### Tenant isolation\n\n\
          Tenant B (the `stamp` constructor) create→Ready latency of {count} CRs created one after another, \
          alone and then beside a hostile tenant A, on one host serving both as tenant files with the engine's \
-         default budgets (guest code on half the cores, a quarter of the pool and of guest memory per tenant); \
+         default budgets (guest code on half the cores, each tenant's guests capped at half of that, a quarter of the pool, of guest memory \
+         and of the host memory replies take per tenant); \
          a fresh host per row, so each row's \"alone\" is its own baseline. The API server and etcd share the \
          machine's 2 cores with the host and the bench. Goal: B's median within 1.25× and p99 within 2× of alone. \
          The row \"on a kind no host serves\" is the write storm with no host watching it (its CRD installed by hand): \
