@@ -24,8 +24,7 @@ fn main() -> ExitCode {
         }
     };
     // Held to the end: dropping it flushes the traces not exported yet.
-    let _traces = match inrun::telemetry::init(&cli.log_filter(), cli.json_logs(), traces.as_ref())
-    {
+    let traces = match inrun::telemetry::init(&cli.log_filter(), cli.json_logs(), traces.as_ref()) {
         Ok(guard) => guard,
         Err(e) => {
             // Logging is not up: say it where the user looks.
@@ -33,7 +32,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match cli::execute(cli) {
+    match cli::execute(cli, traces.trace_ids()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {}", inrun::errors::chain(e.as_ref()));

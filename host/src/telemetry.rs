@@ -90,6 +90,16 @@ impl Traces {
 #[derive(Debug)]
 pub struct Guard(Option<SdkTracerProvider>);
 
+impl Guard {
+    /// What reads a reconcile span's trace id while traces are exported (for
+    /// [`crate::runtime::Shared::with_trace_ids`]); `None` when they are not.
+    pub fn trace_ids(&self) -> Option<crate::runtime::TraceIds> {
+        self.0
+            .as_ref()
+            .map(|_| trace_id as crate::runtime::TraceIds)
+    }
+}
+
 impl Drop for Guard {
     fn drop(&mut self) {
         if let Some(provider) = self.0.take()
@@ -106,7 +116,7 @@ impl Drop for Guard {
 /// writes) and its events at `info` and above also go to the collector, whatever the log
 /// filter, and each reconcile's log lines carry its `trace_id`. Whatever is asked, the
 /// host's spans feed each reconcile's timeline on the console
-/// ([`crate::runtime::timeline`]).
+/// ([`crate::console::timeline`]).
 ///
 /// # Errors
 /// A filter that is not valid, with why: the command refuses to run rather than log less
@@ -141,11 +151,8 @@ pub fn init(filter: &str, json: bool, traces: Option<&Traces>) -> Result<Guard, 
                     && (meta.is_span() || *meta.level() <= tracing::Level::INFO)
             }))
     });
-    if provider.is_some() {
-        let _ = crate::runtime::TRACE_ID.set(trace_id);
-    }
     // Each reconcile's steps for the console's timeline: the host's own spans only.
-    let timeline = crate::runtime::timeline::Layer.with_filter(filter_fn(|meta| {
+    let timeline = crate::console::timeline::Layer.with_filter(filter_fn(|meta| {
         meta.is_span() && meta.target().starts_with("inrun")
     }));
     let _ = Registry::default()

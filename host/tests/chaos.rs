@@ -647,7 +647,7 @@ impl Ring {
             .iter()
             .filter_map(|o| o.metadata.uid.as_deref())
             .filter(|uid| {
-                holders[inrun::runtime::sharding::buckets::bucket_of(uid)].as_deref() == Some(name)
+                holders[inrun::ring::sharding::buckets::bucket_of(uid)].as_deref() == Some(name)
             })
             .count()
     }

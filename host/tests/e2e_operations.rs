@@ -391,7 +391,7 @@ async fn the_console_shows_crds_and_kinds_in_chromium() -> TestResult {
         use tracing_subscriber::layer::SubscriberExt;
         use tracing_subscriber::util::SubscriberInitExt;
         let _ = tracing_subscriber::registry()
-            .with(inrun::runtime::timeline::Layer.with_filter(
+            .with(inrun::console::timeline::Layer.with_filter(
                 tracing_subscriber::filter::filter_fn(|m| {
                     m.is_span() && m.target().starts_with("inrun")
                 }),

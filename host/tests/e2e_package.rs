@@ -1541,7 +1541,7 @@ async fn a_boundary_the_operator_shares_has_one_owner_among_its_tenants_and_an_u
     };
     let options = inrun::fleet::FleetOptions {
         tenants: Some(dir.path().to_path_buf()),
-        on_removal: inrun::runtime::release::OnRemoval::Keep,
+        on_removal: inrun::fleet::release::OnRemoval::Keep,
         ..FleetHost::options()
     };
     let host = FleetHost::start_locking(options, &[], locks).await;

@@ -14,7 +14,7 @@ mod support;
 use std::collections::BTreeSet;
 
 use futures::StreamExt;
-use inrun::runtime::sharding::buckets::{BUCKETS, bucket_of, query_escape, selector};
+use inrun::ring::sharding::buckets::{BUCKETS, bucket_of, query_escape, selector};
 use inrun_testenv::ControlPlane;
 use kube::Client;
 use kube::api::{Api, DynamicObject, PostParams, WatchEvent};
@@ -117,7 +117,7 @@ async fn the_servers_shard_selector_keeps_exactly_the_configmaps_of_the_buckets(
     }
     // What `runtime.sharding.watch: auto` asks at start, from a list of Leases.
     assert!(
-        inrun::runtime::sharding::watch::server_shards(&client, &ns)
+        inrun::runtime::sharded_watch::server_shards(&client, &ns)
             .await
             .expect("a list of Leases"),
         "a server with ShardedListAndWatch is found to honour shardSelector"
@@ -217,9 +217,9 @@ async fn the_servers_shard_selector_keeps_exactly_the_crs_of_the_buckets_listed_
 
 /// The ring's live members after one more look at its Leases.
 async fn look(
-    ring: &inrun::runtime::sharding::members::Ring,
+    ring: &inrun::ring::sharding::members::Ring,
     client: &Client,
-    seen: &mut inrun::runtime::sharding::members::Observed,
+    seen: &mut inrun::ring::sharding::members::Observed,
 ) -> Vec<String> {
     let leases = ring.member_leases(client).await.expect("list members");
     let now = std::time::Instant::now();
@@ -229,8 +229,8 @@ async fn look(
 
 #[tokio::test]
 async fn members_are_live_until_they_release_or_stop_renewing_and_their_buckets_move() {
-    use inrun::runtime::sharding::assign::Assignment;
-    use inrun::runtime::sharding::members::{Observed, Ring};
+    use inrun::ring::sharding::assign::Assignment;
+    use inrun::ring::sharding::members::{Observed, Ring};
     use std::time::{Duration, Instant};
 
     let cp = ControlPlane::shared();
@@ -297,8 +297,8 @@ async fn members_are_live_until_they_release_or_stop_renewing_and_their_buckets_
 #[tokio::test]
 async fn of_two_members_taking_every_bucket_at_once_exactly_one_holds_each_and_hands_over_by_epoch()
 {
-    use inrun::runtime::sharding::members::Ring;
-    use inrun::runtime::sharding::ownership::Take;
+    use inrun::ring::sharding::members::Ring;
+    use inrun::ring::sharding::ownership::Take;
     use std::time::Duration;
 
     let cp = ControlPlane::shared();
@@ -516,8 +516,8 @@ mod hosts {
                 .and_then(|l| l.get("inrun.dev/bucket"));
             assert_eq!(
                 label.map(String::as_str),
-                Some(inrun::runtime::sharding::buckets::label_value(
-                    inrun::runtime::sharding::buckets::bucket_of(uid)
+                Some(inrun::ring::sharding::buckets::label_value(
+                    inrun::ring::sharding::buckets::bucket_of(uid)
                 ))
                 .as_deref(),
                 "{:?}",
@@ -618,11 +618,11 @@ mod between_lists {
     use std::task::{Context, Poll};
     use std::time::Duration;
 
-    use inrun::runtime::sharding::buckets::BUCKETS;
-    use inrun::runtime::sharding::keeper::{self, KeeperConfig};
-    use inrun::runtime::sharding::members::Ring;
-    use inrun::runtime::sharding::ownership::Take;
-    use inrun::runtime::sharding::shard::Shard;
+    use inrun::ring::sharding::buckets::BUCKETS;
+    use inrun::ring::sharding::keeper::{self, KeeperConfig};
+    use inrun::ring::sharding::members::Ring;
+    use inrun::ring::sharding::ownership::Take;
+    use inrun::ring::sharding::shard::Shard;
     use inrun_testenv::ControlPlane;
     use kube::Client;
     use kube::client::{Body, ClientBuilder};

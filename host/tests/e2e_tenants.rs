@@ -1469,7 +1469,7 @@ async fn a_removed_tenants_crs_lose_the_hosts_finalizers_so_deleting_them_does_n
     // `--on-tenant-removal keep`: the finalizers stay with the tenant gone.
     let host = FleetHost::start(FleetOptions {
         resources: true,
-        on_removal: inrun::runtime::release::OnRemoval::Keep,
+        on_removal: inrun::fleet::release::OnRemoval::Keep,
         ..FleetHost::options()
     })
     .await;

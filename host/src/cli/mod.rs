@@ -119,7 +119,7 @@ pub enum Command {
 ///
 /// # Errors
 /// Whatever the command failed with, for `main` to print with its causes.
-pub fn execute(cli: Cli) -> anyhow::Result<()> {
+pub fn execute(cli: Cli, trace_ids: Option<inrun::runtime::TraceIds>) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
@@ -130,7 +130,7 @@ pub fn execute(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Render(args) => render::render(&runtime, &cache, args),
         Command::Test(args) => test::test(&runtime, &cache, &args),
-        Command::Run(args) => run::run(&runtime, *args, &cache),
+        Command::Run(args) => run::run(&runtime, *args, &cache, trace_ids),
         Command::Generate { command } => generate::generate(command),
         Command::Validate(args) => validate::validate(&runtime, &cache, &args),
         Command::Plugin { command } => plugin::plugin(&runtime, &cache, command),

@@ -26,10 +26,10 @@ use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 use tokio::sync::watch;
 
+use inrun_fleet::{Fleet, TenantView};
+use inrun_observe::health::{Health, Probe};
+use inrun_observe::metrics::{self, Metrics};
 use inrun_reconcilers::assemble::Assembly;
-use inrun_runtime::fleet::{Fleet, TenantView};
-use inrun_runtime::health::{Health, Probe};
-use inrun_runtime::metrics::{self, Metrics};
 
 pub use access::{AccessError, ConsoleAccess, TOKEN_MIN_LEN};
 pub use blueprint::document as blueprint_document;

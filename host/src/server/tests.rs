@@ -41,7 +41,7 @@ spec:
         .expect("assembly");
     State::new(
         Arc::new(assembly),
-        Arc::new(inrun_runtime::metrics::Metrics::default()),
+        Arc::new(inrun_observe::metrics::Metrics::default()),
     )
 }
 

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use inrun::runtime::sharding::buckets::{BUCKETS, bucket_of};
+use inrun::ring::sharding::buckets::{BUCKETS, bucket_of};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Api, ListParams};
 use serde_json::Value;

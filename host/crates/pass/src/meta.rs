@@ -28,6 +28,10 @@ pub const CLEANUP_AT: &str = "inrun.dev/cleanup-at";
 pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "inrun");
 /// Under sharding by label, the CR's bucket (two digits), kept by the finalizer manager.
 pub const BUCKET: &str = "inrun.dev/bucket";
+/// Annotation on every child the host applies: a hash of the object it sent, so a later
+/// pass (or another replica, or the host after a restart) knows the child is as desired
+/// without writing it again.
+pub const APPLIED_HASH: &str = "inrun.dev/applied";
 /// The label that ties a child to its CR.
 pub const OWNER_UID: &str = "inrun.dev/owner-uid";
 

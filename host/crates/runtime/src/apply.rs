@@ -16,13 +16,8 @@ use super::kinds::Kind;
 use super::stores;
 use inrun_contract::CREATE_ONLY_ANNOTATION;
 use inrun_contract::api_version::group_of;
-use inrun_pass::meta::{OWNER_UID, RECONCILER_MANAGER};
+use inrun_pass::meta::{APPLIED_HASH, OWNER_UID, RECONCILER_MANAGER};
 use inrun_pass::{Applied, AppliedChild, ChildKey, readiness, waves};
-
-/// Annotation on every child the host applies: a hash of the object it sent, so a later
-/// pass (or another replica, or the host after a restart) knows the child is as desired
-/// without writing it again.
-pub const APPLIED_HASH: &str = "inrun.dev/applied";
 
 /// Whether the children a pass applies are the CR's: labelled with its uid (and, in its
 /// namespace, referenced to it), and refused where another holds them.

@@ -25,7 +25,7 @@ pub(crate) fn child_watch(
     kind: &kinds::Kind,
     triggers: &Arc<triggers::Triggers>,
     stores: &stores::ChildStores,
-    shard: Option<&Arc<crate::sharding::shard::Shard>>,
+    shard: Option<&Arc<inrun_ring::sharding::shard::Shard>>,
 ) -> (
     BoxStream<'static, ObjectRef<CachedCr>>,
     Store<stores::CachedChild>,
@@ -45,7 +45,8 @@ pub(crate) fn child_watch(
         // Under sharding, only the children of CRs of the buckets held are kept, listed
         // again when they change (the server cannot select by the owner's bucket).
         Some(shard) => {
-            use crate::sharding::{buckets::bucket_of, shard::bit as watch_bit, watch};
+            use crate::sharded_watch as watch;
+            use inrun_ring::sharding::{buckets::bucket_of, shard::bit as watch_bit};
             watch::restarting(shard.subscribe(), move |_, held| {
                 if held == 0 {
                     return watch::nothing();

@@ -10,10 +10,10 @@ use std::collections::HashSet;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use serde_json::{Value, json};
 
-use super::apply::APPLIED_HASH;
 use super::context::Ctx;
 use super::kinds::{Kind, UnknownKind};
 use super::stores::child_id;
+use inrun_pass::meta::APPLIED_HASH;
 use inrun_pass::meta::{OWNER_UID, RECONCILER_MANAGER};
 use inrun_pass::{ChildKey, ConditionReason, Observed, waves};
 

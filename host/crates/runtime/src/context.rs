@@ -40,19 +40,21 @@ pub struct Ctx {
     pub runtime: RuntimeSpec,
     /// What is queued and running, for the work-queue metrics: every trigger of a CR is
     /// told to it.
-    pub queue: crate::metrics::WorkQueue,
+    pub queue: inrun_observe::metrics::WorkQueue,
     /// Watch caches of the CRs' children, by kind.
     pub children: ChildStores,
     /// Which changes wake a CR, and what the host itself wrote.
     pub triggers: Arc<Triggers>,
     /// Where reconciles are recorded.
-    pub metrics: Arc<crate::metrics::Metrics>,
+    pub metrics: Arc<inrun_observe::metrics::Metrics>,
+    /// Reads each reconcile span's trace id, when the process exports traces.
+    pub trace_ids: Option<crate::TraceIds>,
     /// Told when a pass saw a CRD of a CR's become `Established`: a kind that was not
     /// served may be now, and its children's watch may start.
     pub kinds_changed: Arc<tokio::sync::Notify>,
     /// The buckets this replica holds under `inrun run --sharding`; `None`: it serves
     /// every CR.
-    pub shard: Option<Arc<crate::sharding::shard::Shard>>,
+    pub shard: Option<Arc<inrun_ring::sharding::shard::Shard>>,
     /// Under sharding, the buckets taken whose CRs wake at their next listing whatever the
     /// triggers remember of them (an earlier tenure saw them unchanged).
     pub fresh: Arc<std::sync::atomic::AtomicU64>,
@@ -69,13 +71,14 @@ impl Ctx {
         cr.meta()
             .uid
             .as_deref()
-            .map(crate::sharding::buckets::bucket_of)
+            .map(inrun_ring::sharding::buckets::bucket_of)
     }
 
     /// Whether `cr` is of a bucket just taken, whose CRs all wake once (see `fresh`).
     pub fn fresh(&self, cr: &impl kube::Resource) -> bool {
         self.bucket(cr).is_some_and(|b| {
-            self.fresh.load(std::sync::atomic::Ordering::Acquire) & crate::sharding::shard::bit(b)
+            self.fresh.load(std::sync::atomic::Ordering::Acquire)
+                & inrun_ring::sharding::shard::bit(b)
                 != 0
         })
     }

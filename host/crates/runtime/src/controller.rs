@@ -8,7 +8,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use futures::{FutureExt, Stream, StreamExt};
 use kube::Client;
 use kube::api::Api;
-use kube::discovery::ApiResource;
 use kube::runtime::reflector::{ObjectRef, Store, reflector, store::Writer};
 use kube::runtime::{Controller, WatchStreamExt, watcher};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
@@ -17,22 +16,12 @@ use tokio::sync::watch;
 use crate::cached::CachedCr;
 use crate::child_watches::{child_watch, lazy_watches};
 use crate::context::Ctx;
+use crate::kinds::cr_resource;
 use crate::shared::{RunOptions, Shared};
 use crate::startup::{CrdKinds, RunError, prepare};
 use crate::{backoff, events, reconcile, stores, triggers};
 use inrun_blueprint::Scope;
 use inrun_reconcilers::assemble::Assembly;
-
-/// A CRD's CR resource, from the Blueprint.
-pub(crate) fn cr_resource(crd: &inrun_blueprint::CrdSpec) -> ApiResource {
-    ApiResource {
-        group: crd.group.clone(),
-        version: crd.version.clone(),
-        api_version: crd.api_version(),
-        kind: crd.kind.clone(),
-        plural: crd.plural(),
-    }
-}
 
 /// The per-CR backoff of a CRD's controller: the pass picks its bounds
 /// ([`inrun_pass::retry_bounds`]: a package's own, or `runtime.backoff`, above the requeue
@@ -138,6 +127,7 @@ fn context(
         children,
         triggers,
         metrics: shared.metrics.clone(),
+        trace_ids: shared.trace_ids,
         kinds_changed: Arc::default(),
         shard: shared.shard.clone(),
         fresh: Arc::default(),
@@ -164,14 +154,14 @@ fn cr_triggers(
     // Under sharding, only the CRs of the buckets held: by their bucket label, or the
     // server's shardSelector.
     let events = match &ctx.shard {
-        Some(shard) if shard.by_labels() => crate::sharding::watch::labelled_watcher(
+        Some(shard) if shard.by_labels() => crate::sharded_watch::labelled_watcher(
             ctx.client.clone(),
             ctx.cr_resource.clone(),
             shard.subscribe(),
             ctx.fresh.clone(),
         )
         .boxed(),
-        Some(shard) => crate::sharding::watch::sharded_watcher(
+        Some(shard) => crate::sharded_watch::sharded_watcher(
             ctx.client.clone(),
             ctx.cr_resource.clone(),
             shard.subscribe(),
@@ -315,7 +305,7 @@ impl ChildWatches {
 /// (sent on `woken`; when the server does not shard the watch, the cache has them).
 async fn bucket_moves(
     ctx: Arc<Ctx>,
-    shard: Arc<crate::sharding::shard::Shard>,
+    shard: Arc<inrun_ring::sharding::shard::Shard>,
     crs: Store<CachedCr>,
     woken: UnboundedSender<ObjectRef<CachedCr>>,
 ) {
@@ -333,7 +323,7 @@ async fn bucket_moves(
             let Some(bucket) = ctx.bucket(cr.as_ref()) else {
                 continue;
             };
-            let bit = crate::sharding::shard::bit(bucket);
+            let bit = inrun_ring::sharding::shard::bit(bucket);
             if given & bit != 0 {
                 ctx.triggers.unsee(&cr.metadata);
             } else if taken & bit != 0 {
@@ -351,7 +341,7 @@ struct Running {
     controller: Controller<CachedCr>,
     watches: ChildWatches,
     ctx: Arc<Ctx>,
-    metrics: Arc<crate::metrics::Metrics>,
+    metrics: Arc<inrun_observe::metrics::Metrics>,
     /// Whether the CRs' cache was counted as synced (to take it back at the end).
     counted: Arc<AtomicBool>,
     stop: watch::Receiver<bool>,
@@ -375,7 +365,7 @@ async fn run_until_stopped(running: Running) {
     let watches = watches.spawn(&ctx);
     health.controller_running(true);
     metrics.controller_started(&name);
-    let cache = metrics.cr_cache(&name, synced.clone());
+    let cache = metrics.cr_source(&name, cr_views(name.clone(), synced.clone()));
     let running = queue.run();
     tracing::debug!(crd = %name, "controller started");
     let mut stop_on = stop.clone();
@@ -404,7 +394,7 @@ async fn run_until_stopped(running: Running) {
         watch.abort();
     }
     health.controller_running(false);
-    metrics.cr_cache_gone(&name, cache);
+    metrics.cr_source_gone(&name, cache);
     if counted.load(Ordering::Relaxed) {
         health.cache_synced(false);
     }
@@ -500,4 +490,22 @@ mod tests {
         let last = (0..12).map(|_| b.failed("ns/a", 1)).last();
         assert_eq!(last, Some(Duration::from_secs(10)));
     }
+}
+
+/// The CRs of `crs` (a controller's cache of the CRD `crd`) as the console shows them,
+/// sorted by namespace and name, [`inrun_observe::console::crs::SHOWN_PER_CRD`] at most:
+/// read from the cache the controller keeps anyway, so a view costs the API server nothing.
+fn cr_views(crd: String, crs: Store<CachedCr>) -> inrun_observe::console::CrSource {
+    use inrun_observe::console::crs::{SHOWN_PER_CRD, view};
+    Arc::new(move || {
+        let mut all = crs.state();
+        all.sort_by(|a, b| {
+            (&a.metadata.namespace, &a.metadata.name)
+                .cmp(&(&b.metadata.namespace, &b.metadata.name))
+        });
+        all.iter()
+            .take(SHOWN_PER_CRD)
+            .map(|cr| view(&crd, &cr.value()))
+            .collect()
+    })
 }

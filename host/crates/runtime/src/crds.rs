@@ -61,7 +61,7 @@ pub enum Install {
     /// Only while `leading` is open (the replica holding the ring's leader Lease, under
     /// sharding); the others wait for the CRD it installs. A replica that comes to lead
     /// while waiting installs it itself.
-    WhileLeading(crate::fence::Fence),
+    WhileLeading(inrun_ring::fence::Fence),
 }
 
 impl From<bool> for Install {

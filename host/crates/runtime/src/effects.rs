@@ -90,7 +90,7 @@ impl<'a> ApiEffects<'a> {
     fn console_event(&self, kind: &str, reason: &str, note: &str) {
         self.ctx
             .metrics
-            .event_recorded(crate::metrics::EventRecord {
+            .event_recorded(inrun_observe::console::EventRecord {
                 at_ms: std::time::SystemTime::now()
                     .duration_since(std::time::UNIX_EPOCH)
                     .unwrap_or_default()

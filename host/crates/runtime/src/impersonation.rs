@@ -156,7 +156,7 @@ pub async fn admits(
         Some(uid) => uid.to_string(),
         None => {
             let blueprints: Api<kube::api::DynamicObject> =
-                Api::all_with(client.clone(), &crate::fleet::blueprint_resource());
+                Api::all_with(client.clone(), &crate::kinds::blueprint_resource());
             blueprints
                 .get_opt(blueprint)
                 .await
@@ -236,7 +236,7 @@ mod consent_tests {
 #[derive(Clone)]
 pub struct Impersonation {
     config: Config,
-    fence: crate::fence::Fence,
+    fence: inrun_ring::fence::Fence,
 }
 
 impl std::fmt::Debug for Impersonation {
@@ -250,7 +250,7 @@ impl std::fmt::Debug for Impersonation {
 impl Impersonation {
     /// Clients derived from `config`, the host's (its credentials prove who impersonates),
     /// writing only while `fence` is open.
-    pub fn new(config: Config, fence: crate::fence::Fence) -> Self {
+    pub fn new(config: Config, fence: inrun_ring::fence::Fence) -> Self {
         Impersonation { config, fence }
     }
 
@@ -273,7 +273,7 @@ impl Impersonation {
     /// When the client cannot be built (the same configuration as the host's builds, so
     /// only a name that is not a valid header value fails, which validation rules out).
     pub fn client(&self, sa: &ServiceAccountRef) -> Result<Client, kube::Error> {
-        crate::fence::client(self.config(sa), &self.fence)
+        inrun_ring::fence::client(self.config(sa), &self.fence)
     }
 }
 
@@ -289,7 +289,7 @@ mod tests {
             namespace: "team-a".into(),
             name: "tenant".into(),
         };
-        let config = Impersonation::new(host, crate::fence::Fence::default()).config(&sa);
+        let config = Impersonation::new(host, inrun_ring::fence::Fence::default()).config(&sa);
         assert_eq!(
             config.auth_info.impersonate.as_deref(),
             Some("system:serviceaccount:team-a:tenant")

@@ -1,5 +1,6 @@
 //! Which API resource serves an apiVersion/kind, and whether it is namespaced: asked of
-//! the API server once per kind and remembered.
+//! the API server once per kind and remembered; and the resources the host knows without
+//! asking (a Blueprint's CRs, Blueprint resources).
 
 use std::collections::HashMap;
 
@@ -7,6 +8,28 @@ use kube::Client;
 use kube::core::GroupVersionKind;
 use kube::discovery::{ApiResource, Scope};
 use tokio::sync::RwLock;
+
+/// A CRD's CR resource, from the Blueprint.
+pub fn cr_resource(crd: &inrun_blueprint::CrdSpec) -> ApiResource {
+    ApiResource {
+        group: crd.group.clone(),
+        version: crd.version.clone(),
+        api_version: crd.api_version(),
+        kind: crd.kind.clone(),
+        plural: crd.plural(),
+    }
+}
+
+/// How to address `Blueprint` resources.
+pub fn blueprint_resource() -> ApiResource {
+    ApiResource {
+        group: "inrun.dev".into(),
+        version: "v1alpha1".into(),
+        api_version: "inrun.dev/v1alpha1".into(),
+        kind: "Blueprint".into(),
+        plural: "blueprints".into(),
+    }
+}
 
 /// A kind the API server does not serve.
 #[derive(Debug, thiserror::Error)]

@@ -121,7 +121,7 @@ pub struct Connection {
     /// The same credentials without the fence: for the leader-election Lease only.
     pub lease_client: Client,
     /// What leader election closes when this replica does not lead.
-    pub fence: crate::fence::Fence,
+    pub fence: inrun_ring::fence::Fence,
     /// Its configuration.
     pub config: Config,
     /// The API server's addresses: what tenants' calls may not reach.
@@ -144,7 +144,7 @@ pub async fn connect(options: &ConnectOptions) -> Result<Connection, ConnectErro
 /// [`ConnectError`].
 pub async fn connect_recording(
     options: &ConnectOptions,
-    metrics: Option<&crate::metrics::Metrics>,
+    metrics: Option<&inrun_observe::metrics::Metrics>,
 ) -> Result<Connection, ConnectError> {
     let kubeconfig = match (&options.kubeconfig, &options.context) {
         (Some(path), _) => {
@@ -198,12 +198,12 @@ pub async fn connect_recording(
     }
     let requests = match (metrics, config.cluster_url.authority()) {
         (Some(m), Some(host)) => m.count_requests(host.as_str()),
-        _ => crate::metrics::CountRequests::none(),
+        _ => inrun_observe::metrics::CountRequests::none(),
     };
-    let fence = crate::fence::Fence::default()
+    let fence = inrun_ring::fence::Fence::default()
         .with_request_timeout(options.request_timeout)
         .counting(requests.clone());
-    let client = crate::fence::client(config.clone(), &fence).map_err(ConnectError::Client)?;
+    let client = inrun_ring::fence::client(config.clone(), &fence).map_err(ConnectError::Client)?;
     let lease_client = kube::client::ClientBuilder::try_from(config.clone())
         .map_err(ConnectError::Client)?
         .with_layer(&requests)

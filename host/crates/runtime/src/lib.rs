@@ -34,50 +34,31 @@ mod child_watches;
 mod children;
 mod context;
 mod effects;
-mod events;
+pub mod events;
 mod reconcile;
 mod safeguard;
 mod stores;
 mod teardown;
 mod triggers;
 
-// Tenants, identities and the cluster-wide pieces they share.
+// Whom the controllers act as, what they may write, and the cluster-wide pieces.
 pub mod access;
 mod cache;
 pub mod crds;
-pub mod crs_view;
-pub mod fence;
-pub mod fleet;
 pub mod impersonation;
 pub mod kinds;
+pub mod kubeconfig;
 pub mod locks;
-pub mod release;
+pub mod sharded_watch;
 pub mod write_limit;
 
-// The host process: client, election, settings, health and metrics.
-pub mod health;
-pub mod kubeconfig;
-pub mod leader;
-pub mod metrics;
-pub mod settings;
-pub mod sharding;
-pub mod timeline;
-
-/// The module's former name, kept for callers outside this crate.
-/// Reads the trace id of a span when the process exports traces (set once at start-up by
-/// whoever installed the exporter): each reconcile's span records it, so its log lines
-/// carry the id the collector shows.
-pub static TRACE_ID: std::sync::OnceLock<fn(&tracing::Span) -> Option<String>> =
-    std::sync::OnceLock::new();
-
-pub use apply::APPLIED_HASH;
 pub use cache::WatchCache;
 pub use cached::{
     DEFAULT_MAX_BODY as DEFAULT_MAX_CR_BYTES, set_max_body_bytes as set_max_cr_bytes,
 };
 pub use controller::{controller, run};
 pub use events::Reason;
-pub use inrun_pass::meta::{CLEANUP_AT, FINALIZER, OWNER_UID, RECONCILER_MANAGER};
+pub use inrun_pass::meta::{APPLIED_HASH, CLEANUP_AT, FINALIZER, OWNER_UID, RECONCILER_MANAGER};
 pub use kinds::{Kind, Kinds};
-pub use shared::{RunOptions, Shared};
+pub use shared::{RunOptions, Shared, TraceIds};
 pub use startup::{ChildKinds, CrdKinds, RunError, prepare};

@@ -12,7 +12,7 @@ use tracing::Instrument;
 
 use super::context::Ctx;
 use super::effects::ApiEffects;
-use crate::metrics::{Finished, ReconcileResult};
+use inrun_observe::metrics::{Finished, ReconcileResult};
 use inrun_pass::{self as pass, Failure, Pass};
 
 /// Why a reconcile failed.
@@ -61,7 +61,7 @@ pub async fn reconcile(cached: Arc<CachedCr>, ctx: Arc<Ctx>) -> Result<Action, R
     let bucket_label = fenced
         .as_ref()
         .filter(|(shard, _)| shard.by_labels())
-        .map(|(_, bucket)| crate::sharding::buckets::label_value(*bucket));
+        .map(|(_, bucket)| inrun_ring::sharding::buckets::label_value(*bucket));
     let object = cached.value();
     // The reconcile block that serves this CR (its serve target's, if it names one), and
     // one read of each plugin slot: the versions serving as the pass starts.
@@ -76,7 +76,7 @@ pub async fn reconcile(cached: Arc<CachedCr>, ctx: Arc<Ctx>) -> Result<Action, R
         inrun.blueprint = %ctx.assembly.blueprint.metadata.name,
         trace_id = tracing::field::Empty,
     );
-    if let Some(id) = crate::TRACE_ID.get().and_then(|read| read(&span)) {
+    if let Some(id) = ctx.trace_ids.and_then(|read| read(&span)) {
         span.record("trace_id", tracing::field::display(id));
     }
     let in_flight = ctx.queue.started(&key);
@@ -189,9 +189,9 @@ struct Ended<'a> {
 /// not a retry. A requeue the pass asked for is a retry, as controller-runtime's
 /// `AddAfter` and `AddRateLimited` count it.
 fn record_finished(
-    metrics: &crate::metrics::Metrics,
-    queue: &crate::metrics::WorkQueue,
-    in_flight: crate::metrics::InFlight,
+    metrics: &inrun_observe::metrics::Metrics,
+    queue: &inrun_observe::metrics::WorkQueue,
+    in_flight: inrun_observe::metrics::InFlight,
     ended: Ended<'_>,
 ) -> Option<Duration> {
     let failed = ended.error.is_some();
@@ -203,7 +203,7 @@ fn record_finished(
             result: ReconcileResult::classify(failed, ended.requested),
             error: ended.error,
             panicked: ended.panicked,
-            timeline: crate::timeline::current(),
+            timeline: inrun_observe::console::timeline::current(),
         },
     );
     if failed {
@@ -249,13 +249,13 @@ pub fn error_policy(obj: Arc<CachedCr>, _err: &ReconcileError, ctx: Arc<Ctx>) ->
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::metrics::Metrics;
+    use inrun_observe::metrics::Metrics;
 
     /// Records one pass of `ns/a` that asked for `requested` while `changed` arrived, as
     /// [`reconcile`] does; returns when the CR runs again.
     fn pass(
         m: &Metrics,
-        queue: &crate::metrics::WorkQueue,
+        queue: &inrun_observe::metrics::WorkQueue,
         requested: Option<Duration>,
         changed: bool,
     ) -> Option<Duration> {

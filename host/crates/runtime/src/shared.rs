@@ -7,7 +7,12 @@ use kube::Client;
 
 use crate::impersonation::{IdentityError, Impersonation};
 use crate::kinds::Kinds;
-use crate::{fence, locks};
+use crate::locks;
+use inrun_ring::fence;
+
+/// Reads the trace id of a span when the process exports traces: each reconcile's span
+/// records it, so its log lines carry the id the collector shows.
+pub type TraceIds = fn(&tracing::Span) -> Option<String>;
 
 /// How to run.
 #[derive(Debug, Clone)]
@@ -17,7 +22,7 @@ pub struct RunOptions {
     /// This replica's name, for events (e.g. the pod name).
     pub instance: String,
     /// Where the controllers record.
-    pub metrics: Arc<crate::metrics::Metrics>,
+    pub metrics: Arc<inrun_observe::metrics::Metrics>,
     /// Where package CRs' identity locks are kept (Leases, written with `client`); `None`:
     /// not kept, every claim holds.
     pub lock_namespace: Option<String>,
@@ -33,7 +38,7 @@ pub struct Shared {
     /// This replica's name, for events.
     pub instance: String,
     /// Where controllers record; its `health::Health` is what `/readyz` reads.
-    pub metrics: Arc<crate::metrics::Metrics>,
+    pub metrics: Arc<inrun_observe::metrics::Metrics>,
     /// How clients acting as a tenant's ServiceAccount are built; `None`: this host
     /// cannot impersonate, and a Blueprint that names an identity is refused.
     pub impersonation: Option<Impersonation>,
@@ -44,7 +49,7 @@ pub struct Shared {
     /// `None`: claims are not kept (every claim holds).
     pub locks: Option<Arc<locks::IdentityLocks>>,
     /// The buckets of CRs this replica holds under sharding; `None`: it serves every CR.
-    pub shard: Option<Arc<crate::sharding::shard::Shard>>,
+    pub shard: Option<Arc<inrun_ring::sharding::shard::Shard>>,
     /// Under sharding, open while this replica holds the ring's leader Lease: it alone
     /// makes the host's cluster-wide writes (CRDs, Blueprint resources' status, releases).
     /// `None`: this replica makes them.
@@ -52,6 +57,8 @@ pub struct Shared {
     /// The host memory the tenant's reconciles may hold for what reconcilers return: each
     /// pass runs in its scope ([`inrun_wasm::HostMemory::scope`]); `None`: not counted.
     pub host_memory: Option<inrun_wasm::HostMemory>,
+    /// Reads each reconcile span's trace id ([`Shared::with_trace_ids`]); `None`: none.
+    pub trace_ids: Option<TraceIds>,
 }
 
 impl Shared {
@@ -68,6 +75,7 @@ impl Shared {
             shard: None,
             leading: None,
             host_memory: None,
+            trace_ids: None,
         }
     }
 
@@ -88,6 +96,14 @@ impl Shared {
             namespace,
             policy,
         )));
+        self
+    }
+
+    /// The same, recording on each reconcile's span the trace id `read` finds on it (the
+    /// process's trace exporter's reader).
+    #[must_use]
+    pub fn with_trace_ids(mut self, read: TraceIds) -> Self {
+        self.trace_ids = Some(read);
         self
     }
 
@@ -129,7 +145,7 @@ impl Shared {
     /// The same, serving only the CRs of the buckets `shard` holds (and writing for a CR
     /// only while it does).
     #[must_use]
-    pub fn with_shard(mut self, shard: Arc<crate::sharding::shard::Shard>) -> Self {
+    pub fn with_shard(mut self, shard: Arc<inrun_ring::sharding::shard::Shard>) -> Self {
         self.shard = Some(shard);
         self
     }
@@ -158,7 +174,7 @@ impl Shared {
 
     /// The same, recording into `metrics`.
     #[must_use]
-    pub fn with_metrics(mut self, metrics: Arc<crate::metrics::Metrics>) -> Self {
+    pub fn with_metrics(mut self, metrics: Arc<inrun_observe::metrics::Metrics>) -> Self {
         self.metrics = metrics;
         self
     }

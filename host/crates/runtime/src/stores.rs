@@ -10,8 +10,8 @@ use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 
-use super::apply::APPLIED_HASH;
 use super::kinds::Kind;
+use inrun_pass::meta::APPLIED_HASH;
 use inrun_pass::meta::{OWNER_UID, RECONCILER_MANAGER};
 
 /// How long a pass waits for the children's caches to list once.

@@ -53,7 +53,7 @@ pub struct RunArgs {
     /// cleanup and a package's infrastructure deletion do not run); `keep` leaves them
     /// until a tenant serves the CRD again.
     #[arg(long, env = "INRUN_ON_TENANT_REMOVAL", default_value = "release")]
-    pub on_tenant_removal: inrun::runtime::release::OnRemoval,
+    pub on_tenant_removal: inrun::fleet::release::OnRemoval,
     /// How often Blueprint files and plugin sources are checked for changes; `0`
     /// turns reloading off.
     #[arg(long, env = "INRUN_RELOAD_INTERVAL", default_value = "10s", value_parser = parse_duration)]

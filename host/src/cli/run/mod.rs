@@ -16,10 +16,10 @@ use inrun::fleet::{Fleet, FleetOptions};
 use inrun::kubeconfig::Connection;
 use inrun::leader::{Keeper, LeaderConfig};
 use inrun::metrics::Metrics;
+use inrun::ring::settings::{self, HostFlags, HostSettings};
+use inrun::ring::sharding::keeper::KeeperConfig;
+use inrun::ring::sharding::shard::Shard;
 use inrun::runtime::locks::LockPolicy;
-use inrun::runtime::settings::{self, HostFlags, HostSettings};
-use inrun::runtime::sharding::keeper::KeeperConfig;
-use inrun::runtime::sharding::shard::Shard;
 use inrun::runtime::{Shared, WatchCache};
 use inrun::secrets::KubeSecrets;
 use inrun::server::ServeError;
@@ -45,6 +45,7 @@ pub(super) fn run(
     runtime: &tokio::runtime::Runtime,
     args: RunArgs,
     cache: &CacheArgs,
+    trace_ids: Option<inrun::runtime::TraceIds>,
 ) -> anyhow::Result<()> {
     // Before anything starts: a console opened to the network without a token is refused.
     let console = console_access(&args)?;
@@ -95,6 +96,9 @@ pub(super) fn run(
             .map_or_else(|| "the Blueprint".into(), |p| p.display().to_string())
     );
     let mut shared = shared(&args, connection, identity, &metrics);
+    if let Some(read) = trace_ids {
+        shared = shared.with_trace_ids(read);
+    }
     let sharding = host.sharding.clone().map(|config| {
         let shard = Arc::new(Shard::default());
         // The host's own writes (outside any CR's pass) are the ring leader's: closed
@@ -374,7 +378,7 @@ async fn run_sharded(
         ShardWatch::Labels => true,
         ShardWatch::Selector => false,
         ShardWatch::Auto => {
-            match inrun::runtime::sharding::watch::server_shards(
+            match inrun::runtime::sharded_watch::server_shards(
                 &keeper.client,
                 &config.ring.namespace,
             )
@@ -404,7 +408,7 @@ async fn run_sharded(
         metrics.clone(),
     ));
     let (leave, leaving) = watch::channel(false);
-    let mut ring = tokio::spawn(inrun::runtime::sharding::keeper::run(
+    let mut ring = tokio::spawn(inrun::ring::sharding::keeper::run(
         keeper.client,
         config,
         shard,

@@ -104,7 +104,7 @@ pub(super) fn now() -> MicroTime {
 pub(super) fn renewed(spec: LeaseSpec, duration: Duration) -> LeaseSpec {
     LeaseSpec {
         renew_time: Some(now()),
-        lease_duration_seconds: Some(crate::leader::lease_seconds(duration)),
+        lease_duration_seconds: Some(inrun_ring::leader::lease_seconds(duration)),
         ..spec
     }
 }

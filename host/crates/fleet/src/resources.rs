@@ -4,10 +4,11 @@
 
 use futures::StreamExt;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
-use kube::discovery::ApiResource;
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::json;
 use tokio::sync::mpsc;
+
+use inrun_runtime::kinds::blueprint_resource;
 
 /// The CRD's name.
 pub use inrun_blueprint::BLUEPRINT_CRD;
@@ -18,26 +19,15 @@ const MANAGER: &str = "inrun-fleet";
 /// The `Blueprint` custom resource definition ([`inrun_generate::blueprint_crd`]).
 pub use inrun_generate::blueprint_crd;
 
-/// How to address `Blueprint` resources.
-pub fn blueprint_resource() -> ApiResource {
-    ApiResource {
-        group: "inrun.dev".into(),
-        version: "v1alpha1".into(),
-        api_version: "inrun.dev/v1alpha1".into(),
-        kind: "Blueprint".into(),
-        plural: "blueprints".into(),
-    }
-}
-
 /// Installs (or requires) the CRD and waits until it is served.
 ///
 /// # Errors
-/// [`crate::crds::CrdError`] when it is missing, cannot be installed, or is not served.
+/// [`inrun_runtime::crds::CrdError`] when it is missing, cannot be installed, or is not served.
 pub(super) async fn ensure_crd(
     client: &kube::Client,
-    install: crate::crds::Install,
-) -> Result<(), crate::crds::CrdError> {
-    crate::crds::ensure_manifest(client, BLUEPRINT_CRD, blueprint_crd(), install).await
+    install: inrun_runtime::crds::Install,
+) -> Result<(), inrun_runtime::crds::CrdError> {
+    inrun_runtime::crds::ensure_manifest(client, BLUEPRINT_CRD, blueprint_crd(), install).await
 }
 
 /// One Blueprint resource, as the tenant loader reads it.

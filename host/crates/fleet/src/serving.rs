@@ -85,7 +85,7 @@ impl Fleet {
                 .await;
                 // No controller renews its CRs' identity locks any more.
                 if let Some(locks) = &r.shared.locks {
-                    locks.forget(Some(&crate::controller::cr_resource(&spec)));
+                    locks.forget(Some(&inrun_runtime::kinds::cr_resource(&spec)));
                 }
             }
         }

@@ -13,7 +13,7 @@ mod dashboard;
 mod process;
 mod rest;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -24,12 +24,14 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
-use serde::Serialize;
 
 pub use controller::{
     InFlight, QUEUE_BUCKETS, RECONCILE_BUCKETS, ReconcileResult, Running, WorkQueue,
 };
 pub use rest::{CountRequests, Counted};
+
+use crate::console::crs::CrView;
+use crate::console::{Console, CrSource, EventRecord, ReconcileRecord, ShardView, Snapshot};
 
 use crate::health::Health;
 
@@ -40,117 +42,8 @@ pub const PLUGIN_CALL_BUCKETS: &[f64] = &[
     1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
     1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
 ];
-/// How many recent reconciles (and, separately, failures) the console sees.
-const RECENT: usize = 50;
-/// Events the console keeps.
-pub const RECENT_EVENTS: usize = 200;
 /// The content type of [`Metrics::render`].
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
-
-/// How a reconcile ended, as recorded.
-#[derive(Debug, Clone, Serialize)]
-pub struct ReconcileRecord {
-    /// Unix time in milliseconds when it finished.
-    pub at_ms: u128,
-    /// The controller (`plural.group`).
-    pub controller: String,
-    /// `namespace/name` of the CR.
-    pub key: String,
-    /// `success`, `error`, `requeue` or `requeue_after` (see [`ReconcileResult`]).
-    pub result: &'static str,
-    /// The error chain, for failures.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-    /// How long it took, in milliseconds.
-    pub duration_ms: f64,
-    /// The plugins that serve the CR.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub plugins: Vec<String>,
-    /// How long the CR waited in the queue first, in milliseconds.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub queue_wait_ms: Option<f64>,
-    /// What the reconcile did, step by step ([`crate::timeline`]).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub timeline: Vec<crate::timeline::Step>,
-}
-
-/// An event a pass recorded on a CR, for the console.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
-pub struct EventRecord {
-    /// Unix time in milliseconds.
-    pub at_ms: u128,
-    /// The controller (`plural.group`).
-    pub controller: String,
-    /// `namespace/name` of the CR.
-    pub key: String,
-    /// `Normal` or `Warning`.
-    #[serde(rename = "type")]
-    pub type_: String,
-    /// Its reason.
-    pub reason: String,
-    /// Its note.
-    pub note: String,
-}
-
-/// Calls into one plugin of one tenant so far, for the console (which charts their mean
-/// time between two readings).
-#[derive(Debug, Clone, Default, Serialize, PartialEq)]
-pub struct PluginCalls {
-    /// The tenant (empty: the host's own Blueprint).
-    pub tenant: String,
-    /// The plugin.
-    pub plugin: String,
-    /// Calls made.
-    pub calls: u64,
-    /// Calls that did not return an answer the host took (trap, deadline, memory, error).
-    pub failures: u64,
-    /// Their time together, in seconds.
-    pub seconds: f64,
-}
-
-/// What the console shows beside the Blueprint.
-#[derive(Debug, Clone, Serialize)]
-pub struct Snapshot {
-    /// Whether this replica leads.
-    pub leader: bool,
-    /// Controllers running.
-    pub controllers_running: i64,
-    /// Controllers whose watch cache has synced.
-    pub caches_synced: i64,
-    /// Per controller: CRs queued and not yet started (`workqueue_depth`).
-    pub queue_depth: BTreeMap<String, i64>,
-    /// Per controller: reconciles by result.
-    pub reconciles: BTreeMap<String, BTreeMap<String, u64>>,
-    /// The most recent reconciles, newest first.
-    pub recent: Vec<ReconcileRecord>,
-    /// The most recent failures, newest first.
-    pub errors: Vec<ReconcileRecord>,
-    /// The most recent failures of reconciles of CRs a plugin serves, newest first.
-    pub plugin_failures: Vec<ReconcileRecord>,
-    /// Under sharding: the ring as this replica last saw it.
-    pub shard: Option<ShardView>,
-    /// Calls into each plugin so far.
-    pub plugins: Vec<PluginCalls>,
-    /// The events the passes recorded on CRs, newest first ([`RECENT_EVENTS`] at most).
-    pub events: Vec<EventRecord>,
-    /// The plugins loading now (`tenant T: plugin P`), the host's own and tenants'.
-    pub loading: Vec<String>,
-}
-
-/// A sharding round as one replica saw it, for the console and the gauges.
-#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
-pub struct ShardView {
-    /// The ring's name.
-    pub ring: String,
-    /// This replica's member name (its identity and incarnation).
-    pub member: String,
-    /// The buckets it holds.
-    pub held: Vec<usize>,
-    /// The members it sees live.
-    pub members: Vec<String>,
-    /// Buckets no live member holds.
-    pub unowned: usize,
-}
 
 /// How a reconcile ended, for [`Metrics::reconcile_finished`].
 #[derive(Debug)]
@@ -166,7 +59,7 @@ pub struct Finished<'a> {
     /// Whether it panicked (the panic was caught and is the error).
     pub panicked: bool,
     /// What it did, step by step.
-    pub timeline: Vec<crate::timeline::Step>,
+    pub timeline: Vec<crate::console::timeline::Step>,
 }
 
 /// A plugin of a tenant: plugin names come from the tenant's Blueprint (a location's file
@@ -278,30 +171,6 @@ struct TenantSeries {
     logs_dropped: BTreeSet<String>,
 }
 
-/// The console's log, and the controllers it has seen.
-#[derive(Default)]
-struct Console {
-    controllers: BTreeSet<String>,
-    /// Each running controller's cache of its CRs, by CRD: what the console's CR views
-    /// read.
-    crs: BTreeMap<
-        String,
-        (
-            u64,
-            kube::runtime::reflector::Store<crate::cached::CachedCr>,
-        ),
-    >,
-    /// The last number given to a cache in `crs`.
-    caches: u64,
-    /// Calls into each plugin so far, by tenant, then plugin.
-    plugin_calls: BTreeMap<String, BTreeMap<String, PluginCalls>>,
-    /// The events the passes recorded on CRs, newest first.
-    events: VecDeque<EventRecord>,
-    recent: VecDeque<ReconcileRecord>,
-    errors: VecDeque<ReconcileRecord>,
-    plugin_failures: VecDeque<ReconcileRecord>,
-}
-
 /// The registry and its families.
 pub struct Metrics {
     registry: Registry,
@@ -323,11 +192,6 @@ pub struct Metrics {
     blueprint_reloads: Family<TenantOutcome, Counter>,
     tenant_series: Mutex<HashMap<String, TenantSeries>>,
     console: Mutex<Console>,
-}
-
-fn push(list: &mut VecDeque<ReconcileRecord>, record: ReconcileRecord) {
-    list.push_front(record);
-    list.truncate(RECENT);
 }
 
 fn depth(n: usize) -> i64 {
@@ -583,76 +447,27 @@ impl Metrics {
         self.console().controllers.insert(controller.to_string());
     }
 
-    /// The cache of the CRs of the controller `controller`, which runs from now on, for
-    /// the console's CR views; returns its number for [`Metrics::cr_cache_gone`].
-    pub fn cr_cache(
-        &self,
-        controller: &str,
-        crs: kube::runtime::reflector::Store<crate::cached::CachedCr>,
-    ) -> u64 {
-        let mut console = self.console();
-        console.caches += 1;
-        let number = console.caches;
-        console.crs.insert(controller.to_string(), (number, crs));
-        number
+    /// The CRs of the controller `controller`, which runs from now on, for the console's
+    /// CR views; returns a number for [`Metrics::cr_source_gone`].
+    pub fn cr_source(&self, controller: &str, crs: CrSource) -> u64 {
+        self.console().cr_source(controller, crs)
     }
 
-    /// The controller whose cache got `number` stopped: its CRs go from the console,
+    /// The controller whose CRs got `number` stopped: its CRs go from the console,
     /// unless a controller started since (a reload, a takeover) put its own in place.
-    pub fn cr_cache_gone(&self, controller: &str, number: u64) {
-        let mut console = self.console();
-        if console
-            .crs
-            .get(controller)
-            .is_some_and(|(n, _)| *n == number)
-        {
-            console.crs.remove(controller);
-        }
-    }
-
-    /// Counts a call into `plugin` of `tenant` for the console; allocates only on the
-    /// plugin's first call (this runs on every Wasm call).
-    fn count_call(&self, tenant: &str, plugin: &str, failed: bool, elapsed: Duration) {
-        let mut console = self.console();
-        let by_plugin = match console.plugin_calls.get_mut(tenant) {
-            Some(by_plugin) => by_plugin,
-            None => console.plugin_calls.entry(tenant.to_string()).or_default(),
-        };
-        let calls = match by_plugin.get_mut(plugin) {
-            Some(calls) => calls,
-            None => by_plugin
-                .entry(plugin.to_string())
-                .or_insert_with(|| PluginCalls {
-                    tenant: tenant.to_string(),
-                    plugin: plugin.to_string(),
-                    ..PluginCalls::default()
-                }),
-        };
-        calls.calls += 1;
-        calls.failures += u64::from(failed);
-        calls.seconds += elapsed.as_secs_f64();
+    pub fn cr_source_gone(&self, controller: &str, number: u64) {
+        self.console().cr_source_gone(controller, number);
     }
 
     /// An event a pass recorded (or tried to) on a CR, for the console.
     pub fn event_recorded(&self, event: EventRecord) {
-        let mut console = self.console();
-        console.events.push_front(event);
-        console.events.truncate(RECENT_EVENTS);
+        self.console().event(event);
     }
 
-    /// The CRs the running controllers cache, as the console shows them
-    /// ([`crate::crs_view`]), by CRD.
-    pub fn crs(&self) -> Vec<crate::crs_view::CrView> {
-        let caches: Vec<_> = self
-            .console()
-            .crs
-            .iter()
-            .map(|(crd, (_, crs))| (crd.clone(), crs.clone()))
-            .collect();
-        caches
-            .iter()
-            .flat_map(|(crd, crs)| crate::crs_view::views(crd, crs))
-            .collect()
+    /// The CRs the running controllers cache, as the console shows them, by CRD.
+    pub fn crs(&self) -> Vec<CrView> {
+        let sources = self.console().cr_sources();
+        sources.iter().flat_map(|crs| crs()).collect()
     }
 
     /// The controller `controller` stopped for good (its CRD left its tenant's Blueprint,
@@ -783,14 +598,7 @@ impl Metrics {
             queue_wait_ms: waited.map(|w| w.as_secs_f64() * 1000.0),
             timeline: done.timeline,
         };
-        let mut console = self.console();
-        if record.error.is_some() {
-            if !record.plugins.is_empty() {
-                push(&mut console.plugin_failures, record.clone());
-            }
-            push(&mut console.errors, record.clone());
-        }
-        push(&mut console.recent, record);
+        self.console().finished(record);
     }
 
     /// A layer counting a client's requests to the API server at `host` (`host:port`)
@@ -859,7 +667,8 @@ impl Metrics {
                     .insert(outcome),
             };
         });
-        self.count_call(tenant, plugin, outcome != "ok", elapsed);
+        self.console()
+            .count_call(tenant, plugin, outcome != "ok", elapsed);
         let label = PluginLabel {
             tenant: tenant.to_string(),
             plugin: plugin.to_string(),

@@ -10,7 +10,7 @@ use super::buckets::BUCKETS;
 
 /// The buckets a member gives up and takes in one round.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Plan {
+pub struct Moves {
     /// Held by this member, assigned elsewhere: give up once their writes have returned.
     pub release: Vec<usize>,
     /// Assigned to this member and free, or held by a member not seen live: take.
@@ -19,33 +19,33 @@ pub struct Plan {
     pub waiting: Vec<usize>,
 }
 
-/// The plan of `me`, given the `table`, each bucket's recorded holder and the `live`
+/// The moves of `me`, given the `table`, each bucket's recorded holder and the `live`
 /// members. At most `max_releases` buckets are given up in one round (a membership change
 /// moves a few buckets at a time instead of stopping many at once); buckets whose holder
 /// is gone are always taken, since nobody serves them.
-pub fn plan(
+pub fn moves(
     me: &str,
     table: &Assignment,
     holders: &[Option<String>],
     live: &[String],
     max_releases: usize,
-) -> Plan {
-    let mut plan = Plan::default();
+) -> Moves {
+    let mut next = Moves::default();
     for bucket in 0..BUCKETS {
         let target = table.holder(bucket);
         let holder = holders.get(bucket).cloned().flatten();
         let mine = target == Some(me);
         match holder.as_deref() {
-            Some(h) if h == me && !mine && plan.release.len() < max_releases => {
-                plan.release.push(bucket);
+            Some(h) if h == me && !mine && next.release.len() < max_releases => {
+                next.release.push(bucket);
             }
             Some(h) if h == me => {}
-            Some(h) if mine && live.iter().any(|m| m == h) => plan.waiting.push(bucket),
-            _ if mine => plan.acquire.push(bucket),
+            Some(h) if mine && live.iter().any(|m| m == h) => next.waiting.push(bucket),
+            _ if mine => next.acquire.push(bucket),
             _ => {}
         }
     }
-    plan
+    next
 }
 
 #[cfg(test)]
@@ -56,24 +56,24 @@ mod tests {
         names.iter().map(|n| (*n).to_string()).collect()
     }
 
-    /// Runs rounds of every live member's plan against shared holders until nothing
+    /// Runs rounds of every live member's moves against shared holders until nothing
     /// changes; each round, releases land before acquires (as the Leases' compare-and-swap
     /// orders them). Returns the rounds taken.
     fn settle(live: &[String], holders: &mut [Option<String>], max_releases: usize) -> usize {
         let table = Assignment::new(live);
         for round in 1..=64 {
-            let plans: Vec<(String, Plan)> = live
+            let all_moves: Vec<(String, Moves)> = live
                 .iter()
-                .map(|m| (m.clone(), plan(m, &table, holders, live, max_releases)))
+                .map(|m| (m.clone(), moves(m, &table, holders, live, max_releases)))
                 .collect();
             let mut changed = false;
-            for (_, p) in &plans {
+            for (_, p) in &all_moves {
                 for b in &p.release {
                     holders[*b] = None;
                     changed = true;
                 }
             }
-            for (m, p) in &plans {
+            for (m, p) in &all_moves {
                 for b in &p.acquire {
                     // Two members never both take one bucket: the Lease's CAS picks one.
                     assert!(
@@ -111,7 +111,7 @@ mod tests {
         settle(&three, &mut holders, 64);
         let four = members(&["a", "b", "c", "d"]);
         let table = Assignment::new(&four);
-        let d = plan("d", &table, &holders, &four, 64);
+        let d = moves("d", &table, &holders, &four, 64);
         assert!(d.acquire.is_empty(), "d took held buckets: {:?}", d.acquire);
         assert_eq!(d.waiting, table.buckets_of("d"));
         // A few releases a round: the handover takes several rounds, never two writers.
@@ -131,7 +131,7 @@ mod tests {
         let table = Assignment::new(&two);
         let taken: usize = two
             .iter()
-            .map(|m| plan(m, &table, &holders, &two, 0).acquire.len())
+            .map(|m| moves(m, &table, &holders, &two, 0).acquire.len())
             .sum();
         let of_b = holders.iter().filter(|h| h.as_deref() == Some("b")).count();
         assert!(taken >= of_b, "{taken} taken, b held {of_b}");

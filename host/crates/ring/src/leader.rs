@@ -85,7 +85,7 @@ fn now() -> MicroTime {
 
 /// A lease duration as a Lease records it, in whole seconds rounded *up*: others judge the
 /// holder gone by the recorded duration, so it must never be shorter than the holder's own.
-pub(crate) fn lease_seconds(duration: Duration) -> i32 {
+pub fn lease_seconds(duration: Duration) -> i32 {
     let seconds = duration.as_secs() + u64::from(duration.subsec_nanos() > 0);
     i32::try_from(seconds.max(1)).unwrap_or(i32::MAX)
 }
@@ -221,7 +221,7 @@ pub async fn run<F, Fut, E>(
     keeper: Keeper,
     config: LeaderConfig,
     mut shutdown: watch::Receiver<bool>,
-    metrics: Arc<crate::metrics::Metrics>,
+    metrics: Arc<inrun_observe::metrics::Metrics>,
     work: F,
 ) -> Result<(), LeaderError>
 where

@@ -39,7 +39,7 @@ pub struct Fence {
     /// When writes stop even if the fence is still open; `None`: never.
     until: Arc<Mutex<Option<Instant>>>,
     request_timeout: Option<std::time::Duration>,
-    requests: crate::metrics::CountRequests,
+    requests: inrun_observe::metrics::CountRequests,
     /// Under sharding, what a write made outside any CR's reconcile (the host's own: CRDs,
     /// Blueprint resources' status, releases) must also pass: the ring's leader fence.
     bucketless: Arc<std::sync::OnceLock<Fence>>,
@@ -51,7 +51,7 @@ impl Default for Fence {
             open: Arc::new(watch::channel(true).0),
             until: Arc::new(Mutex::new(None)),
             request_timeout: None,
-            requests: crate::metrics::CountRequests::none(),
+            requests: inrun_observe::metrics::CountRequests::none(),
             bucketless: Arc::default(),
         }
     }
@@ -68,7 +68,7 @@ impl Fence {
     /// The same fence, its clients counting the requests they send with `requests`
     /// (`rest_client_requests_total`).
     #[must_use]
-    pub fn counting(mut self, requests: crate::metrics::CountRequests) -> Self {
+    pub fn counting(mut self, requests: inrun_observe::metrics::CountRequests) -> Self {
         self.requests = requests;
         self
     }

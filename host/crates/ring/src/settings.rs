@@ -34,7 +34,7 @@ pub struct HostFlags {
 pub struct HostSettings {
     /// The health port (0: any free port).
     pub health_port: u16,
-    /// This replica's name ([`replica_name`]), as [`crate::Shared`]'s `instance`.
+    /// This replica's name ([`replica_name`]), as the controllers' `Shared`'s `instance`.
     pub instance: String,
     /// The Lease to hold before reconciling; `None` runs without election.
     pub leader: Option<LeaderConfig>,

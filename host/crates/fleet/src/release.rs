@@ -13,9 +13,9 @@ use kube::discovery::ApiResource;
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
-use crate::events::Events;
 use inrun_blueprint::{CrdSpec, RuntimeSpec};
 use inrun_pass::{Reason, infrastructure, meta};
+use inrun_runtime::events::Events;
 
 /// What the host does with the finalizers of CRs no tenant serves any more
 /// (`--on-tenant-removal`).
@@ -73,14 +73,14 @@ fn holds(cr: &DynamicObject, names: &[String]) -> bool {
 /// # Errors
 /// When the CRs cannot be listed; a CR that cannot be changed is logged and skipped.
 pub async fn release(
-    shared: &crate::Shared,
+    shared: &inrun_runtime::Shared,
     crd: &CrdSpec,
     runtime: &RuntimeSpec,
     why: &str,
 ) -> Result<Released, kube::Error> {
     let client = &shared.client;
     let events = Events::new(client.clone(), shared.instance.clone());
-    let resource = crate::controller::cr_resource(crd);
+    let resource = inrun_runtime::kinds::cr_resource(crd);
     let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
     let names = ours(runtime);
     let mut done = Released::default();
@@ -131,7 +131,7 @@ fn claimed(cr: &DynamicObject) -> Option<(&str, &str)> {
 /// Lets go of the identity locks `crs` hold (each one's, named by what its status stores);
 /// returns how many were let go or already free. A lock that cannot be let go is logged: it
 /// goes stale, unrenewed, after its duration.
-async fn unclaim(locks: &crate::locks::IdentityLocks, crs: &[DynamicObject]) -> usize {
+async fn unclaim(locks: &inrun_runtime::locks::IdentityLocks, crs: &[DynamicObject]) -> usize {
     let mut done = 0;
     for cr in crs {
         let (Some((boundary, identity)), Some(uid)) = (claimed(cr), cr.metadata.uid.as_deref())

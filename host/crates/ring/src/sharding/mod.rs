@@ -11,13 +11,13 @@
 //!   stop, judged live on each replica's own clock.
 //! - [`ownership`]: who holds each bucket, one Lease per bucket changed only by
 //!   compare-and-swap, its transitions the bucket's epoch.
-//! - [`plan`]: what one member gives up and takes next, so that a bucket moves in two
+//! - [`moves`]: what one member gives up and takes next, so that a bucket moves in two
 //!   steps (released, then taken) and never has two writers.
 //! - [`shard`]: what this replica holds, and the per-bucket fence every write made while
 //!   reconciling a CR passes.
-//! - [`watch`]: each controller's watch of the CRs of the buckets held only, through the
-//!   server's `shardSelector` or the bucket label the passes keep on each CR, started
-//!   again when they change; and whether the server honours `shardSelector`.
+//!
+//! Each controller's watch of the CRs of the buckets held only is the controllers' own
+//! (`inrun_runtime`'s `sharded_watch.rs`).
 //! - [`keeper`]: the loop that keeps it all: renews the member Lease, follows the ring,
 //!   gives up and takes buckets.
 
@@ -25,7 +25,6 @@ pub mod assign;
 pub mod buckets;
 pub mod keeper;
 pub mod members;
+pub mod moves;
 pub mod ownership;
-pub mod plan;
 pub mod shard;
-pub mod watch;

@@ -1,5 +1,5 @@
 //! The ring keeper: one task per replica that, every retry period, renews the member
-//! Lease, lists the ring, and gives up and takes buckets as [`super::plan`] says,
+//! Lease, lists the ring, and gives up and takes buckets as [`super::moves`] says,
 //! recording the outcome in the replica's [`Shard`] (which every write checks).
 //!
 //! # Why no bucket ever has two writers
@@ -54,10 +54,10 @@ use tokio::sync::watch;
 use super::assign::Assignment;
 use super::buckets::BUCKETS;
 use super::members::{Observed, Ring};
+use super::moves::moves;
 use super::ownership::Take;
-use super::plan::plan;
 use super::shard::{Held, Shard, bit, bits, buckets};
-use crate::metrics::Metrics;
+use inrun_observe::metrics::Metrics;
 
 /// How a replica takes part in its ring.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -290,7 +290,7 @@ impl Keeper {
             return Ok(());
         }
         let table = Assignment::new(&live);
-        let next = plan(&self.me, &table, &holders, &live, self.config.max_releases);
+        let next = moves(&self.me, &table, &holders, &live, self.config.max_releases);
         let mut after = holders.clone();
         if !next.release.is_empty() {
             self.release(&next.release).await;
@@ -320,7 +320,7 @@ impl Keeper {
 
     /// Records the round for the gauges and the console.
     fn record(&self, held: Held, live: &[String], unowned: usize) {
-        self.metrics.shard_round(crate::metrics::ShardView {
+        self.metrics.shard_round(inrun_observe::console::ShardView {
             ring: self.config.ring.name.clone(),
             member: self.me.clone(),
             held: buckets(held).collect(),

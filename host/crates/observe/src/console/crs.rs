@@ -6,8 +6,6 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::cached::CachedCr;
-
 /// The CRs shown per CRD at most (the first, by namespace and name).
 pub const SHOWN_PER_CRD: usize = 500;
 
@@ -41,9 +39,8 @@ pub struct CrView {
     pub children: Vec<Value>,
 }
 
-/// `cr` of the CRD `crd`, as the console shows it.
-pub fn view(crd: &str, cr: &CachedCr) -> CrView {
-    let object = cr.value();
+/// `object` (a CR of the CRD `crd`, whole) as the console shows it.
+pub fn view(crd: &str, object: &Value) -> CrView {
     let text = |v: &Value, pointer: &str| {
         v.pointer(pointer)
             .and_then(Value::as_str)
@@ -64,9 +61,12 @@ pub fn view(crd: &str, cr: &CachedCr) -> CrView {
     };
     CrView {
         crd: crd.to_string(),
-        kind: text(&object, "/kind"),
-        namespace: cr.metadata.namespace.clone(),
-        name: cr.metadata.name.clone().unwrap_or_default(),
+        kind: text(object, "/kind"),
+        namespace: object
+            .pointer("/metadata/namespace")
+            .and_then(Value::as_str)
+            .map(str::to_string),
+        name: text(object, "/metadata/name"),
         ready: Some(text(&ready, "/status"))
             .filter(|s| !s.is_empty())
             .unwrap_or_else(|| "Unknown".into()),
@@ -77,7 +77,7 @@ pub fn view(crd: &str, cr: &CachedCr) -> CrView {
             generation("/status/observedGeneration"),
             generation("/metadata/generation")
         ),
-        deleting: cr.metadata.deletion_timestamp.is_some(),
+        deleting: object.pointer("/metadata/deletionTimestamp").is_some(),
         conditions: object
             .pointer("/status/conditions")
             .and_then(Value::as_array)
@@ -91,19 +91,6 @@ pub fn view(crd: &str, cr: &CachedCr) -> CrView {
     }
 }
 
-/// Every CR of `crs` (a controller's cache of the CRD `crd`), sorted by namespace and
-/// name, [`SHOWN_PER_CRD`] at most.
-pub fn views(crd: &str, crs: &kube::runtime::reflector::Store<CachedCr>) -> Vec<CrView> {
-    let mut all = crs.state();
-    all.sort_by(|a, b| {
-        (&a.metadata.namespace, &a.metadata.name).cmp(&(&b.metadata.namespace, &b.metadata.name))
-    });
-    all.iter()
-        .take(SHOWN_PER_CRD)
-        .map(|cr| view(crd, cr))
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -111,7 +98,7 @@ mod tests {
 
     #[test]
     fn a_cr_shows_its_ready_condition_and_the_children_its_pass_recorded() {
-        let cr: CachedCr = serde_json::from_value(json!({
+        let cr = json!({
             "apiVersion": "demo.inrun.dev/v1", "kind": "WebApp",
             "metadata": {"name": "shop", "namespace": "team-a", "generation": 2},
             "spec": {"replicas": 2},
@@ -122,8 +109,7 @@ mod tests {
                     {"apiVersion": "v1", "kind": "Service", "name": "shop", "state": "Current"},
                     {"apiVersion": "apps/v1", "kind": "Deployment", "name": "shop",
                      "state": "InProgress", "message": "0/2 replicas available"}]},
-        }))
-        .expect("a CR");
+        });
         let v = view("webapps.demo.inrun.dev", &cr);
         assert_eq!(
             (v.ready.as_str(), v.reason.as_str(), v.generation.as_str()),
@@ -132,11 +118,10 @@ mod tests {
         assert_eq!(v.message, "Deployment shop: 0/2 replicas available");
         assert_eq!(v.children[1]["state"], "InProgress");
         assert_eq!(v.conditions[0]["reason"], "Progressing");
-        let new: CachedCr = serde_json::from_value(json!({
+        let new = json!({
             "apiVersion": "demo.inrun.dev/v1", "kind": "WebApp",
             "metadata": {"name": "fresh", "namespace": "team-a", "generation": 1},
-        }))
-        .expect("a CR");
+        });
         let v = view("webapps.demo.inrun.dev", &new);
         assert_eq!(
             (v.ready.as_str(), v.generation.as_str()),

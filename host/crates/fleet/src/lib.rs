@@ -13,14 +13,16 @@ mod claims;
 mod consent;
 mod files;
 mod lanes;
-mod limits;
+pub mod release;
 mod resource_tenants;
 mod resources;
 mod serving;
+mod shares;
 #[cfg(test)]
 mod testing;
 
-pub use resources::{BLUEPRINT_CRD, blueprint_crd, blueprint_resource};
+pub use inrun_runtime::kinds::blueprint_resource;
+pub use resources::{BLUEPRINT_CRD, blueprint_crd};
 
 use claims::Reserved;
 use files::fingerprint;
@@ -37,14 +39,14 @@ use serde::Serialize;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
-use crate::impersonation::IdentityError;
-use crate::{self as runtime, RunError, Shared};
 use inrun_blueprint::{
     self as blueprint, Blueprint, BlueprintError, CrdSpec, RuntimeSpec, ServiceAccountRef,
 };
 use inrun_reconcilers::assemble::{Assembly, BuildContext, Policy, Services};
 use inrun_reconcilers::plugins::{Change, PluginSet, SlotStatus};
 use inrun_reconcilers::sources::Location;
+use inrun_runtime::impersonation::IdentityError;
+use inrun_runtime::{self as runtime, RunError, Shared};
 use inrun_wasm::Engine;
 
 /// The longest a Blueprint resource's package call may take, whatever
@@ -83,7 +85,7 @@ pub struct FleetOptions {
     pub tenant_identity_namespaces: Option<Vec<String>>,
     /// What becomes of the host's finalizers on the CRs of a tenant removed, or of a CRD
     /// its reloaded Blueprint dropped (`--on-tenant-removal`).
-    pub on_removal: crate::release::OnRemoval,
+    pub on_removal: release::OnRemoval,
 }
 
 /// Where a tenant's Blueprint comes from.
@@ -164,7 +166,7 @@ pub enum FleetError {
     Claimed(BlueprintError),
     /// The `Blueprint` CRD could not be installed or read.
     #[error("the Blueprint custom resource definition")]
-    Resources(#[source] crate::crds::CrdError),
+    Resources(#[source] inrun_runtime::crds::CrdError),
     /// The tenant has no identity to act as, or it cannot be assumed.
     #[error(transparent)]
     Identity(#[from] IdentityError),
@@ -337,7 +339,7 @@ impl Fleet {
                 .collect();
             for (client, specs) in served {
                 let specs: Vec<&CrdSpec> = specs.iter().collect();
-                if let Err(e) = crate::crds::ensure(&client, &specs, true).await {
+                if let Err(e) = inrun_runtime::crds::ensure(&client, &specs, true).await {
                     tracing::warn!(error = %inrun_contract::errors::chain(&e), "installing the CRDs on coming to lead");
                 }
             }

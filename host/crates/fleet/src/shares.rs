@@ -64,7 +64,7 @@ impl Fleet {
             // At least one a second: `0` would be no limit at all.
             (host, asked) => asked.map_or(host, |a| a.clamp(1, host)),
         };
-        let rate = crate::write_limit::WriteRate::new(rate);
+        let rate = inrun_runtime::write_limit::WriteRate::new(rate);
         if let Some(rate) = &rate {
             shared.client = rate.limit(shared.client);
         }

@@ -19,9 +19,9 @@ use kube::discovery::ApiResource;
 use kube::runtime::{WatchStreamExt, watcher};
 use tokio::sync::watch;
 
-use super::buckets::{BUCKETS, query_escape, selector};
-use super::shard::{Held, bit, buckets};
 use crate::cached::CachedCr;
+use inrun_ring::sharding::buckets::{BUCKETS, query_escape, selector};
+use inrun_ring::sharding::shard::{Held, bit, buckets};
 
 /// How long after a change of the buckets held the watch waits for more before starting
 /// again: a round gives up and takes buckets in a few steps.
@@ -70,10 +70,10 @@ impl tower::Service<http::Request<kube::client::Body>> for WithShardSelector {
 /// # Errors
 /// The API server's refusal of the list.
 pub async fn server_shards(client: &Client, namespace: &str) -> Result<bool, kube::Error> {
-    let selector = query(super::shard::bits(0..BUCKETS / 2)).unwrap_or_default();
+    let selector = query(inrun_ring::sharding::shard::bits(0..BUCKETS / 2)).unwrap_or_default();
     let path = format!(
         "/apis/coordination.k8s.io/v1/namespaces/{}/leases?limit=1&{selector}",
-        super::buckets::query_escape(namespace)
+        inrun_ring::sharding::buckets::query_escape(namespace)
     );
     let request = http::Request::get(path)
         .body(Vec::new())
@@ -148,7 +148,7 @@ pub(crate) fn labelled_watcher(
 ) -> impl Stream<Item = Result<watcher::Event<CachedCr>, watcher::Error>> + Send + 'static {
     restarting_fresh(held, fresh, move |now| {
         let list: Vec<usize> = buckets(now).collect();
-        let Some(labelled) = super::buckets::label_selector(&list) else {
+        let Some(labelled) = inrun_ring::sharding::buckets::label_selector(&list) else {
             return nothing();
         };
         let api: Api<CachedCr> = Api::all_with(client.clone(), &resource);
@@ -283,7 +283,7 @@ where
         o.meta()
             .uid
             .as_deref()
-            .is_some_and(|uid| held & bit(super::buckets::bucket_of(uid)) != 0)
+            .is_some_and(|uid| held & bit(inrun_ring::sharding::buckets::bucket_of(uid)) != 0)
     };
     // Whether an object of `side` belongs in this replica's view.
     let keep = move |side: Side, o: &K| side == Side::Labelled || held_bucket(o);
@@ -454,7 +454,7 @@ mod tests {
     fn object(name: &str, bucket: usize, label: Option<usize>, rv: u64) -> ConfigMap {
         let uid = (0u32..)
             .map(|i| format!("uid-{name}-{i}"))
-            .find(|uid| super::super::buckets::bucket_of(uid) == bucket)
+            .find(|uid| inrun_ring::sharding::buckets::bucket_of(uid) == bucket)
             .expect("a uid in the bucket");
         let mut cm = ConfigMap::default();
         cm.metadata.name = Some(name.into());
@@ -463,7 +463,7 @@ mod tests {
         cm.metadata.labels = label.map(|b| {
             [(
                 inrun_pass::meta::BUCKET.to_string(),
-                super::super::buckets::label_value(b),
+                inrun_ring::sharding::buckets::label_value(b),
             )]
             .into()
         });

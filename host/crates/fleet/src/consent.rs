@@ -24,7 +24,7 @@ impl Fleet {
         // derived from the Blueprint's name: otherwise one tenant could name another's, or
         // take the name another's ServiceAccount was made for before that one exists.
         if let (TenantSource::Resource(name), Some(sa)) = (source, &identity) {
-            crate::impersonation::admits(&self.shared.client, sa, name, None).await?;
+            inrun_runtime::impersonation::admits(&self.shared.client, sa, name, None).await?;
         }
         let budget = &blueprint.spec.runtime.budget;
         if identity == current.identity && *budget == current.budget {
@@ -45,7 +45,7 @@ impl Fleet {
         let mut services = self.services.clone();
         services.secrets = secrets;
         services.sources = sources.clone();
-        services.cluster = Arc::new(crate::WatchCache::new(shared.client.clone()));
+        services.cluster = Arc::new(inrun_runtime::WatchCache::new(shared.client.clone()));
         let plugins = self.plugin_set(source, budget, sources);
         shared.host_memory = plugins.engine().host_memory();
         Ok(Acting {
@@ -103,7 +103,7 @@ impl Fleet {
 
     /// Asks again, for every Blueprint resource serving as a ServiceAccount (named or
     /// derived), whether that ServiceAccount still admits it
-    /// ([`crate::impersonation::admits`]). One whose consent is gone stops serving (its
+    /// ([`inrun_runtime::impersonation::admits`]). One whose consent is gone stops serving (its
     /// controllers stop; its CRDs and CRs stay) and is refused with `NoIdentity`; it serves
     /// again once admitted, at a later check.
     pub(super) async fn recheck_consent(self: &Arc<Self>) {
@@ -124,8 +124,13 @@ impl Fleet {
             let TenantSource::Resource(name) = &source else {
                 continue;
             };
-            let admitted =
-                crate::impersonation::admits(&self.shared.client, &sa, name, uid.as_deref()).await;
+            let admitted = inrun_runtime::impersonation::admits(
+                &self.shared.client,
+                &sa,
+                name,
+                uid.as_deref(),
+            )
+            .await;
             let Err(why) = admitted else {
                 continue;
             };
