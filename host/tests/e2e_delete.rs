@@ -2,6 +2,10 @@
 //! finalizer timeout, children deleted everywhere on release, `finalizers.remove`, the
 //! Result's cleanup and requeue, and the safeguard for managed types.
 
+// Scenarios read top to bottom as one story (create, break, watch, check), so their
+// length is not split into steps as the host's own functions are.
+#![allow(clippy::too_many_lines)]
+
 mod support;
 
 use std::time::Duration;

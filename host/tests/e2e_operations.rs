@@ -5,6 +5,10 @@
 //! the file, the console renders in Chromium, leader election hands over between two
 //! `inrun run` processes, a reconcile is one OpenTelemetry trace at an OTLP receiver. The Helm chart's tests are in `e2e_chart.rs`.
 
+// Scenarios read top to bottom as one story (create, break, watch, check), so their
+// length is not split into steps as the host's own functions are.
+#![allow(clippy::too_many_lines)]
+
 mod support;
 
 use std::sync::Arc;

@@ -28,8 +28,6 @@ use serde_json::Value;
 const OWNER_UID: &str = inrun::pass::meta::OWNER_UID;
 /// Lists of children's kinds in flight at once.
 const LISTS_AT_ONCE: usize = 8;
-/// Foreign instances named under a CRD that holds a deletion, at most.
-const BLOCKERS_SHOWN: u32 = 20;
 
 /// What `inrun trace` is given.
 #[derive(clap::Args)]
@@ -190,7 +188,7 @@ async fn read(args: &TraceArgs) -> anyhow::Result<Tree> {
     let mut nodes = Vec::new();
     for child in &children {
         let mut node = child_node(child);
-        if deleting && node.kind == "CustomResourceDefinition" {
+        if deleting {
             node.notes = blockers(&client, child, &uid).await;
         }
         nodes.push(node);
@@ -519,49 +517,28 @@ fn child_node(child: &Value) -> Node {
     node
 }
 
-/// The instances of the type the CRD `crd` defines that are not the CR's own children:
-/// while any exists the host keeps the CRD, and the CR's deletion waits.
-async fn blockers(client: &kube::Client, crd: &Value, uid: &str) -> Vec<String> {
-    let (Some(group), Some(kind), Some(plural)) = (
-        text(crd, "/spec/group"),
-        text(crd, "/spec/names/kind"),
-        text(crd, "/spec/names/plural"),
-    ) else {
-        return Vec::new();
-    };
-    let version = crd
-        .pointer("/spec/versions")
-        .and_then(Value::as_array)
-        .and_then(|v| v.iter().find(|v| v["storage"] == true).or(v.first()))
-        .and_then(|v| v["name"].as_str())
-        .unwrap_or("v1")
-        .to_string();
-    let ar = ApiResource {
-        api_version: format!("{group}/{version}"),
-        group,
-        version,
-        kind: kind.clone(),
-        plural,
-    };
-    let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
-    let params = ListParams::default()
-        .labels(&format!("{OWNER_UID}!={uid}"))
-        .limit(BLOCKERS_SHOWN);
-    match api.list(&params).await {
-        Ok(list) => list
-            .items
+/// The foreign instances of the types `child` defines (a CRD or an APIService), asked as
+/// the host asks before it releases a CR ([`inrun::runtime::safeguard::foreign_instances`]):
+/// while any exists the CR's deletion waits.
+async fn blockers(client: &kube::Client, child: &Value, uid: &str) -> Vec<String> {
+    match inrun::runtime::safeguard::foreign_instances(client, uid, child).await {
+        Ok(found) => found
             .iter()
-            .map(|o| {
-                let name = o.metadata.name.clone().unwrap_or_default();
-                let at = o
-                    .metadata
-                    .namespace
-                    .as_ref()
-                    .map_or(name.clone(), |ns| format!("{ns}/{name}"));
-                format!("holds the deletion: {kind} {at}")
+            .flat_map(|f| {
+                let more = f.names.iter().any(|n| n == "and more");
+                f.names
+                    .iter()
+                    .filter(|n| *n != "and more")
+                    .map(move |n| format!("holds the deletion: {} {n}", f.kind))
+                    .chain(
+                        more.then(|| format!("holds the deletion: {} {} in all", f.kind, f.count)),
+                    )
             })
             .collect(),
-        Err(e) => vec![format!("could not list its {kind} instances: {e}")],
+        Err(e) => vec![format!(
+            "could not list what holds the deletion: {}",
+            inrun::errors::chain(&e)
+        )],
     }
 }
 

@@ -1,7 +1,7 @@
 //! A CRD belongs to one tenant: claims of serving tenants, and reservations of CRDs a
 //! tenant prepares (installs) outside the tenants lock.
 
-use super::*;
+use crate::state::*;
 
 /// A tenant's Blueprint refused for a CRD another tenant has: why, at the CRD's field.
 pub(super) fn claim_refusal(plan: &inrun_reconcilers::plan::CrdPlan, why: String) -> FleetError {

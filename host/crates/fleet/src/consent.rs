@@ -1,7 +1,8 @@
 //! Whom a tenant acts as: its ServiceAccount (named, or derived from a Blueprint
 //! resource's name), asked for its consent before and at every check after.
 
-use super::*;
+use crate::serving::stop;
+use crate::state::*;
 
 impl Fleet {
     /// Whom `blueprint` of `tenant` acts as: its `spec.serviceAccount`, for a Blueprint

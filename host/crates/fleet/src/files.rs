@@ -1,7 +1,7 @@
 //! File tenants: the `--blueprint` file or directory and each file of `--tenants`, read,
 //! fingerprinted and reloaded when their text changes.
 
-use super::*;
+use crate::state::*;
 
 /// Hash of text, to tell whether a source changed.
 pub(super) fn fingerprint(text: &str) -> u64 {
@@ -70,18 +70,24 @@ impl Fleet {
     }
 
     /// Re-reads file tenants whose text changed.
-    pub(super) fn reload_files(self: &Arc<Self>) {
+    pub(super) async fn reload_files(self: &Arc<Self>) {
         if let Some(path) = self.options.blueprint.clone() {
             self.reload_file(path);
         }
-        self.sync_tenant_files();
+        self.sync_tenant_files().await;
     }
 
     /// Queues a check of the file tenant at `path`.
     pub(super) fn reload_file(self: &Arc<Self>, path: PathBuf) {
         let source = TenantSource::File(path.clone());
         self.enqueue(source.clone(), move |fleet| async move {
-            let Ok(text) = source_text(&path) else {
+            // Files are read off the async workers: a slow disk or a large directory
+            // holds up no reconcile.
+            let read = tokio::task::spawn_blocking({
+                let path = path.clone();
+                move || source_text(&path)
+            });
+            let Ok(Ok(text)) = read.await else {
                 return;
             };
             let print = fingerprint(&text);
@@ -90,17 +96,27 @@ impl Fleet {
             {
                 return;
             }
-            let loaded = blueprint::load(&path);
+            let Ok(loaded) = tokio::task::spawn_blocking(move || blueprint::load(&path)).await
+            else {
+                return;
+            };
             let _ = fleet.load_tenant(source, print, loaded).await;
         });
     }
 
     /// Adds, reloads and removes the tenants of the `--tenants` directory.
-    pub(super) fn sync_tenant_files(self: &Arc<Self>) {
+    pub(super) async fn sync_tenant_files(self: &Arc<Self>) {
         let Some(dir) = self.options.tenants.clone() else {
             return;
         };
-        let files = match yaml_files(&dir) {
+        let listed = tokio::task::spawn_blocking({
+            let dir = dir.clone();
+            move || yaml_files(&dir)
+        });
+        let files = match listed
+            .await
+            .unwrap_or_else(|e| Err(std::io::Error::other(e)))
+        {
             Ok(f) => f,
             Err(e) => {
                 tracing::warn!(dir = %dir.display(), error = %e, "cannot read the tenants directory");

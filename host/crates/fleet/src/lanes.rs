@@ -2,23 +2,7 @@
 //! lane as a task of its own, so one tenant's slow source or drain never holds up another's;
 //! of the jobs waiting in a lane only the newest is kept.
 
-use super::*;
-
-/// A job of one tenant's lane.
-pub(super) type Job = Box<
-    dyn FnOnce(Arc<Fleet>) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>
-        + Send,
->;
-
-/// One tenant's jobs: one runs at a time, and of those waiting only the newest is kept
-/// (it sees the newest state: a reload queued every tick while a fetch hangs is one job).
-#[derive(Default)]
-pub(super) struct Lane {
-    /// The job to run next.
-    pending: Option<Job>,
-    /// Whether a task is draining the lane.
-    draining: bool,
-}
+use crate::state::*;
 
 /// What a job queued in a lane that has a job running or waiting does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -111,7 +95,7 @@ impl Fleet {
 #[cfg(test)]
 mod tests {
     use super::super::testing::{test_fleet, test_options, until};
-    use super::*;
+    use crate::state::*;
 
     type Log = Arc<Mutex<Vec<&'static str>>>;
 

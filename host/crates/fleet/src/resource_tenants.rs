@@ -1,7 +1,8 @@
 //! Blueprint resources as tenants: watch events into lanes, loads reported in the
 //! resource's status, refused ones retried at every check.
 
-use super::*;
+use crate::files::fingerprint;
+use crate::state::*;
 
 impl Fleet {
     /// Queues what a change of `Blueprint` resources asks for, in the lanes of the

@@ -10,6 +10,15 @@ use tokio::sync::mpsc;
 
 use inrun_runtime::kinds::blueprint_resource;
 
+/// Why a tenant's Blueprint is not served: the classification and the message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Refusal {
+    /// [`FleetError::reason`].
+    pub(crate) reason: &'static str,
+    /// The error chain.
+    pub(crate) message: String,
+}
+
 /// The CRD's name.
 pub use inrun_blueprint::BLUEPRINT_CRD;
 
@@ -115,11 +124,7 @@ pub(super) struct Status {
 
 impl Status {
     /// The status saying how loading `object` went.
-    pub(super) fn new(
-        object: &Object,
-        result: Result<(), super::Refusal>,
-        crds: Vec<String>,
-    ) -> Self {
+    pub(super) fn new(object: &Object, result: Result<(), Refusal>, crds: Vec<String>) -> Self {
         let (status, reason, message) = match result {
             Ok(()) => ("True", "Serving", format!("serving {} CRD(s)", crds.len())),
             Err(refusal) => ("False", refusal.reason, refusal.message),

@@ -1,7 +1,7 @@
 //! Serving a tenant: controllers started, retired (told to stop under the tenants lock,
 //! drained without it), stopped; plugin sources checked and CRs re-queued after a swap.
 
-use super::*;
+use crate::state::*;
 
 /// A controller taken from its tenant ([`Fleet::retire`]), told to stop, not yet stopped.
 pub(super) struct Retired {

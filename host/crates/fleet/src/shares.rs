@@ -2,7 +2,7 @@
 //! logs, its API writes, its plugins' compile limits, and its size. The operator's own
 //! `--blueprint` is held to the shares but not to the writes, compile limits or size.
 
-use super::*;
+use crate::state::*;
 
 impl Fleet {
     /// The host's own identity, for the tenant of `source` when it names none.

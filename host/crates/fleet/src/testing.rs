@@ -1,7 +1,7 @@
 //! What the fleet's unit tests share: a fleet that never dials its API server, and tenants
 //! assembled from small declarative Blueprints.
 
-use super::*;
+use crate::state::*;
 
 /// A fleet for unit tests: a client that is never dialled, a default engine, no tenants.
 pub(super) fn test_fleet(options: FleetOptions) -> Arc<Fleet> {

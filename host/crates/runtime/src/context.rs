@@ -48,7 +48,7 @@ pub struct Ctx {
     /// Where reconciles are recorded.
     pub metrics: Arc<inrun_observe::metrics::Metrics>,
     /// Reads each reconcile span's trace id, when the process exports traces.
-    pub trace_ids: Option<crate::TraceIds>,
+    pub trace_ids: Option<crate::shared::TraceIds>,
     /// Told when a pass saw a CRD of a CR's become `Established`: a kind that was not
     /// served may be now, and its children's watch may start.
     pub kinds_changed: Arc<tokio::sync::Notify>,

@@ -455,6 +455,24 @@ pub async fn run(
     Ok(())
 }
 
+/// The CRs of `crs` (a controller's cache of the CRD `crd`) as the console shows them,
+/// sorted by namespace and name, [`inrun_observe::console::crs::SHOWN_PER_CRD`] at most:
+/// read from the cache the controller keeps anyway, so a view costs the API server nothing.
+fn cr_views(crd: String, crs: Store<CachedCr>) -> inrun_observe::console::CrSource {
+    use inrun_observe::console::crs::{SHOWN_PER_CRD, view};
+    Arc::new(move || {
+        let mut all = crs.state();
+        all.sort_by(|a, b| {
+            (&a.metadata.namespace, &a.metadata.name)
+                .cmp(&(&b.metadata.namespace, &b.metadata.name))
+        });
+        all.iter()
+            .take(SHOWN_PER_CRD)
+            .map(|cr| view(&crd, &cr.value()))
+            .collect()
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
@@ -490,22 +508,4 @@ mod tests {
         let last = (0..12).map(|_| b.failed("ns/a", 1)).last();
         assert_eq!(last, Some(Duration::from_secs(10)));
     }
-}
-
-/// The CRs of `crs` (a controller's cache of the CRD `crd`) as the console shows them,
-/// sorted by namespace and name, [`inrun_observe::console::crs::SHOWN_PER_CRD`] at most:
-/// read from the cache the controller keeps anyway, so a view costs the API server nothing.
-fn cr_views(crd: String, crs: Store<CachedCr>) -> inrun_observe::console::CrSource {
-    use inrun_observe::console::crs::{SHOWN_PER_CRD, view};
-    Arc::new(move || {
-        let mut all = crs.state();
-        all.sort_by(|a, b| {
-            (&a.metadata.namespace, &a.metadata.name)
-                .cmp(&(&b.metadata.namespace, &b.metadata.name))
-        });
-        all.iter()
-            .take(SHOWN_PER_CRD)
-            .map(|cr| view(&crd, &cr.value()))
-            .collect()
-    })
 }

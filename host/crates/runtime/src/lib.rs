@@ -1,8 +1,10 @@
-//! Inrun's runtime, the only crate that writes to Kubernetes: the controller (it watches
-//! every CRD a Blueprint declares and the children its CRs own, queues changes per CRD with
-//! a bounded worker pool, and runs [`inrun_pass`] with effects against the API server), the
-//! tenant [`fleet`] that starts and stops one controller set per Blueprint, [`leader`]
-//! election, the client's [`kubeconfig`], and the [`metrics`] they all record into.
+//! Inrun's controllers and their writes — the only crate that changes CRs and their
+//! children: each CRD's controller watches its CRs and the children they own, queues
+//! changes with a bounded worker pool, and runs [`inrun_pass`] with effects against the API
+//! server (apply, prune, status, events); it also owns whom the controllers act as
+//! (impersonation, access reviews, the write rate) and packages' identity locks. The
+//! tenants that start controller sets are `inrun_fleet`'s; the ring and the write fence
+//! `inrun_ring`'s; metrics and the console `inrun_observe`'s.
 //!
 //! # Where to start reading
 //!
@@ -11,15 +13,14 @@
 //!   against the API server.
 //! - `startup.rs`: what is checked before a controller starts ([`prepare`]).
 //! - `apply.rs` and `teardown.rs`: how children are written, and pruned or released;
-//!   `children.rs` holds what both share.
-//! - [`fleet`]: the tenants, one controller set per Blueprint, loaded and reloaded.
+//!   `children.rs` holds what both share, [`safeguard`] what holds a deletion.
 //! - [`Shared`] (`shared.rs`): what every controller of a host shares.
 //!
-//! One CR's way through: a watch event (`controller.rs`, `child_watches.rs`) wakes it
-//! unless the host wrote the change itself (`triggers.rs`); the reconcile fn (`reconcile.rs`)
-//! runs [`inrun_pass`], whose reads and writes are `effects.rs`, which applies children
-//! (`apply.rs`), prunes or releases them (`teardown.rs`, guarded by `safeguard.rs`) and
-//! records events (`events.rs`).
+//! One CR's way through: a watch event (`controller.rs`, `child_watches.rs`,
+//! [`sharded_watch`]) wakes it unless the host wrote the change itself (`triggers.rs`); the
+//! reconcile fn (`reconcile.rs`) runs [`inrun_pass`], whose reads and writes are
+//! `effects.rs`, which applies children (`apply.rs`), prunes or releases them
+//! (`teardown.rs`, guarded by `safeguard.rs`) and records events (`events.rs`).
 
 // Start-up and wiring.
 mod controller;
@@ -36,7 +37,7 @@ mod context;
 mod effects;
 pub mod events;
 mod reconcile;
-mod safeguard;
+pub mod safeguard;
 mod stores;
 mod teardown;
 mod triggers;

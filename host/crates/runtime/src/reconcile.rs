@@ -67,18 +67,7 @@ pub async fn reconcile(cached: Arc<CachedCr>, ctx: Arc<Ctx>) -> Result<Action, R
     // one read of each plugin slot: the versions serving as the pass starts.
     let (_, plan) = pass::route(crd, &object, None);
     let serving: Vec<_> = plan.slots.iter().map(|s| s.current()).collect();
-    let span = tracing::info_span!(
-        "reconcile",
-        object.ref = %format!("{}/{}", ctx.cr_resource.kind, key),
-        reconciler.kind = %plan.reconciler.kind(),
-        plugin.digest = %serving.first().map_or("-", |p| p.id().digest.as_str()),
-        inrun.crd = %ctx.queue.controller(),
-        inrun.blueprint = %ctx.assembly.blueprint.metadata.name,
-        trace_id = tracing::field::Empty,
-    );
-    if let Some(id) = ctx.trace_ids.and_then(|read| read(&span)) {
-        span.record("trace_id", tracing::field::display(id));
-    }
+    let span = reconcile_span(ctx.as_ref(), &key, plan, serving.first());
     let in_flight = ctx.queue.started(&key);
     let plugins: Vec<String> = serving.iter().map(|p| p.id().name.clone()).collect();
     let work = async {
@@ -105,31 +94,15 @@ pub async fn reconcile(cached: Arc<CachedCr>, ctx: Arc<Ctx>) -> Result<Action, R
         };
         let changed_meanwhile = ctx.triggers.end(&key);
         // When the pass itself asked to run again: `None` waits for a change.
-        let requested = match &result {
-            Ok(done) => {
-                tracing::debug!(?done, "reconciled");
-                // Not there yet (a package's infrastructure): the retry delay, which an
-                // edit of the spec resets.
-                let retry = done.retry.then(|| {
-                    ctx.backoff
-                        .failed(&key, cached.metadata.generation.unwrap_or_default())
-                });
-                if retry.is_none() {
-                    ctx.backoff.succeeded(&key);
-                }
-                // A reconciler may not ask for less than the floor.
-                let after = done
-                    .after
-                    .map(|a| jitter(a.max(ctx.runtime.min_requeue), &key, ctx.runtime.resync));
-                // A retry that must also run by a deadline (a deletion failing until its
-                // finalizer timeout): whichever comes first.
-                match (retry, after) {
-                    (Some(r), Some(a)) => Some(r.min(a)),
-                    (r, a) => r.or(a),
-                }
-            }
-            Err(_) => None,
-        };
+        let requested = result.as_ref().ok().and_then(|done| {
+            tracing::debug!(?done, "reconciled");
+            next_run(
+                &ctx,
+                &key,
+                cached.metadata.generation.unwrap_or_default(),
+                done,
+            )
+        });
         let error = result.as_ref().err();
         let again = record_finished(
             &ctx.metrics,
@@ -166,6 +139,48 @@ pub async fn reconcile(cached: Arc<CachedCr>, ctx: Arc<Ctx>) -> Result<Action, R
     match fenced {
         Some((shard, bucket)) => shard.scope(bucket, work).await,
         None => work.await,
+    }
+}
+
+/// The span of one reconcile, named for the CR, its reconciler and the plugin version
+/// serving it; it records the trace id when the process exports traces.
+fn reconcile_span(
+    ctx: &Ctx,
+    key: &str,
+    plan: &inrun_reconcilers::plan::ReconcilePlan,
+    plugin: Option<&inrun_wasm::Plugin>,
+) -> tracing::Span {
+    let span = tracing::info_span!(
+        "reconcile",
+        object.ref = %format!("{}/{}", ctx.cr_resource.kind, key),
+        reconciler.kind = %plan.reconciler.kind(),
+        plugin.digest = %plugin.map_or("-", |p| p.id().digest.as_str()),
+        inrun.crd = %ctx.queue.controller(),
+        inrun.blueprint = %ctx.assembly.blueprint.metadata.name,
+        trace_id = tracing::field::Empty,
+    );
+    if let Some(id) = ctx.trace_ids.and_then(|read| read(&span)) {
+        span.record("trace_id", tracing::field::display(id));
+    }
+    span
+}
+
+/// When the pass that ended `done` asked to run again: a retry (a package's
+/// infrastructure not there yet; its delay, which an edit of the spec resets), a requeue
+/// (never under the floor), or whichever comes first; `None` waits for a change.
+fn next_run(ctx: &Ctx, key: &str, generation: i64, done: &pass::Done) -> Option<Duration> {
+    let retry = done.retry.then(|| ctx.backoff.failed(key, generation));
+    if retry.is_none() {
+        ctx.backoff.succeeded(key);
+    }
+    let after = done
+        .after
+        .map(|a| jitter(a.max(ctx.runtime.min_requeue), key, ctx.runtime.resync));
+    // A retry that must also run by a deadline (a deletion failing until its finalizer
+    // timeout): whichever comes first.
+    match (retry, after) {
+        (Some(r), Some(a)) => Some(r.min(a)),
+        (r, a) => r.or(a),
     }
 }
 

@@ -6,6 +6,7 @@
 
 use std::collections::HashSet;
 
+use kube::Client;
 use kube::api::{Api, DynamicObject, ListParams};
 use kube::discovery::{ApiResource, Discovery, verbs};
 use serde_json::Value;
@@ -100,7 +101,7 @@ impl Found {
 /// listed for a type that has none); a type whose instances cannot be listed (other than
 /// one that is not served, which has no instances to protect) is told apart in
 /// [`Found::unchecked`], so that a forced release can spare what it could not check.
-pub async fn foreign(
+pub(crate) async fn foreign(
     ctx: &Ctx,
     cr: &DynamicObject,
     children: &[&Listed],
@@ -129,7 +130,7 @@ pub async fn foreign(
         if !seen.insert((ty.api_version.clone(), ty.kind.clone())) {
             continue;
         }
-        match instances(ctx, &uid, &ty).await {
+        match instances(&ctx.client, &uid, &ty).await {
             Ok(None) => {}
             Ok(Some((count, names))) => found.foreign.push(Foreign {
                 kind: ty.kind.clone(),
@@ -145,6 +146,45 @@ pub async fn foreign(
         }
     }
     found
+}
+
+/// The foreign instances of the types `child` defines (a CRD, or an available
+/// APIService, as the API server returns it), which hold the deletion of the CR `uid` —
+/// judged as the host judges them before it releases the CR, for `inrun trace`. A type the
+/// API server does not serve has none; an unavailable APIService's types cannot be
+/// reached, so none are asked for.
+///
+/// # Errors
+/// [`ChildError`] when an APIService's types or a type's instances cannot be listed.
+pub async fn foreign_instances(
+    client: &Client,
+    uid: &str,
+    child: &Value,
+) -> Result<Vec<Foreign>, ChildError> {
+    let api_version = child["apiVersion"].as_str().unwrap_or_default();
+    let kind = child["kind"].as_str().unwrap_or_default();
+    let types = if !waves::defines_types(api_version, kind) {
+        Vec::new()
+    } else if kind == waves::CRD.1 {
+        served_type(child).into_iter().collect()
+    } else if available(child) {
+        let name = child.pointer("/metadata/name").and_then(Value::as_str);
+        api_service_types(client, name.unwrap_or_default(), child).await?
+    } else {
+        Vec::new()
+    };
+    let mut found = Vec::new();
+    for ty in types {
+        if let Some((count, names)) = instances(client, uid, &ty).await? {
+            found.push(Foreign {
+                kind: ty.kind,
+                source: None,
+                count,
+                names,
+            });
+        }
+    }
+    Ok(found)
 }
 
 /// The types `children` define, each with the child that defines it (a CRD's, and an
@@ -179,7 +219,7 @@ async fn defined_types(
                 aggregated.push(group.to_string());
             }
         } else {
-            match api_service_types(ctx, &child.key.name, &child.obj.data).await {
+            match api_service_types(&ctx.client, &child.key.name, &child.obj.data).await {
                 Ok(served) => {
                     types.extend(served.into_iter().map(|t| (t, Some(child.key.clone()))));
                 }
@@ -202,11 +242,11 @@ async fn defined_types(
 /// # Errors
 /// [`ChildError::Api`] when they cannot be listed.
 async fn instances(
-    ctx: &Ctx,
+    client: &Client,
     uid: &str,
     ty: &ApiResource,
 ) -> Result<Option<(String, Vec<String>)>, ChildError> {
-    let api: Api<DynamicObject> = Api::all_with(ctx.client.clone(), ty);
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), ty);
     // `!=` also matches objects without the label at all.
     let params = ListParams::default()
         .labels(&format!("{OWNER_UID}!={uid}"))
@@ -272,7 +312,7 @@ fn available(api_service: &Value) -> bool {
 /// When they cannot be asked in time: the API server proxies this to the aggregated API's
 /// backend, which would otherwise hold the pass as long as the request lasts.
 async fn api_service_types(
-    ctx: &Ctx,
+    client: &Client,
     name: &str,
     api_service: &Value,
 ) -> Result<Vec<ApiResource>, ChildError> {
@@ -281,8 +321,7 @@ async fn api_service_types(
         return Ok(Vec::new());
     };
     let gv = format!("{group}/{version}");
-    let asked =
-        tokio::time::timeout(ASK_AGGREGATED, ctx.client.list_api_group_resources(&gv)).await;
+    let asked = tokio::time::timeout(ASK_AGGREGATED, client.list_api_group_resources(&gv)).await;
     let Ok(asked) = asked else {
         return Err(ChildError::ServedTypesTimedOut {
             api_service: name.to_string(),

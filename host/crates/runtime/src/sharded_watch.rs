@@ -217,6 +217,8 @@ struct Merge<K> {
     shown: std::collections::HashMap<String, (String, u64)>,
     /// Deletions waiting out [`MOVE_GRACE`], oldest first.
     deferred: std::collections::VecDeque<(tokio::time::Instant, K)>,
+    /// The buckets held: an unlabelled CR passes only when its bucket is one of them.
+    held: Held,
 }
 
 impl<K: kube::Resource> Merge<K> {
@@ -234,6 +236,74 @@ impl<K: kube::Resource> Merge<K> {
         self.shown
             .get(&key)
             .is_some_and(|(shown_uid, rv)| *shown_uid == uid && revision(o) > *rv)
+    }
+
+    /// Whether an object of `side` belongs in this replica's view.
+    fn keeps(&self, side: Side, o: &K) -> bool {
+        side == Side::Labelled
+            || o.meta().uid.as_deref().is_some_and(|uid| {
+                self.held & bit(inrun_ring::sharding::buckets::bucket_of(uid)) != 0
+            })
+    }
+
+    /// The deletion whose grace ran out first, if it still concerns what was passed on
+    /// and no list is being made (one due during a list goes out after its end).
+    fn due_deletion(&mut self) -> Option<watcher::Event<K>> {
+        let (_, o) = self.deferred.pop_front()?;
+        if !self.deletes_shown(&o) {
+            return None;
+        }
+        self.shown.remove(&identity(&o).0);
+        if self.listing.is_some() {
+            self.later.push_back(watcher::Event::Delete(o));
+            return None;
+        }
+        Some(watcher::Event::Delete(o))
+    }
+
+    /// What goes out for `event` of `side`: `None` while a list is incomplete, for what
+    /// this replica does not hold, for what is older than what went out, and for a
+    /// deletion (deferred for [`MOVE_GRACE`]).
+    fn take(&mut self, side: Side, event: watcher::Event<K>) -> Option<watcher::Event<K>> {
+        match event {
+            watcher::Event::Init => {
+                if self.listing.is_none() {
+                    // One side lists again: both do, so that the list is whole.
+                    self.restart();
+                }
+                None
+            }
+            watcher::Event::InitDone => {
+                let done = self.listing.as_mut()?;
+                done[side as usize] = true;
+                if *done != [true, true] {
+                    return None;
+                }
+                self.listing = None;
+                Some(watcher::Event::InitDone)
+            }
+            watcher::Event::InitApply(o) | watcher::Event::Apply(o)
+                if !self.keeps(side, &o) || self.stale(&o, true) =>
+            {
+                None
+            }
+            watcher::Event::InitApply(o) | watcher::Event::Apply(o) => {
+                let (key, uid) = identity(&o);
+                self.shown.insert(key, (uid, revision(&o)));
+                Some(if self.listing.is_some() {
+                    watcher::Event::InitApply(o)
+                } else {
+                    watcher::Event::Apply(o)
+                })
+            }
+            watcher::Event::Delete(o) => {
+                if self.deletes_shown(&o) {
+                    let at = tokio::time::Instant::now() + MOVE_GRACE;
+                    self.deferred.push_back((at, o));
+                }
+                None
+            }
+        }
     }
 
     fn restart(&mut self) {
@@ -278,15 +348,8 @@ where
         later: std::collections::VecDeque::new(),
         shown: std::collections::HashMap::new(),
         deferred: std::collections::VecDeque::new(),
+        held,
     };
-    let held_bucket = move |o: &K| {
-        o.meta()
-            .uid
-            .as_deref()
-            .is_some_and(|uid| held & bit(inrun_ring::sharding::buckets::bucket_of(uid)) != 0)
-    };
-    // Whether an object of `side` belongs in this replica's view.
-    let keep = move |side: Side, o: &K| side == Side::Labelled || held_bucket(o);
     futures::stream::unfold(state, move |mut st| async move {
         loop {
             if !st.announced {
@@ -306,67 +369,19 @@ where
                         Some(at) => tokio::time::sleep_until(at).await,
                         None => std::future::pending().await,
                     }
-                } => {
-                    let Some((_, o)) = st.deferred.pop_front() else { continue };
-                    if !st.deletes_shown(&o) {
-                        continue;
-                    }
-                    st.shown.remove(&identity(&o).0);
-                    if st.listing.is_some() {
-                        // Not into the list being made: after it.
-                        st.later.push_back(watcher::Event::Delete(o));
-                        continue;
-                    }
-                    return Some((Ok(watcher::Event::Delete(o)), st));
+                } => match st.due_deletion() {
+                    Some(event) => return Some((Ok(event), st)),
+                    None => continue,
                 }
             };
-            let (side, item) = next?;
-            let event = match item {
-                Ok(event) => event,
-                Err(e) => return Some((Err(e), st)),
-            };
-            let out = match event {
-                watcher::Event::Init => {
-                    if st.listing.is_none() {
-                        // One side lists again: both do, so that the list is whole.
-                        st.restart();
-                    }
-                    continue;
-                }
-                watcher::Event::InitDone => {
-                    let Some(done) = st.listing.as_mut() else {
-                        continue;
-                    };
-                    done[side as usize] = true;
-                    if *done != [true, true] {
-                        continue;
-                    }
-                    st.listing = None;
-                    watcher::Event::InitDone
-                }
-                watcher::Event::InitApply(o) | watcher::Event::Apply(o)
-                    if !keep(side, &o) || st.stale(&o, true) =>
-                {
-                    continue;
-                }
-                watcher::Event::InitApply(o) | watcher::Event::Apply(o) => {
-                    let (key, uid) = identity(&o);
-                    st.shown.insert(key, (uid, revision(&o)));
-                    if st.listing.is_some() {
-                        watcher::Event::InitApply(o)
-                    } else {
-                        watcher::Event::Apply(o)
+            match next? {
+                (_, Err(e)) => return Some((Err(e), st)),
+                (side, Ok(event)) => {
+                    if let Some(out) = st.take(side, event) {
+                        return Some((Ok(out), st));
                     }
                 }
-                watcher::Event::Delete(o) => {
-                    if st.deletes_shown(&o) {
-                        let at = tokio::time::Instant::now() + MOVE_GRACE;
-                        st.deferred.push_back((at, o));
-                    }
-                    continue;
-                }
-            };
-            return Some((Ok(out), st));
+            }
         }
     })
     .boxed()

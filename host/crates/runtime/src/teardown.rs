@@ -86,7 +86,10 @@ async fn every_child(
 }
 
 /// The served kinds [`every_child`] lists.
-async fn child_kinds(ctx: &Ctx, spec: &ReconcileSpec) -> Result<Vec<crate::Kind>, ChildError> {
+async fn child_kinds(
+    ctx: &Ctx,
+    spec: &ReconcileSpec,
+) -> Result<Vec<crate::kinds::Kind>, ChildError> {
     let plan = ctx.plan();
     let blocks: Vec<&ReconcileSpec> = std::iter::once(&plan.default.spec)
         .chain(plan.targets.iter().map(|(_, p)| &p.spec))

@@ -1,4 +1,4 @@
-//! A tenant's writes to the API server at a rate of its own: a token bucket per tenant in
+//! A tenant's writes to the API server at a rate of its own: a token rate per tenant in
 //! front of its client, so a tenant whose CRs change a thousand times a second queues
 //! behind its own writes while other tenants' writes go on. Reads and watches are not
 //! counted.
@@ -6,7 +6,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use inrun_wasm::TokenBucket;
+use inrun_wasm::TokenRate;
 use kube::Client;
 
 /// `client`, its writes (POST, PUT, PATCH, DELETE) at most `per_second` a second with
@@ -22,7 +22,7 @@ pub fn limited(client: Client, per_second: u32) -> Client {
 /// the host's where the host writes for it, as with its identity locks), so all of them
 /// together stay within it.
 #[derive(Clone)]
-pub struct WriteRate(Arc<Mutex<TokenBucket>>);
+pub struct WriteRate(Arc<Mutex<TokenRate>>);
 
 impl std::fmt::Debug for WriteRate {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -34,11 +34,8 @@ impl WriteRate {
     /// `per_second` writes a second with bursts of a second's worth; `None` for `0` (no
     /// limit).
     pub fn new(per_second: u32) -> Option<Self> {
-        (per_second > 0).then(|| {
-            WriteRate(Arc::new(Mutex::new(TokenBucket::new(
-                per_second, per_second,
-            ))))
-        })
+        (per_second > 0)
+            .then(|| WriteRate(Arc::new(Mutex::new(TokenRate::new(per_second, per_second)))))
     }
 
     /// `client`, its writes taken from this rate.
@@ -47,14 +44,14 @@ impl WriteRate {
     }
 }
 
-fn limit(client: Client, bucket: Arc<Mutex<TokenBucket>>) -> Client {
+fn limit(client: Client, rate: Arc<Mutex<TokenRate>>) -> Client {
     let namespace = client.default_namespace().to_string();
     let service = tower::service_fn(move |request: http::Request<kube::client::Body>| {
-        let (client, bucket) = (client.clone(), bucket.clone());
+        let (client, rate) = (client.clone(), rate.clone());
         async move {
             if is_write(request.method()) {
                 loop {
-                    let wait = bucket
+                    let wait = rate
                         .lock()
                         .unwrap_or_else(|p| p.into_inner())
                         .take(Instant::now());

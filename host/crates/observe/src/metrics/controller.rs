@@ -146,55 +146,55 @@ impl Families {
     /// the gauges computed at scrape time come from [`LiveControllers`].
     pub(super) fn register(&self, r: &mut Registry, live: LiveControllers) {
         // Counters are named without `_total`: the encoder appends it.
-        super::register_exact(
+        super::exact::register_exact(
             r,
             "controller_runtime_reconcile",
             "Total number of reconciliations per controller",
             self.reconciles.clone(),
         );
-        super::register_exact(
+        super::exact::register_exact(
             r,
             "controller_runtime_reconcile_errors",
             "Total number of reconciliation errors per controller",
             self.errors.clone(),
         );
-        super::register_exact(
+        super::exact::register_exact(
             r,
             "controller_runtime_terminal_reconcile_errors",
             "Total number of terminal reconciliation errors per controller",
             self.terminal_errors.clone(),
         );
-        super::register_exact(
+        super::exact::register_exact(
             r,
             "controller_runtime_reconcile_panics",
             "Total number of reconciliation panics per controller",
             self.panics.clone(),
         );
-        super::register_exact(
+        super::exact::register_exact(
             r,
             "controller_runtime_reconcile_time_seconds",
             "Length of time per reconciliation per controller",
             self.reconcile_time.clone(),
         );
-        super::register_exact(
+        super::exact::register_exact(
             r,
             "workqueue_adds",
             "Total number of adds handled by workqueue",
             self.adds.clone(),
         );
-        super::register_exact(
+        super::exact::register_exact(
             r,
             "workqueue_retries",
             "Total number of retries handled by workqueue",
             self.retries.clone(),
         );
-        super::register_exact(
+        super::exact::register_exact(
             r,
             "workqueue_queue_duration_seconds",
             "How long in seconds an item stays in workqueue before being requested",
             self.queue_duration.clone(),
         );
-        super::register_exact(
+        super::exact::register_exact(
             r,
             "workqueue_work_duration_seconds",
             "How long in seconds processing an item from workqueue takes.",

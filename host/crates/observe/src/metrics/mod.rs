@@ -10,6 +10,7 @@
 mod controller;
 #[cfg(test)]
 mod dashboard;
+mod exact;
 mod process;
 mod rest;
 
@@ -17,8 +18,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -34,6 +34,7 @@ use crate::console::crs::CrView;
 use crate::console::{Console, CrSource, EventRecord, ReconcileRecord, ShardView, Snapshot};
 
 use crate::health::Health;
+use exact::register_exact;
 
 /// `inrun_plugin_call_duration_seconds`'s buckets: a call on a small compiled guest takes
 /// tens of microseconds, one on an interpreted guest (Python, JavaScript) milliseconds,
@@ -122,37 +123,6 @@ struct ShardGauges {
 }
 
 type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
-
-/// A family written with its help text exactly as given. [`Registry::register`] appends a
-/// period, which would change controller-runtime's and client-go's texts.
-#[derive(Debug)]
-struct Exact<M> {
-    name: &'static str,
-    help: &'static str,
-    metric: M,
-}
-
-impl<M: EncodeMetric + std::fmt::Debug + Send + Sync + 'static> Collector for Exact<M> {
-    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        // Like the registry, a family with no series is left out.
-        if self.metric.is_empty() {
-            return Ok(());
-        }
-        let family =
-            encoder.encode_descriptor(self.name, self.help, None, self.metric.metric_type())?;
-        self.metric.encode(family)
-    }
-}
-
-/// Registers `metric` as `name` (a counter without its `_total`) with `help` as is.
-fn register_exact<M: EncodeMetric + std::fmt::Debug + Send + Sync + 'static>(
-    registry: &mut Registry,
-    name: &'static str,
-    help: &'static str,
-    metric: M,
-) {
-    registry.register_collector(Box::new(Exact { name, help, metric }));
-}
 
 fn plugin_call_histogram() -> Histogram {
     Histogram::new(PLUGIN_CALL_BUCKETS.iter().copied())
@@ -310,6 +280,8 @@ impl Metrics {
         m.registered()
     }
 
+    /// Every family in the registry: controller-runtime's and client-go's, the ring's,
+    /// the process's, the plugins', and the host's state.
     fn registered(mut self) -> Metrics {
         let r = &mut self.registry;
         self.controllers.register(r, self.live.clone());
@@ -326,6 +298,16 @@ impl Metrics {
             "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master. 'name' is the string used to identify the lease. Please make sure to group by name.",
             self.leader_status.clone(),
         );
+        r.register_collector(Box::new(process::ProcessCollector));
+        self.register_ring();
+        self.register_plugins();
+        self.register_state();
+        self
+    }
+
+    /// The sharding ring's families.
+    fn register_ring(&mut self) {
+        let r = &mut self.registry;
         r.register(
             "inrun_shard_buckets_held",
             "Buckets of CRs this replica holds and writes for (inrun run --sharding)",
@@ -351,7 +333,11 @@ impl Metrics {
             "Buckets this replica took, gave up (handed over) or lost (its member Lease lapsed)",
             self.shard.moves.clone(),
         );
-        r.register_collector(Box::new(process::ProcessCollector));
+    }
+
+    /// The plugins' families, by tenant.
+    fn register_plugins(&mut self) {
+        let r = &mut self.registry;
         r.register(
             "inrun_plugin_calls",
             "Calls into Wasm plugins, by tenant, plugin and outcome (ok, returned: the plugin's own error, trap, deadline, memory, bad_output, host: the host could not run it)",
@@ -402,6 +388,11 @@ impl Metrics {
             "Blueprint changes applied without a restart, by tenant and result",
             self.blueprint_reloads.clone(),
         );
+    }
+
+    /// The host's state: controllers, caches, leadership.
+    fn register_state(&mut self) {
+        let r = &mut self.registry;
         r.register(
             "inrun_caches_synced",
             "Controllers whose watch cache of CRs has synced",
@@ -417,7 +408,6 @@ impl Metrics {
             "1 while this replica runs controllers: it holds the leader-election lease, or runs without election",
             self.health.leader.clone(),
         );
-        self
     }
 
     /// The runtime's health, whose gauges this registry exports.
