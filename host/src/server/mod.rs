@@ -4,8 +4,9 @@
 //!   `?verbose`, `?exclude=`, `/readyz/<check>`) and `/metrics`, what kubelet and
 //!   Prometheus scrape, open on every address by default; the host's own `/blueprint` only
 //!   where [`health_blueprint`] says;
-//! - the console port ([`console`]): the console at `/`, `/blueprint`, `/state` and
-//!   `/tenants`, which show every tenant's CRDs, endpoints, plugins and recent errors, on
+//! - the console port ([`console`]): the console at `/`, `/blueprint`, `/state`,
+//!   `/tenants` and `/crs`, which show every tenant's CRDs, endpoints, plugins, CRs and
+//!   recent errors, on
 //!   loopback by default (reach it with `kubectl port-forward`), behind the Host check and
 //!   optional token of [`ConsoleAccess`].
 //!

@@ -45,8 +45,6 @@ impl<'a> ApiEffects<'a> {
         }
     }
 
-    /// The CR's identity for an apply. The uid makes the API server refuse (409) an apply
-    /// to a CR that is gone, which server-side apply would otherwise create anew.
     /// The CR, as an identity lock names its holder.
     fn holder(&self) -> crate::locks::Holder {
         crate::locks::Holder {
@@ -57,6 +55,8 @@ impl<'a> ApiEffects<'a> {
         }
     }
 
+    /// The CR's identity for an apply. The uid makes the API server refuse (409) an apply
+    /// to a CR that is gone, which server-side apply would otherwise create anew.
     fn skeleton(&self) -> Value {
         let mut meta = json!({"name": self.cr.metadata.name, "uid": self.cr.metadata.uid});
         if let Some(ns) = &self.cr.metadata.namespace {
