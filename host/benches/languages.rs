@@ -257,7 +257,7 @@ fn cpu_time() -> Duration {
 
 /// The "A call between calls" table: on a Tokio runtime as the host runs calls, a fresh
 /// instance + call after a pause ([`PAUSE`]), with every instance made on its call's path
-/// (`make_ahead: None`), every one made ahead in the background after the call before
+/// (`make_ahead_over: None`), every one made ahead in the background after the call before
 /// (`Some(0)`), and the default ([`MAKE_AHEAD_OVER`]: made ahead for plugins slower to
 /// instantiate); each call starts once the making is over. With the CPU time a call costs
 /// in all (the making included).
@@ -285,7 +285,7 @@ fn between_calls(
             let engine = engine(
                 cache,
                 EngineSettings {
-                    make_ahead,
+                    make_ahead_over: make_ahead,
                     ..EngineSettings::default()
                 },
             );
@@ -345,7 +345,7 @@ fn between_calls(
          The host's own way to call (a Tokio runtime, 2 workers): a pause of {} before each \
          call, then a fresh instance and one `reconcile` (median of 1000, after 50) · the CPU \
          time the process used a call, in all (the making of the next instance included). \
-         **On the call's path**: `make_ahead: None`. **Always made ahead**: `Some(0)`; after \
+         **On the call's path**: `make_ahead_over: None`. **Always made ahead**: `Some(0)`; after \
          a call succeeds the plugin's next instance is made in the background, and each call \
          here starts once it is made. **The default**: made ahead only for a plugin whose \
          instantiation took {} or more. Every call gets an instance no call used before: \

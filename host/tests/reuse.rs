@@ -331,7 +331,7 @@ async fn memo_now(plugin: &Plugin, ns: &str, name: &str) -> (u64, Vec<String>) {
 /// instantiate (memo takes microseconds, under the default threshold).
 fn making_ahead(settings: EngineSettings) -> Engine {
     Engine::new(EngineSettings {
-        make_ahead: Some(Duration::ZERO),
+        make_ahead_over: Some(Duration::ZERO),
         ..settings
     })
     .expect("engine")
@@ -429,7 +429,7 @@ async fn instances_made_ahead_are_bounded_per_tenant_and_made_only_when_the_engi
     // Off, and a plugin quicker to instantiate than the threshold (memo: microseconds).
     for make_ahead in [None, Some(Duration::from_secs(1))] {
         let engine = Engine::new(EngineSettings {
-            make_ahead,
+            make_ahead_over: make_ahead,
             ..EngineSettings::default()
         })
         .expect("engine");

@@ -28,7 +28,7 @@ pub(super) fn quiet_engine(cache: &CacheArgs) -> anyhow::Result<Engine> {
 /// `budgets` says (`None`: the engine's defaults); compiles run in a child process under
 /// `compiler`'s limits (`None`: in this process); `make_ahead`: after a call, the next
 /// instance of a plugin slow to instantiate is made in the background
-/// ([`EngineSettings::make_ahead`], at its default threshold).
+/// ([`EngineSettings::make_ahead_over`], at its default threshold).
 pub(super) fn engine(
     cache: &CacheArgs,
     observer: Arc<dyn Observer>,
@@ -50,7 +50,7 @@ pub(super) fn engine(
         load_limits,
         budgets,
         compiler,
-        make_ahead: make_ahead.then_some(inrun::wasm::MAKE_AHEAD_OVER),
+        make_ahead_over: make_ahead.then_some(inrun::wasm::MAKE_AHEAD_OVER),
         ..EngineSettings::default()
     })?)
 }

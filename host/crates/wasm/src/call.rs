@@ -1,23 +1,28 @@
 //! One call into a plugin: a fresh store with a deadline and a memory cap, the call, and
 //! the translation of whatever happened into an outcome or a [`CallError`]. The outcome
-//! crosses from its WIT form in `convert`.
+//! crosses from its WIT form in `convert`. Where the call's instance comes from (kept for
+//! reuse, made ahead, or fresh) and where it goes after (kept, or the next one made ahead)
+//! is decided here too.
 
 use std::time::{Duration, Instant};
 
 use wasmtime::{Store, Trap, UpdateDeadline};
 
-use super::ahead::{Finished, Made};
+use super::ahead::Made;
 use super::bindings;
 use super::budget::{Admission, Held};
 use super::convert::{
     from_wit_outcome, from_wit_outcome2, outcome_bound, outcome2_bound, to_wit_outcome,
     to_wit_outcome2, to_wit_request, within_limits, within_limits2,
 };
+use super::error::{CallError, CallFailure};
 use super::grants::Grants;
+use super::guest::Guest;
+use super::limits::Limits;
 use super::plugin::Plugin;
-use super::reuse::{Guest, Key};
+use super::reuse::Key;
+use super::shelf::Ticket;
 use super::state::State;
-use super::{CallError, CallFailure, Limits};
 use inrun_contract::{Outcome, Request};
 
 impl Plugin {
@@ -48,9 +53,9 @@ impl Plugin {
                 }
             };
             let finish = |raw| self.finish(raw, limits, None, &mut held);
-            let outcome = self
-                .in_reusable_store(limits, grants, cr_namespace(req), call, finish)
-                .await?;
+            let ns = cr_namespace(req);
+            let key = Key::of(self.tenant(), limits.reuse_calls, grants, ns.as_deref());
+            let outcome = self.in_store(limits, grants, ns, key, call, finish).await?;
             held.keep();
             Ok(outcome)
         })
@@ -88,9 +93,9 @@ impl Plugin {
                 }
             };
             let finish = |raw| self.finish(raw, limits, Some(current), &mut held);
-            let outcome = self
-                .in_reusable_store(limits, grants, cr_namespace(req), call, finish)
-                .await?;
+            let ns = cr_namespace(req);
+            let key = Key::of(self.tenant(), limits.reuse_calls, grants, ns.as_deref());
+            let outcome = self.in_store(limits, grants, ns, key, call, finish).await?;
             held.keep();
             Ok(outcome)
         })
@@ -118,54 +123,30 @@ impl Plugin {
                 Guest::Hooks2(guest) => guest.call_functions(store).await,
                 Guest::Reconciler(_) | Guest::Reconciler2(_) | Guest::Package(_) => Ok(Vec::new()),
             };
-            self.in_store(limits, &Grants::default(), None, call).await
+            self.in_store(limits, &Grants::default(), None, None, call, Ok)
+                .await
         })
         .await
     }
 
     /// One call in a fresh instance, in a fresh store ([`Plugin::store`]): `call` calls an
     /// export of it, within the deadline ([`bounded`]); then what the guest printed is
-    /// logged and a failure becomes a [`CallError`] ([`Plugin::settle`]).
-    pub(super) async fn in_store<R>(
+    /// logged, a failure becomes a [`CallError`] ([`Plugin::settle`]), and `finish` checks
+    /// what the guest answered. With a `key` (the plugin's limits allow reuse: [`Key::of`]),
+    /// an idle instance of the same tenant (and namespace, where the grants are scoped to
+    /// it) serves the call if there is one, and afterwards the instance is kept for the
+    /// next call only if the answer passed `finish` and the instance has calls left
+    /// ([`super::reuse`]). After an answer that passed, an instance not kept makes way for
+    /// the next one, made ahead ([`Plugin::make_ahead`]).
+    pub(super) async fn in_store<R, T>(
         &self,
         limits: &Limits,
         grants: &Grants,
         cr_namespace: Option<String>,
-        call: impl AsyncFnOnce(&mut Store<State>, &Guest) -> wasmtime::Result<R>,
-    ) -> Result<R, CallError> {
-        self.call_in(limits, grants, cr_namespace, call, Ok, false)
-            .await
-    }
-
-    /// [`Plugin::in_store`], then `finish` checks what the guest answered; and when the
-    /// plugin's limits allow reuse ([`Limits::reuse_calls`]), an idle instance of the same
-    /// tenant (and namespace, where the grants are scoped to it) serves the call if there
-    /// is one, and afterwards the instance is kept for the next call only if the answer
-    /// passed `finish` and the instance has calls left ([`super::reuse`]).
-    async fn in_reusable_store<R, T>(
-        &self,
-        limits: &Limits,
-        grants: &Grants,
-        cr_namespace: Option<String>,
+        key: Option<Key>,
         call: impl AsyncFnOnce(&mut Store<State>, &Guest) -> wasmtime::Result<R>,
         finish: impl FnOnce(R) -> Result<T, CallError>,
     ) -> Result<T, CallError> {
-        self.call_in(limits, grants, cr_namespace, call, finish, true)
-            .await
-    }
-
-    async fn call_in<R, T>(
-        &self,
-        limits: &Limits,
-        grants: &Grants,
-        cr_namespace: Option<String>,
-        call: impl AsyncFnOnce(&mut Store<State>, &Guest) -> wasmtime::Result<R>,
-        finish: impl FnOnce(R) -> Result<T, CallError>,
-        reusable: bool,
-    ) -> Result<T, CallError> {
-        let key = reusable
-            .then(|| Key::of(self, limits.reuse_calls, grants, cr_namespace.as_deref()))
-            .flatten();
         let (mut store, kept, _busy) = self
             .store(limits, grants, cr_namespace, key.as_ref())
             .await?;
@@ -377,6 +358,95 @@ impl Plugin {
     }
 }
 
+/// After a call: the next instance made ahead (`ahead.rs`).
+impl Plugin {
+    /// After a call that succeeded: starts making the next instance in the background,
+    /// with these limits, and tears the `finished` one down there first (its slot goes back
+    /// to the pool warm for the next; its admission, inside, goes with it, so the slot is
+    /// never free of both). Where nothing is made, the finished instance goes here: when
+    /// the engine makes none, the plugin's last instantiation took less than the engine's
+    /// threshold, one is ready or being made, the tenant's place among waiting instances is
+    /// taken (checked before anything is made), or there is no Tokio runtime to run on.
+    fn make_ahead(&self, limits: &Limits, finished: Finished) {
+        // Most calls stop at the first check: a plugin quick to instantiate.
+        let engine = &self.inner().engine;
+        let Some((shelf, over)) = engine.ahead() else {
+            return;
+        };
+        if self.instantiation_time() < over {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        if !self.inner().ahead.claim() {
+            return;
+        }
+        let making = Making(Some(self.clone()));
+        let Some(place) = shelf.reserve(engine.tenant_name(), 0) else {
+            return;
+        };
+        let (plugin, limits) = (self.clone(), *limits);
+        runtime.spawn(async move {
+            drop(finished);
+            let made = plugin.make(&limits, place).await;
+            making.made(made);
+        });
+    }
+
+    /// One instance, admitted and instantiated like a call's, then parked in `place`.
+    /// `None` when the budget has nothing free now, the instantiation fails, or the
+    /// instance holds more memory than the bounds on waiting instances leave.
+    async fn make(&self, limits: &Limits, mut place: Ticket) -> Option<Made> {
+        let engine = &self.inner().engine;
+        // Only what the tenant and the host have free now: a call waiting for its turn
+        // never waits behind an instance made for a later one.
+        let admission = engine.try_admit()?;
+        let _busy = engine.busy();
+        let deadline = Instant::now() + limits.deadline;
+        let mut store = self.new_store(limits, Some(admission), &Grants::default(), None, deadline);
+        let pre = &self.inner().pre;
+        let started = Instant::now();
+        let guest = bounded(limits, pre.instantiate(&mut store)).await.ok()?;
+        self.inner().ahead.instantiated(started.elapsed());
+        // Its memory on the shelf before its admission goes: the slot it holds is never
+        // one a call was admitted to.
+        if !place.hold(store.data().limiter.used) {
+            return None;
+        }
+        store.data_mut().park();
+        Some(Made::new(store, guest, place))
+    }
+}
+
+/// A call's store (its admission inside) and instance, done with.
+struct Finished {
+    _store: Store<State>,
+    _guest: Guest,
+}
+
+/// The claim of one making: given back with what it made, or when it is dropped half way
+/// (a runtime shut down drops the task).
+struct Making(Option<Plugin>);
+
+impl Making {
+    /// Ends the making with `made`: the claim and the instance change hands at once, so
+    /// that no second making starts in between.
+    fn made(mut self, made: Option<Made>) {
+        if let Some(plugin) = self.0.take() {
+            plugin.inner().ahead.made(made);
+        }
+    }
+}
+
+impl Drop for Making {
+    fn drop(&mut self) {
+        if let Some(plugin) = &self.0 {
+            plugin.inner().ahead.abandon();
+        }
+    }
+}
+
 /// The most a call may copy out of its guest at once, in bytes: its outcome (or one host
 /// call's arguments) as text, plus the host's bookkeeping of each string and list element
 /// of it (up to a thousand beside its resources). Wasmtime refuses to lift more
@@ -445,7 +515,7 @@ fn classify(err: wasmtime::Error, state: &State, limits: &Limits) -> CallFailure
     if let Some(hit) = &state.limiter.budget {
         return CallFailure::Budget(hit.to_string());
     }
-    if state.limiter.hit {
+    if state.limiter.capped {
         return CallFailure::Memory(limits.memory_bytes);
     }
     // Wasmtime's refusal to lift more than the store's hostcall fuel has no type of its

@@ -15,6 +15,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use super::config::{CompileConfig, PoolTuning, wasmtime_engine};
+
 /// The subcommand the host's program runs a compile under (`inrun __compile-plugin`).
 pub const COMPILE_COMMAND: &str = "__compile-plugin";
 
@@ -27,18 +29,6 @@ pub struct Compiler {
     pub timeout: Duration,
     /// The most memory one compile may allocate (`RLIMIT_DATA` of the child).
     pub memory_bytes: u64,
-}
-
-/// What decides the compiled code: the host's engine and the child's are built from the
-/// same one, so the child's output loads in the host.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct CompileConfig {
-    /// The pooling allocator, with this many instances.
-    pub pooling: Option<u32>,
-    /// The largest linear memory a plugin may have.
-    pub max_memory_bytes: usize,
-    /// Threads a compile fans out on.
-    pub threads: usize,
 }
 
 /// Why a compile in a child process failed.
@@ -98,7 +88,7 @@ impl Compiler {
 /// A compiled component may take at most this many times its module's bytes, plus
 /// [`COMPILED_FLOOR`]: Cranelift's code of the guests built here takes 1.5 to 3 times
 /// their code, and a memory image at most twice the data it is made from (or
-/// [`crate::engine::DENSE_IMAGE_BYTES`] whatever the data), so only a module crafted to
+/// [`crate::config::DENSE_IMAGE_BYTES`] whatever the data), so only a module crafted to
 /// blow up (sparse data segments far apart, one image per memory) comes near it.
 pub const COMPILED_PER_MODULE_BYTE: usize = 4;
 /// See [`COMPILED_PER_MODULE_BYTE`].
@@ -307,8 +297,8 @@ fn child(args: &[String]) -> Result<(), (i32, String)> {
     };
     rustix::process::setrlimit(rustix::process::Resource::Data, limit)
         .map_err(|e| (1, format!("limiting the compile's memory: {e}")))?;
-    let engine = super::engine::wasmtime_engine(&config, &super::engine::PoolTuning::default())
-        .map_err(|e| (1, format!("{e:#}")))?;
+    let engine =
+        wasmtime_engine(&config, &PoolTuning::default()).map_err(|e| (1, format!("{e:#}")))?;
     if super::cache::engine_key(&engine) != *key {
         return Err((
             1,
@@ -374,10 +364,7 @@ mod tests {
             threads: 1,
         };
         let key = |c| {
-            crate::cache::engine_key(
-                &crate::engine::wasmtime_engine(&c, &crate::engine::PoolTuning::default())
-                    .expect("engine"),
-            )
+            crate::cache::engine_key(&wasmtime_engine(&c, &PoolTuning::default()).expect("engine"))
         };
         assert_eq!(key(config(Some(64))), key(config(None)));
     }

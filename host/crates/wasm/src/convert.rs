@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use serde_json::{Map, Value};
 
-use super::Limits;
 use super::bindings;
 use super::budget::{PARSED_PER_TOKEN, parsed_bound};
+use super::limits::Limits;
 use inrun_contract::{Cleanup, Outcome, Request};
 
 pub(super) fn to_wit_request(req: &Request) -> bindings::Request {
@@ -150,7 +150,7 @@ fn check_output(size: usize, resources: usize, limits: &Limits) -> Result<(), St
 /// A 0.2.0 outcome: the 0.1.0 checks, then its conditions and events (their text counted
 /// in the output size).
 pub(super) fn from_wit_outcome2(o: bindings::Outcome2, limits: &Limits) -> Result<Outcome, String> {
-    let budget = within_limits2(&o, limits)?;
+    let rest = within_limits2(&o, limits)?;
     let v1 = bindings::Outcome {
         status: o.status,
         resources: o.resources,
@@ -160,7 +160,7 @@ pub(super) fn from_wit_outcome2(o: bindings::Outcome2, limits: &Limits) -> Resul
         requeue_after_ms: o.requeue_after_ms,
         cleanup: o.cleanup,
     };
-    let mut outcome = from_wit_outcome(v1, &budget)?;
+    let mut outcome = from_wit_outcome(v1, &rest)?;
     outcome.conditions = o
         .conditions
         .into_iter()

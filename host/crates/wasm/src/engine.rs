@@ -7,30 +7,20 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use wasmtime::component::{Component, Linker};
-use wasmtime::{Config, InstanceAllocationStrategy, PoolingAllocationConfig};
 
-use super::budget::{self, Budgets, TenantBudget};
+use super::budget::{self, Budgets, HostMemory, TenantBudget, TenantUsage};
 use super::cache::{self, CompileCache};
-use super::compiler::{CompileConfig, CompileFailure, Compiler, compiled_max};
-use super::reuse::{Shelf, kept_slots};
+use super::compiler::{CompileFailure, Compiler, compiled_max};
+use super::config::{CompileConfig, PoolTuning, kept_slots, wasmtime_engine};
+use super::error::LoadError;
+use super::id::PluginId;
+use super::limits::Limits;
+use super::observer::{Observer, Unobserved};
+use super::shelf::Shelf;
 use super::state::State;
 use super::ticker::{Busy, Ticker};
-use super::{Limits, LoadError, Observer, PluginId, Unobserved};
 
-/// Core instances one component may create (an interpreted language's guest brings
-/// several core modules).
-const CORE_INSTANCES_PER_COMPONENT: u32 = 32;
-/// Linear memories one component may define.
-const MEMORIES_PER_COMPONENT: u32 = 4;
-/// Tables one component may define.
-const TABLES_PER_COMPONENT: u32 = 16;
-/// Memory images up to this size are always copy-on-write mappings
-/// (`Config::memory_guaranteed_dense_image_size`); a larger one only when at least half of
-/// it is data. The image is in the compiled form whole, zeros included, so this is what a
-/// module with two one-byte data segments far apart compiles to, per memory.
-pub const DENSE_IMAGE_BYTES: u64 = 1 << 20;
-
-/// The default of [`EngineSettings::make_ahead`]: Go and Python guests instantiate in
+/// The default of [`EngineSettings::make_ahead_over`]: Go and Python guests instantiate in
 /// 0.3–0.5 ms and gain that on each call; Rust, C and JavaScript ones in 5–30 µs, less
 /// than what an instance made on another core costs the call that takes it.
 pub const MAKE_AHEAD_OVER: Duration = Duration::from_micros(100);
@@ -66,7 +56,7 @@ pub struct EngineSettings {
     /// there (`ahead.rs`): a call's latency without instantiation, the same work in all.
     /// Below it, taking an instance made on another core costs about what it saves.
     /// `None`: every instance is made on its call's path. Default [`MAKE_AHEAD_OVER`].
-    pub make_ahead: Option<Duration>,
+    pub make_ahead_over: Option<Duration>,
 }
 
 impl Default for EngineSettings {
@@ -81,7 +71,7 @@ impl Default for EngineSettings {
             load_limits: Limits::default(),
             budgets: None,
             compiler: None,
-            make_ahead: Some(MAKE_AHEAD_OVER),
+            make_ahead_over: Some(MAKE_AHEAD_OVER),
         }
     }
 }
@@ -177,7 +167,7 @@ impl Engine {
                     kept_slots(settings.max_instances) as usize,
                     budgets.memory_bytes / 4,
                 )),
-                ahead: settings.make_ahead.map(|over| {
+                ahead: settings.make_ahead_over.map(|over| {
                     let slots = kept_slots(settings.max_instances) as usize;
                     (Arc::new(Shelf::new(slots, budgets.memory_bytes / 4)), over)
                 }),
@@ -230,7 +220,7 @@ impl Engine {
 
     /// The host memory this handle's tenant's reconciles may hold for what reconcilers
     /// return ([`HostMemory`]: a pass runs in its scope); `None` for the host's own handle.
-    pub fn host_memory(&self) -> Option<crate::HostMemory> {
+    pub fn host_memory(&self) -> Option<HostMemory> {
         self.tenant.as_ref().map(|t| t.held.clone())
     }
 
@@ -273,7 +263,7 @@ impl Engine {
 
     /// What tenant `name` uses of its share now (its calls in flight and their memory);
     /// `None` when no handle of it is alive.
-    pub fn tenant_usage(&self, name: &str) -> Option<crate::TenantUsage> {
+    pub fn tenant_usage(&self, name: &str) -> Option<TenantUsage> {
         self.inner.budgets.usage(name)
     }
 
@@ -363,12 +353,13 @@ impl Engine {
     }
 
     /// Compiles `bytes`, one compile at a time host-wide, in turns handed round-robin
-    /// across tenants ([`budget::Compiles`]), on the compile threads ([`compile_threads`]):
-    /// a tenant's large or numerous plugins queue behind each other, delay another
-    /// tenant's by one compile at most, and never take more cores than guests may. With a
-    /// [`Compiler`], in a child process under its time and memory limits, its output read
-    /// only up to what the module may compile to; the compiled code comes back serialized
-    /// too. A tenant whose compile was stopped at a limit may not compile for a while.
+    /// across tenants ([`budget::Compiles`]), on the compile threads (`compile_threads` in
+    /// `config.rs`): a tenant's large or numerous plugins queue behind each other, delay
+    /// another tenant's by one compile at most, and never take more cores than guests may.
+    /// With a [`Compiler`], in a child process under its time and memory limits, its output
+    /// read only up to what the module may compile to; the compiled code comes back
+    /// serialized too. A tenant whose compile was stopped at a limit may not compile for a
+    /// while.
     fn compile(&self, id: &PluginId, bytes: &[u8]) -> Result<Compiled, LoadError> {
         let lane = self.tenant.as_ref().map(|t| t.lane);
         let compiles = &self.inner.budgets.compiles;
@@ -545,119 +536,6 @@ impl Engine {
 struct Compiled {
     component: Component,
     serialized: Option<Vec<u8>>,
-}
-
-/// How the pooling allocator treats the slot of an instance that has finished, so that the
-/// next instance of the same plugin starts with fewer page faults. The defaults are what
-/// `cargo bench -p inrun --bench languages` ("Pool tuning") measured best: the pagemap scan
-/// took a fresh instance + call from 60 to 41 µs for Rust, 1.29 to 0.89 ms for JavaScript
-/// and 1.86 to 1.59 ms for Python; keeping 32 or 64 MiB resident instead of 2 gained
-/// nothing beside it (and without it only added resident memory). At most
-/// [`PoolTuning::warm_slots`] × [`PoolTuning::keep_resident`] bytes stay resident for warm
-/// slots.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PoolTuning {
-    /// Bytes of a finished instance's linear memory reset in place (only the pages it
-    /// dirtied, with [`PoolTuning::pagemap_scan`]) and kept resident for the next
-    /// instance, instead of being returned to the OS and faulted in again.
-    pub keep_resident: usize,
-    /// Finished slots kept warm (their resident pages and memory image mapped); more are
-    /// returned to the OS. `None`: the cores guests may run on, twice.
-    pub warm_slots: Option<u32>,
-    /// Ask the kernel which pages an instance dirtied (the `PAGEMAP_SCAN` ioctl, Linux
-    /// 6.7 and later) and reset only those; where the kernel lacks it, the first
-    /// [`PoolTuning::keep_resident`] bytes are reset whole.
-    pub pagemap_scan: bool,
-}
-
-impl Default for PoolTuning {
-    fn default() -> Self {
-        PoolTuning {
-            keep_resident: 2 << 20,
-            warm_slots: None,
-            pagemap_scan: true,
-        }
-    }
-}
-
-impl PoolTuning {
-    /// The pool as it was before this tuning: 2 MiB reset blindly in place, wasmtime's
-    /// default of 100 warm slots, no pagemap scan (the benchmarks' baseline).
-    pub fn untuned() -> Self {
-        PoolTuning {
-            keep_resident: 2 << 20,
-            warm_slots: Some(100),
-            pagemap_scan: false,
-        }
-    }
-}
-
-/// The wasmtime engine of `compile`: the host's, and a compiling child's alike
-/// ([`super::compiler`]); compiles fan out on `compile.threads` threads. `tuning` applies
-/// to the host's pool only (a compiling child has none).
-pub(super) fn wasmtime_engine(
-    compile: &CompileConfig,
-    tuning: &PoolTuning,
-) -> Result<wasmtime::Engine, wasmtime::Error> {
-    compile_threads(compile.threads);
-    let mut config = Config::new();
-    config.wasm_component_model(true);
-    config.epoch_interruption(true);
-    config.parallel_compilation(true);
-    // An interpreted guest's pre-initialized heap (componentize-py's is ~12 MiB) is always
-    // a copy-on-write image, never copied into each instance segment by segment.
-    config.memory_guaranteed_dense_image_size(DENSE_IMAGE_BYTES);
-    if let Some(calls) = compile.pooling {
-        // Slots for the calls that may run at once, for the instances kept idle between
-        // calls ([`super::reuse`]) and for those made ahead ([`super::ahead`]): neither
-        // ever takes a call's slot.
-        let n = calls + 2 * kept_slots(calls);
-        let mut pool = PoolingAllocationConfig::default();
-        pool.total_component_instances(n);
-        // Guests in interpreted languages bring several core modules each. A tenant
-        // holds at most a quarter of the calls ([`Budgets`]), so with these per
-        // component caps it holds at most a quarter of every other kind of slot too.
-        pool.max_core_instances_per_component(CORE_INSTANCES_PER_COMPONENT);
-        pool.max_memories_per_component(MEMORIES_PER_COMPONENT);
-        pool.max_tables_per_component(TABLES_PER_COMPONENT);
-        pool.total_core_instances(n * CORE_INSTANCES_PER_COMPONENT);
-        pool.total_memories(n * MEMORIES_PER_COMPONENT);
-        pool.total_tables(n * TABLES_PER_COMPONENT);
-        pool.max_memory_size(compile.max_memory_bytes);
-        pool.max_component_instance_size(1 << 20);
-        pool.max_core_instance_size(8 << 20);
-        pool.table_elements(100_000);
-        // Reset a finished slot's dirty pages in place instead of returning them to the
-        // OS: the next instance then starts without page faults ([`PoolTuning`]).
-        pool.linear_memory_keep_resident(tuning.keep_resident);
-        pool.table_keep_resident(64 << 10);
-        pool.pagemap_scan(if tuning.pagemap_scan {
-            wasmtime::Enabled::Auto
-        } else {
-            wasmtime::Enabled::No
-        });
-        pool.max_unused_warm_slots(
-            tuning
-                .warm_slots
-                .unwrap_or(2 * compile.threads as u32)
-                .min(n),
-        );
-        config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
-    }
-    wasmtime::Engine::new(&config)
-}
-
-/// Sizes the thread pool compiles fan out on (rayon's global pool, which Cranelift uses)
-/// to `threads`, the cores guests may use: a compile then leaves the other cores to the
-/// host and to running guests. Only the first engine of a process sets it.
-fn compile_threads(threads: usize) {
-    let built = rayon::ThreadPoolBuilder::new()
-        .num_threads(threads.max(1))
-        .thread_name(|i| format!("inrun-compile-{i}"))
-        .build_global();
-    if built.is_ok() {
-        tracing::debug!(threads, "compile threads");
-    }
 }
 
 /// A plugin load in progress, told to the observer when it starts and when it ends, a

@@ -3,7 +3,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::PluginId;
+use super::compiler::CompileFailure;
+use super::id::PluginId;
 
 /// A component that could not be loaded. Other plugins are unaffected.
 #[derive(Debug, thiserror::Error)]
@@ -33,7 +34,7 @@ pub enum LoadError {
         plugin: PluginId,
         /// Which limit, or how the process failed.
         #[source]
-        source: crate::compiler::CompileFailure,
+        source: CompileFailure,
     },
     /// The plugin's tenant had a compile stopped at a limit lately and may not compile
     /// again yet ([`crate::COMPILE_PAUSE`]).

@@ -7,11 +7,12 @@ use serde_json::Value;
 
 use super::bindings::package::inrun::reconciler0_2_0::infrastructure as wit;
 use super::call::truncate_owned;
+use super::error::{CallError, CallFailure};
 use super::grants::Grants;
+use super::guest::Guest;
+use super::limits::Limits;
 use super::plugin::Plugin;
-use super::reuse::Guest;
 use super::state::State;
-use super::{CallError, CallFailure, Limits};
 
 /// Which export a call runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -173,7 +174,7 @@ impl Plugin {
             })
         };
         // A package's calls always get a fresh instance: they carry credentials.
-        self.in_store(limits, grants, opts.namespace.clone(), call)
+        self.in_store(limits, grants, opts.namespace.clone(), None, call, Ok)
             .await
     }
 

@@ -11,11 +11,12 @@ use wasmtime::component::ResourceTable;
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
-use super::PluginId;
 use super::bindings::Level;
 use super::bindings::reconciler::inrun::reconciler::{host, types};
 use super::budget::{Admission, Hit};
 use super::grants::Grants;
+use super::id::PluginId;
+use super::observer::Observer;
 
 /// Bytes of guest stdout/stderr one call may write; more fails the call (a guest that
 /// prints this much is misbehaving). Only the first lines reach the log.
@@ -33,7 +34,8 @@ pub(super) struct Limiter {
     pub(super) max_bytes: usize,
     /// Bytes of memories and tables the call holds.
     pub(super) used: usize,
-    pub(super) hit: bool,
+    /// Whether a growth passed the call's memory cap.
+    pub(super) capped: bool,
     /// The budget a growth would have passed.
     pub(super) budget: Option<Hit>,
     /// What the call holds of its tenant's and the host's budgets.
@@ -48,7 +50,7 @@ const TABLE_ELEMENTS_MAX: usize = 1_000_000;
 impl Limiter {
     fn grow(&mut self, bytes: usize) -> wasmtime::Result<bool> {
         if self.used.saturating_add(bytes) > self.max_bytes {
-            self.hit = true;
+            self.capped = true;
             return Err(wasmtime::format_err!(
                 "memory cap of {} bytes reached",
                 self.max_bytes
@@ -113,7 +115,7 @@ impl Stdio {
 /// Everything a store holds for one call.
 pub(super) struct State {
     /// Where host calls are reported.
-    pub(super) observer: Arc<dyn super::Observer>,
+    pub(super) observer: Arc<dyn Observer>,
     pub(super) plugin: Arc<PluginId>,
     pub(super) limiter: Limiter,
     /// What the plugin may reach beyond its sandbox.
@@ -137,7 +139,7 @@ impl State {
         grants: Grants,
         cr_namespace: Option<String>,
         deadline: Instant,
-        observer: Arc<dyn super::Observer>,
+        observer: Arc<dyn Observer>,
     ) -> Self {
         State {
             observer,
@@ -145,7 +147,7 @@ impl State {
             limiter: Limiter {
                 max_bytes: max_memory,
                 used: 0,
-                hit: false,
+                capped: false,
                 budget: None,
                 admission,
             },
@@ -176,7 +178,7 @@ impl State {
         self.limiter = Limiter {
             max_bytes: max_memory,
             used,
-            hit: false,
+            capped: false,
             budget: None,
             admission,
         };
@@ -378,7 +380,7 @@ mod tests {
         let mut limiter = Limiter {
             max_bytes: 64 * MIB,
             used: 0,
-            hit: false,
+            capped: false,
             budget: None,
             admission: None,
         };
@@ -386,11 +388,11 @@ mod tests {
         assert!(limiter.memory_growing(0, 30 * MIB, None).expect("first"));
         assert!(limiter.memory_growing(0, 30 * MIB, None).expect("second"));
         let third = limiter.memory_growing(0, 30 * MIB, None);
-        assert!(third.is_err() && limiter.hit, "{third:?}");
+        assert!(third.is_err() && limiter.capped, "{third:?}");
         // Tables count too: 16 bytes an element, so 5 MiB worth is past the cap now.
-        limiter.hit = false;
+        limiter.capped = false;
         let table = limiter.table_growing(0, 5 * MIB / TABLE_ELEMENT_BYTES, None);
-        assert!(table.is_err() && limiter.hit, "{table:?}");
+        assert!(table.is_err() && limiter.capped, "{table:?}");
         assert!(limiter.table_growing(0, 1024, None).expect("a small table"));
         assert_eq!(limiter.used, 60 * MIB + 1024 * TABLE_ELEMENT_BYTES);
         // Past the element cap a table is refused outright, whatever the bytes.
@@ -499,7 +501,7 @@ mod tests {
         let a = engine.for_tenant("a", budget(40 * MIB));
         // Each memory of 6 MiB (96 pages) alone fits a 20 MiB cap; the four together do not.
         let (capped, store) = grow(&a, &four, 20 * MIB, 96).await;
-        assert!(capped.is_err() && store.data().limiter.hit, "{capped:?}");
+        assert!(capped.is_err() && store.data().limiter.capped, "{capped:?}");
         assert!(store.data().limiter.budget.is_none());
         drop(store);
         // Under a 32 MiB cap the four (24 MiB in all) run.
@@ -518,7 +520,7 @@ mod tests {
             .expect("a budget was hit");
         assert!(matches!(hit, Hit::TenantMemory { .. }), "{hit}");
         assert!(
-            !store.data().limiter.hit,
+            !store.data().limiter.capped,
             "the call's own cap was not reached"
         );
         drop(store);

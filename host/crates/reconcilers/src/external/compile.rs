@@ -96,7 +96,7 @@ impl ExternalCalls {
             Ok(ExternalCalls {
                 calls: compiled,
                 clients,
-                told: std::sync::Mutex::new(inrun_wasm::TokenBucket::new(
+                told: std::sync::Mutex::new(inrun_wasm::TokenRate::new(
                     TOLD_PER_SECOND,
                     TOLD_BURST,
                 )),

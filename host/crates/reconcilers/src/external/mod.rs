@@ -49,7 +49,7 @@ pub struct ExternalCalls {
     clients: Clients,
     /// Info lines about failures answered with a default: a few a second at most, the
     /// rest at debug (a CR requeued every 100 ms would otherwise log at every pass).
-    told: std::sync::Mutex<inrun_wasm::TokenBucket>,
+    told: std::sync::Mutex<inrun_wasm::TokenRate>,
 }
 
 /// Info lines a second about external calls answered with their default, per block.

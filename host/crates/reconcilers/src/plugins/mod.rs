@@ -73,7 +73,7 @@ pub struct PluginSet {
     sources: Sources,
     slots: Mutex<BTreeMap<String, Arc<PluginSlot>>>,
     /// The tenant's compile limits and what is left of its hour's bytes; `None`: none.
-    compiles: Option<(CompileLimits, Mutex<inrun_wasm::TokenBucket>)>,
+    compiles: Option<(CompileLimits, Mutex<inrun_wasm::TokenRate>)>,
 }
 
 impl std::fmt::Debug for PluginSet {
@@ -131,7 +131,7 @@ impl PluginSet {
         let burst = u32::try_from(limits.bytes_per_hour).unwrap_or(u32::MAX);
         self.compiles = Some((
             limits,
-            Mutex::new(inrun_wasm::TokenBucket::new(per_second, burst)),
+            Mutex::new(inrun_wasm::TokenRate::new(per_second, burst)),
         ));
         self
     }

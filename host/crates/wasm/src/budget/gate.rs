@@ -365,7 +365,7 @@ mod tests {
     async fn a_tenant_past_its_cpu_cap_gives_its_turn_up_until_its_share_refills() {
         let gate = Arc::new(Gate::new(1));
         // A cap of a thousandth of a core: a millisecond at once, then one a second.
-        let cpu = Arc::new(Cpu::new(super::super::Millicores::new(1)));
+        let cpu = Arc::new(Cpu::new(super::super::cpu::Millicores::new(1)));
         let a = Seat::new(gate.clone(), 1, Some(cpu.clone()));
         a.take_turn().await;
         hold_long(&gate, &a);

@@ -13,14 +13,13 @@ use std::time::Instant;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-mod bucket;
 mod compiles;
 mod cpu;
 mod gate;
 mod held;
 mod lanes;
+mod rate;
 
-pub use bucket::TokenBucket;
 pub use compiles::COMPILE_PAUSE;
 pub(crate) use compiles::Compiles;
 use cpu::Cpu;
@@ -30,6 +29,7 @@ pub(crate) use gate::Seat;
 pub use held::{
     Held, HeldHit, HostMemory, PARSED_PER_TOKEN, held_by_pass, hold, parsed_bound, value_bound,
 };
+pub use rate::TokenRate;
 
 /// Host-wide budgets and the default share of one tenant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -220,7 +220,7 @@ impl Shared {
             calls: Arc::new(Semaphore::new(budget.calls.max(1))),
             memory: Counter::new(budget.memory_bytes),
             lane: self.lanes.fetch_add(1, Ordering::Relaxed),
-            logs: Mutex::new(TokenBucket::new(
+            logs: Mutex::new(TokenRate::new(
                 budget.log_lines_per_second,
                 budget.log_lines_per_second.saturating_mul(5),
             )),
@@ -265,7 +265,7 @@ pub(super) struct Tenant {
     memory: Counter,
     /// Its lane at the gate and in the compile queue.
     pub(crate) lane: u64,
-    logs: Mutex<TokenBucket>,
+    logs: Mutex<TokenRate>,
     /// Host memory its reconciles hold for what reconcilers return.
     pub(super) held: HostMemory,
     /// Its CPU cap, when it has one.

@@ -1,20 +1,20 @@
-//! A token bucket, for rates such as a tenant's log lines a second.
+//! A rate with bursts ([`TokenRate`]), for such rates as a tenant's log lines a second.
 
 use std::time::{Duration, Instant};
 
-/// A token bucket: `rate` tokens a second, holding at most `burst` (and full at first).
+/// A rate of `rate` tokens a second, with bursts of up to `burst` tokens (full at first).
 #[derive(Debug)]
-pub struct TokenBucket {
+pub struct TokenRate {
     rate: f64,
     burst: f64,
     tokens: f64,
     at: Instant,
 }
 
-impl TokenBucket {
-    /// A full bucket of `burst` tokens, filling at `rate` a second.
+impl TokenRate {
+    /// A full burst of `burst` tokens, filling at `rate` a second.
     pub fn new(rate: u32, burst: u32) -> Self {
-        TokenBucket {
+        TokenRate {
             rate: f64::from(rate),
             burst: f64::from(burst),
             tokens: f64::from(burst),
@@ -25,13 +25,13 @@ impl TokenBucket {
     /// Takes a token at `now` (`Ok`), or says how long until one is there.
     ///
     /// # Errors
-    /// The wait for the next token, when the bucket is empty.
+    /// The wait for the next token, when none is left.
     pub fn take(&mut self, now: Instant) -> Result<(), Duration> {
         self.take_n(1, now)
     }
 
     /// Takes `n` tokens at `now` (`Ok`), or says how long until there are `n` (none are
-    /// taken then; `Duration::MAX` when `n` is more than the bucket holds).
+    /// taken then; `Duration::MAX` when `n` is more than a burst holds).
     ///
     /// # Errors
     /// The wait until `n` tokens are there.
@@ -57,35 +57,35 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_token_bucket_gives_a_burst_then_one_token_per_interval() {
-        let mut bucket = TokenBucket::new(10, 50);
-        let start = bucket.at;
+    fn a_token_rate_gives_a_burst_then_one_token_per_interval() {
+        let mut rate = TokenRate::new(10, 50);
+        let start = rate.at;
         // A burst, then nothing until time passes.
-        assert_eq!((0..100).filter(|_| bucket.take(start).is_ok()).count(), 50);
-        let wait = bucket.take(start).expect_err("empty");
+        assert_eq!((0..100).filter(|_| rate.take(start).is_ok()).count(), 50);
+        let wait = rate.take(start).expect_err("empty");
         assert!(
             wait <= Duration::from_millis(100) && wait > Duration::ZERO,
             "{wait:?}"
         );
-        assert!(bucket.take(start + Duration::from_millis(100)).is_ok());
-        assert!(bucket.take(start + Duration::from_millis(100)).is_err());
+        assert!(rate.take(start + Duration::from_millis(100)).is_ok());
+        assert!(rate.take(start + Duration::from_millis(100)).is_err());
         // Time never fills it past the burst.
         let later = start + Duration::from_secs(3600);
-        assert_eq!((0..100).filter(|_| bucket.take(later).is_ok()).count(), 50);
+        assert_eq!((0..100).filter(|_| rate.take(later).is_ok()).count(), 50);
     }
 
     #[test]
-    fn a_token_bucket_takes_many_at_once_or_none() {
-        let mut bucket = TokenBucket::new(100, 1000);
-        let start = bucket.at;
-        assert!(bucket.take_n(600, start).is_ok());
+    fn a_token_rate_takes_many_at_once_or_none() {
+        let mut rate = TokenRate::new(100, 1000);
+        let start = rate.at;
+        assert!(rate.take_n(600, start).is_ok());
         // 400 left: 600 more are refused whole, none taken, with the wait for 200.
-        let wait = bucket.take_n(600, start).expect_err("short");
+        let wait = rate.take_n(600, start).expect_err("short");
         assert_eq!(wait, Duration::from_secs(2));
-        assert!(bucket.take_n(400, start).is_ok());
-        // More than the bucket ever holds: never.
+        assert!(rate.take_n(400, start).is_ok());
+        // More than a burst ever holds: never.
         assert_eq!(
-            bucket.take_n(1001, start + Duration::from_secs(3600)),
+            rate.take_n(1001, start + Duration::from_secs(3600)),
             Err(Duration::MAX)
         );
     }
