@@ -6,7 +6,9 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::report::{Condition, Event, MAX_CONDITIONS, MAX_EVENTS, check_condition, check_event};
+use crate::report::{
+    Condition, Event, HOST_EVENT_REASONS, MAX_CONDITIONS, MAX_EVENTS, is_condition_type, is_reason,
+};
 
 /// The prefix of label and annotation keys the host keeps for itself.
 pub const RESERVED_PREFIX: &str = "inrun.dev/";
@@ -277,6 +279,57 @@ impl Outcome {
     }
 }
 
+/// One condition follows Kubernetes' rules: a condition type, a status, a reason.
+fn check_condition(i: usize, c: &Condition) -> Result<(), OutcomeError> {
+    let report = |field: String, problem: String| Err(OutcomeError::Report { field, problem });
+    if !is_condition_type(&c.kind) {
+        return report(
+            format!("conditions[{i}].type"),
+            format!(
+                "{:?} is not a condition type (CamelCase, optionally under a DNS prefix)",
+                c.kind
+            ),
+        );
+    }
+    if !["True", "False", "Unknown"].contains(&c.status.as_str()) {
+        return report(
+            format!("conditions[{i}].status"),
+            format!("{:?} is not True, False or Unknown", c.status),
+        );
+    }
+    if !c.reason.is_empty() && !is_reason(&c.reason) {
+        return report(
+            format!("conditions[{i}].reason"),
+            format!("{:?} is not a CamelCase reason", c.reason),
+        );
+    }
+    Ok(())
+}
+
+/// One event follows Kubernetes' rules, and is not one of the host's own.
+fn check_event(i: usize, e: &Event) -> Result<(), OutcomeError> {
+    let report = |field: String, problem: String| Err(OutcomeError::Report { field, problem });
+    if !["Normal", "Warning"].contains(&e.kind.as_str()) {
+        return report(
+            format!("events[{i}].type"),
+            format!("{:?} is not Normal or Warning", e.kind),
+        );
+    }
+    if !is_reason(&e.reason) {
+        return report(
+            format!("events[{i}].reason"),
+            format!("{:?} is not a CamelCase reason", e.reason),
+        );
+    }
+    if HOST_EVENT_REASONS.contains(&e.reason.as_str()) {
+        return report(
+            format!("events[{i}].reason"),
+            format!("{:?} is a reason of the host's own events", e.reason),
+        );
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -357,5 +410,61 @@ mod tests {
     fn outcome_with_unknown_field_is_refused() {
         let r: Result<Outcome, _> = serde_json::from_value(json!({"resorces": []}));
         assert!(r.is_err());
+    }
+
+    #[test]
+    fn conditions_and_events_cross_as_json_and_must_be_what_kubernetes_takes() {
+        let o: Outcome = serde_json::from_value(json!({
+            "conditions": [{"type": "Linked", "status": "True", "reason": "Found"}],
+            "events": [{"reason": "Linked", "message": "found it"}],
+        }))
+        .expect("an outcome");
+        assert_eq!(o.conditions, [Condition::new("Linked", true, "Found", "")]);
+        assert_eq!(o.events, [Event::normal("Linked", "found it")]);
+        assert_eq!(o.check(), Ok(()));
+        let refused = |o: Outcome| match o.check() {
+            Err(OutcomeError::Report { field, .. }) => field,
+            other => panic!("{other:?}"),
+        };
+        let bad = |status: &str| {
+            Outcome::new().condition(Condition {
+                status: status.into(),
+                ..Condition::new("Linked", true, "", "")
+            })
+        };
+        assert_eq!(refused(bad("Maybe")), "conditions[0].status");
+        assert_eq!(bad("Unknown").check(), Ok(()));
+        assert_eq!(
+            refused(Outcome::new().condition(Condition::new("not a type!", true, "", ""))),
+            "conditions[0].type"
+        );
+        assert_eq!(
+            refused(Outcome::new().condition(Condition::new("A", true, "has space", ""))),
+            "conditions[0].reason"
+        );
+        assert!(is_condition_type("example.com/Degraded"));
+        assert!(!is_condition_type("Example.com/Degraded"));
+        assert_eq!(
+            refused(Outcome::new().event(Event {
+                kind: "Loud".into(),
+                ..Event::normal("A", "")
+            })),
+            "events[0].type"
+        );
+        assert_eq!(
+            refused(Outcome::new().event(Event::normal("", ""))),
+            "events[0].reason"
+        );
+        assert_eq!(
+            refused(Outcome::new().event(Event::normal("ReconcileError", "forged"))),
+            "events[0].reason"
+        );
+        let many = (0..=MAX_EVENTS).fold(Outcome::new(), |o, _| o.event(Event::normal("A", "")));
+        assert_eq!(refused(many), "events");
+        // A later condition of the same type replaces the earlier one.
+        let o = Outcome::new()
+            .condition(Condition::new("A", true, "", ""))
+            .condition(Condition::unknown("A", "Later", ""));
+        assert_eq!(o.conditions, [Condition::unknown("A", "Later", "")]);
     }
 }

@@ -1,9 +1,8 @@
-//! The conditions and events a reconciler asks the host to set and record, held to what
-//! Kubernetes takes and kept apart from the host's own.
+//! The conditions and events a reconciler asks the host to set and record: what Kubernetes
+//! takes as their types and reasons, and the host's own, which a reconciler's may not
+//! take. [`Outcome::check`](crate::Outcome::check) holds an outcome's to these rules.
 
 use serde::{Deserialize, Serialize};
-
-use crate::outcome::OutcomeError;
 
 /// Conditions only the host sets: a reconciler's condition of one of these types is
 /// dropped.
@@ -190,118 +189,4 @@ pub fn is_condition_type(text: &str) -> bool {
         && name
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-}
-
-/// One condition follows Kubernetes' rules: a condition type, a status, a reason.
-pub(crate) fn check_condition(i: usize, c: &Condition) -> Result<(), OutcomeError> {
-    let report = |field: String, problem: String| Err(OutcomeError::Report { field, problem });
-    if !is_condition_type(&c.kind) {
-        return report(
-            format!("conditions[{i}].type"),
-            format!(
-                "{:?} is not a condition type (CamelCase, optionally under a DNS prefix)",
-                c.kind
-            ),
-        );
-    }
-    if !["True", "False", "Unknown"].contains(&c.status.as_str()) {
-        return report(
-            format!("conditions[{i}].status"),
-            format!("{:?} is not True, False or Unknown", c.status),
-        );
-    }
-    if !c.reason.is_empty() && !is_reason(&c.reason) {
-        return report(
-            format!("conditions[{i}].reason"),
-            format!("{:?} is not a CamelCase reason", c.reason),
-        );
-    }
-    Ok(())
-}
-
-/// One event follows Kubernetes' rules, and is not one of the host's own.
-pub(crate) fn check_event(i: usize, e: &Event) -> Result<(), OutcomeError> {
-    let report = |field: String, problem: String| Err(OutcomeError::Report { field, problem });
-    if !["Normal", "Warning"].contains(&e.kind.as_str()) {
-        return report(
-            format!("events[{i}].type"),
-            format!("{:?} is not Normal or Warning", e.kind),
-        );
-    }
-    if !is_reason(&e.reason) {
-        return report(
-            format!("events[{i}].reason"),
-            format!("{:?} is not a CamelCase reason", e.reason),
-        );
-    }
-    if HOST_EVENT_REASONS.contains(&e.reason.as_str()) {
-        return report(
-            format!("events[{i}].reason"),
-            format!("{:?} is a reason of the host's own events", e.reason),
-        );
-    }
-    Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::Outcome;
-    use serde_json::json;
-
-    #[test]
-    fn conditions_and_events_cross_as_json_and_must_be_what_kubernetes_takes() {
-        let o: Outcome = serde_json::from_value(json!({
-            "conditions": [{"type": "Linked", "status": "True", "reason": "Found"}],
-            "events": [{"reason": "Linked", "message": "found it"}],
-        }))
-        .expect("an outcome");
-        assert_eq!(o.conditions, [Condition::new("Linked", true, "Found", "")]);
-        assert_eq!(o.events, [Event::normal("Linked", "found it")]);
-        assert_eq!(o.check(), Ok(()));
-        let refused = |o: Outcome| match o.check() {
-            Err(OutcomeError::Report { field, .. }) => field,
-            other => panic!("{other:?}"),
-        };
-        let bad = |status: &str| {
-            Outcome::new().condition(Condition {
-                status: status.into(),
-                ..Condition::new("Linked", true, "", "")
-            })
-        };
-        assert_eq!(refused(bad("Maybe")), "conditions[0].status");
-        assert_eq!(bad("Unknown").check(), Ok(()));
-        assert_eq!(
-            refused(Outcome::new().condition(Condition::new("not a type!", true, "", ""))),
-            "conditions[0].type"
-        );
-        assert_eq!(
-            refused(Outcome::new().condition(Condition::new("A", true, "has space", ""))),
-            "conditions[0].reason"
-        );
-        assert!(is_condition_type("example.com/Degraded"));
-        assert!(!is_condition_type("Example.com/Degraded"));
-        assert_eq!(
-            refused(Outcome::new().event(Event {
-                kind: "Loud".into(),
-                ..Event::normal("A", "")
-            })),
-            "events[0].type"
-        );
-        assert_eq!(
-            refused(Outcome::new().event(Event::normal("", ""))),
-            "events[0].reason"
-        );
-        assert_eq!(
-            refused(Outcome::new().event(Event::normal("ReconcileError", "forged"))),
-            "events[0].reason"
-        );
-        let many = (0..=MAX_EVENTS).fold(Outcome::new(), |o, _| o.event(Event::normal("A", "")));
-        assert_eq!(refused(many), "events");
-        // A later condition of the same type replaces the earlier one.
-        let o = Outcome::new()
-            .condition(Condition::new("A", true, "", ""))
-            .condition(Condition::unknown("A", "Later", ""));
-        assert_eq!(o.conditions, [Condition::unknown("A", "Later", "")]);
-    }
 }
