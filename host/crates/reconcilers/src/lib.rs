@@ -18,15 +18,13 @@ pub mod infrastructure;
 pub mod plan;
 pub mod plugins;
 pub mod remote;
+mod remote_error;
 pub mod replies;
 pub mod secrets;
 pub mod sources;
 pub mod wasm;
 
-// The old path of [`infrastructure`], kept while callers move to the new one.
-#[doc(hidden)]
 use async_trait::async_trait;
-
 use inrun_contract::intent::{self, IntentDefaults};
 use inrun_contract::{Outcome, Request};
 
@@ -58,7 +56,7 @@ pub enum ReconcileError {
     Plugin(#[from] inrun_wasm::CallError),
     /// The remote reconciler failed: connection, timeout, HTTP status, bad or error reply.
     #[error(transparent)]
-    Remote(#[from] remote::RemoteError),
+    Remote(#[from] remote_error::RemoteError),
     /// The outcome broke the contract.
     #[error("invalid outcome")]
     Outcome(#[from] inrun_contract::OutcomeError),

@@ -106,8 +106,6 @@ pub fn limits_within(
 ) -> (Limits, Vec<(&'static str, String)>) {
     let (d, c) = (policy.defaults, policy.ceilings);
     let mut over = Vec::new();
-    // Byte counts as the host holds them (`usize`), as the engine's limits do.
-    let bytes = |q: Option<blueprint::Quantity>| q.map(|q| to_usize(u128::from(q.bytes())) as u128);
     let deadline = Field {
         name: "deadline",
         given: spec.deadline.map(|d| d.as_millis()),
@@ -115,20 +113,13 @@ pub fn limits_within(
         ceiling: c.deadline.as_millis(),
         show: |v| inrun_contract::duration::format(Duration::from_millis(to_u64(v))),
     };
-    let memory = Field {
-        name: "memory",
-        given: bytes(spec.memory),
-        default: d.memory_bytes as u128,
-        ceiling: c.memory_bytes as u128,
-        show: show_size,
-    };
-    let output = Field {
-        name: "outputSize",
-        given: bytes(spec.output_size),
-        default: d.output_bytes as u128,
-        ceiling: c.output_bytes as u128,
-        show: show_size,
-    };
+    let memory = Field::bytes("memory", spec.memory, d.memory_bytes, c.memory_bytes);
+    let output = Field::bytes(
+        "outputSize",
+        spec.output_size,
+        d.output_bytes,
+        c.output_bytes,
+    );
     let resources = Field {
         name: "resources",
         given: spec.resources.map(u128::from),
@@ -165,6 +156,22 @@ struct Field {
 }
 
 impl Field {
+    /// A size in bytes, counted as the host holds it (`usize`), as the engine's limits do.
+    fn bytes(
+        name: &'static str,
+        given: Option<blueprint::Quantity>,
+        default: usize,
+        ceiling: usize,
+    ) -> Self {
+        Field {
+            name,
+            given: given.map(|q| to_usize(u128::from(q.bytes())) as u128),
+            default: default as u128,
+            ceiling: ceiling as u128,
+            show: show_size,
+        }
+    }
+
     /// The value to use: the given one, else the default, never above the ceiling; a given
     /// value above it is told in `over`.
     fn pick(&self, over: &mut Vec<(&'static str, String)>) -> u128 {

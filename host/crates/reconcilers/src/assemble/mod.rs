@@ -7,6 +7,8 @@ mod fetch;
 mod grants;
 mod limits;
 mod services;
+#[cfg(test)]
+pub(crate) mod testing;
 
 pub use grants::grants;
 pub use limits::{DEFAULT_PACKAGE_CEILING, Policy, TenantSize, limits, limits_within};

@@ -4,8 +4,9 @@
 use serde_json::Value;
 
 use super::compile::{Call, Compiled, Conn};
+use super::render::{render, render_text};
 use super::url::UrlTemplate;
-use super::{CallError, ExternalCalls, http, postgres, redacted, redis};
+use super::{CallError, ExternalCalls, http, postgres, redis};
 use inrun_blueprint::{HttpMethod, SecretRef};
 use inrun_template::{CompiledValue, Context};
 
@@ -167,24 +168,55 @@ struct HttpParts<'a> {
     secret: Option<&'a SecretRef>,
 }
 
-/// The template `t` rendered; a failure names `what`.
-pub(super) fn render(t: &CompiledValue, ctx: &Context, what: &str) -> Result<Value, CallError> {
-    t.render(ctx).map_err(|source| CallError::Template {
-        what: what.to_string(),
-        source,
-    })
+/// An egress refusal of a connection URL: told without the URL when it was read from a
+/// Secret (it may carry a password), naming the Secret and key instead.
+fn redacted(conn: &Conn, ns: &str, error: CallError) -> CallError {
+    match (conn, error) {
+        (Conn::Secret(s), CallError::Egress(e)) => CallError::SecretTarget {
+            secret: format!("{}/{}", s.namespace.as_deref().unwrap_or(ns), s.name),
+            key: s.key.clone(),
+            reason: e.redacted(),
+        },
+        (_, error) => error,
+    }
 }
 
-/// The template `t` rendered as text: a string as it is, `null` as nothing, anything else
-/// as JSON.
-pub(super) fn render_text(
-    t: &CompiledValue,
-    ctx: &Context,
-    what: &str,
-) -> Result<String, CallError> {
-    Ok(match render(t, ctx, what)? {
-        Value::String(s) => s,
-        Value::Null => String::new(),
-        other => other.to_string(),
-    })
+#[cfg(test)]
+mod redaction {
+    use super::*;
+    use crate::egress::EgressError;
+
+    #[test]
+    fn a_refused_url_from_a_secret_names_the_secret_never_the_url() {
+        let conn = Conn::Secret(SecretRef {
+            name: "db".into(),
+            key: "dsn".into(),
+            namespace: None,
+        });
+        for refused in [
+            EgressError::BadUrl("postgres://app:hunter2@db.internal:5432/x".into()),
+            EgressError::NotListed {
+                host: "db.internal".into(),
+                port: 5432,
+            },
+            EgressError::Resolve {
+                host: "db.internal".into(),
+                reason: "no such host".into(),
+            },
+        ] {
+            let told = inrun_contract::errors::chain(&redacted(
+                &conn,
+                "team-a",
+                CallError::Egress(refused),
+            ));
+            assert!(
+                told.starts_with("the URL in Secret team-a/db key \"dsn\" "),
+                "{told}"
+            );
+            assert!(
+                !told.contains("hunter2") && !told.contains("db.internal"),
+                "{told}"
+            );
+        }
+    }
 }

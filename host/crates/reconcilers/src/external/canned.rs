@@ -3,8 +3,8 @@
 
 use serde_json::Value;
 
-use super::call::{render, render_text};
 use super::compile::{Call, Compiled, Conn};
+use super::render::{render, render_text};
 use super::{CallError, ExternalCalls};
 use inrun_template::Context;
 

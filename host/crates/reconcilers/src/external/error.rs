@@ -3,7 +3,6 @@
 
 use std::time::Duration;
 
-use super::compile::Conn;
 use crate::secrets::SecretError;
 use inrun_template::TemplateError;
 
@@ -140,58 +139,4 @@ pub struct CompileError {
     /// Why.
     #[source]
     pub source: TemplateError,
-}
-
-/// An egress refusal of a connection URL: told without the URL when it was read from a
-/// Secret (it may carry a password), naming the Secret and key instead.
-pub(super) fn redacted(conn: &Conn, ns: &str, error: CallError) -> CallError {
-    match (conn, error) {
-        (Conn::Secret(s), CallError::Egress(e)) => CallError::SecretTarget {
-            secret: format!("{}/{}", s.namespace.as_deref().unwrap_or(ns), s.name),
-            key: s.key.clone(),
-            reason: e.redacted(),
-        },
-        (_, error) => error,
-    }
-}
-
-#[cfg(test)]
-mod redaction {
-    use super::*;
-    use crate::egress::EgressError;
-    use inrun_blueprint::SecretRef;
-
-    #[test]
-    fn a_refused_url_from_a_secret_names_the_secret_never_the_url() {
-        let conn = Conn::Secret(SecretRef {
-            name: "db".into(),
-            key: "dsn".into(),
-            namespace: None,
-        });
-        for refused in [
-            EgressError::BadUrl("postgres://app:hunter2@db.internal:5432/x".into()),
-            EgressError::NotListed {
-                host: "db.internal".into(),
-                port: 5432,
-            },
-            EgressError::Resolve {
-                host: "db.internal".into(),
-                reason: "no such host".into(),
-            },
-        ] {
-            let told = inrun_contract::errors::chain(&redacted(
-                &conn,
-                "team-a",
-                CallError::Egress(refused),
-            ));
-            assert!(
-                told.starts_with("the URL in Secret team-a/db key \"dsn\" "),
-                "{told}"
-            );
-            assert!(
-                !told.contains("hunter2") && !told.contains("db.internal"),
-                "{told}"
-            );
-        }
-    }
 }

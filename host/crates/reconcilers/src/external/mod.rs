@@ -15,6 +15,7 @@ mod error;
 mod http;
 mod postgres;
 mod redis;
+mod render;
 mod url;
 
 pub use canned::CannedExternal;
@@ -26,7 +27,6 @@ use serde_json::{Map, Value};
 
 use crate::secrets::Secrets;
 use compile::Compiled;
-use error::redacted;
 use inrun_blueprint::OnError;
 use inrun_template::Context;
 

@@ -2,7 +2,7 @@
 //! templated part rendered alone and percent-encoded.
 
 use super::CallError;
-use super::call::render_text;
+use super::render::render_text;
 use inrun_template::{CompiledValue, Context};
 
 /// An `http` call's URL template.

@@ -165,8 +165,8 @@ fn text_at(object: &Value, pointer: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::super::testing::assembly;
     use super::*;
+    use crate::assemble::testing::assembly;
     use serde_json::json;
 
     fn outcome(resources: Vec<Value>) -> Outcome {

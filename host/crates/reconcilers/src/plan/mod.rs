@@ -182,6 +182,3 @@ impl ReconcilePlan {
         !self.spec.on_delete.is_empty()
     }
 }
-
-#[cfg(test)]
-mod testing;

@@ -63,7 +63,7 @@ impl ReconcilePlan {
 
 #[cfg(test)]
 mod tests {
-    use super::super::testing::assembly;
+    use crate::assemble::testing::assembly;
     use serde_json::json;
 
     #[test]

@@ -110,8 +110,8 @@ fn merge(base: &mut Map<String, Value>, extra: &Map<String, Value>) {
 
 #[cfg(test)]
 mod tests {
-    use super::super::testing::assembly as plan;
     use super::*;
+    use crate::assemble::testing::assembly as plan;
     use serde_json::json;
     use std::time::Duration;
 

@@ -1,10 +1,10 @@
-//! A one-CRD assembly for the plan's unit tests.
+//! A one-CRD assembly, for the unit tests of what reads one (the plan's steps).
 
-use crate::assemble::Assembly;
+use super::Assembly;
 
 /// An assembly of one declarative CRD whose reconcile block ends with `extra` (YAML lines
 /// indented under `reconcile:`).
-pub(super) fn assembly(extra: &str) -> Assembly {
+pub(crate) fn assembly(extra: &str) -> Assembly {
     let text = format!(
         "apiVersion: inrun.dev/v1alpha1\nkind: Blueprint\nmetadata: {{name: t}}\nspec:\n  crds:\n    - group: t.inrun.dev\n      version: v1\n      kind: Thing\n      reconcile:\n        onReconcile: []\n{extra}"
     );
