@@ -9,7 +9,7 @@ use serde_json::{Map, Value};
 use inrun_blueprint::ReconcileSpec;
 
 use crate::meta::Metadata;
-use crate::{ConditionReason, Reason};
+use crate::reason::{ConditionReason, Reason};
 
 /// A child, by what identifies it on the server.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]

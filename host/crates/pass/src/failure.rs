@@ -3,7 +3,8 @@
 use inrun_reconcilers::ReconcileError;
 use inrun_reconcilers::plan::StepError;
 
-use crate::{ConditionReason, EffectError};
+use crate::effects::EffectError;
+use crate::reason::ConditionReason;
 
 /// A pass that failed; it is retried with per-key backoff.
 #[derive(Debug, thiserror::Error)]

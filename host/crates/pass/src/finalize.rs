@@ -11,11 +11,12 @@ use inrun_reconcilers::plan::{DEFAULT_REQUEUE, ReconcilePlan};
 use inrun_template::Context;
 
 use crate::effects::{EffectError, Effects, Teardown};
+use crate::failure::Failure;
+use crate::meta;
+use crate::pass::{Done, Pass, SAFEGUARD_RECHECK, WAVE_RECHECK, route};
+use crate::reason::{ConditionReason, Reason};
 use crate::reconcile::{StatusWrite, kept_verdict, namespace, prepare, write_status};
 use crate::status::Ready;
-use crate::{
-    ConditionReason, Done, Failure, Pass, Reason, SAFEGUARD_RECHECK, WAVE_RECHECK, meta, route,
-};
 
 /// The deletion steps: the reconciler runs with `finalizing: true` (a reconcile block with
 /// `onDelete` templates applies what they return, unowned); a requested requeue holds the

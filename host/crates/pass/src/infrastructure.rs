@@ -26,12 +26,12 @@
 //! `inrun.dev/prevent-destroy` annotation is `"true"`, else calls `delete` (suspended or
 //! not) and removes the finalizer only once `observe` sees the thing gone.
 //!
-//! [`run`] is the entry (the crate's [`crate::run`] calls it for a CR a package serves);
-//! the steps are in `reconcile.rs` (2–4) and `delete.rs`, what they share in `shared.rs`
-//! (`Run`); the spec in `spec.rs`, the identity in `identity.rs`, the status in
-//! `conditions.rs`, the package's calls in `call.rs`.
+//! [`run`] is the entry (the crate's [`crate::run`](fn@crate::run) calls it for a CR a
+//! package serves); the steps are in `reconcile.rs` (2–4) and `delete.rs`, what they share
+//! in `shared.rs` (`Run`); the spec in `spec.rs`, the identity in `identity.rs`, the status
+//! in `conditions.rs`. The package's calls ([`Infrastructure`]) are in the crate's
+//! `package.rs`, beside [`Pass`], which may carry a stand-in for them.
 
-mod call;
 mod conditions;
 mod delete;
 mod identity;
@@ -43,8 +43,12 @@ use std::time::Duration;
 
 use inrun_blueprint::{CrdSpec, RuntimeSpec};
 
-use crate::{ConditionReason, Done, Effects, Failure, Pass, Reason};
-pub use call::{CallFailed, Infrastructure};
+use crate::effects::Effects;
+use crate::failure::Failure;
+pub use crate::package::{CallFailed, Infrastructure};
+use crate::pass::{Done, Pass, deleting};
+use crate::reason::{ConditionReason, Reason};
+use crate::reconcile::held_back;
 use conditions::Conditions;
 use identity::Stored;
 pub use identity::identity_hash;
@@ -89,10 +93,10 @@ pub async fn run(
     fx: &mut dyn Effects,
     pkg: &dyn Infrastructure,
 ) -> Result<Done, Failure> {
-    let deleting = crate::deleting(p.object);
+    let deleting = deleting(p.object);
     // The gate, namespace rules and validation, as for any CR: a package CR they hold back
     // makes no call at all.
-    if !deleting && let Some(done) = crate::held_back(p, fx).await? {
+    if !deleting && let Some(done) = held_back(p, fx).await? {
         return Ok(done);
     }
     let mut run = Run {

@@ -1,10 +1,16 @@
-//! The reconcile pass for one CR, over plain values: every step and every decision, with
-//! the writes going through [`Effects`]. `inrun run` carries them out against the API
-//! server (`inrun_runtime`'s `ApiEffects`); `inrun render` prints them ([`render`]). Both
-//! call [`run`], so they cannot disagree.
+//! The reconcile pass for one CR, over plain values: the steps in their order, with the
+//! writes going through [`Effects`]. The steps ask the reconciler what the CR should
+//! become, and `inrun_reconcilers::plan` which block serves it, whether it may pass, its
+//! Request, its status and when it runs again; the pass itself decides what is written
+//! when, whether children are ready, and the waves they are applied and deleted in.
+//! `inrun run` carries the writes out against the API server (`inrun_runtime`'s
+//! `ApiEffects`); `inrun render` prints them ([`render`]). Both call [`run`](fn@run), so they
+//! cannot disagree.
 //!
-//! Start reading at [`run`]: it routes a CR to the package steps ([`infrastructure`]), the
-//! deletion steps (`finalize.rs`) or the reconcile steps (`reconcile.rs`, numbered 1–7).
+//! Start reading at [`run`](fn@run) (`run.rs`): it routes a CR to the package steps
+//! ([`infrastructure`]), the deletion steps (`finalize.rs`) or the reconcile steps
+//! (`reconcile.rs`, numbered 1–7). Each step takes a [`Pass`] and ends with a [`Done`]
+//! (`pass.rs`).
 
 mod effects;
 mod failure;
@@ -13,124 +19,29 @@ mod finalize;
 pub mod fixtures;
 pub mod infrastructure;
 pub mod meta;
+mod package;
+mod pass;
 pub mod readiness;
 mod reason;
 mod reconcile;
 pub mod record;
 pub mod render;
+mod run;
 pub mod status;
 pub mod waves;
-
-use std::time::Duration;
-
-use k8s_openapi::jiff::Timestamp;
-use serde_json::Value;
-
-use inrun_blueprint::RuntimeSpec;
-use inrun_reconcilers::plan::{CrdPlan, ReconcilePlan};
 
 pub use effects::{
     Applied, AppliedChild, ChildKey, Claimed, EffectError, Effects, Observed, Pruned, Teardown,
     Written,
 };
 pub use failure::Failure;
-pub use infrastructure::{Infrastructure, retry_bounds};
+pub use infrastructure::retry_bounds;
 pub use inrun_reconcilers::plan::{DEFAULT_REQUEUE, Next, StepError};
+pub use package::Infrastructure;
+pub use pass::{Done, GATE_RECHECK, Pass, SAFEGUARD_RECHECK, WAVE_RECHECK, route};
 pub use reason::{ConditionReason, Reason};
 pub use reconcile::{held_back, refuse};
-
-/// How often a gated CR is checked again when nothing else changes.
-pub const GATE_RECHECK: Duration = Duration::from_secs(10);
-/// How often a deletion blocked by foreign instances of a managed type is checked again.
-pub const SAFEGUARD_RECHECK: Duration = Duration::from_secs(3);
-/// How soon a pass waiting for a wave (a CRD to be Established, the objects of a delete
-/// wave to be gone) looks again when no watch event wakes it first.
-pub const WAVE_RECHECK: Duration = Duration::from_secs(1);
-/// When a pass whose status write found the CR changed under it runs again.
-pub(crate) const STALE_RETRY: Duration = Duration::from_millis(200);
-
-/// One CR, as the pass sees it.
-#[derive(Clone, Copy)]
-pub struct Pass<'a> {
-    /// The CRD's plan.
-    pub crd: &'a CrdPlan,
-    /// Host settings.
-    pub runtime: &'a RuntimeSpec,
-    /// The CR as read, with its metadata (managed fields too) and status.
-    pub object: &'a Value,
-    /// A serve target chosen from outside (`inrun render --target`), over the CR's own.
-    pub target: Option<&'a str>,
-    /// The time the pass runs at.
-    pub now: Timestamp,
-    /// What a package CR's calls go to instead of its reconcile block's package (`inrun
-    /// render`'s dry run); `None`: the package.
-    pub infrastructure: Option<&'a dyn Infrastructure>,
-    /// Under sharding by label, the CR's bucket, kept on it as the label
-    /// [`meta::BUCKET`] by the maintain step's apply (the one that puts the finalizers on),
-    /// so that replicas watch their buckets' CRs by label; `None`: no such label.
-    pub bucket_label: Option<&'a str>,
-}
-
-/// How a pass ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Done {
-    /// Run again after this long; `None`: on the next change.
-    pub after: Option<Duration>,
-    /// Whether that requeue was asked for (holds a deleting CR).
-    pub holds: bool,
-    /// A pending cleanup, counted from when it was first asked for.
-    pub cleanup: Option<Duration>,
-    /// Run again after the CR's retry delay (doubling per retry, reset by an edit of its
-    /// spec): a package's infrastructure that is not there yet.
-    pub retry: bool,
-}
-
-impl Done {
-    /// Run again after `after`.
-    pub(crate) fn after(after: Duration) -> Self {
-        Done {
-            after: Some(after),
-            ..Done::default()
-        }
-    }
-}
-
-/// The serve target a CR selects and the reconcile block that serves it (the CRD's own
-/// when the target is unknown: routing errors are reported by the pass).
-pub fn route<'p>(
-    crd: &'p CrdPlan,
-    object: &Value,
-    explicit: Option<&str>,
-) -> (Option<String>, &'p ReconcilePlan) {
-    let target = crd.target_of(object, explicit);
-    let plan = crd.plan_for(target.as_deref()).unwrap_or(&crd.default);
-    (target, plan)
-}
-
-/// Runs the pass for one CR. A CR served by a package ([`route`]) gets the package steps
-/// ([`infrastructure::run`]); any other gets the deletion steps (`finalize.rs`) when it has
-/// a deletion timestamp, else the reconcile steps (`reconcile.rs`).
-///
-/// # Errors
-/// [`Failure`] when a step failed; the CR's status and events already say why.
-pub async fn run(p: Pass<'_>, fx: &mut dyn Effects) -> Result<Done, Failure> {
-    let (_, plan) = route(p.crd, p.object, p.target);
-    if let Some(package) = plan.package.as_deref() {
-        let package = p.infrastructure.unwrap_or(package);
-        infrastructure::run(p, fx, package).await
-    } else if deleting(p.object) {
-        finalize::finalize(p, fx).await
-    } else {
-        reconcile::reconcile(p, fx).await
-    }
-}
-
-/// Whether the CR has a deletion timestamp.
-fn deleting(object: &Value) -> bool {
-    object
-        .pointer("/metadata/deletionTimestamp")
-        .is_some_and(|t| !t.is_null())
-}
+pub use run::run;
 
 #[cfg(test)]
 mod tests;

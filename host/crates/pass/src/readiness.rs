@@ -4,9 +4,9 @@
 
 use serde_json::{Value, json};
 
-use super::AppliedChild;
+use super::effects::AppliedChild;
 use super::status::{Ready, Verdict};
-use crate::ConditionReason;
+use crate::reason::ConditionReason;
 
 /// How far a child is.
 #[derive(Debug, Clone, PartialEq, Eq)]

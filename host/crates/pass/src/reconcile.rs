@@ -11,11 +11,11 @@ use inrun_reconcilers::plan::{Next, ReconcilePlan};
 use inrun_template::Context;
 
 use crate::effects::{AppliedChild, Effects, Observed, Written};
+use crate::failure::Failure;
+use crate::pass::{Done, GATE_RECHECK, Pass, SAFEGUARD_RECHECK, STALE_RETRY, WAVE_RECHECK};
+use crate::reason::{ConditionReason, Reason};
 use crate::status::{self, Ready};
-use crate::{
-    ConditionReason, Done, Failure, GATE_RECHECK, Pass, Reason, SAFEGUARD_RECHECK, STALE_RETRY,
-    WAVE_RECHECK, meta, readiness,
-};
+use crate::{meta, readiness};
 
 /// The CR's namespace (`""` for a cluster-scoped CR).
 pub(crate) fn namespace(object: &Value) -> &str {

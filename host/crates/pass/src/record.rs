@@ -6,11 +6,12 @@ use std::collections::HashSet;
 use async_trait::async_trait;
 use serde_json::{Map, Value};
 
-use super::meta::Metadata;
-use super::{
-    Applied, AppliedChild, ChildKey, Claimed, EffectError, Effects, Observed, Pruned, Reason,
-    Teardown, Written,
+use super::effects::{
+    Applied, AppliedChild, ChildKey, Claimed, EffectError, Effects, Observed, Pruned, Teardown,
+    Written,
 };
+use super::meta::Metadata;
+use super::reason::Reason;
 use inrun_blueprint::ReconcileSpec;
 
 /// Every effect of a pass, in order, without a cluster.

@@ -1,6 +1,6 @@
-//! `inrun render`: the pass for one CR with no cluster — [`crate::run`] with effects
-//! that print instead of writing: what would be applied, the status, labels, annotations,
-//! events, requeue and cleanup.
+//! `inrun render`: the pass for one CR with no cluster — [`crate::run`](fn@crate::run)
+//! with effects that print instead of writing: what would be applied, the status, labels,
+//! annotations, events, requeue and cleanup.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -8,8 +8,14 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::infrastructure::Infrastructure;
-use crate::{EffectError, Failure, Pass, Reason, meta, record::Recorder, route, run};
+use crate::effects::EffectError;
+use crate::failure::Failure;
+use crate::meta;
+use crate::package::Infrastructure;
+use crate::pass::{Pass, route};
+use crate::reason::{ConditionReason, Reason};
+use crate::record::Recorder;
+use crate::run::run;
 use inrun_blueprint::RuntimeSpec;
 use inrun_reconcilers::assemble::Assembly;
 use inrun_reconcilers::plan::{CrdPlan, ReconcilePlan, StepError};
@@ -81,7 +87,7 @@ pub enum RenderError {
     #[error("{reason}: {detail}")]
     Package {
         /// The generic reason.
-        reason: crate::ConditionReason,
+        reason: ConditionReason,
         /// What the package said.
         detail: String,
     },
@@ -214,7 +220,7 @@ pub struct RenderOutput {
 /// through; `converge` and `delete` change the infrastructure, so they are only noted, and
 /// answer `pending` (the host would observe again later).
 struct DryRun<'a> {
-    package: &'a dyn crate::infrastructure::Infrastructure,
+    package: &'a dyn crate::package::Infrastructure,
     calls: std::sync::Mutex<Vec<String>>,
 }
 
@@ -235,11 +241,11 @@ impl DryRun<'_> {
 }
 
 #[async_trait::async_trait]
-impl crate::infrastructure::Infrastructure for DryRun<'_> {
+impl crate::package::Infrastructure for DryRun<'_> {
     async fn validate(
         &self,
         opts: &inrun_contract::package::Options,
-    ) -> Result<Vec<String>, crate::infrastructure::CallFailed> {
+    ) -> Result<Vec<String>, crate::package::CallFailed> {
         let answer = self.package.validate(opts).await;
         match &answer {
             Ok(problems) if problems.is_empty() => self.note("validate: valid".into()),
@@ -251,7 +257,7 @@ impl crate::infrastructure::Infrastructure for DryRun<'_> {
     async fn identity(
         &self,
         opts: &inrun_contract::package::Options,
-    ) -> Result<inrun_contract::package::Identity, crate::infrastructure::CallFailed> {
+    ) -> Result<inrun_contract::package::Identity, crate::package::CallFailed> {
         let answer = self.package.identity(opts).await;
         match &answer {
             Ok(id) => self.note(format!(
@@ -267,7 +273,7 @@ impl crate::infrastructure::Infrastructure for DryRun<'_> {
     async fn observe(
         &self,
         opts: &inrun_contract::package::Options,
-    ) -> Result<inrun_contract::package::Observation, crate::infrastructure::CallFailed> {
+    ) -> Result<inrun_contract::package::Observation, crate::package::CallFailed> {
         let answer = self.package.observe(opts).await;
         match &answer {
             Ok(o) => self.note(format!(
@@ -282,7 +288,7 @@ impl crate::infrastructure::Infrastructure for DryRun<'_> {
         &self,
         change: inrun_contract::package::Change,
         _opts: &inrun_contract::package::Options,
-    ) -> Result<inrun_contract::package::Workflow, crate::infrastructure::CallFailed> {
+    ) -> Result<inrun_contract::package::Workflow, crate::package::CallFailed> {
         self.note(format!("{}: would run (not offline)", change.name()));
         Ok(inrun_contract::package::Workflow::pending())
     }

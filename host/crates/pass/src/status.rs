@@ -6,7 +6,7 @@ use serde_json::{Map, Value, json};
 
 use super::fields::owned_keys;
 use super::meta::STATUS_MANAGER;
-use crate::ConditionReason;
+use crate::reason::ConditionReason;
 
 /// Longest condition message, in characters.
 const MESSAGE_MAX: usize = 1000;

@@ -1,6 +1,8 @@
 //! The pass's decisions, without a cluster: the order of steps, what a gated, invalid or
 //! deleting CR gets, prune candidates, requeue and what a pass that changes nothing writes.
 
+use std::time::Duration;
+
 use super::record::Recorder;
 use super::*;
 use inrun_reconcilers::assemble::Assembly;

@@ -8,7 +8,9 @@ use serde_json::{Map, Value, json};
 use super::RECONCILE_REQUEST;
 use super::identity::Stored;
 use super::spec::annotation;
-use crate::{ConditionReason, Pass, meta, status};
+use crate::pass::Pass;
+use crate::reason::ConditionReason;
+use crate::{meta, status};
 use inrun_template::Context;
 
 /// The `Ready` and `Reconciling` conditions a pass ends with.

@@ -8,8 +8,10 @@ use super::PREVENT_DESTROY;
 use super::conditions::Conditions;
 use super::shared::{Run, again, log_detail, retry};
 use super::spec::{Common, DeletionPolicy, annotation, finalized, options};
+use crate::failure::Failure;
 use crate::finalize::time_left;
-use crate::{ConditionReason, Done, Failure, Reason};
+use crate::pass::Done;
+use crate::reason::{ConditionReason, Reason};
 use inrun_contract::package::{Change, Event, Options, Progress};
 
 impl Run<'_, '_> {

@@ -7,7 +7,10 @@ use super::conditions::{Conditions, RECONCILING};
 use super::identity::Stored;
 use super::shared::{Run, again, log_detail, retry};
 use super::spec::{Common, event, finalized, generation, options};
-use crate::{ConditionReason, Done, Failure, Reason, status};
+use crate::failure::Failure;
+use crate::pass::Done;
+use crate::reason::{ConditionReason, Reason};
+use crate::status;
 use inrun_contract::package::{Change, Observation, Options, Progress};
 
 impl Run<'_, '_> {

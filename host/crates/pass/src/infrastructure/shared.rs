@@ -7,12 +7,16 @@ use std::borrow::Cow;
 use serde_json::{Value, json};
 
 use super::FINALIZER;
-use super::call::{CallFailed, Infrastructure};
 use super::conditions::{Conditions, desired};
 use super::identity::Stored;
 use super::spec::finalized;
+use crate::effects::{Claimed, Effects, Written};
+use crate::failure::Failure;
 use crate::meta::{self, Metadata};
-use crate::{Claimed, ConditionReason, Done, Effects, Failure, Pass, Reason, Written, status};
+use crate::package::{CallFailed, Infrastructure};
+use crate::pass::{Done, Pass, STALE_RETRY};
+use crate::reason::{ConditionReason, Reason};
+use crate::status;
 use inrun_contract::package::{Observation, Options, Workflow};
 
 /// A write found the CR changed since it was read: the pass that change starts decides.
@@ -34,7 +38,7 @@ pub(super) struct Run<'a, 'f> {
 /// Run again soon: the CR changed under a write.
 pub(super) fn again() -> Done {
     Done {
-        after: Some(crate::STALE_RETRY),
+        after: Some(STALE_RETRY),
         ..Done::default()
     }
 }

@@ -6,7 +6,8 @@ use std::time::Duration;
 use serde_json::{Map, Value};
 
 use super::{DEFAULT_INTERVAL, FINALIZER, RECONCILE_REQUEST};
-use crate::{Pass, meta, status};
+use crate::pass::Pass;
+use crate::{meta, status};
 use inrun_contract::package::{Descriptor, Event, Options};
 
 /// `spec.deletionPolicy`.

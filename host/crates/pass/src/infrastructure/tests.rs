@@ -324,7 +324,7 @@ fn a_cr_changed_under_the_first_write_converges_nothing() {
     fx.stale = true;
     let done = pass(&object, &pkg, &mut fx).expect("pass");
     assert!(!pkg.calls().iter().any(|c| c.starts_with("converge")));
-    assert_eq!(done.after, Some(crate::STALE_RETRY));
+    assert_eq!(done.after, Some(crate::pass::STALE_RETRY));
     assert!(fx.status.is_none());
 }
 

@@ -1,4 +1,6 @@
-//! The package's calls ([`Infrastructure`]) and how one fails ([`CallFailed`]).
+//! A package's calls as the package steps (`infrastructure/`) make them
+//! ([`Infrastructure`]), and how one fails ([`CallFailed`]). [`Pass`](crate::Pass) may
+//! carry a stand-in for the package (`inrun render`'s dry run).
 
 use async_trait::async_trait;
 
