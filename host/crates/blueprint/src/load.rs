@@ -181,7 +181,8 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::{ReconcilerKind, Scope};
+    use crate::crd::Scope;
+    use crate::reconcile::ReconcilerKind;
 
     #[test]
     fn the_full_example_parses() {
@@ -292,9 +293,9 @@ mod tests {
             ),
             "{bad}"
         );
-        assert!(crate::ServiceAccountRef::parse("team-a/tenant").is_ok());
-        assert!(crate::ServiceAccountRef::parse("tenant").is_err());
-        assert!(crate::ServiceAccountRef::parse("team-a/").is_err());
+        assert!(crate::model::ServiceAccountRef::parse("team-a/tenant").is_ok());
+        assert!(crate::model::ServiceAccountRef::parse("tenant").is_err());
+        assert!(crate::model::ServiceAccountRef::parse("team-a/").is_err());
     }
 
     #[test]

@@ -2,7 +2,8 @@
 
 use std::path::{Path, PathBuf};
 
-use super::{BlueprintError, from_str};
+use crate::error::BlueprintError;
+use crate::load::from_str;
 
 /// A file under `host/tests/fixtures/blueprints` (shared with the host's tests).
 pub fn fixture(name: &str) -> PathBuf {

@@ -238,7 +238,8 @@ const MAX_CALL_TIME: Duration = Duration::from_secs(300);
 
 #[cfg(test)]
 mod tests {
-    use crate::{BlueprintError, from_str, load};
+    use crate::error::BlueprintError;
+    use crate::load::{from_str, load};
 
     /// A Blueprint with the given `spec.crds` entries, one flow mapping per line.
     pub(super) fn with_crds(crds: &[&str]) -> String {

@@ -4,7 +4,7 @@
 use inrun_blueprint::{Blueprint, CrdSpec, ReadKind, ReconcileSpec};
 use inrun_contract::api_version::group_of;
 
-use super::{Permission, READ_VERBS, perm, plural};
+use super::permission::{Permission, READ_VERBS, perm, plural};
 
 /// Every reconcile block of a CRD: its own and each serve target's.
 pub(super) fn blocks(crd: &CrdSpec) -> impl Iterator<Item = &ReconcileSpec> {

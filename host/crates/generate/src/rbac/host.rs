@@ -7,7 +7,9 @@ use super::blocks::{
     SecretName, all_blocks, block_read_permissions, blocks, cr_subresource_permissions, crd_names,
     crd_permissions, event_permission, resource_of, secret_references,
 };
-use super::{CHILD_WRITE_VERBS, Permission, READ_VERBS, RbacOptions, merge, perm, scoped};
+use super::permission::{
+    CHILD_WRITE_VERBS, Permission, READ_VERBS, RbacOptions, merge, perm, scoped,
+};
 
 /// Verbs on the CRs themselves: watch them, patch metadata, delete after `cleanup`.
 const CR_VERBS: &[&str] = &["get", "list", "watch", "patch", "update", "delete"];

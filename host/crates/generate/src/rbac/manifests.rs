@@ -6,7 +6,9 @@ use std::collections::BTreeMap;
 use inrun_blueprint::{Blueprint, ServiceAccountRef};
 use serde_json::{Value, json};
 
-use super::{Permission, RbacOptions, required, tenant_required};
+use super::host::required;
+use super::permission::{Permission, RbacOptions};
+use super::tenant::tenant_required;
 
 /// The manifests: ClusterRole and ClusterRoleBinding, and when leader election is on, a
 /// Role and RoleBinding for the Lease in its namespace; then the users' aggregated roles

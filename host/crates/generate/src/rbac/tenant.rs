@@ -7,7 +7,9 @@ use super::blocks::{
     all_blocks, block_read_permissions, blocks, cr_subresource_permissions, crd_names,
     crd_permissions, event_permission, named_secrets, reads_secrets, resource_of,
 };
-use super::{CHILD_WRITE_VERBS, Permission, READ_VERBS, RbacOptions, merge, perm, scoped};
+use super::permission::{
+    CHILD_WRITE_VERBS, Permission, READ_VERBS, RbacOptions, merge, perm, scoped,
+};
 
 /// Verbs on a tenant's own CRs beyond reading them.
 const CR_WRITE_VERBS: &[&str] = &["patch", "update", "delete"];
