@@ -34,6 +34,13 @@ fn main() -> ExitCode {
     };
     match cli::execute(cli, traces.trace_ids()) {
         Ok(()) => ExitCode::SUCCESS,
+        // `inrun plan` printed its report: the code says what it found.
+        Err(e) if e.downcast_ref::<cli::plan::PlanOutcome>().is_some() => {
+            let code = e
+                .downcast_ref::<cli::plan::PlanOutcome>()
+                .map_or(1, |o| o.1);
+            ExitCode::from(code)
+        }
         Err(e) => {
             eprintln!("error: {}", inrun::errors::chain(e.as_ref()));
             ExitCode::FAILURE

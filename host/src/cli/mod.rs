@@ -4,6 +4,7 @@
 mod generate;
 mod output;
 mod parse;
+pub mod plan;
 mod plugin;
 mod render;
 mod run;
@@ -105,6 +106,11 @@ pub enum Command {
     },
     /// Check a Blueprint: fields, templates, and that every plugin loads.
     Validate(ValidateArgs),
+    /// Show what a new Blueprint or plugin version would do to every live CR: each CR
+    /// rendered by the running and the new version, what would change dry-run applied.
+    /// Writes nothing. Exits 0 when nothing changes, 2 when something does, 1 when the
+    /// new version fails on a CR.
+    Plan(Box<plan::PlanArgs>),
     /// Show a CR and what the host made of it, from a live cluster: its Ready condition,
     /// every child with its state, the foreign instances holding its deletion.
     Trace(TraceArgs),
@@ -135,6 +141,7 @@ pub fn execute(cli: Cli, trace_ids: Option<inrun::runtime::TraceIds>) -> anyhow:
         Command::Validate(args) => validate::validate(&runtime, &cache, &args),
         Command::Plugin { command } => plugin::plugin(&runtime, &cache, command),
         Command::Trace(args) => trace::trace(&runtime, &args),
+        Command::Plan(args) => plan::plan(&runtime, &cache, &args),
     }
 }
 

@@ -457,7 +457,8 @@ fn base(object: &Value) -> Node {
     }
 }
 
-/// The CR: its Ready condition; a deletion in progress; a package's identity.
+/// The CR: its Ready condition; what reconciled it; a deletion in progress; a package's
+/// identity.
 fn cr_node(cr: &Value) -> Node {
     let mut node = base(cr);
     let conditions = cr
@@ -473,6 +474,9 @@ fn cr_node(cr: &Value) -> Node {
     } else {
         node.status = "NotReconciled".into();
         node.message = "no Ready condition: the host has not reconciled it yet".into();
+    }
+    if let Some(by) = text(cr, "/status/reconciledBy") {
+        node.notes.push(format!("reconciled by {by}"));
     }
     if let Some(since) = text(cr, "/metadata/deletionTimestamp") {
         node.notes.push(format!("deleting since {since}"));

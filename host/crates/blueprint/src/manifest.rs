@@ -167,6 +167,9 @@ fn add_host_status_fields(schema: &mut Value, package: bool) {
     fields
         .entry("observedGeneration")
         .or_insert_with(|| json!({"type": "integer", "format": "int64"}));
+    fields.entry("reconciledBy").or_insert_with(|| {
+        json!({"type": "string", "description": "What reconciled this CR: the sha256 digests of its plugins, or its reconcile block's kind and digest."})
+    });
     // A package CR's stored identity and the request it handled: pruned, the identity
     // guard would never hold and every pass would write them again.
     if !package {

@@ -442,6 +442,12 @@ pub(crate) async fn write_status(
     verdict: &status::Verdict,
 ) -> Result<StatusWrite, Failure> {
     let now = meta::format_time(p.now);
+    let mut fields = fields;
+    let (_, plan) = crate::pass::route(p.crd, p.object, p.target);
+    fields.insert(
+        "reconciledBy".into(),
+        Value::String(status::reconciled_by(plan)),
+    );
     let desired = status::desired(p.object, fields, verdict, &now);
     if !status::differs(p.object, &desired) {
         return Ok(StatusWrite::Unchanged);

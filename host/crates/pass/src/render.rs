@@ -477,6 +477,7 @@ impl Shown {
             _ => Vec::new(),
         };
         status.remove("observedGeneration");
+        status.remove("reconciledBy");
         Shown {
             status,
             ready,

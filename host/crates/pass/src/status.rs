@@ -91,6 +91,29 @@ impl Verdict {
 
 pub use inrun_contract::HOST_CONDITIONS;
 
+/// What reconciles a CR through `plan`, as `status.reconciledBy` records it: the
+/// `sha256:` digests of the plugins serving the block (in order, each once), or, for a
+/// block with none (templates, a remote endpoint), its kind and a digest of the block as
+/// written. `inrun plan` and a rollout read which version a CR is on from it; it changes
+/// (and costs a status write) only when what reconciles the CR does.
+pub fn reconciled_by(plan: &inrun_reconcilers::plan::ReconcilePlan) -> String {
+    let mut digests: Vec<String> = Vec::new();
+    for slot in &plan.slots {
+        let digest = format!("sha256:{}", slot.current().id().digest);
+        if !digests.contains(&digest) {
+            digests.push(digest);
+        }
+    }
+    if !digests.is_empty() {
+        return digests.join(",");
+    }
+    use sha2::Digest as _;
+    let block = serde_json::to_vec(&plan.spec).unwrap_or_default();
+    let hash = sha2::Sha256::digest(&block);
+    let short: String = hash.iter().take(8).map(|b| format!("{b:02x}")).collect();
+    format!("{}:{short}", plan.reconciler.kind())
+}
+
 /// The status to write: `fields`, `observedGeneration`, `resources` and the conditions of
 /// `verdict`. Other conditions already on the CR are kept; a condition's transition time
 /// moves only when its status flips.

@@ -147,6 +147,42 @@ fn a_pass_that_finds_everything_as_desired_writes_nothing_and_records_nothing() 
 }
 
 #[test]
+fn the_status_says_what_reconciled_the_cr_and_changes_only_when_that_does() {
+    let object = cr(json!({"phase": "on"}));
+    let by = |a: &Assembly, object: &Value| {
+        let mut fx = Recorder::new(Some("ns".into()));
+        run_pass(a, object, &mut fx).expect("pass");
+        fx.status
+            .as_ref()
+            .map(|s| s["reconciledBy"].as_str().unwrap_or_default().to_string())
+    };
+    let running = assembly("", "");
+    let first = by(&running, &object).expect("a first status");
+    let (kind, digest) = first.split_once(':').expect("kind:digest");
+    assert_eq!(kind, "declarative");
+    assert!(
+        digest.len() == 16 && digest.chars().all(|c| c.is_ascii_hexdigit()),
+        "{first}"
+    );
+    let mut fx = Recorder::new(Some("ns".into()));
+    run_pass(&running, &object, &mut fx).expect("pass");
+    let settled = written(&object, &fx);
+    let mut again = Recorder::new(Some("ns".into()));
+    again.up_to_date = true;
+    run_pass(&running, &settled, &mut again).expect("again");
+    assert!(
+        again.status.is_none(),
+        "the same version writes no status again"
+    );
+    let changed = assembly("", "        prune: {enabled: true}\n");
+    let second = by(&changed, &settled).expect("a changed block writes its status");
+    assert!(
+        second.starts_with("declarative:") && second != first,
+        "{first} then {second}"
+    );
+}
+
+#[test]
 fn a_gated_cr_gets_status_and_one_event_but_no_finalizer_and_no_cleanup() {
     let gate = "      preReconcile:\n        - {name: ready, when: \"{{ .spec.go }}\", message: waiting for go}\n";
     let a = assembly(gate, "");

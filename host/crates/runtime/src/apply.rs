@@ -8,6 +8,7 @@
 use std::sync::Arc;
 
 use kube::api::{DynamicObject, Patch, PatchParams};
+use kube::discovery::ApiResource;
 use serde_json::{Value, json};
 
 use super::children::{ChildError, api_for, id_of};
@@ -412,34 +413,28 @@ async fn shape(
         .resolve(&ctx.client, api_version, kind_name)
         .await?;
     check_shape(resource).map_err(|problem| ChildError::Shape { index, problem })?;
-    let mut obj = resource.clone();
-    let name = obj
+    let name = resource
         .pointer("/metadata/name")
         .and_then(Value::as_str)
         .ok_or(ChildError::NoName(index))?
         .to_string();
-    let namespace = if kind.namespaced {
-        let ns = obj
-            .pointer("/metadata/namespace")
-            .and_then(Value::as_str)
-            .map(str::to_string)
-            .or_else(|| cr.metadata.namespace.clone());
-        obj["metadata"]["namespace"] = json!(ns);
-        ns
-    } else {
-        if let Some(meta) = obj["metadata"].as_object_mut() {
-            meta.remove("namespace");
-        }
-        None
+    let owner = Owner {
+        resource: &ctx.cr_resource,
+        namespaced: ctx.namespaced,
+        uid: cr.metadata.uid.as_deref().unwrap_or_default(),
+        name: cr.metadata.name.as_deref().unwrap_or_default(),
+        namespace: cr.metadata.namespace.as_deref(),
     };
-    let create_only = obj
-        .pointer_mut("/metadata/annotations")
-        .and_then(Value::as_object_mut)
-        .and_then(|a| a.remove(CREATE_ONLY_ANNOTATION))
-        .is_some();
-    if ownership == Ownership::Owned {
-        add_owner(ctx, cr, &mut obj, &kind, namespace.as_deref());
-    }
+    let (obj, create_only) = shaped_object(
+        resource,
+        kind.namespaced,
+        &owner,
+        ownership == Ownership::Owned,
+    );
+    let namespace = obj
+        .pointer("/metadata/namespace")
+        .and_then(Value::as_str)
+        .map(str::to_string);
     let key = ChildKey {
         group: group_of(api_version).to_string(),
         kind: kind_name.to_string(),
@@ -454,22 +449,67 @@ async fn shape(
     })
 }
 
-/// Marks `obj`, of `kind`, in `namespace`, as `cr`'s: its owner label, and, for a child in
-/// the namespace of a namespaced CR, a controller owner reference.
-fn add_owner(ctx: &Ctx, cr: &DynamicObject, obj: &mut Value, kind: &Kind, namespace: Option<&str>) {
-    let uid = cr.metadata.uid.clone().unwrap_or_default();
-    obj["metadata"]["labels"][OWNER_UID] = json!(uid);
-    let in_crs_namespace = namespace.is_some() && namespace == cr.metadata.namespace.as_deref();
-    if kind.namespaced && in_crs_namespace && ctx.namespaced {
-        obj["metadata"]["ownerReferences"] = json!([{
-            "apiVersion": ctx.cr_resource.api_version,
-            "kind": ctx.cr_resource.kind,
-            "name": cr.metadata.name,
-            "uid": uid,
-            "controller": true,
-            "blockOwnerDeletion": true,
-        }]);
+/// The CR a child belongs to, as its marks name it.
+#[derive(Debug, Clone, Copy)]
+pub struct Owner<'a> {
+    /// The CR's resource.
+    pub resource: &'a ApiResource,
+    /// Whether CRs of its kind live in namespaces.
+    pub namespaced: bool,
+    /// The CR's uid.
+    pub uid: &'a str,
+    /// The CR's name.
+    pub name: &'a str,
+    /// The CR's namespace.
+    pub namespace: Option<&'a str>,
+}
+
+/// `resource` as the host applies it for `owner`: its namespace the CR's unless it names
+/// one (none for a kind that is not `namespaced`), the create-only annotation taken off
+/// (and told), and, when `owned`, the owner label and — in the CR's namespace, for a
+/// namespaced CR — a controller owner reference. `inrun plan`'s dry runs send what this
+/// makes, so they are judged as the host's applies are.
+pub fn shaped_object(
+    resource: &Value,
+    namespaced: bool,
+    owner: &Owner<'_>,
+    owned: bool,
+) -> (Value, bool) {
+    let mut obj = resource.clone();
+    let namespace = if namespaced {
+        let ns = obj
+            .pointer("/metadata/namespace")
+            .and_then(Value::as_str)
+            .map(str::to_string)
+            .or_else(|| owner.namespace.map(str::to_string));
+        obj["metadata"]["namespace"] = json!(ns);
+        ns
+    } else {
+        if let Some(meta) = obj["metadata"].as_object_mut() {
+            meta.remove("namespace");
+        }
+        None
+    };
+    let create_only = obj
+        .pointer_mut("/metadata/annotations")
+        .and_then(Value::as_object_mut)
+        .and_then(|a| a.remove(CREATE_ONLY_ANNOTATION))
+        .is_some();
+    if owned {
+        obj["metadata"]["labels"][OWNER_UID] = json!(owner.uid);
+        let in_crs_namespace = namespace.is_some() && namespace.as_deref() == owner.namespace;
+        if namespaced && in_crs_namespace && owner.namespaced {
+            obj["metadata"]["ownerReferences"] = json!([{
+                "apiVersion": owner.resource.api_version,
+                "kind": owner.resource.kind,
+                "name": owner.name,
+                "uid": owner.uid,
+                "controller": true,
+                "blockOwnerDeletion": true,
+            }]);
+        }
     }
+    (obj, create_only)
 }
 
 /// The child's metadata as it is now, where it matters: for an owned child, and for a

@@ -53,6 +53,7 @@ pub mod locks;
 pub mod sharded_watch;
 pub mod write_limit;
 
+pub use apply::{Owner, shaped_object};
 pub use cache::WatchCache;
 pub use cached::{
     DEFAULT_MAX_BODY as DEFAULT_MAX_CR_BYTES, set_max_body_bytes as set_max_cr_bytes,

@@ -32,6 +32,9 @@ pub struct CrView {
     pub generation: String,
     /// Whether it is being deleted.
     pub deleting: bool,
+    /// What reconciled it (`status.reconciledBy`: its plugins' digests, or its block's
+    /// kind and digest); empty before the host wrote it.
+    pub reconciled_by: String,
     /// Every condition of its status (type, status, reason, message, since).
     pub conditions: Vec<Value>,
     /// Its children as its last pass recorded them: apiVersion, kind, name, namespace,
@@ -78,6 +81,7 @@ pub fn view(crd: &str, object: &Value) -> CrView {
             generation("/metadata/generation")
         ),
         deleting: object.pointer("/metadata/deletionTimestamp").is_some(),
+        reconciled_by: text(object, "/status/reconciledBy"),
         conditions: object
             .pointer("/status/conditions")
             .and_then(Value::as_array)

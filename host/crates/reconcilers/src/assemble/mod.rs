@@ -78,6 +78,19 @@ impl Assembly {
         Self::build_alone(blueprint, engine, &Services::offline()).await
     }
 
+    /// Assembles a parsed Blueprint with `services` (as [`Assembly::load_with`] does a
+    /// file's): `inrun plan` builds the running and the new version side by side.
+    ///
+    /// # Errors
+    /// [`BlueprintError::Invalid`] listing every template or plugin that failed.
+    pub async fn from_blueprint_with(
+        blueprint: Blueprint,
+        engine: &Engine,
+        services: &Services,
+    ) -> Result<Self, BlueprintError> {
+        Self::build_alone(blueprint, engine, services).await
+    }
+
     /// Assembles `blueprint` on its own: a plugin set of its own and the default limits
     /// policy (what a tenant of a fleet shares with others is not in play).
     async fn build_alone(

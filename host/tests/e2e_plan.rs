@@ -1,0 +1,399 @@
+//! End to end on a real kube-apiserver: `inrun plan` reads the CRs a host serves, renders
+//! each with the running and the new version, dry-runs what would change, and lists
+//! exactly the CRs a change touches — with the fields, the drift of a child edited by
+//! hand, and the CRs a new plugin fails on — while the API server sees no write but dry
+//! runs. The host and the plan both run as the ServiceAccount `inrun generate rbac` makes
+//! (a plan reaches no farther than a run).
+
+// Scenarios read top to bottom as one story (create, break, watch, check), so their
+// length is not split into steps as the host's own functions are.
+#![allow(clippy::too_many_lines)]
+
+mod support;
+
+use std::collections::BTreeMap;
+
+use inrun_testenv::{ControlPlane, TestResult};
+use kube::Api;
+use kube::api::{DynamicObject, Patch, PatchParams};
+use serde_json::{Value, json};
+use support::*;
+
+/// The live tests one at a time: each compares the API server's write counts before and
+/// after its plan, which another test's host would move.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// A Blueprint serving `kind` in `group` with `reconcile` (indented six spaces).
+fn blueprint(group: &str, kind: &str, reconcile: &str) -> String {
+    format!(
+        r#"apiVersion: inrun.dev/v1alpha1
+kind: Blueprint
+metadata: {{name: e2e}}
+spec:
+  crds:
+    - group: {group}
+      version: v1alpha1
+      kind: {kind}
+{reconcile}"#
+    )
+}
+
+/// Writes the API server counted, by (verb, resource), apart from dry runs; and the dry
+/// runs, by the same.
+async fn requests() -> (
+    BTreeMap<(String, String), f64>,
+    BTreeMap<(String, String), f64>,
+) {
+    let request = axum::http::Request::get("/metrics")
+        .body(Vec::new())
+        .expect("request");
+    let text = client()
+        .request_text(request)
+        .await
+        .expect("apiserver /metrics");
+    let (mut writes, mut dry) = (BTreeMap::new(), BTreeMap::new());
+    for line in text.lines() {
+        let Some((labels, value)) = line
+            .strip_prefix("apiserver_request_total{")
+            .and_then(|rest| rest.rsplit_once("} "))
+        else {
+            continue;
+        };
+        let label = |name: &str| {
+            labels
+                .split(',')
+                .find_map(|kv| kv.strip_prefix(&format!("{name}=\"")))
+                .map(|v| v.trim_end_matches('"').to_string())
+                .unwrap_or_default()
+        };
+        let verb = label("verb");
+        if ![
+            "POST",
+            "PUT",
+            "PATCH",
+            "APPLY",
+            "DELETE",
+            "DELETECOLLECTION",
+        ]
+        .contains(&verb.as_str())
+        {
+            continue;
+        }
+        // Reviews are created, never stored: asking what one may do changes nothing.
+        if label("resource").ends_with("reviews") {
+            continue;
+        }
+        let n: f64 = value.trim().parse().unwrap_or_default();
+        let into = if label("dry_run").is_empty() {
+            &mut writes
+        } else {
+            &mut dry
+        };
+        *into.entry((verb, label("resource"))).or_insert(0.0) += n;
+    }
+    (writes, dry)
+}
+
+/// `inrun plan` with `args` as `kubeconfig`'s identity: its exit code and its JSON report.
+fn plan(kubeconfig: &std::path::Path, args: &[&str]) -> (i32, Vec<Value>) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_inrun"))
+        .arg("plan")
+        .args(args)
+        .args(["-o", "json", "--kubeconfig"])
+        .arg(kubeconfig)
+        .output()
+        .expect("inrun plan");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let report: Vec<Value> = serde_json::from_str(&stdout).unwrap_or_else(|e| {
+        panic!(
+            "inrun plan {args:?}: not a JSON report ({e}): {stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (out.status.code().unwrap_or(-1), report)
+}
+
+/// The plan of the CR `name` in `report`.
+fn of<'a>(report: &'a [Value], name: &str) -> &'a Value {
+    report
+        .iter()
+        .find(|p| {
+            p["cr"]
+                .as_str()
+                .is_some_and(|c| c.ends_with(&format!("/{name}")))
+        })
+        .unwrap_or_else(|| panic!("{name} is not in the plan: {report:#?}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_template_change_lists_exactly_the_crs_it_changes_with_their_fields_and_writes_nothing()
+-> TestResult {
+    let _serial = SERIAL.lock().await;
+    let group = unique_group("plan");
+    let reconcile = |size: &str| {
+        format!(
+            r#"      reconcile:
+        onReconcile:
+          - apiVersion: v1
+            kind: ConfigMap
+            metadata: {{name: "{{{{ .metadata.name }}}}-settings"}}
+            data: {{tier: "{{{{ .spec.tier }}}}", size: "{size}"}}
+        managedResources: [{{apiVersion: v1, kind: ConfigMap}}]
+"#
+        )
+    };
+    let current = blueprint(&group, "Shop", &reconcile("small"));
+    let new = blueprint(
+        &group,
+        "Shop",
+        &reconcile("{% if .spec.tier == 'gold' %}large{% else %}small{% endif %}"),
+    );
+    let dir = tempfile::tempdir()?;
+    let (current_path, new_path) = (dir.path().join("current.yaml"), dir.path().join("new.yaml"));
+    std::fs::write(&current_path, &current)?;
+    std::fs::write(&new_path, &new)?;
+    let host = Host::start(&current).await;
+    let ns = ControlPlane::shared().namespace("plan").await?;
+    let ar = resource(&group, "Shop");
+    served(&ar).await;
+    for (name, tier) in [
+        ("g1", "gold"),
+        ("g2", "gold"),
+        ("s1", "silver"),
+        ("s2", "silver"),
+    ] {
+        apply_cr(
+            &ar,
+            &ns,
+            &format!("apiVersion: {group}/v1alpha1\nkind: Shop\nmetadata: {{name: {name}}}\nspec: {{tier: {tier}}}\n"),
+        )
+        .await;
+    }
+    for name in ["g1", "g2", "s1", "s2"] {
+        eventually(&format!("{name} Ready"), || async {
+            let cr = get(&ar, Some(&ns), name).await?;
+            (reconciled(&cr)?.0 == "True").then_some(())
+        })
+        .await;
+    }
+    host.stop().await;
+    // s2's ConfigMap edited by hand: the running version would put it back too.
+    let cms: Api<DynamicObject> = Api::namespaced_with(client(), &ns, &configmaps());
+    cms.patch(
+        "s2-settings",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"data": {"size": "tiny"}})),
+    )
+    .await?;
+    let identity = support::identity::Identity::for_blueprints(
+        &[inrun::blueprint::load(&current_path)?],
+        &support::identity::Identity::options(),
+    )
+    .await;
+    let kubeconfig = identity.kubeconfig(dir.path());
+    let (writes_before, dry_before) = requests().await;
+    let (code, report) = plan(
+        &kubeconfig,
+        &[
+            "--current",
+            current_path.to_str().unwrap_or_default(),
+            "--blueprint",
+            new_path.to_str().unwrap_or_default(),
+            "-n",
+            &ns,
+        ],
+    );
+    let (writes_after, dry_after) = requests().await;
+    assert_eq!(code, 2, "something changes: {report:#?}");
+    for gold in ["g1", "g2"] {
+        let p = of(&report, gold);
+        assert_eq!(p["verdict"], "changes", "{p:#}");
+        let updated = &p["updated"][0];
+        assert_eq!(
+            updated["child"],
+            format!("ConfigMap {ns}/{gold}-settings"),
+            "{p:#}"
+        );
+        assert_eq!(
+            updated["fields"],
+            json!([{"path": "data.size", "from": "small", "to": "large"}]),
+            "{p:#}"
+        );
+        assert!(updated.get("drift").is_none(), "{p:#}");
+    }
+    assert_eq!(of(&report, "s1")["verdict"], "unchanged", "{report:#?}");
+    let drifted = of(&report, "s2");
+    assert_eq!(drifted["verdict"], "changes", "{drifted:#}");
+    assert_eq!(drifted["updated"][0]["drift"], true, "{drifted:#}");
+    assert_eq!(
+        drifted["updated"][0]["fields"],
+        json!([{"path": "data.size", "from": "tiny", "to": "small"}]),
+        "{drifted:#}"
+    );
+    assert_eq!(report.len(), 4, "{report:#?}");
+    assert_eq!(writes_after, writes_before, "the plan wrote to the cluster");
+    assert!(
+        dry_after.values().sum::<f64>() > dry_before.values().sum::<f64>(),
+        "the changed children were dry-run applied"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_plugin_that_fails_on_some_crs_lists_exactly_those_and_exits_1() -> TestResult {
+    let _serial = SERIAL.lock().await;
+    let group = unique_group("planfail");
+    let current = blueprint(
+        &group,
+        "App",
+        &format!(
+            r#"      reconcile:
+        default: false
+        constructor: {{location: "{}"}}
+        managedResources:
+          - {{apiVersion: v1, kind: ConfigMap}}
+          - {{apiVersion: v1, kind: Service}}
+          - {{apiVersion: apps/v1, kind: Deployment}}
+"#,
+            plugin("inrun_test_stamp_v1")
+        ),
+    );
+    let dir = tempfile::tempdir()?;
+    let current_path = dir.path().join("current.yaml");
+    std::fs::write(&current_path, &current)?;
+    let host = Host::start(&current).await;
+    let ns = ControlPlane::shared().namespace("planfail").await?;
+    let ar = resource(&group, "App");
+    served(&ar).await;
+    for (name, spec) in [
+        ("with-image", "{image: nginx}"),
+        ("also", "{image: httpd}"),
+        ("bare", "{}"),
+    ] {
+        apply_cr(
+            &ar,
+            &ns,
+            &format!("apiVersion: {group}/v1alpha1\nkind: App\nmetadata: {{name: {name}}}\nspec: {spec}\n"),
+        )
+        .await;
+    }
+    for name in ["with-image", "also", "bare"] {
+        eventually(&format!("{name} Ready"), || async {
+            let cr = get(&ar, Some(&ns), name).await?;
+            (reconciled(&cr)?.0 == "True").then_some(())
+        })
+        .await;
+    }
+    host.stop().await;
+    let identity = support::identity::Identity::for_blueprints(
+        &[inrun::blueprint::load(&current_path)?],
+        &support::identity::Identity::options(),
+    )
+    .await;
+    let kubeconfig = identity.kubeconfig(dir.path());
+    let swap = format!("inrun_test_stamp_v1={}", plugin("inrun_plugin_webapp"));
+    let (writes_before, _) = requests().await;
+    let (code, report) = plan(
+        &kubeconfig,
+        &[
+            "--current",
+            current_path.to_str().unwrap_or_default(),
+            "--plugin",
+            &swap,
+            "-n",
+            &ns,
+        ],
+    );
+    let (writes_after, _) = requests().await;
+    assert_eq!(code, 1, "the new version fails on a CR: {report:#?}");
+    let bare = of(&report, "bare");
+    assert_eq!(bare["verdict"], "fails", "{bare:#}");
+    assert!(
+        bare["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("spec.image is required")),
+        "{bare:#}"
+    );
+    for name in ["with-image", "also"] {
+        let p = of(&report, name);
+        assert_eq!(p["verdict"], "changes", "{p:#}");
+        let created: Vec<&str> = p["created"]
+            .as_array()
+            .map(|c| c.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        assert_eq!(
+            created,
+            [
+                format!("Deployment {ns}/{name}"),
+                format!("Service {ns}/{name}")
+            ],
+            "{p:#}"
+        );
+    }
+    assert_eq!(report.len(), 3, "{report:#?}");
+    assert_eq!(writes_after, writes_before, "the plan wrote to the cluster");
+    Ok(())
+}
+
+#[test]
+fn offline_objects_are_planned_with_the_same_verdicts_and_exit_codes() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let current = blueprint(
+        "offline.plan.test",
+        "Shop",
+        r#"      reconcile:
+        onReconcile:
+          - apiVersion: v1
+            kind: ConfigMap
+            metadata: {name: "{{ .metadata.name }}-settings"}
+            data: {size: small}
+        managedResources: [{apiVersion: v1, kind: ConfigMap}]
+"#,
+    );
+    let new = current.replace("size: small", "size: large");
+    std::fs::write(dir.path().join("current.yaml"), &current)?;
+    std::fs::write(dir.path().join("new.yaml"), &new)?;
+    let objects = dir.path().join("objects");
+    std::fs::create_dir(&objects)?;
+    std::fs::write(
+        objects.join("crs.yaml"),
+        r#"apiVersion: offline.plan.test/v1alpha1
+kind: Shop
+metadata: {name: a, namespace: team, uid: u-a}
+spec: {}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: a-settings, namespace: team, labels: {inrun.dev/owner-uid: u-a}}
+data: {size: small}
+"#,
+    )?;
+    let run = |blueprint: &str| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_inrun"))
+            .arg("plan")
+            .arg("--current")
+            .arg(dir.path().join("current.yaml"))
+            .arg("--blueprint")
+            .arg(dir.path().join(blueprint))
+            .arg("--objects")
+            .arg(&objects)
+            .output()
+            .expect("inrun plan")
+    };
+    let changed = run("new.yaml");
+    let text = String::from_utf8_lossy(&changed.stdout);
+    assert_eq!(changed.status.code(), Some(2), "{text}");
+    assert!(
+        text.contains("shops.offline.plan.test team/a: changes"),
+        "{text}"
+    );
+    assert!(text.contains(r#"data.size: "small" → "large""#), "{text}");
+    let same = run("current.yaml");
+    assert_eq!(
+        same.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&same.stdout)
+    );
+    Ok(())
+}
