@@ -397,3 +397,193 @@ data: {size: small}
     );
     Ok(())
 }
+
+/// A remote reconciler on 127.0.0.1 with two versions: `/v1` and `/v2` each declare a
+/// ConfigMap `<name>-remote` whose `data.version` names it; `/v2` refuses the CR `bad`.
+async fn remote_versions() -> String {
+    async fn answer(version: &'static str, body: axum::body::Bytes) -> axum::response::Response {
+        use axum::response::IntoResponse;
+        let req: Value = serde_json::from_slice(&body).unwrap_or_default();
+        let name = req["object"]["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default();
+        if version == "v2" && name == "bad" {
+            return axum::Json(json!({"result": "error", "error": "v2 cannot serve bad"}))
+                .into_response();
+        }
+        axum::Json(json!({
+            "result": "ok",
+            "resources": [{"apiVersion": "v1", "kind": "ConfigMap",
+                           "metadata": {"name": format!("{name}-remote")},
+                           "data": {"version": version}}],
+        }))
+        .into_response()
+    }
+    let app = axum::Router::new()
+        .route("/v1", axum::routing::post(|b| answer("v1", b)))
+        .route("/v2", axum::routing::post(|b| answer("v2", b)));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    format!("http://{addr}")
+}
+
+/// Starts a host for `current`, creates `crs` (name, spec) of `kind`, waits until each is
+/// Ready, stops the host; returns the namespace, the Blueprint's file and a kubeconfig of
+/// the ServiceAccount `inrun generate rbac` makes for it.
+async fn served_then_stopped(
+    group: &str,
+    kind: &str,
+    current: &str,
+    crs: &[(&str, &str)],
+    dir: &std::path::Path,
+) -> (String, std::path::PathBuf, std::path::PathBuf) {
+    let path = dir.join("current.yaml");
+    std::fs::write(&path, current).expect("write");
+    let host = Host::start(current).await;
+    let ns = ControlPlane::shared()
+        .namespace(&kind.to_lowercase())
+        .await
+        .expect("namespace");
+    let ar = resource(group, kind);
+    served(&ar).await;
+    for (name, spec) in crs {
+        apply_cr(
+            &ar,
+            &ns,
+            &format!("apiVersion: {group}/v1alpha1\nkind: {kind}\nmetadata: {{name: {name}}}\nspec: {spec}\n"),
+        )
+        .await;
+    }
+    for (name, _) in crs {
+        eventually(&format!("{name} Ready"), || async {
+            let cr = get(&ar, Some(&ns), name).await?;
+            (reconciled(&cr)?.0 == "True").then_some(())
+        })
+        .await;
+    }
+    host.stop().await;
+    let identity = support::identity::Identity::for_blueprints(
+        &[inrun::blueprint::load(&path).expect("blueprint")],
+        &support::identity::Identity::options(),
+    )
+    .await;
+    let kubeconfig = identity.kubeconfig(dir);
+    (ns, path, kubeconfig)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_remote_reconcilers_new_endpoint_is_called_for_each_cr_and_its_refusal_is_a_failure()
+-> TestResult {
+    let _serial = SERIAL.lock().await;
+    let group = unique_group("planremote");
+    let base = remote_versions().await;
+    let blueprint_at = |version: &str| {
+        blueprint(
+            &group,
+            "Remote",
+            &format!(
+                r#"      reconcile:
+        default: false
+        remote: {{endpoint: "{base}/{version}", timeout: 2s}}
+        managedResources: [{{apiVersion: v1, kind: ConfigMap}}]
+"#
+            ),
+        )
+    };
+    let dir = tempfile::tempdir()?;
+    let (ns, current, kubeconfig) = served_then_stopped(
+        &group,
+        "Remote",
+        &blueprint_at("v1"),
+        &[("good", "{}"), ("bad", "{}")],
+        dir.path(),
+    )
+    .await;
+    let new = dir.path().join("new.yaml");
+    std::fs::write(&new, blueprint_at("v2"))?;
+    let (code, report) = plan(
+        &kubeconfig,
+        &[
+            "--current",
+            current.to_str().unwrap_or_default(),
+            "--blueprint",
+            new.to_str().unwrap_or_default(),
+            "-n",
+            &ns,
+        ],
+    );
+    assert_eq!(code, 1, "{report:#?}");
+    let good = of(&report, "good");
+    assert_eq!(
+        good["updated"][0]["fields"],
+        json!([{"path": "data.version", "from": "v1", "to": "v2"}]),
+        "{good:#}"
+    );
+    let bad = of(&report, "bad");
+    assert_eq!(bad["verdict"], "fails", "{bad:#}");
+    assert!(
+        bad["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("v2 cannot serve bad")),
+        "{bad:#}"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_python_plugin_swapped_in_shows_the_children_it_would_create() -> TestResult {
+    let _serial = SERIAL.lock().await;
+    let group = unique_group("planpy");
+    let current = blueprint(
+        &group,
+        "Py",
+        &format!(
+            r#"      reconcile:
+        default: false
+        constructor: {{location: "{}"}}
+        managedResources:
+          - {{apiVersion: v1, kind: ConfigMap}}
+          - {{apiVersion: v1, kind: Service}}
+          - {{apiVersion: apps/v1, kind: Deployment}}
+"#,
+            plugin("inrun_test_stamp_v1")
+        ),
+    );
+    let dir = tempfile::tempdir()?;
+    let (ns, current, kubeconfig) = served_then_stopped(
+        &group,
+        "Py",
+        &current,
+        &[("web", "{image: nginx}")],
+        dir.path(),
+    )
+    .await;
+    let swap = format!(
+        "inrun_test_stamp_v1={}",
+        plugin("inrun_plugin_webapp_python")
+    );
+    let (code, report) = plan(
+        &kubeconfig,
+        &[
+            "--current",
+            current.to_str().unwrap_or_default(),
+            "--plugin",
+            &swap,
+            "-n",
+            &ns,
+        ],
+    );
+    assert_eq!(code, 2, "{report:#?}");
+    let web = of(&report, "web");
+    assert_eq!(
+        web["created"],
+        json!([format!("Deployment {ns}/web"), format!("Service {ns}/web")]),
+        "{web:#}"
+    );
+    Ok(())
+}

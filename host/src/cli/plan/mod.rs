@@ -54,7 +54,8 @@ pub struct PlanArgs {
     /// is NAME (with or without `.wasm`) loads PATH instead (repeatable).
     #[arg(long = "plugin", value_name = "NAME=PATH")]
     plugins: Vec<String>,
-    /// Only CRs of this CRD (`plural.group`; repeatable).
+    /// Only CRs of this CRD (`plural.group`; repeatable), whether or not the change touches
+    /// it (the default is every CRD it touches).
     #[arg(long = "crd", value_name = "PLURAL.GROUP")]
     crds: Vec<String>,
     /// Only CRs in this namespace.
@@ -378,18 +379,35 @@ fn swap_plugin(blueprint: &mut Blueprint, name: &str, path: &Path) -> usize {
     swapped
 }
 
-/// The CRDs a plan covers: every CRD the new Blueprint serves (a CRD the change drops is
-/// left to its CRs' release), limited to `only` when given.
+/// The CRDs a plan covers: those of the new Blueprint the change touches (a CRD it adds,
+/// an entry it edits, a plugin it serves another version of), or, with `only`, those named
+/// there whatever the change. A CRD the change drops is left to its CRs' release.
 fn planned_crds(versions: &Versions, only: &[String]) -> Vec<CrdSpec> {
     versions
         .new
-        .blueprint
-        .spec
-        .crds
+        .crds()
         .iter()
-        .filter(|c| only.is_empty() || only.contains(&c.crd_name()))
-        .cloned()
+        .filter(|new| {
+            if !only.is_empty() {
+                return only.contains(&new.spec.crd_name());
+            }
+            let current = versions
+                .current
+                .crd_for(&new.spec.api_version(), &new.spec.kind);
+            current.is_none_or(|c| fingerprint(c) != fingerprint(new))
+        })
+        .map(|c| c.spec.clone())
         .collect()
+}
+
+/// What reconciles a CRD's CRs: its Blueprint entry, and what each of its reconcile
+/// blocks records as `status.reconciledBy` (its plugins' digests, so a plugin rewritten
+/// in place counts too).
+fn fingerprint(plan: &inrun::reconcilers::plan::CrdPlan) -> (Value, Vec<String>) {
+    let spec = serde_json::to_value(&plan.spec).unwrap_or_default();
+    let blocks = std::iter::once(&plan.default).chain(plan.targets.iter().map(|(_, p)| p));
+    let by = blocks.map(inrun::pass::status::reconciled_by).collect();
+    (spec, by)
 }
 
 /// The kinds `crd`'s reconcile blocks may write (its children's kinds).
