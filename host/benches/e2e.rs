@@ -276,6 +276,15 @@ impl Mode {
         }
     }
 
+    /// Whether `inrun plan` is timed after the mode's CRs are Ready (one host, a
+    /// reconciler a plan renders).
+    fn plans(self) -> bool {
+        matches!(
+            self,
+            Mode::Declarative | Mode::Constructor | Mode::Python | Mode::Remote
+        )
+    }
+
     /// How many `inrun run` processes serve the CRs.
     fn replicas(self) -> usize {
         match self {
@@ -342,6 +351,18 @@ struct Row {
     quiet: Option<Quiet>,
     /// What went wrong beside the numbers (a controller that had to be killed).
     notes: Vec<String>,
+    /// `inrun plan` over the mode's CRs once they were Ready, the host stopped.
+    plan: Option<PlanCost>,
+}
+
+/// How long `inrun plan` took over every CR of a mode: each CR rendered by both versions,
+/// its children read by one LIST per kind.
+struct PlanCost {
+    /// The same Blueprint as running (`--crd` names the CRD): nothing changes, no dry run.
+    unchanged: Duration,
+    /// (declarative) a template change that moves every CR's ConfigMap: each dry-run
+    /// applied.
+    changed: Option<Duration>,
 }
 
 /// The end of the wait for Ready.
@@ -419,7 +440,13 @@ async fn run_all(settings: &Settings) -> Result<(Vec<Row>, Cluster)> {
 /// One mode at one N: prepares its stage, then measures its controller on it.
 async fn run_mode(cp: &ControlPlane, settings: &Settings, mode: Mode, crs: usize) -> Result<Row> {
     let stage = Stage::prepare(cp, settings, mode, crs).await?;
-    let row = measure(cp, settings, &stage).await;
+    let mut row = measure(cp, settings, &stage).await;
+    if let Ok(row) = &mut row
+        && mode.plans()
+        && matches!(row.ready, Readiness::Ready(_))
+    {
+        row.plan = Some(plan_cost(cp, &stage).await?);
+    }
     if let Some(server) = stage.remote {
         server.stop();
     }
@@ -590,7 +617,58 @@ async fn measure(cp: &ControlPlane, settings: &Settings, stage: &Stage) -> Resul
         peak_rss_kib,
         quiet,
         notes,
+        plan: None,
     })
+}
+
+/// Times `inrun plan` over the stage's CRs (its host stopped): against the running
+/// Blueprint itself, and for templates against one whose ConfigMap has a field more.
+async fn plan_cost(cp: &ControlPlane, stage: &Stage) -> Result<PlanCost> {
+    let crd = format!("{PLURAL}.{}", stage.group);
+    let changed_blueprint = stage.dir.path().join("blueprint-changed.yaml");
+    let running = std::fs::read_to_string(&stage.blueprint)?;
+    let changed_text = running.replace(
+        r#"data: { message: "{{ .spec.message }}" }"#,
+        r#"data: { message: "{{ .spec.message }}", planned: "yes" }"#,
+    );
+    let changes = changed_text != running;
+    std::fs::write(&changed_blueprint, changed_text)?;
+    let run = |new: &Path, only: Option<&str>, want: i32| -> Result<Duration> {
+        let mut command = std::process::Command::new(INRUN);
+        command
+            .arg("--cache-dir")
+            .arg(cache_dir())
+            .arg("plan")
+            .arg("--current")
+            .arg(&stage.blueprint)
+            .arg("--blueprint")
+            .arg(new)
+            .args(["-n", &stage.namespace, "-o", "json", "--kubeconfig"])
+            .arg(cp.kubeconfig());
+        if let Some(crd) = only {
+            command.args(["--crd", crd]);
+        }
+        let started = Instant::now();
+        let out = command.output().context("running inrun plan")?;
+        let took = started.elapsed();
+        let report: Vec<Value> = serde_json::from_slice(&out.stdout)
+            .with_context(|| format!("inrun plan: {}", String::from_utf8_lossy(&out.stderr)))?;
+        ensure!(
+            out.status.code() == Some(want) && report.len() == stage.crs,
+            "inrun plan exited {:?} with {} CRs planned, expected {want} and {}",
+            out.status.code(),
+            report.len(),
+            stage.crs
+        );
+        Ok(took)
+    };
+    let unchanged = run(&stage.blueprint, Some(&crd), 0)?;
+    let changed = if changes {
+        Some(run(&changed_blueprint, None, 2)?)
+    } else {
+        None
+    };
+    Ok(PlanCost { unchanged, changed })
 }
 
 /// A port nothing listens on now (bound to 127.0.0.1:0 and released).
@@ -1252,7 +1330,7 @@ fn report(settings: &Settings, cluster: &Cluster, rows: &[Row]) -> String {
     out.push_str(
         "\nWrites per CR by resource and verb, spawn to Ready (then the quiet window):\n\n",
     );
-    for row in rows {
+    for row in &rows {
         let quiet = row
             .quiet
             .as_ref()
@@ -1267,6 +1345,45 @@ fn report(settings: &Settings, cluster: &Cluster, rows: &[Row]) -> String {
             row.mode.name(),
             row.crs,
             row.writes.per_cr(row.crs),
+        );
+    }
+    out.push_str(&plan_table(&rows));
+    out
+}
+
+/// `inrun plan` over each mode's CRs, once Ready and the host stopped.
+fn plan_table(rows: &[&Row]) -> String {
+    let planned: Vec<(&Row, &PlanCost)> = rows
+        .iter()
+        .filter_map(|r| r.plan.as_ref().map(|p| (*r, p)))
+        .collect();
+    if planned.is_empty() {
+        return String::new();
+    }
+    let rate = |n: usize, d: Duration| format!("{:.0}", n as f64 / d.as_secs_f64().max(1e-9));
+    let mut out = String::from(
+        "\n### `inrun plan` over the same CRs\n\n\
+         Once every CR was Ready, the host stopped: `inrun plan -n NS -o json` (this build) against the API server \
+         as its admin. **Nothing changes**: `--blueprint` is the running Blueprint and `--crd` names the CRD, so \
+         every CR is rendered by both versions (its children read by one LIST per kind) and none is dry-run. \
+         **Every CR changes** (templates only): the new Blueprint gives each ConfigMap a field more, so each CR's \
+         ConfigMap is also applied with `dryRun=All`. Wall time of the command, process start and plugin load \
+         (from the compile cache) included.\n\n\
+         | mode | CRs | nothing changes | CRs/s | every CR changes | CRs/s |\n|---|---|---|---|---|---|\n",
+    );
+    for (row, plan) in planned {
+        let changed = plan.changed.map_or(("—".to_owned(), "—".to_owned()), |d| {
+            (format!("{:.2} s", d.as_secs_f64()), rate(row.crs, d))
+        });
+        let _ = writeln!(
+            out,
+            "| {} | {} | {:.2} s | {} | {} | {} |",
+            row.mode.name(),
+            row.crs,
+            plan.unchanged.as_secs_f64(),
+            rate(row.crs, plan.unchanged),
+            changed.0,
+            changed.1
         );
     }
     out

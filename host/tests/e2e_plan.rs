@@ -236,6 +236,24 @@ async fn a_template_change_lists_exactly_the_crs_it_changes_with_their_fields_an
         dry_after.values().sum::<f64>() > dry_before.values().sum::<f64>(),
         "the changed children were dry-run applied"
     );
+    // Acting as a ServiceAccount that may read none of it, the admin's plan sees nothing
+    // either: a plan reaches no farther than whom it acts as.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_inrun"))
+        .arg("plan")
+        .arg("--current")
+        .arg(&current_path)
+        .arg("--blueprint")
+        .arg(&new_path)
+        .args(["-n", &ns, "--as-service-account", &format!("{ns}/nobody")])
+        .arg("--kubeconfig")
+        .arg(ControlPlane::shared().kubeconfig())
+        .output()?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("listing the CRs of") && stderr.contains("forbidden"),
+        "{stderr}"
+    );
     Ok(())
 }
 

@@ -71,6 +71,12 @@ pub struct PlanArgs {
     /// Output format.
     #[arg(long, short = 'o', value_enum, default_value_t = Format::Text)]
     output: Format,
+    /// Act as this ServiceAccount (`NAMESPACE/NAME`), as the host acts for a tenant
+    /// (default: the running Blueprint's `spec.serviceAccount`, if it names one): a plan
+    /// reaches no farther than the run it previews. The plan's own credentials must be
+    /// allowed to impersonate it.
+    #[arg(long = "as-service-account", value_name = "NS/NAME")]
+    as_service_account: Option<String>,
     /// The kubeconfig file (default: `$KUBECONFIG`, then `~/.kube/config`, then in-cluster).
     #[arg(long)]
     kubeconfig: Option<PathBuf>,
@@ -133,24 +139,45 @@ pub(super) fn plan(
 
 async fn run(cache: &CacheArgs, args: &PlanArgs) -> anyhow::Result<Vec<CrPlan>> {
     let engine = quiet_engine(cache)?;
-    let cluster = match &args.objects {
+    let connection = match &args.objects {
         Some(_) => None,
-        None => Some(Cluster::new(
+        None => Some(
             inrun::kubeconfig::connect(&inrun::kubeconfig::ConnectOptions {
                 kubeconfig: args.kubeconfig.clone(),
                 context: args.context.clone(),
                 request_timeout: None,
             })
-            .await?
-            .client,
+            .await?,
+        ),
+    };
+    // The running Blueprint is read with the plan's own credentials; everything after as
+    // whom it acts as.
+    let own = connection.as_ref().map(|c| Cluster::new(c.client.clone()));
+    let (current_bp, new_bp) = blueprints(args, own.as_ref()).await?;
+    let acting = match &args.as_service_account {
+        Some(text) => Some(
+            inrun::blueprint::ServiceAccountRef::parse(text)
+                .with_context(|| format!("--as-service-account {text}"))?,
+        ),
+        None => current_bp.spec.service_account.clone(),
+    };
+    let cluster = match (connection, &acting) {
+        (Some(c), Some(sa)) => Some(Cluster::new(
+            inrun::runtime::impersonation::Impersonation::new(
+                c.config,
+                inrun::fence::Fence::default(),
+            )
+            .client(sa)
+            .with_context(|| format!("a client acting as {sa}"))?,
         )),
+        (Some(c), None) => Some(Cluster::new(c.client)),
+        (None, _) => None,
     };
     let services = match &cluster {
         Some(c) => Services::new(Arc::new(inrun::secrets::KubeSecrets::new(c.client.clone())))
             .with_cluster(Arc::new(inrun::runtime::WatchCache::new(c.client.clone()))),
         None => Services::new(Arc::new(inrun::secrets::StaticSecrets::new())),
     };
-    let (current_bp, new_bp) = blueprints(args, cluster.as_ref()).await?;
     let versions = Versions {
         current: Assembly::from_blueprint_with(current_bp, &engine, &services)
             .await
