@@ -260,7 +260,7 @@ fn comparable(object: &Value) -> Value {
 
 /// The fields of `desired` (an apply's intent) whose value `held` does not have; with no
 /// dry run to tell what the server would store, fields `desired` leaves out are kept.
-fn desired_diff(held: &Value, desired: &Value) -> Vec<FieldChange> {
+pub fn desired_diff(held: &Value, desired: &Value) -> Vec<FieldChange> {
     let mut out = Vec::new();
     intent_diff("", held, &comparable(desired), &mut out);
     out

@@ -232,8 +232,10 @@ async fn run(cache: &CacheArgs, args: &PlanArgs) -> anyhow::Result<Vec<CrPlan>> 
     Ok(plans)
 }
 
-/// The verdict on `cr`: both renders, then a dry run of each child the new version would
-/// apply that exists (what the server would store), then the comparison.
+/// The verdict on `cr`: both renders; then a dry run of each child the new version would
+/// write (one it creates, one it returns otherwise than the running version, one whose
+/// fields the cluster holds otherwise), so what the server would store or refuse is known;
+/// then the comparison.
 async fn plan_cr(
     versions: &Versions,
     cluster: Option<&Cluster>,
@@ -250,16 +252,29 @@ async fn plan_cr(
     let new = inrun::render::render(&versions.new, input(), None, false).await;
     let mut stored: BTreeMap<ChildId, Value> = BTreeMap::new();
     if let (Some(cluster), Ok(out)) = (cluster, &new) {
-        let held: BTreeSet<ChildId> = live.iter().map(child_id).collect();
-        for desired in marked(out, cr, cluster).await {
+        let held: BTreeMap<ChildId, &Value> = live.iter().map(|o| (child_id(o), o)).collect();
+        let before = current
+            .as_ref()
+            .map(|c| c.resources.as_slice())
+            .unwrap_or_default();
+        let shaped = marked(out, cr, cluster).await;
+        for (returned, desired) in out.resources.iter().zip(shaped) {
             let id = child_id(&desired);
-            if !held.contains(&id) {
+            // A child as the running version returns it, whose fields the cluster holds,
+            // is applied by neither version: nothing to ask the server.
+            let settled = held.get(&id).is_some_and(|live| {
+                before.contains(returned) && compare::desired_diff(live, returned).is_empty()
+            });
+            if settled {
                 continue;
             }
             match cluster.dry_run(&desired).await {
-                Ok(answer) => {
+                // What a create would store is judged as a create; what an update would,
+                // field by field.
+                Ok(answer) if held.contains_key(&id) => {
                     stored.insert(id, answer);
                 }
+                Ok(_) => {}
                 Err(e) => {
                     return Verdict::Fails {
                         message: format!(
