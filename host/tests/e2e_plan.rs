@@ -413,6 +413,35 @@ data: {size: small}
         "{}",
         String::from_utf8_lossy(&same.stdout)
     );
+    // A schema that drops a field one CR uses strands that CR only, and the plan fails.
+    let typed = |fields: &str| {
+        current.replace(
+            "      kind: Shop\n",
+            &format!(
+                "      kind: Shop\n      schema: {{type: object, properties: {{spec: {{type: object, properties: {{{fields}}}}}}}}}\n"
+            ),
+        )
+    };
+    std::fs::write(
+        dir.path().join("current.yaml"),
+        typed("size: {type: string}, note: {type: string}"),
+    )?;
+    std::fs::write(
+        dir.path().join("narrowed.yaml"),
+        typed("note: {type: string}"),
+    )?;
+    std::fs::write(
+        objects.join("sized.yaml"),
+        "apiVersion: offline.plan.test/v1alpha1\nkind: Shop\nmetadata: {name: b, namespace: team, uid: u-b}\nspec: {size: L}\n",
+    )?;
+    let narrowed = run("narrowed.yaml");
+    let text = String::from_utf8_lossy(&narrowed.stdout);
+    assert_eq!(narrowed.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("shops.offline.plan.test team/b: no longer valid under the new schema: spec.size: removed"),
+        "{text}"
+    );
+    assert!(!text.contains("team/a: no longer valid"), "{text}");
     Ok(())
 }
 

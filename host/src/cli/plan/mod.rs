@@ -9,11 +9,15 @@
 //! - `compare.rs`: the verdict on one CR from the two renders and the cluster's answers;
 //! - `print.rs`: the report (`-o text|json|diff`).
 //!
-//! Exit code: 0 nothing changes, 2 something changes, 1 the new version fails on a CR.
+//! - `schema.rs`: the breaking changes a new schema makes, and the CRs each strands.
+//!
+//! Exit code: 0 nothing changes, 2 something changes, 1 the new version fails on a CR or
+//! its schema strands one.
 
 mod compare;
 mod live;
 mod print;
+mod schema;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -96,6 +100,9 @@ pub struct CrPlan {
     /// What the change does to it.
     #[serde(flatten)]
     pub verdict: Verdict,
+    /// The breaking schema changes it would no longer pass (`path: what`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub schema: Vec<String>,
 }
 
 /// What a change is: the Blueprints before and after.
@@ -105,7 +112,7 @@ struct Versions {
 }
 
 /// The exit code a plan asks for: 2 when something changes, 1 when the new version
-/// fails on a CR.
+/// fails on a CR or its schema strands one.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 pub struct PlanOutcome(pub &'static str, pub u8);
@@ -122,11 +129,13 @@ pub(super) fn plan(
 ) -> anyhow::Result<()> {
     let plans = runtime.block_on(run(cache, args))?;
     print!("{}", print::report(&plans, args.output));
-    if plans
-        .iter()
-        .any(|p| matches!(p.verdict, Verdict::Fails { .. }))
-    {
-        return Err(PlanOutcome("the new version fails on some CRs", 1).into());
+    let fails = |p: &CrPlan| matches!(p.verdict, Verdict::Fails { .. }) || !p.schema.is_empty();
+    if plans.iter().any(fails) {
+        return Err(PlanOutcome(
+            "the new version fails on some CRs, or its schema strands them",
+            1,
+        )
+        .into());
     }
     if plans
         .iter()
@@ -139,6 +148,34 @@ pub(super) fn plan(
 
 async fn run(cache: &CacheArgs, args: &PlanArgs) -> anyhow::Result<Vec<CrPlan>> {
     let engine = quiet_engine(cache)?;
+    let (cluster, current_bp, new_bp) = connect(args).await?;
+    let services = match &cluster {
+        Some(c) => Services::new(Arc::new(inrun::secrets::KubeSecrets::new(c.client.clone())))
+            .with_cluster(Arc::new(inrun::runtime::WatchCache::new(c.client.clone()))),
+        None => Services::new(Arc::new(inrun::secrets::StaticSecrets::new())),
+    };
+    let versions = Versions {
+        current: Assembly::from_blueprint_with(current_bp, &engine, &services)
+            .await
+            .context("the running Blueprint")?,
+        new: Assembly::from_blueprint_with(new_bp, &engine, &services)
+            .await
+            .context("the new Blueprint")?,
+    };
+    let scope = Scope {
+        namespace: args.namespace.clone(),
+        selector: args.selector.clone(),
+    };
+    let mut plans = Vec::new();
+    for crd in planned_crds(&versions, &args.crds) {
+        plans.extend(plan_crd(&versions, cluster.as_ref(), args, &scope, &crd).await?);
+    }
+    Ok(plans)
+}
+
+/// The cluster a plan reads, acting as the running Blueprint's ServiceAccount (or
+/// `--as-service-account`); `None` offline. And the running and the new Blueprint.
+async fn connect(args: &PlanArgs) -> anyhow::Result<(Option<Cluster>, Blueprint, Blueprint)> {
     let connection = match &args.objects {
         Some(_) => None,
         None => Some(
@@ -173,63 +210,65 @@ async fn run(cache: &CacheArgs, args: &PlanArgs) -> anyhow::Result<Vec<CrPlan>> 
         (Some(c), None) => Some(Cluster::new(c.client)),
         (None, _) => None,
     };
-    let services = match &cluster {
-        Some(c) => Services::new(Arc::new(inrun::secrets::KubeSecrets::new(c.client.clone())))
-            .with_cluster(Arc::new(inrun::runtime::WatchCache::new(c.client.clone()))),
-        None => Services::new(Arc::new(inrun::secrets::StaticSecrets::new())),
+    Ok((cluster, current_bp, new_bp))
+}
+
+/// The plan of every CR of `crd` (the new Blueprint's entry) in `scope`.
+async fn plan_crd(
+    versions: &Versions,
+    cluster: Option<&Cluster>,
+    args: &PlanArgs,
+    scope: &Scope,
+    crd: &CrdSpec,
+) -> anyhow::Result<Vec<CrPlan>> {
+    // The CRD as it is served now (its version, where the new one changes it): its CRs
+    // are listed at that version, and judged against the new schema.
+    let running = versions
+        .current
+        .crds()
+        .iter()
+        .find(|c| c.spec.group == crd.group && c.spec.kind == crd.kind)
+        .map(|c| &c.spec);
+    let breaks = running
+        .map(|r| schema::breaking(r, crd))
+        .unwrap_or_default();
+    let listed = running.unwrap_or(crd);
+    let (crs, children) = match (cluster, &args.objects) {
+        (Some(c), _) => {
+            let crs = c.crs(listed, scope).await?;
+            let kinds = managed_kinds(crd);
+            let children = c.children(&kinds, args.namespace.as_deref()).await?;
+            (crs, children)
+        }
+        (None, Some(dir)) => offline(dir, listed, scope)?,
+        (None, None) => unreachable!("a plan reads a cluster or a directory"),
     };
-    let versions = Versions {
-        current: Assembly::from_blueprint_with(current_bp, &engine, &services)
-            .await
-            .context("the running Blueprint")?,
-        new: Assembly::from_blueprint_with(new_bp, &engine, &services)
-            .await
-            .context("the new Blueprint")?,
-    };
-    let scope = Scope {
-        namespace: args.namespace.clone(),
-        selector: args.selector.clone(),
-    };
-    let mut plans = Vec::new();
-    for crd in planned_crds(&versions, &args.crds) {
-        let (crs, children) = match (&cluster, &args.objects) {
-            (Some(c), _) => {
-                let crs = c.crs(&crd, &scope).await?;
-                let kinds = managed_kinds(&crd);
-                let children = c.children(&kinds, args.namespace.as_deref()).await?;
-                (crs, children)
-            }
-            (None, Some(dir)) => offline(dir, &crd, &scope)?,
-            (None, None) => unreachable!("a plan reads a cluster or a directory"),
-        };
-        let prune = &crd.reconcile.prune;
-        let crd_name = crd.crd_name();
-        let planned: Vec<CrPlan> = futures::stream::iter(crs)
-            .map(|cr| {
-                let uid = cr
-                    .pointer("/metadata/uid")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
-                    .to_string();
-                let live = children.get(&uid).cloned().unwrap_or_default();
-                let versions = &versions;
-                let cluster = cluster.as_ref();
-                let crd_name = crd_name.clone();
-                async move {
-                    let verdict = plan_cr(versions, cluster, &cr, &live, prune).await;
-                    CrPlan {
-                        crd: crd_name,
-                        cr: key_of(&cr),
-                        verdict,
-                    }
+    let prune = &crd.reconcile.prune;
+    let crd_name = crd.crd_name();
+    let planned: Vec<CrPlan> = futures::stream::iter(crs)
+        .map(|cr| {
+            let uid = cr
+                .pointer("/metadata/uid")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string();
+            let live = children.get(&uid).cloned().unwrap_or_default();
+            let crd_name = crd_name.clone();
+            let breaks = &breaks;
+            async move {
+                let verdict = plan_cr(versions, cluster, &cr, &live, prune).await;
+                CrPlan {
+                    crd: crd_name,
+                    cr: key_of(&cr),
+                    verdict,
+                    schema: schema::stranded(&cr, breaks),
                 }
-            })
-            .buffered(AT_ONCE)
-            .collect()
-            .await;
-        plans.extend(planned);
-    }
-    Ok(plans)
+            }
+        })
+        .buffered(AT_ONCE)
+        .collect()
+        .await;
+    Ok(planned)
 }
 
 /// The verdict on `cr`: both renders; then a dry run of each child the new version would

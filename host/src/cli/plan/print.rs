@@ -57,6 +57,13 @@ fn hidden(plan: &CrPlan) -> CrPlan {
 fn text(plans: &[CrPlan]) -> String {
     let mut out = String::new();
     for plan in plans.iter().map(hidden) {
+        for broken in &plan.schema {
+            let _ = writeln!(
+                out,
+                "{} {}: no longer valid under the new schema: {broken}",
+                plan.crd, plan.cr
+            );
+        }
         match &plan.verdict {
             Verdict::Unchanged => {}
             Verdict::Changes(c) => {
@@ -241,11 +248,13 @@ mod tests {
                     ],
                     ..Changes::default()
                 }),
+                schema: Vec::new(),
             },
             CrPlan {
                 crd: "webapps.demo.inrun.dev".into(),
                 cr: "team/plain".into(),
                 verdict: Verdict::Unchanged,
+                schema: Vec::new(),
             },
             CrPlan {
                 crd: "webapps.demo.inrun.dev".into(),
@@ -254,6 +263,7 @@ mod tests {
                     message: "reconcile failed: trap".into(),
                     already: false,
                 },
+                schema: Vec::new(),
             },
         ]
     }
