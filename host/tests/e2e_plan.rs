@@ -634,3 +634,91 @@ async fn a_python_plugin_swapped_in_shows_the_children_it_would_create() -> Test
     );
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_breaking_crd_change_is_refused_naming_the_crs_it_strands_unless_the_blueprint_allows_it()
+-> TestResult {
+    let _serial = SERIAL.lock().await;
+    let group = unique_group("planschema");
+    let typed = |fields: &str, allow: bool| {
+        let allow = if allow {
+            "  allowBreakingSchemaChanges: true\n"
+        } else {
+            ""
+        };
+        format!(
+            r#"apiVersion: inrun.dev/v1alpha1
+kind: Blueprint
+metadata: {{name: e2e}}
+spec:
+{allow}  crds:
+    - group: {group}
+      version: v1alpha1
+      kind: Shop
+      schema: {{type: object, properties: {{spec: {{type: object, properties: {{{fields}}}}}}}}}
+      reconcile:
+        onReconcile:
+          - apiVersion: v1
+            kind: ConfigMap
+            metadata: {{name: "{{{{ .metadata.name }}}}-settings"}}
+            data: {{note: "x"}}
+        managedResources: [{{apiVersion: v1, kind: ConfigMap}}]
+"#
+        )
+    };
+    let dir = tempfile::tempdir()?;
+    let crs = [
+        ("one", "{size: L}"),
+        ("two", "{size: M}"),
+        ("three", "{size: S}"),
+        ("plain", "{note: n}"),
+    ];
+    let (ns, _, _) = served_then_stopped(
+        &group,
+        "Shop",
+        &typed("size: {type: string}, note: {type: string}", false),
+        &crs,
+        dir.path(),
+    )
+    .await;
+    // The same Blueprint without spec.size: three CRs use it.
+    let error = Host::start(&typed("note: {type: string}", false))
+        .await
+        .refused()
+        .await;
+    let message = inrun::errors::chain(&error);
+    assert!(
+        message.contains("spec.size: removed")
+            && message.contains("3 live CR(s) would no longer pass it")
+            && ["one", "two", "three"]
+                .iter()
+                .all(|n| message.contains(&format!("{ns}/{n}")))
+            && !message.contains(&format!("{ns}/plain")),
+        "{message}"
+    );
+    let crds: Api<DynamicObject> = Api::all_with(
+        client(),
+        &kube::discovery::ApiResource::erase::<
+            k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+        >(&()),
+    );
+    let held = crds.get(&format!("shops.{group}")).await?;
+    assert!(
+        held.data
+            .pointer("/spec/versions/0/schema/openAPIV3Schema/properties/spec/properties/size")
+            .is_some(),
+        "the refused change was not installed"
+    );
+    // Allowed, it is installed.
+    let host = Host::start(&typed("note: {type: string}", true)).await;
+    eventually("the narrowed schema installed", || async {
+        let held = crds.get(&format!("shops.{group}")).await.ok()?;
+        held.data
+            .pointer("/spec/versions/0/schema/openAPIV3Schema/properties/spec/properties/size")
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    host.stop().await;
+    Ok(())
+}

@@ -13,6 +13,7 @@
 //! `validate/`.
 
 mod capabilities;
+pub mod compat;
 mod crd;
 mod error;
 mod external;

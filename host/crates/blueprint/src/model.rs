@@ -75,6 +75,12 @@ pub struct BlueprintSpec {
     /// `--default-tenant-service-account namespace/{name}`, or is refused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service_account: Option<ServiceAccountRef>,
+    /// Lets the host install a change to a CRD's schema that live CRs would no longer
+    /// pass (a field removed, a type changed, a field newly required, an enum narrowed, a
+    /// version no longer served: `inrun plan` lists them and the CRs they strand). Without
+    /// it the host refuses such a change and says which, and which CRs.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_breaking_schema_changes: bool,
 }
 
 /// A ServiceAccount by namespace and name.

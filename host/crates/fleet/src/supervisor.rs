@@ -65,7 +65,8 @@ impl Fleet {
                 .collect();
             for (client, specs) in served {
                 let specs: Vec<&CrdSpec> = specs.iter().collect();
-                if let Err(e) = inrun_runtime::crds::ensure(&client, &specs, true).await {
+                // What they serve was checked when it was loaded.
+                if let Err(e) = inrun_runtime::crds::ensure(&client, &specs, true, true).await {
                     tracing::warn!(error = %inrun_contract::errors::chain(&e), "installing the CRDs on coming to lead");
                 }
             }

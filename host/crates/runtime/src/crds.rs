@@ -41,6 +41,24 @@ pub enum CrdError {
         #[source]
         source: serde_json::Error,
     },
+    /// The new manifest would strand live CRs, and the Blueprint does not allow it
+    /// (`spec.allowBreakingSchemaChanges`).
+    #[error(
+        "CRD {name}: the new schema is a breaking change ({}); {} live CR(s) would no longer pass it{}; plan it with inrun plan, and set spec.allowBreakingSchemaChanges: true to install it anyway",
+        .breaks.join("; "),
+        .stranded,
+        if .examples.is_empty() { String::new() } else { format!(", such as {}", .examples.join(", ")) }
+    )]
+    Breaking {
+        /// `plural.group`.
+        name: String,
+        /// Each breaking change, as `path: what`.
+        breaks: Vec<String>,
+        /// How many listed CRs would no longer pass it.
+        stranded: usize,
+        /// The first few of them (`namespace/name`).
+        examples: Vec<String>,
+    },
     /// The CRD did not become Established in time.
     #[error("CRD {name} was not established within {}s", .timeout.as_secs())]
     NotEstablished {
@@ -79,7 +97,9 @@ impl From<bool> for Install {
 const LEADER_INSTALLS_WITHIN: Duration = Duration::from_secs(120);
 
 /// Makes sure every CRD exists: installs (server-side apply) as `install` says, else
-/// fails on the first missing one. Waits until each is Established.
+/// fails on the first missing one. Waits until each is Established. A CRD already there
+/// whose new manifest is a breaking change is refused before anything is installed,
+/// unless `allow_breaking`.
 ///
 /// # Errors
 /// [`CrdError`] naming the CRD.
@@ -87,12 +107,86 @@ pub async fn ensure(
     client: &Client,
     crds: &[&CrdSpec],
     install: impl Into<Install>,
+    allow_breaking: bool,
 ) -> Result<(), CrdError> {
     let install = install.into();
+    if !allow_breaking && !matches!(install, Install::Never) {
+        for crd in crds {
+            refuse_breaking(client, crd).await?;
+        }
+    }
     for crd in crds {
         ensure_manifest(client, &crd.crd_name(), crd.manifest(), install.clone()).await?;
     }
     Ok(())
+}
+
+/// How many stranded CRs a refusal names.
+const STRANDED_NAMED: usize = 3;
+
+/// Refuses `crd`'s manifest when the CRD the API server holds would break by it
+/// ([`inrun_blueprint::compat`]), counting the live CRs (listed at the version served now)
+/// that would no longer pass.
+///
+/// # Errors
+/// [`CrdError::Breaking`], or [`CrdError::Api`] when the CRD or its CRs cannot be read.
+async fn refuse_breaking(client: &Client, crd: &CrdSpec) -> Result<(), CrdError> {
+    let name = crd.crd_name();
+    let api_err = |source: kube::Error| CrdError::Api {
+        name: name.clone(),
+        source: source.into(),
+    };
+    let api: Api<kube::api::DynamicObject> = Api::all_with(
+        client.clone(),
+        &kube::discovery::ApiResource::erase::<CustomResourceDefinition>(&()),
+    );
+    let Some(held) = api.get_opt(&name).await.map_err(api_err)? else {
+        return Ok(());
+    };
+    let held = serde_json::to_value(&held).unwrap_or_default();
+    let breaks = inrun_blueprint::compat::breaking_manifests(&held, &crd.manifest());
+    if breaks.is_empty() {
+        return Ok(());
+    }
+    let storage = held
+        .pointer("/spec/versions")
+        .and_then(serde_json::Value::as_array)
+        .and_then(|v| v.iter().find(|v| v["storage"] == true))
+        .and_then(|v| v["name"].as_str())
+        .unwrap_or(&crd.version)
+        .to_string();
+    let mut resource = crate::kinds::cr_resource(crd);
+    resource.api_version = format!("{}/{storage}", crd.group);
+    resource.version = storage;
+    let crs: Api<kube::api::DynamicObject> = Api::all_with(client.clone(), &resource);
+    let listed = crs
+        .list(&kube::api::ListParams::default())
+        .await
+        .map_err(api_err)?;
+    let mut stranded = 0;
+    let mut examples = Vec::new();
+    for cr in &listed.items {
+        let value = serde_json::to_value(cr).unwrap_or_default();
+        if !inrun_blueprint::compat::stranded(&value, &breaks).is_empty() {
+            stranded += 1;
+            if examples.len() < STRANDED_NAMED {
+                let name = cr.metadata.name.clone().unwrap_or_default();
+                examples.push(match &cr.metadata.namespace {
+                    Some(ns) => format!("{ns}/{name}"),
+                    None => name,
+                });
+            }
+        }
+    }
+    Err(CrdError::Breaking {
+        name,
+        breaks: breaks
+            .iter()
+            .map(|b| format!("{}: {}", b.path, b.what))
+            .collect(),
+        stranded,
+        examples,
+    })
 }
 
 /// Makes sure the CRD `name` exists, installing `manifest` (server-side apply) as

@@ -64,7 +64,8 @@ pub async fn prepare(
     let needed = permissions(shared, assembly, install_crds);
     access::check(client, shared.identity.as_ref(), &needed).await?;
     let specs: Vec<_> = assembly.crds().iter().map(|c| &c.spec).collect();
-    crds::ensure(client, &specs, shared.install(install_crds)).await?;
+    let allow_breaking = assembly.blueprint.spec.allow_breaking_schema_changes;
+    crds::ensure(client, &specs, shared.install(install_crds), allow_breaking).await?;
     let mut all = Vec::new();
     for plan in assembly.crds() {
         all.push(child_kinds(shared, plan).await?);

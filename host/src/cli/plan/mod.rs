@@ -9,7 +9,8 @@
 //! - `compare.rs`: the verdict on one CR from the two renders and the cluster's answers;
 //! - `print.rs`: the report (`-o text|json|diff`).
 //!
-//! - `schema.rs`: the breaking changes a new schema makes, and the CRs each strands.
+//! - `inrun_blueprint::compat`: the breaking changes a new schema makes, and the CRs each
+//!   strands.
 //!
 //! Exit code: 0 nothing changes, 2 something changes, 1 the new version fails on a CR or
 //! its schema strands one.
@@ -17,7 +18,6 @@
 mod compare;
 mod live;
 mod print;
-mod schema;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -230,7 +230,7 @@ async fn plan_crd(
         .find(|c| c.spec.group == crd.group && c.spec.kind == crd.kind)
         .map(|c| &c.spec);
     let breaks = running
-        .map(|r| schema::breaking(r, crd))
+        .map(|r| inrun::blueprint::compat::breaking(r, crd))
         .unwrap_or_default();
     let listed = running.unwrap_or(crd);
     let (crs, children) = match (cluster, &args.objects) {
@@ -261,7 +261,7 @@ async fn plan_crd(
                     crd: crd_name,
                     cr: key_of(&cr),
                     verdict,
-                    schema: schema::stranded(&cr, breaks),
+                    schema: inrun::blueprint::compat::stranded(&cr, breaks),
                 }
             }
         })

@@ -1,13 +1,15 @@
-//! Breaking changes a new Blueprint makes to the schema of a CRD it serves, and the live
-//! CRs each would strand: a field removed (where unknown fields are pruned), a type
-//! changed, a field newly required, an enum that no longer allows a value, the served
-//! version dropped. Compared on the CRD manifests the host installs
-//! ([`inrun::blueprint::CrdSpec::manifest`]); rules the API server evaluates
+//! Breaking changes between two versions of a CRD's manifest, and the CRs each would
+//! strand: a field removed (where unknown fields are pruned), a type changed, a field
+//! newly required, an enum that no longer allows a value, a served version dropped.
+//! `inrun plan` compares the manifests two Blueprints make ([`CrdSpec::manifest`]); the
+//! host compares the CRD the API server holds with the one it would install, and refuses
+//! a breaking change unless the Blueprint allows it. Rules the API server evaluates
 //! (`x-kubernetes-validations`) are not judged here.
 
-use inrun::blueprint::CrdSpec;
 use serde::Serialize;
 use serde_json::Value;
+
+use crate::crd::CrdSpec;
 
 /// One step of a path into a CR.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,21 +45,54 @@ enum Kind {
 /// The breaking changes from `old` to `new` (the same CRD in the running and the new
 /// Blueprint).
 pub fn breaking(old: &CrdSpec, new: &CrdSpec) -> Vec<Break> {
+    breaking_manifests(&old.manifest(), &new.manifest())
+}
+
+/// The breaking changes from the CRD manifest `old` (as the API server holds it, or as a
+/// Blueprint makes it) to `new`: each version `old` serves that `new` does not, then the
+/// schema of `old`'s storage version against `new`'s.
+pub fn breaking_manifests(old: &Value, new: &Value) -> Vec<Break> {
+    let versions = |m: &Value| -> Vec<Value> {
+        m.pointer("/spec/versions")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default()
+    };
+    let (before, after) = (versions(old), versions(new));
+    let served: Vec<&str> = after
+        .iter()
+        .filter(|v| v["served"] == true)
+        .filter_map(|v| v["name"].as_str())
+        .collect();
     let mut out = Vec::new();
-    if old.version != new.version {
-        out.push(Break {
-            path: "versions".into(),
-            what: format!(
-                "version {} is dropped (the CRD serves {} only); CRs stored as {} can no longer be read",
-                old.version, new.version, old.version
-            ),
-            at: Vec::new(),
-            kind: Kind::Version,
-        });
+    for version in before.iter().filter(|v| v["served"] == true) {
+        let name = version["name"].as_str().unwrap_or_default();
+        if !served.contains(&name) {
+            out.push(Break {
+                path: "versions".into(),
+                what: format!(
+                    "version {name} is no longer served (the CRD serves {}); CRs stored as {name} can no longer be read",
+                    served.join(", ")
+                ),
+                at: Vec::new(),
+                kind: Kind::Version,
+            });
+        }
     }
-    let schema =
-        |c: &CrdSpec| c.manifest()["spec"]["versions"][0]["schema"]["openAPIV3Schema"].clone();
-    walk(&mut Vec::new(), &schema(old), &schema(new), &mut out);
+    let storage_schema = |versions: &[Value]| {
+        versions
+            .iter()
+            .find(|v| v["storage"] == true)
+            .or(versions.first())
+            .map(|v| v["schema"]["openAPIV3Schema"].clone())
+            .unwrap_or_default()
+    };
+    walk(
+        &mut Vec::new(),
+        &storage_schema(&before),
+        &storage_schema(&after),
+        &mut out,
+    );
     out
 }
 
@@ -235,7 +270,7 @@ mod tests {
             "apiVersion: inrun.dev/v1alpha1\nkind: Blueprint\nmetadata: {{name: t}}\nspec:\n  crds:\n    - group: t.inrun.dev\n      version: {version}\n      kind: Shop\n      schema: {}\n      reconcile: {{}}\n",
             json!({"type": "object", "properties": {"spec": spec_schema}})
         );
-        inrun::blueprint::from_str(&text, "t.yaml")
+        crate::from_str(&text, "t.yaml")
             .expect("blueprint")
             .spec
             .crds
