@@ -39,57 +39,19 @@ spec:
 }
 
 /// Writes the API server counted, by (verb, resource), apart from dry runs; and the dry
-/// runs, by the same.
+/// runs, by the same. Reviews are created, never stored: asking what one may do changes
+/// nothing, so they are left out.
 async fn requests() -> (
     BTreeMap<(String, String), f64>,
     BTreeMap<(String, String), f64>,
 ) {
-    let request = axum::http::Request::get("/metrics")
-        .body(Vec::new())
-        .expect("request");
-    let text = client()
-        .request_text(request)
-        .await
-        .expect("apiserver /metrics");
     let (mut writes, mut dry) = (BTreeMap::new(), BTreeMap::new());
-    for line in text.lines() {
-        let Some((labels, value)) = line
-            .strip_prefix("apiserver_request_total{")
-            .and_then(|rest| rest.rsplit_once("} "))
-        else {
-            continue;
-        };
-        let label = |name: &str| {
-            labels
-                .split(',')
-                .find_map(|kv| kv.strip_prefix(&format!("{name}=\"")))
-                .map(|v| v.trim_end_matches('"').to_string())
-                .unwrap_or_default()
-        };
-        let verb = label("verb");
-        if ![
-            "POST",
-            "PUT",
-            "PATCH",
-            "APPLY",
-            "DELETE",
-            "DELETECOLLECTION",
-        ]
-        .contains(&verb.as_str())
-        {
+    for w in apiserver_write_requests().await {
+        if w.resource.ends_with("reviews") {
             continue;
         }
-        // Reviews are created, never stored: asking what one may do changes nothing.
-        if label("resource").ends_with("reviews") {
-            continue;
-        }
-        let n: f64 = value.trim().parse().unwrap_or_default();
-        let into = if label("dry_run").is_empty() {
-            &mut writes
-        } else {
-            &mut dry
-        };
-        *into.entry((verb, label("resource"))).or_insert(0.0) += n;
+        let into = if w.dry_run { &mut dry } else { &mut writes };
+        *into.entry((w.verb, w.resource)).or_insert(0.0) += w.count;
     }
     (writes, dry)
 }
@@ -149,34 +111,21 @@ async fn a_template_change_lists_exactly_the_crs_it_changes_with_their_fields_an
         &reconcile("{% if .spec.tier == 'gold' %}large{% else %}small{% endif %}"),
     );
     let dir = tempfile::tempdir()?;
-    let (current_path, new_path) = (dir.path().join("current.yaml"), dir.path().join("new.yaml"));
-    std::fs::write(&current_path, &current)?;
+    let (ns, current_path, kubeconfig) = served_then_stopped(
+        &group,
+        "Shop",
+        &current,
+        &[
+            ("g1", "{tier: gold}"),
+            ("g2", "{tier: gold}"),
+            ("s1", "{tier: silver}"),
+            ("s2", "{tier: silver}"),
+        ],
+        dir.path(),
+    )
+    .await;
+    let new_path = dir.path().join("new.yaml");
     std::fs::write(&new_path, &new)?;
-    let host = Host::start(&current).await;
-    let ns = ControlPlane::shared().namespace("plan").await?;
-    let ar = resource(&group, "Shop");
-    served(&ar).await;
-    for (name, tier) in [
-        ("g1", "gold"),
-        ("g2", "gold"),
-        ("s1", "silver"),
-        ("s2", "silver"),
-    ] {
-        apply_cr(
-            &ar,
-            &ns,
-            &format!("apiVersion: {group}/v1alpha1\nkind: Shop\nmetadata: {{name: {name}}}\nspec: {{tier: {tier}}}\n"),
-        )
-        .await;
-    }
-    for name in ["g1", "g2", "s1", "s2"] {
-        eventually(&format!("{name} Ready"), || async {
-            let cr = get(&ar, Some(&ns), name).await?;
-            (reconciled(&cr)?.0 == "True").then_some(())
-        })
-        .await;
-    }
-    host.stop().await;
     // s2's ConfigMap edited by hand: the running version would put it back too.
     let cms: Api<DynamicObject> = Api::namespaced_with(client(), &ns, &configmaps());
     cms.patch(
@@ -185,12 +134,6 @@ async fn a_template_change_lists_exactly_the_crs_it_changes_with_their_fields_an
         &Patch::Merge(json!({"data": {"size": "tiny"}})),
     )
     .await?;
-    let identity = support::identity::Identity::for_blueprints(
-        &[inrun::blueprint::load(&current_path)?],
-        &support::identity::Identity::options(),
-    )
-    .await;
-    let kubeconfig = identity.kubeconfig(dir.path());
     let (writes_before, dry_before) = requests().await;
     let (code, report) = plan(
         &kubeconfig,
@@ -261,54 +204,20 @@ async fn a_template_change_lists_exactly_the_crs_it_changes_with_their_fields_an
 async fn a_new_plugin_that_fails_on_some_crs_lists_exactly_those_and_exits_1() -> TestResult {
     let _serial = SERIAL.lock().await;
     let group = unique_group("planfail");
-    let current = blueprint(
+    let current = stamped(&group, "App");
+    let dir = tempfile::tempdir()?;
+    let (ns, current_path, kubeconfig) = served_then_stopped(
         &group,
         "App",
-        &format!(
-            r#"      reconcile:
-        default: false
-        constructor: {{location: "{}"}}
-        managedResources:
-          - {{apiVersion: v1, kind: ConfigMap}}
-          - {{apiVersion: v1, kind: Service}}
-          - {{apiVersion: apps/v1, kind: Deployment}}
-"#,
-            plugin("inrun_test_stamp_v1")
-        ),
-    );
-    let dir = tempfile::tempdir()?;
-    let current_path = dir.path().join("current.yaml");
-    std::fs::write(&current_path, &current)?;
-    let host = Host::start(&current).await;
-    let ns = ControlPlane::shared().namespace("planfail").await?;
-    let ar = resource(&group, "App");
-    served(&ar).await;
-    for (name, spec) in [
-        ("with-image", "{image: nginx}"),
-        ("also", "{image: httpd}"),
-        ("bare", "{}"),
-    ] {
-        apply_cr(
-            &ar,
-            &ns,
-            &format!("apiVersion: {group}/v1alpha1\nkind: App\nmetadata: {{name: {name}}}\nspec: {spec}\n"),
-        )
-        .await;
-    }
-    for name in ["with-image", "also", "bare"] {
-        eventually(&format!("{name} Ready"), || async {
-            let cr = get(&ar, Some(&ns), name).await?;
-            (reconciled(&cr)?.0 == "True").then_some(())
-        })
-        .await;
-    }
-    host.stop().await;
-    let identity = support::identity::Identity::for_blueprints(
-        &[inrun::blueprint::load(&current_path)?],
-        &support::identity::Identity::options(),
+        &current,
+        &[
+            ("with-image", "{image: nginx}"),
+            ("also", "{image: httpd}"),
+            ("bare", "{}"),
+        ],
+        dir.path(),
     )
     .await;
-    let kubeconfig = identity.kubeconfig(dir.path());
     let swap = format!("inrun_test_stamp_v1={}", plugin("inrun_plugin_webapp"));
     let (writes_before, _) = requests().await;
     let (code, report) = plan(
@@ -443,6 +352,26 @@ data: {size: small}
     );
     assert!(!text.contains("team/a: no longer valid"), "{text}");
     Ok(())
+}
+
+/// A Blueprint serving `kind` with the `stamp` v1 constructor, allowed to write what the
+/// web app plugins return too (a Deployment and a Service).
+fn stamped(group: &str, kind: &str) -> String {
+    blueprint(
+        group,
+        kind,
+        &format!(
+            r#"      reconcile:
+        default: false
+        constructor: {{location: "{}"}}
+        managedResources:
+          - {{apiVersion: v1, kind: ConfigMap}}
+          - {{apiVersion: v1, kind: Service}}
+          - {{apiVersion: apps/v1, kind: Deployment}}
+"#,
+            plugin("inrun_test_stamp_v1")
+        ),
+    )
 }
 
 /// A remote reconciler on 127.0.0.1 with two versions: `/v1` and `/v2` each declare a
@@ -586,21 +515,7 @@ async fn a_remote_reconcilers_new_endpoint_is_called_for_each_cr_and_its_refusal
 async fn a_python_plugin_swapped_in_shows_the_children_it_would_create() -> TestResult {
     let _serial = SERIAL.lock().await;
     let group = unique_group("planpy");
-    let current = blueprint(
-        &group,
-        "Py",
-        &format!(
-            r#"      reconcile:
-        default: false
-        constructor: {{location: "{}"}}
-        managedResources:
-          - {{apiVersion: v1, kind: ConfigMap}}
-          - {{apiVersion: v1, kind: Service}}
-          - {{apiVersion: apps/v1, kind: Deployment}}
-"#,
-            plugin("inrun_test_stamp_v1")
-        ),
-    );
+    let current = stamped(&group, "Py");
     let dir = tempfile::tempdir()?;
     let (ns, current, kubeconfig) = served_then_stopped(
         &group,

@@ -689,11 +689,20 @@ pub async fn webapp_reconciled(
     cr
 }
 
-/// The API server's own count of write requests (`apiserver_request_total` with verb
-/// POST, PUT, PATCH, APPLY, DELETE or DELETECOLLECTION), by (verb, group, resource,
-/// subresource).
-pub async fn apiserver_writes() -> std::collections::BTreeMap<(String, String, String, String), f64>
-{
+/// One series of `apiserver_request_total` for a write (verb POST, PUT, PATCH, APPLY,
+/// DELETE or DELETECOLLECTION).
+pub struct WriteRequests {
+    pub verb: String,
+    pub group: String,
+    pub resource: String,
+    pub subresource: String,
+    /// Whether the requests were dry runs (`dryRun=All`: nothing stored).
+    pub dry_run: bool,
+    pub count: f64,
+}
+
+/// Every write series the API server counts, as it counts them.
+pub async fn apiserver_write_requests() -> Vec<WriteRequests> {
     let request = axum::http::Request::get("/metrics")
         .body(Vec::new())
         .expect("request");
@@ -701,12 +710,12 @@ pub async fn apiserver_writes() -> std::collections::BTreeMap<(String, String, S
         .request_text(request)
         .await
         .expect("apiserver /metrics");
-    let mut writes = std::collections::BTreeMap::new();
+    let mut out = Vec::new();
     for line in text.lines() {
-        let Some(rest) = line.strip_prefix("apiserver_request_total{") else {
-            continue;
-        };
-        let Some((labels, value)) = rest.rsplit_once("} ") else {
+        let Some((labels, value)) = line
+            .strip_prefix("apiserver_request_total{")
+            .and_then(|rest| rest.rsplit_once("} "))
+        else {
             continue;
         };
         let label = |name: &str| {
@@ -729,15 +738,28 @@ pub async fn apiserver_writes() -> std::collections::BTreeMap<(String, String, S
         {
             continue;
         }
-        let n: f64 = value.trim().parse().unwrap_or_default();
+        out.push(WriteRequests {
+            verb,
+            group: label("group"),
+            resource: label("resource"),
+            subresource: label("subresource"),
+            dry_run: !label("dry_run").is_empty(),
+            count: value.trim().parse().unwrap_or_default(),
+        });
+    }
+    out
+}
+
+/// The API server's own count of write requests (`apiserver_request_total` with verb
+/// POST, PUT, PATCH, APPLY, DELETE or DELETECOLLECTION), by (verb, group, resource,
+/// subresource).
+pub async fn apiserver_writes() -> std::collections::BTreeMap<(String, String, String, String), f64>
+{
+    let mut writes = std::collections::BTreeMap::new();
+    for w in apiserver_write_requests().await {
         *writes
-            .entry((
-                verb,
-                label("group"),
-                label("resource"),
-                label("subresource"),
-            ))
-            .or_insert(0.0) += n;
+            .entry((w.verb, w.group, w.resource, w.subresource))
+            .or_insert(0.0) += w.count;
     }
     writes
 }
