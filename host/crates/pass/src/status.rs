@@ -107,11 +107,7 @@ pub fn reconciled_by(plan: &inrun_reconcilers::plan::ReconcilePlan) -> String {
     if !digests.is_empty() {
         return digests.join(",");
     }
-    use sha2::Digest as _;
-    let block = serde_json::to_vec(&plan.spec).unwrap_or_default();
-    let hash = sha2::Sha256::digest(&block);
-    let short: String = hash.iter().take(8).map(|b| format!("{b:02x}")).collect();
-    format!("{}:{short}", plan.reconciler.kind())
+    format!("{}:{}", plan.reconciler.kind(), plan.block)
 }
 
 /// The status to write: `fields`, `observedGeneration`, `resources` and the conditions of

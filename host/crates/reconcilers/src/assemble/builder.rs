@@ -225,6 +225,7 @@ impl Builder<'_> {
         let made = made?;
         Some(ReconcilePlan {
             ready_when,
+            block: block_digest(r),
             spec: r.clone(),
             reconciler: made.reconciler,
             slots: made.plugins,
@@ -500,6 +501,19 @@ impl Builder<'_> {
             })
             .collect()
     }
+}
+
+/// A short digest of the block as written (the first 8 bytes of the sha256 of its JSON, in
+/// hex): what `status.reconciledBy` records for a block no plugin serves, computed once
+/// when the block is built rather than at every status step.
+fn block_digest(block: &ReconcileSpec) -> String {
+    use sha2::Digest as _;
+    let text = serde_json::to_vec(block).unwrap_or_default();
+    sha2::Sha256::digest(&text)
+        .iter()
+        .take(8)
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 #[cfg(test)]

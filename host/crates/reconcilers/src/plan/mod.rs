@@ -40,6 +40,9 @@ pub struct CrdPlan {
 pub struct ReconcilePlan {
     /// The reconcile block as written.
     pub spec: ReconcileSpec,
+    /// A short digest of `spec` (16 hex digits): what reconciles a CR through a block no
+    /// plugin serves, as `status.reconciledBy` records it.
+    pub block: String,
     /// The reconciler.
     pub reconciler: Arc<dyn Reconciler>,
     /// Slots of the plugins it calls, in Blueprint order.
