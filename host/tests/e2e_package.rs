@@ -1647,3 +1647,86 @@ async fn a_boundary_the_operator_shares_has_one_owner_among_its_tenants_and_an_u
     host.stop().await;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plan_only_observes_a_package_and_names_the_crs_it_would_converge() -> TestResult {
+    let backend = Backend::default();
+    let port = backend.start().await;
+    let group = unique_group("pkg-plan");
+    let text = blueprint(&group, port);
+    let host = Host::start(&text).await;
+    let ns = ControlPlane::shared().namespace("pkg-plan").await?;
+    let ar = resource(&group, "Thing");
+    served(&ar).await;
+    for (name, size) in [("same", 2), ("drifted", 3)] {
+        let config = format!("size: {size}");
+        let cr = thing_cr(&group, name, "reconcileInterval: 1h", port, &config);
+        apply_cr(&ar, &ns, &cr).await;
+    }
+    for name in ["same", "drifted"] {
+        wait_ready(&ar, &ns, name).await;
+    }
+    host.stop().await;
+    // Someone resizes one thing behind the host's back.
+    backend.set(
+        &format!("{ns}--drifted"),
+        Thing {
+            size: 9,
+            ready: true,
+        },
+    );
+    let (puts, deletes) = (backend.calls("PUT").len(), backend.calls("DELETE").len());
+    let gets = backend.calls("GET").len();
+
+    // The plan, as the ServiceAccount `inrun generate rbac` makes for the Blueprint, of
+    // the CRD whatever the change (there is none: this is the drift a plan shows).
+    let dir = tempfile::tempdir()?;
+    let current = dir.path().join("current.yaml");
+    std::fs::write(&current, &text)?;
+    let identity = support::identity::Identity::for_blueprints(
+        &[inrun::blueprint::load(&current)?],
+        &support::identity::Identity::options(),
+    )
+    .await;
+    let kubeconfig = identity.kubeconfig(dir.path());
+    let path = current.to_str().unwrap_or_default();
+    let crd = format!("things.{group}");
+    let args = [
+        "--current",
+        path,
+        "--blueprint",
+        path,
+        "--crd",
+        &crd,
+        "-n",
+        &ns,
+    ];
+    let (code, report) = support::plan::run(&kubeconfig, &args);
+    assert_eq!(code, 2, "{report:#?}");
+    let same = support::plan::of(&report, "same");
+    assert_eq!(same["verdict"], "unchanged", "{same:#}");
+    let drifted = support::plan::of(&report, "drifted");
+    assert_eq!(drifted["verdict"], "changes", "{drifted:#}");
+    assert_eq!(drifted["wouldRun"], json!(["converge"]), "{drifted:#}");
+    // Observed only: each CR's thing read (by both versions), nothing changed on it.
+    assert_eq!(
+        backend.calls("PUT").len(),
+        puts,
+        "a plan converged something"
+    );
+    assert_eq!(
+        backend.calls("DELETE").len(),
+        deletes,
+        "a plan deleted something"
+    );
+    assert!(
+        backend.calls("GET").len() >= gets + 2,
+        "each thing observed"
+    );
+    assert_eq!(
+        backend.thing(&format!("{ns}--drifted")).map(|t| t.size),
+        Some(9),
+        "the drifted thing as it was"
+    );
+    Ok(())
+}

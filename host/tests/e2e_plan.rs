@@ -17,6 +17,7 @@ use inrun_testenv::{ControlPlane, TestResult};
 use kube::Api;
 use kube::api::{DynamicObject, Patch, PatchParams};
 use serde_json::{Value, json};
+use support::plan::{of, run as plan};
 use support::*;
 
 /// The live tests one at a time: each compares the API server's write counts before and
@@ -54,37 +55,6 @@ async fn requests() -> (
         *into.entry((w.verb, w.resource)).or_insert(0.0) += w.count;
     }
     (writes, dry)
-}
-
-/// `inrun plan` with `args` as `kubeconfig`'s identity: its exit code and its JSON report.
-fn plan(kubeconfig: &std::path::Path, args: &[&str]) -> (i32, Vec<Value>) {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_inrun"))
-        .arg("plan")
-        .args(args)
-        .args(["-o", "json", "--kubeconfig"])
-        .arg(kubeconfig)
-        .output()
-        .expect("inrun plan");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let report: Vec<Value> = serde_json::from_str(&stdout).unwrap_or_else(|e| {
-        panic!(
-            "inrun plan {args:?}: not a JSON report ({e}): {stdout}\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        )
-    });
-    (out.status.code().unwrap_or(-1), report)
-}
-
-/// The plan of the CR `name` in `report`.
-fn of<'a>(report: &'a [Value], name: &str) -> &'a Value {
-    report
-        .iter()
-        .find(|p| {
-            p["cr"]
-                .as_str()
-                .is_some_and(|c| c.ends_with(&format!("/{name}")))
-        })
-        .unwrap_or_else(|| panic!("{name} is not in the plan: {report:#?}"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -623,6 +593,28 @@ spec:
             .pointer("/spec/versions/0/schema/openAPIV3Schema/properties/spec/properties/size")
             .is_some(),
         "the refused change was not installed"
+    );
+    // And said on the CRD, as a warning event a person finds with `kubectl describe crd`.
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client(), "default");
+    let crd_uid = held.metadata.uid.clone();
+    let said = eventually("a BreakingSchemaChange event on the CRD", || async {
+        events
+            .list(&kube::api::ListParams::default())
+            .await
+            .ok()?
+            .items
+            .into_iter()
+            .find(|e| {
+                e.reason.as_deref() == Some("BreakingSchemaChange")
+                    && e.regarding.as_ref().and_then(|r| r.uid.clone()) == crd_uid
+            })
+    })
+    .await;
+    let note = said.note.unwrap_or_default();
+    assert_eq!(said.type_.as_deref(), Some("Warning"));
+    assert!(
+        note.contains("spec.size: removed") && note.contains(&format!("{ns}/one")),
+        "{note}"
     );
     // Allowed, it is installed.
     let host = Host::start(&typed("note: {type: string}", true)).await;

@@ -1505,3 +1505,116 @@ async fn a_removed_tenants_crs_lose_the_hosts_finalizers_so_deleting_them_does_n
         api.delete(n, &Default::default()).await.expect("delete");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plan_of_a_blueprint_resource_acts_as_its_tenant_and_reaches_no_farther() {
+    let _alone = RESOURCE_TENANTS.lock().await;
+    let cp = inrun_testenv::ControlPlane::shared();
+    let team = cp.namespace("plan-team").await.expect("namespace");
+    let elsewhere = cp.namespace("plan-else").await.expect("namespace");
+    let sa = inrun::blueprint::ServiceAccountRef {
+        namespace: team.clone(),
+        name: "planned".into(),
+    };
+    let group = unique_group("plan-tenant");
+    let text = identity_tenant(&group, Some(&sa));
+    let blueprint = inrun::blueprint::from_str(&text, "tenant.yaml").expect("blueprint");
+    let name = format!("plan-{}", group.split('.').next().unwrap_or("t"));
+    apply_all(&inrun::generate::rbac::tenant_manifests(
+        &blueprint,
+        &sa,
+        std::slice::from_ref(&team),
+        &inrun::generate::rbac::RbacOptions {
+            name: format!("tenant-{name}"),
+            install_crds: true,
+            ..Default::default()
+        },
+    ))
+    .await;
+    let options = FleetOptions {
+        resources: true,
+        ..FleetHost::options()
+    };
+    let rbac = FleetHost::rbac_options(&options, std::slice::from_ref(&sa));
+    let mut host = FleetHost::start_as(
+        options,
+        inrun::sources::SourceOptions::default(),
+        support::Run::Generated(rbac),
+    )
+    .await;
+    // The CR writing outside the tenant's namespace is refused on purpose.
+    host.expect_forbidden();
+    apply_all(&[serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": {"name": "planned", "namespace": team},
+    })])
+    .await;
+    apply_blueprint(&name, &text).await;
+    admit(&team, "planned", &[&name]).await;
+    serving("the tenant to serve", &name).await;
+    let fenced = resource(&group, "Fenced");
+    apply_cr(&fenced, &team, &target_cr(&group, "Fenced", "home", &team)).await;
+    eventually("home's ConfigMap", || {
+        get(configmaps(), Some(&team), "home-cm")
+    })
+    .await;
+    apply_cr(
+        &fenced,
+        &team,
+        &target_cr(&group, "Fenced", "away", &elsewhere),
+    )
+    .await;
+    refused(&fenced, &team, "away").await;
+    host.stop().await;
+
+    // The tenant's change: its ConfigMaps get a field more. Planned against the Blueprint
+    // resource as it runs, by an operator (the harness's admin, on purpose: the plan must
+    // narrow itself to the tenant, not rely on its runner's reach).
+    let dir = tempfile::tempdir().expect("tempdir");
+    let new = dir.path().join("new.yaml");
+    let from = "data: { from: '{{ .metadata.namespace }}' }";
+    assert!(text.contains(from));
+    std::fs::write(
+        &new,
+        text.replace(
+            from,
+            "data: { from: '{{ .metadata.namespace }}', planned: 'yes' }",
+        ),
+    )
+    .expect("write");
+    let crd = format!("fenceds.{group}");
+    let args = [
+        "--current-resource",
+        name.as_str(),
+        "--blueprint",
+        new.to_str().unwrap_or_default(),
+        "--crd",
+        crd.as_str(),
+        "-n",
+        team.as_str(),
+    ];
+    let (code, report) = support::plan::run(cp.kubeconfig(), &args);
+    assert_eq!(code, 1, "{report:#?}");
+    let home = support::plan::of(&report, "home");
+    assert_eq!(
+        home["updated"][0]["fields"],
+        serde_json::json!([{"path": "data.planned", "to": "yes"}]),
+        "{home:#}"
+    );
+    // Where the tenant may not write, neither may its plan: the dry run, as the tenant's
+    // ServiceAccount, is refused as the run was.
+    let away = support::plan::of(&report, "away");
+    assert_eq!(away["verdict"], "fails", "{away:#}");
+    let message = away["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains(&sa.username()) && message.contains("forbidden"),
+        "{away:#}"
+    );
+    assert!(
+        get(configmaps(), Some(&elsewhere), "away-cm")
+            .await
+            .is_none()
+    );
+    delete_blueprints(&[&name]).await;
+}

@@ -17,6 +17,7 @@ use inrun::wasm::{Engine, EngineSettings};
 use inrun_testenv::{ControlPlane, wait_for};
 
 pub mod identity;
+pub mod plan;
 pub mod render;
 pub mod ring;
 use k8s_openapi::api::events::v1::Event;

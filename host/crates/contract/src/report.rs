@@ -10,7 +10,7 @@ pub const HOST_CONDITIONS: [&str; 2] = ["Reconciled", "Ready"];
 
 /// The reasons of the host's own events; a reconciler's event may not take one, so what
 /// the host says cannot be forged.
-pub const HOST_EVENT_REASONS: [&str; 14] = [
+pub const HOST_EVENT_REASONS: [&str; 15] = [
     "Reconciled",
     "ReconcileError",
     "Pruned",
@@ -25,6 +25,7 @@ pub const HOST_EVENT_REASONS: [&str; 14] = [
     "Progressing",
     "ResourceFailed",
     "Released",
+    "BreakingSchemaChange",
 ];
 
 /// Most conditions one Result may set.

@@ -66,7 +66,14 @@ impl Fleet {
             for (client, specs) in served {
                 let specs: Vec<&CrdSpec> = specs.iter().collect();
                 // What they serve was checked when it was loaded.
-                if let Err(e) = inrun_runtime::crds::ensure(&client, &specs, true, true).await {
+                if let Err(e) = inrun_runtime::crds::ensure(
+                    &client,
+                    &specs,
+                    true,
+                    inrun_runtime::crds::OnBreaking::Install,
+                )
+                .await
+                {
                     tracing::warn!(error = %inrun_contract::errors::chain(&e), "installing the CRDs on coming to lead");
                 }
             }

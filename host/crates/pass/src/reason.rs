@@ -35,12 +35,15 @@ pub enum Reason {
     /// No tenant serves the CR's CRD any more: the host's finalizers were removed
     /// without its cleanup.
     Released,
+    /// A CRD's new schema would strand live CRs and the Blueprint does not allow it: the
+    /// CRD was left as it is (recorded on the CRD).
+    BreakingSchemaChange,
 }
 
 impl Reason {
     /// Every reason, for what must know them all (the reasons a reconciler's event may not
     /// take: [`inrun_contract::HOST_EVENT_REASONS`]).
-    pub const ALL: [Reason; 14] = [
+    pub const ALL: [Reason; 15] = [
         Reason::Reconciled,
         Reason::ReconcileError,
         Reason::Pruned,
@@ -55,6 +58,7 @@ impl Reason {
         Reason::Progressing,
         Reason::ResourceFailed,
         Reason::Released,
+        Reason::BreakingSchemaChange,
     ];
 
     /// The event's `reason` text.
@@ -74,6 +78,7 @@ impl Reason {
             Reason::Progressing => "Progressing",
             Reason::ResourceFailed => "ResourceFailed",
             Reason::Released => "Released",
+            Reason::BreakingSchemaChange => "BreakingSchemaChange",
         }
     }
 
@@ -86,7 +91,8 @@ impl Reason {
             | Reason::DeletionBlocked
             | Reason::DeletionFailed
             | Reason::ResourceFailed
-            | Reason::Released => "Warning",
+            | Reason::Released
+            | Reason::BreakingSchemaChange => "Warning",
             _ => "Normal",
         }
     }

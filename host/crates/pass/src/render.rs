@@ -214,6 +214,10 @@ pub struct RenderOutput {
     /// `converge` or `delete` the host would run, which render never runs.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub infrastructure: Vec<String>,
+    /// For a package: the changes to the infrastructure the host would run (`converge`,
+    /// `delete`), in order; render runs none of them.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub would_run: Vec<String>,
 }
 
 /// A package as `inrun render` calls it: reads (`validate`, `identity`, `observe`) go
@@ -222,14 +226,18 @@ pub struct RenderOutput {
 struct DryRun<'a> {
     package: &'a dyn crate::package::Infrastructure,
     calls: std::sync::Mutex<Vec<String>>,
+    /// The changes it would have run.
+    changes: std::sync::Mutex<Vec<String>>,
 }
 
 impl DryRun<'_> {
-    /// The calls noted, in order.
-    fn calls(self) -> Vec<String> {
-        self.calls
-            .into_inner()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    /// The calls noted, and the changes it would have run, in order.
+    fn calls(self) -> (Vec<String>, Vec<String>) {
+        let take = |m: std::sync::Mutex<Vec<String>>| {
+            m.into_inner()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+        };
+        (take(self.calls), take(self.changes))
     }
 
     fn note(&self, call: String) {
@@ -290,6 +298,10 @@ impl crate::package::Infrastructure for DryRun<'_> {
         _opts: &inrun_contract::package::Options,
     ) -> Result<inrun_contract::package::Workflow, crate::package::CallFailed> {
         self.note(format!("{}: would run (not offline)", change.name()));
+        self.changes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(change.name().to_string());
         Ok(inrun_contract::package::Workflow::pending())
     }
 }
@@ -344,6 +356,7 @@ pub async fn render(
     let dry = plan.package.as_deref().map(|package| DryRun {
         package,
         calls: std::sync::Mutex::default(),
+        changes: std::sync::Mutex::default(),
     });
     let p = Pass {
         crd,
@@ -355,7 +368,7 @@ pub async fn render(
         bucket_label: None,
     };
     let done = run(p, &mut fx).await?;
-    let infrastructure = dry.map(DryRun::calls).unwrap_or_default();
+    let (infrastructure, would_run) = dry.map(DryRun::calls).unwrap_or_default();
     // A package's own validation is shown with its problems (in `infrastructure`): offline
     // they are the developer's to read.
     if let Some((_, message)) = fx
@@ -401,6 +414,7 @@ pub async fn render(
         requeue_holds: done.holds,
         cleanup_after: done.cleanup.map(inrun_contract::duration::format),
         infrastructure,
+        would_run,
     })
 }
 

@@ -96,10 +96,22 @@ impl From<bool> for Install {
 /// leader's lease may have to expire first.
 const LEADER_INSTALLS_WITHIN: Duration = Duration::from_secs(120);
 
+/// What [`ensure`] does with a new manifest that would strand live CRs.
+#[derive(Debug, Clone, Copy)]
+pub enum OnBreaking<'a> {
+    /// Installs it (`spec.allowBreakingSchemaChanges`, or CRDs the host itself owns).
+    Install,
+    /// Refuses it, recording a `BreakingSchemaChange` warning on the CRD as `instance`.
+    Refuse {
+        /// The replica that records the event.
+        instance: &'a str,
+    },
+}
+
 /// Makes sure every CRD exists: installs (server-side apply) as `install` says, else
 /// fails on the first missing one. Waits until each is Established. A CRD already there
 /// whose new manifest is a breaking change is refused before anything is installed,
-/// unless `allow_breaking`.
+/// unless `on_breaking` installs it.
 ///
 /// # Errors
 /// [`CrdError`] naming the CRD.
@@ -107,12 +119,17 @@ pub async fn ensure(
     client: &Client,
     crds: &[&CrdSpec],
     install: impl Into<Install>,
-    allow_breaking: bool,
+    on_breaking: OnBreaking<'_>,
 ) -> Result<(), CrdError> {
     let install = install.into();
-    if !allow_breaking && !matches!(install, Install::Never) {
+    if let (OnBreaking::Refuse { instance }, false) =
+        (on_breaking, matches!(install, Install::Never))
+    {
         for crd in crds {
-            refuse_breaking(client, crd).await?;
+            if let Err(refused) = refuse_breaking(client, crd).await {
+                say_refused(client, instance, &refused).await;
+                return Err(refused.error);
+            }
         }
     }
     for crd in crds {
@@ -124,26 +141,76 @@ pub async fn ensure(
 /// How many stranded CRs a refusal names.
 const STRANDED_NAMED: usize = 3;
 
+/// A CRD change refused, and the CRD it was refused on.
+struct Refused {
+    error: CrdError,
+    /// The CRD as the API server holds it, when it was read.
+    crd: Option<CustomResourceDefinition>,
+}
+
+impl From<CrdError> for Refused {
+    fn from(error: CrdError) -> Self {
+        Refused { error, crd: None }
+    }
+}
+
+/// When each refusal was last recorded as an event, by CRD name and the refusal's text:
+/// the fleet tries a refused Blueprint again at every check, and the same refusal is
+/// recorded again only once [`SAID_AGAIN_AFTER`] has passed.
+static SAID: std::sync::Mutex<Vec<(String, String, Instant)>> = std::sync::Mutex::new(Vec::new());
+
+/// How long one refusal's event stands for every try after it.
+const SAID_AGAIN_AFTER: Duration = Duration::from_secs(30 * 60);
+
+/// Records a breaking change refused as a `BreakingSchemaChange` warning on its CRD (events
+/// of cluster-scoped objects go to `default`), once per [`SAID_AGAIN_AFTER`]; a failure to
+/// record is logged.
+async fn say_refused(client: &Client, instance: &str, refused: &Refused) {
+    let (CrdError::Breaking { name, .. }, Some(crd)) = (&refused.error, &refused.crd) else {
+        return;
+    };
+    let note = refused.error.to_string();
+    {
+        let mut said = SAID
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        said.retain(|(_, _, at)| at.elapsed() < SAID_AGAIN_AFTER);
+        if said.iter().any(|(n, t, _)| n == name && *t == note) {
+            return;
+        }
+        said.push((name.clone(), note.clone(), Instant::now()));
+    }
+    let on = k8s_openapi::api::core::v1::ObjectReference {
+        api_version: Some("apiextensions.k8s.io/v1".into()),
+        kind: Some("CustomResourceDefinition".into()),
+        name: Some(name.clone()),
+        uid: crd.metadata.uid.clone(),
+        resource_version: crd.metadata.resource_version.clone(),
+        ..Default::default()
+    };
+    crate::events::Events::new(client.clone(), instance.to_string())
+        .record(&on, crate::events::Reason::BreakingSchemaChange, note)
+        .await;
+}
+
 /// Refuses `crd`'s manifest when the CRD the API server holds would break by it
 /// ([`inrun_blueprint::compat`]), counting the live CRs (listed at the version served now)
 /// that would no longer pass.
 ///
 /// # Errors
-/// [`CrdError::Breaking`], or [`CrdError::Api`] when the CRD or its CRs cannot be read.
-async fn refuse_breaking(client: &Client, crd: &CrdSpec) -> Result<(), CrdError> {
+/// [`CrdError::Breaking`] (with the CRD held), or [`CrdError::Api`] when the CRD or its
+/// CRs cannot be read.
+async fn refuse_breaking(client: &Client, crd: &CrdSpec) -> Result<(), Refused> {
     let name = crd.crd_name();
     let api_err = |source: kube::Error| CrdError::Api {
         name: name.clone(),
         source: source.into(),
     };
-    let api: Api<kube::api::DynamicObject> = Api::all_with(
-        client.clone(),
-        &kube::discovery::ApiResource::erase::<CustomResourceDefinition>(&()),
-    );
-    let Some(held) = api.get_opt(&name).await.map_err(api_err)? else {
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let Some(crd_held) = api.get_opt(&name).await.map_err(api_err)? else {
         return Ok(());
     };
-    let held = serde_json::to_value(&held).unwrap_or_default();
+    let held = serde_json::to_value(&crd_held).unwrap_or_default();
     let breaks = inrun_blueprint::compat::breaking_manifests(&held, &crd.manifest());
     if breaks.is_empty() {
         return Ok(());
@@ -178,14 +245,17 @@ async fn refuse_breaking(client: &Client, crd: &CrdSpec) -> Result<(), CrdError>
             }
         }
     }
-    Err(CrdError::Breaking {
-        name,
-        breaks: breaks
-            .iter()
-            .map(|b| format!("{}: {}", b.path, b.what))
-            .collect(),
-        stranded,
-        examples,
+    Err(Refused {
+        error: CrdError::Breaking {
+            name,
+            breaks: breaks
+                .iter()
+                .map(|b| format!("{}: {}", b.path, b.what))
+                .collect(),
+            stranded,
+            examples,
+        },
+        crd: Some(crd_held),
     })
 }
 

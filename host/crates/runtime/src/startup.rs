@@ -64,8 +64,14 @@ pub async fn prepare(
     let needed = permissions(shared, assembly, install_crds);
     access::check(client, shared.identity.as_ref(), &needed).await?;
     let specs: Vec<_> = assembly.crds().iter().map(|c| &c.spec).collect();
-    let allow_breaking = assembly.blueprint.spec.allow_breaking_schema_changes;
-    crds::ensure(client, &specs, shared.install(install_crds), allow_breaking).await?;
+    let on_breaking = if assembly.blueprint.spec.allow_breaking_schema_changes {
+        crds::OnBreaking::Install
+    } else {
+        crds::OnBreaking::Refuse {
+            instance: &shared.instance,
+        }
+    };
+    crds::ensure(client, &specs, shared.install(install_crds), on_breaking).await?;
     let mut all = Vec::new();
     for plan in assembly.crds() {
         all.push(child_kinds(shared, plan).await?);

@@ -90,6 +90,11 @@ pub struct Changes {
     /// Status fields that would change (`status.<field>`, and `Ready`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub status: Vec<FieldChange>,
+    /// For a package CR: the changes to its infrastructure the host would run (`converge`,
+    /// `delete`), because its `observe` says the infrastructure differs. A plan only
+    /// observes; it never runs them.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub would_run: Vec<String>,
 }
 
 impl Changes {
@@ -98,6 +103,7 @@ impl Changes {
             && self.updated.is_empty()
             && self.deleted.is_empty()
             && self.status.is_empty()
+            && self.would_run.is_empty()
     }
 }
 
@@ -205,6 +211,7 @@ pub fn verdict(inputs: &Inputs<'_>) -> Verdict {
             .collect();
     }
     changes.status = status_changes(inputs.cr, current, new);
+    changes.would_run.clone_from(&new.would_run);
     if changes.is_empty() {
         Verdict::Unchanged
     } else {

@@ -88,6 +88,12 @@ fn text(plans: &[CrPlan]) -> String {
                 for f in &c.status {
                     let _ = writeln!(out, "  ~ status {}", field_line(f));
                 }
+                for change in &c.would_run {
+                    let _ = writeln!(
+                        out,
+                        "  ! would {change} the infrastructure (observe says it differs; not run)"
+                    );
+                }
             }
             Verdict::Fails { message, already } => {
                 let already = if *already {
@@ -177,6 +183,9 @@ fn diff(plans: &[CrPlan]) -> String {
             for f in &c.status {
                 diff_lines(&mut out, f);
             }
+        }
+        for change in &c.would_run {
+            let _ = writeln!(out, "@@ infrastructure @@\n! would {change}");
         }
     }
     out
