@@ -558,7 +558,7 @@ spec:
         ("three", "{size: S}"),
         ("plain", "{note: n}"),
     ];
-    let (ns, _, _) = served_then_stopped(
+    let (ns, current, kubeconfig) = served_then_stopped(
         &group,
         "Shop",
         &typed("size: {type: string}, note: {type: string}", false),
@@ -566,6 +566,36 @@ spec:
         dir.path(),
     )
     .await;
+    // A validation rule and a bound added: the plan judges each live CR by them, as the
+    // API server would at its next write, and names only those they refuse.
+    let ruled = dir.path().join("ruled.yaml");
+    std::fs::write(
+        &ruled,
+        typed(
+            "size: {type: string, maxLength: 1, x-kubernetes-validations: [{rule: \"self != 'L'\", message: no large shops}]}, note: {type: string, maxLength: 3}",
+            false,
+        ),
+    )?;
+    let (code, report) = plan(
+        &kubeconfig,
+        &[
+            "--current",
+            current.to_str().unwrap_or_default(),
+            "--blueprint",
+            ruled.to_str().unwrap_or_default(),
+            "-n",
+            &ns,
+        ],
+    );
+    assert_eq!(code, 1, "{report:#?}");
+    assert_eq!(
+        of(&report, "one")["schema"],
+        json!(["spec.size: new rule `self != 'L'` (no large shops)"]),
+        "{report:#?}"
+    );
+    for name in ["two", "three", "plain"] {
+        assert!(of(&report, name).get("schema").is_none(), "{report:#?}");
+    }
     // The same Blueprint without spec.size: three CRs use it.
     let error = Host::start(&typed("note: {type: string}", false))
         .await

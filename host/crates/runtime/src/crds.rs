@@ -211,7 +211,7 @@ async fn refuse_breaking(client: &Client, crd: &CrdSpec) -> Result<(), Refused> 
         return Ok(());
     };
     let held = serde_json::to_value(&crd_held).unwrap_or_default();
-    let breaks = inrun_blueprint::compat::breaking_manifests(&held, &crd.manifest());
+    let mut breaks = inrun_blueprint::compat::breaking_manifests(&held, &crd.manifest());
     if breaks.is_empty() {
         return Ok(());
     }
@@ -230,11 +230,25 @@ async fn refuse_breaking(client: &Client, crd: &CrdSpec) -> Result<(), Refused> 
         .list(&kube::api::ListParams::default())
         .await
         .map_err(api_err)?;
+    let values: Vec<serde_json::Value> = listed
+        .items
+        .iter()
+        .map(|cr| serde_json::to_value(cr).unwrap_or_default())
+        .collect();
+    // A bound or rule tightened that no live CR breaks is no break.
+    breaks.retain(|b| {
+        !b.tightens_only()
+            || values
+                .iter()
+                .any(|v| !inrun_blueprint::compat::stranded(v, std::slice::from_ref(b)).is_empty())
+    });
+    if breaks.is_empty() {
+        return Ok(());
+    }
     let mut stranded = 0;
     let mut examples = Vec::new();
-    for cr in &listed.items {
-        let value = serde_json::to_value(cr).unwrap_or_default();
-        if !inrun_blueprint::compat::stranded(&value, &breaks).is_empty() {
+    for (cr, value) in listed.items.iter().zip(&values) {
+        if !inrun_blueprint::compat::stranded(value, &breaks).is_empty() {
             stranded += 1;
             if examples.len() < STRANDED_NAMED {
                 let name = cr.metadata.name.clone().unwrap_or_default();
