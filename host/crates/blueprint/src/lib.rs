@@ -27,6 +27,7 @@ mod plugins;
 mod quantity;
 mod reconcile;
 mod refs;
+mod rollout;
 mod runtime;
 mod schema;
 mod validate;
@@ -55,6 +56,7 @@ pub use model::{
 };
 pub use plugins::{PluginRef, PluginRole};
 pub use quantity::{Quantity, QuantityError};
+pub use rollout::{OnFailure, RolloutAnalysis, RolloutSelect, RolloutSpec, RolloutStep};
 pub use reconcile::{
     HookSpec, ManagedResource, ManagedType, ObjectFilter, PluginLimits, PluginSpec, PruneSpec,
     ReconcileSpec, ReconcilerKind, RemoteAuth, RemoteSpec, RequestSpec, RequeueSpec, Reuse,

@@ -103,6 +103,11 @@ pub struct ReconcileSpec {
     /// Calls made before the reconciler, visible as `.external.<name>`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub external: Vec<ExternalCall>,
+    /// How a change of this block (its templates, hooks, plugins, endpoint) reaches the
+    /// CRs: step by step, judged against the version it replaces. Without it, a change
+    /// reaches every CR at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<crate::rollout::RolloutSpec>,
 }
 
 fn default_true() -> bool {
@@ -127,6 +132,7 @@ impl Default for ReconcileSpec {
             prune: PruneSpec::default(),
             requeue: None,
             external: Vec::new(),
+            rollout: None,
         }
     }
 }

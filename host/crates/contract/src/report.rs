@@ -10,7 +10,7 @@ pub const HOST_CONDITIONS: [&str; 2] = ["Reconciled", "Ready"];
 
 /// The reasons of the host's own events; a reconciler's event may not take one, so what
 /// the host says cannot be forged.
-pub const HOST_EVENT_REASONS: [&str; 15] = [
+pub const HOST_EVENT_REASONS: [&str; 19] = [
     "Reconciled",
     "ReconcileError",
     "Pruned",
@@ -26,6 +26,10 @@ pub const HOST_EVENT_REASONS: [&str; 15] = [
     "ResourceFailed",
     "Released",
     "BreakingSchemaChange",
+    "RolloutStep",
+    "RolloutComplete",
+    "RolledBack",
+    "RolloutPaused",
 ];
 
 /// Most conditions one Result may set.

@@ -20,6 +20,36 @@ pub(super) async fn stop(running: Running) {
     }
 }
 
+/// The rollout of `plan` from the same CRD in `previous`, when `plan`'s reconcile says
+/// how to roll out (`reconcile.rollout`) and what reconciles its CRs changed: another
+/// plugin digest, another block as written.
+fn rollout_from(
+    previous: &Arc<Assembly>,
+    plan: &inrun_reconcilers::plan::CrdPlan,
+) -> Option<Arc<inrun_runtime::rollout::Rollout>> {
+    let spec = plan.default.spec.rollout.clone()?;
+    let name = plan.spec.crd_name();
+    let index = previous
+        .crds()
+        .iter()
+        .position(|c| c.spec.crd_name() == name)?;
+    let what = |p: &inrun_reconcilers::plan::CrdPlan| -> Vec<String> {
+        std::iter::once(&p.default)
+            .chain(p.targets.iter().map(|(_, t)| t))
+            .map(inrun_pass::status::reconciled_by)
+            .collect()
+    };
+    if what(&previous.crds()[index]) == what(plan) {
+        return None;
+    }
+    Some(inrun_runtime::rollout::Rollout::new(
+        spec,
+        previous.clone(),
+        index,
+        plan,
+    ))
+}
+
 impl Fleet {
     /// Stops every controller of `tenant`: all are told at once, then each is awaited.
     pub(super) async fn stop_all(tenant: &mut Tenant) {
@@ -140,10 +170,17 @@ impl Fleet {
         }
         let locations = plugin_locations(&assembly.blueprint);
         let runtime_spec = assembly.blueprint.spec.runtime.clone();
+        // The Blueprint serving until now: a CRD whose reconciler it changes rolls out
+        // from it when the new one says how (`reconcile.rollout`).
+        let previous = tenant.assembly.clone();
         for (index, plan) in assembly.crds().iter().enumerate() {
             let name = plan.spec.crd_name();
             if tenant.running.contains_key(&name) {
                 continue;
+            }
+            let rollout = previous.as_ref().and_then(|p| rollout_from(p, plan));
+            if let Some(r) = &rollout {
+                tracing::info!(tenant = %tenant.source, crd = %name, from = %r.from, to = %r.to, "rolling out a new version step by step");
             }
             let (stop_tx, stop_rx) = watch::channel(false);
             let (requeue_tx, requeue_rx) = mpsc::unbounded_channel();
@@ -157,6 +194,7 @@ impl Fleet {
                 kinds[index].clone(),
                 stop_rx,
                 requeue,
+                rollout.clone(),
             );
             tracing::info!(tenant = %tenant.source, crd = %name, "starting the controller");
             tenant.running.insert(
@@ -169,6 +207,7 @@ impl Fleet {
                     stop: stop_tx,
                     requeue: requeue_tx,
                     task: tokio::spawn(future),
+                    rollout,
                 },
             );
         }
@@ -324,6 +363,7 @@ mod tests {
                     task: tokio::spawn(async move {
                         let _ = stop_rx.wait_for(|s| *s).await;
                     }),
+                    rollout: None,
                 },
             );
         }

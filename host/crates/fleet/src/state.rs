@@ -113,6 +113,17 @@ pub struct TenantView {
     /// The serving assembly, for `/blueprint`.
     #[serde(skip)]
     pub assembly: Option<Arc<Assembly>>,
+    /// Its CRDs' rollouts under way or ended since they started (read with
+    /// [`TenantView::rollout_views`]).
+    #[serde(skip)]
+    pub rollouts: Vec<Arc<inrun_runtime::rollout::Rollout>>,
+}
+
+impl TenantView {
+    /// Where each of its rollouts stands now.
+    pub fn rollout_views(&self) -> Vec<inrun_runtime::rollout::RolloutView> {
+        self.rollouts.iter().map(|r| r.view()).collect()
+    }
 }
 
 impl std::fmt::Debug for TenantView {
@@ -169,6 +180,8 @@ pub(crate) struct Running {
     pub(crate) stop: watch::Sender<bool>,
     pub(crate) requeue: mpsc::UnboundedSender<()>,
     pub(crate) task: JoinHandle<()>,
+    /// The rollout it carries, when it started as one.
+    pub(crate) rollout: Option<Arc<inrun_runtime::rollout::Rollout>>,
 }
 
 /// Whom a tenant acts as, and the clients that do: the host's own, or its ServiceAccount's.

@@ -160,6 +160,11 @@ impl Fleet {
             budget: tenant.acting.budget.clone(),
             usage: None,
             assembly: tenant.assembly.clone(),
+            rollouts: tenant
+                .running
+                .values()
+                .filter_map(|r| r.rollout.clone())
+                .collect(),
         };
         self.views
             .lock()

@@ -38,12 +38,22 @@ pub enum Reason {
     /// A CRD's new schema would strand live CRs and the Blueprint does not allow it: the
     /// CRD was left as it is (recorded on the CRD).
     BreakingSchemaChange,
+    /// A rollout moved to its next step (recorded on the CRD).
+    RolloutStep,
+    /// A rollout reached every CR and its last step held (recorded on the CRD).
+    RolloutComplete,
+    /// A rollout's new version did worse than its thresholds and the old one: its CRs went
+    /// back to the old version (recorded on the CRD and on each CR moved back).
+    RolledBack,
+    /// A rollout's new version did worse than its thresholds and the old one: the rollout
+    /// stopped where it was (`onFailure: pause`; recorded on the CRD).
+    RolloutPaused,
 }
 
 impl Reason {
     /// Every reason, for what must know them all (the reasons a reconciler's event may not
     /// take: [`inrun_contract::HOST_EVENT_REASONS`]).
-    pub const ALL: [Reason; 15] = [
+    pub const ALL: [Reason; 19] = [
         Reason::Reconciled,
         Reason::ReconcileError,
         Reason::Pruned,
@@ -59,6 +69,10 @@ impl Reason {
         Reason::ResourceFailed,
         Reason::Released,
         Reason::BreakingSchemaChange,
+        Reason::RolloutStep,
+        Reason::RolloutComplete,
+        Reason::RolledBack,
+        Reason::RolloutPaused,
     ];
 
     /// The event's `reason` text.
@@ -79,6 +93,10 @@ impl Reason {
             Reason::ResourceFailed => "ResourceFailed",
             Reason::Released => "Released",
             Reason::BreakingSchemaChange => "BreakingSchemaChange",
+            Reason::RolloutStep => "RolloutStep",
+            Reason::RolloutComplete => "RolloutComplete",
+            Reason::RolledBack => "RolledBack",
+            Reason::RolloutPaused => "RolloutPaused",
         }
     }
 
@@ -92,7 +110,9 @@ impl Reason {
             | Reason::DeletionFailed
             | Reason::ResourceFailed
             | Reason::Released
-            | Reason::BreakingSchemaChange => "Warning",
+            | Reason::BreakingSchemaChange
+            | Reason::RolledBack
+            | Reason::RolloutPaused => "Warning",
             _ => "Normal",
         }
     }

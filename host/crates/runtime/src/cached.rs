@@ -134,6 +134,42 @@ impl CachedCr {
         Value::Object(object)
     }
 
+    /// What its status says of its last pass: `status.reconciledBy`, and whether its
+    /// `Ready` condition is `True` (read from the body alone, the rest of it skipped).
+    pub fn reconciled_by_and_ready(&self) -> (Option<String>, bool) {
+        #[derive(serde::Deserialize)]
+        struct Body {
+            #[serde(default)]
+            status: Option<Status>,
+        }
+        #[derive(serde::Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Status {
+            #[serde(default)]
+            reconciled_by: Option<String>,
+            #[serde(default)]
+            conditions: Vec<Condition>,
+        }
+        #[derive(serde::Deserialize)]
+        struct Condition {
+            #[serde(rename = "type", default)]
+            type_: String,
+            #[serde(default)]
+            status: String,
+        }
+        let Ok(Body {
+            status: Some(status),
+        }) = serde_json::from_str::<Body>(&self.body)
+        else {
+            return (None, false);
+        };
+        let ready = status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True");
+        (status.reconciled_by, ready)
+    }
+
     /// The CR's identity and metadata without its body: what the pass's effects address
     /// it by (names, uid, resourceVersion, labels) — they read nothing else.
     pub fn head(&self) -> DynamicObject {

@@ -61,6 +61,9 @@ pub struct Ctx {
     /// The host memory the tenant's passes may hold for what reconcilers return; `None`:
     /// not counted.
     pub host_memory: Option<inrun_wasm::HostMemory>,
+    /// The rollout of a new version of what reconciles the CRD, when one is under way:
+    /// the CRs it has not moved are served by the version before.
+    pub rollout: Option<Arc<crate::rollout::Rollout>>,
 }
 
 impl Ctx {
@@ -95,6 +98,26 @@ impl Ctx {
     /// This CRD's plan.
     pub fn plan(&self) -> &CrdPlan {
         &self.assembly.crds()[self.crd]
+    }
+
+    /// The plan that serves `cr`: this CRD's, or during a rollout the version before it
+    /// for a CR the rollout has not moved; and the version, during a rollout.
+    pub fn plan_of(
+        &self,
+        cr: &impl kube::Resource,
+    ) -> (&CrdPlan, Option<crate::rollout::Version>) {
+        match &self.rollout {
+            Some(rollout) => match rollout.version_of(cr.meta().uid.as_deref()) {
+                crate::rollout::Version::Old => (
+                    rollout.previous_plan(),
+                    Some(crate::rollout::Version::Old),
+                ),
+                crate::rollout::Version::New => {
+                    (self.plan(), Some(crate::rollout::Version::New))
+                }
+            },
+            None => (self.plan(), None),
+        }
     }
 
     /// The API for a CR (its namespace, or cluster-wide).

@@ -41,6 +41,9 @@ fn retries(
 /// A CR is reconciled when it or one of its children changes other than by the host's own
 /// write (see `triggers.rs`), on a requeue, and on `requeue`; children are watched by
 /// metadata only, and mapped to their CR through an index by owner uid.
+///
+/// With `rollout`, the CRs it has not moved are served by the version before
+/// ([`crate::rollout`]), and its driver runs beside the controller.
 pub fn controller(
     shared: &Shared,
     assembly: Arc<Assembly>,
@@ -48,6 +51,7 @@ pub fn controller(
     child_kinds: CrdKinds,
     stop: watch::Receiver<bool>,
     requeue: impl Stream<Item = ()> + Send + 'static,
+    rollout: Option<Arc<crate::rollout::Rollout>>,
 ) -> impl std::future::Future<Output = ()> + Send + 'static {
     let ar = cr_resource(&assembly.crds()[index].spec);
     let triggers = Arc::new(triggers::Triggers::new(ar.clone()));
@@ -68,7 +72,9 @@ pub fn controller(
             .0
         })
         .collect();
-    let ctx = Arc::new(context(shared, assembly, index, stores, triggers));
+    let mut ctx = context(shared, assembly, index, stores, triggers);
+    ctx.rollout = rollout;
+    let ctx = Arc::new(ctx);
     // The CRs' cache holds them compacted ([`CachedCr`]); a pass reads one whole.
     let writer = Writer::new(ar.clone());
     let crs = writer.as_reader();
@@ -132,6 +138,7 @@ fn context(
         shard: shared.shard.clone(),
         fresh: Arc::default(),
         host_memory: shared.host_memory.clone(),
+        rollout: None,
         crd: index,
         assembly,
     }
@@ -292,6 +299,14 @@ impl ChildWatches {
             .chain(ctx.shard.clone().map(|shard| {
                 tokio::spawn(bucket_moves(ctx.clone(), shard, crs.clone(), woken.clone()))
             }))
+            .chain(ctx.rollout.clone().map(|rollout| {
+                tokio::spawn(crate::rollout::drive(
+                    ctx.clone(),
+                    rollout,
+                    crs.clone(),
+                    woken.clone(),
+                ))
+            }))
             .chain(
                 (!pending.is_empty())
                     .then(|| tokio::spawn(lazy_watches(ctx.clone(), crs, pending, woken.clone()))),
@@ -446,6 +461,7 @@ pub async fn run(
                 kinds,
                 shutdown.clone(),
                 futures::stream::pending(),
+                None,
             )
         })
         .collect();

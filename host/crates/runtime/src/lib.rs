@@ -15,6 +15,8 @@
 //! - `apply.rs` and `teardown.rs`: how children are written, and pruned or released;
 //!   `children.rs` holds what both share, [`safeguard`] what holds a deletion.
 //! - [`Shared`] (`shared.rs`): what every controller of a host shares.
+//! - [`rollout`]: a new version of what reconciles a CRD reaching its CRs step by step;
+//!   the reconcile fn asks it which version serves each CR.
 //!
 //! One CR's way through: a watch event (`controller.rs`, `child_watches.rs`,
 //! [`sharded_watch`]) wakes it unless the host wrote the change itself (`triggers.rs`); the
@@ -50,6 +52,7 @@ pub mod impersonation;
 pub mod kinds;
 pub mod kubeconfig;
 pub mod locks;
+pub mod rollout;
 pub mod sharded_watch;
 pub mod write_limit;
 

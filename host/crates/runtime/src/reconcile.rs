@@ -48,7 +48,8 @@ async fn guarded<T>(work: impl std::future::Future<Output = T>) -> Result<T, Str
 /// [`ReconcileError`] when the pass failed or panicked; [`error_policy`] retries it with
 /// backoff.
 pub async fn reconcile(cached: Arc<CachedCr>, ctx: Arc<Ctx>) -> Result<Action, ReconcileError> {
-    let crd = ctx.plan();
+    // During a rollout, the version the rollout has the CR on.
+    let (crd, version) = ctx.plan_of(cached.as_ref());
     let key = Ctx::key(cached.as_ref());
     // Under sharding, a CR of a bucket another replica holds is left to it (a requeue or
     // a wake queued before the bucket moved); the replica taking a bucket wakes its CRs.
@@ -104,6 +105,14 @@ pub async fn reconcile(cached: Arc<CachedCr>, ctx: Arc<Ctx>) -> Result<Action, R
             )
         });
         let error = result.as_ref().err();
+        if let (Some(rollout), Some(version)) = (&ctx.rollout, version) {
+            rollout.record(version, error.is_none());
+            ctx.metrics.rollout_pass(
+                &rollout.crd,
+                version == crate::rollout::Version::New,
+                error.is_none(),
+            );
+        }
         let again = record_finished(
             &ctx.metrics,
             &ctx.queue,

@@ -90,9 +90,12 @@ async fn child_kinds(
     ctx: &Ctx,
     spec: &ReconcileSpec,
 ) -> Result<Vec<crate::kinds::Kind>, ChildError> {
-    let plan = ctx.plan();
-    let blocks: Vec<&ReconcileSpec> = std::iter::once(&plan.default.spec)
-        .chain(plan.targets.iter().map(|(_, p)| &p.spec))
+    // During a rollout, the version before may own kinds the new one does not.
+    let plans = std::iter::once(ctx.plan()).chain(ctx.rollout.as_ref().map(|r| r.previous_plan()));
+    let blocks: Vec<&ReconcileSpec> = plans
+        .flat_map(|plan| {
+            std::iter::once(&plan.default.spec).chain(plan.targets.iter().map(|(_, p)| &p.spec))
+        })
         .collect();
     // Kept when the current block keeps the kind, or (for a kind it does not manage) a
     // block that manages it does.

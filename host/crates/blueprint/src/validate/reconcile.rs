@@ -34,6 +34,74 @@ pub(super) fn check(r: &mut Report<'_>, spec: &ReconcileSpec, at: &str) {
         self::requeue(r, requeue, &format!("{at}.requeue"));
     }
     external_calls(r, spec, at);
+    if let Some(rollout) = &spec.rollout {
+        self::rollout(r, rollout, &format!("{at}.rollout"));
+    }
+}
+
+/// Most steps a rollout may take.
+const MAX_STEPS: usize = 20;
+
+/// `rollout`: steps increasing to 100, a window of a second to an hour, rates within 0..1.
+fn rollout(r: &mut Report<'_>, rollout: &crate::RolloutSpec, at: &str) {
+    r.check(
+        !rollout.steps.is_empty() && rollout.steps.len() <= MAX_STEPS,
+        format!("{at}.steps"),
+        format!("1 to {MAX_STEPS} steps"),
+    );
+    let mut before = 0;
+    for (i, step) in rollout.steps.iter().enumerate() {
+        let f = format!("{at}.steps[{i}].percent");
+        if !(1..=100).contains(&step.percent) {
+            r.add(f, "must be 1 to 100");
+        } else if step.percent <= before {
+            r.add(f, format!("must be more than the step before ({before})"));
+        }
+        before = before.max(step.percent);
+        if let Some(pause) = step.pause {
+            r.check(
+                pause <= std::time::Duration::from_secs(24 * 3600),
+                format!("{at}.steps[{i}].pause"),
+                "at most 24h",
+            );
+        }
+    }
+    r.check(
+        rollout.steps.last().is_none_or(|s| s.percent == 100),
+        format!("{at}.steps"),
+        "the last step must be 100",
+    );
+    let analysis = &rollout.analysis;
+    r.check(
+        analysis.window >= std::time::Duration::from_secs(1)
+            && analysis.window <= std::time::Duration::from_secs(3600),
+        format!("{at}.analysis.window"),
+        "1s to 1h",
+    );
+    for (name, value) in [
+        ("maxFailureRate", analysis.max_failure_rate),
+        ("minReadyRatio", analysis.min_ready_ratio),
+    ] {
+        r.check(
+            (0.0..=1.0).contains(&value),
+            format!("{at}.analysis.{name}"),
+            "must be 0 to 1",
+        );
+    }
+    if let Some(select) = &rollout.select {
+        for (i, ns) in select.namespaces.iter().enumerate() {
+            let name = ns.strip_suffix('*').unwrap_or(ns);
+            let prefix_ok = name.len() <= 63
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+            r.check(
+                !ns.is_empty() && prefix_ok,
+                format!("{at}.select.namespaces[{i}]"),
+                "a namespace, or a prefix ending in `*`",
+            );
+        }
+    }
 }
 
 /// `prune.keep`: each entry a Kind or group/Kind.
@@ -337,6 +405,36 @@ mod tests {
         assert_eq!(
             reconcile("{ requeue: {} }"),
             [format!("{AT}.requeue: set after, when, or both")]
+        );
+    }
+
+    #[test]
+    fn a_rollout_steps_up_to_100_and_keeps_its_thresholds_in_range() {
+        let good = super::super::tests::with_crds(&[
+            "{ group: demo.inrun.dev, version: v1, kind: WebApp, reconcile: { rollout: { steps: [ { percent: 5, pause: 2m }, { percent: 100 } ], select: { namespaces: [ canary-*, web ] }, analysis: { window: 1m, maxFailureRate: 0.02, minReadyRatio: 0.95 }, onFailure: pause } } }",
+        ]);
+        let bp = crate::from_str(&good, "web.yaml").expect("a good rollout");
+        let rollout = bp.spec.crds[0].reconcile.rollout.clone().expect("rollout");
+        assert_eq!(rollout.on_failure, crate::OnFailure::Pause);
+        assert!(rollout.select.is_some_and(|s| s.selects(Some("canary-eu")) && s.selects(Some("web")) && !s.selects(Some("webs")) && !s.selects(None)));
+        assert_eq!(
+            reconcile(
+                "{ rollout: { steps: [ { percent: 50 }, { percent: 20 }, { percent: 0 } ], select: { namespaces: [ 'Bad_NS' ] }, analysis: { window: 500ms, maxFailureRate: 2 } } }"
+            ),
+            [
+                format!("{AT}.rollout.steps[1].percent: must be more than the step before (50)"),
+                format!("{AT}.rollout.steps[2].percent: must be 1 to 100"),
+                format!("{AT}.rollout.steps: the last step must be 100"),
+                format!("{AT}.rollout.analysis.window: 1s to 1h"),
+                format!("{AT}.rollout.analysis.maxFailureRate: must be 0 to 1"),
+                format!("{AT}.rollout.select.namespaces[0]: a namespace, or a prefix ending in `*`"),
+            ]
+        );
+        assert_eq!(
+            reconcile("{ rollout: { steps: [] } }"),
+            [
+                format!("{AT}.rollout.steps: 1 to 20 steps"),
+            ]
         );
     }
 }

@@ -13,6 +13,7 @@ mod dashboard;
 mod exact;
 mod process;
 mod rest;
+mod rollout;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -162,6 +163,7 @@ pub struct Metrics {
     blueprint_reloads: Family<TenantOutcome, Counter>,
     tenant_series: Mutex<HashMap<String, TenantSeries>>,
     console: Mutex<Console>,
+    rollouts: rollout::Rollouts,
 }
 
 fn depth(n: usize) -> i64 {
@@ -276,6 +278,7 @@ impl Metrics {
             blueprint_reloads: Family::default(),
             tenant_series: Mutex::default(),
             console: Mutex::default(),
+            rollouts: rollout::Rollouts::default(),
         };
         m.registered()
     }
@@ -302,6 +305,7 @@ impl Metrics {
         self.register_ring();
         self.register_plugins();
         self.register_state();
+        self.rollouts.register(&mut self.registry);
         self
     }
 

@@ -503,12 +503,18 @@ impl Builder<'_> {
     }
 }
 
-/// A short digest of the block as written (the first 8 bytes of the sha256 of its JSON, in
-/// hex): what `status.reconciledBy` records for a block no plugin serves, computed once
+/// A short digest of the block as written, its `rollout` left out (the first 8 bytes of
+/// the sha256 of its JSON, in hex): what `status.reconciledBy` records for a block no plugin serves, computed once
 /// when the block is built rather than at every status step.
 fn block_digest(block: &ReconcileSpec) -> String {
     use sha2::Digest as _;
-    let text = serde_json::to_vec(block).unwrap_or_default();
+    // How a change rolls out is not what reconciles: a rollout edited alone is no new
+    // version.
+    let what = ReconcileSpec {
+        rollout: None,
+        ..block.clone()
+    };
+    let text = serde_json::to_vec(&what).unwrap_or_default();
     sha2::Sha256::digest(&text)
         .iter()
         .take(8)

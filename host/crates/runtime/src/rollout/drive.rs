@@ -1,0 +1,273 @@
+//! The loop that carries a rollout: every [`TICK`] it reads the CRs the controller's cache
+//! holds, moves the step's share of them to the new version (waking only those), judges
+//! the new version against the old, and advances, rolls back or pauses — recording each
+//! turn as an event on the CRD, and a rollback on each CR moved back.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::Api;
+use kube::runtime::reflector::{ObjectRef, Store};
+use tokio::sync::mpsc::UnboundedSender;
+
+use super::analysis::{self, Numbers};
+use super::moves::{self, Cr};
+use super::{Phase, Rollout, Version};
+use crate::cached::CachedCr;
+use crate::context::Ctx;
+use crate::events::Reason;
+use inrun_blueprint::OnFailure;
+
+/// How often the rollout looks at its CRs.
+const TICK: Duration = Duration::from_secs(1);
+
+/// What one turn decided.
+#[derive(Debug, Default)]
+struct Turn {
+    /// CRs whose version changed: each runs a pass now.
+    woken: Vec<String>,
+    /// What to record on the CRD.
+    said: Option<(Reason, String)>,
+    /// CRs moved back to the old version, and why.
+    back: Option<(Vec<String>, String)>,
+    /// The rollout is over (complete or rolled back).
+    over: bool,
+}
+
+/// Carries `rollout` for the controller of `ctx`, whose cache is `crs`; CRs whose version
+/// changes are sent on `woken`. Ends when the rollout is over; the controller aborts it
+/// when it stops.
+pub async fn drive(
+    ctx: Arc<Ctx>,
+    rollout: Arc<Rollout>,
+    crs: Store<CachedCr>,
+    woken: UnboundedSender<ObjectRef<CachedCr>>,
+) {
+    let _ = crs.wait_until_ready().await;
+    let on_crd = crd_reference(&ctx, &rollout.crd).await;
+    tracing::info!(crd = %rollout.crd, from = %rollout.from, to = %rollout.to, "rollout started");
+    let mut ticker = tokio::time::interval(TICK);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticker.tick().await;
+        let all = crs.state();
+        let turn = turn(&rollout, &all, Instant::now());
+        let by_uid: HashMap<&str, &Arc<CachedCr>> = all
+            .iter()
+            .filter_map(|cr| cr.metadata.uid.as_deref().map(|u| (u, cr)))
+            .collect();
+        for uid in &turn.woken {
+            if let Some(cr) = by_uid.get(uid.as_str()) {
+                let _ = woken.send(ObjectRef::from_obj_with(
+                    cr.as_ref(),
+                    ctx.cr_resource.clone(),
+                ));
+            }
+        }
+        let view = rollout.view();
+        let on_old = all.len().saturating_sub(view.on_new);
+        let (step, on_new, on_old) = match view.phase {
+            Phase::RolledBack => (0, 0, all.len()),
+            Phase::Complete => (view.step, all.len(), 0),
+            _ => (view.step, view.on_new, on_old),
+        };
+        ctx.metrics.rollout_at(
+            &rollout.crd,
+            i64::try_from(step).unwrap_or(i64::MAX),
+            i64::from(view.percent),
+            on_old,
+            on_new,
+        );
+        if let Some((reason, note)) = &turn.said {
+            tracing::info!(crd = %rollout.crd, reason = reason.as_str(), "{note}");
+            if let Some(on) = &on_crd {
+                ctx.events.record(on, *reason, note.clone()).await;
+            }
+        }
+        if let Some((uids, why)) = &turn.back {
+            let note = format!(
+                "reconciled again by {} after the rollout to {} was rolled back: {why}",
+                rollout.from, rollout.to
+            );
+            for uid in uids {
+                if let Some(cr) = by_uid.get(uid.as_str()) {
+                    let on = reference(&ctx, cr);
+                    ctx.events.record(&on, Reason::RolledBack, note.clone()).await;
+                }
+            }
+        }
+        if turn.over {
+            tracing::info!(crd = %rollout.crd, phase = ?view.phase, "rollout over");
+            return;
+        }
+    }
+}
+
+/// One look at `all` (the CRs cached now) at `now`: the numbers of each version, the
+/// step's CRs moved, the verdict, and the next step.
+fn turn(rollout: &Rollout, all: &[Arc<CachedCr>], now: Instant) -> Turn {
+    let facts: Vec<(&str, Option<&str>, Option<String>, bool)> = all
+        .iter()
+        .filter_map(|cr| {
+            let uid = cr.metadata.uid.as_deref()?;
+            let (by, ready) = cr.reconciled_by_and_ready();
+            Some((uid, cr.metadata.namespace.as_deref(), by, ready))
+        })
+        .collect();
+    let spec = &rollout.spec;
+    let window = spec.analysis.window;
+    let mut state = rollout.state();
+    if matches!(state.phase, Phase::Complete | Phase::RolledBack) {
+        return Turn {
+            over: true,
+            ..Turn::default()
+        };
+    }
+    let numbers = |state: &mut super::State, version: Version, by: &str| {
+        let (passes, failures) = state.passes.counts(version, now, window);
+        let mine = facts.iter().filter(|f| f.2.as_deref() == Some(by));
+        Numbers {
+            passes,
+            failures,
+            reconciled: mine.clone().count(),
+            ready: mine.filter(|f| f.3).count(),
+        }
+    };
+    let old = numbers(&mut state, Version::Old, &rollout.from);
+    let new = numbers(&mut state, Version::New, &rollout.to);
+    state.numbers = (old.clone(), new.clone());
+    if state.phase == Phase::Paused {
+        return Turn::default();
+    }
+    let step = spec.steps[state.step];
+    let crs: Vec<Cr<'_>> = facts
+        .iter()
+        .map(|f| Cr {
+            uid: f.0,
+            namespace: f.1,
+        })
+        .collect();
+    let moved = moves::moved(&crs, spec.select.as_ref(), step.percent, &state.moved);
+    let woken: Vec<String> = moved.difference(&state.moved).cloned().collect();
+    state.moved = moved;
+    // A step is over once its pause passed and none of its CRs moved at this look.
+    let step_over = woken.is_empty()
+        && now.duration_since(state.step_started) >= step.pause.unwrap_or_default();
+    if let Some(why) = analysis::judge(&spec.analysis, &old, &new, step_over) {
+        state.verdict = Some(why.clone());
+        let at = format!(
+            "the rollout of {} from {} to {} at step {} of {} ({} % of CRs)",
+            rollout.crd,
+            rollout.from,
+            rollout.to,
+            state.step + 1,
+            spec.steps.len(),
+            step.percent
+        );
+        return match spec.on_failure {
+            OnFailure::Rollback => {
+                state.phase = Phase::RolledBack;
+                let back: Vec<String> = state.moved.iter().cloned().collect();
+                Turn {
+                    woken: back.clone(),
+                    said: Some((
+                        Reason::RolledBack,
+                        format!("{at} was rolled back: {why}"),
+                    )),
+                    back: Some((back, why)),
+                    over: true,
+                }
+            }
+            OnFailure::Pause => {
+                state.phase = Phase::Paused;
+                Turn {
+                    woken,
+                    said: Some((Reason::RolloutPaused, format!("{at} paused: {why}"))),
+                    ..Turn::default()
+                }
+            }
+        };
+    }
+    if !step_over {
+        return Turn {
+            woken,
+            ..Turn::default()
+        };
+    }
+    if state.step + 1 == spec.steps.len() {
+        state.phase = Phase::Complete;
+        return Turn {
+            woken,
+            said: Some((
+                Reason::RolloutComplete,
+                format!(
+                    "the rollout of {} reached every CR: {} replaces {} ({} passes in the last {}, {} failed)",
+                    rollout.crd,
+                    rollout.to,
+                    rollout.from,
+                    new.passes,
+                    inrun_contract::duration::format(window),
+                    new.failures
+                ),
+            )),
+            over: true,
+            ..Turn::default()
+        };
+    }
+    state.step += 1;
+    state.step_started = now;
+    let next = spec.steps[state.step];
+    Turn {
+        woken,
+        said: Some((
+            Reason::RolloutStep,
+            format!(
+                "the rollout of {} to {}: step {} of {}, {} % of CRs (the new version so far: {} passes, {} failed; {} of {} CRs Ready)",
+                rollout.crd,
+                rollout.to,
+                state.step + 1,
+                spec.steps.len(),
+                next.percent,
+                new.passes,
+                new.failures,
+                new.ready,
+                new.reconciled
+            ),
+        )),
+        ..Turn::default()
+    }
+}
+
+/// The CRD `name` as events name it (events of cluster-scoped objects go to `default`);
+/// `None` when it cannot be read.
+async fn crd_reference(ctx: &Ctx, name: &str) -> Option<ObjectReference> {
+    let api: Api<CustomResourceDefinition> = Api::all(ctx.client.clone());
+    match api.get(name).await {
+        Ok(crd) => Some(ObjectReference {
+            api_version: Some("apiextensions.k8s.io/v1".into()),
+            kind: Some("CustomResourceDefinition".into()),
+            name: Some(name.to_string()),
+            uid: crd.metadata.uid,
+            ..ObjectReference::default()
+        }),
+        Err(e) => {
+            tracing::warn!(crd = %name, error = %e, "a rollout's events will not be recorded on its CRD");
+            None
+        }
+    }
+}
+
+/// `cr` as an event names it.
+fn reference(ctx: &Ctx, cr: &CachedCr) -> ObjectReference {
+    ObjectReference {
+        api_version: Some(ctx.cr_resource.api_version.clone()),
+        kind: Some(ctx.cr_resource.kind.clone()),
+        name: cr.metadata.name.clone(),
+        namespace: cr.metadata.namespace.clone(),
+        uid: cr.metadata.uid.clone(),
+        ..ObjectReference::default()
+    }
+}
