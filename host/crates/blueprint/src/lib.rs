@@ -56,13 +56,13 @@ pub use model::{
 };
 pub use plugins::{PluginRef, PluginRole};
 pub use quantity::{Quantity, QuantityError};
-pub use rollout::{OnFailure, RolloutAnalysis, RolloutSelect, RolloutSpec, RolloutStep};
 pub use reconcile::{
     HookSpec, ManagedResource, ManagedType, ObjectFilter, PluginLimits, PluginSpec, PruneSpec,
     ReconcileSpec, ReconcilerKind, RemoteAuth, RemoteSpec, RequestSpec, RequeueSpec, Reuse,
     TYPE_DEFINING, default_plural,
 };
 pub use refs::{PullSecretRef, SecretRef};
+pub use rollout::{OnFailure, RolloutAnalysis, RolloutSelect, RolloutSpec, RolloutStep};
 pub use runtime::{
     BackoffSpec, BudgetSpec, FinalizersSpec, LeaderElectionSpec, RuntimeSpec, ShardWatch,
     ShardingSpec,

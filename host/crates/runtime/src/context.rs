@@ -102,19 +102,13 @@ impl Ctx {
 
     /// The plan that serves `cr`: this CRD's, or during a rollout the version before it
     /// for a CR the rollout has not moved; and the version, during a rollout.
-    pub fn plan_of(
-        &self,
-        cr: &impl kube::Resource,
-    ) -> (&CrdPlan, Option<crate::rollout::Version>) {
+    pub fn plan_of(&self, cr: &impl kube::Resource) -> (&CrdPlan, Option<crate::rollout::Version>) {
         match &self.rollout {
             Some(rollout) => match rollout.version_of(cr.meta().uid.as_deref()) {
-                crate::rollout::Version::Old => (
-                    rollout.previous_plan(),
-                    Some(crate::rollout::Version::Old),
-                ),
-                crate::rollout::Version::New => {
-                    (self.plan(), Some(crate::rollout::Version::New))
+                crate::rollout::Version::Old => {
+                    (rollout.previous_plan(), Some(crate::rollout::Version::Old))
                 }
+                crate::rollout::Version::New => (self.plan(), Some(crate::rollout::Version::New)),
             },
             None => (self.plan(), None),
         }

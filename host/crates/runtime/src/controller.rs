@@ -97,6 +97,7 @@ pub fn controller(
             pending: child_kinds.pending,
             crs,
             woken,
+            synced: counted.clone(),
         },
         ctx,
         metrics: shared.metrics.clone(),
@@ -276,6 +277,8 @@ struct ChildWatches {
     crs: Store<CachedCr>,
     /// Where the CRs they wake go.
     woken: UnboundedSender<ObjectRef<CachedCr>>,
+    /// Set once the CRs' cache is complete (its first listing).
+    synced: Arc<AtomicBool>,
 }
 
 impl ChildWatches {
@@ -286,6 +289,7 @@ impl ChildWatches {
             pending,
             crs,
             woken,
+            synced,
         } = self;
         served
             .into_iter()
@@ -304,6 +308,7 @@ impl ChildWatches {
                     ctx.clone(),
                     rollout,
                     crs.clone(),
+                    synced.clone(),
                     woken.clone(),
                 ))
             }))

@@ -416,7 +416,10 @@ mod tests {
         let bp = crate::from_str(&good, "web.yaml").expect("a good rollout");
         let rollout = bp.spec.crds[0].reconcile.rollout.clone().expect("rollout");
         assert_eq!(rollout.on_failure, crate::OnFailure::Pause);
-        assert!(rollout.select.is_some_and(|s| s.selects(Some("canary-eu")) && s.selects(Some("web")) && !s.selects(Some("webs")) && !s.selects(None)));
+        assert!(rollout.select.is_some_and(|s| s.selects(Some("canary-eu"))
+            && s.selects(Some("web"))
+            && !s.selects(Some("webs"))
+            && !s.selects(None)));
         assert_eq!(
             reconcile(
                 "{ rollout: { steps: [ { percent: 50 }, { percent: 20 }, { percent: 0 } ], select: { namespaces: [ 'Bad_NS' ] }, analysis: { window: 500ms, maxFailureRate: 2 } } }"
@@ -427,14 +430,14 @@ mod tests {
                 format!("{AT}.rollout.steps: the last step must be 100"),
                 format!("{AT}.rollout.analysis.window: 1s to 1h"),
                 format!("{AT}.rollout.analysis.maxFailureRate: must be 0 to 1"),
-                format!("{AT}.rollout.select.namespaces[0]: a namespace, or a prefix ending in `*`"),
+                format!(
+                    "{AT}.rollout.select.namespaces[0]: a namespace, or a prefix ending in `*`"
+                ),
             ]
         );
         assert_eq!(
             reconcile("{ rollout: { steps: [] } }"),
-            [
-                format!("{AT}.rollout.steps: 1 to 20 steps"),
-            ]
+            [format!("{AT}.rollout.steps: 1 to 20 steps"),]
         );
     }
 }

@@ -77,7 +77,12 @@ impl Tally {
     }
 
     /// `(passes, failures)` of `version` within `window` of `now`.
-    pub(super) fn counts(&mut self, version: Version, now: Instant, window: Duration) -> (u64, u64) {
+    pub(super) fn counts(
+        &mut self,
+        version: Version,
+        now: Instant,
+        window: Duration,
+    ) -> (u64, u64) {
         self.forget(now, window);
         let mut out = (0, 0);
         for (_, v, ok) in &self.passes {

@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::ObjectReference;
@@ -37,22 +38,28 @@ struct Turn {
     over: bool,
 }
 
-/// Carries `rollout` for the controller of `ctx`, whose cache is `crs`; CRs whose version
-/// changes are sent on `woken`. Ends when the rollout is over; the controller aborts it
-/// when it stops.
+/// Carries `rollout` for the controller of `ctx`, whose cache is `crs` (complete once
+/// `synced`); CRs whose version changes are sent on `woken`. Ends when the rollout is over;
+/// the controller aborts it when it stops.
+///
+/// It reads `synced` rather than waiting on the cache: a cache wakes one waiter only, and
+/// the controller waits on it.
 pub async fn drive(
     ctx: Arc<Ctx>,
     rollout: Arc<Rollout>,
     crs: Store<CachedCr>,
+    synced: Arc<AtomicBool>,
     woken: UnboundedSender<ObjectRef<CachedCr>>,
 ) {
-    let _ = crs.wait_until_ready().await;
     let on_crd = crd_reference(&ctx, &rollout.crd).await;
     tracing::info!(crd = %rollout.crd, from = %rollout.from, to = %rollout.to, "rollout started");
     let mut ticker = tokio::time::interval(TICK);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticker.tick().await;
+        if !synced.load(Ordering::Acquire) {
+            continue;
+        }
         let all = crs.state();
         let turn = turn(&rollout, &all, Instant::now());
         let by_uid: HashMap<&str, &Arc<CachedCr>> = all
@@ -95,7 +102,9 @@ pub async fn drive(
             for uid in uids {
                 if let Some(cr) = by_uid.get(uid.as_str()) {
                     let on = reference(&ctx, cr);
-                    ctx.events.record(&on, Reason::RolledBack, note.clone()).await;
+                    ctx.events
+                        .record(&on, Reason::RolledBack, note.clone())
+                        .await;
                 }
             }
         }
@@ -173,10 +182,7 @@ fn turn(rollout: &Rollout, all: &[Arc<CachedCr>], now: Instant) -> Turn {
                 let back: Vec<String> = state.moved.iter().cloned().collect();
                 Turn {
                     woken: back.clone(),
-                    said: Some((
-                        Reason::RolledBack,
-                        format!("{at} was rolled back: {why}"),
-                    )),
+                    said: Some((Reason::RolledBack, format!("{at} was rolled back: {why}"))),
                     back: Some((back, why)),
                     over: true,
                 }

@@ -35,9 +35,7 @@ pub(super) fn moved(
     let want = (crs.len() * usize::from(percent)).div_ceil(100);
     let mut on: HashSet<String> = crs
         .iter()
-        .filter(|cr| {
-            already.contains(cr.uid) || select.is_some_and(|s| s.selects(cr.namespace))
-        })
+        .filter(|cr| already.contains(cr.uid) || select.is_some_and(|s| s.selects(cr.namespace)))
         .map(|cr| cr.uid.to_string())
         .collect();
     if on.len() < want {
@@ -82,7 +80,11 @@ mod tests {
         // 20 CRs are in canary-a: they go first, whatever the share.
         let first = moved(&all, Some(&select), 5, &none);
         assert_eq!(first.len(), 20);
-        assert!(all.iter().filter(|c| c.namespace == Some("canary-a")).all(|c| first.contains(c.uid)));
+        assert!(
+            all.iter()
+                .filter(|c| c.namespace == Some("canary-a"))
+                .all(|c| first.contains(c.uid))
+        );
         let next = moved(&all, Some(&select), 25, &first);
         assert_eq!(next.len(), 50);
         assert!(first.is_subset(&next));

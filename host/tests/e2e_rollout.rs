@@ -1,0 +1,365 @@
+//! Rollouts on a real kube-apiserver, the host under its generated RBAC: a new version of
+//! a Rust plugin reaches 5 %, then 25 %, then every CR, each step's CRs read from their
+//! `status.reconciledBy`, the CRs not moved left unwritten; a new version that fails on
+//! about 30 % of CRs is rolled back within its first step, every CR ending Ready on the
+//! old version, with events naming the versions and the numbers; a template change rolls
+//! out the same way.
+
+// Scenarios read top to bottom as one story (create, change, watch, check), so their
+// length is not split into steps as the host's own functions are.
+#![allow(clippy::too_many_lines)]
+
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use inrun::fleet::{FleetOptions, TenantSource};
+use kube::Api;
+use kube::api::{DynamicObject, ListParams};
+use kube::discovery::ApiResource;
+use support::*;
+
+/// The rollouts one at a time: each creates hundreds of CRs, and the others' would slow
+/// its steps.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// A Blueprint serving `kind` with `reconcile` (the lines under `reconcile:`, indented
+/// eight spaces) and `rollout` (its flow mapping).
+fn blueprint(group: &str, kind: &str, reconcile: &str, rollout: &str) -> String {
+    format!(
+        "apiVersion: inrun.dev/v1alpha1\nkind: Blueprint\nmetadata: {{ name: rollout }}\nspec:\n  crds:\n    - group: {group}\n      version: v1alpha1\n      kind: {kind}\n      reconcile:\n{reconcile}        managedResources: [ {{ apiVersion: v1, kind: ConfigMap }}, {{ apiVersion: apps/v1, kind: Deployment }}, {{ apiVersion: v1, kind: Service }} ]\n        rollout: {rollout}\n"
+    )
+}
+
+/// A `reconcile` block of the plugin `name` as its constructor.
+fn constructor(name: &str) -> String {
+    format!(
+        "        default: false\n        constructor: {{ location: \"{}\" }}\n",
+        plugin(name)
+    )
+}
+
+/// Each CR of `ar` in `ns`: its `status.reconciledBy`, whether it is Ready, and its
+/// resourceVersion.
+async fn states(ar: &ApiResource, ns: &str) -> BTreeMap<String, (String, bool, String)> {
+    let api: Api<DynamicObject> = Api::namespaced_with(client(), ns, ar);
+    let list = api.list(&ListParams::default()).await.expect("list CRs");
+    list.items
+        .into_iter()
+        .map(|cr| {
+            let by = cr.data["status"]["reconciledBy"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            let ready = support::ready(&cr).is_some_and(|r| r.0 == "True");
+            let name = cr.metadata.name.clone().unwrap_or_default();
+            let version = cr.metadata.resource_version.clone().unwrap_or_default();
+            (name, (by, ready, version))
+        })
+        .collect()
+}
+
+/// Creates `count` CRs `<prefix>-<i>` of `ar` in `ns`, each with the spec `spec(i)`, and
+/// waits until every one is Ready; returns what they were reconciled by.
+async fn created_ready(
+    ar: &ApiResource,
+    ns: &str,
+    count: usize,
+    spec: impl Fn(usize) -> String,
+) -> String {
+    for i in 0..count {
+        apply_cr(
+            ar,
+            ns,
+            &format!(
+                "apiVersion: {}\nkind: {}\nmetadata: {{ name: cr-{i} }}\nspec: {}\n",
+                ar.api_version,
+                ar.kind,
+                spec(i)
+            ),
+        )
+        .await;
+    }
+    eventually("every CR Ready", || async {
+        let all = states(ar, ns).await;
+        let by: BTreeSet<&String> = all.values().map(|s| &s.0).collect();
+        (all.len() == count && all.values().all(|s| s.1) && by.len() == 1)
+            .then(|| all.values().next().map(|s| s.0.clone()))
+            .flatten()
+    })
+    .await
+}
+
+/// The CRD's events of `reason` (events of cluster-scoped objects are in `default`).
+async fn crd_events(crd: &str, reason: &str) -> Vec<String> {
+    events("default", crd)
+        .await
+        .into_iter()
+        .filter(|(r, _)| r == reason)
+        .map(|(_, note)| note)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_good_version_goes_5_then_25_then_100_percent_and_the_crs_not_moved_get_no_write() {
+    let _serial = SERIAL.lock().await;
+    let group = unique_group("rollout-good");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("blueprint.yaml");
+    let rollout = "{ steps: [ { percent: 5, pause: 4s }, { percent: 25, pause: 4s }, { percent: 100 } ], analysis: { window: 1m } }";
+    std::fs::write(
+        &file,
+        blueprint(
+            &group,
+            "Stamped",
+            &constructor("inrun_test_stamp_v1"),
+            rollout,
+        ),
+    )
+    .expect("write");
+    let host = FleetHost::start(FleetOptions {
+        blueprint: Some(file.clone()),
+        ..FleetHost::options()
+    })
+    .await;
+    let ns = inrun_testenv::ControlPlane::shared()
+        .namespace("rollout-good")
+        .await
+        .expect("namespace");
+    let ar = resource(&group, "Stamped");
+    let count = 200;
+    let v1 = created_ready(&ar, &ns, count, |_| "{}".into()).await;
+    assert!(v1.starts_with("sha256:"), "{v1}");
+    let before = states(&ar, &ns).await;
+
+    // The new version, by an edited location.
+    std::fs::write(
+        &file,
+        blueprint(
+            &group,
+            "Stamped",
+            &constructor("inrun_test_stamp_v2"),
+            rollout,
+        ),
+    )
+    .expect("write");
+    let on_new = |all: &BTreeMap<String, (String, bool, String)>| {
+        all.values()
+            .filter(|s| !s.0.is_empty() && s.0 != v1)
+            .count()
+    };
+    // Each step's share, within 3 points of it (6 CRs of 200), and no further until
+    // its pause is over.
+    for (percent, want) in [(5, 10), (25, 50)] {
+        let all = eventually(&format!("{percent} % on the new version"), || async {
+            let all = states(&ar, &ns).await;
+            (on_new(&all) >= want).then_some(all)
+        })
+        .await;
+        let moved = on_new(&all);
+        assert!(
+            moved <= want + 6,
+            "{moved} CRs on the new version at {percent} %"
+        );
+        if percent == 5 {
+            // The CRs the first step did not move were not written.
+            for (name, (by, _, version)) in &all {
+                if by == &v1 {
+                    assert_eq!(
+                        version, &before[name].2,
+                        "{name} was written though it stayed on the old version"
+                    );
+                }
+            }
+        }
+    }
+    let all = eventually("every CR on the new version, Ready", || async {
+        let all = states(&ar, &ns).await;
+        (on_new(&all) == count && all.values().all(|s| s.1)).then_some(all)
+    })
+    .await;
+    let v2: BTreeSet<&String> = all.values().map(|s| &s.0).collect();
+    assert_eq!(v2.len(), 1, "one new version: {v2:?}");
+    let crd = format!("stampeds.{group}");
+    let steps = eventually("the rollout's events on the CRD", || async {
+        let steps = crd_events(&crd, "RolloutStep").await;
+        let done = crd_events(&crd, "RolloutComplete").await;
+        (steps.len() == 2 && done.len() == 1).then_some(steps)
+    })
+    .await;
+    assert!(
+        steps.iter().any(|n| n.contains("step 2 of 3, 25 % of CRs")),
+        "{steps:?}"
+    );
+    let view = host
+        .tenant(&TenantSource::File(file.clone()))
+        .expect("tenant")
+        .rollout_views();
+    assert_eq!(view.len(), 1, "{view:?}");
+    assert_eq!(view[0].phase, inrun::runtime::rollout::Phase::Complete);
+    assert_eq!(&view[0].from, &v1);
+    let text = host.metrics.render();
+    assert!(
+        text.contains(&format!(
+            "inrun_rollout_crs{{crd=\"{crd}\",version=\"new\"}} {count}"
+        )),
+        "{text}"
+    );
+    host.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_that_fails_on_a_third_of_the_crs_is_rolled_back_within_its_first_step() {
+    let _serial = SERIAL.lock().await;
+    let group = unique_group("rollout-bad");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("blueprint.yaml");
+    let rollout = "{ steps: [ { percent: 20, pause: 30s }, { percent: 100 } ], analysis: { window: 1m, maxFailureRate: 0.05 }, onFailure: rollback }";
+    std::fs::write(
+        &file,
+        blueprint(&group, "Web", &constructor("inrun_test_stamp_v1"), rollout),
+    )
+    .expect("write");
+    let host = FleetHost::start(FleetOptions {
+        blueprint: Some(file.clone()),
+        ..FleetHost::options()
+    })
+    .await;
+    let ns = inrun_testenv::ControlPlane::shared()
+        .namespace("rollout-bad")
+        .await
+        .expect("namespace");
+    let ar = resource(&group, "Web");
+    let count = 100;
+    // Three CRs in ten have no image: the new version (the webapp plugin) refuses them.
+    let spec = |i: usize| {
+        if i % 10 < 3 {
+            "{}".to_string()
+        } else {
+            "{ image: nginx }".to_string()
+        }
+    };
+    let v1 = created_ready(&ar, &ns, count, spec).await;
+    std::fs::write(
+        &file,
+        blueprint(&group, "Web", &constructor("inrun_plugin_webapp"), rollout),
+    )
+    .expect("write");
+    let crd = format!("webs.{group}");
+    // Every CR the new version ever served, by the Deployment it made, until the rollback.
+    let deployments: Api<DynamicObject> = Api::namespaced_with(client(), &ns, &deployments());
+    let ran_new = std::sync::Mutex::new(BTreeSet::new());
+    let halted = eventually("the rollout rolled back", || async {
+        let seen = deployments.list(&ListParams::default()).await.ok()?;
+        ran_new
+            .lock()
+            .expect("lock")
+            .extend(seen.items.into_iter().filter_map(|d| d.metadata.name));
+        crd_events(&crd, "RolledBack").await.into_iter().next()
+    })
+    .await;
+    assert!(
+        halted.contains(&format!("from {v1} to sha256:"))
+            && halted.contains("step 1 of 2 (20 % of CRs)")
+            && halted.contains("above maxFailureRate 5 %"),
+        "{halted}"
+    );
+    // Every CR ends Ready on the old version.
+    eventually("every CR Ready on the old version", || async {
+        let all = states(&ar, &ns).await;
+        all.values().all(|s| s.0 == v1 && s.1).then_some(())
+    })
+    .await;
+    // Those moved back say so; none beyond the first step's 20 ran the new version.
+    let api: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client(), &ns);
+    let moved_back = eventually("the CRs moved back told so", || async {
+        let moved: BTreeSet<String> = api
+            .list(&ListParams::default())
+            .await
+            .ok()?
+            .items
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some("RolledBack"))
+            .filter_map(|e| e.regarding.and_then(|r| r.name))
+            .collect();
+        (moved.len() == 20).then_some(moved)
+    })
+    .await;
+    let ran_new = ran_new.into_inner().expect("lock");
+    assert!(!ran_new.is_empty(), "the new version served no CR");
+    assert!(
+        ran_new.iter().all(|d| moved_back.contains(d)),
+        "a CR outside the first step ran the new version: {ran_new:?} vs {moved_back:?}"
+    );
+    let view = host
+        .tenant(&TenantSource::File(file.clone()))
+        .expect("tenant")
+        .rollout_views();
+    assert_eq!(view[0].phase, inrun::runtime::rollout::Phase::RolledBack);
+    assert!(
+        view[0]
+            .verdict
+            .as_deref()
+            .is_some_and(|v| v.contains("failed")),
+        "{view:?}"
+    );
+    host.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_template_change_rolls_out_step_by_step_too() {
+    let _serial = SERIAL.lock().await;
+    let group = unique_group("rollout-tpl");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("blueprint.yaml");
+    let template = |size: &str| {
+        format!(
+            "        onReconcile:\n          - {{ apiVersion: v1, kind: ConfigMap, metadata: {{ name: '{{{{ .metadata.name }}}}-settings' }}, data: {{ size: {size} }} }}\n"
+        )
+    };
+    let rollout =
+        "{ steps: [ { percent: 10, pause: 3s }, { percent: 100 } ], analysis: { window: 1m } }";
+    std::fs::write(
+        &file,
+        blueprint(&group, "Shop", &template("small"), rollout),
+    )
+    .expect("write");
+    let host = FleetHost::start(FleetOptions {
+        blueprint: Some(file.clone()),
+        ..FleetHost::options()
+    })
+    .await;
+    let ns = inrun_testenv::ControlPlane::shared()
+        .namespace("rollout-tpl")
+        .await
+        .expect("namespace");
+    let ar = resource(&group, "Shop");
+    let count = 50;
+    let old = created_ready(&ar, &ns, count, |_| "{}".into()).await;
+    assert!(old.starts_with("declarative:"), "{old}");
+    std::fs::write(
+        &file,
+        blueprint(&group, "Shop", &template("large"), rollout),
+    )
+    .expect("write");
+    let sizes = || async {
+        let api: Api<DynamicObject> = Api::namespaced_with(client(), &ns, &configmaps());
+        let list = api.list(&ListParams::default()).await.ok()?;
+        Some(
+            list.items
+                .iter()
+                .filter(|c| c.data["data"]["size"] == "large")
+                .count(),
+        )
+    };
+    let first = eventually("the first step's ConfigMaps", || async {
+        sizes().await.filter(|n| *n >= 5)
+    })
+    .await;
+    assert!(first <= 5 + 2, "{first} ConfigMaps changed at 10 %");
+    eventually("every ConfigMap", || async {
+        sizes().await.filter(|n| *n == count)
+    })
+    .await;
+    host.stop().await;
+}
