@@ -363,3 +363,123 @@ async fn a_template_change_rolls_out_step_by_step_too() {
     .await;
     host.stop().await;
 }
+
+/// `inrun rollout ARGS` as the operator (the harness's admin: steering a rollout is the
+/// operator's, not the host's): its stdout, after it succeeded.
+fn rollout_cli(args: &[&str]) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_inrun"))
+        .arg("rollout")
+        .args(args)
+        .args(["-n", support::identity::NAMESPACE, "--kubeconfig"])
+        .arg(inrun_testenv::ControlPlane::shared().kubeconfig())
+        .output()
+        .expect("inrun rollout");
+    assert!(
+        out.status.success(),
+        "inrun rollout {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The rollout of `crd` as `inrun rollout status -o json` shows it.
+fn rollout_status(crd: &str) -> Option<serde_json::Value> {
+    let out = rollout_cli(&["status", crd, "-o", "json"]);
+    let views: Vec<serde_json::Value> = serde_json::from_str(&out).expect("json");
+    views.into_iter().next()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_person_pauses_resumes_promotes_and_aborts_a_rollout_with_inrun_rollout() {
+    let _serial = SERIAL.lock().await;
+    let group = unique_group("rollout-cli");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("blueprint.yaml");
+    let template = |size: &str| {
+        format!(
+            "        onReconcile:\n          - {{ apiVersion: v1, kind: ConfigMap, metadata: {{ name: '{{{{ .metadata.name }}}}-settings' }}, data: {{ size: {size} }} }}\n"
+        )
+    };
+    // The first step holds for an hour: only a person moves it on.
+    let rollout = "{ steps: [ { percent: 25, pause: 1h }, { percent: 100 } ] }";
+    std::fs::write(
+        &file,
+        blueprint(&group, "Shop", &template("small"), rollout),
+    )
+    .expect("write");
+    let host = FleetHost::start(FleetOptions {
+        blueprint: Some(file.clone()),
+        ..FleetHost::options()
+    })
+    .await;
+    let ns = inrun_testenv::ControlPlane::shared()
+        .namespace("rollout-cli")
+        .await
+        .expect("namespace");
+    let ar = resource(&group, "Shop");
+    let count = 40;
+    let small = created_ready(&ar, &ns, count, |_| "{}".into()).await;
+    std::fs::write(
+        &file,
+        blueprint(&group, "Shop", &template("large"), rollout),
+    )
+    .expect("write");
+    let crd = format!("shops.{group}");
+    let first = eventually("the first step recorded", || async {
+        rollout_status(&crd).filter(|v| v["onNew"] == 10)
+    })
+    .await;
+    assert_eq!(first["phase"], "Progressing", "{first:#}");
+    assert_eq!(first["from"], small.as_str(), "{first:#}");
+    let text = rollout_cli(&["status"]);
+    assert!(
+        text.contains(&crd) && text.contains("Progressing"),
+        "{text}"
+    );
+
+    rollout_cli(&["pause", &crd]);
+    eventually("paused", || async {
+        rollout_status(&crd).filter(|v| v["phase"] == "Paused")
+    })
+    .await;
+    rollout_cli(&["resume", &crd]);
+    eventually("resumed", || async {
+        rollout_status(&crd).filter(|v| v["phase"] == "Progressing")
+    })
+    .await;
+    rollout_cli(&["promote", &crd]);
+    let large = eventually("every CR on the new version", || async {
+        let all = states(&ar, &ns).await;
+        let by: BTreeSet<&String> = all.values().map(|s| &s.0).collect();
+        (by.len() == 1 && !by.contains(&small) && all.values().all(|s| s.1))
+            .then(|| by.into_iter().next().cloned())
+            .flatten()
+    })
+    .await;
+    assert_eq!(
+        rollout_status(&crd).map(|v| v["phase"].clone()),
+        Some(serde_json::json!("Complete"))
+    );
+
+    // The next change, aborted at its first step: its CRs go back.
+    std::fs::write(&file, blueprint(&group, "Shop", &template("huge"), rollout)).expect("write");
+    eventually("the next rollout's first step", || async {
+        rollout_status(&crd).filter(|v| v["onNew"] == 10 && v["phase"] == "Progressing")
+    })
+    .await;
+    rollout_cli(&["abort", &crd]);
+    eventually("every CR back on the version before", || async {
+        let all = states(&ar, &ns).await;
+        all.values().all(|s| s.0 == large && s.1).then_some(())
+    })
+    .await;
+    let aborted = rollout_status(&crd).expect("recorded");
+    assert_eq!(aborted["phase"], "RolledBack", "{aborted:#}");
+    assert!(
+        aborted["verdict"]
+            .as_str()
+            .is_some_and(|v| v.contains("aborted by hand")),
+        "{aborted:#}"
+    );
+    host.stop().await;
+}

@@ -7,6 +7,7 @@ mod parse;
 pub mod plan;
 mod plugin;
 mod render;
+mod rollout;
 mod run;
 mod setup;
 mod test;
@@ -114,6 +115,9 @@ pub enum Command {
     /// Show a CR and what the host made of it, from a live cluster: its Ready condition,
     /// every child with its state, the foreign instances holding its deletion.
     Trace(TraceArgs),
+    /// The rollouts a host carries (`reconcile.rollout`): where each stands, and pause,
+    /// resume, promote or abort one.
+    Rollout(rollout::RolloutArgs),
     /// Work with plugin components.
     Plugin {
         #[command(subcommand)]
@@ -142,6 +146,7 @@ pub fn execute(cli: Cli, trace_ids: Option<inrun::runtime::TraceIds>) -> anyhow:
         Command::Plugin { command } => plugin::plugin(&runtime, &cache, command),
         Command::Trace(args) => trace::trace(&runtime, &args),
         Command::Plan(args) => plan::plan(&runtime, &cache, &args),
+        Command::Rollout(args) => rollout::rollout(&runtime, &args),
     }
 }
 

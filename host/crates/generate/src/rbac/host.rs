@@ -113,18 +113,20 @@ fn sharding_permissions(blueprint: &Blueprint, options: &RbacOptions) -> Option<
     Some(p)
 }
 
-/// Package CRs' identity locks: Leases named after what they hold, in the host's
-/// namespace (a Blueprint resource may bring a package too).
+/// Package CRs' identity locks and rollouts' records: Leases named after what they hold,
+/// in the host's namespace (a Blueprint resource may bring a package or a rollout too).
 fn identity_lock_permissions(blueprint: &Blueprint, options: &RbacOptions) -> Option<Permission> {
     let packages = all_blocks(blueprint).any(|b| b.package.is_some());
-    if !packages && !options.blueprint_resources {
+    let rollouts = all_blocks(blueprint).any(|b| b.rollout.is_some());
+    if !packages && !rollouts && !options.blueprint_resources {
         return None;
     }
     let mut p = perm(
         "coordination.k8s.io",
         "leases",
-        &["get", "create", "update", "delete"],
-        "package CRs' identity locks: one owner per piece of infrastructure".into(),
+        &["get", "create", "update", "patch", "delete"],
+        "package CRs' identity locks (one owner per piece of infrastructure) and rollouts' records"
+            .into(),
     );
     p.namespace = Some(options.namespace.clone());
     Some(p)

@@ -18,7 +18,7 @@ pub(super) const MIN_PASSES: u64 = 5;
 const MAX_KEPT: usize = 100_000;
 
 /// One version's numbers at one look.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Numbers {
     /// Passes it ran in the window.

@@ -16,6 +16,7 @@ use tokio::sync::mpsc::UnboundedSender;
 
 use super::analysis::{self, Numbers};
 use super::moves::{self, Cr};
+use super::record::{Command, Record};
 use super::{Phase, Rollout, Version};
 use crate::cached::CachedCr;
 use crate::context::Ctx;
@@ -52,6 +53,12 @@ pub async fn drive(
     woken: UnboundedSender<ObjectRef<CachedCr>>,
 ) {
     let on_crd = crd_reference(&ctx, &rollout.crd).await;
+    // Kept where people and `inrun rollout` read it: the host's namespace, as the host.
+    let record = ctx
+        .locks
+        .as_ref()
+        .map(|l| Record::new(l.host_client(), l.namespace(), &rollout.crd));
+    let mut written = false;
     tracing::info!(crd = %rollout.crd, from = %rollout.from, to = %rollout.to, "rollout started");
     let mut ticker = tokio::time::interval(TICK);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -61,7 +68,11 @@ pub async fn drive(
             continue;
         }
         let all = crs.state();
-        let turn = turn(&rollout, &all, Instant::now());
+        let command = match &record {
+            Some(r) if written => r.take_command().await,
+            _ => None,
+        };
+        let turn = turn(&rollout, &all, Instant::now(), command);
         let by_uid: HashMap<&str, &Arc<CachedCr>> = all
             .iter()
             .filter_map(|cr| cr.metadata.uid.as_deref().map(|u| (u, cr)))
@@ -108,6 +119,12 @@ pub async fn drive(
                 }
             }
         }
+        if let Some(record) = &record
+            && (!written || turn.said.is_some())
+        {
+            record.write(&rollout.view()).await;
+            written = true;
+        }
         if turn.over {
             tracing::info!(crd = %rollout.crd, phase = ?view.phase, "rollout over");
             return;
@@ -117,7 +134,7 @@ pub async fn drive(
 
 /// One look at `all` (the CRs cached now) at `now`: the numbers of each version, the
 /// step's CRs moved, the verdict, and the next step.
-fn turn(rollout: &Rollout, all: &[Arc<CachedCr>], now: Instant) -> Turn {
+fn turn(rollout: &Rollout, all: &[Arc<CachedCr>], now: Instant, command: Option<Command>) -> Turn {
     let facts: Vec<(&str, Option<&str>, Option<String>, bool)> = all
         .iter()
         .filter_map(|cr| {
@@ -148,6 +165,12 @@ fn turn(rollout: &Rollout, all: &[Arc<CachedCr>], now: Instant) -> Turn {
     let old = numbers(&mut state, Version::Old, &rollout.from);
     let new = numbers(&mut state, Version::New, &rollout.to);
     state.numbers = (old.clone(), new.clone());
+    if let Some(command) = command {
+        let uids = facts.iter().map(|f| f.0.to_string());
+        if let Some(turn) = commanded(rollout, &mut state, command, uids, now) {
+            return turn;
+        }
+    }
     if state.phase == Phase::Paused {
         return Turn::default();
     }
@@ -244,6 +267,72 @@ fn turn(rollout: &Rollout, all: &[Arc<CachedCr>], now: Instant) -> Turn {
             ),
         )),
         ..Turn::default()
+    }
+}
+
+/// What a person's `command` does to the rollout of `state` (whose CRs are `uids`), or
+/// `None` when it does nothing where the rollout stands (resuming one not paused).
+fn commanded(
+    rollout: &Rollout,
+    state: &mut super::State,
+    command: Command,
+    uids: impl Iterator<Item = String>,
+    now: Instant,
+) -> Option<Turn> {
+    let by_hand = format!(
+        "{} by hand (inrun rollout {})",
+        match command {
+            Command::Pause => "paused",
+            Command::Resume => "resumed",
+            Command::Promote => "promoted",
+            Command::Abort => "aborted",
+        },
+        command.as_str()
+    );
+    let at = format!("the rollout of {} to {}", rollout.crd, rollout.to);
+    match (command, state.phase) {
+        (Command::Pause, Phase::Progressing) => {
+            state.phase = Phase::Paused;
+            state.verdict = Some(by_hand.clone());
+            Some(Turn {
+                said: Some((Reason::RolloutPaused, format!("{at}: {by_hand}"))),
+                ..Turn::default()
+            })
+        }
+        (Command::Resume, Phase::Paused) => {
+            state.phase = Phase::Progressing;
+            state.step_started = now;
+            state.verdict = None;
+            Some(Turn {
+                said: Some((Reason::RolloutStep, format!("{at}: {by_hand}"))),
+                ..Turn::default()
+            })
+        }
+        (Command::Promote, Phase::Progressing | Phase::Paused) => {
+            state.phase = Phase::Complete;
+            let woken = uids.filter(|u| !state.moved.contains(u)).collect();
+            Some(Turn {
+                woken,
+                said: Some((Reason::RolloutComplete, format!("{at}: {by_hand}"))),
+                over: true,
+                ..Turn::default()
+            })
+        }
+        (Command::Abort, Phase::Progressing | Phase::Paused) => {
+            state.phase = Phase::RolledBack;
+            state.verdict = Some(by_hand.clone());
+            let back: Vec<String> = state.moved.iter().cloned().collect();
+            Some(Turn {
+                woken: back.clone(),
+                said: Some((
+                    Reason::RolledBack,
+                    format!("{at} was rolled back: {by_hand}"),
+                )),
+                back: Some((back, by_hand)),
+                over: true,
+            })
+        }
+        _ => None,
     }
 }
 

@@ -11,11 +11,14 @@
 //! - `analysis.rs`: the passes and Ready CRs of each version over the window, and the
 //!   verdict;
 //! - `drive.rs`: the loop that moves CRs, judges each step, advances, and rolls back or
-//!   pauses, waking only the CRs whose version changes and recording events.
+//!   pauses, waking only the CRs whose version changes and recording events;
+//! - [`record`]: the Lease that shows the rollout to people and `inrun rollout`, and
+//!   carries their commands (pause, resume, promote, abort) to the driver.
 
 mod analysis;
 mod drive;
 mod moves;
+pub mod record;
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -38,7 +41,7 @@ pub enum Version {
 }
 
 /// Where a rollout stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Phase {
     /// Moving CRs step by step.
     Progressing,
@@ -81,7 +84,7 @@ struct State {
 }
 
 /// A rollout as people see it (the console, a tenant's status).
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RolloutView {
     /// The CRD.

@@ -1,0 +1,126 @@
+//! Where a rollout is kept for people and tools: a Lease the host owns in its namespace
+//! (where package CRs' identity locks live), named after the CRD, whose annotation holds
+//! the rollout as [`super::RolloutView`] shows it. `inrun rollout status` reads it;
+//! `inrun rollout pause|resume|promote|abort` writes a command beside it, which the
+//! driver carries out at its next look and clears.
+
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::Client;
+use kube::api::{Api, Patch, PatchParams};
+
+use super::RolloutView;
+
+/// The label every rollout's Lease carries.
+pub const LABEL: &str = "inrun.dev/rollout";
+/// The annotation holding the rollout (JSON).
+pub const STATE: &str = "inrun.dev/rollout";
+/// The annotation a person's command is written to.
+pub const COMMAND: &str = "inrun.dev/rollout-command";
+/// The field manager the host writes the Lease with.
+const MANAGER: &str = "inrun-rollout";
+
+/// What a person may tell a rollout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Command {
+    /// Stop where it is: no CR moves until resumed.
+    Pause,
+    /// Go on from where it was paused, the step's pause counted again.
+    Resume,
+    /// Put every CR on the new version now.
+    Promote,
+    /// Put every CR back on the old version now.
+    Abort,
+}
+
+impl Command {
+    /// The command's word, as the annotation holds it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Command::Pause => "pause",
+            Command::Resume => "resume",
+            Command::Promote => "promote",
+            Command::Abort => "abort",
+        }
+    }
+
+    /// The command `word` names.
+    pub fn parse(word: &str) -> Option<Command> {
+        [
+            Command::Pause,
+            Command::Resume,
+            Command::Promote,
+            Command::Abort,
+        ]
+        .into_iter()
+        .find(|c| c.as_str() == word)
+    }
+}
+
+/// The Lease name of `crd`'s rollout: `inrun-rollout-` and a hash of the CRD's name (a
+/// CRD's name can be longer than a Lease's may be).
+pub fn lease_name(crd: &str) -> String {
+    use sha2::Digest as _;
+    let digest = sha2::Sha256::digest(crd.as_bytes());
+    let hex: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
+    format!("inrun-rollout-{hex}")
+}
+
+/// A rollout's Lease: where it is written, and through which client (the host's own).
+#[derive(Clone)]
+pub struct Record {
+    api: Api<Lease>,
+    name: String,
+}
+
+impl Record {
+    /// The Lease of `crd`'s rollout in `namespace`, written by `client`.
+    pub fn new(client: Client, namespace: &str, crd: &str) -> Record {
+        Record {
+            api: Api::namespaced(client, namespace),
+            name: lease_name(crd),
+        }
+    }
+
+    /// Writes `view` (server-side apply); a failure is logged.
+    pub async fn write(&self, view: &RolloutView) {
+        let lease = serde_json::json!({
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {
+                "name": self.name,
+                "labels": {LABEL: "true", "app.kubernetes.io/managed-by": "inrun"},
+                "annotations": {STATE: serde_json::to_string(view).unwrap_or_default()},
+            },
+        });
+        if let Err(e) = self
+            .api
+            .patch(
+                &self.name,
+                &PatchParams::apply(MANAGER).force(),
+                &Patch::Apply(&lease),
+            )
+            .await
+        {
+            tracing::warn!(crd = %view.crd, error = %e, "could not record the rollout");
+        }
+    }
+
+    /// The command a person left, if any; it is cleared as it is read.
+    pub async fn take_command(&self) -> Option<Command> {
+        let lease = self.api.get_opt(&self.name).await.ok()??;
+        let word = lease.metadata.annotations?.get(COMMAND)?.clone();
+        let clear = serde_json::json!({"metadata": {"annotations": {COMMAND: null}}});
+        if let Err(e) = self
+            .api
+            .patch(&self.name, &PatchParams::default(), &Patch::Merge(&clear))
+            .await
+        {
+            tracing::warn!(lease = %self.name, error = %e, "could not clear a rollout command");
+        }
+        let command = Command::parse(&word);
+        if command.is_none() {
+            tracing::warn!(lease = %self.name, %word, "an unknown rollout command was left");
+        }
+        command
+    }
+}
