@@ -483,3 +483,94 @@ async fn a_person_pauses_resumes_promotes_and_aborts_a_rollout_with_inrun_rollou
     );
     host.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rollout_survives_a_sigkill_of_the_host_mid_step_and_the_next_host_continues_it() {
+    let _serial = SERIAL.lock().await;
+    let group = unique_group("rollout-kill");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("blueprint.yaml");
+    // The first step holds for an hour: whoever serves next must hold it too.
+    let rollout = "{ steps: [ { percent: 20, pause: 1h }, { percent: 100 } ] }";
+    let v1 = blueprint(&group, "Kept", &constructor("inrun_test_stamp_v1"), rollout);
+    let v2 = blueprint(&group, "Kept", &constructor("inrun_test_stamp_v2"), rollout);
+    std::fs::write(&file, &v1).expect("write");
+    // `inrun run` as a process, as the ServiceAccount `inrun generate rbac` makes for
+    // both versions, keeping its Leases in the identity's namespace.
+    let identity = support::identity::Identity::for_blueprints(
+        &[
+            inrun::blueprint::from_str(&v1, "v1.yaml").expect("v1"),
+            inrun::blueprint::from_str(&v2, "v2.yaml").expect("v2"),
+        ],
+        &support::identity::Identity::options(),
+    )
+    .await;
+    let kubeconfig = identity.kubeconfig(dir.path());
+    let flags = [
+        "--lock-namespace",
+        support::identity::NAMESPACE,
+        "--reload-interval",
+        "200ms",
+    ];
+    let mut first =
+        support::ring::Replica::spawn_with(&kubeconfig, &file, dir.path(), "first", &flags);
+    let ns = inrun_testenv::ControlPlane::shared()
+        .namespace("rollout-kill")
+        .await
+        .expect("namespace");
+    let ar = resource(&group, "Kept");
+    let count = 50;
+    let old = created_ready(&ar, &ns, count, |_| "{}".into()).await;
+    std::fs::write(&file, &v2).expect("write");
+    let crd = format!("kepts.{group}");
+    let on_new = |all: &BTreeMap<String, (String, bool, String)>| -> BTreeSet<String> {
+        all.iter()
+            .filter(|(_, s)| !s.0.is_empty() && s.0 != old)
+            .map(|(n, _)| n.clone())
+            .collect()
+    };
+    let moved = eventually("the first step's CRs on the new version", || async {
+        let all = states(&ar, &ns).await;
+        let moved = on_new(&all);
+        (moved.len() == 10 && all.values().all(|s| s.1)).then_some(moved)
+    })
+    .await;
+    eventually("the step recorded", || async {
+        rollout_status(&crd).filter(|v| v["onNew"] == 10)
+    })
+    .await;
+    first.kill().await;
+    let before = states(&ar, &ns).await;
+
+    // The next host, on the new Blueprint, goes on at the same step.
+    let mut next =
+        support::ring::Replica::spawn_with(&kubeconfig, &file, dir.path(), "next", &flags);
+    inrun_testenv::wait_for("the next host to continue the rollout", WAIT, || async {
+        next.log()
+            .contains("continuing a rollout recorded under way")
+            .then_some(())
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", next.log()));
+    next.assert_running();
+    eventually("the next host's driver at the same step", || async {
+        rollout_status(&crd).filter(|v| v["onNew"] == 10 && v["step"] == 1)
+    })
+    .await;
+    let after = states(&ar, &ns).await;
+    assert_eq!(on_new(&after), moved, "the same CRs on the new version");
+    for (name, state) in &after {
+        assert_eq!(
+            state.2, before[name].2,
+            "{name} was written by the next host"
+        );
+    }
+    // And it finishes there.
+    rollout_cli(&["promote", &crd]);
+    eventually("every CR on the new version", || async {
+        let all = states(&ar, &ns).await;
+        (on_new(&all).len() == count && all.values().all(|s| s.1)).then_some(())
+    })
+    .await;
+    next.kill().await;
+}

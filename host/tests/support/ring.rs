@@ -55,6 +55,17 @@ pub struct Replica {
 
 impl Replica {
     pub fn spawn(kubeconfig: &Path, blueprint: &Path, dir: &Path, name: &str) -> Replica {
+        Self::spawn_with(kubeconfig, blueprint, dir, name, &[])
+    }
+
+    /// [`Replica::spawn`] with more flags for `inrun run`.
+    pub fn spawn_with(
+        kubeconfig: &Path,
+        blueprint: &Path,
+        dir: &Path,
+        name: &str,
+        more: &[&str],
+    ) -> Replica {
         let log = dir.join(format!("{name}.log"));
         // Appended to: a replica started again under its name keeps one log.
         let file = std::fs::OpenOptions::new()
@@ -71,6 +82,7 @@ impl Replica {
             .args(["--install-crds", "--health-port", "0"])
             .args(["--health-address", "127.0.0.1", "--console-port", "0"])
             .args(["--identity", name])
+            .args(more)
             .arg("--cache-dir")
             .arg(dir.join("cache"))
             .env(

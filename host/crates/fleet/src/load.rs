@@ -19,13 +19,20 @@ use crate::state::*;
 pub(super) struct Built {
     acting: Acting,
     assembly: Assembly,
+    resumed: Resumed,
 }
+
+/// Rollouts a host started mid-way continues, by CRD: the version before (loaded again
+/// from the rollout's record) and the record.
+pub(crate) type Resumed =
+    BTreeMap<String, (Arc<Assembly>, inrun_runtime::rollout::RolloutView)>;
 
 /// A Blueprint built and prepared: ready to serve.
 pub(super) struct Prepared {
     acting: Acting,
     assembly: Arc<Assembly>,
     kinds: runtime::ChildKinds,
+    resumed: Resumed,
 }
 
 /// Why a Blueprint was not built, prepared or served, with the identity built on the way
@@ -103,6 +110,62 @@ impl Tenant {
 }
 
 impl Fleet {
+    /// The rollouts of `assembly`'s CRDs a host stopped mid-way, each with the version
+    /// before loaded again from its record: those recorded under way, paused or rolled
+    /// back to the version `assembly` serves. A version before that can no longer be
+    /// loaded (its file changed, say) is logged, and the CRD served by the new one.
+    pub(crate) async fn resumed(
+        &self,
+        policy: &Policy,
+        acting: &Acting,
+        assembly: &Assembly,
+    ) -> Resumed {
+        use inrun_runtime::rollout::{Phase, record::Record};
+        let mut resumed = Resumed::new();
+        let Some(locks) = &acting.shared.locks else {
+            return resumed;
+        };
+        for plan in assembly.crds() {
+            if plan.default.spec.rollout.is_none() {
+                continue;
+            }
+            let crd = plan.spec.crd_name();
+            let record = Record::new(locks.host_client(), locks.namespace(), &crd);
+            let Some((view, source, text)) = record.read().await else {
+                continue;
+            };
+            let under_way = matches!(
+                view.phase,
+                Phase::Progressing | Phase::Paused | Phase::RolledBack
+            );
+            if !under_way || view.to != inrun_pass::status::reconciled_by(&plan.default) {
+                continue;
+            }
+            let before = match blueprint::from_str(&text, &source) {
+                Ok(bp) => self.assemble(policy, acting, bp).await,
+                Err(e) => Err(e),
+            };
+            // What it serves now must be what the rollout started from: a plugin file
+            // rewritten since is another version.
+            let serves = |a: &Assembly| {
+                a.crds()
+                    .first()
+                    .map(|p| inrun_pass::status::reconciled_by(&p.default))
+            };
+            match before {
+                Ok(before) if serves(&before).as_deref() != Some(view.from.as_str()) => {
+                    tracing::warn!(%crd, from = %view.from, serves = ?serves(&before), "a rollout recorded under way cannot go on: the version before is not what it was; the new version serves every CR");
+                }
+                Ok(before) => {
+                    tracing::info!(%crd, from = %view.from, to = %view.to, step = view.step, phase = ?view.phase, "continuing a rollout recorded under way");
+                    resumed.insert(crd, (Arc::new(before), view));
+                }
+                Err(e) => tracing::warn!(%crd, from = %view.from, error = %inrun_contract::errors::chain(&e), "a rollout recorded under way cannot go on: the version before no longer loads; the new version serves every CR"),
+            }
+        }
+        resumed
+    }
+
     /// Loads (or reloads) `source` from `blueprint`, applying it if it assembles and
     /// starts; on failure the tenant's serving Blueprint, if any, keeps serving. `None`:
     /// the fleet is shutting down and nothing changed.
@@ -148,13 +211,18 @@ impl Fleet {
         source: &TenantSource,
         loaded: Result<Blueprint, BlueprintError>,
     ) -> Result<Built, Refused> {
-        let (policy, current, candidate) = {
+        let (policy, current, candidate, serving) = {
             let tenants = self.tenants.lock().await;
             match tenants.get(source) {
-                Some(t) => (t.policy.clone(), t.acting.clone(), t.candidate.clone()),
+                Some(t) => (
+                    t.policy.clone(),
+                    t.acting.clone(),
+                    t.candidate.clone(),
+                    t.assembly.is_some(),
+                ),
                 None => {
                     let t = self.new_tenant(source.clone());
-                    (t.policy, t.acting, None)
+                    (t.policy, t.acting, None, false)
                 }
             }
         };
@@ -176,7 +244,19 @@ impl Fleet {
             .await
             .map_err(|e| Refused::before_identity(FleetError::Identity(e)))?;
         match self.assemble(&policy, &acting, bp).await {
-            Ok(assembly) => Ok(Built { acting, assembly }),
+            Ok(assembly) => {
+                // Serving nothing yet (this host just started): rollouts under way go on.
+                let resumed = if serving {
+                    Resumed::new()
+                } else {
+                    self.resumed(&policy, &acting, &assembly).await
+                };
+                Ok(Built {
+                    acting,
+                    assembly,
+                    resumed,
+                })
+            }
             Err(e) => Err(Refused {
                 acting: Some(acting),
                 error: FleetError::Blueprint(e),
@@ -191,7 +271,11 @@ impl Fleet {
     async fn prepare(
         &self,
         source: &TenantSource,
-        Built { acting, assembly }: Built,
+        Built {
+            acting,
+            assembly,
+            resumed,
+        }: Built,
     ) -> Option<Result<Prepared, Refused>> {
         let assembly = Arc::new(assembly);
         let claimed = {
@@ -215,6 +299,7 @@ impl Fleet {
                 acting,
                 assembly,
                 kinds,
+                resumed,
             }),
             Err(error) => Err(Refused {
                 acting: Some(acting),
@@ -241,6 +326,7 @@ impl Fleet {
             acting,
             assembly,
             kinds,
+            resumed,
         } = match prepared {
             Ok(prepared) => prepared,
             Err(Refused { acting, error }) => {
@@ -274,7 +360,8 @@ impl Fleet {
                 .unwrap_or_else(|| self.new_tenant(source.clone()));
         }
         let started =
-            Self::serve(&mut tenant, &acting, assembly, kinds, &tenants).map_or(Ok(()), Err);
+            Self::serve(&mut tenant, &acting, assembly, kinds, &tenants, &resumed)
+                .map_or(Ok(()), Err);
         // Serving, `serve` made it the tenant's; refused, it waits for a retry.
         let serving = tenant.acting.identity.clone();
         tenant.candidate =

@@ -164,6 +164,7 @@ impl Fleet {
         assembly: Arc<Assembly>,
         kinds: runtime::ChildKinds,
         others: &BTreeMap<TenantSource, Tenant>,
+        resumed: &super::load::Resumed,
     ) -> Option<FleetError> {
         if let Some(refused) = Self::claimed(&assembly, others, None) {
             return Some(refused);
@@ -178,7 +179,19 @@ impl Fleet {
             if tenant.running.contains_key(&name) {
                 continue;
             }
-            let rollout = previous.as_ref().and_then(|p| rollout_from(p, plan));
+            let rollout = previous
+                .as_ref()
+                .and_then(|p| rollout_from(p, plan))
+                .or_else(|| {
+                    let (before, recorded) = resumed.get(&name)?;
+                    let spec = plan.default.spec.rollout.clone()?;
+                    Some(inrun_runtime::rollout::Rollout::resume(
+                        spec,
+                        before.clone(),
+                        plan,
+                        recorded,
+                    ))
+                });
             if let Some(r) = &rollout {
                 tracing::info!(tenant = %tenant.source, crd = %name, from = %r.from, to = %r.to, "rolling out a new version step by step");
             }

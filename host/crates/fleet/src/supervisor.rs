@@ -327,11 +327,14 @@ impl Fleet {
             self.load_initial().await?;
         }
         // Prepared without the tenants lock, as any tenant's start.
-        let serving = {
+        let (serving, policy, fresh) = {
             let tenants = self.tenants.lock().await;
-            tenants
-                .get(&source)
-                .and_then(|t| Some((t.assembly.clone()?, t.acting.clone())))
+            let tenant = tenants.get(&source);
+            (
+                tenant.and_then(|t| Some((t.assembly.clone()?, t.acting.clone()))),
+                tenant.map(|t| t.policy.clone()).unwrap_or_default(),
+                tenant.is_none_or(|t| t.running.is_empty()),
+            )
         };
         let prepared = match &serving {
             Some((assembly, acting)) => {
@@ -339,12 +342,19 @@ impl Fleet {
             }
             None => None,
         };
+        // Starting (not coming back to lead with controllers still running): rollouts
+        // recorded under way go on.
+        let resumed = match (&serving, fresh) {
+            (Some((assembly, acting)), true) => self.resumed(&policy, acting, assembly).await,
+            _ => crate::load::Resumed::new(),
+        };
         let mut tenants = self.tenants.lock().await;
         if let Some(tenant) = tenants.remove(&source) {
             let mut tenant = tenant;
             let started = match (serving, prepared) {
                 (Some((a, acting)), Some(Ok(kinds))) => {
-                    Self::serve(&mut tenant, &acting, a, kinds, &tenants).map_or(Ok(()), Err)
+                    Self::serve(&mut tenant, &acting, a, kinds, &tenants, &resumed)
+                        .map_or(Ok(()), Err)
                 }
                 (_, Some(Err(e))) => Err(FleetError::from(e)),
                 _ => Ok(()),

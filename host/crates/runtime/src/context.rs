@@ -102,9 +102,15 @@ impl Ctx {
 
     /// The plan that serves `cr`: this CRD's, or during a rollout the version before it
     /// for a CR the rollout has not moved; and the version, during a rollout.
-    pub fn plan_of(&self, cr: &impl kube::Resource) -> (&CrdPlan, Option<crate::rollout::Version>) {
+    pub fn plan_of(
+        &self,
+        cr: &crate::cached::CachedCr,
+    ) -> (&CrdPlan, Option<crate::rollout::Version>) {
         match &self.rollout {
-            Some(rollout) => match rollout.version_of(cr.meta().uid.as_deref()) {
+            Some(rollout) => match rollout.version_of(
+                cr.metadata.uid.as_deref(),
+                cr.reconciled_by_and_ready().0.as_deref(),
+            ) {
                 crate::rollout::Version::Old => {
                     (rollout.previous_plan(), Some(crate::rollout::Version::Old))
                 }

@@ -122,7 +122,7 @@ pub async fn drive(
         if let Some(record) = &record
             && (!written || turn.said.is_some())
         {
-            record.write(&rollout.view()).await;
+            record.write(&rollout.view(), &rollout.previous_blueprint).await;
             written = true;
         }
         if turn.over {
@@ -174,6 +174,13 @@ fn turn(rollout: &Rollout, all: &[Arc<CachedCr>], now: Instant, command: Option<
     if state.phase == Phase::Paused {
         return Turn::default();
     }
+    // A CR whose status says the new version reconciled it is on it: after a restart, or
+    // taken over from another replica under sharding.
+    let ran_new = facts
+        .iter()
+        .filter(|f| f.2.as_deref() == Some(rollout.to.as_str()))
+        .map(|f| f.0.to_string());
+    state.moved.extend(ran_new);
     let step = spec.steps[state.step];
     let crs: Vec<Cr<'_>> = facts
         .iter()
@@ -248,6 +255,7 @@ fn turn(rollout: &Rollout, all: &[Arc<CachedCr>], now: Instant, command: Option<
     }
     state.step += 1;
     state.step_started = now;
+    state.step_started_at = super::now_secs();
     let next = spec.steps[state.step];
     Turn {
         woken,
@@ -302,6 +310,7 @@ fn commanded(
         (Command::Resume, Phase::Paused) => {
             state.phase = Phase::Progressing;
             state.step_started = now;
+            state.step_started_at = super::now_secs();
             state.verdict = None;
             Some(Turn {
                 said: Some((Reason::RolloutStep, format!("{at}: {by_hand}"))),

@@ -65,6 +65,10 @@ pub struct Rollout {
     pub to: String,
     previous: Arc<Assembly>,
     previous_index: usize,
+    /// The version before as a Blueprint of this CRD alone, its plugins pinned by digest,
+    /// kept with the record so that a host started mid-rollout can load it again:
+    /// (the file its relative locations resolve against, the Blueprint as JSON).
+    pub previous_blueprint: (String, String),
     state: Mutex<State>,
 }
 
@@ -74,6 +78,8 @@ struct State {
     /// Index into `spec.steps`.
     step: usize,
     step_started: Instant,
+    /// The same, as a wall-clock time (seconds since the epoch), for the record.
+    step_started_at: u64,
     /// The uids of the CRs on the new version.
     moved: HashSet<String>,
     passes: analysis::Tally,
@@ -108,8 +114,63 @@ pub struct RolloutView {
     /// The new version's.
     pub new: Numbers,
     /// Why it stopped, when it did.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verdict: Option<String>,
+    /// When its step started (seconds since the epoch).
+    #[serde(default)]
+    pub step_started_at: u64,
+}
+
+/// Seconds since the epoch, now.
+fn now_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// The CRD `index` of `previous` as a Blueprint of its own, each plugin fetched from an
+/// HTTPS URL pinned to the digest it serves now (a path or an OCI tag cannot be pinned:
+/// whoever loads it again checks what it serves against the record's `from`): the file
+/// its relative locations resolve against, and the Blueprint as JSON.
+fn pinned(previous: &Assembly, index: usize) -> (String, String) {
+    let plan = &previous.crds()[index];
+    let mut spec = plan.spec.clone();
+    pin(&mut spec.reconcile, &plan.default);
+    if let Some(serve) = &mut spec.serve {
+        for target in &mut serve.targets {
+            if let Some((_, p)) = plan.targets.iter().find(|(n, _)| *n == target.name) {
+                pin(&mut target.reconcile, p);
+            }
+        }
+    }
+    let mut blueprint = previous.blueprint.clone();
+    blueprint.spec.crds = vec![spec];
+    (
+        plan.spec.source.file.display().to_string(),
+        serde_json::to_string(&blueprint).unwrap_or_default(),
+    )
+}
+
+/// Pins the plugins of `block` to the digests `plan` serves now.
+fn pin(block: &mut inrun_blueprint::ReconcileSpec, plan: &inrun_reconcilers::plan::ReconcilePlan) {
+    let digests: Vec<String> = plan
+        .slots
+        .iter()
+        .map(|s| format!("sha256:{}", s.current().id().digest))
+        .collect();
+    let pinnable = |location: &str| location.starts_with("https://");
+    if !block.hooks.is_empty() && block.hooks.len() == digests.len() {
+        for (hook, digest) in block.hooks.iter_mut().zip(&digests) {
+            if pinnable(&hook.location) {
+                hook.digest = Some(digest.clone());
+            }
+        }
+    } else if let [digest] = digests.as_slice()
+        && let Some(plugin) = block.constructor.as_mut().or(block.package.as_mut())
+        && pinnable(&plugin.location)
+    {
+        plugin.digest = Some(digest.clone());
+    }
 }
 
 impl Rollout {
@@ -128,10 +189,12 @@ impl Rollout {
             to: inrun_pass::status::reconciled_by(&new.default),
             spec,
             previous_index,
+            previous_blueprint: pinned(&previous, previous_index),
             state: Mutex::new(State {
                 phase: Phase::Progressing,
                 step: 0,
                 step_started: Instant::now(),
+                step_started_at: now_secs(),
                 moved: HashSet::new(),
                 passes: analysis::Tally::default(),
                 verdict: None,
@@ -139,6 +202,32 @@ impl Rollout {
             }),
             previous,
         })
+    }
+
+    /// The rollout `recorded` continued by a host started mid-way: `previous` is the
+    /// version before loaded again from the record (its CRD the first), and the rollout
+    /// stands where the record says — its step, how long that step has run, paused or
+    /// not. Its CRs on the new version are those whose status says so.
+    pub fn resume(
+        spec: RolloutSpec,
+        previous: Arc<Assembly>,
+        new: &CrdPlan,
+        recorded: &RolloutView,
+    ) -> Arc<Rollout> {
+        let rollout = Rollout::new(spec, previous, 0, new);
+        {
+            let mut state = rollout.state();
+            let last = rollout.spec.steps.len().saturating_sub(1);
+            state.step = recorded.step.saturating_sub(1).min(last);
+            state.phase = recorded.phase;
+            state.verdict.clone_from(&recorded.verdict);
+            let ran = now_secs().saturating_sub(recorded.step_started_at);
+            state.step_started = Instant::now()
+                .checked_sub(std::time::Duration::from_secs(ran))
+                .unwrap_or_else(Instant::now);
+            state.step_started_at = recorded.step_started_at;
+        }
+        rollout
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
@@ -152,14 +241,18 @@ impl Rollout {
         &self.previous.crds()[self.previous_index]
     }
 
-    /// The version that serves the CR `uid` now.
-    pub fn version_of(&self, uid: Option<&str>) -> Version {
+    /// The version that serves the CR `uid` now, whose status says `reconciled_by` last
+    /// reconciled it: one the rollout moved, or (under way) one the new version already
+    /// reconciled — after a restart, or taken over from another replica, before the driver
+    /// has looked.
+    pub fn version_of(&self, uid: Option<&str>, reconciled_by: Option<&str>) -> Version {
         let state = self.state();
         match state.phase {
             Phase::Complete => Version::New,
             Phase::RolledBack => Version::Old,
             Phase::Progressing | Phase::Paused => {
-                if uid.is_some_and(|u| state.moved.contains(u)) {
+                let ran_new = reconciled_by == Some(self.to.as_str());
+                if ran_new || uid.is_some_and(|u| state.moved.contains(u)) {
                     Version::New
                 } else {
                     Version::Old
@@ -192,6 +285,7 @@ impl Rollout {
             old: state.numbers.0.clone(),
             new: state.numbers.1.clone(),
             verdict: state.verdict.clone(),
+            step_started_at: state.step_started_at,
         }
     }
 }

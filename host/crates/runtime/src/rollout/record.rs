@@ -16,6 +16,8 @@ pub const LABEL: &str = "inrun.dev/rollout";
 pub const STATE: &str = "inrun.dev/rollout";
 /// The annotation a person's command is written to.
 pub const COMMAND: &str = "inrun.dev/rollout-command";
+/// The annotation holding the version before (`{"source": FILE, "blueprint": JSON}`).
+pub const PREVIOUS: &str = "inrun.dev/rollout-previous";
 /// The field manager the host writes the Lease with.
 const MANAGER: &str = "inrun-rollout";
 
@@ -81,15 +83,20 @@ impl Record {
         }
     }
 
-    /// Writes `view` (server-side apply); a failure is logged.
-    pub async fn write(&self, view: &RolloutView) {
+    /// Writes `view` and the version before, `previous` (server-side apply); a failure is
+    /// logged.
+    pub async fn write(&self, view: &RolloutView, previous: &(String, String)) {
+        let before = serde_json::json!({"source": previous.0, "blueprint": previous.1});
         let lease = serde_json::json!({
             "apiVersion": "coordination.k8s.io/v1",
             "kind": "Lease",
             "metadata": {
                 "name": self.name,
                 "labels": {LABEL: "true", "app.kubernetes.io/managed-by": "inrun"},
-                "annotations": {STATE: serde_json::to_string(view).unwrap_or_default()},
+                "annotations": {
+                    STATE: serde_json::to_string(view).unwrap_or_default(),
+                    PREVIOUS: before.to_string(),
+                },
             },
         });
         if let Err(e) = self
@@ -103,6 +110,25 @@ impl Record {
         {
             tracing::warn!(crd = %view.crd, error = %e, "could not record the rollout");
         }
+    }
+
+    /// The rollout recorded, and the version before it (the file its relative locations
+    /// resolve against, the Blueprint text); `None` when there is none, or it cannot be
+    /// read.
+    pub async fn read(&self) -> Option<(RolloutView, String, String)> {
+        let lease = match self.api.get_opt(&self.name).await {
+            Ok(lease) => lease?,
+            Err(e) => {
+                tracing::warn!(lease = %self.name, error = %e, "could not read a rollout's record");
+                return None;
+            }
+        };
+        let annotations = lease.metadata.annotations?;
+        let view: RolloutView = serde_json::from_str(annotations.get(STATE)?).ok()?;
+        let before: serde_json::Value = serde_json::from_str(annotations.get(PREVIOUS)?).ok()?;
+        let source = before["source"].as_str()?.to_string();
+        let text = before["blueprint"].as_str()?.to_string();
+        Some((view, source, text))
     }
 
     /// The command a person left, if any; it is cleared as it is read.
