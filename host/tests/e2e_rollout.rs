@@ -574,3 +574,86 @@ async fn a_rollout_survives_a_sigkill_of_the_host_mid_step_and_the_next_host_con
     .await;
     next.kill().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_sharded_replicas_roll_out_as_one_each_cr_on_one_version() {
+    let _serial = SERIAL.lock().await;
+    let cp = inrun_testenv::ControlPlane::shared();
+    let group = unique_group("rollout-ring");
+    let ns = cp.namespace("rollout-ring").await.expect("namespace");
+    let ring = format!("r{}", &group[..group.find('.').unwrap_or(8).min(12)]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("blueprint.yaml");
+    let text = |size: &str| {
+        format!(
+            "apiVersion: inrun.dev/v1alpha1\nkind: Blueprint\nmetadata: {{ name: ring }}\nspec:\n  runtime:\n    workers: 4\n    sharding: {{ enabled: true, ring: {ring}, watch: labels }}\n    leaderElection: {{ namespace: {ns}, leaseDuration: 6s, renewDeadline: 4s, retryPeriod: 1s }}\n  crds:\n    - group: {group}\n      version: v1alpha1\n      kind: Part\n      reconcile:\n        onReconcile:\n          - {{ apiVersion: v1, kind: ConfigMap, metadata: {{ name: '{{{{ .metadata.name }}}}-size' }}, data: {{ size: {size} }} }}\n        managedResources: [ {{ apiVersion: v1, kind: ConfigMap }} ]\n        rollout: {{ steps: [ {{ percent: 20, pause: 1h }}, {{ percent: 100 }} ] }}\n"
+        )
+    };
+    let (v1, v2) = (text("small"), text("large"));
+    std::fs::write(&file, &v1).expect("write");
+    let identity = support::identity::Identity::for_blueprints(
+        &[
+            inrun::blueprint::from_str(&v1, "v1.yaml").expect("v1"),
+            inrun::blueprint::from_str(&v2, "v2.yaml").expect("v2"),
+        ],
+        &support::identity::Identity::options(),
+    )
+    .await;
+    let kubeconfig = identity.kubeconfig(dir.path());
+    let flags = [
+        "--lock-namespace",
+        support::identity::NAMESPACE,
+        "--reload-interval",
+        "200ms",
+    ];
+    let mut replicas: Vec<support::ring::Replica> = ["a", "b", "c"]
+        .iter()
+        .map(|n| support::ring::Replica::spawn_with(&kubeconfig, &file, dir.path(), n, &flags))
+        .collect();
+    let ar = resource(&group, "Part");
+    let count = 150;
+    let old = created_ready(&ar, &ns, count, |_| "{}".into()).await;
+    std::fs::write(&file, &v2).expect("write");
+    let crd = format!("parts.{group}");
+    // Every CR's versions as seen, in order: none may go back.
+    let seen = std::sync::Mutex::new(BTreeMap::<String, Vec<String>>::new());
+    let look = || async {
+        let all = states(&ar, &ns).await;
+        let mut seen = seen.lock().expect("lock");
+        for (name, state) in &all {
+            let history = seen.entry(name.clone()).or_default();
+            if history.last() != Some(&state.0) {
+                history.push(state.0.clone());
+            }
+        }
+        all.values().filter(|s| !s.0.is_empty() && s.0 != old).count()
+    };
+    let first = eventually("the first step on every replica", || async {
+        let on_new = look().await;
+        (on_new >= 30).then_some(on_new)
+    })
+    .await;
+    let recorded = eventually("the leader's record of the step", || async {
+        rollout_status(&crd).filter(|v| v["step"] == 1)
+    })
+    .await;
+    assert_eq!(recorded["phase"], "Progressing", "{recorded:#}");
+    // 20 % of 150, each replica rounding its share up: within 3 points.
+    let settled = look().await;
+    assert!(
+        (30..=34).contains(&settled),
+        "{first} then {settled} CRs on the new version at 20 %"
+    );
+    rollout_cli(&["promote", &crd]);
+    eventually("every CR on the new version", || async {
+        (look().await == count).then_some(())
+    })
+    .await;
+    for (name, history) in seen.into_inner().expect("lock") {
+        assert!(history.len() <= 2, "{name} went back and forth: {history:?}");
+    }
+    for replica in &mut replicas {
+        replica.assert_running();
+        replica.kill().await;
+    }
+}

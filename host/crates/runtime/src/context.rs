@@ -64,6 +64,9 @@ pub struct Ctx {
     /// The rollout of a new version of what reconciles the CRD, when one is under way:
     /// the CRs it has not moved are served by the version before.
     pub rollout: Option<Arc<crate::rollout::Rollout>>,
+    /// Under sharding, open while this replica holds the ring's leader Lease: it alone
+    /// decides a rollout's steps (the others follow its record). `None`: it decides.
+    pub leading: Option<inrun_ring::fence::Fence>,
 }
 
 impl Ctx {

@@ -140,6 +140,7 @@ fn context(
         fresh: Arc::default(),
         host_memory: shared.host_memory.clone(),
         rollout: None,
+        leading: shared.leading.clone(),
         crd: index,
         assembly,
     }

@@ -68,11 +68,17 @@ pub async fn drive(
             continue;
         }
         let all = crs.state();
-        let command = match &record {
-            Some(r) if written => r.take_command().await,
-            _ => None,
+        // Under sharding the ring's leader decides; the others follow its record.
+        let leads = ctx.leading.as_ref().is_none_or(inrun_ring::fence::Fence::is_open);
+        let (command, followed) = match (&record, leads) {
+            (Some(r), true) if written => (r.take_command().await, None),
+            (Some(r), false) => (None, r.read().await.map(|(view, _, _)| view)),
+            _ => (None, None),
         };
-        let turn = turn(&rollout, &all, Instant::now(), command);
+        let turn = match followed.and_then(|view| follow(&rollout, &view, &all)) {
+            Some(turn) => turn,
+            None => turn(&rollout, &all, Instant::now(), command, leads),
+        };
         let by_uid: HashMap<&str, &Arc<CachedCr>> = all
             .iter()
             .filter_map(|cr| cr.metadata.uid.as_deref().map(|u| (u, cr)))
@@ -99,7 +105,7 @@ pub async fn drive(
             on_old,
             on_new,
         );
-        if let Some((reason, note)) = &turn.said {
+        if let Some((reason, note)) = turn.said.as_ref().filter(|_| leads) {
             tracing::info!(crd = %rollout.crd, reason = reason.as_str(), "{note}");
             if let Some(on) = &on_crd {
                 ctx.events.record(on, *reason, note.clone()).await;
@@ -120,6 +126,7 @@ pub async fn drive(
             }
         }
         if let Some(record) = &record
+            && leads
             && (!written || turn.said.is_some())
         {
             record.write(&rollout.view(), &rollout.previous_blueprint).await;
@@ -134,7 +141,13 @@ pub async fn drive(
 
 /// One look at `all` (the CRs cached now) at `now`: the numbers of each version, the
 /// step's CRs moved, the verdict, and the next step.
-fn turn(rollout: &Rollout, all: &[Arc<CachedCr>], now: Instant, command: Option<Command>) -> Turn {
+fn turn(
+    rollout: &Rollout,
+    all: &[Arc<CachedCr>],
+    now: Instant,
+    command: Option<Command>,
+    leads: bool,
+) -> Turn {
     let facts: Vec<(&str, Option<&str>, Option<String>, bool)> = all
         .iter()
         .filter_map(|cr| {
@@ -192,6 +205,12 @@ fn turn(rollout: &Rollout, all: &[Arc<CachedCr>], now: Instant, command: Option<
     let moved = moves::moved(&crs, spec.select.as_ref(), step.percent, &state.moved);
     let woken: Vec<String> = moved.difference(&state.moved).cloned().collect();
     state.moved = moved;
+    if !leads {
+        return Turn {
+            woken,
+            ..Turn::default()
+        };
+    }
     // A step is over once its pause passed and none of its CRs moved at this look.
     let step_over = woken.is_empty()
         && now.duration_since(state.step_started) >= step.pause.unwrap_or_default();
@@ -275,6 +294,54 @@ fn turn(rollout: &Rollout, all: &[Arc<CachedCr>], now: Instant, command: Option<
             ),
         )),
         ..Turn::default()
+    }
+}
+
+/// A replica that does not lead its ring follows the leader's record `view`: its step,
+/// when that started, and its phase. A rollout the leader ended ends here too, waking the
+/// CRs of `all` whose version that changes (`None` while it goes on: the turn moves this
+/// replica's share of CRs for the step).
+fn follow(rollout: &Rollout, view: &super::RolloutView, all: &[Arc<CachedCr>]) -> Option<Turn> {
+    if view.to != rollout.to || view.from != rollout.from {
+        return None;
+    }
+    let mut state = rollout.state();
+    let last = rollout.spec.steps.len().saturating_sub(1);
+    let step = view.step.saturating_sub(1).min(last);
+    if step > state.step {
+        state.step = step;
+        state.step_started_at = view.step_started_at;
+    }
+    match (view.phase, state.phase) {
+        (Phase::RolledBack, Phase::Progressing | Phase::Paused) => {
+            state.phase = Phase::RolledBack;
+            state.verdict.clone_from(&view.verdict);
+            let back: Vec<String> = state.moved.iter().cloned().collect();
+            Some(Turn {
+                woken: back.clone(),
+                back: Some((back, view.verdict.clone().unwrap_or_default())),
+                over: true,
+                ..Turn::default()
+            })
+        }
+        (Phase::Complete, Phase::Progressing | Phase::Paused) => {
+            state.phase = Phase::Complete;
+            let woken = all
+                .iter()
+                .filter_map(|cr| cr.metadata.uid.clone())
+                .filter(|u| !state.moved.contains(u))
+                .collect();
+            Some(Turn {
+                woken,
+                over: true,
+                ..Turn::default()
+            })
+        }
+        (Phase::Paused | Phase::Progressing, Phase::Paused | Phase::Progressing) => {
+            state.phase = view.phase;
+            None
+        }
+        _ => None,
     }
 }
 
