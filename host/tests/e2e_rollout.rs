@@ -626,7 +626,9 @@ async fn three_sharded_replicas_roll_out_as_one_each_cr_on_one_version() {
                 history.push(state.0.clone());
             }
         }
-        all.values().filter(|s| !s.0.is_empty() && s.0 != old).count()
+        all.values()
+            .filter(|s| !s.0.is_empty() && s.0 != old)
+            .count()
     };
     let first = eventually("the first step on every replica", || async {
         let on_new = look().await;
@@ -650,10 +652,84 @@ async fn three_sharded_replicas_roll_out_as_one_each_cr_on_one_version() {
     })
     .await;
     for (name, history) in seen.into_inner().expect("lock") {
-        assert!(history.len() <= 2, "{name} went back and forth: {history:?}");
+        assert!(
+            history.len() <= 2,
+            "{name} went back and forth: {history:?}"
+        );
     }
     for replica in &mut replicas {
         replica.assert_running();
         replica.kill().await;
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_file_rewritten_in_place_rolls_out_step_by_step() {
+    let _serial = SERIAL.lock().await;
+    let group = unique_group("rollout-file");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let wasm = dir.path().join("stamp.wasm");
+    replace_file(
+        &wasm,
+        &std::fs::read(plugin("inrun_test_stamp_v1")).expect("read"),
+    );
+    let file = dir.path().join("blueprint.yaml");
+    let rollout = "{ steps: [ { percent: 20, pause: 1h }, { percent: 100 } ] }";
+    let reconcile = "        default: false\n        constructor: { location: ./stamp.wasm }\n";
+    std::fs::write(&file, blueprint(&group, "Filed", reconcile, rollout)).expect("write");
+    let host = FleetHost::start(FleetOptions {
+        blueprint: Some(file.clone()),
+        ..FleetHost::options()
+    })
+    .await;
+    let ns = inrun_testenv::ControlPlane::shared()
+        .namespace("rollout-file")
+        .await
+        .expect("namespace");
+    let ar = resource(&group, "Filed");
+    let count = 50;
+    let old = created_ready(&ar, &ns, count, |_| "{}".into()).await;
+    // The same file, a new build: the slot reloads it, and the rollout keeps the old one.
+    replace_file(
+        &wasm,
+        &std::fs::read(plugin("inrun_test_stamp_v2")).expect("read"),
+    );
+    let crd = format!("fileds.{group}");
+    let on_new = |all: &BTreeMap<String, (String, bool, String)>| {
+        all.values()
+            .filter(|s| !s.0.is_empty() && s.0 != old)
+            .count()
+    };
+    eventually("the first step's CRs on the new build", || async {
+        let all = states(&ar, &ns).await;
+        (on_new(&all) == 10 && all.values().all(|s| s.1)).then_some(())
+    })
+    .await;
+    let recorded = eventually("the rollout recorded", || async {
+        rollout_status(&crd).filter(|v| v["onNew"] == 10)
+    })
+    .await;
+    assert_eq!(recorded["from"], old.as_str(), "{recorded:#}");
+    // Those not moved still run the old build: their stamp says v1.
+    let stamps = || async {
+        let api: Api<DynamicObject> = Api::namespaced_with(client(), &ns, &configmaps());
+        let list = api.list(&ListParams::default()).await.expect("list");
+        let mut by: BTreeMap<String, usize> = BTreeMap::new();
+        for cm in list.items {
+            if let Some(v) = cm.data["data"]["version"].as_str() {
+                *by.entry(v.to_string()).or_default() += 1;
+            }
+        }
+        by
+    };
+    assert_eq!(
+        stamps().await,
+        BTreeMap::from([("v1".to_string(), 40), ("v2".to_string(), 10)])
+    );
+    rollout_cli(&["promote", &crd]);
+    eventually("every CR on the new build", || async {
+        (stamps().await == BTreeMap::from([("v2".to_string(), count)])).then_some(())
+    })
+    .await;
+    host.stop().await;
 }

@@ -24,8 +24,7 @@ pub(super) struct Built {
 
 /// Rollouts a host started mid-way continues, by CRD: the version before (loaded again
 /// from the rollout's record) and the record.
-pub(crate) type Resumed =
-    BTreeMap<String, (Arc<Assembly>, inrun_runtime::rollout::RolloutView)>;
+pub(crate) type Resumed = BTreeMap<String, (Arc<Assembly>, inrun_runtime::rollout::RolloutView)>;
 
 /// A Blueprint built and prepared: ready to serve.
 pub(super) struct Prepared {
@@ -160,7 +159,9 @@ impl Fleet {
                     tracing::info!(%crd, from = %view.from, to = %view.to, step = view.step, phase = ?view.phase, "continuing a rollout recorded under way");
                     resumed.insert(crd, (Arc::new(before), view));
                 }
-                Err(e) => tracing::warn!(%crd, from = %view.from, error = %inrun_contract::errors::chain(&e), "a rollout recorded under way cannot go on: the version before no longer loads; the new version serves every CR"),
+                Err(e) => {
+                    tracing::warn!(%crd, from = %view.from, error = %inrun_contract::errors::chain(&e), "a rollout recorded under way cannot go on: the version before no longer loads; the new version serves every CR")
+                }
             }
         }
         resumed
@@ -359,9 +360,8 @@ impl Fleet {
                 .remove(&source)
                 .unwrap_or_else(|| self.new_tenant(source.clone()));
         }
-        let started =
-            Self::serve(&mut tenant, &acting, assembly, kinds, &tenants, &resumed)
-                .map_or(Ok(()), Err);
+        let started = Self::serve(&mut tenant, &acting, assembly, kinds, &tenants, &resumed)
+            .map_or(Ok(()), Err);
         // Serving, `serve` made it the tenant's; refused, it waits for a retry.
         let serving = tenant.acting.identity.clone();
         tenant.candidate =

@@ -195,19 +195,12 @@ impl Fleet {
             if let Some(r) = &rollout {
                 tracing::info!(tenant = %tenant.source, crd = %name, from = %r.from, to = %r.to, "rolling out a new version step by step");
             }
-            let (stop_tx, stop_rx) = watch::channel(false);
-            let (requeue_tx, requeue_rx) = mpsc::unbounded_channel();
-            let requeue = futures::stream::unfold(requeue_rx, |mut rx| async move {
-                rx.recv().await.map(|()| ((), rx))
-            });
-            let future = runtime::controller(
+            let started = Self::start_controller(
                 &acting.shared,
-                assembly.clone(),
+                &assembly,
                 index,
                 kinds[index].clone(),
-                stop_rx,
-                requeue,
-                rollout.clone(),
+                rollout,
             );
             tracing::info!(tenant = %tenant.source, crd = %name, "starting the controller");
             tenant.running.insert(
@@ -217,10 +210,7 @@ impl Fleet {
                     runtime: runtime_spec.clone(),
                     identity: acting.identity.clone(),
                     plugins: locations.get(&name).cloned().unwrap_or_default(),
-                    stop: stop_tx,
-                    requeue: requeue_tx,
-                    task: tokio::spawn(future),
-                    rollout,
+                    ..started
                 },
             );
         }
@@ -228,6 +218,42 @@ impl Fleet {
         tenant.acting = acting.clone();
         tenant.acting.plugins.retain_used();
         None
+    }
+
+    /// Starts the controller of CRD `index` of `assembly` as `shared` acts, carrying
+    /// `rollout` if one is under way: its handles, for the caller to fill in what it serves.
+    fn start_controller(
+        shared: &inrun_runtime::Shared,
+        assembly: &Arc<Assembly>,
+        index: usize,
+        kinds: runtime::CrdKinds,
+        rollout: Option<Arc<inrun_runtime::rollout::Rollout>>,
+    ) -> Running {
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let (requeue_tx, requeue_rx) = mpsc::unbounded_channel();
+        let requeue = futures::stream::unfold(requeue_rx, |mut rx| async move {
+            rx.recv().await.map(|()| ((), rx))
+        });
+        let future = runtime::controller(
+            shared,
+            assembly.clone(),
+            index,
+            kinds.clone(),
+            stop_rx,
+            requeue,
+            rollout.clone(),
+        );
+        Running {
+            spec: assembly.crds()[index].spec.clone(),
+            runtime: assembly.blueprint.spec.runtime.clone(),
+            identity: None,
+            plugins: BTreeSet::new(),
+            stop: stop_tx,
+            requeue: requeue_tx,
+            task: tokio::spawn(future),
+            rollout,
+            kinds,
+        }
     }
 
     /// Removes the tenant of `source` and stops its controllers (outside the tenants lock:
@@ -322,26 +348,151 @@ impl Fleet {
     }
 
     /// Checks the plugin sources of `source`'s tenant once; re-queues every CR of a CRD
-    /// whose plugin changed.
+    /// whose plugin changed, or, for a CRD that says how to roll a change out
+    /// (`reconcile.rollout`), rolls the new version out from the one it replaces.
     pub(super) async fn poll_tenant(&self, source: TenantSource, set: Arc<PluginSet>) {
+        // What serves now, kept before any slot takes a new version: the version before,
+        // for a rollout.
+        let before = self.rolling_out(&source).await.then(|| set.frozen());
         let changes = set.poll().await;
         if changes.is_empty() {
             return;
         }
-        let tenants = self.tenants.lock().await;
-        let Some(tenant) = tenants.get(&source) else {
-            return;
-        };
-        for change in &changes {
-            if let Change::Swapped { location, .. } = change {
-                for (crd, running) in &tenant.running {
-                    if running.plugins.contains(location) {
+        let mut rolled = Vec::new();
+        {
+            let tenants = self.tenants.lock().await;
+            let Some(tenant) = tenants.get(&source) else {
+                return;
+            };
+            for change in &changes {
+                if let Change::Swapped { location, .. } = change {
+                    for (crd, running) in &tenant.running {
+                        if !running.plugins.contains(location) {
+                            continue;
+                        }
+                        if running.spec.reconcile.rollout.is_some() && before.is_some() {
+                            rolled.push(crd.clone());
+                            continue;
+                        }
                         tracing::info!(tenant = %source, %crd, plugin = %location,
                             "re-queueing every CR after a plugin reload");
                         let _ = running.requeue.send(());
                     }
                 }
             }
+            self.publish(tenant);
+        }
+        if let (Some(before), false) = (before, rolled.is_empty()) {
+            rolled.sort();
+            rolled.dedup();
+            self.roll_out_reload(&source, &before, &rolled).await;
+        }
+    }
+
+    /// Whether a CRD `source`'s tenant serves says how to roll a change out.
+    async fn rolling_out(&self, source: &TenantSource) -> bool {
+        let tenants = self.tenants.lock().await;
+        tenants.get(source).is_some_and(|t| {
+            t.running
+                .values()
+                .any(|r| r.spec.reconcile.rollout.is_some())
+        })
+    }
+
+    /// Rolls out a plugin reload of the CRDs `crds` of `source`'s tenant: the serving
+    /// Blueprint assembled again with `before` (the slots as they were) is the version
+    /// before; each CRD's controller is started again carrying the rollout to the version
+    /// its slots serve now.
+    async fn roll_out_reload(&self, source: &TenantSource, before: &PluginSet, crds: &[String]) {
+        let found = {
+            let tenants = self.tenants.lock().await;
+            tenants
+                .get(source)
+                .and_then(|t| Some((t.assembly.clone()?, t.acting.clone(), t.policy.clone())))
+        };
+        let Some((serving, acting, policy)) = found else {
+            return;
+        };
+        let built = Assembly::build(
+            serving.blueprint.clone(),
+            inrun_reconcilers::assemble::BuildContext {
+                plugins: before,
+                services: &acting.services,
+                policy: &policy,
+            },
+        )
+        .await;
+        let previous = match built {
+            Ok(previous) => Arc::new(previous),
+            Err(e) => {
+                tracing::warn!(tenant = %source, error = %inrun_contract::errors::chain(&e), "the version before a plugin reload could not be assembled again; every CR is re-queued on the new one");
+                let tenants = self.tenants.lock().await;
+                if let Some(t) = tenants.get(source) {
+                    for crd in crds {
+                        if let Some(r) = t.running.get(crd) {
+                            let _ = r.requeue.send(());
+                        }
+                    }
+                }
+                return;
+            }
+        };
+        // The controllers to start again, taken (under the lock) and stopped (without it:
+        // their passes in flight finish first), as a reload retires a changed one.
+        let mut taken = Vec::new();
+        {
+            let mut tenants = self.tenants.lock().await;
+            let Some(tenant) = tenants.get_mut(source) else {
+                return;
+            };
+            // A Blueprint reload since: it started its controllers from what serves now.
+            if !tenant
+                .assembly
+                .as_ref()
+                .is_some_and(|a| Arc::ptr_eq(a, &serving))
+            {
+                return;
+            }
+            for crd in crds {
+                let Some(index) = serving
+                    .crds()
+                    .iter()
+                    .position(|c| &c.spec.crd_name() == crd)
+                else {
+                    continue;
+                };
+                let Some(rollout) = rollout_from(&previous, &serving.crds()[index]) else {
+                    continue;
+                };
+                if let Some(old) = tenant.running.remove(crd) {
+                    let _ = old.stop.send(true);
+                    taken.push((crd.clone(), index, rollout, old));
+                }
+            }
+        }
+        let mut again = Vec::new();
+        for (crd, index, rollout, old) in taken {
+            let (identity, plugins, kinds) =
+                (old.identity.clone(), old.plugins.clone(), old.kinds.clone());
+            stop(old).await;
+            again.push((crd, index, rollout, identity, plugins, kinds));
+        }
+        let mut tenants = self.tenants.lock().await;
+        let Some(tenant) = tenants.get_mut(source) else {
+            return;
+        };
+        for (crd, index, rollout, identity, plugins, kinds) in again {
+            tracing::info!(tenant = %source, %crd, from = %rollout.from, to = %rollout.to, "a plugin reload rolls out step by step");
+            let started =
+                Self::start_controller(&acting.shared, &serving, index, kinds, Some(rollout));
+            tenant.running.insert(
+                crd,
+                Running {
+                    identity,
+                    plugins,
+                    ..started
+                },
+            );
         }
         self.publish(tenant);
     }
@@ -377,6 +528,7 @@ mod tests {
                         let _ = stop_rx.wait_for(|s| *s).await;
                     }),
                     rollout: None,
+                    kinds: Default::default(),
                 },
             );
         }

@@ -182,6 +182,8 @@ pub(crate) struct Running {
     pub(crate) task: JoinHandle<()>,
     /// The rollout it carries, when it started as one.
     pub(crate) rollout: Option<Arc<inrun_runtime::rollout::Rollout>>,
+    /// The kinds its CRs may own, as its start found them.
+    pub(crate) kinds: inrun_runtime::CrdKinds,
 }
 
 /// Whom a tenant acts as, and the clients that do: the host's own, or its ServiceAccount's.

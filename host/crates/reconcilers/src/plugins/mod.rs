@@ -215,6 +215,22 @@ impl PluginSet {
         Ok(lock(&self.slots).entry(key).or_insert(slot).clone())
     }
 
+    /// A set whose slots serve what this one's serve now, never reloaded (nobody polls
+    /// it): assembled with it, a Blueprint is the version before a plugin reload, which a
+    /// rollout keeps for the CRs it has not moved.
+    pub fn frozen(&self) -> PluginSet {
+        let slots = lock(&self.slots)
+            .iter()
+            .map(|(key, slot)| (key.clone(), slot.frozen()))
+            .collect();
+        PluginSet {
+            engine: self.engine.clone(),
+            sources: self.sources.clone(),
+            slots: Mutex::new(slots),
+            compiles: None,
+        }
+    }
+
     /// Every slot, by location.
     pub fn slots(&self) -> Vec<Arc<PluginSlot>> {
         lock(&self.slots).values().cloned().collect()

@@ -134,6 +134,19 @@ impl PluginSlot {
         Self::new(location, None, plugin, version)
     }
 
+    /// A slot serving this one's component as it is now, never reloaded: the version a
+    /// rollout keeps for the CRs it has not moved, once this slot takes a new one.
+    pub fn frozen(&self) -> Arc<PluginSlot> {
+        Arc::new(PluginSlot {
+            location: self.location.clone(),
+            pull: self.pull.clone(),
+            egress: self.egress.clone(),
+            current: RwLock::new(self.current()),
+            status: Mutex::new(self.status()),
+            expect: Mutex::new(lock(&self.expect).clone()),
+        })
+    }
+
     /// The component calls use now. Take it once per call and keep it for the whole call.
     pub fn current(&self) -> Plugin {
         self.current

@@ -69,7 +69,10 @@ pub async fn drive(
         }
         let all = crs.state();
         // Under sharding the ring's leader decides; the others follow its record.
-        let leads = ctx.leading.as_ref().is_none_or(inrun_ring::fence::Fence::is_open);
+        let leads = ctx
+            .leading
+            .as_ref()
+            .is_none_or(inrun_ring::fence::Fence::is_open);
         let (command, followed) = match (&record, leads) {
             (Some(r), true) if written => (r.take_command().await, None),
             (Some(r), false) => (None, r.read().await.map(|(view, _, _)| view)),
@@ -129,7 +132,9 @@ pub async fn drive(
             && leads
             && (!written || turn.said.is_some())
         {
-            record.write(&rollout.view(), &rollout.previous_blueprint).await;
+            record
+                .write(&rollout.view(), &rollout.previous_blueprint)
+                .await;
             written = true;
         }
         if turn.over {
