@@ -1618,3 +1618,71 @@ async fn a_plan_of_a_blueprint_resource_acts_as_its_tenant_and_reaches_no_farthe
     );
     delete_blueprints(&[&name]).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blueprint_resources_change_rolls_out_step_by_step_and_its_status_shows_it() {
+    let _alone = RESOURCE_TENANTS.lock().await;
+    let cp = inrun_testenv::ControlPlane::shared();
+    let ns = cp.namespace("rollout-tenant").await.expect("namespace");
+    let group = unique_group("rollout-tenant");
+    let name = format!("roll-{}", group.split('.').next().unwrap_or("t"));
+    let text = |size: &str| {
+        format!(
+            "apiVersion: inrun.dev/v1alpha1\nkind: Blueprint\nmetadata: {{ name: x }}\nspec:\n  crds:\n    - group: {group}\n      version: v1alpha1\n      kind: Sized\n      reconcile:\n        onReconcile:\n          - {{ apiVersion: v1, kind: ConfigMap, metadata: {{ name: '{{{{ .metadata.name }}}}-size' }}, data: {{ size: {size} }} }}\n        managedResources: [ {{ apiVersion: v1, kind: ConfigMap }} ]\n        rollout: {{ steps: [ {{ percent: 20, pause: 1h }}, {{ percent: 100 }} ] }}\n"
+        )
+    };
+    let host = FleetHost::start(FleetOptions {
+        resources: true,
+        ..FleetHost::options()
+    })
+    .await;
+    apply_blueprint(&name, &text("small")).await;
+    serving("the tenant to serve", &name).await;
+    let sized = resource(&group, "Sized");
+    for i in 0..20 {
+        apply_cr(&sized, &ns, &cr(&group, "Sized", &format!("s{i}"))).await;
+    }
+    let sizes = || async {
+        let api: Api<DynamicObject> = Api::namespaced_with(client(), &ns, &configmaps());
+        let list = api.list(&Default::default()).await.ok()?;
+        let mut by = std::collections::BTreeMap::<String, usize>::new();
+        for cm in list.items {
+            if let Some(size) = cm.data["data"]["size"].as_str() {
+                *by.entry(size.to_string()).or_default() += 1;
+            }
+        }
+        Some(by)
+    };
+    eventually("every CR's ConfigMap", || async {
+        sizes().await.filter(|by| by.get("small") == Some(&20))
+    })
+    .await;
+    // The tenant's change: 20 % first, shown on its Blueprint's status.
+    apply_blueprint(&name, &text("large")).await;
+    let crd = format!("sizeds.{group}");
+    let shown = eventually("the rollout on the Blueprint's status", || async {
+        let bp = get(blueprint_resource(), None, &name).await?;
+        let view = bp.data["status"]["rollouts"][&crd].clone();
+        (view["onNew"] == 4).then_some(view)
+    })
+    .await;
+    assert_eq!(shown["phase"], "Progressing", "{shown:#}");
+    assert_eq!(shown["step"], 1, "{shown:#}");
+    assert!(
+        shown["from"]
+            .as_str()
+            .is_some_and(|f| f.starts_with("declarative:")),
+        "{shown:#}"
+    );
+    eventually("four CRs on the new version", || async {
+        sizes()
+            .await
+            .filter(|by| by.get("large") == Some(&4) && by.get("small") == Some(&16))
+    })
+    .await;
+    // Its Accepted condition stands beside it.
+    let (status, reason, _) = accepted(&name).await.expect("accepted");
+    assert_eq!((status.as_str(), reason.as_str()), ("True", "Serving"));
+    delete_blueprints(&[&name]).await;
+    host.stop().await;
+}

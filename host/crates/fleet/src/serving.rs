@@ -20,6 +20,13 @@ pub(super) async fn stop(running: Running) {
     }
 }
 
+/// Shows `rollout` on its tenant's `Blueprint` resource too, when it came as one.
+fn shown_on(rollout: &inrun_runtime::rollout::Rollout, source: &TenantSource) {
+    if let TenantSource::Resource(name) = source {
+        let _ = rollout.shown_on.set(name.clone());
+    }
+}
+
 /// The rollout of `plan` from the same CRD in `previous`, when `plan`'s reconcile says
 /// how to roll out (`reconcile.rollout`) and what reconciles its CRs changed: another
 /// plugin digest, another block as written.
@@ -194,6 +201,7 @@ impl Fleet {
                 });
             if let Some(r) = &rollout {
                 tracing::info!(tenant = %tenant.source, crd = %name, from = %r.from, to = %r.to, "rolling out a new version step by step");
+                shown_on(r, &tenant.source);
             }
             let started = Self::start_controller(
                 &acting.shared,
@@ -483,6 +491,7 @@ impl Fleet {
         };
         for (crd, index, rollout, identity, plugins, kinds) in again {
             tracing::info!(tenant = %source, %crd, from = %rollout.from, to = %rollout.to, "a plugin reload rolls out step by step");
+            shown_on(&rollout, source);
             let started =
                 Self::start_controller(&acting.shared, &serving, index, kinds, Some(rollout));
             tenant.running.insert(

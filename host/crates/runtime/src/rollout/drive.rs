@@ -65,9 +65,11 @@ pub async fn drive(
     loop {
         ticker.tick().await;
         if !synced.load(Ordering::Acquire) {
+            tracing::debug!(crd = %rollout.crd, "rollout: the CRs' cache is not synced yet");
             continue;
         }
         let all = crs.state();
+
         // Under sharding the ring's leader decides; the others follow its record.
         let leads = ctx
             .leading
@@ -82,6 +84,7 @@ pub async fn drive(
             Some(turn) => turn,
             None => turn(&rollout, &all, Instant::now(), command, leads),
         };
+        tracing::trace!(crd = %rollout.crd, crs = all.len(), leads, woken = turn.woken.len(), "rollout: a look");
         let by_uid: HashMap<&str, &Arc<CachedCr>> = all
             .iter()
             .filter_map(|cr| cr.metadata.uid.as_deref().map(|u| (u, cr)))
@@ -132,9 +135,11 @@ pub async fn drive(
             && leads
             && (!written || turn.said.is_some())
         {
-            record
-                .write(&rollout.view(), &rollout.previous_blueprint)
-                .await;
+            let view = rollout.view();
+            record.write(&view, &rollout.previous_blueprint).await;
+            if let Some(blueprint) = rollout.shown_on.get() {
+                record.show_on(blueprint, &view).await;
+            }
             written = true;
         }
         if turn.over {

@@ -69,6 +69,9 @@ pub struct Rollout {
     /// kept with the record so that a host started mid-rollout can load it again:
     /// (the file its relative locations resolve against, the Blueprint as JSON).
     pub previous_blueprint: (String, String),
+    /// The `Blueprint` resource whose status shows the rollout too (`status.rollouts`),
+    /// when its tenant came as one.
+    pub shown_on: std::sync::OnceLock<String>,
     state: Mutex<State>,
 }
 
@@ -190,6 +193,7 @@ impl Rollout {
             spec,
             previous_index,
             previous_blueprint: pinned(&previous, previous_index),
+            shown_on: std::sync::OnceLock::new(),
             state: Mutex::new(State {
                 phase: Phase::Progressing,
                 step: 0,

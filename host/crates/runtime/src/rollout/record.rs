@@ -72,14 +72,41 @@ pub fn lease_name(crd: &str) -> String {
 pub struct Record {
     api: Api<Lease>,
     name: String,
+    client: Client,
 }
 
 impl Record {
     /// The Lease of `crd`'s rollout in `namespace`, written by `client`.
     pub fn new(client: Client, namespace: &str, crd: &str) -> Record {
         Record {
-            api: Api::namespaced(client, namespace),
+            api: Api::namespaced(client.clone(), namespace),
             name: lease_name(crd),
+            client,
+        }
+    }
+
+    /// Shows `view` on the `Blueprint` resource `blueprint` too, as its
+    /// `status.rollouts.<crd>` (server-side apply of the status, a field manager for each
+    /// CRD, so each rollout's entry stands beside the others and the `Accepted`
+    /// condition); a failure is logged.
+    pub async fn show_on(&self, blueprint: &str, view: &RolloutView) {
+        let api: Api<kube::api::DynamicObject> =
+            Api::all_with(self.client.clone(), &crate::kinds::blueprint_resource());
+        let patch = serde_json::json!({
+            "apiVersion": "inrun.dev/v1alpha1",
+            "kind": "Blueprint",
+            "status": {"rollouts": {view.crd.clone(): view}},
+        });
+        let manager = format!("{MANAGER}-{}", &self.name["inrun-rollout-".len()..]);
+        if let Err(e) = api
+            .patch_status(
+                blueprint,
+                &PatchParams::apply(&manager).force(),
+                &Patch::Apply(&patch),
+            )
+            .await
+        {
+            tracing::warn!(%blueprint, crd = %view.crd, error = %e, "could not show the rollout on its Blueprint");
         }
     }
 
