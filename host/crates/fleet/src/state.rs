@@ -113,10 +113,25 @@ pub struct TenantView {
     /// The serving assembly, for `/blueprint`.
     #[serde(skip)]
     pub assembly: Option<Arc<Assembly>>,
-    /// Its CRDs' rollouts under way or ended since they started (read with
-    /// [`TenantView::rollout_views`]).
-    #[serde(skip)]
+    /// Its CRDs' rollouts under way or ended since they started, each shown where it
+    /// stands when the view is read ([`TenantView::rollout_views`]).
+    #[serde(
+        serialize_with = "serialize_rollouts",
+        skip_serializing_if = "Vec::is_empty"
+    )]
     pub rollouts: Vec<Arc<inrun_runtime::rollout::Rollout>>,
+}
+
+fn serialize_rollouts<S: serde::Serializer>(
+    rollouts: &[Arc<inrun_runtime::rollout::Rollout>],
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    use serde::Serialize as _;
+    rollouts
+        .iter()
+        .map(|r| r.view())
+        .collect::<Vec<_>>()
+        .serialize(s)
 }
 
 impl TenantView {

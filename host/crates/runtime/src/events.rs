@@ -99,6 +99,13 @@ impl Events {
         }
     }
 
+    /// A recorder reporting as this one does, writing through `client` (the host's own,
+    /// for events a tenant's identity may not write: on its CRD or its Blueprint).
+    #[must_use]
+    pub fn through(&self, client: Client) -> Events {
+        Events::new(client, self.instance.clone())
+    }
+
     fn recent(&self) -> std::sync::MutexGuard<'_, Recent> {
         self.recent.lock().unwrap_or_else(|p| p.into_inner())
     }

@@ -1216,6 +1216,8 @@ mod tests {
         m.plugin_reloaded("team-a", true);
         m.blueprint_reloaded("t", true);
         m.leader_election("inrun", true);
+        m.rollout_at("a.example.dev", 1, 5, 95, 5);
+        m.rollout_pass("a.example.dev", true, false);
         let _ = m
             .rest_requests
             .get_or_create(&rest::RequestLabels::new("200", "GET", "h:443"));

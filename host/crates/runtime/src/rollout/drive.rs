@@ -59,6 +59,11 @@ pub async fn drive(
         .as_ref()
         .map(|l| Record::new(l.host_client(), l.namespace(), &rollout.crd));
     let mut written = false;
+    // Events on the CRD and the Blueprint are the host's, whoever the tenant acts as.
+    let host_events = ctx
+        .locks
+        .as_ref()
+        .map_or_else(|| ctx.events.clone(), |l| ctx.events.through(l.host_client()));
     tracing::info!(crd = %rollout.crd, from = %rollout.from, to = %rollout.to, "rollout started");
     let mut ticker = tokio::time::interval(TICK);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -114,7 +119,17 @@ pub async fn drive(
         if let Some((reason, note)) = turn.said.as_ref().filter(|_| leads) {
             tracing::info!(crd = %rollout.crd, reason = reason.as_str(), "{note}");
             if let Some(on) = &on_crd {
-                ctx.events.record(on, *reason, note.clone()).await;
+                host_events.record(on, *reason, note.clone()).await;
+            }
+            // And on its tenant's Blueprint resource, when it came as one.
+            if let Some(name) = rollout.shown_on.get() {
+                let on = ObjectReference {
+                    api_version: Some("inrun.dev/v1alpha1".into()),
+                    kind: Some("Blueprint".into()),
+                    name: Some(name.clone()),
+                    ..ObjectReference::default()
+                };
+                host_events.record(&on, *reason, note.clone()).await;
             }
         }
         if let Some((uids, why)) = &turn.back {
