@@ -317,8 +317,8 @@ async fn a_template_change_rolls_out_step_by_step_too() {
             "        onReconcile:\n          - {{ apiVersion: v1, kind: ConfigMap, metadata: {{ name: '{{{{ .metadata.name }}}}-settings' }}, data: {{ size: {size} }} }}\n"
         )
     };
-    let rollout =
-        "{ steps: [ { percent: 10, pause: 3s }, { percent: 100 } ], analysis: { window: 1m } }";
+    // A plan required first: it passes, the templates failing on no CR.
+    let rollout = "{ steps: [ { percent: 10, pause: 3s }, { percent: 100 } ], analysis: { window: 1m }, requirePlan: true }";
     std::fs::write(
         &file,
         blueprint(&group, "Shop", &template("small"), rollout),
@@ -731,5 +731,81 @@ async fn a_plugin_file_rewritten_in_place_rolls_out_step_by_step() {
         (stamps().await == BTreeMap::from([("v2".to_string(), count)])).then_some(())
     })
     .await;
+    host.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_required_plan_that_fails_moves_no_cr() {
+    let _serial = SERIAL.lock().await;
+    let group = unique_group("rollout-plan");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("blueprint.yaml");
+    let rollout = "{ steps: [ { percent: 50, pause: 1h }, { percent: 100 } ], requirePlan: true }";
+    std::fs::write(
+        &file,
+        blueprint(
+            &group,
+            "Planned",
+            &constructor("inrun_test_stamp_v1"),
+            rollout,
+        ),
+    )
+    .expect("write");
+    let host = FleetHost::start(FleetOptions {
+        blueprint: Some(file.clone()),
+        ..FleetHost::options()
+    })
+    .await;
+    let ns = inrun_testenv::ControlPlane::shared()
+        .namespace("rollout-plan")
+        .await
+        .expect("namespace");
+    let ar = resource(&group, "Planned");
+    let count = 20;
+    let spec = |i: usize| {
+        if i % 10 < 3 {
+            "{}".to_string()
+        } else {
+            "{ image: nginx }".to_string()
+        }
+    };
+    let v1 = created_ready(&ar, &ns, count, spec).await;
+    let before = states(&ar, &ns).await;
+    std::fs::write(
+        &file,
+        blueprint(
+            &group,
+            "Planned",
+            &constructor("inrun_plugin_webapp"),
+            rollout,
+        ),
+    )
+    .expect("write");
+    let crd = format!("planneds.{group}");
+    let refused = eventually("the rollout refused by its plan", || async {
+        crd_events(&crd, "RolledBack").await.into_iter().next()
+    })
+    .await;
+    assert!(
+        refused.contains("refused before any CR moved")
+            && refused.contains("failed on 6 of 20 CRs")
+            && refused.contains("spec.image is required"),
+        "{refused}"
+    );
+    // No CR ran the new version: none was written, none has a Deployment.
+    let after = states(&ar, &ns).await;
+    for (name, state) in &after {
+        assert_eq!(state.0, v1, "{name}");
+        assert_eq!(state.2, before[name].2, "{name} was written");
+    }
+    let deployments: Api<DynamicObject> = Api::namespaced_with(client(), &ns, &deployments());
+    assert!(
+        deployments
+            .list(&ListParams::default())
+            .await
+            .expect("list")
+            .items
+            .is_empty()
+    );
     host.stop().await;
 }

@@ -21,6 +21,11 @@ pub struct RolloutSpec {
     /// What a failed analysis does.
     #[serde(default)]
     pub on_failure: OnFailure,
+    /// Before the first CR moves, the host plans the new version over every CR (each
+    /// rendered as `inrun plan` renders it, nothing written): if it fails on a CR the old
+    /// version serves well, no CR moves and the rollout ends rolled back.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub require_plan: bool,
 }
 
 /// One `rollout.steps` entry.

@@ -93,6 +93,25 @@ pub enum RenderError {
     },
 }
 
+impl RenderError {
+    /// Whether it keeps the CR from being reconciled at all (its rules, a serve target, a
+    /// kind outside `managedResources`), rather than the reconciler failing on it: a plan
+    /// lists such a CR as blocked, not as a failure of the version.
+    pub fn holds_back(&self) -> bool {
+        match self {
+            RenderError::Invalid(_) => true,
+            RenderError::Step(step) => matches!(
+                step,
+                StepError::Invalid(_)
+                    | StepError::Forbidden { .. }
+                    | StepError::UnknownTarget { .. }
+                    | StepError::UndeclaredType { .. }
+            ),
+            _ => false,
+        }
+    }
+}
+
 impl From<Failure> for RenderError {
     fn from(f: Failure) -> Self {
         match f {

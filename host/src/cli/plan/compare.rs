@@ -5,7 +5,6 @@
 
 use std::collections::BTreeMap;
 
-use inrun::reconcilers::plan::StepError;
 use inrun::render::{RenderError, RenderOutput};
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -157,7 +156,7 @@ pub fn verdict(inputs: &Inputs<'_>) -> Verdict {
         Ok(out) => out,
         Err(e) => {
             let message = inrun::errors::chain(e);
-            return if blocks(e) {
+            return if e.holds_back() {
                 Verdict::Blocked { message }
             } else {
                 Verdict::Fails {
@@ -216,22 +215,6 @@ pub fn verdict(inputs: &Inputs<'_>) -> Verdict {
         Verdict::Unchanged
     } else {
         Verdict::Changes(changes)
-    }
-}
-
-/// Whether `e` keeps the CR from being reconciled at all (its rules, a serve target, a
-/// kind outside `managedResources`), rather than the reconciler failing on it.
-fn blocks(e: &RenderError) -> bool {
-    match e {
-        RenderError::Invalid(_) => true,
-        RenderError::Step(step) => matches!(
-            step,
-            StepError::Invalid(_)
-                | StepError::Forbidden { .. }
-                | StepError::UnknownTarget { .. }
-                | StepError::UndeclaredType { .. }
-        ),
-        _ => false,
     }
 }
 

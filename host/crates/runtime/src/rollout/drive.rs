@@ -59,11 +59,12 @@ pub async fn drive(
         .as_ref()
         .map(|l| Record::new(l.host_client(), l.namespace(), &rollout.crd));
     let mut written = false;
+    let mut planned = false;
     // Events on the CRD and the Blueprint are the host's, whoever the tenant acts as.
-    let host_events = ctx
-        .locks
-        .as_ref()
-        .map_or_else(|| ctx.events.clone(), |l| ctx.events.through(l.host_client()));
+    let host_events = ctx.locks.as_ref().map_or_else(
+        || ctx.events.clone(),
+        |l| ctx.events.through(l.host_client()),
+    );
     tracing::info!(crd = %rollout.crd, from = %rollout.from, to = %rollout.to, "rollout started");
     let mut ticker = tokio::time::interval(TICK);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -85,7 +86,18 @@ pub async fn drive(
             (Some(r), false) => (None, r.read().await.map(|(view, _, _)| view)),
             _ => (None, None),
         };
-        let turn = match followed.and_then(|view| follow(&rollout, &view, &all)) {
+        // `requirePlan`: the new version planned over every CR before the first moves.
+        let refused = if leads && !planned && rollout.spec.require_plan && rollout.at_start() {
+            planned = true;
+            match super::preflight::plan(&ctx, &rollout, &all).await {
+                Some(why) => Some(refuse(&rollout, why)),
+                None => None,
+            }
+        } else {
+            None
+        };
+        let turn = match refused.or_else(|| followed.and_then(|view| follow(&rollout, &view, &all)))
+        {
             Some(turn) => turn,
             None => turn(&rollout, &all, Instant::now(), command, leads),
         };
@@ -318,6 +330,24 @@ fn turn(
                 new.reconciled
             ),
         )),
+        ..Turn::default()
+    }
+}
+
+/// Ends `rollout` before any CR moved: the plan it required failed (`why`).
+fn refuse(rollout: &Rollout, why: String) -> Turn {
+    let mut state = rollout.state();
+    state.phase = Phase::RolledBack;
+    state.verdict = Some(why.clone());
+    Turn {
+        said: Some((
+            Reason::RolledBack,
+            format!(
+                "the rollout of {} from {} to {} was refused before any CR moved: {why}",
+                rollout.crd, rollout.from, rollout.to
+            ),
+        )),
+        over: true,
         ..Turn::default()
     }
 }

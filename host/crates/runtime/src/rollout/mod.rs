@@ -12,12 +12,14 @@
 //!   verdict;
 //! - `drive.rs`: the loop that moves CRs, judges each step, advances, and rolls back or
 //!   pauses, waking only the CRs whose version changes and recording events;
+//! - `preflight.rs`: the plan `rollout.requirePlan` runs before the first CR moves;
 //! - [`record`]: the Lease that shows the rollout to people and `inrun rollout`, and
 //!   carries their commands (pause, resume, promote, abort) to the driver.
 
 mod analysis;
 mod drive;
 mod moves;
+mod preflight;
 pub mod record;
 
 use std::collections::HashSet;
@@ -238,6 +240,12 @@ impl Rollout {
         self.state
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Whether it has not begun: at its first step, no CR moved.
+    fn at_start(&self) -> bool {
+        let state = self.state();
+        state.phase == Phase::Progressing && state.step == 0 && state.moved.is_empty()
     }
 
     /// The old version's plan of the CRD.
