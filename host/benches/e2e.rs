@@ -353,6 +353,19 @@ struct Row {
     notes: Vec<String>,
     /// `inrun plan` over the mode's CRs once they were Ready, the host stopped.
     plan: Option<PlanCost>,
+    /// (declarative) a template change reaching every CR, with the host running: at once,
+    /// then rolled out.
+    change: Option<ChangeCost>,
+}
+
+/// How a template change reaches every CR of a mode: the time from the Blueprint's write
+/// until every CR's `status.reconciledBy` names the new version and it is Ready, and the
+/// API writes meanwhile.
+struct ChangeCost {
+    /// The change with no `rollout`: every CR at once.
+    at_once: (Duration, Counts),
+    /// The next change rolled out (`steps: 10 %, 50 % (2 s each), 100 %`).
+    rolled: (Duration, Counts),
 }
 
 /// How long `inrun plan` took over every CR of a mode: each CR rendered by both versions,
@@ -587,6 +600,14 @@ async fn measure(cp: &ControlPlane, settings: &Settings, stage: &Stage) -> Resul
         }
         Readiness::TimedOut { .. } => None,
     };
+    let change = match (&ready, stage.mode) {
+        (Readiness::Ready(_), Mode::Declarative) => {
+            let cost = change_cost(&client, stage).await?;
+            process.check_running()?;
+            Some(cost)
+        }
+        _ => None,
+    };
     let peak_rss_kib = process.peak_rss_kib()?;
     let mut notes = process.per_replica().await?;
     // Where the memory is now (anonymous heap, mapped files such as compiled plugins,
@@ -618,7 +639,63 @@ async fn measure(cp: &ControlPlane, settings: &Settings, stage: &Stage) -> Resul
         quiet,
         notes,
         plan: None,
+        change,
     })
+}
+
+/// Times a template change reaching every CR of `stage` with its host running: once with
+/// no `rollout` (every CR at once), then the next change rolled out in three steps.
+async fn change_cost(client: &Client, stage: &Stage) -> Result<ChangeCost> {
+    let running = std::fs::read_to_string(&stage.blueprint)?;
+    let data = r#"data: { message: "{{ .spec.message }}" }"#;
+    let with = |field: &str| {
+        running.replace(
+            data,
+            &format!(r#"data: {{ message: "{{{{ .spec.message }}}}", change: "{field}" }}"#),
+        )
+    };
+    let at_once = change_to(client, stage, &with("one")).await?;
+    let rollout = "        rollout: { steps: [ { percent: 10, pause: 2s }, { percent: 50, pause: 2s }, { percent: 100 } ] }\n";
+    let rolled_text = with("two").replace(
+        "        managedResources:\n",
+        &format!("{rollout}        managedResources:\n"),
+    );
+    let rolled = change_to(client, stage, &rolled_text).await?;
+    Ok(ChangeCost { at_once, rolled })
+}
+
+/// Writes `text` as `stage`'s Blueprint, and waits until every CR was reconciled by the
+/// new version and is Ready: how long that took, and the API writes meanwhile.
+async fn change_to(client: &Client, stage: &Stage, text: &str) -> Result<(Duration, Counts)> {
+    let by = |cr: &DynamicObject| {
+        cr.data["status"]["reconciledBy"]
+            .as_str()
+            .map(str::to_owned)
+    };
+    let list = stage.api.list(&ListParams::default()).await?;
+    let before: std::collections::BTreeSet<Option<String>> = list.items.iter().map(by).collect();
+    let writes = api_writes(client, &stage.group).await?;
+    let started = Instant::now();
+    std::fs::write(&stage.blueprint, text)?;
+    let deadline = Duration::from_secs(120)
+        + Duration::from_millis(50) * u32::try_from(stage.crs).unwrap_or(u32::MAX);
+    loop {
+        let list = stage.api.list(&ListParams::default()).await?;
+        let done = list
+            .items
+            .iter()
+            .all(|cr| !before.contains(&by(cr)) && is_ready(cr));
+        if done && list.items.len() == stage.crs {
+            break;
+        }
+        ensure!(
+            started.elapsed() < deadline,
+            "the change did not reach every CR within {deadline:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let took = started.elapsed();
+    Ok((took, api_writes(client, &stage.group).await?.minus(&writes)))
 }
 
 /// Times `inrun plan` over the stage's CRs (its host stopped): against the running
@@ -936,7 +1013,9 @@ impl Process {
             .arg(cp.kubeconfig())
             .args(["--context", "inrun"])
             .args(["--health-port", &port.to_string()])
-            .args(["--identity", &format!("replica-{replica}")]);
+            .args(["--identity", &format!("replica-{replica}")])
+            // The change the bench makes to a running host is read within a second.
+            .args(["--reload-interval", "1s"]);
         Process::spawn(command, port, dir, &format!("controller-{replica}.log"))
     }
 
@@ -1348,6 +1427,7 @@ fn report(settings: &Settings, cluster: &Cluster, rows: &[Row]) -> String {
         );
     }
     out.push_str(&plan_table(&rows));
+    out.push_str(&change_table(&rows));
     out
 }
 
@@ -1384,6 +1464,43 @@ fn plan_table(rows: &[&Row]) -> String {
             rate(row.crs, plan.unchanged),
             changed.0,
             changed.1
+        );
+    }
+    out
+}
+
+/// A template change reaching every CR of a running host: at once, and rolled out.
+fn change_table(rows: &[&Row]) -> String {
+    let changed: Vec<(&Row, &ChangeCost)> = rows
+        .iter()
+        .filter_map(|r| r.change.as_ref().map(|c| (*r, c)))
+        .collect();
+    if changed.is_empty() {
+        return String::new();
+    }
+    let mut out = String::from(
+        "\n### A template change reaching every CR: at once, and rolled out\n\n\
+         With the host running and every CR Ready, the Blueprint's ConfigMap template gets a field more: \
+         **at once** (no `rollout`: every CR reconciled by the new version as soon as the host reads the file, \
+         within its `--reload-interval 1s`), then another field with \
+         `rollout: {steps: [{percent: 10, pause: 2s}, {percent: 50, pause: 2s}, {percent: 100}]}` (**rolled out**: \
+         10 %, then 50 %, then every CR, each step judged first). Time from the file's write until every CR's \
+         `status.reconciledBy` names the new version and it is Ready; API writes meanwhile (`apiserver_request_total`), \
+         per CR.\n\n\
+         | mode | CRs | at once | writes / CR | rolled out | writes / CR | writes by resource, rolled out |\n|---|---|---|---|---|---|---|\n",
+    );
+    for (row, change) in changed {
+        let per = |c: &Counts| c.total() / row.crs as f64;
+        let _ = writeln!(
+            out,
+            "| {} | {} | {:.2} s | {:.2} | {:.2} s | {:.2} | {} |",
+            row.mode.name(),
+            row.crs,
+            change.at_once.0.as_secs_f64(),
+            per(&change.at_once.1),
+            change.rolled.0.as_secs_f64(),
+            per(&change.rolled.1),
+            change.rolled.1.per_cr(row.crs),
         );
     }
     out
