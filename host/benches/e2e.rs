@@ -600,6 +600,7 @@ async fn measure(cp: &ControlPlane, settings: &Settings, stage: &Stage) -> Resul
         }
         Readiness::TimedOut { .. } => None,
     };
+    let running = std::fs::read_to_string(&stage.blueprint)?;
     let change = match (&ready, stage.mode) {
         (Readiness::Ready(_), Mode::Declarative) => {
             let cost = change_cost(&client, stage).await?;
@@ -628,6 +629,8 @@ async fn measure(cp: &ControlPlane, settings: &Settings, stage: &Stage) -> Resul
         );
     }
     notes.extend(process.stop().await?);
+    // The Blueprint as the CRs were made: what `inrun plan` compares a change with.
+    std::fs::write(&stage.blueprint, running)?;
     Ok(Row {
         mode: stage.mode,
         crs,
