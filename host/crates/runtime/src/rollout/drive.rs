@@ -39,6 +39,21 @@ struct Turn {
     over: bool,
 }
 
+/// What a driver keeps between its looks.
+struct Driver {
+    ctx: Arc<Ctx>,
+    rollout: Arc<Rollout>,
+    woken: UnboundedSender<ObjectRef<CachedCr>>,
+    /// The CRD, as its events name it.
+    on_crd: Option<ObjectReference>,
+    /// Where the rollout is kept (`None`: this host keeps no Leases).
+    record: Option<Record>,
+    /// Events on the CRD and the Blueprint: the host's, whoever the tenant acts as.
+    host_events: crate::events::Events,
+    written: bool,
+    planned: bool,
+}
+
 /// Carries `rollout` for the controller of `ctx`, whose cache is `crs` (complete once
 /// `synced`); CRs whose version changes are sent on `woken`. Ends when the rollout is over;
 /// the controller aborts it when it stops.
@@ -52,126 +67,141 @@ pub async fn drive(
     synced: Arc<AtomicBool>,
     woken: UnboundedSender<ObjectRef<CachedCr>>,
 ) {
-    let on_crd = crd_reference(&ctx, &rollout.crd).await;
-    // Kept where people and `inrun rollout` read it: the host's namespace, as the host.
-    let record = ctx
-        .locks
-        .as_ref()
-        .map(|l| Record::new(l.host_client(), l.namespace(), &rollout.crd));
-    let mut written = false;
-    let mut planned = false;
-    // Events on the CRD and the Blueprint are the host's, whoever the tenant acts as.
-    let host_events = ctx.locks.as_ref().map_or_else(
-        || ctx.events.clone(),
-        |l| ctx.events.through(l.host_client()),
-    );
+    let mut driver = Driver {
+        on_crd: crd_reference(&ctx, &rollout.crd).await,
+        // Kept where people and `inrun rollout` read it: the host's namespace, as the host.
+        record: ctx
+            .locks
+            .as_ref()
+            .map(|l| Record::new(l.host_client(), l.namespace(), &rollout.crd)),
+        host_events: ctx.locks.as_ref().map_or_else(
+            || ctx.events.clone(),
+            |l| ctx.events.through(l.host_client()),
+        ),
+        written: false,
+        planned: false,
+        ctx,
+        rollout,
+        woken,
+    };
+    let rollout = driver.rollout.clone();
     tracing::info!(crd = %rollout.crd, from = %rollout.from, to = %rollout.to, "rollout started");
     let mut ticker = tokio::time::interval(TICK);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticker.tick().await;
         if !synced.load(Ordering::Acquire) {
-            tracing::debug!(crd = %rollout.crd, "rollout: the CRs' cache is not synced yet");
             continue;
         }
         let all = crs.state();
-
         // Under sharding the ring's leader decides; the others follow its record.
-        let leads = ctx
+        let leads = driver
+            .ctx
             .leading
             .as_ref()
             .is_none_or(inrun_ring::fence::Fence::is_open);
-        let (command, followed) = match (&record, leads) {
-            (Some(r), true) if written => (r.take_command().await, None),
+        let turn = driver.look(&all, leads).await;
+        driver.carry_out(&turn, &all, leads).await;
+        if turn.over {
+            tracing::info!(crd = %rollout.crd, phase = ?rollout.view().phase, "rollout over");
+            return;
+        }
+    }
+}
+
+impl Driver {
+    /// What this look at `all` decides: a person's command or the leader's record read,
+    /// the plan `requirePlan` asks for run once, then the turn.
+    async fn look(&mut self, all: &[Arc<CachedCr>], leads: bool) -> Turn {
+        let rollout = &self.rollout;
+        let (command, followed) = match (&self.record, leads) {
+            (Some(r), true) if self.written => (r.take_command().await, None),
             (Some(r), false) => (None, r.read().await.map(|(view, _, _)| view)),
             _ => (None, None),
         };
-        // `requirePlan`: the new version planned over every CR before the first moves.
-        let refused = if leads && !planned && rollout.spec.require_plan && rollout.at_start() {
-            planned = true;
-            match super::preflight::plan(&ctx, &rollout, &all).await {
-                Some(why) => Some(refuse(&rollout, why)),
-                None => None,
+        if leads && !self.planned && rollout.spec.require_plan && rollout.at_start() {
+            self.planned = true;
+            if let Some(why) = super::preflight::plan(&self.ctx, rollout, all).await {
+                return refuse(rollout, why);
             }
-        } else {
-            None
-        };
-        let turn = match refused.or_else(|| followed.and_then(|view| follow(&rollout, &view, &all)))
-        {
-            Some(turn) => turn,
-            None => turn(&rollout, &all, Instant::now(), command, leads),
-        };
-        tracing::trace!(crd = %rollout.crd, crs = all.len(), leads, woken = turn.woken.len(), "rollout: a look");
+        }
+        if let Some(turn) = followed.and_then(|view| follow(rollout, &view, all)) {
+            return turn;
+        }
+        turn(rollout, all, Instant::now(), command, leads)
+    }
+
+    /// Carries `turn` out: wakes the CRs whose version changed, records the metrics, the
+    /// events (a leader's) and the record.
+    async fn carry_out(&mut self, turn: &Turn, all: &[Arc<CachedCr>], leads: bool) {
+        let (ctx, rollout) = (&self.ctx, &self.rollout);
         let by_uid: HashMap<&str, &Arc<CachedCr>> = all
             .iter()
             .filter_map(|cr| cr.metadata.uid.as_deref().map(|u| (u, cr)))
             .collect();
         for uid in &turn.woken {
             if let Some(cr) = by_uid.get(uid.as_str()) {
-                let _ = woken.send(ObjectRef::from_obj_with(
+                let _ = self.woken.send(ObjectRef::from_obj_with(
                     cr.as_ref(),
                     ctx.cr_resource.clone(),
                 ));
             }
         }
         let view = rollout.view();
-        let on_old = all.len().saturating_sub(view.on_new);
-        let (step, on_new, on_old) = match view.phase {
-            Phase::RolledBack => (0, 0, all.len()),
-            Phase::Complete => (view.step, all.len(), 0),
-            _ => (view.step, view.on_new, on_old),
+        let (step, on_new) = match view.phase {
+            Phase::RolledBack => (0, 0),
+            Phase::Complete => (view.step, all.len()),
+            _ => (view.step, view.on_new),
         };
         ctx.metrics.rollout_at(
             &rollout.crd,
             i64::try_from(step).unwrap_or(i64::MAX),
             i64::from(view.percent),
-            on_old,
+            all.len().saturating_sub(on_new),
             on_new,
         );
         if let Some((reason, note)) = turn.said.as_ref().filter(|_| leads) {
-            tracing::info!(crd = %rollout.crd, reason = reason.as_str(), "{note}");
-            if let Some(on) = &on_crd {
-                host_events.record(on, *reason, note.clone()).await;
-            }
-            // And on its tenant's Blueprint resource, when it came as one.
-            if let Some(name) = rollout.shown_on.get() {
-                let on = ObjectReference {
-                    api_version: Some("inrun.dev/v1alpha1".into()),
-                    kind: Some("Blueprint".into()),
-                    name: Some(name.clone()),
-                    ..ObjectReference::default()
-                };
-                host_events.record(&on, *reason, note.clone()).await;
-            }
+            self.say(*reason, note).await;
         }
         if let Some((uids, why)) = &turn.back {
             let note = format!(
                 "reconciled again by {} after the rollout to {} was rolled back: {why}",
                 rollout.from, rollout.to
             );
-            for uid in uids {
-                if let Some(cr) = by_uid.get(uid.as_str()) {
-                    let on = reference(&ctx, cr);
-                    ctx.events
-                        .record(&on, Reason::RolledBack, note.clone())
-                        .await;
-                }
+            for cr in uids.iter().filter_map(|u| by_uid.get(u.as_str())) {
+                let on = reference(ctx, cr);
+                ctx.events
+                    .record(&on, Reason::RolledBack, note.clone())
+                    .await;
             }
         }
-        if let Some(record) = &record
+        if let Some(record) = &self.record
             && leads
-            && (!written || turn.said.is_some())
+            && (!self.written || turn.said.is_some())
         {
-            let view = rollout.view();
             record.write(&view, &rollout.previous_blueprint).await;
             if let Some(blueprint) = rollout.shown_on.get() {
                 record.show_on(blueprint, &view).await;
             }
-            written = true;
+            self.written = true;
         }
-        if turn.over {
-            tracing::info!(crd = %rollout.crd, phase = ?view.phase, "rollout over");
-            return;
+    }
+
+    /// Records `note` for `reason` on the CRD, and on the tenant's Blueprint resource
+    /// when it came as one.
+    async fn say(&self, reason: Reason, note: &str) {
+        tracing::info!(crd = %self.rollout.crd, reason = reason.as_str(), "{note}");
+        if let Some(on) = &self.on_crd {
+            self.host_events.record(on, reason, note).await;
+        }
+        if let Some(name) = self.rollout.shown_on.get() {
+            let on = ObjectReference {
+                api_version: Some("inrun.dev/v1alpha1".into()),
+                kind: Some("Blueprint".into()),
+                name: Some(name.clone()),
+                ..ObjectReference::default()
+            };
+            self.host_events.record(&on, reason, note).await;
         }
     }
 }
@@ -185,16 +215,19 @@ fn turn(
     command: Option<Command>,
     leads: bool,
 ) -> Turn {
-    let facts: Vec<(&str, Option<&str>, Option<String>, bool)> = all
+    let facts: Vec<Facts<'_>> = all
         .iter()
         .filter_map(|cr| {
-            let uid = cr.metadata.uid.as_deref()?;
             let (by, ready) = cr.reconciled_by_and_ready();
-            Some((uid, cr.metadata.namespace.as_deref(), by, ready))
+            Some(Facts {
+                uid: cr.metadata.uid.as_deref()?,
+                namespace: cr.metadata.namespace.as_deref(),
+                by,
+                ready,
+            })
         })
         .collect();
     let spec = &rollout.spec;
-    let window = spec.analysis.window;
     let mut state = rollout.state();
     if matches!(state.phase, Phase::Complete | Phase::RolledBack) {
         return Turn {
@@ -202,21 +235,11 @@ fn turn(
             ..Turn::default()
         };
     }
-    let numbers = |state: &mut super::State, version: Version, by: &str| {
-        let (passes, failures) = state.passes.counts(version, now, window);
-        let mine = facts.iter().filter(|f| f.2.as_deref() == Some(by));
-        Numbers {
-            passes,
-            failures,
-            reconciled: mine.clone().count(),
-            ready: mine.filter(|f| f.3).count(),
-        }
-    };
-    let old = numbers(&mut state, Version::Old, &rollout.from);
-    let new = numbers(&mut state, Version::New, &rollout.to);
+    let old = numbers(&mut state, &facts, Version::Old, &rollout.from, now, spec);
+    let new = numbers(&mut state, &facts, Version::New, &rollout.to, now, spec);
     state.numbers = (old.clone(), new.clone());
     if let Some(command) = command {
-        let uids = facts.iter().map(|f| f.0.to_string());
+        let uids = facts.iter().map(|f| f.uid.to_string());
         if let Some(turn) = commanded(rollout, &mut state, command, uids, now) {
             return turn;
         }
@@ -228,15 +251,15 @@ fn turn(
     // taken over from another replica under sharding.
     let ran_new = facts
         .iter()
-        .filter(|f| f.2.as_deref() == Some(rollout.to.as_str()))
-        .map(|f| f.0.to_string());
+        .filter(|f| f.by.as_deref() == Some(rollout.to.as_str()))
+        .map(|f| f.uid.to_string());
     state.moved.extend(ran_new);
     let step = spec.steps[state.step];
     let crs: Vec<Cr<'_>> = facts
         .iter()
         .map(|f| Cr {
-            uid: f.0,
-            namespace: f.1,
+            uid: f.uid,
+            namespace: f.namespace,
         })
         .collect();
     let moved = moves::moved(&crs, spec.select.as_ref(), step.percent, &state.moved);
@@ -252,36 +275,7 @@ fn turn(
     let step_over = woken.is_empty()
         && now.duration_since(state.step_started) >= step.pause.unwrap_or_default();
     if let Some(why) = analysis::judge(&spec.analysis, &old, &new, step_over) {
-        state.verdict = Some(why.clone());
-        let at = format!(
-            "the rollout of {} from {} to {} at step {} of {} ({} % of CRs)",
-            rollout.crd,
-            rollout.from,
-            rollout.to,
-            state.step + 1,
-            spec.steps.len(),
-            step.percent
-        );
-        return match spec.on_failure {
-            OnFailure::Rollback => {
-                state.phase = Phase::RolledBack;
-                let back: Vec<String> = state.moved.iter().cloned().collect();
-                Turn {
-                    woken: back.clone(),
-                    said: Some((Reason::RolledBack, format!("{at} was rolled back: {why}"))),
-                    back: Some((back, why)),
-                    over: true,
-                }
-            }
-            OnFailure::Pause => {
-                state.phase = Phase::Paused;
-                Turn {
-                    woken,
-                    said: Some((Reason::RolloutPaused, format!("{at} paused: {why}"))),
-                    ..Turn::default()
-                }
-            }
-        };
+        return halt(rollout, &mut state, why, woken);
     }
     if !step_over {
         return Turn {
@@ -289,6 +283,83 @@ fn turn(
             ..Turn::default()
         };
     }
+    advance(rollout, &mut state, &new, woken, now)
+}
+
+/// What the driver reads of one CR.
+struct Facts<'a> {
+    uid: &'a str,
+    namespace: Option<&'a str>,
+    /// Its `status.reconciledBy`.
+    by: Option<String>,
+    ready: bool,
+}
+
+/// One version's numbers now: its passes over the window, and the CRs of `facts` whose
+/// status says `by` reconciled them (and how many of those are Ready).
+fn numbers(
+    state: &mut super::State,
+    facts: &[Facts<'_>],
+    version: Version,
+    by: &str,
+    now: Instant,
+    spec: &inrun_blueprint::RolloutSpec,
+) -> Numbers {
+    let (passes, failures) = state.passes.counts(version, now, spec.analysis.window);
+    let mine = facts.iter().filter(|f| f.by.as_deref() == Some(by));
+    Numbers {
+        passes,
+        failures,
+        reconciled: mine.clone().count(),
+        ready: mine.filter(|f| f.ready).count(),
+    }
+}
+
+/// The new version failed its analysis (`why`): rolled back (every CR moved woken to go
+/// back) or paused, as `onFailure` says.
+fn halt(rollout: &Rollout, state: &mut super::State, why: String, woken: Vec<String>) -> Turn {
+    let spec = &rollout.spec;
+    state.verdict = Some(why.clone());
+    let at = format!(
+        "the rollout of {} from {} to {} at step {} of {} ({} % of CRs)",
+        rollout.crd,
+        rollout.from,
+        rollout.to,
+        state.step + 1,
+        spec.steps.len(),
+        spec.steps[state.step].percent
+    );
+    match spec.on_failure {
+        OnFailure::Rollback => {
+            state.phase = Phase::RolledBack;
+            let back: Vec<String> = state.moved.iter().cloned().collect();
+            Turn {
+                woken: back.clone(),
+                said: Some((Reason::RolledBack, format!("{at} was rolled back: {why}"))),
+                back: Some((back, why)),
+                over: true,
+            }
+        }
+        OnFailure::Pause => {
+            state.phase = Phase::Paused;
+            Turn {
+                woken,
+                said: Some((Reason::RolloutPaused, format!("{at} paused: {why}"))),
+                ..Turn::default()
+            }
+        }
+    }
+}
+
+/// The step is over and the new version passed: the next step, or the end.
+fn advance(
+    rollout: &Rollout,
+    state: &mut super::State,
+    new: &Numbers,
+    woken: Vec<String>,
+    now: Instant,
+) -> Turn {
+    let spec = &rollout.spec;
     if state.step + 1 == spec.steps.len() {
         state.phase = Phase::Complete;
         return Turn {
@@ -301,7 +372,7 @@ fn turn(
                     rollout.to,
                     rollout.from,
                     new.passes,
-                    inrun_contract::duration::format(window),
+                    inrun_contract::duration::format(spec.analysis.window),
                     new.failures
                 ),
             )),
