@@ -264,6 +264,7 @@ async fn a_version_that_fails_on_a_third_of_the_crs_is_rolled_back_within_its_fi
             && halted.contains("above maxFailureRate 5 %"),
         "{halted}"
     );
+    println!("the RolledBack event on the CRD: {halted}");
     // Every CR ends Ready on the old version.
     eventually("every CR Ready on the old version", || async {
         let all = states(&ar, &ns).await;
@@ -436,6 +437,7 @@ async fn a_person_pauses_resumes_promotes_and_aborts_a_rollout_with_inrun_rollou
         text.contains(&crd) && text.contains("Progressing"),
         "{text}"
     );
+    println!("inrun rollout status:\n{text}");
 
     rollout_cli(&["pause", &crd]);
     eventually("paused", || async {
