@@ -52,7 +52,13 @@ struct Driver {
     host_events: crate::events::Events,
     written: bool,
     planned: bool,
+    /// The rollout as last written, and when: numbers that changed are written again at
+    /// most every [`REWRITE`].
+    last: Option<(String, Instant)>,
 }
+
+/// How often the record is written again while only the numbers change.
+const REWRITE: Duration = Duration::from_secs(5);
 
 /// Carries `rollout` for the controller of `ctx`, whose cache is `crs` (complete once
 /// `synced`); CRs whose version changes are sent on `woken`. Ends when the rollout is over;
@@ -80,6 +86,7 @@ pub async fn drive(
         ),
         written: false,
         planned: false,
+        last: None,
         ctx,
         rollout,
         woken,
@@ -175,15 +182,21 @@ impl Driver {
                     .await;
             }
         }
+        let text = serde_json::to_string(&view).unwrap_or_default();
+        let stale = self
+            .last
+            .as_ref()
+            .is_none_or(|(was, at)| *was != text && at.elapsed() >= REWRITE);
         if let Some(record) = &self.record
             && leads
-            && (!self.written || turn.said.is_some())
+            && (turn.said.is_some() || stale)
         {
             record.write(&view, &rollout.previous_blueprint).await;
             if let Some(blueprint) = rollout.shown_on.get() {
                 record.show_on(blueprint, &view).await;
             }
             self.written = true;
+            self.last = Some((text, Instant::now()));
         }
     }
 
