@@ -276,6 +276,7 @@ fn through_remote(
         endpoint: remote_server(&server),
         auth: None,
         timeout: Duration::from_secs(10),
+        rollout: None,
     };
     let remote = Arc::new(Remote::new(
         &spec,

@@ -84,7 +84,14 @@ fn merge_and_validate(
         problems.extend(validate::crds(&bp.spec.crds));
     }
     match merged {
-        Some(bp) => finish(bp, problems),
+        Some(mut bp) => {
+            if problems.is_empty() {
+                for crd in &mut bp.spec.crds {
+                    crd.reconcile.hoist_rollout();
+                }
+            }
+            finish(bp, problems)
+        }
         None => Err(BlueprintError::Invalid { problems }),
     }
 }

@@ -138,6 +138,58 @@ impl Default for ReconcileSpec {
 }
 
 impl ReconcileSpec {
+    /// Where a `rollout` is written in this block: the block's own, its constructor's,
+    /// package's, remote endpoint's or a hook's (field path under the block, and the
+    /// rollout).
+    pub fn rollouts(&self) -> Vec<(String, &crate::rollout::RolloutSpec)> {
+        let mut out = Vec::new();
+        if let Some(r) = &self.rollout {
+            out.push(("rollout".to_string(), r));
+        }
+        for (field, r) in [
+            (
+                "constructor",
+                self.constructor.as_ref().and_then(|c| c.rollout.as_ref()),
+            ),
+            (
+                "package",
+                self.package.as_ref().and_then(|c| c.rollout.as_ref()),
+            ),
+            (
+                "remote",
+                self.remote.as_ref().and_then(|c| c.rollout.as_ref()),
+            ),
+        ] {
+            if let Some(r) = r {
+                out.push((format!("{field}.rollout"), r));
+            }
+        }
+        for (i, hook) in self.hooks.iter().enumerate() {
+            if let Some(r) = &hook.rollout {
+                out.push((format!("hooks[{i}].rollout"), r));
+            }
+        }
+        out
+    }
+
+    /// Moves a `rollout` written on the block's constructor, package, remote endpoint or
+    /// a hook to the block's own `rollout` (what the host reads); validation made sure
+    /// there is one at most.
+    pub(crate) fn hoist_rollout(&mut self) {
+        let nested = [
+            self.constructor.as_mut().and_then(|c| c.rollout.take()),
+            self.package.as_mut().and_then(|c| c.rollout.take()),
+            self.remote.as_mut().and_then(|c| c.rollout.take()),
+        ]
+        .into_iter()
+        .chain(self.hooks.iter_mut().map(|h| h.rollout.take()))
+        .flatten()
+        .next();
+        if self.rollout.is_none() {
+            self.rollout = nested;
+        }
+    }
+
     /// Which reconciler runs. Meaningful on a validated Blueprint, where `default: false`
     /// has exactly one of `constructor`, `remote` and `package`.
     pub fn kind(&self) -> ReconcilerKind {
@@ -273,7 +325,7 @@ impl ReconcileSpec {
 }
 
 /// One `hooks` entry: a function exported by a hooks component.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct HookSpec {
     /// The component: a path (relative to the Blueprint file), an HTTPS URL or an OCI reference.
@@ -292,10 +344,14 @@ pub struct HookSpec {
     /// What the plugin may reach beyond its sandbox; nothing when left out.
     #[serde(default, skip_serializing_if = "Capabilities::is_empty")]
     pub capabilities: Capabilities,
+    /// How a new version of this component reaches the CRs: the same as the block's
+    /// `rollout`, written where the change is (one place per block).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<crate::rollout::RolloutSpec>,
 }
 
 /// `constructor`: a component exporting a full reconciler.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PluginSpec {
     /// The component: a path (relative to the Blueprint file), an HTTPS URL or an OCI reference.
@@ -312,6 +368,10 @@ pub struct PluginSpec {
     /// What the plugin may reach beyond its sandbox; nothing when left out.
     #[serde(default, skip_serializing_if = "Capabilities::is_empty")]
     pub capabilities: Capabilities,
+    /// How a new version of this component reaches the CRs: the same as the block's
+    /// `rollout`, written where the change is (one place per block).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<crate::rollout::RolloutSpec>,
 }
 
 /// Limits of one plugin call. Each field overrides the host default only when set.
@@ -355,7 +415,7 @@ pub struct Reuse {
 }
 
 /// `remote`: an HTTP endpoint that answers the Request with a Result.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RemoteSpec {
     /// `http://` or `https://` URL the Request is POSTed to.
@@ -370,6 +430,10 @@ pub struct RemoteSpec {
     )]
     #[schemars(with = "String")]
     pub timeout: Duration,
+    /// How a new endpoint reaches the CRs: the same as the block's `rollout`, written
+    /// where the change is (one place per block).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<crate::rollout::RolloutSpec>,
 }
 
 fn default_remote_timeout() -> Duration {
@@ -600,6 +664,7 @@ mod tests {
             function: "f".into(),
             limits: PluginLimits::default(),
             capabilities: Capabilities::default(),
+            rollout: None,
         });
         assert_eq!(spec.kind(), ReconcilerKind::Hooks);
         spec = ReconcileSpec {
@@ -608,6 +673,7 @@ mod tests {
                 endpoint: "http://x".into(),
                 auth: None,
                 timeout: Duration::from_secs(1),
+                rollout: None,
             }),
             ..ReconcileSpec::default()
         };

@@ -218,6 +218,7 @@ pub(crate) mod tests {
             endpoint: "http://127.0.0.1:9/reconcile".into(),
             auth: None,
             timeout: Duration::from_secs(1),
+            rollout: None,
         };
         Remote::new(
             &spec,
@@ -305,6 +306,7 @@ pub(crate) mod tests {
                 },
             }),
             timeout: Duration::from_secs(5),
+            rollout: None,
         };
         let secrets = StaticSecrets::new().with("team-a", "token", "token", "s3cret");
         let remote = Remote::new(&spec, http_client().expect("client"), Arc::new(secrets));

@@ -234,7 +234,7 @@ fn serve_targets(r: &mut Report<'_>, serve: &ServeSpec, at: &str) {
         }
         reconcile::check(r, &target.reconcile, &format!("{f}.reconcile"));
         r.check(
-            target.reconcile.rollout.is_none(),
+            target.reconcile.rollouts().is_empty(),
             format!("{f}.reconcile.rollout"),
             "a rollout governs every reconcile block of its CRD: set it on the CRD's own reconcile",
         );

@@ -34,8 +34,19 @@ pub(super) fn check(r: &mut Report<'_>, spec: &ReconcileSpec, at: &str) {
         self::requeue(r, requeue, &format!("{at}.requeue"));
     }
     external_calls(r, spec, at);
-    if let Some(rollout) = &spec.rollout {
-        self::rollout(r, rollout, &format!("{at}.rollout"));
+    let rollouts = spec.rollouts();
+    for (field, rollout) in &rollouts {
+        self::rollout(r, rollout, &format!("{at}.{field}"));
+    }
+    if rollouts.len() > 1 {
+        let fields: Vec<&str> = rollouts.iter().map(|(f, _)| f.as_str()).collect();
+        r.add(
+            at,
+            format!(
+                "a rollout is written once a block; found {}",
+                fields.join(" and ")
+            ),
+        );
     }
 }
 
@@ -438,6 +449,30 @@ mod tests {
         assert_eq!(
             reconcile("{ rollout: { steps: [] } }"),
             [format!("{AT}.rollout.steps: 1 to 20 steps"),]
+        );
+    }
+
+    #[test]
+    fn a_rollout_written_on_the_plugin_it_governs_is_the_blocks_and_written_once() {
+        let on_plugin = super::super::tests::with_crds(&[
+            "{ group: demo.inrun.dev, version: v1, kind: WebApp, reconcile: { default: false, constructor: { location: ./c.wasm, rollout: { steps: [ { percent: 100 } ] } } } }",
+        ]);
+        let bp = crate::from_str(&on_plugin, "web.yaml").expect("a rollout on the constructor");
+        let block = &bp.spec.crds[0].reconcile;
+        assert!(block.rollout.is_some(), "hoisted to the block");
+        assert!(
+            block
+                .constructor
+                .as_ref()
+                .is_some_and(|c| c.rollout.is_none())
+        );
+        assert_eq!(
+            reconcile(
+                "{ default: false, remote: { endpoint: 'https://r.example.com', rollout: { steps: [ { percent: 100 } ] } }, rollout: { steps: [ { percent: 100 } ] } }"
+            ),
+            [format!(
+                "{AT}: a rollout is written once a block; found rollout and remote.rollout"
+            )]
         );
     }
 }
