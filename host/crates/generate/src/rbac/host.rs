@@ -121,10 +121,16 @@ fn identity_lock_permissions(blueprint: &Blueprint, options: &RbacOptions) -> Op
     if !packages && !rollouts && !options.blueprint_resources {
         return None;
     }
+    // A rollout's record is written by server-side apply (a patch).
+    let verbs: &[&str] = if rollouts || options.blueprint_resources {
+        &["get", "create", "update", "patch", "delete"]
+    } else {
+        &["get", "create", "update", "delete"]
+    };
     let mut p = perm(
         "coordination.k8s.io",
         "leases",
-        &["get", "create", "update", "patch", "delete"],
+        verbs,
         "package CRs' identity locks (one owner per piece of infrastructure) and rollouts' records"
             .into(),
     );
