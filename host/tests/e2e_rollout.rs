@@ -439,6 +439,29 @@ async fn a_person_pauses_resumes_promotes_and_aborts_a_rollout_with_inrun_rollou
     );
     println!("inrun rollout status:\n{text}");
 
+    // The rollout block edited alone (a longer pause): the CRD's controller starts again
+    // and carries the rollout on where it stands; no CR moves for it.
+    let passes = reconciles(&host.metrics, &crd);
+    std::fs::write(
+        &file,
+        blueprint(
+            &group,
+            "Shop",
+            &template("large"),
+            "{ steps: [ { percent: 25, pause: 2h }, { percent: 100 } ] }",
+        ),
+    )
+    .expect("write");
+    eventually("the next controller's passes over every CR", || async {
+        (reconciles(&host.metrics, &crd) >= passes + count as u64).then_some(())
+    })
+    .await;
+    let all = states(&ar, &ns).await;
+    assert_eq!(
+        all.values().filter(|s| s.0 != small).count(),
+        10,
+        "the edit moved CRs"
+    );
     rollout_cli(&["pause", &crd]);
     eventually("paused", || async {
         rollout_status(&crd).filter(|v| v["phase"] == "Paused")
@@ -461,6 +484,24 @@ async fn a_person_pauses_resumes_promotes_and_aborts_a_rollout_with_inrun_rollou
     assert_eq!(
         rollout_status(&crd).map(|v| v["phase"].clone()),
         Some(serde_json::json!("Complete"))
+    );
+    // An ended rollout takes no command, so none is left for the next one to find.
+    let late = std::process::Command::new(env!("CARGO_BIN_EXE_inrun"))
+        .args([
+            "rollout",
+            "abort",
+            &crd,
+            "-n",
+            support::identity::NAMESPACE,
+            "--kubeconfig",
+        ])
+        .arg(inrun_testenv::ControlPlane::shared().kubeconfig())
+        .output()
+        .expect("inrun rollout");
+    let said = String::from_utf8_lossy(&late.stderr);
+    assert!(
+        !late.status.success() && said.contains("is Complete: there is nothing to abort"),
+        "{said}"
     );
 
     // The next change, aborted at its first step: its CRs go back.

@@ -5,8 +5,8 @@
 use std::path::PathBuf;
 
 use anyhow::Context as _;
-use inrun::runtime::rollout::RolloutView;
 use inrun::runtime::rollout::record::{COMMAND, Command, LABEL, STATE, lease_name};
+use inrun::runtime::rollout::{Phase, RolloutView};
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
 use kube::core::{ApiResource, GroupVersionKind};
 
@@ -91,10 +91,20 @@ pub(super) fn rollout(runtime: &tokio::runtime::Runtime, args: &RolloutArgs) -> 
             Action::Abort { crd } => (crd, Command::Abort),
         };
         let name = lease_name(crd);
-        api.get_opt(&name)
+        let view = views(&api, Some(crd))
             .await?
+            .into_iter()
+            .next()
             .with_context(|| format!("no rollout of {crd} in namespace {namespace}"))?;
-        let patch = serde_json::json!({"metadata": {"annotations": {COMMAND: command.as_str()}}});
+        // Only a rollout under way takes a command; one ended says so.
+        if !matches!(view.phase, Phase::Progressing | Phase::Paused) {
+            anyhow::bail!(
+                "the rollout of {crd} is {:?}: there is nothing to {}",
+                view.phase,
+                command.as_str()
+            );
+        }
+        let patch = serde_json::json!({"metadata": {"annotations": {COMMAND: command.for_version(&view.to)}}});
         api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
             .with_context(|| format!("telling the rollout of {crd} to {}", command.as_str()))?;

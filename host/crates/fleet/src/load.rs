@@ -137,23 +137,25 @@ impl Fleet {
                 view.phase,
                 Phase::Progressing | Phase::Paused | Phase::RolledBack
             );
-            if !under_way || view.to != inrun_pass::status::reconciled_by(&plan.default) {
+            if !under_way {
                 continue;
             }
             let before = match blueprint::from_str(&text, &source) {
                 Ok(bp) => self.assemble(policy, acting, bp).await,
                 Err(e) => Err(e),
             };
-            // What it serves now must be what the rollout started from: a plugin file
-            // rewritten since is another version.
-            let serves = |a: &Assembly| {
-                a.crds()
-                    .first()
-                    .map(|p| inrun_pass::status::reconciled_by(&p.default))
+            // The version before must serve what the rollout started from (a plugin file
+            // rewritten since is another version), and the Blueprint now what it went to.
+            let change = |a: &Assembly| {
+                a.crds().first().map(|p| {
+                    let (from, to) = inrun_runtime::rollout::changed(p, plan);
+                    (from.join(","), to.join(","))
+                })
             };
+            let recorded = Some((view.from.clone(), view.to.clone()));
             match before {
-                Ok(before) if serves(&before).as_deref() != Some(view.from.as_str()) => {
-                    tracing::warn!(%crd, from = %view.from, serves = ?serves(&before), "a rollout recorded under way cannot go on: the version before is not what it was; the new version serves every CR");
+                Ok(before) if change(&before) != recorded => {
+                    tracing::warn!(%crd, from = %view.from, to = %view.to, now = ?change(&before), "a rollout recorded under way cannot go on: the versions are not what they were; the version serving now serves every CR");
                 }
                 Ok(before) => {
                     tracing::info!(%crd, from = %view.from, to = %view.to, step = view.step, phase = ?view.phase, "continuing a rollout recorded under way");

@@ -2,6 +2,7 @@
 //! drained without it), stopped; plugin sources checked and CRs re-queued after a swap.
 
 use crate::state::*;
+use inrun_runtime::rollout::{Phase, Rollout};
 
 /// A controller taken from its tenant ([`Fleet::retire`]), told to stop, not yet stopped.
 pub(super) struct Retired {
@@ -18,6 +19,20 @@ pub(super) async fn stop(running: Running) {
     if let Err(e) = running.task.await {
         tracing::warn!(error = %e, "a controller task ended abnormally");
     }
+}
+
+/// What a controller started again for a changed CRD does with the rollout its last one
+/// carried: the same new version (only the `rollout` block, a runtime setting or the
+/// schema changed) carries it on where it stands — rolled back stays rolled back; another
+/// new version rolls out from the same version before, never from one a rollout was
+/// still judging or had rolled back; no `rollout` any more: every CR at once.
+fn carry_on(carried: &Rollout, plan: &inrun_reconcilers::plan::CrdPlan) -> Option<Arc<Rollout>> {
+    let spec = plan.default.spec.rollout.clone()?;
+    let (_, to) = inrun_runtime::rollout::changed(carried.previous_plan(), plan);
+    if to.join(",") == carried.to {
+        return Some(carried.carried(spec, plan));
+    }
+    rollout_from(carried.previous(), plan)
 }
 
 /// Shows `rollout` on its tenant's `Blueprint` resource too, when it came as one.
@@ -93,6 +108,14 @@ impl Fleet {
             });
             if !keep && let Some(running) = tenant.running.remove(&name) {
                 tracing::info!(tenant = %tenant.source, crd = %name, "stopping the controller of a removed or changed CRD");
+                // A changed CRD's next controller carries its rollout on.
+                if let Some(rollout) = running
+                    .rollout
+                    .clone()
+                    .filter(|_| wanted.contains_key(&name))
+                {
+                    tenant.carried.insert(name.clone(), rollout);
+                }
                 let _ = running.stop.send(true);
                 retired.push(Retired {
                     removed: !wanted.contains_key(&name),
@@ -186,19 +209,18 @@ impl Fleet {
             if tenant.running.contains_key(&name) {
                 continue;
             }
-            let rollout = previous
-                .as_ref()
-                .and_then(|p| rollout_from(p, plan))
-                .or_else(|| {
-                    let (before, recorded) = resumed.get(&name)?;
-                    let spec = plan.default.spec.rollout.clone()?;
-                    Some(inrun_runtime::rollout::Rollout::resume(
-                        spec,
-                        before.clone(),
-                        plan,
-                        recorded,
-                    ))
-                });
+            let carried = tenant.carried.remove(&name);
+            let rollout = match carried.filter(|c| c.phase() != Phase::Complete) {
+                Some(carried) => carry_on(&carried, plan),
+                None => previous
+                    .as_ref()
+                    .and_then(|p| rollout_from(p, plan))
+                    .or_else(|| {
+                        let (before, recorded) = resumed.get(&name)?;
+                        let spec = plan.default.spec.rollout.clone()?;
+                        Some(Rollout::resume(spec, before.clone(), plan, recorded))
+                    }),
+            };
             if let Some(r) = &rollout {
                 tracing::info!(tenant = %tenant.source, crd = %name, from = %r.from, to = %r.to, "rolling out a new version step by step");
                 shown_on(r, &tenant.source);
@@ -397,6 +419,47 @@ impl Fleet {
         }
     }
 
+    /// `source`'s serving Blueprint assembled again with `before` (the slots as they were
+    /// before a reload): the version before, with the serving assembly and identity. When
+    /// it cannot be assembled, every CR of `crds` is re-queued on the new version.
+    async fn version_before(
+        &self,
+        source: &TenantSource,
+        before: &PluginSet,
+        crds: &[String],
+    ) -> Option<(Arc<Assembly>, Acting, Arc<Assembly>)> {
+        let (serving, acting, policy) = {
+            let tenants = self.tenants.lock().await;
+            tenants
+                .get(source)
+                .and_then(|t| Some((t.assembly.clone()?, t.acting.clone(), t.policy.clone())))
+        }?;
+        let built = Assembly::build(
+            serving.blueprint.clone(),
+            inrun_reconcilers::assemble::BuildContext {
+                plugins: before,
+                services: &acting.services,
+                policy: &policy,
+            },
+        )
+        .await;
+        match built {
+            Ok(previous) => Some((serving, acting, Arc::new(previous))),
+            Err(e) => {
+                tracing::warn!(tenant = %source, error = %inrun_contract::errors::chain(&e), "the version before a plugin reload could not be assembled again; every CR is re-queued on the new one");
+                let tenants = self.tenants.lock().await;
+                if let Some(t) = tenants.get(source) {
+                    for crd in crds {
+                        if let Some(r) = t.running.get(crd) {
+                            let _ = r.requeue.send(());
+                        }
+                    }
+                }
+                None
+            }
+        }
+    }
+
     /// Whether a CRD `source`'s tenant serves says how to roll a change out.
     async fn rolling_out(&self, source: &TenantSource) -> bool {
         let tenants = self.tenants.lock().await;
@@ -412,38 +475,9 @@ impl Fleet {
     /// before; each CRD's controller is started again carrying the rollout to the version
     /// its slots serve now.
     async fn roll_out_reload(&self, source: &TenantSource, before: &PluginSet, crds: &[String]) {
-        let found = {
-            let tenants = self.tenants.lock().await;
-            tenants
-                .get(source)
-                .and_then(|t| Some((t.assembly.clone()?, t.acting.clone(), t.policy.clone())))
-        };
-        let Some((serving, acting, policy)) = found else {
+        let Some((serving, acting, previous)) = self.version_before(source, before, crds).await
+        else {
             return;
-        };
-        let built = Assembly::build(
-            serving.blueprint.clone(),
-            inrun_reconcilers::assemble::BuildContext {
-                plugins: before,
-                services: &acting.services,
-                policy: &policy,
-            },
-        )
-        .await;
-        let previous = match built {
-            Ok(previous) => Arc::new(previous),
-            Err(e) => {
-                tracing::warn!(tenant = %source, error = %inrun_contract::errors::chain(&e), "the version before a plugin reload could not be assembled again; every CR is re-queued on the new one");
-                let tenants = self.tenants.lock().await;
-                if let Some(t) = tenants.get(source) {
-                    for crd in crds {
-                        if let Some(r) = t.running.get(crd) {
-                            let _ = r.requeue.send(());
-                        }
-                    }
-                }
-                return;
-            }
         };
         // The controllers to start again, taken (under the lock) and stopped (without it:
         // their passes in flight finish first), as a reload retires a changed one.
@@ -489,7 +523,18 @@ impl Fleet {
         let Some(tenant) = tenants.get_mut(source) else {
             return;
         };
+        // A Blueprint reload meanwhile started the CRDs' controllers from what serves now.
+        if !tenant
+            .assembly
+            .as_ref()
+            .is_some_and(|a| Arc::ptr_eq(a, &serving))
+        {
+            return;
+        }
         for (crd, index, rollout, identity, plugins, kinds) in again {
+            if tenant.running.contains_key(&crd) {
+                continue;
+            }
             tracing::info!(tenant = %source, %crd, from = %rollout.from, to = %rollout.to, "a plugin reload rolls out step by step");
             shown_on(&rollout, source);
             let started =

@@ -231,6 +231,10 @@ pub(crate) struct Tenant {
     pub(crate) reloads: u64,
     /// The last document of a resource tenant, to retry a refused one.
     pub(crate) object: Option<resources::Object>,
+    /// Rollouts of controllers retired to be started again (their CRD changed): the next
+    /// controller of the CRD carries them on, or rolls its new version out from the same
+    /// version before.
+    pub(crate) carried: BTreeMap<String, Arc<inrun_runtime::rollout::Rollout>>,
 }
 
 /// Every tenant of one host and the supervisor that keeps them current.

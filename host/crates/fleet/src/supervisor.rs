@@ -206,6 +206,7 @@ impl Fleet {
             error: None,
             reloads: 0,
             object: None,
+            carried: BTreeMap::new(),
         }
     }
 

@@ -106,7 +106,7 @@ pub async fn reconcile(cached: Arc<CachedCr>, ctx: Arc<Ctx>) -> Result<Action, R
         });
         let error = result.as_ref().err();
         if let (Some(rollout), Some(version)) = (&ctx.rollout, version) {
-            rollout.record(version, error.is_none());
+            rollout.record(cached.metadata.uid.as_deref(), version, error.is_none());
             ctx.metrics.rollout_pass(
                 &rollout.crd,
                 version == crate::rollout::Version::New,

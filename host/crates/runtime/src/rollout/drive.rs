@@ -122,7 +122,14 @@ impl Driver {
     async fn look(&mut self, all: &[Arc<CachedCr>], leads: bool) -> Turn {
         let rollout = &self.rollout;
         let (command, followed) = match (&self.record, leads) {
-            (Some(r), true) if self.written => (r.take_command().await, None),
+            // A command left for another rollout of the CRD (an earlier one) is dropped.
+            (Some(r), true) if self.written => (
+                r.take_command()
+                    .await
+                    .filter(|(_, to)| *to == rollout.to)
+                    .map(|(c, _)| c),
+                None,
+            ),
             (Some(r), false) => (None, r.read().await.map(|(view, _, _)| view)),
             _ => (None, None),
         };
@@ -228,6 +235,10 @@ fn turn(
     command: Option<Command>,
     leads: bool,
 ) -> Turn {
+    // Paused, nothing moves until a person says so: no CR is read.
+    if command.is_none() && rollout.phase() == Phase::Paused {
+        return Turn::default();
+    }
     let facts: Vec<Facts<'_>> = all
         .iter()
         .filter_map(|cr| {
@@ -248,8 +259,17 @@ fn turn(
             ..Turn::default()
         };
     }
-    let old = numbers(&mut state, &facts, Version::Old, &rollout.from, now, spec);
-    let new = numbers(&mut state, &facts, Version::New, &rollout.to, now, spec);
+    // A CR whose status says the new version reconciled it is on it: after a restart, or
+    // taken over from another replica under sharding.
+    let ran_new: Vec<String> = facts
+        .iter()
+        .filter(|f| f.by.as_deref().is_some_and(|b| rollout.is_new(b)))
+        .map(|f| f.uid.to_string())
+        .collect();
+    state.began |= !ran_new.is_empty();
+    state.moved.extend(ran_new);
+    let old = numbers(&mut state, &facts, Version::Old, rollout, now);
+    let new = numbers(&mut state, &facts, Version::New, rollout, now);
     state.numbers = (old.clone(), new.clone());
     if let Some(command) = command {
         let uids = facts.iter().map(|f| f.uid.to_string());
@@ -260,14 +280,11 @@ fn turn(
     if state.phase == Phase::Paused {
         return Turn::default();
     }
-    // A CR whose status says the new version reconciled it is on it: after a restart, or
-    // taken over from another replica under sharding.
-    let ran_new = facts
-        .iter()
-        .filter(|f| f.by.as_deref() == Some(rollout.to.as_str()))
-        .map(|f| f.uid.to_string());
-    state.moved.extend(ran_new);
     let step = spec.steps[state.step];
+    // A step is over once its pause passed and the new version ran on every CR it moved
+    // before this look (those this look moves are the next look's).
+    let step_over = state.pending.is_empty()
+        && now.duration_since(state.step_started) >= step.pause.unwrap_or_default();
     let crs: Vec<Cr<'_>> = facts
         .iter()
         .map(|f| Cr {
@@ -278,15 +295,14 @@ fn turn(
     let moved = moves::moved(&crs, spec.select.as_ref(), step.percent, &state.moved);
     let woken: Vec<String> = moved.difference(&state.moved).cloned().collect();
     state.moved = moved;
+    state.pending.extend(woken.iter().cloned());
+    state.began |= !woken.is_empty();
     if !leads {
         return Turn {
             woken,
             ..Turn::default()
         };
     }
-    // A step is over once its pause passed and none of its CRs moved at this look.
-    let step_over = woken.is_empty()
-        && now.duration_since(state.step_started) >= step.pause.unwrap_or_default();
     if let Some(why) = analysis::judge(&spec.analysis, &old, &new, step_over) {
         return halt(rollout, &mut state, why, woken);
     }
@@ -309,17 +325,21 @@ struct Facts<'a> {
 }
 
 /// One version's numbers now: its passes over the window, and the CRs of `facts` whose
-/// status says `by` reconciled them (and how many of those are Ready).
+/// status says it reconciled them (and how many of those are Ready).
 fn numbers(
     state: &mut super::State,
     facts: &[Facts<'_>],
     version: Version,
-    by: &str,
+    rollout: &Rollout,
     now: Instant,
-    spec: &inrun_blueprint::RolloutSpec,
 ) -> Numbers {
-    let (passes, failures) = state.passes.counts(version, now, spec.analysis.window);
-    let mine = facts.iter().filter(|f| f.by.as_deref() == Some(by));
+    let window = rollout.spec.analysis.window;
+    let (passes, failures) = state.passes.counts(version, now, window);
+    let ours = |by: &str| match version {
+        Version::Old => rollout.is_old(by),
+        Version::New => rollout.is_new(by),
+    };
+    let mine = facts.iter().filter(|f| f.by.as_deref().is_some_and(ours));
     Numbers {
         passes,
         failures,
@@ -449,7 +469,12 @@ fn follow(rollout: &Rollout, view: &super::RolloutView, all: &[Arc<CachedCr>]) -
     let step = view.step.saturating_sub(1).min(last);
     if step > state.step {
         state.step = step;
+    }
+    // When the leader's step began (a resume sets it again): a replica that comes to
+    // lead goes on with the pause left, not a pause of its own.
+    if view.step_started_at != state.step_started_at {
         state.step_started_at = view.step_started_at;
+        state.step_started = super::instant_of(view.step_started_at);
     }
     match (view.phase, state.phase) {
         (Phase::RolledBack, Phase::Progressing | Phase::Paused) => {

@@ -61,10 +61,15 @@ pub struct Rollout {
     pub spec: RolloutSpec,
     /// The CRD (`plural.group`).
     pub crd: String,
-    /// What the old version records as `status.reconciledBy`.
+    /// What the old version records as `status.reconciledBy`, in the blocks the change
+    /// touches (comma-separated when it touches several: the CRD's and serve targets').
     pub from: String,
-    /// What the new version records.
+    /// What the new version records there.
     pub to: String,
+    /// The old version's `status.reconciledBy` of each block the change touches.
+    old_versions: Vec<String>,
+    /// The new version's.
+    new_versions: Vec<String>,
     previous: Arc<Assembly>,
     previous_index: usize,
     /// The version before as a Blueprint of this CRD alone, its plugins pinned by digest,
@@ -87,6 +92,11 @@ struct State {
     step_started_at: u64,
     /// The uids of the CRs on the new version.
     moved: HashSet<String>,
+    /// Those moved that the new version has not run a pass on yet: a step is over only
+    /// once it ran on every CR it moved.
+    pending: HashSet<String>,
+    /// Whether any CR moved (after a restart: the rollout was under way).
+    began: bool,
     passes: analysis::Tally,
     /// Why it stopped, when it did.
     verdict: Option<String>,
@@ -124,6 +134,39 @@ pub struct RolloutView {
     /// When its step started (seconds since the epoch).
     #[serde(default)]
     pub step_started_at: u64,
+}
+
+/// What each reconcile block of `plan` records as `status.reconciledBy`: the CRD's own,
+/// then each serve target's.
+fn versions(plan: &CrdPlan) -> Vec<String> {
+    std::iter::once(&plan.default)
+        .chain(plan.targets.iter().map(|(_, t)| t))
+        .map(inrun_pass::status::reconciled_by)
+        .collect()
+}
+
+/// What a change from `old` to `new` touches: the versions only `old` records, and those
+/// only `new` records (a block both record alike is not the change's).
+pub fn changed(old: &CrdPlan, new: &CrdPlan) -> (Vec<String>, Vec<String>) {
+    let (before, after) = (versions(old), versions(new));
+    let only = |these: &[String], those: &[String]| {
+        let mut out: Vec<String> = Vec::new();
+        for v in these {
+            if !those.contains(v) && !out.contains(v) {
+                out.push(v.clone());
+            }
+        }
+        out
+    };
+    (only(&before, &after), only(&after, &before))
+}
+
+/// The instant `at` (seconds since the epoch) was, as this process's clock reads it.
+fn instant_of(at: u64) -> Instant {
+    let ago = now_secs().saturating_sub(at);
+    Instant::now()
+        .checked_sub(std::time::Duration::from_secs(ago))
+        .unwrap_or_else(Instant::now)
 }
 
 /// Seconds since the epoch, now.
@@ -187,11 +230,13 @@ impl Rollout {
         previous_index: usize,
         new: &CrdPlan,
     ) -> Arc<Rollout> {
-        let old = &previous.crds()[previous_index];
+        let (old_versions, new_versions) = changed(&previous.crds()[previous_index], new);
         Arc::new(Rollout {
             crd: new.spec.crd_name(),
-            from: inrun_pass::status::reconciled_by(&old.default),
-            to: inrun_pass::status::reconciled_by(&new.default),
+            from: old_versions.join(","),
+            to: new_versions.join(","),
+            old_versions,
+            new_versions,
             spec,
             previous_index,
             previous_blueprint: pinned(&previous, previous_index),
@@ -202,6 +247,8 @@ impl Rollout {
                 step_started: Instant::now(),
                 step_started_at: now_secs(),
                 moved: HashSet::new(),
+                pending: HashSet::new(),
+                began: false,
                 passes: analysis::Tally::default(),
                 verdict: None,
                 numbers: (Numbers::default(), Numbers::default()),
@@ -227,13 +274,56 @@ impl Rollout {
             state.step = recorded.step.saturating_sub(1).min(last);
             state.phase = recorded.phase;
             state.verdict.clone_from(&recorded.verdict);
-            let ran = now_secs().saturating_sub(recorded.step_started_at);
-            state.step_started = Instant::now()
-                .checked_sub(std::time::Duration::from_secs(ran))
-                .unwrap_or_else(Instant::now);
+            state.step_started = instant_of(recorded.step_started_at);
             state.step_started_at = recorded.step_started_at;
+            state.began = true;
         }
         rollout
+    }
+
+    /// The same rollout, carried on by a controller started again for another reason
+    /// than a new version (the `rollout` block itself edited, a runtime setting, the
+    /// schema): the version before, where it stands and the CRs it moved stay; `spec` and
+    /// `new` are the Blueprint's now.
+    pub fn carried(&self, spec: RolloutSpec, new: &CrdPlan) -> Arc<Rollout> {
+        let rollout = Rollout::new(spec, self.previous.clone(), self.previous_index, new);
+        {
+            let was = self.state();
+            let mut state = rollout.state();
+            let last = rollout.spec.steps.len().saturating_sub(1);
+            state.phase = was.phase;
+            state.step = was.step.min(last);
+            state.step_started = was.step_started;
+            state.step_started_at = was.step_started_at;
+            state.moved.clone_from(&was.moved);
+            state.pending.clone_from(&was.pending);
+            state.began = was.began;
+            state.verdict.clone_from(&was.verdict);
+        }
+        if let Some(name) = self.shown_on.get() {
+            let _ = rollout.shown_on.set(name.clone());
+        }
+        rollout
+    }
+
+    /// Where it stands.
+    pub fn phase(&self) -> Phase {
+        self.state().phase
+    }
+
+    /// The version before: its assembly (in which this CRD is found by name).
+    pub fn previous(&self) -> &Arc<Assembly> {
+        &self.previous
+    }
+
+    /// Whether `reconciled_by` names the new version.
+    fn is_new(&self, reconciled_by: &str) -> bool {
+        self.new_versions.iter().any(|v| v == reconciled_by)
+    }
+
+    /// Whether `reconciled_by` names the old version.
+    fn is_old(&self, reconciled_by: &str) -> bool {
+        self.old_versions.iter().any(|v| v == reconciled_by)
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
@@ -242,10 +332,13 @@ impl Rollout {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Whether it has not begun: at its first step, no CR moved.
+    /// Whether it has not begun: at its first step, no CR moved, not resumed.
     fn at_start(&self) -> bool {
         let state = self.state();
-        state.phase == Phase::Progressing && state.step == 0 && state.moved.is_empty()
+        state.phase == Phase::Progressing
+            && state.step == 0
+            && state.moved.is_empty()
+            && !state.began
     }
 
     /// The old version's plan of the CRD.
@@ -263,7 +356,7 @@ impl Rollout {
             Phase::Complete => Version::New,
             Phase::RolledBack => Version::Old,
             Phase::Progressing | Phase::Paused => {
-                let ran_new = reconciled_by == Some(self.to.as_str());
+                let ran_new = reconciled_by.is_some_and(|b| self.is_new(b));
                 if ran_new || uid.is_some_and(|u| state.moved.contains(u)) {
                     Version::New
                 } else {
@@ -273,13 +366,15 @@ impl Rollout {
         }
     }
 
-    /// Records a pass of `version` that succeeded or failed (an error, a trap, a deadline,
-    /// a refusal), for the analysis.
-    pub fn record(&self, version: Version, ok: bool) {
+    /// Records a pass of `version` over the CR `uid` that succeeded or failed (an error,
+    /// a trap, a deadline, a refusal), for the analysis.
+    pub fn record(&self, uid: Option<&str>, version: Version, ok: bool) {
         let window = self.spec.analysis.window;
-        self.state()
-            .passes
-            .record(version, ok, Instant::now(), window);
+        let mut state = self.state();
+        state.passes.record(version, ok, Instant::now(), window);
+        if let (Version::New, Some(uid)) = (version, uid) {
+            state.pending.remove(uid);
+        }
     }
 
     /// Where it stands.

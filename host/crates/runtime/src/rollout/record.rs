@@ -45,6 +45,12 @@ impl Command {
         }
     }
 
+    /// The annotation's text telling the rollout to `to` this: a command given for one
+    /// rollout is never carried out by a later one.
+    pub fn for_version(self, to: &str) -> String {
+        format!("{} {to}", self.as_str())
+    }
+
     /// The command `word` names.
     pub fn parse(word: &str) -> Option<Command> {
         [
@@ -158,10 +164,11 @@ impl Record {
         Some((view, source, text))
     }
 
-    /// The command a person left, if any; it is cleared as it is read.
-    pub async fn take_command(&self) -> Option<Command> {
+    /// The command a person left, if any, with the new version it was given for (`COMMAND
+    /// TO`, as [`Command::for_version`] writes it); it is cleared as it is read.
+    pub async fn take_command(&self) -> Option<(Command, String)> {
         let lease = self.api.get_opt(&self.name).await.ok()??;
-        let word = lease.metadata.annotations?.get(COMMAND)?.clone();
+        let text = lease.metadata.annotations?.get(COMMAND)?.clone();
         let clear = serde_json::json!({"metadata": {"annotations": {COMMAND: null}}});
         if let Err(e) = self
             .api
@@ -170,10 +177,11 @@ impl Record {
         {
             tracing::warn!(lease = %self.name, error = %e, "could not clear a rollout command");
         }
-        let command = Command::parse(&word);
+        let (word, to) = text.split_once(' ').unwrap_or((text.as_str(), ""));
+        let command = Command::parse(word);
         if command.is_none() {
             tracing::warn!(lease = %self.name, %word, "an unknown rollout command was left");
         }
-        command
+        command.map(|c| (c, to.to_string()))
     }
 }
