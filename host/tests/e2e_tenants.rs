@@ -1686,3 +1686,82 @@ async fn a_blueprint_resources_change_rolls_out_step_by_step_and_its_status_show
     delete_blueprints(&[&name]).await;
     host.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blueprint_resource_whose_schema_would_strand_its_crs_is_refused_with_a_condition() {
+    let _alone = RESOURCE_TENANTS.lock().await;
+    let cp = inrun_testenv::ControlPlane::shared();
+    let ns = cp.namespace("schema-tenant").await.expect("namespace");
+    let group = unique_group("schema-tenant");
+    let name = format!("schema-{}", group.split('.').next().unwrap_or("t"));
+    let text = |fields: &str| {
+        format!(
+            "apiVersion: inrun.dev/v1alpha1\nkind: Blueprint\nmetadata: {{ name: x }}\nspec:\n  crds:\n    - group: {group}\n      version: v1alpha1\n      kind: Boxed\n      schema: {{ type: object, properties: {{ spec: {{ type: object, properties: {{ {fields} }} }} }} }}\n      reconcile:\n        onReconcile:\n          - {{ apiVersion: v1, kind: ConfigMap, metadata: {{ name: '{{{{ .metadata.name }}}}-box' }}, data: {{ k: v }} }}\n        managedResources: [ {{ apiVersion: v1, kind: ConfigMap }} ]\n"
+        )
+    };
+    let host = FleetHost::start(FleetOptions {
+        resources: true,
+        ..FleetHost::options()
+    })
+    .await;
+    apply_blueprint(
+        &name,
+        &text("size: { type: string }, note: { type: string }"),
+    )
+    .await;
+    serving("the tenant to serve", &name).await;
+    let boxed = resource(&group, "Boxed");
+    for (cr, spec) in [
+        ("a", "{ size: L }"),
+        ("b", "{ size: M }"),
+        ("c", "{ size: S }"),
+        ("d", "{ note: n }"),
+    ] {
+        apply_cr(
+            &boxed,
+            &ns,
+            &format!("apiVersion: {group}/v1alpha1\nkind: Boxed\nmetadata: {{ name: {cr} }}\nspec: {spec}\n"),
+        )
+        .await;
+    }
+    eventually("every CR's ConfigMap", || async {
+        get(configmaps(), Some(&ns), "d-box").await
+    })
+    .await;
+    // The tenant's next Blueprint drops spec.size, which three of its CRs use.
+    apply_blueprint(&name, &text("note: { type: string }")).await;
+    let (status, reason, message) = eventually("the change refused", || async {
+        accepted(&name)
+            .await
+            .filter(|(status, _, _)| status == "False")
+    })
+    .await;
+    assert_eq!((status.as_str(), reason.as_str()), ("False", "StartFailed"));
+    assert!(
+        message.contains("spec.size: removed")
+            && message.contains("3 live CR(s) would no longer pass it")
+            && ["a", "b", "c"]
+                .iter()
+                .all(|cr| message.contains(&format!("{ns}/{cr}")))
+            && !message.contains(&format!("{ns}/d")),
+        "{message}"
+    );
+    // Its CRD is left as it was, and its CRs keep being served.
+    let crd = get(
+        kube::discovery::ApiResource::erase::<
+            k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+        >(&()),
+        None,
+        &format!("boxeds.{group}"),
+    )
+    .await
+    .expect("the CRD");
+    assert!(
+        crd.data
+            .pointer("/spec/versions/0/schema/openAPIV3Schema/properties/spec/properties/size")
+            .is_some(),
+        "the refused schema was installed"
+    );
+    delete_blueprints(&[&name]).await;
+    host.stop().await;
+}
