@@ -564,7 +564,12 @@ impl Stage {
                 .ports
                 .iter()
                 .enumerate()
-                .map(|(i, port)| Process::host(cp, &self.blueprint, *port, dir, i))
+                .map(|(i, port)| {
+                    // The mode whose change is timed reads its Blueprint within a second;
+                    // the others check at the default interval, as before.
+                    let reload = (self.mode == Mode::Declarative).then_some("1s");
+                    Process::host(cp, &self.blueprint, *port, dir, i, reload)
+                })
                 .collect::<Result<Vec<_>>>()
                 .map(Replicas),
         }
@@ -991,6 +996,7 @@ impl Process {
         port: u16,
         dir: &Path,
         replica: usize,
+        reload: Option<&str>,
     ) -> Result<Process> {
         let mut command = tokio::process::Command::new(INRUN);
         if let Ok(pairs) = std::env::var("INRUN_BENCH_HOST_ENV") {
@@ -1016,9 +1022,10 @@ impl Process {
             .arg(cp.kubeconfig())
             .args(["--context", "inrun"])
             .args(["--health-port", &port.to_string()])
-            .args(["--identity", &format!("replica-{replica}")])
-            // The change the bench makes to a running host is read within a second.
-            .args(["--reload-interval", "1s"]);
+            .args(["--identity", &format!("replica-{replica}")]);
+        if let Some(every) = reload {
+            command.args(["--reload-interval", every]);
+        }
         Process::spawn(command, port, dir, &format!("controller-{replica}.log"))
     }
 

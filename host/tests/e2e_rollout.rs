@@ -90,6 +90,29 @@ async fn created_ready(
     .await
 }
 
+/// A host serving the Blueprint file `file`, written with `text`, and a namespace of its
+/// own named after `prefix`.
+async fn serving_file(file: &std::path::Path, text: &str, prefix: &str) -> (FleetHost, String) {
+    std::fs::write(file, text).expect("write");
+    let host = FleetHost::start(FleetOptions {
+        blueprint: Some(file.to_path_buf()),
+        ..FleetHost::options()
+    })
+    .await;
+    let ns = inrun_testenv::ControlPlane::shared()
+        .namespace(prefix)
+        .await
+        .expect("namespace");
+    (host, ns)
+}
+
+/// `onReconcile` of one ConfigMap a CR whose `data.size` is `size`.
+fn sized(size: &str) -> String {
+    format!(
+        "        onReconcile:\n          - {{ apiVersion: v1, kind: ConfigMap, metadata: {{ name: '{{{{ .metadata.name }}}}-settings' }}, data: {{ size: {size} }} }}\n"
+    )
+}
+
 /// The CRD's events of `reason` (events of cluster-scoped objects are in `default`).
 async fn crd_events(crd: &str, reason: &str) -> Vec<String> {
     events("default", crd)
@@ -107,25 +130,17 @@ async fn a_good_version_goes_5_then_25_then_100_percent_and_the_crs_not_moved_ge
     let dir = tempfile::tempdir().expect("tempdir");
     let file = dir.path().join("blueprint.yaml");
     let rollout = "{ steps: [ { percent: 5, pause: 4s }, { percent: 25, pause: 4s }, { percent: 100 } ], analysis: { window: 1m } }";
-    std::fs::write(
+    let (host, ns) = serving_file(
         &file,
-        blueprint(
+        &blueprint(
             &group,
             "Stamped",
             &constructor("inrun_test_stamp_v1"),
             rollout,
         ),
+        "rollout-good",
     )
-    .expect("write");
-    let host = FleetHost::start(FleetOptions {
-        blueprint: Some(file.clone()),
-        ..FleetHost::options()
-    })
     .await;
-    let ns = inrun_testenv::ControlPlane::shared()
-        .namespace("rollout-good")
-        .await
-        .expect("namespace");
     let ar = resource(&group, "Stamped");
     let count = 200;
     let v1 = created_ready(&ar, &ns, count, |_| "{}".into()).await;
@@ -215,20 +230,12 @@ async fn a_version_that_fails_on_a_third_of_the_crs_is_rolled_back_within_its_fi
     let dir = tempfile::tempdir().expect("tempdir");
     let file = dir.path().join("blueprint.yaml");
     let rollout = "{ steps: [ { percent: 20, pause: 30s }, { percent: 100 } ], analysis: { window: 1m, maxFailureRate: 0.05 }, onFailure: rollback }";
-    std::fs::write(
+    let (host, ns) = serving_file(
         &file,
-        blueprint(&group, "Web", &constructor("inrun_test_stamp_v1"), rollout),
+        &blueprint(&group, "Web", &constructor("inrun_test_stamp_v1"), rollout),
+        "rollout-bad",
     )
-    .expect("write");
-    let host = FleetHost::start(FleetOptions {
-        blueprint: Some(file.clone()),
-        ..FleetHost::options()
-    })
     .await;
-    let ns = inrun_testenv::ControlPlane::shared()
-        .namespace("rollout-bad")
-        .await
-        .expect("namespace");
     let ar = resource(&group, "Web");
     let count = 100;
     // Three CRs in ten have no image: the new version (the webapp plugin) refuses them.
@@ -313,36 +320,19 @@ async fn a_template_change_rolls_out_step_by_step_too() {
     let group = unique_group("rollout-tpl");
     let dir = tempfile::tempdir().expect("tempdir");
     let file = dir.path().join("blueprint.yaml");
-    let template = |size: &str| {
-        format!(
-            "        onReconcile:\n          - {{ apiVersion: v1, kind: ConfigMap, metadata: {{ name: '{{{{ .metadata.name }}}}-settings' }}, data: {{ size: {size} }} }}\n"
-        )
-    };
     // A plan required first: it passes, the templates failing on no CR.
     let rollout = "{ steps: [ { percent: 10, pause: 3s }, { percent: 100 } ], analysis: { window: 1m }, requirePlan: true }";
-    std::fs::write(
+    let (host, ns) = serving_file(
         &file,
-        blueprint(&group, "Shop", &template("small"), rollout),
+        &blueprint(&group, "Shop", &sized("small"), rollout),
+        "rollout-tpl",
     )
-    .expect("write");
-    let host = FleetHost::start(FleetOptions {
-        blueprint: Some(file.clone()),
-        ..FleetHost::options()
-    })
     .await;
-    let ns = inrun_testenv::ControlPlane::shared()
-        .namespace("rollout-tpl")
-        .await
-        .expect("namespace");
     let ar = resource(&group, "Shop");
     let count = 50;
     let old = created_ready(&ar, &ns, count, |_| "{}".into()).await;
     assert!(old.starts_with("declarative:"), "{old}");
-    std::fs::write(
-        &file,
-        blueprint(&group, "Shop", &template("large"), rollout),
-    )
-    .expect("write");
+    std::fs::write(&file, blueprint(&group, "Shop", &sized("large"), rollout)).expect("write");
     let sizes = || async {
         let api: Api<DynamicObject> = Api::namespaced_with(client(), &ns, &configmaps());
         let list = api.list(&ListParams::default()).await.ok()?;
@@ -396,35 +386,18 @@ async fn a_person_pauses_resumes_promotes_and_aborts_a_rollout_with_inrun_rollou
     let group = unique_group("rollout-cli");
     let dir = tempfile::tempdir().expect("tempdir");
     let file = dir.path().join("blueprint.yaml");
-    let template = |size: &str| {
-        format!(
-            "        onReconcile:\n          - {{ apiVersion: v1, kind: ConfigMap, metadata: {{ name: '{{{{ .metadata.name }}}}-settings' }}, data: {{ size: {size} }} }}\n"
-        )
-    };
     // The first step holds for an hour: only a person moves it on.
     let rollout = "{ steps: [ { percent: 25, pause: 1h }, { percent: 100 } ] }";
-    std::fs::write(
+    let (host, ns) = serving_file(
         &file,
-        blueprint(&group, "Shop", &template("small"), rollout),
+        &blueprint(&group, "Shop", &sized("small"), rollout),
+        "rollout-cli",
     )
-    .expect("write");
-    let host = FleetHost::start(FleetOptions {
-        blueprint: Some(file.clone()),
-        ..FleetHost::options()
-    })
     .await;
-    let ns = inrun_testenv::ControlPlane::shared()
-        .namespace("rollout-cli")
-        .await
-        .expect("namespace");
     let ar = resource(&group, "Shop");
     let count = 40;
     let small = created_ready(&ar, &ns, count, |_| "{}".into()).await;
-    std::fs::write(
-        &file,
-        blueprint(&group, "Shop", &template("large"), rollout),
-    )
-    .expect("write");
+    std::fs::write(&file, blueprint(&group, "Shop", &sized("large"), rollout)).expect("write");
     let crd = format!("shops.{group}");
     let first = eventually("the first step recorded", || async {
         rollout_status(&crd).filter(|v| v["onNew"] == 10)
@@ -447,7 +420,7 @@ async fn a_person_pauses_resumes_promotes_and_aborts_a_rollout_with_inrun_rollou
         blueprint(
             &group,
             "Shop",
-            &template("large"),
+            &sized("large"),
             "{ steps: [ { percent: 25, pause: 2h }, { percent: 100 } ] }",
         ),
     )
@@ -505,7 +478,7 @@ async fn a_person_pauses_resumes_promotes_and_aborts_a_rollout_with_inrun_rollou
     );
 
     // The next change, aborted at its first step: its CRs go back.
-    std::fs::write(&file, blueprint(&group, "Shop", &template("huge"), rollout)).expect("write");
+    std::fs::write(&file, blueprint(&group, "Shop", &sized("huge"), rollout)).expect("write");
     eventually("the next rollout's first step", || async {
         rollout_status(&crd).filter(|v| v["onNew"] == 10 && v["phase"] == "Progressing")
     })
@@ -719,16 +692,12 @@ async fn a_plugin_file_rewritten_in_place_rolls_out_step_by_step() {
     let file = dir.path().join("blueprint.yaml");
     let rollout = "{ steps: [ { percent: 20, pause: 1h }, { percent: 100 } ] }";
     let reconcile = "        default: false\n        constructor: { location: ./stamp.wasm }\n";
-    std::fs::write(&file, blueprint(&group, "Filed", reconcile, rollout)).expect("write");
-    let host = FleetHost::start(FleetOptions {
-        blueprint: Some(file.clone()),
-        ..FleetHost::options()
-    })
+    let (host, ns) = serving_file(
+        &file,
+        &blueprint(&group, "Filed", reconcile, rollout),
+        "rollout-file",
+    )
     .await;
-    let ns = inrun_testenv::ControlPlane::shared()
-        .namespace("rollout-file")
-        .await
-        .expect("namespace");
     let ar = resource(&group, "Filed");
     let count = 50;
     let old = created_ready(&ar, &ns, count, |_| "{}".into()).await;
@@ -784,25 +753,17 @@ async fn a_required_plan_that_fails_moves_no_cr() {
     let dir = tempfile::tempdir().expect("tempdir");
     let file = dir.path().join("blueprint.yaml");
     let rollout = "{ steps: [ { percent: 50, pause: 1h }, { percent: 100 } ], requirePlan: true }";
-    std::fs::write(
+    let (host, ns) = serving_file(
         &file,
-        blueprint(
+        &blueprint(
             &group,
             "Planned",
             &constructor("inrun_test_stamp_v1"),
             rollout,
         ),
+        "rollout-plan",
     )
-    .expect("write");
-    let host = FleetHost::start(FleetOptions {
-        blueprint: Some(file.clone()),
-        ..FleetHost::options()
-    })
     .await;
-    let ns = inrun_testenv::ControlPlane::shared()
-        .namespace("rollout-plan")
-        .await
-        .expect("namespace");
     let ar = resource(&group, "Planned");
     let count = 20;
     let spec = |i: usize| {

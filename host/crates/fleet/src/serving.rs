@@ -35,6 +35,17 @@ fn carry_on(carried: &Rollout, plan: &inrun_reconcilers::plan::CrdPlan) -> Optio
     rollout_from(carried.previous(), plan)
 }
 
+/// `source`'s tenant, while `serving` is still the Blueprint it serves.
+fn serving_still<'t>(
+    tenants: &'t mut BTreeMap<TenantSource, Tenant>,
+    source: &TenantSource,
+    serving: &Arc<Assembly>,
+) -> Option<&'t mut Tenant> {
+    tenants
+        .get_mut(source)
+        .filter(|t| t.assembly.as_ref().is_some_and(|a| Arc::ptr_eq(a, serving)))
+}
+
 /// Shows `rollout` on its tenant's `Blueprint` resource too, when it came as one.
 fn shown_on(rollout: &inrun_runtime::rollout::Rollout, source: &TenantSource) {
     if let TenantSource::Resource(name) = source {
@@ -484,17 +495,10 @@ impl Fleet {
         let mut taken = Vec::new();
         {
             let mut tenants = self.tenants.lock().await;
-            let Some(tenant) = tenants.get_mut(source) else {
+            // A Blueprint reload since: it started its controllers from what serves now.
+            let Some(tenant) = serving_still(&mut tenants, source, &serving) else {
                 return;
             };
-            // A Blueprint reload since: it started its controllers from what serves now.
-            if !tenant
-                .assembly
-                .as_ref()
-                .is_some_and(|a| Arc::ptr_eq(a, &serving))
-            {
-                return;
-            }
             for crd in crds {
                 let Some(index) = serving
                     .crds()
@@ -520,17 +524,10 @@ impl Fleet {
             again.push((crd, index, rollout, identity, plugins, kinds));
         }
         let mut tenants = self.tenants.lock().await;
-        let Some(tenant) = tenants.get_mut(source) else {
+        // A Blueprint reload meanwhile started the CRDs' controllers from what serves now.
+        let Some(tenant) = serving_still(&mut tenants, source, &serving) else {
             return;
         };
-        // A Blueprint reload meanwhile started the CRDs' controllers from what serves now.
-        if !tenant
-            .assembly
-            .as_ref()
-            .is_some_and(|a| Arc::ptr_eq(a, &serving))
-        {
-            return;
-        }
         for (crd, index, rollout, identity, plugins, kinds) in again {
             if tenant.running.contains_key(&crd) {
                 continue;
