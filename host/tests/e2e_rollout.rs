@@ -90,6 +90,30 @@ async fn created_ready(
     .await
 }
 
+/// The flags of an `inrun run` process in these tests: its Leases (rollout records) in
+/// the identity's namespace, its Blueprint file read every 200 ms.
+const PROCESS_FLAGS: [&str; 4] = [
+    "--lock-namespace",
+    support::identity::NAMESPACE,
+    "--reload-interval",
+    "200ms",
+];
+
+/// A kubeconfig (in `dir`) of the ServiceAccount `inrun generate rbac` makes for every
+/// version in `texts`: what an `inrun run` process serving them acts as.
+async fn process_kubeconfig(dir: &std::path::Path, texts: &[&str]) -> std::path::PathBuf {
+    let blueprints: Vec<_> = texts
+        .iter()
+        .map(|t| inrun::blueprint::from_str(t, "version.yaml").expect("a Blueprint"))
+        .collect();
+    support::identity::Identity::for_blueprints(
+        &blueprints,
+        &support::identity::Identity::options(),
+    )
+    .await
+    .kubeconfig(dir)
+}
+
 /// A host serving the Blueprint file `file`, written with `text`, and a namespace of its
 /// own named after `prefix`.
 async fn serving_file(file: &std::path::Path, text: &str, prefix: &str) -> (FleetHost, String) {
@@ -513,21 +537,8 @@ async fn a_rollout_survives_a_sigkill_of_the_host_mid_step_and_the_next_host_con
     std::fs::write(&file, &v1).expect("write");
     // `inrun run` as a process, as the ServiceAccount `inrun generate rbac` makes for
     // both versions, keeping its Leases in the identity's namespace.
-    let identity = support::identity::Identity::for_blueprints(
-        &[
-            inrun::blueprint::from_str(&v1, "v1.yaml").expect("v1"),
-            inrun::blueprint::from_str(&v2, "v2.yaml").expect("v2"),
-        ],
-        &support::identity::Identity::options(),
-    )
-    .await;
-    let kubeconfig = identity.kubeconfig(dir.path());
-    let flags = [
-        "--lock-namespace",
-        support::identity::NAMESPACE,
-        "--reload-interval",
-        "200ms",
-    ];
+    let kubeconfig = process_kubeconfig(dir.path(), &[&v1, &v2]).await;
+    let flags = PROCESS_FLAGS;
     let mut first =
         support::ring::Replica::spawn_with(&kubeconfig, &file, dir.path(), "first", &flags);
     let ns = inrun_testenv::ControlPlane::shared()
@@ -607,21 +618,8 @@ async fn three_sharded_replicas_roll_out_as_one_each_cr_on_one_version() {
     };
     let (v1, v2) = (text("small"), text("large"));
     std::fs::write(&file, &v1).expect("write");
-    let identity = support::identity::Identity::for_blueprints(
-        &[
-            inrun::blueprint::from_str(&v1, "v1.yaml").expect("v1"),
-            inrun::blueprint::from_str(&v2, "v2.yaml").expect("v2"),
-        ],
-        &support::identity::Identity::options(),
-    )
-    .await;
-    let kubeconfig = identity.kubeconfig(dir.path());
-    let flags = [
-        "--lock-namespace",
-        support::identity::NAMESPACE,
-        "--reload-interval",
-        "200ms",
-    ];
+    let kubeconfig = process_kubeconfig(dir.path(), &[&v1, &v2]).await;
+    let flags = PROCESS_FLAGS;
     let mut replicas: Vec<support::ring::Replica> = ["a", "b", "c"]
         .iter()
         .map(|n| support::ring::Replica::spawn_with(&kubeconfig, &file, dir.path(), n, &flags))
