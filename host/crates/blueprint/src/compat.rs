@@ -329,6 +329,30 @@ fn breaks_bound(keyword: &str, limit: &Value, value: &Value) -> bool {
 /// here may hold: one keeps its cost a pass over the value.
 const RULE_COMPREHENSIONS: usize = 1;
 
+/// Longest rule judged here: a tenant writes the rules the host parses.
+const RULE_MAX_BYTES: usize = 4096;
+
+/// Deepest nesting of brackets in a rule judged here: the parser recurses once a level,
+/// and a rule nested thousands deep would overflow the host's stack.
+const RULE_MAX_NESTING: usize = 32;
+
+/// How deep brackets nest in `rule` (quotes not told apart: a bracket in a string counts
+/// too, which only makes the bound stricter).
+fn nesting(rule: &str) -> usize {
+    let (mut depth, mut deepest) = (0usize, 0usize);
+    for c in rule.chars() {
+        match c {
+            '(' | '[' | '{' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            ')' | ']' | '}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
+}
+
 /// Whether `value` fails `rule`, as the API server would judge it: `false`, or an error
 /// it would give too (a key the value lacks). `None`: not judged here (a transition rule,
 /// a function of Kubernetes' own libraries, a rule too costly, one that does not parse).
@@ -337,7 +361,11 @@ fn fails_rule(rule: &str, value: &Value) -> Option<bool> {
         .iter()
         .map(|m| rule.matches(m).count())
         .sum::<usize>();
-    if rule.contains("oldSelf") || comprehensions > RULE_COMPREHENSIONS {
+    if rule.contains("oldSelf")
+        || comprehensions > RULE_COMPREHENSIONS
+        || rule.len() > RULE_MAX_BYTES
+        || nesting(rule) > RULE_MAX_NESTING
+    {
         return None;
     }
     let program = cel_interpreter::Program::compile(rule).ok()?;
@@ -633,6 +661,18 @@ mod tests {
             )
             .iter()
             .all(|b| b.path != "spec.size")
+        );
+    }
+
+    #[test]
+    fn a_rule_nested_past_the_bound_or_too_long_is_not_judged_and_does_not_crash() {
+        let deep = format!("{}self.size > 1{}", "(".repeat(50_000), ")".repeat(50_000));
+        assert_eq!(fails_rule(&deep, &json!({"size": 0})), None);
+        let long = format!("self.size > 1 && {}", "true && ".repeat(1000)) + "true";
+        assert_eq!(fails_rule(&long, &json!({"size": 0})), None);
+        assert_eq!(
+            fails_rule("((self.size > 1))", &json!({"size": 0})),
+            Some(true)
         );
     }
 }
