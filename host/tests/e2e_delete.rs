@@ -893,12 +893,33 @@ async fn an_orphan_on_delete_child_is_pruned_on_an_update_and_kept_when_its_cr_i
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn foreign_instances_of_a_type_named_only_in_managed_types_hold_the_deletion() -> TestResult {
-    let group = unique_group("managed-types");
+    foreign_instances_hold_the_deletion("managed-types", false).await
+}
+
+/// The same with `managedTypes` named by a serve target's block the CR is not served by:
+/// children of every block are torn down, so every block's types are checked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn managed_types_of_another_serve_target_hold_the_deletion_too() -> TestResult {
+    foreign_instances_hold_the_deletion("target-types", true).await
+}
+
+async fn foreign_instances_hold_the_deletion(name: &str, in_target: bool) -> TestResult {
+    let group = unique_group(name);
     let gadgets_group = format!("gadgets.{group}");
     // A type the CR's workload would create at run time: its CRD is not among the CR's
     // children, only named in `managedTypes`.
     let crd: CustomResourceDefinition = serde_json::from_value(gadget_crd(&gadgets_group))?;
     install_crd(&client(), &crd).await?;
+    let types = format!("managedTypes:\n          - {{group: \"{gadgets_group}\", kind: Gadget}}");
+    let (own, target) = if in_target {
+        let target = format!(
+            "      serve:\n        targets:\n          - name: gadgets\n            reconcile:\n              onReconcile: []\n              managedResources:\n                - {{apiVersion: v1, kind: ConfigMap}}\n              {}\n",
+            types.replace("\n          ", "\n                ")
+        );
+        (String::new(), target)
+    } else {
+        (types, String::new())
+    };
     let blueprint_crd = format!(
         r#"      reconcile:
         onReconcile:
@@ -908,12 +929,11 @@ async fn foreign_instances_of_a_type_named_only_in_managed_types_hold_the_deleti
             data: {{a: b}}
         managedResources:
           - {{apiVersion: v1, kind: ConfigMap}}
-        managedTypes:
-          - {{group: "{gadgets_group}", kind: Gadget}}
-"#
+        {own}
+{target}"#
     );
     let host = Host::start(&blueprint(&group, "Operator", "{}", &blueprint_crd)).await;
-    let ns = ControlPlane::shared().namespace("managed-types").await?;
+    let ns = ControlPlane::shared().namespace(name).await?;
     let ar = resource(&group, "Operator");
     served(&ar).await;
     apply_cr(&ar, &ns, &cr(&group, "Operator", "op", "{}")).await;
@@ -922,7 +942,7 @@ async fn foreign_instances_of_a_type_named_only_in_managed_types_hold_the_deleti
     // Someone's Gadget, which the operator would serve: the CR's deletion waits for it.
     let gadgets = gadgets(&gadgets_group);
     let elsewhere = ControlPlane::shared()
-        .namespace("managed-types-user")
+        .namespace(&format!("{name}-user"))
         .await?;
     let foreign_api = theirs(&gadgets, &elsewhere).await?;
 

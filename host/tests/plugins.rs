@@ -332,6 +332,52 @@ fn a_plugin_sees_no_environment_or_files_of_the_host_and_only_its_name_as_argv()
 }
 
 #[test]
+fn a_package_sees_no_environment_or_files_of_the_host_and_only_its_name_as_argv() {
+    use inrun::contract::package::{Descriptor, Event, Options};
+    let engine = engine();
+    let infra = load(&engine, "inrun_test_infra");
+    let opts = Options {
+        config: json!({"probe": "ambient"})
+            .as_object()
+            .cloned()
+            .unwrap_or_default(),
+        profile: "ns--a".into(),
+        state: "running".into(),
+        event: Event::Changed,
+        resource: Descriptor {
+            group: "t.inrun.dev".into(),
+            version: "v1".into(),
+            plural: "things".into(),
+            kind: "Thing".into(),
+        },
+        namespace: Some("ns".into()),
+        name: "a".into(),
+    };
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let lines = runtime
+        .block_on(infra.package_validate(&opts, &Limits::default(), &Grants::default()))
+        .expect("validate");
+    let line = |key: &str| {
+        lines
+            .iter()
+            .find_map(|l| l.strip_prefix(&format!("{key}=")))
+            .unwrap_or_else(|| panic!("no {key}= line in {lines:?}"))
+            .to_string()
+    };
+    // The host has an environment and a filesystem; the package sees neither.
+    assert!(std::env::vars().next().is_some());
+    assert_eq!(
+        line("env"),
+        "[]",
+        "no environment variable reaches a package"
+    );
+    assert_eq!(line("args"), r#"["inrun_test_infra"]"#);
+    for what in ["root", "cwd", "file"] {
+        assert!(line(what).starts_with("error: "), "{what}: {lines:?}");
+    }
+}
+
+#[test]
 fn guest_output_is_captured_and_the_call_still_succeeds() {
     let engine = engine();
     let chatty = load(&engine, "inrun_test_chatty");

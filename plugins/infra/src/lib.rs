@@ -7,7 +7,9 @@
 //!
 //! `config.size` (a whole number from 1) is the desired size; the profile and `config.zone`
 //! are the state identity. `config.token: {secret, key}` sends that credential (read
-//! through the host) as a bearer token. Anything but a 2xx/404 answer fails the step with the service's body,
+//! through the host) as a bearer token. `config.probe: ambient` makes `validate` answer
+//! what the sandbox lets it see instead (environment variable names, arguments, and what
+//! reading `/`, `.` and `/etc/hostname` gave), one line each. Anything but a 2xx/404 answer fails the step with the service's body,
 //! so tests can check that such text never reaches the CR's status.
 
 use inrun_sdk::http::Request as HttpRequest;
@@ -59,8 +61,32 @@ fn failed(what: &str, status: u16, body: String) -> String {
     format!("{what}: the service answered {status}: {body}")
 }
 
+/// What the sandbox shows a package: `env=`, `args=`, `root=`, `cwd=` and `file=` lines.
+fn ambient() -> Vec<String> {
+    let env: Vec<String> = std::env::vars().map(|(k, _)| k).collect();
+    let args: Vec<String> = std::env::args().collect();
+    let listed = |dir: &str| match std::fs::read_dir(dir) {
+        Ok(entries) => format!("listed {} entries", entries.count()),
+        Err(e) => format!("error: {e}"),
+    };
+    let file = match std::fs::read("/etc/hostname") {
+        Ok(bytes) => format!("read {} bytes", bytes.len()),
+        Err(e) => format!("error: {e}"),
+    };
+    vec![
+        format!("env={env:?}"),
+        format!("args={args:?}"),
+        format!("root={}", listed("/")),
+        format!("cwd={}", listed(".")),
+        format!("file={file}"),
+    ]
+}
+
 impl Package for Infra {
     fn validate(opts: &Options) -> Vec<String> {
+        if opts.config.get("probe").and_then(Value::as_str) == Some("ambient") {
+            return ambient();
+        }
         let mut errors = Vec::new();
         match endpoint(opts) {
             Ok(e) if e.starts_with("http://") || e.starts_with("https://") => {}

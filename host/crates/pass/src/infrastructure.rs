@@ -53,7 +53,6 @@ use conditions::Conditions;
 use identity::Stored;
 pub use identity::identity_hash;
 use shared::Run;
-use spec::finalized;
 pub use spec::{Common, DeletionPolicy};
 
 /// The finalizer a package CR carries while its infrastructure may exist.
@@ -106,9 +105,13 @@ pub async fn run(
         view: p.object.clone(),
         stored: Stored::of(p.object),
     };
+    if deleting {
+        // An invalid spec does not hold a deletion: the finalizer settings and the
+        // deletion policy still apply (see `Common::for_deletion`).
+        return run.delete(Common::for_deletion(p.object)).await;
+    }
     let common = match Common::of(p.object) {
         Ok(c) => c,
-        Err(_) if deleting && !finalized(p.object) => return Ok(Done::default()),
         Err(why) => {
             tracing::warn!(problem = %why, "invalid package CR");
             let c = Conditions::new(
@@ -123,11 +126,7 @@ pub async fn run(
                 .await;
         }
     };
-    if deleting {
-        run.delete(&common).await
-    } else {
-        run.reconcile(&common).await
-    }
+    run.reconcile(&common).await
 }
 
 #[cfg(test)]

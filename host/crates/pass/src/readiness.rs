@@ -1,6 +1,9 @@
 //! Whether an applied child is ready, by the rules kstatus gives built-in kinds (the rules
-//! Flux and Argo CD read) and, for anything else, its own `observedGeneration` and
-//! `Ready` / `Reconciling` / `Stalled` conditions. Pure: the object in, its state out.
+//! Flux reads) and, for anything else, its own `observedGeneration` and `Ready` /
+//! `Reconciling` / `Stalled` conditions. Where Inrun judges a built-in kind differently
+//! (a Job waits to complete, a LoadBalancer Service for its address, as Argo CD does), it
+//! is on purpose: docs/blueprint.md lists each difference and why. Pure: the object in,
+//! its state out, no clock read.
 
 use serde_json::{Value, json};
 
@@ -194,11 +197,15 @@ fn is_true(v: &Value, kind: &str) -> bool {
 pub fn state(child: &Value) -> State {
     let kind = text(child, "/kind").unwrap_or_default();
     let group = text(child, "/apiVersion").map_or("", inrun_contract::api_version::group_of);
+    // kstatus's Terminating: whatever its status says, it is on its way out.
+    if text(child, "/metadata/deletionTimestamp").is_some_and(|t| !t.is_empty()) {
+        return State::InProgress("being deleted".into());
+    }
     // A controller that has not seen the latest spec says nothing about it yet.
     if let (Some(generation), Some(seen)) = (
         int(child, "/metadata/generation"),
         int(child, "/status/observedGeneration"),
-    ) && seen < generation
+    ) && seen != generation
     {
         return State::InProgress(format!(
             "waiting for its controller to observe generation {generation} (it has seen {seen})"
@@ -213,7 +220,9 @@ pub fn state(child: &Value) -> State {
         ("", "PersistentVolumeClaim") => phase(child, "Bound"),
         ("", "Service") => service(child),
         ("apiextensions.k8s.io", "CustomResourceDefinition") => crd(child),
-        ("policy", "PodDisruptionBudget") => pdb(child),
+        // Its controller computes the disruptions allowed and sets nothing else; once it has
+        // seen the latest generation (above) there is nothing more to wait for.
+        ("policy", "PodDisruptionBudget") => State::Current,
         ("apps", "ReplicaSet") => replica_set(child),
         ("apiregistration.k8s.io", "APIService") => {
             if is_true(child, "Available") {
@@ -231,6 +240,10 @@ fn replicas(child: &Value) -> i64 {
     int(child, "/spec/replicas").unwrap_or(1)
 }
 
+/// `progressDeadlineSeconds` at `i32::MAX` is the controller's "no deadline": it then
+/// keeps no `Progressing` condition worth reading.
+const NO_PROGRESS_DEADLINE: i64 = i32::MAX as i64;
+
 fn deployment(d: &Value) -> State {
     if condition(d, "Progressing").is_some_and(|c| c.1 == "ProgressDeadlineExceeded") {
         return State::Failed("the rollout exceeded its progress deadline".into());
@@ -240,31 +253,67 @@ fn deployment(d: &Value) -> State {
     if n("updatedReplicas") < want {
         return State::InProgress(format!("{}/{want} replicas updated", n("updatedReplicas")));
     }
-    if n("replicas") > n("updatedReplicas") {
+    if n("replicas") < want {
+        return State::InProgress(format!("{}/{want} replicas created", n("replicas")));
+    }
+    if n("replicas") > want {
         return State::InProgress(format!(
             "{} old replicas pending termination",
-            n("replicas") - n("updatedReplicas")
+            n("replicas") - want
         ));
     }
-    if n("availableReplicas") < want {
+    if n("availableReplicas") < n("updatedReplicas") {
         return State::InProgress(format!(
-            "{}/{want} replicas available",
-            n("availableReplicas")
+            "{}/{} replicas available",
+            n("availableReplicas"),
+            n("updatedReplicas")
         ));
     }
     if n("readyReplicas") < want {
         return State::InProgress(format!("{}/{want} replicas ready", n("readyReplicas")));
     }
+    // The controller's own summary of the counts above. A condition it has not written is
+    // not held against the Deployment (kstatus holds it): the counts have spoken.
+    let deadline =
+        int(d, "/spec/progressDeadlineSeconds").is_some_and(|s| s != NO_PROGRESS_DEADLINE);
+    if deadline
+        && let Some((status, reason, message)) = condition(d, "Progressing")
+        && (status, reason) != ("True", "NewReplicaSetAvailable")
+    {
+        return State::InProgress(format!(
+            "the new ReplicaSet is not available yet ({})",
+            said("Progressing", status, reason, message)
+        ));
+    }
+    if let Some((status, reason, message)) = condition(d, "Available")
+        && status != "True"
+    {
+        return State::InProgress(said("Available", status, reason, message));
+    }
     State::Current
 }
 
 fn replica_set(r: &Value) -> State {
+    if let Some((status, reason, message)) = condition(r, "ReplicaFailure")
+        && status == "True"
+    {
+        return State::InProgress(said("ReplicaFailure", status, reason, message));
+    }
     let want = replicas(r);
     let n = |f: &str| int(r, &format!("/status/{f}")).unwrap_or(0);
-    if n("availableReplicas") < want {
+    for (field, what) in [
+        ("availableReplicas", "available"),
+        ("fullyLabeledReplicas", "labeled"),
+        ("readyReplicas", "ready"),
+    ] {
+        if n(field) < want {
+            return State::InProgress(format!("{}/{want} replicas {what}", n(field)));
+        }
+    }
+    if n("replicas") > want {
         return State::InProgress(format!(
-            "{}/{want} replicas available",
-            n("availableReplicas")
+            "{} old replicas pending termination",
+            n("replicas") - want
         ));
     }
     State::Current
@@ -279,11 +328,35 @@ fn stateful_set(s: &Value) -> State {
     if n("readyReplicas") < want {
         return State::InProgress(format!("{}/{want} replicas ready", n("readyReplicas")));
     }
-    let partition = int(s, "/spec/updateStrategy/rollingUpdate/partition").unwrap_or(0);
-    if partition == 0
-        && text(s, "/status/updateRevision").is_some()
-        && text(s, "/status/updateRevision") != text(s, "/status/currentRevision")
-    {
+    if n("replicas") < want {
+        return State::InProgress(format!("{}/{want} replicas created", n("replicas")));
+    }
+    if n("replicas") > want {
+        return State::InProgress(format!(
+            "{} old replicas pending termination",
+            n("replicas") - want
+        ));
+    }
+    // With a partition (the API server sets 0 on a RollingUpdate), only the replicas at or
+    // above it move to the new revision; those are what a rollout waits for.
+    if let Some(partition) = int(s, "/spec/updateStrategy/rollingUpdate/partition") {
+        let moving = want - partition;
+        if n("updatedReplicas") < moving {
+            return State::InProgress(format!(
+                "rolling update: {}/{moving} replicas updated",
+                n("updatedReplicas")
+            ));
+        }
+        return State::Current;
+    }
+    if n("currentReplicas") < want {
+        return State::InProgress(format!(
+            "{}/{want} replicas at the current revision",
+            n("currentReplicas")
+        ));
+    }
+    let revision = |f: &str| text(s, &format!("/status/{f}")).unwrap_or_default();
+    if revision("updateRevision") != revision("currentRevision") {
         return State::InProgress(format!(
             "rolling update: {}/{want} replicas updated",
             n("updatedReplicas")
@@ -293,12 +366,18 @@ fn stateful_set(s: &Value) -> State {
 }
 
 fn daemon_set(d: &Value) -> State {
+    // The generation check in `state` passes when either field is missing; a DaemonSet's
+    // controller always writes `observedGeneration`, so its absence means not seen yet.
+    if int(d, "/metadata/generation").is_none() || int(d, "/status/observedGeneration").is_none() {
+        return State::InProgress("not observed by its controller yet".into());
+    }
     if int(d, "/status/desiredNumberScheduled").is_none() {
         return State::InProgress("not scheduled yet".into());
     }
     let n = |f: &str| int(d, &format!("/status/{f}")).unwrap_or(0);
     let want = n("desiredNumberScheduled");
     for (field, what) in [
+        ("currentNumberScheduled", "scheduled"),
         ("updatedNumberScheduled", "updated"),
         ("numberAvailable", "available"),
         ("numberReady", "ready"),
@@ -317,6 +396,12 @@ fn job(j: &Value) -> State {
     if let Some((_, reason, _)) = condition(j, "Failed").filter(|c| c.0 == "True") {
         return State::Failed(format!("failed ({reason})"));
     }
+    // Suspended as its spec asks: it will not run until someone resumes it, so there is
+    // nothing to wait for. Suspending or resuming (the two disagree) is still in progress.
+    if is_true(j, "Suspended") && j.pointer("/spec/suspend").and_then(Value::as_bool) == Some(true)
+    {
+        return State::Current;
+    }
     State::InProgress(format!(
         "not complete: {} succeeded, {} active",
         int(j, "/status/succeeded").unwrap_or(0),
@@ -328,10 +413,31 @@ fn pod(p: &Value) -> State {
     match text(p, "/status/phase") {
         Some("Succeeded") => State::Current,
         Some("Running") if is_true(p, "Ready") => State::Current,
+        Some("Running") => match crash_looping(p).as_slice() {
+            [] => State::InProgress("phase Running, not ready".into()),
+            names => State::Failed(format!("crash-looping: {}", names.join(", "))),
+        },
+        Some("Pending") => match condition(p, "PodScheduled") {
+            Some(("False", "Unschedulable", message)) => {
+                State::Failed(said("PodScheduled", "False", "Unschedulable", message))
+            }
+            _ => State::InProgress("phase Pending, not ready".into()),
+        },
         Some("Failed") => State::Failed("the pod failed".into()),
         Some(phase) => State::InProgress(format!("phase {phase}, not ready")),
         None => State::InProgress("not scheduled yet".into()),
     }
+}
+
+/// The names of `p`'s containers waiting in `CrashLoopBackOff`.
+fn crash_looping(p: &Value) -> Vec<&str> {
+    p.pointer("/status/containerStatuses")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter(|c| text(c, "/state/waiting/reason") == Some("CrashLoopBackOff"))
+        .filter_map(|c| text(c, "/name"))
+        .collect()
 }
 
 fn phase(o: &Value, wanted: &str) -> State {
@@ -342,6 +448,8 @@ fn phase(o: &Value, wanted: &str) -> State {
     }
 }
 
+/// A LoadBalancer Service waits for its address (kstatus waits only for a cluster IP,
+/// which the API server assigns at once; Argo CD waits for the address, as here).
 fn service(s: &Value) -> State {
     let load_balancer = text(s, "/spec/type") == Some("LoadBalancer");
     let ingress = s
@@ -358,26 +466,14 @@ fn crd(c: &Value) -> State {
     if let Some((_, reason, message)) = condition(c, "NamesAccepted").filter(|c| c.0 == "False") {
         return State::Failed(format!("names not accepted ({reason}): {message}"));
     }
-    if is_true(c, "Established") {
-        State::Current
-    } else {
-        State::InProgress("not Established yet".into())
+    match condition(c, "Established") {
+        Some(("True", _, _)) => State::Current,
+        // `Installing` is the API server on its way; any other reason is a refusal.
+        Some(("False", reason, message)) if reason != "Installing" => {
+            State::Failed(said("Established", "False", reason, message))
+        }
+        _ => State::InProgress("not Established yet".into()),
     }
-}
-
-fn pdb(p: &Value) -> State {
-    if int(p, "/status/desiredHealthy").is_none() {
-        return State::InProgress("not observed by its controller yet".into());
-    }
-    let n = |f: &str| int(p, &format!("/status/{f}")).unwrap_or(0);
-    if n("currentHealthy") < n("desiredHealthy") {
-        return State::InProgress(format!(
-            "{}/{} pods healthy",
-            n("currentHealthy"),
-            n("desiredHealthy")
-        ));
-    }
-    State::Current
 }
 
 /// Any other kind: its own `Stalled`, `Reconciling` and `Ready` conditions; without
@@ -403,6 +499,16 @@ fn describe(reason: &str, message: &str) -> String {
         (true, false) => message.to_string(),
         (false, true) => reason.to_string(),
         _ => "not ready".to_string(),
+    }
+}
+
+/// The condition `kind` at `status`, with its reason and message when it has them:
+/// `Available is False: MinimumReplicasUnavailable: ...`.
+fn said(kind: &str, status: &str, reason: &str, message: &str) -> String {
+    if reason.is_empty() && message.is_empty() {
+        format!("{kind} is {status}")
+    } else {
+        format!("{kind} is {status}: {}", describe(reason, message))
     }
 }
 

@@ -10,7 +10,7 @@ use serde_json::Value;
 use super::children::{self, ChildError, Listed};
 use super::context::Ctx;
 use super::safeguard;
-use inrun_blueprint::ReconcileSpec;
+use inrun_blueprint::{ManagedType, ReconcileSpec};
 use inrun_pass::{ChildKey, Pruned, Teardown, waves};
 
 /// How many objects a waiting message names.
@@ -85,18 +85,36 @@ async fn every_child(
     children::listed(ctx, cr, kinds).await
 }
 
+/// Every reconcile block of the CRD: the default and each serve target's, and during a
+/// rollout the version before's too (it may own kinds the new one does not).
+fn blocks(ctx: &Ctx) -> Vec<&ReconcileSpec> {
+    let plans = std::iter::once(ctx.plan()).chain(ctx.rollout.as_ref().map(|r| r.previous_plan()));
+    plans
+        .flat_map(|plan| {
+            std::iter::once(&plan.default.spec).chain(plan.targets.iter().map(|(_, p)| &p.spec))
+        })
+        .collect()
+}
+
+/// The `managedTypes` a deletion checks and orders by: `spec`'s, and those of every other
+/// block of the CRD, since children of every block are torn down (a type a serve target
+/// ships has its foreign instances checked whichever target serves the CR now).
+fn every_managed_type(ctx: &Ctx, spec: &ReconcileSpec) -> Vec<ManagedType> {
+    let mut types = spec.managed_types.clone();
+    for t in blocks(ctx).into_iter().flat_map(|b| b.managed_types.iter()) {
+        if !types.contains(t) {
+            types.push(t.clone());
+        }
+    }
+    types
+}
+
 /// The served kinds [`every_child`] lists.
 async fn child_kinds(
     ctx: &Ctx,
     spec: &ReconcileSpec,
 ) -> Result<Vec<crate::kinds::Kind>, ChildError> {
-    // During a rollout, the version before may own kinds the new one does not.
-    let plans = std::iter::once(ctx.plan()).chain(ctx.rollout.as_ref().map(|r| r.previous_plan()));
-    let blocks: Vec<&ReconcileSpec> = plans
-        .flat_map(|plan| {
-            std::iter::once(&plan.default.spec).chain(plan.targets.iter().map(|(_, p)| &p.spec))
-        })
-        .collect();
+    let blocks = blocks(ctx);
     // Kept when the current block keeps the kind, or (for a kind it does not manage) a
     // block that manages it does.
     let kept = |m: &inrun_blueprint::ManagedResource| {
@@ -134,11 +152,10 @@ pub async fn tear_down(
     let all = every_child(ctx, cr, spec).await?;
     // Nothing is deleted when every child stays: nothing to guard.
     let guarded = all.iter().any(|c| !c.orphans());
+    let types = every_managed_type(ctx, spec);
     let found = if guarded {
         let refs: Vec<&Listed> = all.iter().collect();
-        safeguard::foreign(ctx, cr, &refs, &spec.managed_types)
-            .await
-            .checked()?
+        safeguard::foreign(ctx, cr, &refs, &types).await.checked()?
     } else {
         Vec::new()
     };
@@ -147,7 +164,7 @@ pub async fn tear_down(
     }
     let mut deleted = Vec::new();
     let mut orphaned = Vec::new();
-    let stages = by_delete_stage(&all, spec);
+    let stages = by_delete_stage(&all, &types);
     let last = stages.keys().next_back().copied();
     for (stage, group) in stages {
         let mut left = Vec::new();
@@ -179,10 +196,10 @@ pub async fn tear_down(
 /// `all` by delete stage, first to go first.
 fn by_delete_stage<'a>(
     all: &'a [Listed],
-    spec: &ReconcileSpec,
+    managed_types: &[ManagedType],
 ) -> BTreeMap<(i32, u8), Vec<&'a Listed>> {
     let values: Vec<Value> = all.iter().map(Listed::value).collect();
-    let types = waves::ManagedTypes::of(&values, &spec.managed_types);
+    let types = waves::ManagedTypes::of(&values, managed_types);
     let mut stages: BTreeMap<(i32, u8), Vec<&Listed>> = BTreeMap::new();
     for child in all {
         stages
@@ -220,7 +237,7 @@ pub async fn forced_tear_down(ctx: &Ctx, cr: &DynamicObject, spec: &ReconcileSpe
     let all = listable_children(ctx, cr, spec, &mut notes).await;
     let refs: Vec<&Listed> = all.iter().collect();
     let found = if all.iter().any(|c| !c.orphans()) {
-        safeguard::foreign(ctx, cr, &refs, &spec.managed_types).await
+        safeguard::foreign(ctx, cr, &refs, &every_managed_type(ctx, spec)).await
     } else {
         safeguard::Found::default()
     };

@@ -16,7 +16,7 @@ use inrun_contract::package::{Change, Event, Options, Progress};
 
 impl Run<'_, '_> {
     /// The deletion steps, bounded by the finalizer timeout.
-    pub(super) async fn delete(&mut self, common: &Common) -> Result<Done, Failure> {
+    pub(super) async fn delete(&mut self, common: Result<Common, String>) -> Result<Done, Failure> {
         if !finalized(&self.view) {
             return Ok(Done::default());
         }
@@ -46,7 +46,12 @@ impl Run<'_, '_> {
                 .await;
             return self.release("released at the finalizer timeout").await;
         }
-        let done = self.delete_within(common).await?;
+        let done = match common {
+            Ok(common) => self.delete_within(&common).await?,
+            // Nothing is deleted on a spec the host cannot read; an edit that fixes it
+            // wakes the CR, and the timeout (below) still releases it.
+            Err(why) => self.invalid(&why).await?,
+        };
         // Back by the timeout, whatever the step asked for.
         Ok(match left {
             Some(left) => Done {
@@ -55,6 +60,21 @@ impl Run<'_, '_> {
             },
             None => done,
         })
+    }
+
+    /// A CR being deleted whose `deletionPolicy` or `config` is invalid: `ValidationFailed`
+    /// and an `Invalid` event, and nothing deleted.
+    async fn invalid(&mut self, why: &str) -> Result<Done, Failure> {
+        tracing::warn!(problem = %why, "invalid package CR being deleted");
+        let c = Conditions::new(
+            false,
+            true,
+            ConditionReason::ValidationFailed,
+            "spec is invalid; the infrastructure is not deleted until it is fixed",
+        );
+        let note = format!("ValidationFailed: {why}");
+        self.end(&c, Some((Reason::Invalid, &note)), Done::default())
+            .await
     }
 
     /// [`Run::delete`]'s steps while the finalizer timeout has not passed.

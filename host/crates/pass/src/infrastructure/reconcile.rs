@@ -6,7 +6,7 @@ use serde_json::Value;
 use super::conditions::{Conditions, RECONCILING};
 use super::identity::Stored;
 use super::shared::{Run, again, log_detail, retry};
-use super::spec::{Common, event, finalized, generation, options};
+use super::spec::{Common, event, generation, options};
 use crate::failure::Failure;
 use crate::pass::Done;
 use crate::reason::{ConditionReason, Reason};
@@ -30,7 +30,7 @@ impl Run<'_, '_> {
             return Ok(done);
         }
         let unstored = self.stored.identity.is_none();
-        let first = unstored || !finalized(&self.view);
+        let first = unstored || !self.finalizers_settled();
         self.stored = now;
 
         // Before anything may exist: the finalizer, the identity and Reconciling.

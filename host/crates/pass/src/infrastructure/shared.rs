@@ -137,22 +137,37 @@ impl Run<'_, '_> {
         }
     }
 
-    /// Adds the finalizer (at the resourceVersion read), before any infrastructure effect.
+    /// Whether the CR's finalizers are as the Blueprint's settings want them: the package
+    /// finalizer on it, or with `finalizers.remove` off it (a CR then deletes with no host
+    /// running, as the seed's testing case asks).
+    pub(super) fn finalizers_settled(&self) -> bool {
+        if !self.p.runtime.finalizers.remove {
+            return finalized(&self.view);
+        }
+        let label = self.view["metadata"]["labels"][meta::MANAGED_BY.0].as_str();
+        !finalized(&self.view) && label == Some(meta::MANAGED_BY.1)
+    }
+
+    /// Adds the finalizer (at the resourceVersion read), before any infrastructure effect;
+    /// with `finalizers.remove`, takes off the one an earlier Blueprint added instead.
     pub(super) async fn add_finalizer(&mut self) -> Result<Result<(), Stale>, Failure> {
-        if finalized(&self.view) {
+        if self.finalizers_settled() {
             return Ok(Ok(()));
         }
         // The infrastructure finalizer, and `runtime.finalizers.names` as on any CR.
-        let mut finalizers = vec![FINALIZER.to_string()];
-        finalizers.extend(
-            self.p
-                .runtime
-                .finalizers
-                .names
-                .iter()
-                .filter(|n| n.as_str() != FINALIZER)
-                .cloned(),
-        );
+        let mut finalizers = Vec::new();
+        if !self.p.runtime.finalizers.remove {
+            finalizers.push(FINALIZER.to_string());
+            finalizers.extend(
+                self.p
+                    .runtime
+                    .finalizers
+                    .names
+                    .iter()
+                    .filter(|n| n.as_str() != FINALIZER)
+                    .cloned(),
+            );
+        }
         let finalized = Metadata {
             finalizers: finalizers.clone(),
             labels: [(
@@ -171,6 +186,7 @@ impl Run<'_, '_> {
             return Ok(Err(Stale));
         }
         self.view["metadata"]["finalizers"] = json!(finalizers);
+        self.view["metadata"]["labels"][meta::MANAGED_BY.0] = json!(meta::MANAGED_BY.1);
         Ok(Ok(()))
     }
 

@@ -96,6 +96,26 @@ impl Common {
     }
 }
 
+impl Common {
+    /// The common fields of a CR being deleted: only `deletionPolicy` and `config` decide
+    /// what a deletion does, so a field the deletion never reads (`state`, `suspend`,
+    /// `reconcileInterval`) that became invalid takes its default instead of freezing the
+    /// deletion.
+    ///
+    /// # Errors
+    /// `deletionPolicy` or `config` is invalid (host text: safe for status).
+    pub fn for_deletion(object: &Value) -> Result<Common, String> {
+        if let Ok(common) = Common::of(object) {
+            return Ok(common);
+        }
+        let mut kept = object.clone();
+        if let Some(spec) = kept.get_mut("spec").and_then(Value::as_object_mut) {
+            spec.retain(|k, _| k == "deletionPolicy" || k == "config");
+        }
+        Common::of(&kept)
+    }
+}
+
 /// The options every call of this pass receives.
 pub(super) fn options(p: &Pass<'_>, common: &Common, event: Event) -> Options {
     let spec = &p.crd.spec;

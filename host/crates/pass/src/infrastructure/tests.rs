@@ -580,6 +580,88 @@ fn the_finalizer_settings_release_a_package_cr_and_leave_its_infrastructure() {
 }
 
 #[test]
+fn with_finalizers_remove_a_package_cr_carries_no_finalizer_so_it_deletes_with_no_host() {
+    let remove = |r: &mut inrun_blueprint::RuntimeSpec| r.finalizers.remove = true;
+    // A new CR: labelled, no finalizer, converged as usual.
+    let object = cr(json!({"config": {"size": 1}}));
+    let pkg = Script::new(&[ABSENT, READY]);
+    let mut fx = Recorder::new(Some("ns".into()));
+    pass_with(&object, &pkg, &mut fx, remove).expect("pass");
+    let m = fx.metadata_of(meta::FINALIZER_MANAGER).expect("labelled");
+    assert!(m.finalizers.is_empty(), "{:?}", m.finalizers);
+    assert!(m.labels.contains_key(meta::MANAGED_BY.0));
+    assert!(pkg.calls().iter().any(|c| c == "converge changed"));
+    let mut settled = after(&object, &fx);
+    assert_eq!(settled["metadata"]["finalizers"], json!([]));
+    settled["metadata"]["labels"] = json!({meta::MANAGED_BY.0: meta::MANAGED_BY.1});
+    // Its next pass writes no metadata.
+    let pkg = Script::new(&[READY]);
+    let mut fx = Recorder::new(Some("ns".into()));
+    pass_with(&settled, &pkg, &mut fx, remove).expect("pass");
+    assert!(
+        fx.metadata_of(meta::FINALIZER_MANAGER).is_none(),
+        "{:?}",
+        fx.steps
+    );
+    // One an earlier Blueprint finalized: the finalizer is taken off.
+    let pkg = Script::new(&[READY]);
+    let mut fx = Recorder::new(Some("ns".into()));
+    pass_with(&settled_cr(), &pkg, &mut fx, remove).expect("pass");
+    let m = fx.metadata_of(meta::FINALIZER_MANAGER).expect("released");
+    assert!(m.finalizers.is_empty(), "{:?}", m.finalizers);
+}
+
+#[test]
+fn a_finalized_package_cr_whose_common_fields_turned_invalid_is_still_deleted_or_released() {
+    // `reconcileInterval: 5d` (the schema takes any string): the deletion reads only the
+    // deletion policy and config, so it goes on and deletes the infrastructure.
+    let mut object = deleting("Delete");
+    object["spec"]["reconcileInterval"] = json!("5d");
+    object["spec"]["suspend"] = json!("yes");
+    let pkg = Script::new(&[READY]);
+    let mut fx = Recorder::new(Some("ns".into()));
+    pass(&object, &pkg, &mut fx).expect("pass");
+    assert!(
+        pkg.calls().iter().any(|c| c == "delete deleting"),
+        "{:?}",
+        pkg.calls()
+    );
+    // An invalid deletion policy: nothing deleted, the CR says why.
+    let mut object = deleting("Delete");
+    object["spec"]["deletionPolicy"] = json!("delete");
+    object["metadata"]["deletionTimestamp"] = json!("2025-12-31T23:00:00Z");
+    let pkg = Script::new(&[READY]);
+    let mut fx = Recorder::new(Some("ns".into()));
+    let done = pass_with(&object, &pkg, &mut fx, |r| {
+        r.finalizers.timeout = Some(Duration::from_secs(7200));
+    })
+    .expect("pass");
+    assert!(pkg.calls().is_empty(), "{:?}", pkg.calls());
+    assert_eq!(ready(&after(&object, &fx)).1, "ValidationFailed");
+    assert!(fx.events.iter().any(|(r, _)| *r == Reason::Invalid));
+    // Back when the hour left of the timeout runs out...
+    assert_eq!(done.after, Some(Duration::from_secs(3600)));
+    // ...and released then, or at once with `finalizers.remove`.
+    for tweak in [
+        (|r: &mut inrun_blueprint::RuntimeSpec| {
+            r.finalizers.timeout = Some(Duration::from_secs(600));
+        }) as fn(&mut inrun_blueprint::RuntimeSpec),
+        |r| r.finalizers.remove = true,
+    ] {
+        let pkg = Script::new(&[READY]);
+        let mut fx = Recorder::new(Some("ns".into()));
+        pass_with(&object, &pkg, &mut fx, tweak).expect("pass");
+        assert!(pkg.calls().is_empty(), "{:?}", pkg.calls());
+        assert!(
+            fx.metadata_of(meta::FINALIZER_MANAGER)
+                .is_some_and(|m| m.finalizers.is_empty()),
+            "{:?}",
+            fx.steps
+        );
+    }
+}
+
+#[test]
 fn a_package_cr_gets_the_crds_emitted_status_and_conditions_beside_its_own() {
     let text = "apiVersion: inrun.dev/v1alpha1\nkind: Blueprint\nmetadata: {name: t}\nspec:\n  crds:\n    - {group: t.inrun.dev, version: v1, kind: Db, emit: {status: {size: \"{{ .spec.config.size }}\"}, conditions: [{type: Sized, status: \"{{ .spec.config.size > 0 }}\", reason: Sized, message: sized}]}}\n";
     let a = crate::tests::assemble(text);
