@@ -93,6 +93,8 @@ pub async fn release(
         for cr in page.items.iter().filter(|cr| holds(cr, &names)) {
             match let_go(client, &resource, cr).await {
                 Ok(()) => {
+                    // Best effort, as a CR that cannot be changed: only `kill` acts here.
+                    let _ = inrun_pass::failpoint::hit(inrun_pass::failpoint::CRD_RELEASED);
                     done.released += 1;
                     if cr.metadata.deletion_timestamp.is_some() {
                         done.deleting += 1;

@@ -13,6 +13,7 @@
 //! (`pass.rs`).
 
 mod effects;
+pub mod failpoint;
 mod failure;
 pub mod fields;
 mod finalize;

@@ -27,6 +27,16 @@ impl From<String> for CallFailed {
     }
 }
 
+impl From<crate::failpoint::Injected> for CallFailed {
+    /// A failpoint of a test build: in the host's words, so the CR shows it.
+    fn from(injected: crate::failpoint::Injected) -> Self {
+        CallFailed {
+            cause: Some(injected.to_string()),
+            detail: injected.to_string(),
+        }
+    }
+}
+
 impl From<&str> for CallFailed {
     /// A failure in the package's own words.
     fn from(detail: &str) -> Self {

@@ -18,7 +18,7 @@ use super::stores;
 use inrun_contract::CREATE_ONLY_ANNOTATION;
 use inrun_contract::api_version::group_of;
 use inrun_pass::meta::{APPLIED_HASH, OWNER_UID, RECONCILER_MANAGER};
-use inrun_pass::{Applied, AppliedChild, ChildKey, readiness, waves};
+use inrun_pass::{Applied, AppliedChild, ChildKey, failpoint, readiness, waves};
 
 /// Whether the children a pass applies are the CR's: labelled with its uid (and, in its
 /// namespace, referenced to it), and refused where another holds them.
@@ -172,6 +172,9 @@ pub async fn apply(
     let mut stage = None;
     for (this, index, resource) in order {
         if stage != Some(this) {
+            if stage.is_some_and(|(wave, _)| wave != this.0) {
+                failpoint::hit(failpoint::APPLY_WAVE)?;
+            }
             if let Some(on) = waits.entering(ctx, stage, this).await? {
                 applied.waiting = Some(on);
                 return Ok(applied);

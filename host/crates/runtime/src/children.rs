@@ -25,6 +25,9 @@ pub(super) fn id_of(key: &ChildKey) -> String {
 /// Why writing children failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ChildError {
+    /// A failpoint of a test build failed the step (`inrun_pass::failpoint`).
+    #[error(transparent)]
+    Failpoint(#[from] inrun_pass::failpoint::Injected),
     /// The kind is not served.
     #[error(transparent)]
     Kind(#[from] UnknownKind),

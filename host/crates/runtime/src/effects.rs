@@ -14,10 +14,17 @@ use super::children::{self, ChildError};
 use super::context::Ctx;
 use super::teardown;
 use inrun_blueprint::ReconcileSpec;
+use inrun_pass::failpoint;
 use inrun_pass::meta::{self, Metadata};
 use inrun_pass::{
     Applied, ChildKey, Claimed, EffectError, Effects, Observed, Pruned, Reason, Teardown, Written,
 };
+
+/// Passes the failpoint `name` (see `inrun_pass::failpoint`): set to `error`, the effect
+/// fails with it.
+fn failpoint(name: &'static str) -> Result<(), EffectError> {
+    failpoint::hit(name).map_err(|e| EffectError::new("a failpoint", e))
+}
 
 /// One CR's effects.
 pub struct ApiEffects<'a> {
@@ -190,7 +197,11 @@ impl Effects for ApiEffects<'_> {
         };
         self.apply_cr(manager, patch)
             .await
-            .map_err(|e| EffectError::new(what, ApiFailure(e)))
+            .map_err(|e| EffectError::new(what, ApiFailure(e)))?;
+        if manager == meta::FINALIZER_MANAGER && !metadata.finalizers.is_empty() {
+            failpoint(failpoint::FINALIZER_STORED)?;
+        }
+        Ok(())
     }
 
     async fn versioned_metadata(
@@ -205,7 +216,12 @@ impl Effects for ApiEffects<'_> {
             patch["metadata"]["labels"] = json!(metadata.labels);
         }
         match self.apply_cr(manager, patch).await {
-            Ok(()) => Ok(Written::Done),
+            Ok(()) => {
+                if !metadata.finalizers.is_empty() {
+                    failpoint(failpoint::FINALIZER_STORED)?;
+                }
+                Ok(Written::Done)
+            }
             // Changed since it was read (409), or gone (404).
             Err(kube::Error::Api(e)) if e.code == 409 || e.code == 404 => Ok(Written::Stale),
             Err(e) => Err(EffectError::new(
@@ -235,6 +251,7 @@ impl Effects for ApiEffects<'_> {
             "status": status,
         });
         let name = self.cr.metadata.name.clone().unwrap_or_default();
+        failpoint(failpoint::STATUS_BEFORE)?;
         let result = self
             .ctx
             .cr_api(&self.cr)
@@ -248,6 +265,7 @@ impl Effects for ApiEffects<'_> {
             Ok(written) => {
                 self.noted(&written);
                 self.cr.metadata.resource_version = written.metadata.resource_version;
+                failpoint(failpoint::STATUS_AFTER)?;
                 Ok(Written::Done)
             }
             Err(kube::Error::Api(e)) if e.code == 409 || e.code == 404 => Ok(Written::Stale),
@@ -306,7 +324,8 @@ impl Effects for ApiEffects<'_> {
         let Some(locks) = &self.ctx.locks else {
             return Ok(Claimed::Held);
         };
-        locks
+        failpoint(failpoint::LOCK_CLAIM_BEFORE)?;
+        let claimed = locks
             .claim(boundary, identity, &self.holder(), &self.ctx.client)
             .await
             .map_err(|e| {
@@ -317,7 +336,9 @@ impl Effects for ApiEffects<'_> {
                     cap => EffectError::new(what, cap)
                         .with_condition(inrun_pass::ConditionReason::BudgetExceeded),
                 }
-            })
+            })?;
+        failpoint(failpoint::LOCK_CLAIM_AFTER)?;
+        Ok(claimed)
     }
 
     async fn unclaim(&mut self, boundary: &str, identity: &str) {
@@ -325,10 +346,13 @@ impl Effects for ApiEffects<'_> {
             return;
         };
         let uid = self.cr.metadata.uid.clone().unwrap_or_default();
+        // Letting go is best effort: an injected error is as a failed release, logged.
+        let _ = failpoint::hit(failpoint::LOCK_RELEASE_BEFORE);
         if let Err(e) = locks.release(boundary, identity, &uid).await {
             tracing::warn!(error = %e, lease = ?locks.name_for(boundary, identity),
                 "could not let go of the identity lock; a later claim takes it over once the CR is gone");
         }
+        let _ = failpoint::hit(failpoint::LOCK_RELEASE_AFTER);
     }
 
     async fn release(&mut self) -> Result<(), EffectError> {
@@ -343,6 +367,7 @@ impl Effects for ApiEffects<'_> {
         if !held {
             return Ok(());
         }
+        failpoint(failpoint::RELEASE_BEFORE)?;
         let mut patch = self.skeleton();
         patch["metadata"]["finalizers"] = json!([]);
         match self.apply_cr(meta::FINALIZER_MANAGER, patch).await {

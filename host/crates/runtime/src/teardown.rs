@@ -11,7 +11,7 @@ use super::children::{self, ChildError, Listed};
 use super::context::Ctx;
 use super::safeguard;
 use inrun_blueprint::{ManagedType, ReconcileSpec};
-use inrun_pass::{ChildKey, Pruned, Teardown, waves};
+use inrun_pass::{ChildKey, Pruned, Teardown, failpoint, waves};
 
 /// How many objects a waiting message names.
 const NAMED: usize = 3;
@@ -63,6 +63,7 @@ pub async fn prune(
         }
         children::delete(ctx, cr, &child.kind, &child.key).await?;
         pruned.deleted.push(child.key.clone());
+        failpoint::hit(failpoint::PRUNE_DELETED)?;
     }
     if !blocked.is_empty() {
         pruned.blocked = Some(format!(
@@ -172,6 +173,7 @@ pub async fn tear_down(
             if child.orphans() {
                 children::orphan(ctx, cr, child).await?;
                 orphaned.push(child.key.clone());
+                failpoint::hit(failpoint::TEARDOWN_ORPHANED)?;
             } else if child.deleting() {
                 left.push(&child.key);
             } else {
@@ -179,6 +181,7 @@ pub async fn tear_down(
                     left.push(&child.key);
                 }
                 deleted.push(child.key.clone());
+                failpoint::hit(failpoint::TEARDOWN_DELETED)?;
             }
         }
         // The last wave is not waited for: nothing comes after it.

@@ -163,7 +163,7 @@ impl Run<'_, '_> {
     /// else observed again after the retry delay.
     async fn delete_infrastructure(&mut self, opts: &Options) -> Result<Done, Failure> {
         let failed = "deleting the infrastructure failed";
-        let outcome = match self.pkg.workflow(Change::Delete, opts).await {
+        let outcome = match self.workflow(Change::Delete, opts).await {
             Ok(w) => w,
             Err(detail) => {
                 return self

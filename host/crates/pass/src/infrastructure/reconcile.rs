@@ -44,6 +44,10 @@ impl Run<'_, '_> {
             }
             return Ok(again());
         }
+        if first {
+            crate::failpoint::hit(crate::failpoint::PACKAGE_IDENTITY_STORED)
+                .map_err(|e| crate::effects::EffectError::new("a failpoint", e))?;
+        }
 
         // 3. Observe.
         let seen = match self.observe(&opts).await? {
@@ -194,7 +198,7 @@ impl Run<'_, '_> {
             return Ok(again());
         }
         let failed = "converging the infrastructure failed";
-        let outcome = match self.pkg.workflow(Change::Converge, opts).await {
+        let outcome = match self.workflow(Change::Converge, opts).await {
             Ok(w) => w,
             Err(detail) => {
                 return self

@@ -11,13 +11,14 @@ use super::conditions::{Conditions, desired};
 use super::identity::Stored;
 use super::spec::finalized;
 use crate::effects::{Claimed, Effects, Written};
+use crate::failpoint;
 use crate::failure::Failure;
 use crate::meta::{self, Metadata};
 use crate::package::{CallFailed, Infrastructure};
 use crate::pass::{Done, Pass, STALE_RETRY};
 use crate::reason::{ConditionReason, Reason};
 use crate::status;
-use inrun_contract::package::{Observation, Options, Workflow};
+use inrun_contract::package::{Change, Observation, Options, Workflow};
 
 /// A write found the CR changed since it was read: the pass that change starts decides.
 #[derive(Debug)]
@@ -135,6 +136,28 @@ impl Run<'_, '_> {
                 .await
                 .map(Err),
         }
+    }
+
+    /// The package's `converge` or `delete`, between its two failpoints.
+    pub(super) async fn workflow(
+        &mut self,
+        change: Change,
+        opts: &Options,
+    ) -> Result<Workflow, CallFailed> {
+        let (before, after) = match change {
+            Change::Converge => (
+                failpoint::PACKAGE_CONVERGE_BEFORE,
+                failpoint::PACKAGE_CONVERGE_AFTER,
+            ),
+            Change::Delete => (
+                failpoint::PACKAGE_DELETE_BEFORE,
+                failpoint::PACKAGE_DELETE_AFTER,
+            ),
+        };
+        failpoint::hit(before)?;
+        let outcome = self.pkg.workflow(change, opts).await?;
+        failpoint::hit(after)?;
+        Ok(outcome)
     }
 
     /// Whether the CR's finalizers are as the Blueprint's settings want them: the package
