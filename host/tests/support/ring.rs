@@ -66,6 +66,18 @@ impl Replica {
         name: &str,
         more: &[&str],
     ) -> Replica {
+        Self::spawn_env(kubeconfig, blueprint, dir, name, more, &[])
+    }
+
+    /// [`Replica::spawn_with`] with more environment variables (`INRUN_FAILPOINTS`, say).
+    pub fn spawn_env(
+        kubeconfig: &Path,
+        blueprint: &Path,
+        dir: &Path,
+        name: &str,
+        more: &[&str],
+        env: &[(&str, &str)],
+    ) -> Replica {
         let log = dir.join(format!("{name}.log"));
         // Appended to: a replica started again under its name keeps one log.
         let file = std::fs::OpenOptions::new()
@@ -89,6 +101,7 @@ impl Replica {
                 "INRUN_LOG",
                 std::env::var("INRUN_CHAOS_LOG").unwrap_or_else(|_| "info".into()),
             )
+            .envs(env.iter().copied())
             .stderr(file)
             .kill_on_drop(true)
             .spawn()

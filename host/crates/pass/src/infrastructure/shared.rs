@@ -215,6 +215,15 @@ impl Run<'_, '_> {
 
     /// Removes the package finalizer (at the resourceVersion read) and says why.
     pub(super) async fn release(&mut self, note: &str) -> Result<Done, Failure> {
+        // The CR is done with its infrastructure: another may claim it now. Let go before
+        // the finalizer goes: a host that dies between the two finds the CR again and lets
+        // go again (a no-op), where the other order would leave the lock held by a CR that
+        // no longer exists, for no one to let go of.
+        if let (Some(boundary), Some(hash)) = (&self.stored.boundary, &self.stored.identity) {
+            self.fx.unclaim(boundary, hash).await;
+        }
+        failpoint::hit(failpoint::RELEASE_BEFORE)
+            .map_err(|e| crate::effects::EffectError::new("a failpoint", e))?;
         // The finalizers go; the managed-by label stays until the CR does.
         let released = Metadata {
             labels: [(
@@ -233,10 +242,6 @@ impl Run<'_, '_> {
             return Ok(again());
         }
         self.fx.record(Reason::Finalized, note.to_string()).await;
-        // The CR is done with its infrastructure: another may claim it now.
-        if let (Some(boundary), Some(hash)) = (&self.stored.boundary, &self.stored.identity) {
-            self.fx.unclaim(boundary, hash).await;
-        }
         Ok(Done::default())
     }
 
