@@ -54,7 +54,7 @@ enum Step {
 const STORY: [Step; 3] = [Step::Create, Step::Edit, Step::Delete];
 
 /// A Blueprint whose `Part` makes, for a CR `x`: `x-a` (apply wave 0), `x-b` (wave 1),
-/// `x-keep` (left in place when the CR goes), and with `spec.extra` `x-c` and `x-d` (pruned
+/// `x-keep` (left in place when the CR goes, adopted by a CR of the same name made later), and with `spec.extra` `x-c` and `x-d` (pruned
 /// when it is unset).
 fn parts(group: &str) -> String {
     format!(
@@ -97,7 +97,9 @@ spec:
             metadata: {{name: "{{{{ .metadata.name }}}}-d"}}
             {{% endif %}}
         managedResources:
-          - {{apiVersion: v1, kind: ConfigMap}}
+          # A CR made again under the name of one deleted finds its `-keep` left in
+          # place, and takes it back.
+          - {{apiVersion: v1, kind: ConfigMap, adopt: true}}
         prune: {{enabled: true}}
 "#
     )
@@ -171,6 +173,10 @@ impl World {
             &["--lock-namespace", support::identity::NAMESPACE],
             &[("INRUN_FAILPOINTS", failpoints)],
         )
+    }
+
+    fn ar_of(&self, group: &str, kind: Kind) -> ApiResource {
+        resource(group, &format!("{kind:?}"))
     }
 
     fn api(&self, ns: &str) -> Api<DynamicObject> {
@@ -641,3 +647,351 @@ async fn a_package_host_killed_at_each_step_converges_at_most_once_more_on_the_s
     eprintln!("package failpoints, kill:\n  {}", table.join("\n  "));
     Ok(())
 }
+
+/// A small, seeded generator (SplitMix64): a run is replayed from its seed.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// A number in `0..n`.
+    fn below(&mut self, n: usize) -> usize {
+        usize::try_from(self.next() % n as u64).unwrap_or_default()
+    }
+}
+
+/// The three kinds of the randomized run: templates, a Wasm constructor, a package.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Part,
+    Pair,
+    Thing,
+}
+
+/// A Blueprint serving `Part` (the templates of [`parts`]), `Pair` (the `pair` Wasm
+/// constructor: a ConfigMap and a headless Service) and `Thing` (the test package).
+fn mixed(group: &str, port: u16) -> String {
+    let part = parts(group);
+    let part_crd = &part[part.find("    - group:").expect("the CRD")..];
+    let thing = things(group, port);
+    let thing_crd = &thing[thing.find("    - group:").expect("the CRD")..];
+    format!(
+        r#"apiVersion: inrun.dev/v1alpha1
+kind: Blueprint
+metadata: {{name: failpoints-mixed}}
+spec:
+  runtime:
+    backoff: {{base: 1s, max: 4s}}
+  crds:
+{part_crd}    - group: {group}
+      version: v1alpha1
+      kind: Pair
+      reconcile:
+        default: false
+        constructor: {{location: "{pair}"}}
+        managedResources:
+          - {{apiVersion: v1, kind: ConfigMap}}
+          - {{apiVersion: v1, kind: Service}}
+{thing_crd}"#,
+        pair = plugin("inrun_bench_pair")
+    )
+}
+
+/// What the test last asked of one CR.
+#[derive(Debug, Clone)]
+struct Wanted {
+    kind: Kind,
+    name: String,
+    /// Its spec's value (`value`, `message` or `size`), `None` once deleted.
+    value: Option<u64>,
+    /// `Part`'s `spec.extra`.
+    extra: bool,
+    /// The uids it had (one per creation).
+    uids: Vec<String>,
+}
+
+impl Wanted {
+    fn yaml(&self, group: &str, port: u16) -> String {
+        let v = self.value.unwrap_or_default();
+        let spec = match self.kind {
+            Kind::Part => format!("{{value: \"{v}\", extra: {}}}", self.extra),
+            Kind::Pair => format!("{{message: \"{v}\"}}"),
+            Kind::Thing => format!(
+                "{{deletionPolicy: Delete, config: {{endpoint: \"http://127.0.0.1:{port}\", size: {v}}}}}"
+            ),
+        };
+        format!(
+            "apiVersion: {group}/v1alpha1\nkind: {:?}\nmetadata: {{name: {}}}\nspec: {spec}\n",
+            self.kind, self.name
+        )
+    }
+}
+
+/// Whether every CR is as last asked: a live one Ready at its generation with its
+/// children (or its thing) at its value, a deleted one gone with everything of its own.
+async fn settled(
+    group: &str,
+    ns: &str,
+    wanted: &[Wanted],
+    backend: &Backend,
+) -> Result<(), String> {
+    let maps = config_maps(ns).await;
+    let services: HashMap<String, DynamicObject> = {
+        let api: Api<DynamicObject> = Api::namespaced_with(client(), ns, &services());
+        api.list(&ListParams::default())
+            .await
+            .map_err(|e| e.to_string())?
+            .items
+            .into_iter()
+            .map(|s| (s.metadata.name.clone().unwrap_or_default(), s))
+            .collect()
+    };
+    let mut live_uids = Vec::new();
+    for w in wanted {
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(client(), ns, &resource(group, &format!("{:?}", w.kind)));
+        let cr = api.get_opt(&w.name).await.map_err(|e| e.to_string())?;
+        let Some(v) = w.value else {
+            if cr.is_some() {
+                return Err(format!("{} not gone", w.name));
+            }
+            if w.kind == Kind::Thing
+                && backend
+                    .things
+                    .lock()
+                    .expect("things")
+                    .contains_key(&format!("{ns}--{}", w.name))
+            {
+                return Err(format!("{}'s thing not deleted", w.name));
+            }
+            continue;
+        };
+        let cr = cr.ok_or(format!("{} missing", w.name))?;
+        if !ready(&cr) {
+            return Err(format!("{} not ready: {}", w.name, cr.data["status"]));
+        }
+        let uid = cr.metadata.uid.clone().unwrap_or_default();
+        let owned = |child: Option<&DynamicObject>, what: &str| -> Result<(), String> {
+            let child = child.ok_or(format!("{what} missing"))?;
+            (owners(child) == [uid.clone()])
+                .then_some(())
+                .ok_or(format!("{what} not owned by its CR alone"))
+        };
+        let value = v.to_string();
+        match w.kind {
+            Kind::Part => {
+                for s in ["a", "b", "keep"] {
+                    let name = format!("{}-{s}", w.name);
+                    owned(maps.get(&name), &name)?;
+                    if maps[&name].data["data"]["v"] != value.as_str() {
+                        return Err(format!("{name} not at {value}"));
+                    }
+                }
+                for s in ["c", "d"] {
+                    let name = format!("{}-{s}", w.name);
+                    if w.extra {
+                        owned(maps.get(&name), &name)?;
+                    } else if maps.contains_key(&name) {
+                        return Err(format!("{name} not pruned"));
+                    }
+                }
+            }
+            Kind::Pair => {
+                owned(maps.get(&w.name), &w.name)?;
+                owned(services.get(&w.name), &w.name)?;
+                if maps[&w.name].data["data"]["message"] != value.as_str() {
+                    return Err(format!("{} not at {value}", w.name));
+                }
+            }
+            Kind::Thing => {
+                let thing = backend
+                    .things
+                    .lock()
+                    .expect("things")
+                    .get(&format!("{ns}--{}", w.name))
+                    .copied();
+                if thing != i64::try_from(v).ok() {
+                    return Err(format!("{}'s thing is {thing:?}, not {v}", w.name));
+                }
+            }
+        }
+        live_uids.push(uid);
+    }
+    // Nothing is left owned by a CR that is gone, and no identity lock is held by one.
+    for (name, child) in maps.iter().chain(&services) {
+        if let Some(dead) = owners(child).into_iter().find(|u| !live_uids.contains(u)) {
+            return Err(format!("{name} is owned by a CR that is gone ({dead})"));
+        }
+    }
+    for w in wanted {
+        for uid in &w.uids {
+            if !live_uids.contains(uid) && leases_of(uid).await > 0 {
+                return Err(format!(
+                    "an identity lock is held by {} that is gone ({uid})",
+                    w.name
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// v1 Service.
+fn services() -> ApiResource {
+    ApiResource {
+        group: String::new(),
+        version: "v1".into(),
+        api_version: "v1".into(),
+        kind: "Service".into(),
+        plural: "services".into(),
+    }
+}
+
+/// A number from the environment, else `default`.
+fn env_or(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_randomized_mix_with_the_host_killed_at_random_failpoints_ends_with_nothing_lost_or_stuck()
+-> TestResult {
+    // `make chaos` runs 200 CRs and 50 kills; `INRUN_FAILPOINT_SEED` replays a run.
+    let count = usize::try_from(env_or("INRUN_FAILPOINT_CRS", 30)).unwrap_or(30);
+    let kills = env_or("INRUN_FAILPOINT_KILLS", 6);
+    let seed = env_or(
+        "INRUN_FAILPOINT_SEED",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_secs()),
+    );
+    eprintln!(
+        "randomized failpoint run: seed {seed} ({count} CRs, {kills} kills): INRUN_FAILPOINT_SEED={seed} replays it"
+    );
+    let mut rng = Rng(seed);
+    let backend = Backend::default();
+    let port = backend.start().await;
+    let group = unique_group("failpoints-mixed");
+    let mut world = World::new(&mixed(&group, port), "Part", &group).await;
+    let ns = ControlPlane::shared().namespace("fp-mixed").await?;
+    let kinds = [Kind::Part, Kind::Pair, Kind::Thing];
+    let mut wanted: Vec<Wanted> = (0..count)
+        .map(|i| {
+            let kind = kinds[i % kinds.len()];
+            Wanted {
+                kind,
+                name: format!("{}-{i}", format!("{kind:?}").to_lowercase()),
+                value: None,
+                extra: false,
+                uids: Vec::new(),
+            }
+        })
+        .collect();
+    let puts_before = backend.calls("PUT").len();
+    let mut thing_changes = 0usize;
+    let mut died = 0;
+    let ops_per_round = (count * 3).div_ceil(usize::try_from(kills.max(1)).unwrap_or(1));
+    for round in 0..kills {
+        let point = ALL_KILLABLE[rng.below(ALL_KILLABLE.len())];
+        let at = 1 + rng.below(3);
+        let mut host = world.host(&format!("{point}=kill@{at}"));
+        if round == 0 {
+            // The first host installs the CRDs.
+            for kind in ["Part", "Pair", "Thing"] {
+                served(&resource(&group, kind)).await;
+            }
+        }
+        for _ in 0..ops_per_round {
+            let w = &mut wanted[rng.below(count)];
+            let api: Api<DynamicObject> =
+                Api::namespaced_with(client(), &ns, &resource(&group, &format!("{:?}", w.kind)));
+            if w.value.is_some() && rng.below(4) == 0 {
+                w.value = None;
+                // A CR already gone (a create the API server had not finished) is fine.
+                let _ = api.delete(&w.name, &DeleteParams::default()).await;
+            } else {
+                // Not while a deletion of the same name is pending: the apply would be refused.
+                if w.value.is_none() && api.get_opt(&w.name).await?.is_some() {
+                    continue;
+                }
+                w.value = Some(1 + rng.next() % 9);
+                w.extra = rng.below(2) == 0;
+                let created =
+                    apply_cr(&world.ar_of(&group, w.kind), &ns, &w.yaml(&group, port)).await;
+                let uid = created.metadata.uid.clone().unwrap_or_default();
+                if !w.uids.contains(&uid) {
+                    w.uids.push(uid);
+                }
+                if w.kind == Kind::Thing {
+                    thing_changes += 1;
+                }
+            }
+        }
+        // Killed at its failpoint, or by SIGKILL if the round never reached it.
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while Instant::now() < deadline && !host.exited_or_said("failpoint ") {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        if host.log().contains("killing the process") {
+            died += 1;
+        }
+        host.kill().await;
+        eprintln!("  round {round}: {point}@{at}");
+    }
+    // A host without failpoints finishes the work.
+    let mut host = world.host("");
+    let started = Instant::now();
+    let result = inrun_testenv::wait_for(
+        "every CR as last asked",
+        Duration::from_secs(300),
+        || async { settled(&group, &ns, &wanted, &backend).await.ok() },
+    )
+    .await;
+    if result.is_err() {
+        let why = settled(&group, &ns, &wanted, &backend).await;
+        panic!("seed {seed}: not settled: {why:?}\n{}", host.log());
+    }
+    host.assert_running();
+    let puts = backend.calls("PUT").len() - puts_before;
+    // Each converge asked for runs once, and at most once more for each kill.
+    assert!(
+        puts <= thing_changes + usize::try_from(kills).unwrap_or_default(),
+        "seed {seed}: {puts} converges for {thing_changes} changes and {kills} kills"
+    );
+    eprintln!(
+        "randomized failpoint run: seed {seed}: {count} CRs, {kills} kills ({died} at their failpoint), settled {:.1}s after the last; {puts} converges for {thing_changes} package changes",
+        started.elapsed().as_secs_f64()
+    );
+    host.kill().await;
+    Ok(())
+}
+
+/// The failpoints a randomized run picks from: all but a dropped CRD's release, which no
+/// step of the run reaches.
+const ALL_KILLABLE: &[&str] = &[
+    failpoint::FINALIZER_STORED,
+    failpoint::APPLY_WAVE,
+    failpoint::PRUNE_DELETED,
+    failpoint::STATUS_BEFORE,
+    failpoint::STATUS_AFTER,
+    failpoint::TEARDOWN_DELETED,
+    failpoint::TEARDOWN_ORPHANED,
+    failpoint::RELEASE_BEFORE,
+    failpoint::PACKAGE_IDENTITY_STORED,
+    failpoint::PACKAGE_CONVERGE_BEFORE,
+    failpoint::PACKAGE_CONVERGE_AFTER,
+    failpoint::PACKAGE_DELETE_BEFORE,
+    failpoint::PACKAGE_DELETE_AFTER,
+    failpoint::LOCK_CLAIM_BEFORE,
+    failpoint::LOCK_CLAIM_AFTER,
+    failpoint::LOCK_RELEASE_BEFORE,
+    failpoint::LOCK_RELEASE_AFTER,
+];
