@@ -233,3 +233,96 @@ pub enum Claimed {
     /// Another CR holds it: which (`Kind namespace/name`, when it is of the same kind).
     Conflict(String),
 }
+
+/// [`Effects`] that pass everything on to the wrapped ones and note whether a warning
+/// event was recorded: a pass that ends in a failure nothing said yet is reported on the
+/// CR by its caller ([`crate::run`]), so no failure is left to the log alone.
+pub(crate) struct Watched<'a> {
+    inner: &'a mut dyn Effects,
+    warned: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl<'a> Watched<'a> {
+    /// Wraps `inner`; `warned` turns true at the first warning event.
+    pub(crate) fn new(
+        inner: &'a mut dyn Effects,
+        warned: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    ) -> Self {
+        Watched { inner, warned }
+    }
+}
+
+#[async_trait]
+impl Effects for Watched<'_> {
+    async fn children(&mut self, spec: &ReconcileSpec) -> Result<Value, EffectError> {
+        self.inner.children(spec).await
+    }
+    async fn observe(
+        &mut self,
+        api_version: &str,
+        key: &ChildKey,
+    ) -> Result<Observed, EffectError> {
+        self.inner.observe(api_version, key).await
+    }
+    async fn apply(
+        &mut self,
+        spec: &ReconcileSpec,
+        resources: &[Value],
+        owned: bool,
+    ) -> Result<Applied, EffectError> {
+        self.inner.apply(spec, resources, owned).await
+    }
+    async fn prune(
+        &mut self,
+        spec: &ReconcileSpec,
+        keep: &HashSet<ChildKey>,
+    ) -> Result<Pruned, EffectError> {
+        self.inner.prune(spec, keep).await
+    }
+    async fn metadata(
+        &mut self,
+        manager: &'static str,
+        metadata: &Metadata,
+    ) -> Result<(), EffectError> {
+        self.inner.metadata(manager, metadata).await
+    }
+    async fn versioned_metadata(
+        &mut self,
+        manager: &'static str,
+        metadata: &Metadata,
+    ) -> Result<Written, EffectError> {
+        self.inner.versioned_metadata(manager, metadata).await
+    }
+    async fn status(&mut self, status: &Map<String, Value>) -> Result<Written, EffectError> {
+        self.inner.status(status).await
+    }
+    async fn record(&mut self, reason: Reason, note: String) {
+        if reason.event_type() == "Warning" {
+            self.warned
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        self.inner.record(reason, note).await;
+    }
+    async fn emit(&mut self, event: &inrun_contract::Event) {
+        self.inner.emit(event).await;
+    }
+    async fn delete(&mut self) -> Result<(), EffectError> {
+        self.inner.delete().await
+    }
+    async fn tear_down(
+        &mut self,
+        spec: &ReconcileSpec,
+        forced: bool,
+    ) -> Result<Teardown, EffectError> {
+        self.inner.tear_down(spec, forced).await
+    }
+    async fn release(&mut self) -> Result<(), EffectError> {
+        self.inner.release().await
+    }
+    async fn claim(&mut self, boundary: &str, identity: &str) -> Result<Claimed, EffectError> {
+        self.inner.claim(boundary, identity).await
+    }
+    async fn unclaim(&mut self, boundary: &str, identity: &str) {
+        self.inner.unclaim(boundary, identity).await;
+    }
+}

@@ -43,7 +43,10 @@ use std::time::Duration;
 
 use inrun_blueprint::{CrdSpec, RuntimeSpec};
 
-use crate::effects::Effects;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use crate::effects::{Effects, Watched};
 use crate::failure::Failure;
 pub use crate::package::{CallFailed, Infrastructure};
 use crate::pass::{Done, Pass, deleting};
@@ -93,22 +96,42 @@ pub async fn run(
     pkg: &dyn Infrastructure,
 ) -> Result<Done, Failure> {
     let deleting = deleting(p.object);
-    // The gate, namespace rules and validation, as for any CR: a package CR they hold back
-    // makes no call at all.
-    if !deleting && let Some(done) = held_back(p, fx).await? {
-        return Ok(done);
-    }
+    let warned = Arc::new(AtomicBool::new(false));
+    let mut fx = Watched::new(fx, warned.clone());
     let mut run = Run {
         p,
-        fx,
+        fx: &mut fx,
         pkg,
         view: p.object.clone(),
         stored: Stored::of(p.object),
     };
-    if deleting {
+    let result = if deleting {
         // An invalid spec does not hold a deletion: the finalizer settings and the
         // deletion policy still apply (see `Common::for_deletion`).
-        return run.delete(Common::for_deletion(p.object)).await;
+        run.delete(Common::for_deletion(p.object)).await
+    } else {
+        steps(&mut run).await
+    };
+    match result {
+        // A step that failed without saying so (a write refused, a lock that could not be
+        // claimed): said now. A package's own failure is on the CR already, in the host's
+        // words: its text is never shown.
+        Err(failure)
+            if !warned.load(Ordering::Relaxed) && !matches!(failure, Failure::Package { .. }) =>
+        {
+            Err(run.report(failure).await)
+        }
+        other => other,
+    }
+}
+
+/// The steps of a CR not being deleted: its common fields read, then reconciled.
+async fn steps(run: &mut Run<'_, '_>) -> Result<Done, Failure> {
+    let p = run.p;
+    // The gate, namespace rules and validation, as for any CR: a package CR they hold back
+    // makes no call at all.
+    if let Some(done) = held_back(p, &mut *run.fx).await? {
+        return Ok(done);
     }
     let common = match Common::of(p.object) {
         Ok(c) => c,

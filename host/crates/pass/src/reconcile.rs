@@ -462,7 +462,12 @@ pub(crate) async fn write_status(
 
 /// A failed pass: `emit.status` (as far as it renders) with `Ready=False`, and a
 /// `ReconcileError` event. Returns the failure for the retry.
-async fn failed(p: Pass<'_>, fx: &mut dyn Effects, ctx: &Context, failure: Failure) -> Failure {
+pub(crate) async fn failed(
+    p: Pass<'_>,
+    fx: &mut dyn Effects,
+    ctx: &Context,
+    failure: Failure,
+) -> Failure {
     let message = inrun_contract::errors::chain(&failure);
     let fields = p.crd.status(ctx, None).unwrap_or_default();
     let verdict = kept_verdict(p.object, Ready::not(failure.condition(), message.clone()));

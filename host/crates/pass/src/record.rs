@@ -59,6 +59,9 @@ pub struct Recorder {
     /// package's calls): one order across effects and calls. A status write that stores a
     /// package's identity adds `status stores identity "…"`.
     pub journal: Option<std::sync::Arc<std::sync::Mutex<Vec<String>>>>,
+    /// Effects that fail, by name (`apply`, `status`, `metadata`, `claim`, ...), as a
+    /// write the API server refused would.
+    pub fails: Vec<&'static str>,
 }
 
 impl Recorder {
@@ -68,6 +71,18 @@ impl Recorder {
             namespace,
             ..Recorder::default()
         }
+    }
+
+    /// `Err` when `effect` is one of [`Recorder::fails`].
+    fn failing(&mut self, effect: &'static str) -> Result<(), EffectError> {
+        if !self.fails.contains(&effect) {
+            return Ok(());
+        }
+        self.step(format!("{effect} refused"));
+        Err(EffectError::new(
+            format!("{effect} (test)"),
+            std::io::Error::other("refused by the API server"),
+        ))
     }
 
     fn step(&mut self, step: String) {
@@ -109,6 +124,7 @@ impl Recorder {
 #[async_trait]
 impl Effects for Recorder {
     async fn children(&mut self, _spec: &ReconcileSpec) -> Result<Value, EffectError> {
+        self.failing("children")?;
         self.step("children".into());
         Ok(self
             .children
@@ -122,6 +138,7 @@ impl Effects for Recorder {
         resources: &[Value],
         owned: bool,
     ) -> Result<Applied, EffectError> {
+        self.failing("apply")?;
         let how = if owned { "owned" } else { "unowned" };
         self.step(format!("apply {} {how}", resources.len()));
         self.applied.extend(resources.iter().cloned());
@@ -148,6 +165,7 @@ impl Effects for Recorder {
         api_version: &str,
         key: &ChildKey,
     ) -> Result<Observed, EffectError> {
+        self.failing("observe")?;
         self.step(format!("observe {key}"));
         let Some(observed) = &self.observed else {
             return Ok(Observed::Unknown);
@@ -163,6 +181,7 @@ impl Effects for Recorder {
         _spec: &ReconcileSpec,
         keep: &HashSet<ChildKey>,
     ) -> Result<Pruned, EffectError> {
+        self.failing("prune")?;
         let deleted: Vec<ChildKey> = self
             .existing
             .iter()
@@ -181,6 +200,7 @@ impl Effects for Recorder {
         manager: &'static str,
         metadata: &Metadata,
     ) -> Result<(), EffectError> {
+        self.failing("metadata")?;
         self.step(format!("metadata {manager}"));
         self.metadata.push((manager, metadata.clone()));
         Ok(())
@@ -200,6 +220,7 @@ impl Effects for Recorder {
     }
 
     async fn status(&mut self, status: &Map<String, Value>) -> Result<Written, EffectError> {
+        self.failing("status")?;
         if self.stale {
             self.step("stale status".into());
             return Ok(Written::Stale);
@@ -226,6 +247,7 @@ impl Effects for Recorder {
     }
 
     async fn delete(&mut self) -> Result<(), EffectError> {
+        self.failing("delete")?;
         self.step("delete".into());
         Ok(())
     }
@@ -235,6 +257,7 @@ impl Effects for Recorder {
         _spec: &ReconcileSpec,
         forced: bool,
     ) -> Result<Teardown, EffectError> {
+        self.failing("tear_down")?;
         let how = if forced { " forced" } else { "" };
         self.steps
             .push(format!("delete children {}{how}", self.existing.len()));
@@ -255,11 +278,13 @@ impl Effects for Recorder {
     }
 
     async fn release(&mut self) -> Result<(), EffectError> {
+        self.failing("release")?;
         self.step("release".into());
         Ok(())
     }
 
     async fn claim(&mut self, _boundary: &str, _identity: &str) -> Result<Claimed, EffectError> {
+        self.failing("claim")?;
         Ok(match &self.held_by {
             Some(holder) => Claimed::Conflict(holder.clone()),
             None => Claimed::Held,

@@ -351,6 +351,54 @@ fn a_teardown_that_fails_says_the_step_and_why_once_and_keeps_the_finalizer() {
     assert!(!fx.steps.iter().any(|s| s == "release"), "{:?}", fx.steps);
 }
 
+/// The warning events `fx` recorded.
+fn warnings(fx: &Recorder) -> Vec<&(Reason, String)> {
+    fx.events
+        .iter()
+        .filter(|(r, _)| r.event_type() == "Warning")
+        .collect()
+}
+
+#[test]
+fn every_effect_that_fails_reaches_the_cr_as_ready_false_and_one_warning_event() {
+    let a = assembly("", "");
+    let new = cr(json!({"phase": "on"}));
+    let mut gone = new.clone();
+    deleting(&mut gone);
+    for (object, effect) in [
+        (&new, "metadata"),
+        (&new, "apply"),
+        (&new, "status"),
+        (&gone, "tear_down"),
+        (&gone, "release"),
+    ] {
+        let mut fx = Recorder::new(Some("ns".into()));
+        fx.fails = vec![effect];
+        let _ = run_pass(&a, object, &mut fx);
+        assert!(
+            fx.steps.contains(&format!("{effect} refused")),
+            "{effect}: {:?}",
+            fx.steps
+        );
+        // One warning naming the cause, whichever step met it.
+        let said = warnings(&fx);
+        assert_eq!(said.len(), 1, "{effect}: {:?}", fx.events);
+        assert!(
+            said[0].1.contains("refused by the API server"),
+            "{effect}: {said:?}"
+        );
+        // On the CR too, unless the status is what cannot be written.
+        if effect != "status" {
+            let (status, _, message) = status::ready_now(&written(object, &fx)).expect("Ready");
+            assert_eq!(status, "False", "{effect}");
+            assert!(
+                message.contains("refused by the API server"),
+                "{effect}: {message}"
+            );
+        }
+    }
+}
+
 #[test]
 fn after_the_finalizer_timeout_the_teardown_is_forced_and_what_it_spared_is_told() {
     let a = assembly("", "");

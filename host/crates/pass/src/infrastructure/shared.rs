@@ -89,6 +89,25 @@ impl Run<'_, '_> {
         }
     }
 
+    /// A failure no step said: `Ready=False` with its reason and the host's account of it
+    /// (never a package's words: those are [`Failure::Package`], said by
+    /// [`Run::failed`]), and a `ReconcileError` event. Returns the failure for the retry.
+    pub(super) async fn report(&mut self, failure: Failure) -> Failure {
+        let reason = failure.condition();
+        let message = inrun_contract::errors::chain(&failure);
+        let c = Conditions {
+            message: Cow::Owned(message.clone()),
+            ..Conditions::new(false, false, reason, "")
+        };
+        if let Err(e) = self.write(&c).await {
+            tracing::warn!(error = %inrun_contract::errors::chain(&e), "could not write the failure to status");
+        }
+        self.fx
+            .record(Reason::ReconcileError, format!("{reason}: {message}"))
+            .await;
+        failure
+    }
+
     /// A step that failed: the generic condition, a generic event, and the failure (with
     /// the package's text) for the log and the retry.
     pub(super) async fn failed(

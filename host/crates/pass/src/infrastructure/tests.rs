@@ -662,6 +662,50 @@ fn a_finalized_package_cr_whose_common_fields_turned_invalid_is_still_deleted_or
 }
 
 #[test]
+fn every_effect_that_fails_reaches_the_package_cr_as_ready_false_and_one_warning_event() {
+    let new = cr(json!({"config": {"size": 1}}));
+    for (object, effect) in [
+        (new.clone(), "claim"),
+        (new.clone(), "metadata"),
+        (new, "status"),
+        (deleting("Retain"), "metadata"),
+    ] {
+        let pkg = Script::new(&[ABSENT, READY]);
+        let mut fx = Recorder::new(Some("ns".into()));
+        fx.fails = vec![effect];
+        let _ = pass(&object, &pkg, &mut fx);
+        assert!(
+            fx.steps.contains(&format!("{effect} refused")),
+            "{effect}: {:?}",
+            fx.steps
+        );
+        let said: Vec<_> = fx
+            .events
+            .iter()
+            .filter(|(r, _)| r.event_type() == "Warning")
+            .collect();
+        assert_eq!(said.len(), 1, "{effect}: {:?}", fx.events);
+        assert!(
+            said[0].1.contains("refused by the API server"),
+            "{effect}: {said:?}"
+        );
+        // Nothing was asked of the package past the failed step.
+        assert!(
+            !pkg.calls().iter().any(|c| c.starts_with("converge")),
+            "{effect}"
+        );
+        if effect != "status" {
+            let (status, _, message) = ready(&after(&object, &fx));
+            assert_eq!(status, "False", "{effect}");
+            assert!(
+                message.contains("refused by the API server"),
+                "{effect}: {message}"
+            );
+        }
+    }
+}
+
+#[test]
 fn a_package_cr_gets_the_crds_emitted_status_and_conditions_beside_its_own() {
     let text = "apiVersion: inrun.dev/v1alpha1\nkind: Blueprint\nmetadata: {name: t}\nspec:\n  crds:\n    - {group: t.inrun.dev, version: v1, kind: Db, emit: {status: {size: \"{{ .spec.config.size }}\"}, conditions: [{type: Sized, status: \"{{ .spec.config.size > 0 }}\", reason: Sized, message: sized}]}}\n";
     let a = crate::tests::assemble(text);
