@@ -995,3 +995,76 @@ const ALL_KILLABLE: &[&str] = &[
     failpoint::LOCK_RELEASE_BEFORE,
     failpoint::LOCK_RELEASE_AFTER,
 ];
+
+/// Run as an operator would out of a cluster: a kubeconfig for the ServiceAccount `inrun
+/// generate rbac` made, no `$POD_NAMESPACE`, no `--lock-namespace`. The identity locks go
+/// in the kubeconfig context's namespace; where the host may not write Leases, it refuses
+/// to start naming the flag (it once started, and every package CR failed on a 403 only
+/// its log told of).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_that_may_not_keep_identity_locks_in_its_namespace_refuses_to_start_naming_the_flag()
+-> TestResult {
+    let backend = Backend::default();
+    let port = backend.start().await;
+    let group = unique_group("lock-namespace");
+    let mut world = World::new(&things(&group, port), "Thing", &group).await;
+    // The generated RBAC grants Leases in the harness's host namespace; the kubeconfig's
+    // context names `default`.
+    let mut refused = Replica::spawn_env(
+        &world.kubeconfig,
+        &world.file,
+        world.dir.path(),
+        "refused",
+        &[],
+        &[],
+    );
+    assert!(
+        refused.exited().await,
+        "the host started: {}",
+        refused.log()
+    );
+    let log = refused.log();
+    assert!(
+        log.contains("lacks permissions")
+            && log.contains("leases.coordination.k8s.io in namespace default")
+            && log.contains("--lock-namespace"),
+        "{log}"
+    );
+    // The context naming the namespace the RBAC was generated for: it starts, and a package
+    // CR converges with its lock there.
+    let text = std::fs::read_to_string(&world.kubeconfig)?;
+    let there = world.dir.path().join("context.kubeconfig");
+    std::fs::write(
+        &there,
+        text.replace(
+            r#""namespace":"default""#,
+            &format!(r#""namespace":"{}""#, support::identity::NAMESPACE),
+        ),
+    )?;
+    world.kubeconfig = there;
+    let mut host = Replica::spawn_env(
+        &world.kubeconfig,
+        &world.file,
+        world.dir.path(),
+        "context",
+        &[],
+        &[],
+    );
+    let ns = ControlPlane::shared().namespace("lock-context").await?;
+    let cr = format!(
+        "apiVersion: {group}/v1alpha1\nkind: Thing\nmetadata: {{name: p}}\nspec: {{config: {{endpoint: \"http://127.0.0.1:{port}\", size: 1}}}}\n"
+    );
+    let created = apply_cr(&world.ar, &ns, &cr).await;
+    let api = world.api(&ns);
+    eventually("p to be Ready", || async {
+        api.get("p").await.ok().filter(ready).map(|_| ())
+    })
+    .await;
+    assert_eq!(
+        leases_of(created.metadata.uid.as_deref().unwrap_or_default()).await,
+        1,
+        "its identity lock, in the context's namespace"
+    );
+    host.kill().await;
+    Ok(())
+}

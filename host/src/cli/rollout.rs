@@ -16,7 +16,7 @@ pub struct RolloutArgs {
     #[command(subcommand)]
     action: Action,
     /// The host's namespace, where it keeps its rollouts (its `--lock-namespace`; default:
-    /// `$POD_NAMESPACE`, else `default`).
+    /// `$POD_NAMESPACE`, else the kubeconfig context's namespace).
     #[arg(long, short = 'n', global = true)]
     namespace: Option<String>,
     /// The kubeconfig file (default: `$KUBECONFIG`, then `~/.kube/config`, then in-cluster).
@@ -75,7 +75,7 @@ pub(super) fn rollout(runtime: &tokio::runtime::Runtime, args: &RolloutArgs) -> 
             .namespace
             .clone()
             .or_else(|| std::env::var("POD_NAMESPACE").ok())
-            .unwrap_or_else(|| "default".into());
+            .unwrap_or_else(|| connection.config.default_namespace.clone());
         let leases =
             ApiResource::from_gvk(&GroupVersionKind::gvk("coordination.k8s.io", "v1", "Lease"));
         let api: Api<DynamicObject> = Api::namespaced_with(connection.client, &namespace, &leases);

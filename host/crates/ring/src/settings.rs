@@ -27,6 +27,10 @@ pub struct HostFlags {
     pub sharding_ring: Option<String>,
     /// `--sharding-watch`: over `runtime.sharding.watch`.
     pub sharding_watch: Option<inrun_blueprint::ShardWatch>,
+    /// The namespace of the kubeconfig's context (in a cluster, the pod's own), as kubectl
+    /// takes it: the Lease's when neither the Blueprint, the flag nor `$POD_NAMESPACE`
+    /// names one.
+    pub context_namespace: Option<String>,
 }
 
 /// The settings `inrun run` runs with.
@@ -69,7 +73,8 @@ impl HostSettings {
             .namespace
             .clone()
             .or(flags.leader_elect_namespace)
-            .or_else(|| env("POD_NAMESPACE"))
+            .or_else(|| env("POD_NAMESPACE").filter(|n| !n.is_empty()))
+            .or_else(|| flags.context_namespace.clone())
             .unwrap_or_else(|| "default".into());
         let sharding = (flags.sharding || spec.sharding.enabled).then(|| KeeperConfig {
             ring: Ring {

@@ -63,6 +63,14 @@ pub async fn prepare(
     let client = &shared.client;
     let needed = permissions(shared, assembly, install_crds);
     access::check(client, shared.identity.as_ref(), &needed).await?;
+    // The identity locks and rollout records are the host's own, whoever the Blueprint
+    // acts as: checked as the host, in the namespace it keeps them in.
+    if let Some(locks) = &shared.locks
+        && let Some(p) =
+            inrun_generate::rbac::lock_permission(&assembly.blueprint, locks.namespace())
+    {
+        access::check(&locks.host_client(), None, &[p]).await?;
+    }
     let specs: Vec<_> = assembly.crds().iter().map(|c| &c.spec).collect();
     let on_breaking = if assembly.blueprint.spec.allow_breaking_schema_changes {
         crds::OnBreaking::Install

@@ -242,11 +242,11 @@ pub struct RunArgs {
     /// Run only while holding the leader-election Lease (also `runtime.leaderElection.enabled`).
     #[arg(long, env = "INRUN_LEADER_ELECT")]
     pub leader_elect: bool,
-    /// Namespace of the Lease when the Blueprint names none (default: $POD_NAMESPACE, else `default`).
+    /// Namespace of the Lease when the Blueprint names none (default: $POD_NAMESPACE, else the kubeconfig context's namespace, as kubectl takes it).
     #[arg(long, env = "INRUN_LEADER_ELECT_NAMESPACE")]
     pub leader_elect_namespace: Option<String>,
     /// Namespace of the Leases that give each piece of infrastructure a package manages one
-    /// owner CR (default: $POD_NAMESPACE, else `default`); `inrun generate rbac` grants
+    /// owner CR (default: $POD_NAMESPACE, else the kubeconfig context's namespace, as kubectl takes it); `inrun generate rbac` grants
     /// them in its `--namespace`.
     #[arg(long, env = "INRUN_LOCK_NAMESPACE")]
     pub lock_namespace: Option<String>,

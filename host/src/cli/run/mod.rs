@@ -82,7 +82,7 @@ pub(super) fn run(
         fence: connection.fence.clone(),
     };
     let host = HostSettings::resolve(
-        host_flags(&args),
+        host_flags(&args, &connection.config.default_namespace),
         identity.clone(),
         host_runtime.as_ref(),
         env,
@@ -210,8 +210,14 @@ fn shared(
     let lock_namespace = args
         .lock_namespace
         .clone()
-        .or_else(|| std::env::var("POD_NAMESPACE").ok())
-        .unwrap_or_else(|| "default".into());
+        .or_else(|| {
+            std::env::var("POD_NAMESPACE")
+                .ok()
+                .filter(|n| !n.is_empty())
+        })
+        // Out of a cluster, the kubeconfig context's namespace, as kubectl takes it (in
+        // one, the pod's own).
+        .unwrap_or_else(|| connection.config.default_namespace.clone());
     Shared::new(connection.client.clone(), identity)
         .with_metrics(metrics.clone())
         // Package CRs claim their infrastructure as the host, whoever they act as, each
@@ -247,8 +253,9 @@ fn fleet_options(args: &RunArgs, tenant_egress: inrun::egress::Egress) -> FleetO
 }
 
 /// The flags that override the Blueprint's `runtime` section.
-fn host_flags(args: &RunArgs) -> HostFlags {
+fn host_flags(args: &RunArgs, context_namespace: &str) -> HostFlags {
     HostFlags {
+        context_namespace: Some(context_namespace.to_string()),
         health_port: args.health_port,
         leader_elect: args.leader_elect,
         leader_elect_namespace: args.leader_elect_namespace.clone(),

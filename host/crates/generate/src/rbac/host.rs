@@ -113,6 +113,22 @@ fn sharding_permissions(blueprint: &Blueprint, options: &RbacOptions) -> Option<
     Some(p)
 }
 
+/// What the host needs in `namespace`, the one it keeps identity locks and rollouts'
+/// records in, to serve `blueprint`'s packages and rollouts; `None` when it has neither.
+/// The startup access check asks for it there, naming the flag that sets it.
+pub fn lock_permission(blueprint: &Blueprint, namespace: &str) -> Option<Permission> {
+    let options = RbacOptions {
+        namespace: namespace.to_string(),
+        ..RbacOptions::default()
+    };
+    identity_lock_permissions(blueprint, &options).map(|mut p| {
+        p.why.push_str(
+            ", in the lock namespace: --lock-namespace, else $POD_NAMESPACE, else the kubeconfig context's",
+        );
+        p
+    })
+}
+
 /// Package CRs' identity locks and rollouts' records: Leases named after what they hold,
 /// in the host's namespace (a Blueprint resource may bring a package or a rollout too).
 fn identity_lock_permissions(blueprint: &Blueprint, options: &RbacOptions) -> Option<Permission> {

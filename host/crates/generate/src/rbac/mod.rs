@@ -10,7 +10,7 @@ mod manifests;
 mod permission;
 mod tenant;
 
-pub use host::required;
+pub use host::{lock_permission, required};
 pub use manifests::{manifests, tenant_manifests};
 pub use tenant::tenant_required;
 
