@@ -62,6 +62,8 @@ fn parts(group: &str) -> String {
 kind: Blueprint
 metadata: {{name: failpoints}}
 spec:
+  runtime:
+    backoff: {{base: 1s, max: 4s}}
   crds:
     - group: {group}
       version: v1alpha1
@@ -1064,6 +1066,138 @@ async fn a_host_that_may_not_keep_identity_locks_in_its_namespace_refuses_to_sta
         leases_of(created.metadata.uid.as_deref().unwrap_or_default()).await,
         1,
         "its identity lock, in the context's namespace"
+    );
+    host.kill().await;
+    Ok(())
+}
+
+/// The CA file the harness's admin kubeconfig names.
+fn harness_ca() -> PathBuf {
+    let text = std::fs::read_to_string(ControlPlane::shared().kubeconfig()).expect("kubeconfig");
+    let doc: Value = serde_yaml_ng::from_str(&text).expect("kubeconfig");
+    PathBuf::from(
+        doc["clusters"][0]["cluster"]["certificate-authority"]
+            .as_str()
+            .expect("a CA file"),
+    )
+}
+
+/// One burst of `Part`s through the proxy: `count` created, half of them edited, a third
+/// deleted, until every CR is as last asked. Returns how long it took.
+async fn burst(world: &World, ns: &str, count: usize, backend: &Backend) -> Duration {
+    let started = Instant::now();
+    let group = world.ar.group.clone();
+    let mut wanted: Vec<Wanted> = (0..count)
+        .map(|i| Wanted {
+            kind: Kind::Part,
+            name: format!("part-{i}"),
+            value: Some(1),
+            extra: true,
+            uids: Vec::new(),
+        })
+        .collect();
+    for w in &wanted {
+        apply_cr(&world.ar, ns, &w.yaml(&group, 0)).await;
+    }
+    // Created and settled first, so both runs make the same work of the edits.
+    until_settled(&group, ns, &wanted, backend).await;
+    let api = world.api(ns);
+    for (i, w) in wanted.iter_mut().enumerate() {
+        if i % 3 == 0 {
+            w.value = None;
+            api.delete(&w.name, &DeleteParams::default())
+                .await
+                .expect("delete");
+        } else if i % 2 == 0 {
+            w.value = Some(2);
+            w.extra = false;
+            apply_cr(&world.ar, ns, &w.yaml(&group, 0)).await;
+        }
+    }
+    until_settled(&group, ns, &wanted, backend).await;
+    started.elapsed()
+}
+
+/// Waits until [`settled`], or panics saying what is not.
+async fn until_settled(group: &str, ns: &str, wanted: &[Wanted], backend: &Backend) {
+    let done = inrun_testenv::wait_for(
+        "every CR as last asked",
+        Duration::from_secs(300),
+        || async { settled(group, ns, wanted, backend).await.ok() },
+    )
+    .await;
+    if done.is_err() {
+        panic!(
+            "not settled: {:?}",
+            settled(group, ns, wanted, backend).await
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn through_an_api_server_that_delays_throttles_fails_and_cuts_requests_nothing_is_lost()
+-> TestResult {
+    let count = usize::try_from(env_or("INRUN_FAULT_CRS", 20)).unwrap_or(20);
+    let group = unique_group("faults");
+    let mut world = World::new(&parts(&group), "Part", &group).await;
+    let proxy = support::faults::FaultProxy::start(
+        ControlPlane::shared().server(),
+        &harness_ca(),
+        &group,
+        env_or("INRUN_FAILPOINT_SEED", 7),
+    )
+    .await;
+    world.kubeconfig = proxy.kubeconfig(&world.kubeconfig, world.dir.path());
+    let mut host = world.host("");
+    served(&world.ar).await;
+    let backend = Backend::default();
+    // The same burst without faults, then with them, through one host.
+    let calm_ns = ControlPlane::shared().namespace("faults-calm").await?;
+    let calm = burst(&world, &calm_ns, count, &backend).await;
+    let before = proxy.tally();
+    proxy.set(support::faults::Faults {
+        latency: Duration::from_millis(200),
+        reset: 0.05,
+        throttle: 0.10,
+        error: 0.05,
+    });
+    let rough_ns = ControlPlane::shared().namespace("faults-rough").await?;
+    let rough = burst(&world, &rough_ns, count, &backend).await;
+    proxy.set(support::faults::Faults::default());
+    let after = proxy.tally();
+    host.assert_running();
+    let calm_writes = before.writes;
+    let rough_writes = after.writes - before.writes;
+    // Writes per CR within 1.5× of the calm run's.
+    assert!(
+        rough_writes * 2 <= calm_writes * 3,
+        "{rough_writes} writes with faults against {calm_writes} without"
+    );
+    // Every write refused with `Retry-After: 1` came again no sooner.
+    assert!(
+        after.throttled > 0 && !after.retried_after.is_empty(),
+        "{after:?}"
+    );
+    let soonest = after
+        .retried_after
+        .iter()
+        .min()
+        .copied()
+        .unwrap_or_default();
+    assert!(
+        soonest >= Duration::from_millis(950),
+        "a write came again {soonest:?} after a 429 with Retry-After: 1"
+    );
+    eprintln!(
+        "faults: {count} CRs; calm {:.1}s, {calm_writes} writes; with faults {:.1}s, {rough_writes} writes ({:.2}×); {} throttled (soonest retry {:.2}s), {} 5xx, {} cut before, {} cut after the API server did it",
+        calm.as_secs_f64(),
+        rough.as_secs_f64(),
+        rough_writes as f64 / calm_writes.max(1) as f64,
+        after.throttled,
+        soonest.as_secs_f64(),
+        after.errors,
+        after.reset_before,
+        after.reset_after
     );
     host.kill().await;
     Ok(())

@@ -16,6 +16,7 @@ use inrun::sources::SourceOptions;
 use inrun::wasm::{Engine, EngineSettings};
 use inrun_testenv::{ControlPlane, wait_for};
 
+pub mod faults;
 pub mod identity;
 pub mod plan;
 pub mod render;
