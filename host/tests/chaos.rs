@@ -293,6 +293,19 @@ impl Scene {
         HostProcess::spawn(&self.kubeconfig, &self.path, self.dir.path(), identity)
     }
 
+    /// Another host on the same Blueprint, running `program` (another build).
+    fn host_of(&self, program: &std::path::Path, identity: &str) -> HostProcess {
+        HostProcess::spawn_program(
+            program,
+            &self.kubeconfig,
+            &self.path,
+            self.dir.path(),
+            identity,
+            &[],
+            &[],
+        )
+    }
+
     /// Creates every CR with `value`.
     fn burst(
         &self,
@@ -630,6 +643,52 @@ impl Ring {
         )
     }
 
+    /// A replica running `program`, another build of the host.
+    fn replica_of(&self, program: &std::path::Path, name: &str) -> HostProcess {
+        HostProcess::spawn_program(
+            program,
+            &self.kubeconfigs[name],
+            &self.scene.path,
+            self.scene.dir.path(),
+            name,
+            &[],
+            &[],
+        )
+    }
+
+    /// Hands the buckets of `leaving` (every CR converged) to `staying` and `joining`, a
+    /// replica started now: `leaving` stops (SIGTERM), the CRs it held are reconciled by
+    /// their new holders, and nothing is written for them — each build reads what the
+    /// other wrote (finalizers, status, hash stamps) as its own.
+    async fn hand_over_converged(
+        &self,
+        cp: &ControlPlane,
+        leaving: &mut HostProcess,
+        staying: &HostProcess,
+        joining: &HostProcess,
+        names: &[&str],
+    ) -> usize {
+        let (writes_before, _) = self.writes_outside_tenure(cp).await;
+        let moved = self.crs_held_by(&leaving.name).await;
+        let reconciled_before = self.reconciles(&[staying]).await;
+        leaving.signal("TERM");
+        assert!(leaving.exited().await, "{} did not stop", leaving.name);
+        self.settled(names).await;
+        inrun_testenv::wait_for("the moved CRs reconciled", CONVERGE, || async {
+            let now = self.reconciles(&[staying, joining]).await;
+            (now >= reconciled_before + moved as f64).then_some(())
+        })
+        .await
+        .expect("the moved CRs reconciled");
+        let (writes_after, _) = self.writes_outside_tenure(cp).await;
+        assert_eq!(
+            writes_after, writes_before,
+            "writes for {moved} converged CRs handed from {} to {}",
+            leaving.name, joining.name
+        );
+        moved
+    }
+
     async fn settled(&self, names: &[&str]) {
         support::ring::held_by(&self.leases, &self.ring, names).await;
     }
@@ -866,5 +925,127 @@ async fn sharded_replicas_outlive_an_api_server_restart_longer_than_their_lease_
         restarted.as_secs_f64(),
         converged.as_secs_f64(),
     );
+    Ok(())
+}
+
+/// The previous release of the host, for the upgrade tests: `make chaos` builds it
+/// (`tests/tools/build-previous.sh`) and names it in `INRUN_PREVIOUS_BIN`.
+fn previous_build() -> PathBuf {
+    let path = std::env::var_os("INRUN_PREVIOUS_BIN").map(PathBuf::from).expect(
+        "INRUN_PREVIOUS_BIN names no build: run `make chaos`, or set it to what tests/tools/build-previous.sh prints",
+    );
+    assert!(path.exists(), "{} does not exist", path.display());
+    path
+}
+
+// An upgrade and a downgrade through leader election, mid-burst: the previous build leads,
+// the current one stands by and takes over when the leader is SIGKILLed; then the other
+// way round. Every CR converges each time, with its children.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "upgrade: run by `make chaos`, which builds the previous release"]
+async fn the_previous_and_current_builds_take_leadership_from_each_other_mid_burst() -> TestResult {
+    let previous = previous_build();
+    let cp = ControlPlane::shared();
+    let (scene, mut old) =
+        Scene::start(cp, "upgrade-leader", burst_size(300), true, "standby-first").await?;
+    // The current build started first, as a placeholder standby: the previous build must
+    // lead, so the placeholder goes before it joins.
+    old.kill().await;
+    let mut old = scene.host_of(&previous, "old");
+    let count = scene.count;
+    let started = Instant::now();
+    let writing = tokio::spawn(scene.burst("v1", Arc::default()));
+    until_part_converged(&scene.api, count, count / 4).await;
+    let new = scene.host("new");
+    old.kill().await;
+    writing.await?;
+    until_converged(&scene.api, count, "v1").await;
+    scene.assert_children("v1").await;
+    let upgraded = started.elapsed();
+
+    let started = Instant::now();
+    let writing = tokio::spawn(scene.burst("v2", Arc::default()));
+    until_part_converged_on(&scene.api, count, count / 4, "v2").await;
+    let mut back = scene.host_of(&previous, "old-again");
+    let mut new = new;
+    new.kill().await;
+    writing.await?;
+    until_converged(&scene.api, count, "v2").await;
+    scene.assert_children("v2").await;
+    back.assert_running();
+    eprintln!(
+        "upgrade, leader: {count} CRs; previous → current by SIGKILL mid-burst: converged {:.1}s; current → previous: {:.1}s",
+        upgraded.as_secs_f64(),
+        started.elapsed().as_secs_f64()
+    );
+    back.kill().await;
+    Ok(())
+}
+
+// An upgrade and a downgrade of a sharded ring, mid-burst and at rest: previous-build
+// replicas hand their buckets to current-build ones (one SIGKILLed mid-burst, one stopped
+// with every CR converged), then the other way round. No write lands outside its writer's
+// tenure of the CR's bucket, and a converged CR handed between builds gets no write: each
+// build reads what the other wrote.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "upgrade: run by `make chaos`, which builds the previous release"]
+async fn previous_and_current_replicas_share_a_ring_both_ways_and_read_what_the_other_wrote()
+-> TestResult {
+    let previous = previous_build();
+    let cp = ControlPlane::shared();
+    let count = burst_size(200);
+    let ring = Ring::start(
+        cp,
+        "upgrade-ring",
+        count,
+        &["old-a", "old-b", "new-a", "new-b"],
+    )
+    .await;
+    let scene = &ring.scene;
+    let (mut old_a, mut old_b) = (
+        ring.replica_of(&previous, "old-a"),
+        ring.replica_of(&previous, "old-b"),
+    );
+    ring.settled(&["old-a", "old-b"]).await;
+    served(&scene.client, &resource(&scene.group, "Burst")).await;
+
+    // Upgrade: new-a joins mid-burst and old-a is SIGKILLed; then old-b hands over at rest.
+    let writing = ring.set_all("v1");
+    until_part_converged(&scene.api, count, count / 4).await;
+    let new_a = ring.replica("new-a");
+    old_a.kill().await;
+    writing.await?;
+    until_converged(&scene.api, count, "v1").await;
+    ring.settled(&["new-a", "old-b"]).await;
+    let new_b = ring.replica("new-b");
+    ring.settled(&["new-a", "new-b", "old-b"]).await;
+    let up = ring
+        .hand_over_converged(cp, &mut old_b, &new_a, &new_b, &["new-a", "new-b"])
+        .await;
+
+    // Downgrade: old-a joins mid-burst and new-a is SIGKILLed; then new-b hands over at rest.
+    let writing = ring.set_all("v2");
+    until_part_converged_on(&scene.api, count, count / 4, "v2").await;
+    let old_a = ring.replica_of(&previous, "old-a");
+    let mut new_a = new_a;
+    new_a.kill().await;
+    writing.await?;
+    until_converged(&scene.api, count, "v2").await;
+    ring.settled(&["new-b", "old-a"]).await;
+    let old_b = ring.replica_of(&previous, "old-b");
+    ring.settled(&["new-b", "old-a", "old-b"]).await;
+    let mut new_b = new_b;
+    let down = ring
+        .hand_over_converged(cp, &mut new_b, &old_a, &old_b, &["old-a", "old-b"])
+        .await;
+    scene.assert_children("v2").await;
+
+    let (checked, outside) = ring.writes_outside_tenure(cp).await;
+    assert!(checked >= count * 2, "only {checked} writes audited");
+    assert_within_tenures(checked, &outside);
+    eprintln!(
+        "upgrade, ring: {count} CRs; previous → current (one SIGKILLed mid-burst, one stopped at rest: {up} converged CRs moved, no write) and back ({down} moved, no write); {checked} writes audited, none outside its writer's tenure"
+    );
+    drop((old_a, old_b));
     Ok(())
 }

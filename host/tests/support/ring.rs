@@ -78,6 +78,21 @@ impl Replica {
         more: &[&str],
         env: &[(&str, &str)],
     ) -> Replica {
+        let program = Path::new(env!("CARGO_BIN_EXE_inrun"));
+        Self::spawn_program(program, kubeconfig, blueprint, dir, name, more, env)
+    }
+
+    /// [`Replica::spawn_env`] running `program`: another build of `inrun` (the previous
+    /// release, for the upgrade tests).
+    pub fn spawn_program(
+        program: &Path,
+        kubeconfig: &Path,
+        blueprint: &Path,
+        dir: &Path,
+        name: &str,
+        more: &[&str],
+        env: &[(&str, &str)],
+    ) -> Replica {
         let log = dir.join(format!("{name}.log"));
         // Appended to: a replica started again under its name keeps one log.
         let file = std::fs::OpenOptions::new()
@@ -85,7 +100,7 @@ impl Replica {
             .append(true)
             .open(&log)
             .expect("log file");
-        let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_inrun"))
+        let child = tokio::process::Command::new(program)
             .arg("run")
             .arg("--blueprint")
             .arg(blueprint)
