@@ -47,11 +47,14 @@ sdk:
 ## first build takes minutes, not the test build's quarter hour (DEMO_PROFILE=dev reuses
 ## the test build instead).
 DEMO_PROFILE ?= demo
+# With DEMO_PROFILE=dev, the features the test build has (its dormant failpoints), so the
+# test build's crates are reused rather than built again without them.
+DEMO_FEATURES := $(if $(filter dev,$(DEMO_PROFILE)),--features inrun-pass/failpoints)
 DEMO_INRUN := $(or $(CARGO_TARGET_DIR),$(CURDIR)/target)/$(if $(filter dev,$(DEMO_PROFILE)),debug,$(DEMO_PROFILE))/inrun
 
 ## Build the examples' Rust plugins and render each example CR offline, with no cluster.
 demo: plugins-demo
-	$(CARGO) build --profile $(DEMO_PROFILE) -p inrun --bin inrun
+	$(CARGO) build --profile $(DEMO_PROFILE) -p inrun --bin inrun $(DEMO_FEATURES)
 	@for ex in $(EXAMPLES); do \
 	  echo "=== $$ex: inrun render --blueprint deploy/examples/$$ex/blueprint.yaml --object deploy/examples/$$ex/webapp.yaml"; \
 	  (cd deploy/examples/$$ex && $(DEMO_INRUN) render --blueprint blueprint.yaml --object webapp.yaml) || exit 1; \
@@ -87,10 +90,16 @@ lint:
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
 ## Faults while the host works (API server restarted mid-burst, leader SIGKILLed, specs
-## edited during reconciles, host SIGKILLed); results go in RELIABILITY.md.
+## edited during reconciles, host SIGKILLed, the previous release and this build handing
+## over to each other), the host killed at each failpoint and at 50 random ones, and a
+## fault proxy in front of the API server; results go in RELIABILITY.md. The upgrade runs
+## build the previous release first (tests/tools/build-previous.sh: the newest v* tag, else
+## the commit before HEAD, or PREVIOUS_REF), cached outside the clone.
 CHAOS_CRS ?= 1000
-chaos: controlplane
-	INRUN_CONTROLPLANE_BIN="$$(tests/controlplane/build.sh)" INRUN_CHAOS_CRS=$(CHAOS_CRS) $(CARGO) test -p inrun --test chaos -- --include-ignored --test-threads 1 --nocapture
+PREVIOUS_REF ?=
+chaos: controlplane plugins
+	INRUN_CONTROLPLANE_BIN="$$(tests/controlplane/build.sh)" INRUN_CHAOS_CRS=$(CHAOS_CRS) INRUN_PREVIOUS_BIN="$$(tests/tools/build-previous.sh $(PREVIOUS_REF))" $(CARGO) test -p inrun --test chaos -- --include-ignored --test-threads 1 --nocapture
+	INRUN_CONTROLPLANE_BIN="$$(tests/controlplane/build.sh)" INRUN_FAILPOINT_CRS=200 INRUN_FAILPOINT_KILLS=50 INRUN_FAULT_CRS=100 $(CARGO) test -p inrun --test e2e_failpoints -- --test-threads 1 --nocapture
 
 ## Benchmarks; numbers go to BENCHMARKS.md.
 # Property tests over every parser a tenant or CR author reaches (Blueprints, templates,

@@ -6,6 +6,11 @@
 //! has its CR or is gone, the CR converges or is released, a child another CR owns is
 //! never deleted, and a package's converge runs at most once more than asked, on the same
 //! identity, its identity lock let go with the CR.
+//!
+//! Also here, on the same process harness: a randomized run killing the host at random
+//! failpoints; a fault proxy between the host and the API server; a host that may not keep
+//! its identity locks where it would, refusing to start; and a package's credentials kept
+//! out of the host's log.
 
 // Stories read top to bottom, as the other end-to-end tests do.
 #![allow(clippy::too_many_lines)]
@@ -462,6 +467,8 @@ async fn a_step_failing_at_each_failpoint_is_retried_until_the_story_ends_as_wit
 struct Backend {
     things: Arc<Mutex<HashMap<String, i64>>>,
     calls: Arc<Mutex<Vec<(&'static str, String)>>>,
+    /// The `Authorization` header of every converge.
+    authorizations: Arc<Mutex<Vec<String>>>,
 }
 
 impl Backend {
@@ -478,9 +485,16 @@ impl Backend {
         async fn converge(
             State(b): State<Backend>,
             Path(id): Path<String>,
+            headers: axum::http::HeaderMap,
             Json(body): Json<Value>,
         ) -> StatusCode {
             b.calls.lock().expect("calls").push(("PUT", id.clone()));
+            if let Some(auth) = headers.get("authorization").and_then(|v| v.to_str().ok()) {
+                b.authorizations
+                    .lock()
+                    .expect("authorizations")
+                    .push(auth.to_string());
+            }
             let size = body["size"].as_i64().unwrap_or_default();
             b.things.lock().expect("things").insert(id, size);
             StatusCode::OK
@@ -1200,5 +1214,72 @@ async fn through_an_api_server_that_delays_throttles_fails_and_cuts_requests_not
         after.reset_after
     );
     host.kill().await;
+    Ok(())
+}
+
+/// Seed 002's credentials clause, for the log: a package reads a granted Secret key and
+/// sends it to its backend, is refused a key not granted, and neither value appears in
+/// the host's log, even at debug level.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_packages_credentials_never_reach_the_hosts_log() -> TestResult {
+    let backend = Backend::default();
+    let port = backend.start().await;
+    let group = unique_group("creds-log");
+    let text = things(&group, port).replace(
+        "            http: {hosts:",
+        "            credentials: [{secret: backend, keys: [token]}]\n            http: {hosts:",
+    );
+    assert!(text.contains("credentials"), "{text}");
+    let world = World::new(&text, "Thing", &group).await;
+    let mut host = Replica::spawn_env(
+        &world.kubeconfig,
+        &world.file,
+        world.dir.path(),
+        "creds",
+        &["--lock-namespace", support::identity::NAMESPACE],
+        &[("INRUN_LOG", "debug")],
+    );
+    let ns = ControlPlane::shared().namespace("creds-log").await?;
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(client(), &ns);
+    let secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(json!({
+        "metadata": {"name": "backend"},
+        "stringData": {"token": "granted-t0ken-7731", "admin": "refused-passw0rd-7731"},
+    }))?;
+    secrets.create(&Default::default(), &secret).await?;
+    let cr = |name: &str, key: &str| {
+        format!(
+            "apiVersion: {group}/v1alpha1\nkind: Thing\nmetadata: {{name: {name}}}\nspec: {{config: {{endpoint: \"http://127.0.0.1:{port}\", size: 1, token: {{secret: backend, key: {key}}}}}}}\n"
+        )
+    };
+    apply_cr(&world.ar, &ns, &cr("granted", "token")).await;
+    apply_cr(&world.ar, &ns, &cr("refused", "admin")).await;
+    let api = world.api(&ns);
+    eventually("granted to be Ready", || async {
+        api.get("granted").await.ok().filter(ready).map(|_| ())
+    })
+    .await;
+    eventually("refused to fail", || async {
+        let cr = api.get("refused").await.ok()?;
+        let failed = cr.data["status"]["conditions"]
+            .as_array()?
+            .iter()
+            .any(|c| c["type"] == "Ready" && c["status"] == "False");
+        failed.then_some(())
+    })
+    .await;
+    assert!(
+        backend
+            .authorizations
+            .lock()
+            .expect("authorizations")
+            .contains(&"Bearer granted-t0ken-7731".to_string()),
+        "the package sent the credential it read"
+    );
+    host.kill().await;
+    let log = host.log();
+    assert!(log.contains("DEBUG"), "the host logged at debug level");
+    for secret in ["granted-t0ken-7731", "refused-passw0rd-7731"] {
+        assert!(!log.contains(secret), "{secret} in the host's log");
+    }
     Ok(())
 }

@@ -51,7 +51,13 @@ pub struct Replica {
     pub name: String,
     child: tokio::process::Child,
     log: PathBuf,
+    /// How many processes under this name logged their health port before this one (a
+    /// replica started again appends to the same log).
+    earlier: usize,
 }
+
+/// The line a host logs when its health port listens.
+const HEALTH_LINE: &str = "health port listening";
 
 impl Replica {
     pub fn spawn(kubeconfig: &Path, blueprint: &Path, dir: &Path, name: &str) -> Replica {
@@ -94,6 +100,10 @@ impl Replica {
         env: &[(&str, &str)],
     ) -> Replica {
         let log = dir.join(format!("{name}.log"));
+        let earlier = std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .matches(HEALTH_LINE)
+            .count();
         // Appended to: a replica started again under its name keeps one log.
         let file = std::fs::OpenOptions::new()
             .create(true)
@@ -125,6 +135,7 @@ impl Replica {
             name: name.to_string(),
             child,
             log,
+            earlier,
         }
     }
 
@@ -145,7 +156,10 @@ impl Replica {
     pub async fn port(&self) -> u16 {
         inrun_testenv::wait_for("the health port to be logged", WAIT, || async {
             let log = self.log();
-            let line = log.lines().find(|l| l.contains("health port listening"))?;
+            let line = log
+                .lines()
+                .filter(|l| l.contains(HEALTH_LINE))
+                .nth(self.earlier)?;
             let after = line.split("127.0.0.1:").nth(1)?;
             let digits: String = after.chars().take_while(char::is_ascii_digit).collect();
             digits.parse().ok()
