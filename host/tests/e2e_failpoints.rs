@@ -397,7 +397,7 @@ async fn parts_run(world: &mut World, point: &'static str, mode: Mode) -> Option
         let child = maps
             .get(c)
             .unwrap_or_else(|| panic!("{point}: {c} was deleted"));
-        assert_eq!(owners(child), [uid_y.clone()], "{point}: {c}");
+        assert_eq!(owners(child), std::slice::from_ref(&uid_y), "{point}: {c}");
     }
     // No child is left whose CR is gone.
     for (name, child) in &maps {
@@ -605,7 +605,8 @@ async fn package_run(
                     if thing.is_some() {
                         return Err("the thing was not deleted".into());
                     }
-                    let held = leases_of(&uid.lock().expect("uid")).await;
+                    let uid = uid.lock().expect("uid").clone();
+                    let held = leases_of(&uid).await;
                     (held == 0)
                         .then_some(())
                         .ok_or(format!("{held} identity lock(s) still held by p"))
