@@ -1017,21 +1017,26 @@ pub fn kubectl(args: &[&str], input: &str) -> std::process::Output {
 }
 
 /// Writes the Deployment's status as its controller would (there is none on the test
-/// control plane): `available` of 2 replicas up.
+/// control plane): the replicas its spec asks for, `available` of them up.
 pub async fn roll_out(ns: &str, name: &str, available: i64) {
     let api: Api<k8s_openapi::api::apps::v1::Deployment> = Api::namespaced(client(), ns);
-    let generation = api
-        .get(name)
-        .await
-        .expect("the Deployment")
-        .metadata
-        .generation;
+    let deployment = api.get(name).await.expect("the Deployment");
+    // Every replica the spec asks for is created and updated (no more: an extra one would
+    // be an old replica pending termination), `available` of them up.
+    let want = i64::from(
+        deployment
+            .spec
+            .as_ref()
+            .and_then(|s| s.replicas)
+            .unwrap_or(1),
+    );
+    let up = available.min(want);
     api.patch_status(
         name,
         &PatchParams::default(),
         &Patch::Merge(serde_json::json!({"status": {
-            "observedGeneration": generation, "replicas": 2, "updatedReplicas": 2,
-            "readyReplicas": available, "availableReplicas": available}})),
+            "observedGeneration": deployment.metadata.generation, "replicas": want,
+            "updatedReplicas": want, "readyReplicas": up, "availableReplicas": up}})),
     )
     .await
     .expect("write the Deployment's status");
