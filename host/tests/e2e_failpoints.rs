@@ -256,7 +256,7 @@ where
                 Ok(()) => break,
                 Err(why) => why,
             };
-            if host.exited_or_said("failpoint ") && died.is_none() && mode == Mode::Kill {
+            if host.exited_or_said("killing the process") && died.is_none() && mode == Mode::Kill {
                 assert!(
                     host.exited().await,
                     "{point}: the host said it was killed but runs on"
@@ -279,6 +279,14 @@ where
         }
     }
     host.assert_running();
+    if mode == Mode::Error {
+        // The step did fail there: a story that never met the failpoint shows nothing.
+        let log = host.log();
+        assert!(
+            log.contains(&format!("failpoint {point}: hit 1, failing the step")),
+            "{point}: never failed a step:\n{log}"
+        );
+    }
     (died, host)
 }
 
@@ -954,7 +962,7 @@ async fn a_randomized_mix_with_the_host_killed_at_random_failpoints_ends_with_no
         }
         // Killed at its failpoint, or by SIGKILL if the round never reached it.
         let deadline = Instant::now() + Duration::from_secs(2);
-        while Instant::now() < deadline && !host.exited_or_said("failpoint ") {
+        while Instant::now() < deadline && !host.exited_or_said("killing the process") {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         if host.log().contains("killing the process") {
@@ -977,6 +985,8 @@ async fn a_randomized_mix_with_the_host_killed_at_random_failpoints_ends_with_no
         panic!("seed {seed}: not settled: {why:?}\n{}", host.log());
     }
     host.assert_running();
+    // Most rounds end at their failpoint; a run in which none did tested only SIGKILLs.
+    assert!(died > 0, "seed {seed}: no round reached its failpoint");
     let puts = backend.calls("PUT").len() - puts_before;
     // Each converge asked for runs once, and at most once more for each kill.
     assert!(

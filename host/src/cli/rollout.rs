@@ -71,11 +71,11 @@ pub(super) fn rollout(runtime: &tokio::runtime::Runtime, args: &RolloutArgs) -> 
             request_timeout: None,
         })
         .await?;
-        let namespace = args
-            .namespace
-            .clone()
-            .or_else(|| std::env::var("POD_NAMESPACE").ok())
-            .unwrap_or_else(|| connection.config.default_namespace.clone());
+        let namespace = inrun::ring::settings::host_namespace(
+            args.namespace.clone(),
+            |k| std::env::var(k).ok(),
+            Some(&connection.config.default_namespace),
+        );
         let leases =
             ApiResource::from_gvk(&GroupVersionKind::gvk("coordination.k8s.io", "v1", "Lease"));
         let api: Api<DynamicObject> = Api::namespaced_with(connection.client, &namespace, &leases);

@@ -128,6 +128,13 @@ pub struct EffectError {
     pub condition: Option<ConditionReason>,
 }
 
+impl From<crate::failpoint::Injected> for EffectError {
+    /// A failpoint of a test build failed the effect.
+    fn from(injected: crate::failpoint::Injected) -> Self {
+        EffectError::new("a failpoint", injected)
+    }
+}
+
 impl EffectError {
     /// An error while doing `what`.
     pub fn new(
@@ -239,14 +246,14 @@ pub enum Claimed {
 /// CR by its caller ([`crate::run`]), so no failure is left to the log alone.
 pub(crate) struct Watched<'a> {
     inner: &'a mut dyn Effects,
-    warned: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    warned: &'a std::sync::atomic::AtomicBool,
 }
 
 impl<'a> Watched<'a> {
     /// Wraps `inner`; `warned` turns true at the first warning event.
     pub(crate) fn new(
         inner: &'a mut dyn Effects,
-        warned: std::sync::Arc<std::sync::atomic::AtomicBool>,
+        warned: &'a std::sync::atomic::AtomicBool,
     ) -> Self {
         Watched { inner, warned }
     }

@@ -29,6 +29,13 @@ pub enum Failure {
     },
 }
 
+impl From<crate::failpoint::Injected> for Failure {
+    /// A failpoint of a test build failed the step.
+    fn from(injected: crate::failpoint::Injected) -> Self {
+        Failure::Effect(injected.into())
+    }
+}
+
 impl Failure {
     /// The `Ready` condition's reason for this failure.
     pub fn condition(&self) -> ConditionReason {

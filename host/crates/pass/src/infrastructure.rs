@@ -43,7 +43,6 @@ use std::time::Duration;
 
 use inrun_blueprint::{CrdSpec, RuntimeSpec};
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::effects::{Effects, Watched};
@@ -96,8 +95,8 @@ pub async fn run(
     pkg: &dyn Infrastructure,
 ) -> Result<Done, Failure> {
     let deleting = deleting(p.object);
-    let warned = Arc::new(AtomicBool::new(false));
-    let mut fx = Watched::new(fx, warned.clone());
+    let warned = AtomicBool::new(false);
+    let mut fx = Watched::new(fx, &warned);
     let mut run = Run {
         p,
         fx: &mut fx,

@@ -240,6 +240,16 @@ fn replicas(child: &Value) -> i64 {
     int(child, "/spec/replicas").unwrap_or(1)
 }
 
+/// More replicas than `want`: the old ones are still going away.
+fn surplus(replicas: i64, want: i64) -> Option<State> {
+    (replicas > want).then(|| {
+        State::InProgress(format!(
+            "{} old replicas pending termination",
+            replicas - want
+        ))
+    })
+}
+
 /// `progressDeadlineSeconds` at `i32::MAX` is the controller's "no deadline": it then
 /// keeps no `Progressing` condition worth reading.
 const NO_PROGRESS_DEADLINE: i64 = i32::MAX as i64;
@@ -256,11 +266,8 @@ fn deployment(d: &Value) -> State {
     if n("replicas") < want {
         return State::InProgress(format!("{}/{want} replicas created", n("replicas")));
     }
-    if n("replicas") > want {
-        return State::InProgress(format!(
-            "{} old replicas pending termination",
-            n("replicas") - want
-        ));
+    if let Some(extra) = surplus(n("replicas"), want) {
+        return extra;
     }
     if n("availableReplicas") < n("updatedReplicas") {
         return State::InProgress(format!(
@@ -310,11 +317,8 @@ fn replica_set(r: &Value) -> State {
             return State::InProgress(format!("{}/{want} replicas {what}", n(field)));
         }
     }
-    if n("replicas") > want {
-        return State::InProgress(format!(
-            "{} old replicas pending termination",
-            n("replicas") - want
-        ));
+    if let Some(extra) = surplus(n("replicas"), want) {
+        return extra;
     }
     State::Current
 }
@@ -331,11 +335,8 @@ fn stateful_set(s: &Value) -> State {
     if n("replicas") < want {
         return State::InProgress(format!("{}/{want} replicas created", n("replicas")));
     }
-    if n("replicas") > want {
-        return State::InProgress(format!(
-            "{} old replicas pending termination",
-            n("replicas") - want
-        ));
+    if let Some(extra) = surplus(n("replicas"), want) {
+        return extra;
     }
     // With a partition (the API server sets 0 on a RollingUpdate), only the replicas at or
     // above it move to the new revision; those are what a rollout waits for.

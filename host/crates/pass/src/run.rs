@@ -1,7 +1,6 @@
 //! Where a pass starts ([`run`]): a CR goes to the package steps, the deletion steps or
 //! the reconcile steps.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::effects::{Effects, Watched};
@@ -22,8 +21,8 @@ pub async fn run(p: Pass<'_>, fx: &mut dyn Effects) -> Result<Done, Failure> {
         let package = p.infrastructure.unwrap_or(package);
         return infrastructure::run(p, fx, package).await;
     }
-    let warned = Arc::new(AtomicBool::new(false));
-    let mut fx = Watched::new(fx, warned.clone());
+    let warned = AtomicBool::new(false);
+    let mut fx = Watched::new(fx, &warned);
     let result = if deleting(p.object) {
         finalize::finalize(p, &mut fx).await
     } else {

@@ -56,6 +56,21 @@ pub fn replica_name(given: Option<String>, env: impl Fn(&str) -> Option<String>)
     })
 }
 
+/// The namespace a host keeps its Leases in (leader election, identity locks, rollout
+/// records) when `given` (a flag, or the Blueprint) names none: `$POD_NAMESPACE` read
+/// through `env` (empty counts as unset), else `context` — the kubeconfig context's
+/// namespace, in a cluster the pod's own, as kubectl takes it — else `default`.
+pub fn host_namespace(
+    given: Option<String>,
+    env: impl Fn(&str) -> Option<String>,
+    context: Option<&str>,
+) -> String {
+    given
+        .or_else(|| env("POD_NAMESPACE").filter(|n| !n.is_empty()))
+        .or_else(|| context.map(str::to_string))
+        .unwrap_or_else(|| "default".into())
+}
+
 impl HostSettings {
     /// Resolves `flags` over `host` (the `--blueprint` tenant's runtime section, `None`
     /// without one) for the replica named `instance`, reading `POD_NAMESPACE` through
@@ -69,13 +84,11 @@ impl HostSettings {
         let defaults = RuntimeSpec::default();
         let spec = host.unwrap_or(&defaults);
         let le = &spec.leader_election;
-        let namespace = le
-            .namespace
-            .clone()
-            .or(flags.leader_elect_namespace)
-            .or_else(|| env("POD_NAMESPACE").filter(|n| !n.is_empty()))
-            .or_else(|| flags.context_namespace.clone())
-            .unwrap_or_else(|| "default".into());
+        let namespace = host_namespace(
+            le.namespace.clone().or(flags.leader_elect_namespace),
+            env,
+            flags.context_namespace.as_deref(),
+        );
         let sharding = (flags.sharding || spec.sharding.enabled).then(|| KeeperConfig {
             ring: Ring {
                 name: flags
@@ -114,6 +127,21 @@ impl HostSettings {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_host_namespace_is_the_flag_then_the_pods_then_the_contexts_then_default() {
+        let none = |_: &str| None;
+        let pod = |_: &str| Some("pod-ns".to_string());
+        let empty = |_: &str| Some(String::new());
+        assert_eq!(
+            host_namespace(Some("flag".into()), pod, Some("ctx")),
+            "flag"
+        );
+        assert_eq!(host_namespace(None, pod, Some("ctx")), "pod-ns");
+        assert_eq!(host_namespace(None, empty, Some("ctx")), "ctx");
+        assert_eq!(host_namespace(None, none, Some("ctx")), "ctx");
+        assert_eq!(host_namespace(None, none, None), "default");
+    }
 
     fn env(name: &str) -> Option<String> {
         match name {

@@ -20,12 +20,6 @@ use inrun_pass::{
     Applied, ChildKey, Claimed, EffectError, Effects, Observed, Pruned, Reason, Teardown, Written,
 };
 
-/// Passes the failpoint `name` (see `inrun_pass::failpoint`): set to `error`, the effect
-/// fails with it.
-fn failpoint(name: &'static str) -> Result<(), EffectError> {
-    failpoint::hit(name).map_err(|e| EffectError::new("a failpoint", e))
-}
-
 /// One CR's effects.
 pub struct ApiEffects<'a> {
     ctx: &'a Ctx,
@@ -199,7 +193,7 @@ impl Effects for ApiEffects<'_> {
             .await
             .map_err(|e| EffectError::new(what, ApiFailure(e)))?;
         if manager == meta::FINALIZER_MANAGER && !metadata.finalizers.is_empty() {
-            failpoint(failpoint::FINALIZER_STORED)?;
+            failpoint::hit(failpoint::FINALIZER_STORED)?;
         }
         Ok(())
     }
@@ -218,7 +212,7 @@ impl Effects for ApiEffects<'_> {
         match self.apply_cr(manager, patch).await {
             Ok(()) => {
                 if !metadata.finalizers.is_empty() {
-                    failpoint(failpoint::FINALIZER_STORED)?;
+                    failpoint::hit(failpoint::FINALIZER_STORED)?;
                 }
                 Ok(Written::Done)
             }
@@ -251,7 +245,7 @@ impl Effects for ApiEffects<'_> {
             "status": status,
         });
         let name = self.cr.metadata.name.clone().unwrap_or_default();
-        failpoint(failpoint::STATUS_BEFORE)?;
+        failpoint::hit(failpoint::STATUS_BEFORE)?;
         let result = self
             .ctx
             .cr_api(&self.cr)
@@ -265,7 +259,7 @@ impl Effects for ApiEffects<'_> {
             Ok(written) => {
                 self.noted(&written);
                 self.cr.metadata.resource_version = written.metadata.resource_version;
-                failpoint(failpoint::STATUS_AFTER)?;
+                failpoint::hit(failpoint::STATUS_AFTER)?;
                 Ok(Written::Done)
             }
             Err(kube::Error::Api(e)) if e.code == 409 || e.code == 404 => Ok(Written::Stale),
@@ -324,7 +318,7 @@ impl Effects for ApiEffects<'_> {
         let Some(locks) = &self.ctx.locks else {
             return Ok(Claimed::Held);
         };
-        failpoint(failpoint::LOCK_CLAIM_BEFORE)?;
+        failpoint::hit(failpoint::LOCK_CLAIM_BEFORE)?;
         let claimed = locks
             .claim(boundary, identity, &self.holder(), &self.ctx.client)
             .await
@@ -337,7 +331,7 @@ impl Effects for ApiEffects<'_> {
                         .with_condition(inrun_pass::ConditionReason::BudgetExceeded),
                 }
             })?;
-        failpoint(failpoint::LOCK_CLAIM_AFTER)?;
+        failpoint::hit(failpoint::LOCK_CLAIM_AFTER)?;
         Ok(claimed)
     }
 
@@ -367,7 +361,7 @@ impl Effects for ApiEffects<'_> {
         if !held {
             return Ok(());
         }
-        failpoint(failpoint::RELEASE_BEFORE)?;
+        failpoint::hit(failpoint::RELEASE_BEFORE)?;
         let mut patch = self.skeleton();
         patch["metadata"]["finalizers"] = json!([]);
         match self.apply_cr(meta::FINALIZER_MANAGER, patch).await {

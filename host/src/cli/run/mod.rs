@@ -207,17 +207,11 @@ fn shared(
     identity: String,
     metrics: &Arc<Metrics>,
 ) -> Shared {
-    let lock_namespace = args
-        .lock_namespace
-        .clone()
-        .or_else(|| {
-            std::env::var("POD_NAMESPACE")
-                .ok()
-                .filter(|n| !n.is_empty())
-        })
-        // Out of a cluster, the kubeconfig context's namespace, as kubectl takes it (in
-        // one, the pod's own).
-        .unwrap_or_else(|| connection.config.default_namespace.clone());
+    let lock_namespace = settings::host_namespace(
+        args.lock_namespace.clone(),
+        |k| std::env::var(k).ok(),
+        Some(&connection.config.default_namespace),
+    );
     Shared::new(connection.client.clone(), identity)
         .with_metrics(metrics.clone())
         // Package CRs claim their infrastructure as the host, whoever they act as, each

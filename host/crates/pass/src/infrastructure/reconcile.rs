@@ -45,8 +45,7 @@ impl Run<'_, '_> {
             return Ok(again());
         }
         if first {
-            crate::failpoint::hit(crate::failpoint::PACKAGE_IDENTITY_STORED)
-                .map_err(|e| crate::effects::EffectError::new("a failpoint", e))?;
+            crate::failpoint::hit(crate::failpoint::PACKAGE_IDENTITY_STORED)?;
         }
 
         // 3. Observe.

@@ -241,8 +241,7 @@ impl Run<'_, '_> {
         if let (Some(boundary), Some(hash)) = (&self.stored.boundary, &self.stored.identity) {
             self.fx.unclaim(boundary, hash).await;
         }
-        failpoint::hit(failpoint::RELEASE_BEFORE)
-            .map_err(|e| crate::effects::EffectError::new("a failpoint", e))?;
+        failpoint::hit(failpoint::RELEASE_BEFORE)?;
         // The finalizers go; the managed-by label stays until the CR does.
         let released = Metadata {
             labels: [(

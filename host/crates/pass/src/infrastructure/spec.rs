@@ -94,9 +94,7 @@ impl Common {
             config,
         })
     }
-}
 
-impl Common {
     /// The common fields of a CR being deleted: only `deletionPolicy` and `config` decide
     /// what a deletion does, so a field the deletion never reads (`state`, `suspend`,
     /// `reconcileInterval`) that became invalid takes its default instead of freezing the
